@@ -1,0 +1,33 @@
+"""bytegrad: derivatives of ordinary Python + NumPy code, by rewriting its bytecode."""
+from bytegrad.api import differentiate as differentiate, grad as grad, value_and_grad as value_and_grad, vjp as vjp
+from bytegrad.errors import (
+    DifferentiationError as DifferentiationError,
+    DuplicateRuleError as DuplicateRuleError,
+    MutationError as MutationError,
+    NonScalarOutputError as NonScalarOutputError,
+    NoRuleError as NoRuleError,
+    PullbackError as PullbackError,
+    UnsupportedOpcodeError as UnsupportedOpcodeError,
+    WrtError as WrtError,
+)
+from bytegrad.rules import (
+    NO_TANGENT as NO_TANGENT,
+    ZERO as ZERO,
+    differentiate_through as differentiate_through,
+    frule as frule,
+    non_differentiable as non_differentiable,
+    not_implemented as not_implemented,
+    opt_out as opt_out,
+    rrule as rrule,
+    scalar_rule as scalar_rule,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "differentiate", "grad", "value_and_grad", "vjp",
+    "DifferentiationError", "DuplicateRuleError", "MutationError", "NonScalarOutputError", "NoRuleError",
+    "PullbackError", "UnsupportedOpcodeError", "WrtError",
+    "NO_TANGENT", "ZERO", "differentiate_through", "frule", "non_differentiable", "not_implemented",
+    "opt_out", "rrule", "scalar_rule",
+]

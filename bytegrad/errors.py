@@ -1,0 +1,110 @@
+"""Every error bytegrad raises for a differentiation problem: `DifferentiationError` and its family.
+
+Each error carries the user's source location (file, line, source text), what was found, and a fix.
+"""
+from __future__ import annotations
+
+import linecache
+from dataclasses import dataclass
+from typing import Any, Optional
+
+__all__ = [
+    "SourceLoc", "DifferentiationError", "NoRuleError", "MutationError", "NonScalarOutputError",
+    "UnsupportedOpcodeError", "PullbackError", "DuplicateRuleError", "WrtError", "NotImplementedRuleError",
+]
+
+
+@dataclass(frozen=True)
+class SourceLoc:
+    """Where in the user's source an operation sits."""
+
+    filename: str
+    lineno: Optional[int]
+    function: str
+
+    def source(self) -> str:
+        if self.lineno is None:
+            return ""
+        return linecache.getline(self.filename, self.lineno).strip()
+
+    def format(self) -> str:
+        head = f'File "{self.filename}", line {self.lineno}, in {self.function}'
+        text = self.source()
+        return f"{head}\n    {text}" if text else head
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.lineno} ({self.function})"
+
+
+def qualname(fn: Any) -> str:
+    """A readable dotted name for a function, ufunc or method."""
+    if isinstance(fn, tuple) and len(fn) == 2 and isinstance(fn[0], type):  # (type, method name)
+        return f"{qualname(fn[0])}.{fn[1]}"
+    mod = getattr(fn, "__module__", None)
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    if type(fn).__name__ == "ufunc":
+        return f"numpy.{fn.__name__}"
+    if mod in (None, "builtins"):
+        return name
+    if mod.startswith("numpy"):
+        mod = "numpy" if "linalg" not in mod else "numpy.linalg"
+    return f"{mod}.{name}"
+
+
+class DifferentiationError(Exception):
+    """Base class: something prevented a correct derivative. The message cites the user's line."""
+
+    def __init__(self, message: str, loc: Optional[SourceLoc] = None, fix: Optional[str] = None) -> None:
+        self.loc = loc
+        self.problem = message
+        self.fix = fix
+        parts = []
+        if loc is not None:
+            parts.append(loc.format())
+        parts.append(message)
+        if fix:
+            parts.append(f"  Fix: {fix}")
+        super().__init__("\n".join(parts))
+
+
+class NoRuleError(DifferentiationError):
+    """A differentiated value reached a function that has no differentiation rule."""
+
+    def __init__(self, fn: Any, loc: Optional[SourceLoc] = None, detail: str = "") -> None:
+        name = qualname(fn)
+        self.fn = fn
+        super().__init__(
+            f"no differentiation rule for {name}, and a differentiated value was passed to it{detail}.",
+            loc,
+            f"define one with @bytegrad.rrule({name}) (or bytegrad.scalar_rule for an elementwise "
+            f"function), or declare it bytegrad.non_differentiable({name}) if its output does not "
+            f"depend smoothly on its inputs.",
+        )
+
+
+class NotImplementedRuleError(DifferentiationError):
+    """The rule for this function is known to be missing (declared with `not_implemented`)."""
+
+
+class MutationError(DifferentiationError):
+    """An in-place write that would change the caller's data or a value saved for the reverse pass."""
+
+
+class NonScalarOutputError(DifferentiationError):
+    """`grad` needs a function whose output is a scalar."""
+
+
+class UnsupportedOpcodeError(DifferentiationError):
+    """The function uses a bytecode instruction or construct bytegrad cannot rewrite."""
+
+
+class PullbackError(DifferentiationError):
+    """A rule's pullback failed or returned something of the wrong shape during the reverse pass."""
+
+
+class DuplicateRuleError(DifferentiationError):
+    """A second rule was registered for a function without `override=True`."""
+
+
+class WrtError(DifferentiationError, TypeError):
+    """`wrt` names no parameter, or a parameter that cannot be differentiated."""

@@ -1,0 +1,26 @@
+"""The API for rule authors: the forms a rule takes, the tangent types, and the registry.
+
+Importing this package registers bytegrad's own rules (NumPy, operators, `math`, builtins).
+"""
+from bytegrad.rules.registry import (
+    NO_TANGENT as NO_TANGENT,
+    ZERO as ZERO,
+    NoTangent as NoTangent,
+    Rule as Rule,
+    RuleKind as RuleKind,
+    Zero as Zero,
+    differentiate_through as differentiate_through,
+    frule as frule,
+    non_differentiable as non_differentiable,
+    not_implemented as not_implemented,
+    opt_out as opt_out,
+    rrule as rrule,
+    scalar_rule as scalar_rule,
+    transparent as transparent,
+)
+from bytegrad.rules import _load_builtin_rules  # noqa: F401  (registers the standard rules)
+
+__all__ = [
+    "NO_TANGENT", "ZERO", "NoTangent", "Zero", "Rule", "RuleKind", "differentiate_through", "frule",
+    "non_differentiable", "not_implemented", "opt_out", "rrule", "scalar_rule", "transparent",
+]

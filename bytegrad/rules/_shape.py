@@ -1,0 +1,52 @@
+"""Shape helpers for rules: undoing broadcasting, and the `uniform` cotangent convention.
+
+A cotangent reaching an elementwise rule may be a scalar standing for "this value everywhere in
+the output" (the seed of `sum` is one): `unbroadcast` and `materialize` handle that case.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+_sum = np.add.reduce
+
+
+def materialize(x_bar: Any, like: Any) -> Any:
+    """Expand a uniform scalar cotangent to the shape of `like` (an array); arrays pass through."""
+    if type(like) is np.ndarray and (type(x_bar) is not np.ndarray or x_bar.shape != like.shape):
+        if type(x_bar) is np.ndarray and x_bar.ndim:
+            return np.broadcast_to(x_bar, like.shape).copy()
+        dtype = like.dtype if like.dtype.kind in "fc" else np.result_type(x_bar, np.float64)
+        return np.full(like.shape, x_bar, dtype=dtype)
+    return x_bar
+
+
+def unbroadcast(x_bar: Any, shape: tuple[int, ...], out_shape: tuple[int, ...] | None = None) -> Any:
+    """Sum `x_bar` (a cotangent of an output of `out_shape`) down to an input of `shape`.
+
+    A scalar `x_bar` is a uniform cotangent of the whole output: it stays a scalar, scaled by
+    how many output elements each input element fed.
+    """
+    if type(x_bar) is not np.ndarray or x_bar.ndim == 0:
+        if out_shape is None or out_shape == shape:
+            return x_bar
+        n_out = 1
+        for d in out_shape:
+            n_out *= d
+        n_in = 1
+        for d in shape:
+            n_in *= d
+        return x_bar * (n_out // n_in if n_in else 0)
+    xs = x_bar.shape
+    if xs == shape:
+        return x_bar
+    lead = len(xs) - len(shape)
+    if lead > 0:
+        x_bar = _sum(x_bar, axis=tuple(range(lead)))
+    axes = tuple(i for i, d in enumerate(shape) if d == 1 and x_bar.shape[i] != 1)
+    if axes:
+        x_bar = _sum(x_bar, axis=axes, keepdims=True)
+    if x_bar.shape != shape:
+        x_bar = x_bar.reshape(shape)
+    return x_bar

@@ -1,0 +1,702 @@
+"""The entry points that rewritten code calls: `hook(tape, site, *operands)` for every active site.
+
+Each hook runs the plain operation when no tape is active or no operand is being differentiated;
+otherwise it looks up the rule, runs the primal and records a node. Emitted code calls only these
+names; hot paths (one-argument calls, binary operators) are written out for speed.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import operator
+import types
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from bytegrad.errors import DifferentiationError, NoRuleError, NotImplementedRuleError, SourceLoc, qualname
+from bytegrad.rules import registry
+from bytegrad.rules._apply import shape_of
+from bytegrad.rules._shape import materialize, unbroadcast
+from bytegrad.rules.registry import ZERO, RuleKind
+from bytegrad.runtime.tape import Tape, current_tape
+
+__all__ = ["Site", "current_tape", "BINARY_HOOKS", "BINARY_NAMES", "call", "call0", "call1", "call2",
+           "call_kw", "call_ex", "getitem", "getslice", "setitem", "setslice", "getattr_", "neg", "pos",
+           "iter_", "unpack", "set_rewriter"]
+
+_ndarray = np.ndarray
+_FunctionType = types.FunctionType
+_MethodType = types.MethodType
+_BuiltinMethod = types.BuiltinMethodType
+_ModuleType = types.ModuleType
+_rules_get = registry._RULES.get
+ELEMENTWISE = RuleKind.ELEMENTWISE
+RRULE = RuleKind.RRULE
+NONDIFF = RuleKind.NONDIFF
+TRANSPARENT = RuleKind.TRANSPARENT
+THROUGH = RuleKind.THROUGH
+NOT_IMPLEMENTED = RuleKind.NOT_IMPLEMENTED
+
+
+class Site:
+    """One rewritten operation in the user's code (a constant of the rewritten code object)."""
+
+    __slots__ = ("filename", "lineno", "function", "what")
+
+    def __init__(self, filename: str, lineno: Optional[int], function: str, what: str) -> None:
+        self.filename = filename
+        self.lineno = lineno
+        self.function = function
+        self.what = what
+
+    def loc(self) -> SourceLoc:
+        return SourceLoc(self.filename, self.lineno, self.function)
+
+    def __repr__(self) -> str:
+        return f"<site {self.what} at {self.filename}:{self.lineno}>"
+
+
+# The transform registers how to get rewritten code for a Python callee (runtime never imports it).
+_rewriter: Optional[Callable[[Any, tuple, Optional[dict], dict], Optional[Callable[..., Any]]]] = None
+
+
+def set_rewriter(fn: Callable[[Any, tuple, Optional[dict], dict], Optional[Callable[..., Any]]]) -> None:
+    global _rewriter
+    _rewriter = fn
+
+
+# ---- backward functions: (out_bar, node, out) -> one cotangent per parent ---------------------
+
+
+def _bw_elementwise(ct: Any, node: tuple, out: Any) -> list[Any]:
+    parents = node[1]
+    rule = node[3]
+    args = node[4]
+    partials = rule.partials
+    out_shape = out.shape if type(out) is _ndarray else ()
+    res: list[Any] = []
+    for i, p in enumerate(parents):
+        if p is None:
+            res.append(None)
+            continue
+        d = partials[i]
+        if d is None:
+            res.append(None)
+            continue
+        if d.__class__ is int or d.__class__ is float:
+            bar = ct if d == 1 else (-ct if d == -1 else ct * d)
+        else:
+            bar = ct * d(*args, out)
+        a = args[i]
+        a_shape = a.shape if type(a) is _ndarray else shape_of(a)
+        if a_shape != out_shape:
+            bar = unbroadcast(bar, a_shape, out_shape)
+        res.append(bar)
+    return res
+
+
+_USES: dict[Any, frozenset[int]] = {}
+
+
+def _partial_uses(d: Any, nargs: int) -> frozenset[int]:
+    """Which of (*args, out) a partial reads: positions 0..nargs (out is nargs)."""
+    uses = _USES.get(d)
+    if uses is None:
+        code = getattr(d, "__code__", None)
+        if code is None:
+            uses = frozenset(range(nargs + 1))
+        else:
+            import dis
+            names = code.co_varnames[: code.co_argcount]
+            loaded = {ins.argval for ins in dis.get_instructions(code) if ins.opname.startswith("LOAD_FAST")}
+            loaded |= {n for ins in dis.get_instructions(code) if ins.opname == "LOAD_FAST_LOAD_FAST"
+                       for n in ins.argval}
+            if code.co_flags & inspect.CO_VARARGS:
+                uses = frozenset(range(nargs + 1))
+            else:
+                uses = frozenset(i for i, n in enumerate(names) if n in loaded)
+                if len(names) == nargs + 1 and names[-1] in loaded:
+                    uses |= {nargs}
+        _USES[d] = uses
+    return uses
+
+
+def _saved_elementwise(node: tuple) -> list[np.ndarray]:
+    rule = node[3]
+    args = node[4]
+    if rule.constant_partials:
+        return []
+    n = len(args)
+    used: set[int] = set()
+    for i, p in enumerate(node[1]):
+        if p is not None and i < len(rule.partials) and callable(rule.partials[i]):
+            used |= _partial_uses(rule.partials[i], n)
+    return [a for i, a in enumerate(args) if i in used and type(a) is _ndarray]
+
+
+_bw_elementwise.saved = _saved_elementwise  # type: ignore[attr-defined]
+
+
+class _TupleOut:
+    """Stands on the tape for a rule's tuple output; its elements are recorded one by one."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def _bw_rrule(ct: Any, node: tuple, out: Any) -> Any:
+    pullback = node[3]
+    args = node[4]
+    if type(out) is _TupleOut:
+        items = out.value
+        ct = tuple(ZERO if c is None or c is ZERO else materialize(c, v) for c, v in zip(ct, items))
+        if type(items) is not tuple:
+            ct = type(items)(*ct) if hasattr(items, "_fields") else type(items)(ct)
+    elif type(out) is _ndarray:
+        ct = materialize(ct, out)
+    bars = pullback(ct)
+    parents = node[1]
+    if type(bars) is not tuple and type(bars) is not list:
+        raise _pullback_shape_error(node, f"returned {type(bars).__name__}, not a tuple of cotangents")
+    if len(bars) != len(parents):
+        raise _pullback_shape_error(
+            node, f"returned {len(bars)} cotangents for {len(parents)} positional arguments")
+    for p, bar, a in zip(parents, bars, args):
+        if p is not None and type(bar) is _ndarray and type(a) is _ndarray and bar.shape != a.shape and bar.ndim:
+            raise _pullback_shape_error(
+                node, f"returned a cotangent of shape {bar.shape} for an input of shape {a.shape}")
+    return bars
+
+
+def _pullback_shape_error(node: tuple, what: str) -> DifferentiationError:
+    from bytegrad.errors import PullbackError
+    site = node[2]
+    return PullbackError(f"the pullback of {qualname(node[5])} {what}.",
+                         site.loc() if site is not None else None,
+                         "fix the rule's pullback: it must return one cotangent per positional argument, "
+                         "each shaped like its argument (check it with bytegrad.rules.testing.check_rule).")
+
+
+def _bw_tuple_item(ct: Any, node: tuple, out: Any) -> tuple[Any, ...]:
+    k, n = node[3], node[4]
+    bars: list[Any] = [ZERO] * n
+    bars[k] = ct
+    return (tuple(bars),)
+
+
+def _bw_identity(ct: Any, node: tuple, out: Any) -> tuple[Any, ...]:
+    return (ct,)
+
+
+def _bw_setitem(ct: Any, node: tuple, out: Any) -> tuple[Any, Any]:
+    key, v_shape = node[3], node[4]
+    p_old, p_val = node[1]
+    ct = materialize(ct, out)
+    old_bar = None
+    val_bar = None
+    if p_old is not None:
+        old_bar = np.array(ct, copy=True)
+        old_bar[key] = 0
+    if p_val is not None:
+        part = ct[key]
+        val_bar = unbroadcast(part, v_shape, np.shape(part)) if np.shape(part) != v_shape else part
+        if type(p_val) is list:
+            val_bar = list(val_bar)
+    return old_bar, val_bar
+
+
+for _bw in (_bw_tuple_item, _bw_identity, _bw_setitem):
+    _bw.saved = lambda node: []  # type: ignore[attr-defined]
+
+
+# ---- recording ----------------------------------------------------------------------------------
+
+
+def _parent_of(ids: dict[int, int], a: Any) -> Any:
+    """The node index of `a`, a (nested) list of them for a list/tuple holding tracked values, or None."""
+    t = type(a)
+    if t is list or t is tuple:
+        subs = [_parent_of(ids, x) for x in a]
+        for s in subs:
+            if s is not None:
+                return subs
+        return None
+    return ids.get(id(a))
+
+
+def _check_stale(tape: Tape, parents: Any, site: Site) -> None:
+    for p in parents:
+        if type(p) is int:
+            if p in tape.stale:
+                raise tape.stale_error(p, site)
+        elif p is not None:
+            _check_stale(tape, p, site)
+
+
+def _record_elementwise(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
+    ids = tape.ids
+    n = len(rule.partials)
+    parents = tuple(_parent_of(ids, a) for a in args[:n])
+    if any(type(p) is list for p in parents):  # e.g. np.exp([a, b]): make the arrays first
+        args = tuple(_dispatch(tape, site, np.asarray, (a,), None) if type(p) is list else a
+                     for a, p in zip(args, parents)) + args[n:]
+        parents = tuple(ids.get(id(a)) for a in args[:n])
+    if kwargs and "out" in kwargs:
+        return _with_out(tape, site, fn, args, kwargs)
+    if tape.stale:
+        _check_stale(tape, parents, site)
+    out = fn(*args, **kwargs) if kwargs else fn(*args)
+    if all(p is None for p in parents):
+        return out
+    return tape.push((_bw_elementwise, parents, site, rule, args[:n], fn), out)
+
+
+def _bind_positional(fn: Any, args: tuple, kwargs: dict, site: Site) -> tuple[tuple, dict]:
+    """Move keyword arguments that hold tracked values into positional places (rules see positions)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        sig = None
+    if sig is not None:
+        params = list(sig.parameters.values())
+        new_args = list(args)
+        rest = dict(kwargs)
+        for p in params[len(args):]:
+            if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                break
+            if p.name in rest:
+                new_args.append(rest.pop(p.name))
+            elif p.default is not p.empty and any(k in rest for k in (q.name for q in params)):
+                new_args.append(p.default)
+            else:
+                break
+        return tuple(new_args), rest
+    raise DifferentiationError(
+        f"a differentiated value was passed by keyword to {qualname(fn)}, whose parameters bytegrad "
+        "cannot inspect.", site.loc(), "pass it positionally.")
+
+
+def _record_rrule(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
+    ids = tape.ids
+    if kwargs:
+        if "out" in kwargs:
+            return _with_out(tape, site, fn, args, kwargs)
+        if any(_parent_of(ids, v) is not None for v in kwargs.values()):
+            args, kwargs = _bind_positional(fn, args, kwargs, site)
+            if any(_parent_of(ids, v) is not None for v in kwargs.values()):
+                raise DifferentiationError(
+                    f"a differentiated value was passed to {qualname(fn)} as a keyword argument that "
+                    "has no positional place, so its rule cannot return a cotangent for it.",
+                    site.loc(), "pass it positionally, or compute it outside this call.")
+    parents = tuple(_parent_of(ids, a) for a in args)
+    if all(p is None for p in parents):
+        return fn(*args, **kwargs) if kwargs else fn(*args)
+    if tape.stale:
+        _check_stale(tape, parents, site)
+    try:
+        out, pullback = rule.rrule(*args, **kwargs) if kwargs else rule.rrule(*args)
+    except DifferentiationError:
+        raise
+    return _push_output(tape, (_bw_rrule, parents, site, pullback, args, fn), out)
+
+
+def _push_output(tape: Tape, node: tuple, out: Any) -> Any:
+    t = type(out)
+    if t is tuple or t is list or (isinstance(out, tuple) and hasattr(out, "_fields")):
+        holder = _TupleOut(out)
+        idx = len(tape.values)
+        tape.push(node, holder)
+        n = len(out)
+        for k, item in enumerate(out):
+            if _trackable(item):
+                tape.push((_bw_tuple_item, (idx,), node[2], k, n), item)
+        return out
+    if t is int or t is bool or out is None:
+        return out
+    return tape.push(node, out)
+
+
+def _trackable(v: Any) -> bool:
+    t = type(v)
+    if t is _ndarray:
+        return v.dtype.kind in "fc"
+    return t is float or t is complex or isinstance(v, (np.floating, np.complexfloating))
+
+
+def _with_out(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> Any:
+    """`fn(..., out=buf)`: compute a new value, then write it into `buf` as a recorded assignment."""
+    kwargs = dict(kwargs)
+    buf = kwargs.pop("out")
+    if type(buf) is tuple and len(buf) == 1:
+        buf = buf[0]
+    value = _dispatch(tape, site, fn, args, kwargs)
+    if type(buf) is not _ndarray:
+        raise DifferentiationError(f"bytegrad supports out= only with a single array, got {type(buf).__name__}.",
+                                   site.loc(), "drop out= and assign the result instead.")
+    _write(tape, site, buf, Ellipsis, value)
+    return buf
+
+
+def _call_python(tape: Tape, site: Site, f: Any, args: tuple, kwargs: Optional[dict]) -> Any:
+    rewritten = _rewriter(f, args, kwargs, tape.ids) if _rewriter is not None else None
+    if rewritten is None:
+        return f(*args, **kwargs) if kwargs else f(*args)
+    return rewritten(*args, **kwargs) if kwargs else rewritten(*args)
+
+
+def _any_tracked(ids: dict[int, int], args: tuple, kwargs: Optional[dict]) -> bool:
+    for a in args:
+        if _parent_of(ids, a) is not None:
+            return True
+    if kwargs:
+        for a in kwargs.values():
+            if _parent_of(ids, a) is not None:
+                return True
+    return False
+
+
+def _resolve(fn: Any) -> tuple[Any, Any]:
+    """(rule, self) for a callable: bound C methods are looked up by their type's descriptor."""
+    try:
+        rule = _rules_get(fn)
+    except TypeError:
+        rule = None
+    if rule is not None:
+        return rule, None
+    if type(fn) is _BuiltinMethod:
+        owner = fn.__self__
+        if owner is not None and type(owner) is not _ModuleType:
+            desc = getattr(type(owner), fn.__name__, None)
+            if desc is not None:
+                try:
+                    rule = _rules_get(desc)
+                except TypeError:
+                    rule = None
+                if rule is not None:
+                    return rule, owner
+    return None, None
+
+
+def _dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
+    """A call with the tape active: rule, rewritten Python callee, or plain call."""
+    rule, owner = _resolve(fn)
+    if rule is not None:
+        kind = rule.kind
+        if owner is not None:
+            call_fn = rule.fn
+            args = (owner,) + tuple(args)
+        else:
+            call_fn = fn
+        if kind is ELEMENTWISE:
+            return _record_elementwise(tape, site, rule, call_fn, tuple(args), kwargs)
+        if kind is RRULE and rule.rrule is not None:
+            return _record_rrule(tape, site, rule, call_fn, tuple(args), kwargs)
+        if kind is NONDIFF or kind is TRANSPARENT:
+            return fn(*args[1:] if owner is not None else args, **kwargs) if kwargs else \
+                fn(*(args[1:] if owner is not None else args))
+        if kind is THROUGH:
+            return _call_python(tape, site, rule.impl, tuple(args), kwargs)
+        if kind is NOT_IMPLEMENTED and _any_tracked(tape.ids, tuple(args), kwargs):
+            raise NotImplementedRuleError(
+                f"differentiating {qualname(rule.fn)} is not supported: {rule.reason}.", site.loc(),
+                "compute this part without differentiating through it, or write a rule with @bytegrad.rrule.")
+        if kind is RRULE and _any_tracked(tape.ids, tuple(args), kwargs):  # a frule alone
+            raise NoRuleError(rule.fn, site.loc(), " (it has only a forward rule)")
+        return fn(*args[1:], **(kwargs or {})) if owner is not None else fn(*args, **(kwargs or {}))
+    t = type(fn)
+    if t is _FunctionType:
+        return _call_python(tape, site, fn, tuple(args), kwargs)
+    if t is _MethodType:
+        f = fn.__func__
+        if type(f) is _FunctionType:
+            return _call_python(tape, site, f, (fn.__self__,) + tuple(args), kwargs)
+        return _dispatch(tape, site, f, (fn.__self__,) + tuple(args), kwargs)
+    if t is functools.partial:
+        kw = dict(fn.keywords)
+        if kwargs:
+            kw.update(kwargs)
+        return _dispatch(tape, site, fn.func, fn.args + tuple(args), kw or None)
+    if isinstance(fn, type):
+        init = fn.__init__
+        if (type(init) is _FunctionType and fn.__new__ is object.__new__ and type(fn) is type
+                and _any_tracked(tape.ids, tuple(args), kwargs)):
+            obj = object.__new__(fn)
+            _call_python(tape, site, init, (obj,) + tuple(args), kwargs)
+            return obj
+        return fn(*args, **kwargs) if kwargs else fn(*args)
+    dunder_call = getattr(t, "__call__", None)
+    if type(dunder_call) is _FunctionType:
+        return _call_python(tape, site, dunder_call, (fn,) + tuple(args), kwargs)
+    if _any_tracked(tape.ids, tuple(args), kwargs) or (type(fn) is _BuiltinMethod and
+                                                       tape.ids.get(id(fn.__self__)) is not None):
+        if registry.load_plugins():
+            return _dispatch(tape, site, fn, args, kwargs)
+        raise NoRuleError(_method_key(fn), site.loc())
+    return fn(*args, **kwargs) if kwargs else fn(*args)
+
+
+def _method_key(fn: Any) -> Any:
+    if type(fn) is _BuiltinMethod and fn.__self__ is not None and type(fn.__self__) is not _ModuleType:
+        return (type(fn.__self__), fn.__name__)
+    return fn
+
+
+# ---- hooks: calls -----------------------------------------------------------------------------
+
+
+def call0(tape: Optional[Tape], site: Site, fn: Any) -> Any:
+    if tape is None:
+        return fn()
+    return _dispatch(tape, site, fn, (), None)
+
+
+def call1(tape: Optional[Tape], site: Site, fn: Any, a: Any) -> Any:
+    if tape is None:
+        return fn(a)
+    try:
+        rule = _rules_get(fn)
+    except TypeError:
+        rule = None
+    if rule is not None and rule.kind is ELEMENTWISE:
+        i = tape.ids.get(id(a))
+        if i is None:
+            return fn(a) if type(a) is not list else _dispatch(tape, site, fn, (a,), None)
+        if tape.stale and i in tape.stale:
+            raise tape.stale_error(i, site)
+        return tape.push((_bw_elementwise, (i,), site, rule, (a,), fn), fn(a))
+    return _dispatch(tape, site, fn, (a,), None)
+
+
+def call2(tape: Optional[Tape], site: Site, fn: Any, a: Any, b: Any) -> Any:
+    if tape is None:
+        return fn(a, b)
+    return _dispatch(tape, site, fn, (a, b), None)
+
+
+def call(tape: Optional[Tape], site: Site, fn: Any, args: tuple) -> Any:
+    if tape is None:
+        return fn(*args)
+    return _dispatch(tape, site, fn, args, None)
+
+
+def call_kw(tape: Optional[Tape], site: Site, fn: Any, packed: tuple) -> Any:
+    names = packed[-1]
+    k = len(names)
+    args = packed[:-1]
+    kwargs = dict(zip(names, args[len(args) - k:]))
+    args = args[: len(args) - k]
+    if tape is None:
+        return fn(*args, **kwargs)
+    return _dispatch(tape, site, fn, args, kwargs)
+
+
+def call_ex(tape: Optional[Tape], site: Site, fn: Any, args: Any, kwargs: Optional[dict]) -> Any:
+    if tape is None:
+        return fn(*args, **kwargs) if kwargs else fn(*args)
+    return _dispatch(tape, site, fn, tuple(args), dict(kwargs) if kwargs else None)
+
+
+# ---- hooks: operators -----------------------------------------------------------------------
+
+
+def _binary_tracked(tape: Tape, site: Site, op: Any, a: Any, b: Any, ia: Any, ib: Any) -> Any:
+    rule = _rules_get(op)
+    if rule is None:
+        raise NoRuleError(op, site.loc())
+    kind = rule.kind
+    if kind is ELEMENTWISE:
+        if tape.stale and (ia in tape.stale or ib in tape.stale):
+            raise tape.stale_error(ia if ia in tape.stale else ib, site)
+        out = op(a, b)
+        return tape.push((_bw_elementwise, (ia, ib), site, rule, (a, b), op), out)
+    if kind is RRULE:
+        return _record_rrule(tape, site, rule, op, (a, b), None)
+    if kind is NONDIFF or kind is TRANSPARENT:
+        return op(a, b)
+    return _dispatch(tape, site, op, (a, b), None)
+
+
+def _make_binary(op: Any) -> Callable[..., Any]:
+    def binary_hook(tape: Optional[Tape], site: Site, a: Any, b: Any) -> Any:
+        if tape is not None:
+            ids = tape.ids
+            ia = ids.get(id(a))
+            ib = ids.get(id(b))
+            if ia is not None or ib is not None:
+                return _binary_tracked(tape, site, op, a, b, ia, ib)
+        return op(a, b)
+
+    binary_hook.__name__ = f"binary_{op.__name__}"
+    return binary_hook
+
+
+def _make_inplace(iop: Any, op: Any) -> Callable[..., Any]:
+    def inplace_hook(tape: Optional[Tape], site: Site, a: Any, b: Any) -> Any:
+        if tape is not None:
+            ids = tape.ids
+            ia = ids.get(id(a))
+            ib = ids.get(id(b))
+            if type(a) is _ndarray:
+                return _inplace_array(tape, site, iop, op, a, b, ia, ib)
+            if ia is not None or ib is not None:
+                return _binary_tracked(tape, site, op, a, b, ia, ib)
+        return iop(a, b)
+
+    inplace_hook.__name__ = f"inplace_{op.__name__}"
+    return inplace_hook
+
+
+def _inplace_array(tape: Tape, site: Site, iop: Any, op: Any, a: np.ndarray, b: Any, ia: Any, ib: Any) -> Any:
+    tape.check_write(a, a, site)
+    if ia is None and ib is None:
+        return iop(a, b)
+    rule = _rules_get(op)
+    a_in = a
+    if rule is not None and rule.kind is ELEMENTWISE and not rule.constant_partials:
+        a_in = a.copy()  # the partials read the old value, which the write destroys
+    elif rule is not None and rule.kind is RRULE:
+        a_in = a.copy()
+    res = _binary_tracked(tape, site, op, a_in, b, ia, ib)
+    np.copyto(a, res, casting="same_kind")
+    i_res = tape.ids.get(id(res))
+    if i_res is None:
+        return a
+    tape.push((_bw_identity, (i_res,), site), a)
+    return a
+
+
+_BINARY_OPS = [operator.add, operator.and_, operator.floordiv, operator.lshift, operator.matmul,
+               operator.mul, operator.mod, operator.or_, operator.pow, operator.rshift, operator.sub,
+               operator.truediv, operator.xor]
+_INPLACE_OPS = [operator.iadd, operator.iand, operator.ifloordiv, operator.ilshift, operator.imatmul,
+                operator.imul, operator.imod, operator.ior, operator.ipow, operator.irshift, operator.isub,
+                operator.itruediv, operator.ixor]
+_SYMBOLS = ["+", "&", "//", "<<", "@", "*", "%", "|", "**", ">>", "-", "/", "^"]
+
+BINARY_HOOKS: dict[int, Callable[..., Any]] = {}
+BINARY_NAMES: dict[int, str] = {}
+for _k, (_op, _iop, _sym) in enumerate(zip(_BINARY_OPS, _INPLACE_OPS, _SYMBOLS)):
+    BINARY_HOOKS[_k] = _make_binary(_op)
+    BINARY_NAMES[_k] = _sym
+    BINARY_HOOKS[_k + 13] = _make_inplace(_iop, _op)
+    BINARY_NAMES[_k + 13] = _sym + "="
+
+
+def _make_unary(op: Any) -> Callable[..., Any]:
+    def unary_hook(tape: Optional[Tape], site: Site, a: Any) -> Any:
+        if tape is not None:
+            i = tape.ids.get(id(a))
+            if i is not None:
+                rule = _rules_get(op)
+                if rule is None:
+                    raise NoRuleError(op, site.loc())
+                return _dispatch(tape, site, op, (a,), None)
+        return op(a)
+
+    unary_hook.__name__ = f"unary_{op.__name__}"
+    return unary_hook
+
+
+neg = _make_unary(operator.neg)
+pos = _make_unary(operator.pos)
+
+
+# ---- hooks: subscripts, attributes, iteration -----------------------------------------------------
+
+
+def getitem(tape: Optional[Tape], site: Site, obj: Any, key: Any) -> Any:
+    if tape is not None:
+        i = tape.ids.get(id(obj))
+        if i is not None:
+            rule = _rules_get(operator.getitem)
+            if rule is None:
+                raise NoRuleError(operator.getitem, site.loc())
+            return _record_rrule(tape, site, rule, operator.getitem, (obj, key), None)
+    return obj[key]
+
+
+def getslice(tape: Optional[Tape], site: Site, obj: Any, start: Any, stop: Any) -> Any:
+    return getitem(tape, site, obj, slice(start, stop))
+
+
+def _region(obj: np.ndarray, key: Any) -> np.ndarray:
+    """A view of the part of `obj` that `obj[key] = ...` writes (all of it when unsure)."""
+    keys = key if type(key) is tuple else (key,)
+    parts = []
+    for k in keys:
+        if type(k) is int or isinstance(k, np.integer):
+            k = int(k)
+            parts.append(slice(k, k + 1) if k != -1 else slice(-1, None))
+        elif k is None or k is Ellipsis or type(k) is slice:
+            parts.append(k)
+        else:
+            return obj
+    try:
+        view = obj[tuple(parts)]
+    except (IndexError, TypeError):
+        return obj
+    return view if type(view) is _ndarray else obj
+
+
+def _write(tape: Tape, site: Site, obj: np.ndarray, key: Any, value: Any) -> None:
+    ids = tape.ids
+    io = ids.get(id(obj))
+    iv = _parent_of(ids, value)
+    tape.check_write(obj, _region(obj, key), site)
+    if iv is not None and type(iv) is not int:
+        value_arr = _dispatch(tape, site, np.asarray, (value,), None)
+        iv = ids.get(id(value_arr))
+        value = value_arr
+    obj[key] = value
+    if io is None and iv is None:
+        return
+    tape.push((_bw_setitem, (io, iv), site, key, shape_of(value)), obj)
+
+
+def setitem(tape: Optional[Tape], site: Site, value: Any, obj: Any, key: Any) -> None:
+    if tape is None or type(obj) is not _ndarray:
+        obj[key] = value
+        return
+    _write(tape, site, obj, key, value)
+
+
+def setslice(tape: Optional[Tape], site: Site, value: Any, obj: Any, start: Any, stop: Any) -> None:
+    setitem(tape, site, value, obj, slice(start, stop))
+
+
+def getattr_(tape: Optional[Tape], site: Site, obj: Any, name: str) -> Any:
+    if tape is not None:
+        i = tape.ids.get(id(obj))
+        if i is not None:
+            desc = getattr(type(obj), name, None)
+            rule = _rules_get(desc) if desc is not None else None
+            if rule is None:
+                if type(obj) is _ndarray or isinstance(obj, np.generic):
+                    raise NoRuleError((type(obj), name), site.loc())
+                return getattr(obj, name)
+            return _record_rrule(tape, site, rule, desc.__get__, (obj,), None) if rule.kind is RRULE \
+                else getattr(obj, name)
+    return getattr(obj, name)
+
+
+def _iter_rows(tape: Tape, site: Site, obj: np.ndarray) -> Any:
+    for k in range(len(obj)):
+        yield getitem(tape, site, obj, k)
+
+
+def iter_(tape: Optional[Tape], site: Site, obj: Any) -> Any:
+    if tape is not None and type(obj) is _ndarray and tape.ids.get(id(obj)) is not None:
+        if obj.ndim == 0:
+            raise TypeError("iteration over a 0-d array")
+        return _iter_rows(tape, site, obj)
+    return iter(obj)
+
+
+def unpack(tape: Optional[Tape], site: Site, obj: Any) -> Any:
+    if tape is not None and type(obj) is _ndarray and tape.ids.get(id(obj)) is not None:
+        return tuple(_iter_rows(tape, site, obj))
+    return obj
+

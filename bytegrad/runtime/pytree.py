@@ -1,0 +1,194 @@
+"""Differentiated arguments as trees: fresh leaves on the way in, mirrored gradients on the way out.
+
+Every differentiated leaf enters the function as a fresh object (a view of an array, a copy of a
+float) so a closure or global that holds the caller's array is never mistaken for the input.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any, Optional
+
+import numpy as np
+
+from bytegrad.runtime.tape import Tape
+
+_ndarray = np.ndarray
+
+
+class Leaf:
+    """Where one differentiated leaf sits on the tape, and what its gradient must look like."""
+
+    __slots__ = ("idx", "primal")
+
+    def __init__(self, idx: int, primal: Any) -> None:
+        self.idx = idx
+        self.primal = primal
+
+
+class NotDifferentiable(TypeError):
+    """An argument to differentiate holds something that has no derivative."""
+
+
+def prepare(value: Any, tape: Tape, strict: bool = False) -> tuple[Any, Any]:
+    """(fresh value, spec): a copy of the tree with fresh leaves registered on `tape`."""
+    t = type(value)
+    if t is _ndarray:
+        kind = value.dtype.kind
+        if kind in "fc":
+            fresh = value.view()
+            tape.protected.add(id(value))
+            if value.base is not None:
+                tape.protected.add(id(value.base))
+            return fresh, Leaf(tape.leaf(fresh), value)
+        if kind == "O":
+            raise NotDifferentiable("an object array (dtype=object) cannot be differentiated")
+        if strict:
+            raise NotDifferentiable(f"an array of dtype {value.dtype} cannot be differentiated")
+        return value, None
+    if t is float:
+        fresh = value * 1.0
+        return fresh, Leaf(tape.leaf(fresh), value)
+    if t is complex:
+        fresh = value * 1.0
+        return fresh, Leaf(tape.leaf(fresh), value)
+    if isinstance(value, (np.floating, np.complexfloating)):
+        fresh = value * 1
+        return fresh, Leaf(tape.leaf(fresh), value)
+    if t is dict or isinstance(value, dict):
+        items = {k: prepare(v, tape) for k, v in value.items()}
+        fresh = type(value)((k, v[0]) for k, v in items.items()) if t is not dict else {k: v[0] for k, v in items.items()}
+        return fresh, (type(value), {k: v[1] for k, v in items.items()})
+    if t is list:
+        items = [prepare(v, tape) for v in value]
+        return [v[0] for v in items], (list, [v[1] for v in items])
+    if isinstance(value, tuple):
+        items = [prepare(v, tape) for v in value]
+        if hasattr(value, "_fields"):
+            fresh = t(*[v[0] for v in items])
+        else:
+            fresh = t(v[0] for v in items) if t is not tuple else tuple(v[0] for v in items)
+        return fresh, (t, [v[1] for v in items])
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = [f.name for f in dataclasses.fields(value)]
+        items = {name: prepare(getattr(value, name), tape) for name in fields}
+        fresh = copy.copy(value)
+        for name, (v, _) in items.items():
+            object.__setattr__(fresh, name, v)
+        return fresh, ("dataclass", value, {k: v[1] for k, v in items.items()})
+    if strict and (t is int or t is bool or t is str or value is None):
+        raise NotDifferentiable(f"a {t.__name__} cannot be differentiated")
+    return value, None
+
+
+def project(ct: Any, primal: Any) -> Any:
+    """A cotangent as a gradient shaped and typed like its primal (float32 stays float32)."""
+    if type(primal) is _ndarray:
+        if ct is None:
+            return np.zeros_like(primal)
+        arr = np.asarray(ct)
+        if primal.dtype.kind == "f" and arr.dtype.kind == "c":
+            arr = arr.real
+        if arr.shape != primal.shape:
+            arr = np.broadcast_to(arr, primal.shape)
+        return np.array(arr, dtype=primal.dtype, copy=True)
+    if type(primal) is float:
+        if ct is None:
+            return 0.0
+        v = np.asarray(ct)
+        if v.dtype.kind == "c":
+            v = v.real
+        return float(v.sum()) if v.ndim else float(v)
+    if type(primal) is complex:
+        return 0j if ct is None else complex(np.asarray(ct).sum())
+    if isinstance(primal, np.generic):
+        if ct is None:
+            return primal.dtype.type(0)
+        v = np.asarray(ct)
+        if primal.dtype.kind == "f" and v.dtype.kind == "c":
+            v = v.real
+        return primal.dtype.type(v.sum() if v.ndim else v)
+    return ct
+
+
+def gradient(spec: Any, cts: list[Any]) -> Any:
+    """Build the gradient tree that mirrors `spec` from per-node cotangents."""
+    if spec is None:
+        return None
+    if type(spec) is Leaf:
+        return project(cts[spec.idx], spec.primal)
+    kind = spec[0]
+    if kind == "dataclass":
+        original, fields = spec[1], spec[2]
+        out = copy.copy(original)
+        for name, sub in fields.items():
+            object.__setattr__(out, name, gradient(sub, cts))
+        return out
+    t, subs = spec
+    if isinstance(subs, dict):
+        values = {k: gradient(v, cts) for k, v in subs.items()}
+        return values if t is dict else t(values.items())
+    values = [gradient(v, cts) for v in subs]
+    if t is list:
+        return values
+    if hasattr(t, "_fields"):
+        return t(*values)
+    return t(values) if t is not tuple else tuple(values)
+
+
+def leaves(spec: Any) -> list[Leaf]:
+    if spec is None:
+        return []
+    if type(spec) is Leaf:
+        return [spec]
+    if spec[0] == "dataclass":
+        return [l for sub in spec[2].values() for l in leaves(sub)]
+    subs = spec[1]
+    items = subs.values() if isinstance(subs, dict) else subs
+    return [l for sub in items for l in leaves(sub)]
+
+
+def output_nodes(value: Any, ids: dict[int, int], path: Optional[list] = None) -> list[tuple[Any, int]]:
+    """(output leaf, node index) for every tracked leaf of a function's output tree."""
+    found: list[tuple[Any, int]] = []
+    _walk_out(value, ids, found, 0)
+    return found
+
+
+def _walk_out(value: Any, ids: dict[int, int], found: list, depth: int) -> None:
+    i = ids.get(id(value))
+    if i is not None and (type(value) is _ndarray or type(value) is float or isinstance(value, np.generic)
+                          or type(value) is complex):
+        found.append((value, i))
+        return
+    if depth > 32:
+        return
+    if isinstance(value, dict):
+        for v in value.values():
+            _walk_out(v, ids, found, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _walk_out(v, ids, found, depth + 1)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            _walk_out(getattr(value, f.name), ids, found, depth + 1)
+
+
+def cotangent_leaves(value: Any, cotangent: Any, ids: dict[int, int], out: list) -> None:
+    """Pair each tracked leaf of `value` with the matching part of `cotangent`."""
+    i = ids.get(id(value))
+    if i is not None and (type(value) is _ndarray or type(value) is float or isinstance(value, np.generic)
+                          or type(value) is complex):
+        out.append((i, cotangent))
+        return
+    if cotangent is None:
+        return
+    if isinstance(value, dict):
+        for k, v in value.items():
+            cotangent_leaves(v, cotangent[k], ids, out)
+    elif isinstance(value, (list, tuple)):
+        for v, c in zip(value, cotangent):
+            cotangent_leaves(v, c, ids, out)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            cotangent_leaves(getattr(value, f.name), getattr(cotangent, f.name), ids, out)

@@ -1,0 +1,252 @@
+"""The tape: what a forward pass recorded, and the reverse sweep that turns it into cotangents.
+
+One tape per gradient request, per thread. Differentiated values are found by identity (`ids`)
+while the tape keeps them alive. A node is a tuple `(backward, parents, site, *payload)`;
+`backward(out_bar, node, out)` returns one cotangent per parent.
+"""
+from __future__ import annotations
+
+import threading
+import types
+from typing import Any, Optional
+
+import numpy as np
+
+from bytegrad.errors import DifferentiationError, MutationError, PullbackError, SourceLoc, qualname
+from bytegrad.rules._shape import materialize
+from bytegrad.rules.registry import NO_TANGENT, ZERO, NoTangent, Zero
+
+_tls = threading.local()
+_FunctionType = types.FunctionType
+_ndarray = np.ndarray
+
+
+def current_tape() -> Optional["Tape"]:
+    """The innermost tape of this thread, or None outside a gradient."""
+    try:
+        return _tls.tape
+    except AttributeError:
+        return None
+
+
+def set_tape(tape: Optional["Tape"]) -> Optional["Tape"]:
+    """Make `tape` this thread's current tape; returns the previous one."""
+    old = getattr(_tls, "tape", None)
+    _tls.tape = tape
+    return old
+
+
+class Tape:
+    """A record of one forward pass."""
+
+    __slots__ = ("values", "nodes", "ids", "protected", "stale", "_index", "_indexed", "__weakref__")
+
+    def __init__(self) -> None:
+        self.values: list[Any] = []       # node outputs, kept alive so their ids stay unique
+        self.nodes: list[Any] = []        # node i produced values[i]; None for a leaf
+        self.ids: dict[int, int] = {}     # id(value) -> node index of its latest version
+        self.protected: set[int] = set()  # ids of the caller's arrays (and their owners): never written
+        self.stale: dict[int, SourceLoc] = {}  # node index -> where its memory was overwritten
+        self._index: dict[int, list[tuple[Any, int, bool]]] = {}  # owner id -> (array, node, saved?)
+        self._indexed = 0
+
+    def push(self, node: Any, out: Any) -> Any:
+        ids = self.ids
+        values = self.values
+        ids[id(out)] = len(values)
+        values.append(out)
+        self.nodes.append(node)
+        return out
+
+    def leaf(self, value: Any) -> int:
+        idx = len(self.values)
+        self.push(None, value)
+        return idx
+
+    # ---- mutation bookkeeping ------------------------------------------------------------
+
+    def check_write(self, target: np.ndarray, region: np.ndarray, site: Any) -> None:
+        """Before writing `region` (a view of `target`): refuse if it would change saved values."""
+        owner = target.base if target.base is not None else target
+        if id(owner) in self.protected or id(target) in self.protected:
+            raise MutationError(
+                "this in-place write would modify an array being differentiated (the caller's data).",
+                site.loc() if site is not None else None,
+                "compute a new array instead (for example `x = x + v`, or `y = x.copy()` and write into y).")
+        self._update_index()
+        entries = self._index.get(id(owner))
+        if not entries:
+            return
+        for arr, node_idx, saved in entries:
+            if arr is target and not saved:
+                continue
+            if not np.may_share_memory(arr, region):
+                continue
+            try:
+                overlap = np.shares_memory(arr, region, max_work=10_000)
+            except np.exceptions.TooHardError:
+                overlap = True
+            if not overlap:
+                continue
+            if saved:
+                node = self.nodes[node_idx]
+                where = node[2].loc() if node is not None and node[2] is not None else None
+                raise MutationError(
+                    "this in-place write overwrites a value that an earlier operation saved for the "
+                    f"reverse pass (saved at {where}).",
+                    site.loc() if site is not None else None,
+                    "write into a copy (`y = x.copy()`), or compute a new array instead of "
+                    "modifying this one.")
+            self.stale[node_idx] = site.loc() if site is not None else None
+
+    def _update_index(self) -> None:
+        nodes = self.nodes
+        values = self.values
+        index = self._index
+        for i in range(self._indexed, len(nodes)):
+            v = values[i]
+            if type(v) is _ndarray:
+                owner = v.base if v.base is not None else v
+                index.setdefault(id(owner), []).append((v, i, False))
+            node = nodes[i]
+            if node is None:
+                continue
+            for arr in saved_arrays(node):
+                owner = arr.base if arr.base is not None else arr
+                index.setdefault(id(owner), []).append((arr, i, True))
+        self._indexed = len(nodes)
+
+    def stale_error(self, node_idx: int, site: Any) -> MutationError:
+        where = self.stale[node_idx]
+        return MutationError(
+            f"this operation reads a value whose memory was overwritten in place at {where} after "
+            "it was computed; its derivative would be wrong.",
+            site.loc() if site is not None else None,
+            "take a copy before overwriting (`v = x[i].copy()`), or avoid writing into the array.")
+
+
+def saved_arrays(node: tuple) -> list[np.ndarray]:
+    """The arrays a node's backward pass will read (for mutation checks)."""
+    saver = getattr(node[0], "saved", None)
+    if saver is not None:
+        return saver(node)
+    found: list[np.ndarray] = []
+    for item in node[3:]:
+        _collect(item, found, 2)
+    return found
+
+
+def _collect(item: Any, found: list[np.ndarray], depth: int) -> None:
+    t = type(item)
+    if t is _ndarray:
+        found.append(item)
+    elif depth and (t is tuple or t is list):
+        for x in item:
+            _collect(x, found, depth - 1)
+    elif depth and t is _FunctionType and item.__closure__:
+        for cell in item.__closure__:
+            try:
+                _collect(cell.cell_contents, found, depth - 1)
+            except ValueError:  # empty cell
+                pass
+
+
+# ---- reverse sweep ------------------------------------------------------------------------
+
+
+def accumulate(old: Any, new: Any) -> Any:
+    """Add two cotangents (ZERO and None are identities; tuples add elementwise)."""
+    if old is None or old is ZERO:
+        return new
+    if new is None or new is ZERO:
+        return old
+    if type(old) is tuple and type(new) is tuple:
+        return tuple(accumulate(a, b) for a, b in zip(old, new))
+    return old + new
+
+
+def sweep(tape: Tape, seeds: dict[int, Any], keep: Optional[set[int]] = None) -> list[Any]:
+    """Propagate output cotangents `seeds` (node index -> cotangent) back; returns one per node.
+
+    Cotangents of intermediate nodes are dropped once used, unless their index is in `keep`.
+    """
+    nodes = tape.nodes
+    values = tape.values
+    cts: list[Any] = [None] * len(nodes)
+    for idx, seed in seeds.items():
+        cts[idx] = accumulate(cts[idx], seed)
+    if not seeds:
+        return cts
+    for i in range(max(seeds), -1, -1):
+        ct = cts[i]
+        if ct is None:
+            continue
+        node = nodes[i]
+        if node is None:
+            continue
+        if keep is None or i not in keep:
+            cts[i] = None
+        try:
+            bars = node[0](ct, node, values[i])
+        except DifferentiationError:
+            raise
+        except Exception as exc:
+            site = node[2]
+            raise PullbackError(
+                f"the reverse pass of this operation failed: {type(exc).__name__}: {exc}",
+                site.loc() if site is not None else None,
+                "if this operation uses a custom rule, check its pullback with "
+                "bytegrad.rules.testing.check_rule.") from exc
+        parents = node[1]
+        for p, bar in zip(parents, bars):
+            if p is None or bar is None:
+                continue
+            if type(bar) is _FunctionType:  # a thunk: computed only because p needs it
+                bar = bar()
+                if bar is None:
+                    continue
+            tp = type(p)
+            if tp is int:
+                if bar is NO_TANGENT or bar is ZERO:
+                    continue
+                old = cts[p]
+                cts[p] = bar if old is None else accumulate(old, bar)
+            else:
+                _route(cts, p, bar, node)
+    return cts
+
+
+def _route(cts: list[Any], p: Any, bar: Any, node: tuple) -> None:
+    """Distribute a structured cotangent (for a list/tuple/dict argument) to its tracked leaves."""
+    if isinstance(bar, (NoTangent, Zero)) or bar is None:
+        return
+    if type(p) is dict:
+        for k, sub in p.items():
+            _route(cts, sub, bar[k], node)
+        return
+    if type(p) in (tuple, list):
+        if len(bar) != len(p):
+            site = node[2]
+            raise PullbackError(
+                f"a pullback returned a cotangent with {len(bar)} entries for an argument with {len(p)}.",
+                site.loc() if site is not None else None)
+        for sub, b in zip(p, bar):
+            if sub is None or b is None:
+                continue
+            if type(b) is _FunctionType:
+                b = b()
+            _route(cts, sub, b, node)
+        return
+    if bar is NO_TANGENT or bar is ZERO:
+        return
+    old = cts[p]
+    cts[p] = bar if old is None else accumulate(old, bar)
+
+
+def expand(ct: Any, like: Any) -> Any:
+    """A cotangent as a full value of `like`'s shape (uniform scalars become arrays)."""
+    return materialize(ct, like)
+
+
+def describe(fn: Any) -> str:
+    return qualname(fn)

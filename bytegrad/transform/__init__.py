@@ -1,0 +1,146 @@
+"""Bytecode in, bytecode out: `rewrite_code` runs the passes on one code object.
+
+Passes: `activity` (which values may depend on the differentiated inputs) then `rewrite`
+(active sites call `runtime.abi`). `rewritten_function` is what the runtime calls for a callee.
+"""
+from __future__ import annotations
+
+import os
+import types
+from typing import Any, Optional
+
+from bytecode import Bytecode
+
+from bytegrad.errors import SourceLoc
+from bytegrad.rules import registry
+from bytegrad.transform import cache
+from bytegrad.transform.activity import analyze
+from bytegrad.transform.rewrite import rewrite
+
+__all__ = ["rewrite_code", "rewritten_function", "param_names"]
+
+_DUMP = os.environ.get("BYTEGRAD_DUMP", "")
+
+
+def param_names(code: types.CodeType) -> tuple[str, ...]:
+    n = code.co_argcount + code.co_kwonlyargcount
+    n += bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)
+    return code.co_varnames[:n]
+
+
+def rewrite_code(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, Any]) -> types.CodeType:
+    """Rewrite `code` so that operations on the `active` parameters call the differentiation hooks."""
+    loc = SourceLoc(code.co_filename, code.co_firstlineno, code.co_qualname if hasattr(code, "co_qualname")
+                    else code.co_name)
+    bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
+    act = analyze(bc, set(active), fn_globals, loc)
+    new_bc, hooked = rewrite(bc, act, loc)
+    new_code = new_bc.to_code()
+    if _DUMP and (_DUMP == "1" or code.co_name in _DUMP.split(",")):
+        import dis
+        print(f"---- bytegrad: {code.co_qualname if hasattr(code, 'co_qualname') else code.co_name} "
+              f"active={sorted(active)} hooked={hooked}")
+        dis.dis(new_code)
+    return new_code
+
+
+_INERT = (int, bool, str, bytes, type(None), range, slice, type(Ellipsis))
+
+
+def _value_active(v: Any, ids: dict[int, int]) -> bool:
+    t = type(v)
+    if t in _INERT:
+        return False
+    if id(v) in ids:
+        return True
+    if t is float or t is complex:
+        return False
+    mod = t.__module__
+    if mod == "numpy":  # untracked arrays, scalars, dtypes
+        return False
+    return True  # containers and objects may hold differentiated values
+
+
+def _activity(f: types.FunctionType, args: tuple, kwargs: Optional[dict], ids: dict[int, int]) -> tuple[bool, ...]:
+    code = f.__code__
+    argc = code.co_argcount
+    names = code.co_varnames
+    nkw = code.co_kwonlyargcount
+    bits: list[bool] = []
+    nargs = len(args)
+    defaults = f.__defaults__ or ()
+    first_default = argc - len(defaults)
+    for i in range(argc):
+        if i < nargs:
+            v = args[i]
+        elif kwargs and names[i] in kwargs:
+            v = kwargs[names[i]]
+        elif i >= first_default:
+            v = defaults[i - first_default]
+        else:
+            v = None
+        bits.append(_value_active(v, ids))
+    kwdefaults = f.__kwdefaults__ or {}
+    for name in names[argc:argc + nkw]:
+        v = kwargs[name] if kwargs and name in kwargs else kwdefaults.get(name)
+        bits.append(_value_active(v, ids))
+    flags = code.co_flags
+    if flags & 0x04:  # *args
+        bits.append(any(_value_active(v, ids) for v in args[argc:]))
+    if flags & 0x08:  # **kwargs
+        bits.append(bool(kwargs) and any(_value_active(v, ids) for k, v in kwargs.items() if k not in names[:argc + nkw]))
+    if f.__closure__:
+        for cell in f.__closure__:
+            try:
+                bits.append(_value_active(cell.cell_contents, ids))
+            except ValueError:
+                bits.append(False)
+    return tuple(bits)
+
+
+_FN_CACHE: dict[int, tuple[Any, dict[Any, types.FunctionType]]] = {}
+
+
+def rewritten_function(f: types.FunctionType, args: tuple, kwargs: Optional[dict],
+                       ids: dict[int, int]) -> Optional[types.FunctionType]:
+    """The rewritten version of callee `f` for these arguments, or None when nothing in it is active."""
+    bits = _activity(f, args, kwargs, ids)
+    if not any(bits):
+        return None
+    version = registry._version
+    key = (bits, version)
+    entry = _FN_CACHE.get(id(f))
+    if entry is not None and entry[0]() is f:
+        fn = entry[1].get(key)
+        if fn is not None:
+            return fn
+    return _make_function(f, bits, key)
+
+
+def _make_function(f: types.FunctionType, bits: tuple[bool, ...], key: Any) -> types.FunctionType:
+    import weakref
+
+    code = f.__code__
+    pnames = param_names(code)
+    active = frozenset(n for n, b in zip(pnames, bits) if b)
+    new_code = cache.lookup(code, key, lambda: rewrite_code(code, active, f.__globals__), pnames)
+    fn = function_from(f, new_code)
+    entry = _FN_CACHE.get(id(f))
+    if entry is None or entry[0]() is not f:
+        fid = id(f)
+        ref = weakref.ref(f, lambda _r, fid=fid: _FN_CACHE.pop(fid, None))
+        entry = _FN_CACHE[fid] = (ref, {})
+    if len(entry[1]) > 4 * cache.CACHE_SIZE_LIMIT:
+        entry[1].clear()
+    entry[1][key] = fn
+    return fn
+
+
+def function_from(f: types.FunctionType, code: types.CodeType) -> types.FunctionType:
+    """A function like `f` (globals, defaults, closure, metadata) running `code`."""
+    fn = types.FunctionType(code, f.__globals__, f.__name__, f.__defaults__, f.__closure__)
+    fn.__kwdefaults__ = f.__kwdefaults__
+    fn.__qualname__ = f.__qualname__
+    fn.__module__ = f.__module__
+    fn.__doc__ = f.__doc__
+    return fn

@@ -1,0 +1,332 @@
+"""Activity analysis: which stack values and locals may depend on the differentiated arguments.
+
+Input: a `Bytecode` and the activity of each parameter. Output: for every instruction, the abstract
+stack before it (activity, NULL-ness, and the variables a value may alias), so the rewrite can leave
+alone every site that provably cannot touch a differentiated value, and knows each call's layout.
+Locals are flow-insensitive (a local is active if any store into it may be); a container that
+receives an active value through a store, an append or a call taints every variable it may alias.
+"""
+from __future__ import annotations
+
+import builtins
+import types
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+from bytecode import Bytecode, Instr, Label, TryBegin, TryEnd
+
+from bytegrad.errors import SourceLoc, UnsupportedOpcodeError
+from bytegrad.transform import opcodes
+from bytegrad.transform.opcodes import OpKind
+
+# A stack slot: (may be active, is a NULL, names of variables the value may alias)
+Slot = tuple[bool, bool, frozenset]
+INACTIVE: Slot = (False, False, frozenset())
+ACTIVE: Slot = (True, False, frozenset())
+NULL: Slot = (False, True, frozenset())
+
+# Global values that can never hold a differentiated value nor be mutated into holding one.
+_INERT_TYPES = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, np.ufunc,
+                int, float, complex, str, bytes, bool, type(None), np.ndarray, np.generic, np.dtype,
+                types.MethodType, types.MethodDescriptorType, types.WrapperDescriptorType)
+
+
+@dataclass
+class Activity:
+    """Result of the analysis."""
+
+    stacks: list[Optional[tuple[Slot, ...]]]   # abstract stack before each instruction (None: unreachable)
+    active_locals: set[str]
+    tainted_globals: set[str] = field(default_factory=set)
+
+
+def _join(a: Slot, b: Slot) -> Slot:
+    if a is b or a == b:
+        return a
+    return (a[0] or b[0], a[1] and b[1], a[2] | b[2])
+
+
+def _join_all(slots: Any) -> Slot:
+    active = False
+    srcs: frozenset = frozenset()
+    for s in slots:
+        active = active or s[0]
+        srcs = srcs | s[2]
+    return (active, False, srcs)
+
+
+def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], loc: SourceLoc,
+            cells_active: bool = True) -> Activity:
+    """Compute the activity of every stack slot; see the module docstring."""
+    instrs = list(bc)
+    n = len(instrs)
+    label_pos: dict[int, int] = {}
+    handler_of: list[Optional[TryBegin]] = [None] * n
+    current: Optional[TryBegin] = None
+    for i, ins in enumerate(instrs):
+        if isinstance(ins, Label):
+            label_pos[id(ins)] = i
+        elif isinstance(ins, TryBegin):
+            current = ins
+        elif isinstance(ins, TryEnd):
+            current = None
+        handler_of[i] = current
+
+    active_locals = set(active_params)
+    cell_names = set(bc.cellvars) | set(bc.freevars)
+    if cells_active:
+        active_locals |= cell_names
+    tainted_globals: set[str] = set()
+    bltns = fn_globals.get("__builtins__", builtins)
+    if isinstance(bltns, types.ModuleType):
+        bltns = bltns.__dict__
+
+    def global_slot(name: str) -> Slot:
+        if name in tainted_globals:
+            return (True, False, frozenset({"G:" + name}))
+        value = fn_globals.get(name, bltns.get(name))
+        if isinstance(value, _INERT_TYPES):
+            return (False, False, frozenset({"G:" + name}))
+        return (True, False, frozenset({"G:" + name}))
+
+    def local_slot(name: str) -> Slot:
+        return (name in active_locals, False, frozenset({"L:" + name}))
+
+    def taint(srcs: frozenset) -> bool:
+        changed = False
+        for s in srcs:
+            kind, name = s[:2], s[2:]
+            if kind == "L:" and name not in active_locals:
+                active_locals.add(name)
+                changed = True
+            elif kind == "G:" and name not in tainted_globals:
+                tainted_globals.add(name)
+                changed = True
+        return changed
+
+    def fail(ins: Instr, why: str) -> None:
+        raise UnsupportedOpcodeError(
+            f"bytegrad cannot rewrite the instruction {ins.name} ({why}).",
+            SourceLoc(loc.filename, ins.lineno or loc.lineno, loc.function),
+            "differentiate a function that avoids this construct, or move it into a helper "
+            "function that does not touch differentiated values.")
+
+    for _round in range(50):
+        stacks: list[Optional[tuple[Slot, ...]]] = [None] * n
+        stacks[0] = ()
+        changed_vars = False
+        work = [0]
+        queued = {0}
+
+        def flow(j: int, st: tuple[Slot, ...]) -> None:
+            if j >= n:
+                return
+            old = stacks[j]
+            if old is None:
+                new = st
+            else:
+                if len(old) != len(st):
+                    raise AssertionError(f"stack depth mismatch at instruction {j}: {len(old)} vs {len(st)}")
+                new = tuple(_join(a, b) for a, b in zip(old, st))
+                if new == old:
+                    return
+            stacks[j] = new
+            if j not in queued:
+                queued.add(j)
+                work.append(j)
+
+        while work:
+            i = work.pop()
+            queued.discard(i)
+            st = stacks[i]
+            assert st is not None
+            ins = instrs[i]
+            if not isinstance(ins, Instr):
+                flow(i + 1, st)
+                continue
+            handler = handler_of[i]
+            if handler is not None:
+                depth = handler.stack_depth
+                if not isinstance(depth, int) or depth > len(st):
+                    fail(ins, "exception handler with unknown stack depth")
+                exc_stack = st[:depth] + ((INACTIVE,) if handler.push_lasti else ()) + (INACTIVE,)
+                flow(label_pos[id(handler.target)], exc_stack)
+            try:
+                kind = opcodes.kind_of(ins)
+            except KeyError:
+                fail(ins, "an opcode bytegrad does not know")
+            stack = list(st)
+            jump_stack: Optional[list[Slot]] = None
+
+            if kind is OpKind.LOAD_CONST:
+                stack.append(INACTIVE)
+            elif kind is OpKind.LOAD_LOCAL:
+                stack.append(local_slot(ins.arg))
+            elif kind is OpKind.LOAD_LOCAL_PAIR:
+                for name in opcodes.local_names(ins):
+                    stack.append(local_slot(name))
+            elif kind is OpKind.LOAD_CELL:
+                stack.append(local_slot(ins.arg if isinstance(ins.arg, str) else ins.arg.name))
+            elif kind is OpKind.LOAD_GLOBAL:
+                name, null = opcodes.global_parts(ins)
+                if null and opcodes.NULL_BELOW_CALLABLE:
+                    stack.append(NULL)
+                stack.append(global_slot(name))
+                if null and not opcodes.NULL_BELOW_CALLABLE:
+                    stack.append(NULL)
+            elif kind is OpKind.LOAD_NAME:
+                stack.append(ACTIVE)
+            elif kind in (OpKind.LOAD_ATTR, OpKind.LOAD_METHOD):
+                obj = stack.pop()
+                _, method = opcodes.attr_parts(ins)
+                value = (obj[0], False, obj[2])
+                if method:  # normalised by the rewrite to a fixed [NULL, attr] / [attr, NULL] layout
+                    stack += [NULL, value] if opcodes.NULL_BELOW_CALLABLE else [value, NULL]
+                else:
+                    stack.append(value)
+            elif kind is OpKind.LOAD_SUPER_ATTR:
+                popped = [stack.pop() for _ in range(3)]
+                value = _join_all(popped)
+                if opcodes.super_attr_is_method(ins):
+                    stack += [NULL, value] if opcodes.NULL_BELOW_CALLABLE else [value, NULL]
+                else:
+                    stack.append(value)
+            elif kind is OpKind.PUSH_NULL:
+                stack.append(NULL)
+            elif kind is OpKind.STORE_LOCAL or kind is OpKind.STORE_CELL:
+                v = stack.pop()
+                name = ins.arg if isinstance(ins.arg, str) else ins.arg.name
+                if v[0] and name not in active_locals:
+                    active_locals.add(name)
+                    changed_vars = True
+            elif kind is OpKind.STORE_LOCAL_LOAD:
+                store_name, load_name = opcodes.local_names(ins)
+                v = stack.pop()
+                if v[0] and store_name not in active_locals:
+                    active_locals.add(store_name)
+                    changed_vars = True
+                stack.append(local_slot(load_name))
+            elif kind is OpKind.STORE_LOCAL_PAIR:
+                for name in opcodes.local_names(ins):
+                    v = stack.pop()
+                    if v[0] and name not in active_locals:
+                        active_locals.add(name)
+                        changed_vars = True
+            elif kind is OpKind.STORE_GLOBAL:
+                v = stack.pop()
+                if v[0] and ins.arg not in tainted_globals:
+                    tainted_globals.add(ins.arg)
+                    changed_vars = True
+            elif kind is OpKind.STORE_ATTR:
+                obj = stack.pop()
+                v = stack.pop()
+                if v[0] and taint(obj[2]):
+                    changed_vars = True
+            elif kind is OpKind.STORE_SUBSCR or kind is OpKind.STORE_SLICE:
+                nkeys = 1 if kind is OpKind.STORE_SUBSCR else 2
+                for _ in range(nkeys):
+                    stack.pop()
+                container = stack.pop()
+                v = stack.pop()
+                if v[0] and taint(container[2]):
+                    changed_vars = True
+            elif kind is OpKind.SWAP:
+                k = int(ins.arg)
+                stack[-1], stack[-k] = stack[-k], stack[-1]
+            elif kind is OpKind.COPY:
+                stack.append(stack[-int(ins.arg)])
+            elif kind is OpKind.POP:
+                stack.pop()
+            elif kind is OpKind.BINARY:
+                b = stack.pop()
+                a = stack.pop()
+                stack.append((a[0] or b[0], False, a[2] | b[2] if a[0] or b[0] else frozenset()))
+            elif kind is OpKind.SUBSCR:
+                key = stack.pop()
+                obj = stack.pop()
+                stack.append((obj[0] or key[0], False, obj[2]))
+            elif kind is OpKind.SLICE:
+                stack.pop()
+                stack.pop()
+                obj = stack.pop()
+                stack.append((obj[0], False, obj[2]))
+            elif kind in (OpKind.UNARY_NEG, OpKind.UNARY_POS, OpKind.INTRINSIC_1, OpKind.GET_ITER):
+                v = stack.pop()
+                stack.append((v[0], False, v[2]))
+            elif kind is OpKind.PREDICATE:
+                k = 1 if ins.name in ("UNARY_NOT", "UNARY_INVERT", "TO_BOOL") else 2
+                for _ in range(k):
+                    stack.pop()
+                stack.append(INACTIVE)
+            elif kind is OpKind.UNPACK or kind is OpKind.UNPACK_EX:
+                v = stack.pop()
+                count = int(ins.arg) if kind is OpKind.UNPACK else opcodes.unpack_ex_count(ins)
+                stack += [(v[0], False, v[2])] * count
+            elif kind in (OpKind.PRECALL, OpKind.KW_NAMES):
+                pass
+            elif kind in (OpKind.CALL, OpKind.CALL_KW, OpKind.CALL_EX):
+                if kind is OpKind.CALL_EX:
+                    count = opcodes.call_ex_pops(ins)
+                else:
+                    count = int(ins.arg) + 2 + (1 if kind is OpKind.CALL_KW else 0)
+                popped = [stack.pop() for _ in range(count)]
+                real = [p for p in popped if not p[1]]
+                any_active = any(p[0] for p in real)
+                if any_active:
+                    # the callee may store an active value into any argument (or the receiver)
+                    for p in real:
+                        if taint(p[2]):
+                            changed_vars = True
+                stack.append(_join_all(real))
+            elif kind is OpKind.MAKE_FUNCTION:
+                popped = [stack.pop() for _ in range(opcodes.make_function_pops(ins))]
+                stack.append(_join_all(popped))
+            elif kind is OpKind.CONTAINER_ADD:
+                npop, depth = opcodes.container_add_parts(ins)
+                items = [stack.pop() for _ in range(npop)]
+                if any(x[0] for x in items):
+                    pos = len(stack) - depth  # CPython peeks the container `depth` deep after the pops
+                    c = stack[pos]
+                    stack[pos] = (True, False, c[2])
+                    if taint(c[2]):
+                        changed_vars = True
+            elif kind is OpKind.FOR_ITER:
+                it = stack[-1]
+                jump_stack = list(stack)
+                if opcodes.for_iter_jump_pushes() < 0:
+                    jump_stack.pop()
+                else:
+                    jump_stack.append(INACTIVE)
+                stack.append((it[0], False, it[2]))
+            elif kind is OpKind.JUMP:
+                jump_stack = stack
+            elif kind is OpKind.POP_JUMP:
+                stack.pop()
+                jump_stack = stack
+            elif kind is OpKind.JUMP_OR_POP:
+                jump_stack = list(stack)
+                stack.pop()
+            elif kind is OpKind.RETURN:
+                pass
+            else:  # OTHER
+                consumed, produced = opcodes.stack_effect(ins, jump=False)
+                if consumed > len(stack):
+                    fail(ins, "stack underflow in bytegrad's model")
+                popped = [stack.pop() for _ in range(consumed)]
+                out = _join_all(popped)
+                stack += [out] * produced
+                if ins.has_jump():
+                    c2, p2 = opcodes.stack_effect(ins, jump=True)
+                    jump_stack = list(st)
+                    popped2 = [jump_stack.pop() for _ in range(c2)]
+                    jump_stack += [_join_all(popped2)] * p2
+
+            if jump_stack is not None and isinstance(ins.arg, Label):
+                flow(label_pos[id(ins.arg)], tuple(jump_stack))
+            if not opcodes.is_terminator(ins):
+                flow(i + 1, tuple(stack))
+
+        if not changed_vars:
+            return Activity(stacks, active_locals, tainted_globals)
+    raise AssertionError("activity analysis did not converge")

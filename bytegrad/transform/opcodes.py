@@ -1,0 +1,408 @@
+"""The only module that spells opcode names or knows CPython 3.11 / 3.12 / 3.13 differences.
+
+Every instruction is classified into an `OpKind`; the passes dispatch on kinds. This module also
+builds the few instruction sequences the rewrite emits (calls, NULL pushes, SWAP permutations).
+"""
+from __future__ import annotations
+
+import dis
+import enum
+import sys
+from typing import Any, Final, Optional, Sequence
+
+from bytecode import Instr
+
+PY: Final = sys.version_info[:2]
+# 3.11/3.12 lay a call out as [NULL|method, callable|self, args...]; 3.13 as [callable, NULL|self, args...].
+NULL_BELOW_CALLABLE: Final = PY < (3, 13)
+
+
+class OpKind(enum.Enum):
+    # pushes
+    LOAD_CONST = enum.auto()
+    LOAD_LOCAL = enum.auto()        # LOAD_FAST and its checked / clearing variants
+    LOAD_LOCAL_PAIR = enum.auto()   # 3.13 LOAD_FAST_LOAD_FAST
+    LOAD_CELL = enum.auto()         # LOAD_DEREF, LOAD_CLOSURE, LOAD_CLASSDEREF, ...
+    LOAD_GLOBAL = enum.auto()
+    LOAD_NAME = enum.auto()
+    LOAD_ATTR = enum.auto()
+    LOAD_METHOD = enum.auto()       # 3.11 LOAD_METHOD: [NULL, attr] or [meth, self], known at run time
+    LOAD_SUPER_ATTR = enum.auto()
+    PUSH_NULL = enum.auto()
+    # stores
+    STORE_LOCAL = enum.auto()
+    STORE_LOCAL_LOAD = enum.auto()  # 3.13 STORE_FAST_LOAD_FAST
+    STORE_LOCAL_PAIR = enum.auto()  # 3.13 STORE_FAST_STORE_FAST
+    STORE_CELL = enum.auto()
+    STORE_GLOBAL = enum.auto()
+    STORE_ATTR = enum.auto()
+    STORE_SUBSCR = enum.auto()
+    STORE_SLICE = enum.auto()
+    # stack shuffles
+    SWAP = enum.auto()
+    COPY = enum.auto()
+    POP = enum.auto()
+    # operations that may touch a differentiated value
+    BINARY = enum.auto()
+    SUBSCR = enum.auto()
+    SLICE = enum.auto()
+    UNARY_NEG = enum.auto()
+    UNARY_POS = enum.auto()
+    INTRINSIC_1 = enum.auto()
+    GET_ITER = enum.auto()
+    UNPACK = enum.auto()
+    UNPACK_EX = enum.auto()
+    # calls
+    PRECALL = enum.auto()
+    KW_NAMES = enum.auto()
+    CALL = enum.auto()
+    CALL_KW = enum.auto()
+    CALL_EX = enum.auto()
+    MAKE_FUNCTION = enum.auto()
+    # results that never carry a derivative
+    PREDICATE = enum.auto()         # comparisons, `not`, `is`, `in`, to-bool, `~`
+    # containers built in place (comprehensions, displays)
+    CONTAINER_ADD = enum.auto()
+    # control flow
+    FOR_ITER = enum.auto()
+    JUMP = enum.auto()              # unconditional
+    POP_JUMP = enum.auto()          # pops its condition, jumps or falls through
+    JUMP_OR_POP = enum.auto()       # 3.11 JUMP_IF_TRUE_OR_POP: keeps the value when it jumps
+    RETURN = enum.auto()            # ends the block
+    OTHER = enum.auto()             # modelled by its stack effect, result activity = join of inputs
+
+
+_KIND_BY_NAME: Final[dict[str, OpKind]] = {
+    "LOAD_CONST": OpKind.LOAD_CONST,
+    "LOAD_ASSERTION_ERROR": OpKind.LOAD_CONST,
+    "LOAD_BUILD_CLASS": OpKind.LOAD_CONST,
+    "LOAD_FAST": OpKind.LOAD_LOCAL,
+    "LOAD_FAST_CHECK": OpKind.LOAD_LOCAL,
+    "LOAD_FAST_AND_CLEAR": OpKind.LOAD_LOCAL,
+    "LOAD_FAST_LOAD_FAST": OpKind.LOAD_LOCAL_PAIR,
+    "LOAD_DEREF": OpKind.LOAD_CELL,
+    "LOAD_CLOSURE": OpKind.LOAD_CELL,
+    "LOAD_CLASSDEREF": OpKind.LOAD_CELL,
+    "LOAD_FROM_DICT_OR_DEREF": OpKind.LOAD_CELL,
+    "LOAD_GLOBAL": OpKind.LOAD_GLOBAL,
+    "LOAD_NAME": OpKind.LOAD_NAME,
+    "LOAD_ATTR": OpKind.LOAD_ATTR,
+    "LOAD_METHOD": OpKind.LOAD_METHOD,
+    "LOAD_SUPER_ATTR": OpKind.LOAD_SUPER_ATTR,
+    "PUSH_NULL": OpKind.PUSH_NULL,
+    "STORE_FAST": OpKind.STORE_LOCAL,
+    "STORE_FAST_LOAD_FAST": OpKind.STORE_LOCAL_LOAD,
+    "STORE_FAST_STORE_FAST": OpKind.STORE_LOCAL_PAIR,
+    "STORE_DEREF": OpKind.STORE_CELL,
+    "STORE_GLOBAL": OpKind.STORE_GLOBAL,
+    "STORE_NAME": OpKind.STORE_GLOBAL,
+    "STORE_ATTR": OpKind.STORE_ATTR,
+    "STORE_SUBSCR": OpKind.STORE_SUBSCR,
+    "STORE_SLICE": OpKind.STORE_SLICE,
+    "SWAP": OpKind.SWAP,
+    "COPY": OpKind.COPY,
+    "POP_TOP": OpKind.POP,
+    "BINARY_OP": OpKind.BINARY,
+    "BINARY_SUBSCR": OpKind.SUBSCR,
+    "BINARY_SLICE": OpKind.SLICE,
+    "UNARY_NEGATIVE": OpKind.UNARY_NEG,
+    "UNARY_POSITIVE": OpKind.UNARY_POS,
+    "CALL_INTRINSIC_1": OpKind.INTRINSIC_1,
+    "GET_ITER": OpKind.GET_ITER,
+    "UNPACK_SEQUENCE": OpKind.UNPACK,
+    "UNPACK_EX": OpKind.UNPACK_EX,
+    "PRECALL": OpKind.PRECALL,
+    "KW_NAMES": OpKind.KW_NAMES,
+    "CALL": OpKind.CALL,
+    "CALL_KW": OpKind.CALL_KW,
+    "CALL_FUNCTION_EX": OpKind.CALL_EX,
+    "MAKE_FUNCTION": OpKind.MAKE_FUNCTION,
+    "COMPARE_OP": OpKind.PREDICATE,
+    "IS_OP": OpKind.PREDICATE,
+    "CONTAINS_OP": OpKind.PREDICATE,
+    "UNARY_NOT": OpKind.PREDICATE,
+    "UNARY_INVERT": OpKind.PREDICATE,
+    "TO_BOOL": OpKind.PREDICATE,
+    "LIST_APPEND": OpKind.CONTAINER_ADD,
+    "SET_ADD": OpKind.CONTAINER_ADD,
+    "MAP_ADD": OpKind.CONTAINER_ADD,
+    "LIST_EXTEND": OpKind.CONTAINER_ADD,
+    "SET_UPDATE": OpKind.CONTAINER_ADD,
+    "DICT_UPDATE": OpKind.CONTAINER_ADD,
+    "DICT_MERGE": OpKind.CONTAINER_ADD,
+    "FOR_ITER": OpKind.FOR_ITER,
+    "JUMP_FORWARD": OpKind.JUMP,
+    "JUMP_BACKWARD": OpKind.JUMP,
+    "JUMP_BACKWARD_NO_INTERRUPT": OpKind.JUMP,
+    "JUMP": OpKind.JUMP,
+    "JUMP_NO_INTERRUPT": OpKind.JUMP,
+    "POP_JUMP_IF_TRUE": OpKind.POP_JUMP,
+    "POP_JUMP_IF_FALSE": OpKind.POP_JUMP,
+    "POP_JUMP_IF_NONE": OpKind.POP_JUMP,
+    "POP_JUMP_IF_NOT_NONE": OpKind.POP_JUMP,
+    "POP_JUMP_FORWARD_IF_TRUE": OpKind.POP_JUMP,
+    "POP_JUMP_FORWARD_IF_FALSE": OpKind.POP_JUMP,
+    "POP_JUMP_FORWARD_IF_NONE": OpKind.POP_JUMP,
+    "POP_JUMP_FORWARD_IF_NOT_NONE": OpKind.POP_JUMP,
+    "POP_JUMP_BACKWARD_IF_TRUE": OpKind.POP_JUMP,
+    "POP_JUMP_BACKWARD_IF_FALSE": OpKind.POP_JUMP,
+    "POP_JUMP_BACKWARD_IF_NONE": OpKind.POP_JUMP,
+    "POP_JUMP_BACKWARD_IF_NOT_NONE": OpKind.POP_JUMP,
+    "JUMP_IF_TRUE_OR_POP": OpKind.JUMP_OR_POP,
+    "JUMP_IF_FALSE_OR_POP": OpKind.JUMP_OR_POP,
+    "RETURN_VALUE": OpKind.RETURN,
+    "RETURN_CONST": OpKind.RETURN,
+    "RAISE_VARARGS": OpKind.RETURN,
+    "RERAISE": OpKind.RETURN,
+}
+
+# Opcodes whose pre/post stack effect from `bytecode` is a correct "consume n, produce m" model.
+_OTHER_OK: Final = frozenset({
+    "NOP", "RESUME", "CACHE", "EXTENDED_ARG", "COPY_FREE_VARS", "MAKE_CELL", "RETURN_GENERATOR",
+    "BUILD_TUPLE", "BUILD_LIST", "BUILD_SET", "BUILD_MAP", "BUILD_CONST_KEY_MAP", "BUILD_STRING",
+    "BUILD_SLICE", "LIST_TO_TUPLE", "FORMAT_VALUE", "FORMAT_SIMPLE", "FORMAT_WITH_SPEC",
+    "CONVERT_VALUE", "GET_LEN", "YIELD_VALUE", "SEND", "END_SEND", "GET_YIELD_FROM_ITER",
+    "PUSH_EXC_INFO", "POP_EXCEPT", "CHECK_EXC_MATCH", "CHECK_EG_MATCH", "WITH_EXCEPT_START",
+    "BEFORE_WITH", "BEFORE_ASYNC_WITH", "CLEANUP_THROW", "GET_AWAITABLE", "GET_AITER", "GET_ANEXT",
+    "END_ASYNC_FOR", "ASYNC_GEN_WRAP", "IMPORT_NAME", "IMPORT_FROM", "DELETE_FAST", "DELETE_DEREF",
+    "DELETE_GLOBAL", "DELETE_NAME", "DELETE_ATTR", "DELETE_SUBSCR", "SET_FUNCTION_ATTRIBUTE",
+    "CALL_INTRINSIC_2", "END_FOR", "MATCH_CLASS", "MATCH_MAPPING", "MATCH_SEQUENCE", "MATCH_KEYS",
+    "PRINT_EXPR", "SETUP_ANNOTATIONS", "LOAD_LOCALS", "INTERPRETER_EXIT", "EXIT_INIT_CHECK",
+    "ENTER_EXECUTOR", "POP_BLOCK", "SETUP_FINALLY", "SETUP_CLEANUP", "SETUP_WITH",
+})
+
+#: the intrinsic that implements unary `+` since 3.12
+_INTRINSIC_UNARY_POSITIVE: Final = 5
+
+
+def kind_of(instr: Instr) -> OpKind:
+    """The kind of one instruction; OTHER for the ones modelled by their stack effect alone."""
+    kind = _KIND_BY_NAME.get(instr.name)
+    if kind is not None:
+        return kind
+    if instr.name in _OTHER_OK:
+        return OpKind.OTHER
+    raise KeyError(instr.name)
+
+
+def stack_effect(instr: Instr, jump: bool) -> tuple[int, int]:
+    """(consumed, produced) for an OTHER instruction."""
+    pre, post = instr.pre_and_post_stack_effect(jump=jump)
+    if pre > 0:  # `bytecode` writes pushes-before-use as a positive pre
+        pre, post = 0, pre + post
+    consumed, produced = -pre, post
+    net = instr.stack_effect(jump=jump)
+    if produced - consumed != net:
+        produced = consumed + net
+    if instr.name == "RETURN_GENERATOR":  # the generator resumes with the sent value pushed
+        produced = 1
+    return consumed, produced
+
+
+def is_terminator(instr: Instr) -> bool:
+    """True when control never falls through to the next instruction."""
+    return _KIND_BY_NAME.get(instr.name) in (OpKind.JUMP, OpKind.RETURN)
+
+
+# ---- decoding arguments --------------------------------------------------------------------
+
+
+def global_parts(instr: Instr) -> tuple[str, bool]:
+    """(name, pushes_null) of a LOAD_GLOBAL."""
+    arg = instr.arg
+    if isinstance(arg, tuple):
+        return arg[1], bool(arg[0])
+    return arg, False
+
+
+def attr_parts(instr: Instr) -> tuple[str, bool]:
+    """(name, is_method_load) of a LOAD_ATTR or LOAD_METHOD."""
+    if instr.name == "LOAD_METHOD":
+        return instr.arg, True
+    arg = instr.arg
+    if isinstance(arg, tuple):
+        return arg[1], bool(arg[0])
+    return arg, False
+
+
+def super_attr_is_method(instr: Instr) -> bool:
+    return bool(instr.arg[0])
+
+
+def local_names(instr: Instr) -> tuple[str, ...]:
+    arg = instr.arg
+    return tuple(arg) if isinstance(arg, tuple) else (arg,)
+
+
+def binary_op(instr: Instr) -> int:
+    """The `BinaryOp` number of a BINARY_OP."""
+    return int(instr.arg)
+
+
+def is_unary_positive_intrinsic(instr: Instr) -> bool:
+    return int(instr.arg) == _INTRINSIC_UNARY_POSITIVE
+
+
+def unpack_ex_count(instr: Instr) -> int:
+    arg = int(instr.arg)
+    return (arg & 0xFF) + (arg >> 8) + 1
+
+
+def make_function_pops(instr: Instr) -> int:
+    """How many values MAKE_FUNCTION consumes (the code object plus flagged extras before 3.13)."""
+    if PY >= (3, 13):
+        return 1
+    flags = int(instr.arg)
+    return 1 + bin(flags & 0x0F).count("1")
+
+
+def call_ex_pops(instr: Instr) -> int:
+    """Values consumed by CALL_FUNCTION_EX: the NULL, the callable, the args, maybe the kwargs."""
+    return 3 + (int(instr.arg) & 1)
+
+
+def for_iter_jump_pushes() -> int:
+    """FOR_ITER on exhaustion: 3.11 pops the iterator; 3.12+ model a dummy value for END_FOR."""
+    return -1 if PY < (3, 12) else 1
+
+
+def container_add_parts(instr: Instr) -> tuple[int, int]:
+    """(values popped, depth of the container below them) for LIST_APPEND & co."""
+    popped = 2 if instr.name == "MAP_ADD" else 1
+    return popped, int(instr.arg)
+
+
+# ---- building instruction sequences ---------------------------------------------------------
+
+
+_UNSET = object()
+
+
+def _instr(name: str, arg: Any = _UNSET, loc: Any = None) -> Instr:
+    if arg is _UNSET:
+        return Instr(name, location=loc) if loc is not None else Instr(name)
+    if loc is not None:
+        return Instr(name, arg, location=loc)
+    return Instr(name, arg)
+
+
+def call(nargs: int, loc: Any) -> list[Instr]:
+    """A call of the callable laid out below `nargs` arguments (PRECALL first on 3.11)."""
+    if PY < (3, 12):
+        return [_instr("PRECALL", nargs, loc), _instr("CALL", nargs, loc)]
+    return [_instr("CALL", nargs, loc)]
+
+
+def load_const(value: Any, loc: Any) -> Instr:
+    return _instr("LOAD_CONST", value, loc)
+
+
+def load_local(name: str, loc: Any) -> Instr:
+    return _instr("LOAD_FAST", name, loc)
+
+
+def store_local(name: str, loc: Any) -> Instr:
+    return _instr("STORE_FAST", name, loc)
+
+
+def push_null(loc: Any) -> Instr:
+    return _instr("PUSH_NULL", loc=loc)
+
+
+def build_tuple(n: int, loc: Any) -> Instr:
+    return _instr("BUILD_TUPLE", n, loc)
+
+
+def unpack_sequence(n: int, loc: Any) -> Instr:
+    return _instr("UNPACK_SEQUENCE", n, loc)
+
+
+def plain_attr_load(name: str, loc: Any) -> Instr:
+    """LOAD_ATTR that pushes just the attribute (a bound method for methods)."""
+    if PY >= (3, 12):
+        return _instr("LOAD_ATTR", (False, name), loc)
+    return _instr("LOAD_ATTR", name, loc)
+
+
+def plain_super_attr_load(instr: Instr) -> Instr:
+    arg = instr.arg
+    return _instr("LOAD_SUPER_ATTR", (False, arg[1], arg[2]), instr.location)
+
+
+def method_load_as_plain(instr: Instr, name: str) -> list[Instr]:
+    """Replace a method load ([NULL, attr] or [meth, self], known only at run time) by a fixed layout."""
+    loc = instr.location
+    load = plain_super_attr_load(instr) if instr.name == "LOAD_SUPER_ATTR" else plain_attr_load(name, loc)
+    if NULL_BELOW_CALLABLE:
+        return [load, push_null(loc), swap(2, loc)]
+    return [load, push_null(loc)]
+
+
+def call_zero_args(fn_const: Any, loc: Any) -> list[Instr]:
+    """Call a constant function with no arguments, leaving its result on the stack."""
+    if NULL_BELOW_CALLABLE:
+        return [push_null(loc), load_const(fn_const, loc), *call(0, loc)]
+    return [load_const(fn_const, loc), push_null(loc), *call(0, loc)]
+
+
+def swap(i: int, loc: Any) -> Instr:
+    return _instr("SWAP", i, loc)
+
+
+def permute(current: Sequence[object], target: Sequence[object], loc: Any) -> list[Instr]:
+    """SWAP instructions turning the top of the stack from `current` into `target` (bottom first)."""
+    cur = list(current)
+    assert sorted(map(id, cur)) == sorted(map(id, target)), "permute needs the same items"
+    out: list[Instr] = []
+    k = len(cur)
+
+    def do_swap(depth: int) -> None:  # depth 2..k, SWAP with TOS
+        i = k - depth
+        cur[i], cur[-1] = cur[-1], cur[i]
+        out.append(swap(depth, loc))
+
+    for pos in range(k - 1):
+        want = target[pos]
+        if cur[pos] is want:
+            continue
+        if cur[-1] is not want:
+            do_swap(k - next(j for j in range(pos, k) if cur[j] is want))
+        do_swap(k - pos)
+    assert all(a is b for a, b in zip(cur, target)), "permute failed"
+    return out
+
+
+def call_hook(n_operands: int, hook: Any, tape_local: str, site: Any, loc: Any, null: bool = False) -> list[Instr]:
+    """Call `hook(tape, site, *operands)` with the `n_operands` operands already on top of the stack.
+
+    `null` says that the original call left a NULL in its layout that must be consumed: on 3.11/3.12
+    it sits under the operands, on 3.13 between the first operand (the callable) and the rest.
+    """
+    h, t, s = object(), object(), object()
+    ops = [object() for _ in range(n_operands)]
+    seq: list[Instr] = [load_const(hook, loc), load_local(tape_local, loc), load_const(site, loc)]
+    if null and not NULL_BELOW_CALLABLE:
+        n = object()
+        seq += permute([ops[0], n, *ops[1:], h, t, s], [h, n, t, s, *ops], loc)
+    else:
+        seq += permute([*ops, h, t, s], [h, t, s, *ops], loc)
+    # Without a NULL, [hook, tape, site, *ops] calls hook(tape, site, *ops): hook sits in the
+    # method slot and tape plays `self`. With the NULL, hook is a plain callable of all the rest.
+    seq += call(n_operands + (2 if null else 1), loc)
+    return seq
+
+
+def opname(instr: Instr) -> str:
+    return instr.name
+
+
+def check_complete() -> None:
+    """Every opcode of this CPython is classified (checked by the tests)."""
+    missing = [n for n in dis.opmap if n not in _KIND_BY_NAME and n not in _OTHER_OK
+               and not n.startswith(("INSTRUMENTED_", "BINARY_OP_", "CALL_", "LOAD_ATTR_", "LOAD_GLOBAL_",
+                                     "STORE_ATTR_", "STORE_SUBSCR_", "FOR_ITER_", "COMPARE_OP_",
+                                     "UNPACK_SEQUENCE_", "BINARY_SUBSCR_", "LOAD_SUPER_ATTR_", "TO_BOOL_",
+                                     "CONTAINS_OP_", "RESUME_", "SEND_", "LOAD_CONST_", "LOAD_FAST_",
+                                     "STORE_FAST_", "JUMP_BACKWARD_", "RETURN_", "POP_JUMP_IF_"))]
+    if missing:
+        raise AssertionError(f"unclassified opcodes: {missing}")

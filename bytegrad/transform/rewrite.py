@@ -1,0 +1,230 @@
+"""The rewrite pass: every site that may touch a differentiated value becomes a call into `runtime.abi`.
+
+Input: a `Bytecode` and its `Activity`. Output: a `Bytecode` that fetches the thread's tape once per
+frame (`__bg_tape__`) and calls `hook(tape, site, *operands)` at active sites; inactive sites, the
+control flow and the line table are kept exactly as they were. Method loads are normalised to a
+fixed [NULL, bound method] layout so every call's layout is known statically.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from bytecode import Bytecode, Instr
+
+from bytegrad.errors import SourceLoc
+from bytegrad.runtime import abi
+from bytegrad.transform import opcodes
+from bytegrad.transform.activity import Activity
+from bytegrad.transform.opcodes import OpKind
+
+TAPE_LOCAL = "__bg_tape__"
+
+#: attributes of arrays that carry a derivative; every other attribute load is left alone
+DIFF_ATTRS = frozenset({"T", "mT", "real", "imag"})
+
+
+def _site(loc: SourceLoc, ins: Instr, what: str) -> abi.Site:
+    return abi.Site(loc.filename, ins.lineno if isinstance(ins.lineno, int) else loc.lineno, loc.function, what)
+
+
+def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]:
+    """Return the rewritten bytecode and the number of hooked sites."""
+    instrs = list(bc)
+    stacks = act.stacks
+    out: list[Any] = []
+    hooked = 0
+    drop: set[int] = set()
+    pending_kw: Optional[tuple[str, ...]] = None
+    prologue_done = False
+
+    # A hooked 3.11/3.12 CALL takes its KW_NAMES (and 3.11 PRECALL) with it.
+    for i, ins in enumerate(instrs):
+        if isinstance(ins, Instr) and opcodes.kind_of(ins) is OpKind.CALL and _call_active(ins, stacks[i]):
+            j = i - 1
+            while j >= 0 and isinstance(instrs[j], Instr) and opcodes.kind_of(instrs[j]) in (
+                    OpKind.PRECALL, OpKind.KW_NAMES):
+                drop.add(j)
+                j -= 1
+
+    for i, ins in enumerate(instrs):
+        if not isinstance(ins, Instr):
+            out.append(ins)
+            continue
+        st = stacks[i]
+        kind = opcodes.kind_of(ins)
+        iloc = ins.location
+        if kind is OpKind.KW_NAMES:
+            pending_kw = ins.arg
+        if i in drop:
+            continue
+        if st is None:  # unreachable: keep as is
+            out.append(ins)
+            continue
+
+        if kind is OpKind.OTHER and ins.name == "RESUME" and not prologue_done:
+            out.append(ins)
+            out += opcodes.call_zero_args(abi.current_tape, iloc)
+            out.append(opcodes.store_local(TAPE_LOCAL, iloc))
+            prologue_done = True
+            continue
+
+        if kind in (OpKind.LOAD_ATTR, OpKind.LOAD_METHOD):
+            name, method = opcodes.attr_parts(ins)
+            obj_active = st[-1][0]
+            if obj_active and name in DIFF_ATTRS and not method:
+                out.append(opcodes.load_const(name, iloc))
+                out += opcodes.call_hook(2, abi.getattr_, TAPE_LOCAL, _site(loc, ins, "." + name), iloc)
+                hooked += 1
+            elif method:
+                out += opcodes.method_load_as_plain(ins, name)
+            else:
+                out.append(ins)
+            continue
+        if kind is OpKind.LOAD_SUPER_ATTR:
+            if opcodes.super_attr_is_method(ins):
+                out += opcodes.method_load_as_plain(ins, "")
+            else:
+                out.append(ins)
+            continue
+
+        if kind is OpKind.BINARY:
+            if st[-1][0] or st[-2][0]:
+                op = opcodes.binary_op(ins)
+                out += opcodes.call_hook(2, abi.BINARY_HOOKS[op], TAPE_LOCAL, _site(loc, ins, abi.BINARY_NAMES[op]), iloc)
+                hooked += 1
+            else:
+                out.append(ins)
+            continue
+        if kind is OpKind.SUBSCR:
+            if st[-2][0]:
+                out += opcodes.call_hook(2, abi.getitem, TAPE_LOCAL, _site(loc, ins, "[]"), iloc)
+                hooked += 1
+            else:
+                out.append(ins)
+            continue
+        if kind is OpKind.SLICE:
+            if st[-3][0]:
+                out += opcodes.call_hook(3, abi.getslice, TAPE_LOCAL, _site(loc, ins, "[:]"), iloc)
+                hooked += 1
+            else:
+                out.append(ins)
+            continue
+        if kind is OpKind.STORE_SUBSCR:
+            if st[-3][0] or st[-2][0]:
+                out += opcodes.call_hook(3, abi.setitem, TAPE_LOCAL, _site(loc, ins, "[]="), iloc)
+                out.append(Instr("POP_TOP", location=iloc))
+                hooked += 1
+            else:
+                out.append(ins)
+            continue
+        if kind is OpKind.STORE_SLICE:
+            if st[-4][0] or st[-3][0]:
+                out += opcodes.call_hook(4, abi.setslice, TAPE_LOCAL, _site(loc, ins, "[:]="), iloc)
+                out.append(Instr("POP_TOP", location=iloc))
+                hooked += 1
+            else:
+                out.append(ins)
+            continue
+        if kind is OpKind.UNARY_NEG or kind is OpKind.UNARY_POS or (
+                kind is OpKind.INTRINSIC_1 and opcodes.is_unary_positive_intrinsic(ins)):
+            if st[-1][0]:
+                hook = abi.neg if kind is OpKind.UNARY_NEG else abi.pos
+                out += opcodes.call_hook(1, hook, TAPE_LOCAL, _site(loc, ins, "unary -" if hook is abi.neg else "unary +"), iloc)
+                hooked += 1
+            else:
+                out.append(ins)
+            continue
+        if kind is OpKind.GET_ITER:
+            if st[-1][0]:
+                out += opcodes.call_hook(1, abi.iter_, TAPE_LOCAL, _site(loc, ins, "iteration"), iloc)
+                hooked += 1
+            else:
+                out.append(ins)
+            continue
+        if kind is OpKind.UNPACK or kind is OpKind.UNPACK_EX:
+            if st[-1][0]:
+                out += opcodes.call_hook(1, abi.unpack, TAPE_LOCAL, _site(loc, ins, "unpacking"), iloc)
+                hooked += 1
+            out.append(ins)
+            continue
+        if kind is OpKind.CALL:
+            if _call_active(ins, st):
+                out += _emit_call(ins, st, pending_kw, loc)
+                hooked += 1
+            else:
+                out.append(ins)
+            pending_kw = None
+            continue
+        if kind is OpKind.CALL_KW:
+            n = int(ins.arg)
+            slots = st[-(n + 3):]
+            if any(s[0] for s in slots if not s[1]):
+                site = _site(loc, ins, "call")
+                if slots[1][1]:  # [callable, NULL, args..., names]
+                    out.append(opcodes.build_tuple(n + 1, iloc))
+                    out += opcodes.call_hook(2, abi.call_kw, TAPE_LOCAL, site, iloc, null=True)
+                else:             # [callable, self, args..., names]
+                    out.append(opcodes.build_tuple(n + 2, iloc))
+                    out += opcodes.call_hook(2, abi.call_kw, TAPE_LOCAL, site, iloc)
+                hooked += 1
+            else:
+                out.append(ins)
+            continue
+        if kind is OpKind.CALL_EX:
+            has_kw = int(ins.arg) & 1
+            count = opcodes.call_ex_pops(ins)
+            slots = st[-count:]
+            if any(s[0] for s in slots if not s[1]):
+                if not has_kw:
+                    out.append(opcodes.load_const(None, iloc))
+                out += opcodes.call_hook(3, abi.call_ex, TAPE_LOCAL, _site(loc, ins, "call"), iloc, null=True)
+                hooked += 1
+            else:
+                out.append(ins)
+            continue
+        out.append(ins)
+
+    new = Bytecode(out)
+    new._copy_attr_from(bc)
+    return new, hooked
+
+
+def _call_active(ins: Instr, st: Any) -> bool:
+    if st is None:
+        return False
+    n = int(ins.arg)
+    return any(s[0] for s in st[-(n + 2):] if not s[1])
+
+
+def _emit_call(ins: Instr, st: Any, kwnames: Optional[tuple[str, ...]], loc: SourceLoc) -> list[Instr]:
+    n = int(ins.arg)
+    iloc = ins.location
+    site = _site(loc, ins, "call")
+    if opcodes.NULL_BELOW_CALLABLE:
+        has_null = st[-(n + 2)][1]
+    else:
+        has_null = st[-(n + 1)][1]
+    seq: list[Instr] = []
+    if kwnames:
+        seq.append(opcodes.load_const(kwnames, iloc))
+        if has_null:
+            seq.append(opcodes.build_tuple(n + 1, iloc))
+        else:
+            seq.append(opcodes.build_tuple(n + 2, iloc))
+        seq += opcodes.call_hook(2, abi.call_kw, opcodes_tape(), site, iloc, null=has_null)
+        return seq
+    if has_null:
+        if n <= 2:
+            hook = (abi.call0, abi.call1, abi.call2)[n]
+            return opcodes.call_hook(1 + n, hook, TAPE_LOCAL, site, iloc, null=True)
+        seq.append(opcodes.build_tuple(n, iloc))
+        seq += opcodes.call_hook(2, abi.call, TAPE_LOCAL, site, iloc, null=True)
+        return seq
+    # NULL-less layout [X, Y, args...] means X(Y, *args): decorators, with-exits, comprehensions.
+    seq.append(opcodes.build_tuple(n + 1, iloc))
+    seq += opcodes.call_hook(2, abi.call, TAPE_LOCAL, site, iloc)
+    return seq
+
+
+def opcodes_tape() -> str:
+    return TAPE_LOCAL
