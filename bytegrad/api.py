@@ -56,6 +56,8 @@ class Differentiated:
         self._wrt_spec = wrt
         self._wrt, self._wrt_tuple = self._resolve_wrt(wrt)
         self._first_grad_s: Optional[float] = None
+        self._fns: dict[Any, types.FunctionType] = {}
+        self._plans: dict[Any, Any] = {}
 
     @staticmethod
     def _python_target(fn: Any) -> tuple[types.FunctionType, Any]:
@@ -103,26 +105,74 @@ class Differentiated:
     # ---- running with a tape -------------------------------------------------------------
 
     def _rewritten(self, active: frozenset[str], args: tuple) -> types.FunctionType:
+        key = (active, registry._version, tuple(map(_spec, args)))
+        fn = self._fns.get(key)
+        if fn is not None:
+            return fn
         target = self._target
-        key = (active, registry._version, tuple(_spec(a) for a in args))
         code = cache.lookup(target.__code__, key,
                             lambda: transform.rewrite_code(target.__code__, active, target.__globals__),
                             self._params[self._offset:])
-        return transform.function_from(target, code)
+        fn = transform.function_from(target, code)
+        if len(self._fns) >= cache.CACHE_SIZE_LIMIT:
+            self._fns.clear()
+        self._fns[key] = fn
+        return fn
 
-    def _forward(self, args: tuple, kwargs: dict, positions: Sequence[int], strict: bool) -> tuple[Any, Tape, list]:
-        nargs = len(args)
+    def _plan(self, nargs: int, positions: Sequence[int]) -> tuple[tuple[int, ...], frozenset[str]]:
+        """Normalised wrt positions and the active parameter names, for calls with `nargs` arguments."""
+        key = (nargs, tuple(positions))
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
         for p in positions:
             if not -nargs <= p < nargs:
                 raise WrtError(
                     f"wrt={p} is out of range: {self._code.co_name} was called with {nargs} positional "
                     f"argument{'s' if nargs != 1 else ''}.", self._loc(),
                     "pass the differentiated argument positionally, or fix wrt.")
+        norm = tuple(p % nargs for p in positions)
+        code = self._target.__code__
+        names = self._params[self._offset:]
+        argc = code.co_argcount - self._offset
+        active = {names[p] for p in norm if p < argc}
+        if any(p >= argc for p in norm) and code.co_flags & 0x04:
+            active.add(code.co_varnames[code.co_argcount + code.co_kwonlyargcount])
+        plan = (norm, frozenset(active))
+        self._plans[key] = plan
+        return plan
+
+    def _normalize_call(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """Move keyword arguments of positional parameters into place, so wrt positions see them."""
+        visible = self._positional[self._offset:]
+        rest = visible[len(args):]
+        if not kwargs or not any(n in kwargs for n in rest):
+            return args, kwargs
+        target = self._target
+        defaults = target.__defaults__ or ()
+        first_default = target.__code__.co_argcount - len(defaults)
+        new_args = list(args)
+        kwargs = dict(kwargs)
+        for name in rest:
+            if not kwargs or not any(n in kwargs for n in visible[len(new_args):]):
+                break
+            if name in kwargs:
+                new_args.append(kwargs.pop(name))
+            else:
+                k = self._offset + len(new_args)
+                if k < first_default:
+                    break
+                new_args.append(defaults[k - first_default])
+        return tuple(new_args), kwargs
+
+    def _forward(self, args: tuple, kwargs: dict, positions: Sequence[int], strict: bool) -> tuple[Any, Tape, list]:
+        if kwargs:
+            args, kwargs = self._normalize_call(args, kwargs)
+        norm, active = self._plan(len(args), positions)
         tape = Tape()
         args = list(args)
         specs = []
-        for p in positions:
-            p = p % nargs
+        for p in norm:
             try:
                 fresh, spec = pytree.prepare(args[p], tape, strict=strict)
             except pytree.NotDifferentiable as exc:
@@ -132,18 +182,11 @@ class Differentiated:
                                "leave ints, strings and flags out of wrt.") from None
             args[p] = fresh
             specs.append(spec)
-        names = self._params[self._offset:]
-        active = frozenset(names[p % nargs] for p in positions if p % nargs < len(names) and
-                           p % nargs < self._target.__code__.co_argcount - self._offset)
-        if self._target.__code__.co_flags & 0x04 and any(p % nargs >= self._target.__code__.co_argcount - self._offset
-                                                         for p in positions):
-            active = active | {self._target.__code__.co_varnames[self._target.__code__.co_argcount
-                                                                  + self._target.__code__.co_kwonlyargcount]}
         call_args = tuple(args) if self._bound_self is None else (self._bound_self, *args)
         fn = self._rewritten(active, call_args)
         old = set_tape(tape)
         try:
-            out = fn(*call_args, **kwargs)
+            out = fn(*call_args, **kwargs) if kwargs else fn(*call_args)
         finally:
             set_tape(old)
         return out, tape, specs

@@ -39,6 +39,10 @@ def unbroadcast(x_bar: Any, shape: tuple[int, ...], out_shape: tuple[int, ...] |
             n_in *= d
         return x_bar * (n_out // n_in if n_in else 0)
     xs = x_bar.shape
+    if out_shape is not None and xs != out_shape:
+        # out_bar * partial with a uniform out_bar: the product has the partial's (smaller) shape.
+        x_bar = np.broadcast_to(x_bar, out_shape)
+        xs = out_shape
     if xs == shape:
         return x_bar
     lead = len(xs) - len(shape)

@@ -19,6 +19,7 @@ from bytegrad.rules import registry
 from bytegrad.rules._apply import shape_of
 from bytegrad.rules._shape import materialize, unbroadcast
 from bytegrad.rules.registry import ZERO, RuleKind
+from bytegrad.runtime import tape as _tape
 from bytegrad.runtime.tape import Tape, current_tape
 
 __all__ = ["Site", "current_tape", "BINARY_HOOKS", "BINARY_NAMES", "call", "call0", "call1", "call2",
@@ -26,6 +27,7 @@ __all__ = ["Site", "current_tape", "BINARY_HOOKS", "BINARY_NAMES", "call", "call
            "iter_", "unpack", "set_rewriter"]
 
 _ndarray = np.ndarray
+_float64 = np.float64
 _FunctionType = types.FunctionType
 _MethodType = types.MethodType
 _BuiltinMethod = types.BuiltinMethodType
@@ -69,12 +71,27 @@ def set_rewriter(fn: Callable[[Any, tuple, Optional[dict], dict], Optional[Calla
 # ---- backward functions: (out_bar, node, out) -> one cotangent per parent ---------------------
 
 
-def _bw_elementwise(ct: Any, node: tuple, out: Any) -> list[Any]:
+def _bw_elementwise(ct: Any, node: tuple, out: Any) -> Any:
     parents = node[1]
     rule = node[3]
     args = node[4]
     partials = rule.partials
+    unit = ct.__class__ is float and ct == 1.0  # the seed of a sum: skip multiplying by it
     out_shape = out.shape if type(out) is _ndarray else ()
+    if len(parents) == 1:
+        d = partials[0]
+        if d is None:
+            return (None,)
+        if d.__class__ is int or d.__class__ is float:
+            bar = ct if d == 1 else (-ct if d == -1 else ct * d)
+        else:
+            v = d(*args, out)
+            bar = v if unit and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float) else ct * v
+        a = args[0]
+        a_shape = a.shape if type(a) is _ndarray else shape_of(a)
+        if a_shape != out_shape:
+            bar = unbroadcast(bar, a_shape, out_shape)
+        return (bar,)
     res: list[Any] = []
     for i, p in enumerate(parents):
         if p is None:
@@ -87,7 +104,8 @@ def _bw_elementwise(ct: Any, node: tuple, out: Any) -> list[Any]:
         if d.__class__ is int or d.__class__ is float:
             bar = ct if d == 1 else (-ct if d == -1 else ct * d)
         else:
-            bar = ct * d(*args, out)
+            v = d(*args, out)
+            bar = v if unit and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float) else ct * v
         a = args[i]
         a_shape = a.shape if type(a) is _ndarray else shape_of(a)
         if a_shape != out_shape:
@@ -148,23 +166,24 @@ class _TupleOut:
 
 
 def _bw_rrule(ct: Any, node: tuple, out: Any) -> Any:
-    pullback = node[3]
-    args = node[4]
-    if type(out) is _TupleOut:
+    to = type(out)
+    if to is _ndarray:
+        if type(ct) is not _ndarray or ct.shape != out.shape:
+            ct = materialize(ct, out)
+    elif to is _TupleOut:
         items = out.value
         ct = tuple(ZERO if c is None or c is ZERO else materialize(c, v) for c, v in zip(ct, items))
         if type(items) is not tuple:
             ct = type(items)(*ct) if hasattr(items, "_fields") else type(items)(ct)
-    elif type(out) is _ndarray:
-        ct = materialize(ct, out)
-    bars = pullback(ct)
+    bars = node[3](ct)
     parents = node[1]
-    if type(bars) is not tuple and type(bars) is not list:
-        raise _pullback_shape_error(node, f"returned {type(bars).__name__}, not a tuple of cotangents")
-    if len(bars) != len(parents):
+    tb = type(bars)
+    if (tb is not tuple and tb is not list) or len(bars) != len(parents):
+        if tb is not tuple and tb is not list:
+            raise _pullback_shape_error(node, f"returned {tb.__name__}, not a tuple of cotangents")
         raise _pullback_shape_error(
             node, f"returned {len(bars)} cotangents for {len(parents)} positional arguments")
-    for p, bar, a in zip(parents, bars, args):
+    for p, bar, a in zip(parents, bars, node[4]):
         if p is not None and type(bar) is _ndarray and type(a) is _ndarray and bar.shape != a.shape and bar.ndim:
             raise _pullback_shape_error(
                 node, f"returned a cotangent of shape {bar.shape} for an input of shape {a.shape}")
@@ -207,6 +226,15 @@ def _bw_setitem(ct: Any, node: tuple, out: Any) -> tuple[Any, Any]:
             val_bar = list(val_bar)
     return old_bar, val_bar
 
+
+def _saved_rrule(node: tuple) -> list[np.ndarray]:
+    """What a rule's pullback captured (its closure); the recorded args serve only shape checks."""
+    found: list[np.ndarray] = []
+    _tape._collect(node[3], found, 3)
+    return found
+
+
+_bw_rrule.saved = _saved_rrule  # type: ignore[attr-defined]
 
 for _bw in (_bw_tuple_item, _bw_identity, _bw_setitem):
     _bw.saved = lambda node: []  # type: ignore[attr-defined]
@@ -291,16 +319,29 @@ def _record_rrule(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, kwarg
                     f"a differentiated value was passed to {qualname(fn)} as a keyword argument that "
                     "has no positional place, so its rule cannot return a cotangent for it.",
                     site.loc(), "pass it positionally, or compute it outside this call.")
-    parents = tuple(_parent_of(ids, a) for a in args)
-    if all(p is None for p in parents):
+    ids_get = ids.get
+    parents = []
+    tracked = False
+    for a in args:
+        ta = type(a)
+        p = _parent_of(ids, a) if (ta is list or ta is tuple) else ids_get(id(a))
+        if p is not None:
+            tracked = True
+        parents.append(p)
+    if not tracked:
         return fn(*args, **kwargs) if kwargs else fn(*args)
     if tape.stale:
         _check_stale(tape, parents, site)
-    try:
-        out, pullback = rule.rrule(*args, **kwargs) if kwargs else rule.rrule(*args)
-    except DifferentiationError:
-        raise
-    return _push_output(tape, (_bw_rrule, parents, site, pullback, args, fn), out)
+    out, pullback = rule.rrule(*args, **kwargs) if kwargs else rule.rrule(*args)
+    node = (_bw_rrule, parents, site, pullback, args, fn)
+    to = type(out)
+    if to is _ndarray or to is float or to is _float64:
+        values = tape.values
+        ids[id(out)] = len(values)
+        values.append(out)
+        tape.nodes.append(node)
+        return out
+    return _push_output(tape, node, out)
 
 
 def _push_output(tape: Tape, node: tuple, out: Any) -> Any:
@@ -466,7 +507,14 @@ def call1(tape: Optional[Tape], site: Site, fn: Any, a: Any) -> Any:
             return fn(a) if type(a) is not list else _dispatch(tape, site, fn, (a,), None)
         if tape.stale and i in tape.stale:
             raise tape.stale_error(i, site)
-        return tape.push((_bw_elementwise, (i,), site, rule, (a,), fn), fn(a))
+        out = fn(a)
+        values = tape.values
+        tape.ids[id(out)] = len(values)
+        values.append(out)
+        tape.nodes.append((_bw_elementwise, (i,), site, rule, (a,), fn))
+        return out
+    if rule is not None and rule.kind is RRULE and rule.rrule is not None:
+        return _record_rrule(tape, site, rule, fn, (a,), None)
     return _dispatch(tape, site, fn, (a,), None)
 
 
@@ -511,7 +559,11 @@ def _binary_tracked(tape: Tape, site: Site, op: Any, a: Any, b: Any, ia: Any, ib
         if tape.stale and (ia in tape.stale or ib in tape.stale):
             raise tape.stale_error(ia if ia in tape.stale else ib, site)
         out = op(a, b)
-        return tape.push((_bw_elementwise, (ia, ib), site, rule, (a, b), op), out)
+        values = tape.values
+        tape.ids[id(out)] = len(values)
+        values.append(out)
+        tape.nodes.append((_bw_elementwise, (ia, ib), site, rule, (a, b), op))
+        return out
     if kind is RRULE:
         return _record_rrule(tape, site, rule, op, (a, b), None)
     if kind is NONDIFF or kind is TRANSPARENT:
@@ -668,18 +720,25 @@ def setslice(tape: Optional[Tape], site: Site, value: Any, obj: Any, start: Any,
 
 
 def getattr_(tape: Optional[Tape], site: Site, obj: Any, name: str) -> Any:
+    """`obj.name` where obj may be differentiated: array attributes with rules (`.T`, `.real`), and
+    properties written in Python, whose getter is rewritten like any other callee."""
     if tape is not None:
-        i = tape.ids.get(id(obj))
-        if i is not None:
+        if tape.ids.get(id(obj)) is not None:
             desc = getattr(type(obj), name, None)
             rule = _rules_get(desc) if desc is not None else None
-            if rule is None:
-                if type(obj) is _ndarray or isinstance(obj, np.generic):
-                    raise NoRuleError((type(obj), name), site.loc())
-                return getattr(obj, name)
-            return _record_rrule(tape, site, rule, desc.__get__, (obj,), None) if rule.kind is RRULE \
-                else getattr(obj, name)
+            if rule is not None and rule.kind is RRULE:
+                return _record_rrule(tape, site, rule, desc.__get__, (obj,), None)
+            if rule is None and (type(obj) is _ndarray or isinstance(obj, np.generic)) and name in _ARRAY_DATA_ATTRS:
+                raise NoRuleError((type(obj), name), site.loc())
+            return getattr(obj, name)
+        desc = getattr(type(obj), name, None)
+        if type(desc) is property and type(desc.fget) is _FunctionType:
+            return _call_python(tape, site, desc.fget, (obj,), None)
     return getattr(obj, name)
+
+
+#: array attributes that expose the values (everything else is metadata or a method)
+_ARRAY_DATA_ATTRS = frozenset({"T", "mT", "real", "imag", "flat", "base", "data"})
 
 
 def _iter_rows(tape: Tape, site: Site, obj: np.ndarray) -> Any:

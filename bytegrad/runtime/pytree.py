@@ -91,7 +91,9 @@ def project(ct: Any, primal: Any) -> Any:
             arr = arr.real
         if arr.shape != primal.shape:
             arr = np.broadcast_to(arr, primal.shape)
-        return np.array(arr, dtype=primal.dtype, copy=True)
+        if arr.dtype != primal.dtype or arr.base is not None or not arr.flags.writeable:
+            return np.array(arr, dtype=primal.dtype, copy=True)
+        return arr  # a fresh array the reverse pass made: hand it over without a copy
     if type(primal) is float:
         if ct is None:
             return 0.0

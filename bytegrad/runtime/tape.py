@@ -197,16 +197,14 @@ def sweep(tape: Tape, seeds: dict[int, Any], keep: Optional[set[int]] = None) ->
                 site.loc() if site is not None else None,
                 "if this operation uses a custom rule, check its pullback with "
                 "bytegrad.rules.testing.check_rule.") from exc
-        parents = node[1]
-        for p, bar in zip(parents, bars):
+        for p, bar in zip(node[1], bars):
             if p is None or bar is None:
                 continue
-            if type(bar) is _FunctionType:  # a thunk: computed only because p needs it
-                bar = bar()
-                if bar is None:
-                    continue
-            tp = type(p)
-            if tp is int:
+            if p.__class__ is int:
+                if bar.__class__ is _FunctionType:  # a thunk: computed only because p needs it
+                    bar = bar()
+                    if bar is None:
+                        continue
                 if bar is NO_TANGENT or bar is ZERO:
                     continue
                 old = cts[p]

@@ -17,14 +17,19 @@ import numpy as np
 from bytecode import Bytecode, Instr, Label, TryBegin, TryEnd
 
 from bytegrad.errors import SourceLoc, UnsupportedOpcodeError
+from bytegrad.rules import registry
 from bytegrad.transform import opcodes
 from bytegrad.transform.opcodes import OpKind
 
-# A stack slot: (may be active, is a NULL, names of variables the value may alias)
-Slot = tuple[bool, bool, frozenset]
-INACTIVE: Slot = (False, False, frozenset())
-ACTIVE: Slot = (True, False, frozenset())
-NULL: Slot = (False, True, frozenset())
+# A stack slot: (may be active, is a NULL, names of variables the value may alias, the value when it
+# is statically known: a builtin or a module attribute, used to see that `len(x)` is an int)
+Slot = tuple[bool, bool, frozenset, Any]
+INACTIVE: Slot = (False, False, frozenset(), None)
+ACTIVE: Slot = (True, False, frozenset(), None)
+NULL: Slot = (False, True, frozenset(), None)
+
+#: attributes that describe an array rather than hold its values: never differentiable
+NONDIFF_ATTRS = frozenset({"shape", "ndim", "dtype", "size", "itemsize", "nbytes", "strides", "flags"})
 
 # Global values that can never hold a differentiated value nor be mutated into holding one.
 _INERT_TYPES = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, np.ufunc,
@@ -44,7 +49,15 @@ class Activity:
 def _join(a: Slot, b: Slot) -> Slot:
     if a is b or a == b:
         return a
-    return (a[0] or b[0], a[1] and b[1], a[2] | b[2])
+    return (a[0] or b[0], a[1] and b[1], a[2] | b[2], a[3] if a[3] is b[3] else None)
+
+
+def _nondiff_callable(slot: Any) -> bool:
+    """A statically known callable whose result never carries a derivative (len, range, np.shape...)."""
+    if slot is None or slot[3] is None:
+        return False
+    rule = registry.lookup(slot[3])
+    return rule is not None and rule.kind is registry.RuleKind.NONDIFF
 
 
 def _join_all(slots: Any) -> Slot:
@@ -53,7 +66,7 @@ def _join_all(slots: Any) -> Slot:
     for s in slots:
         active = active or s[0]
         srcs = srcs | s[2]
-    return (active, False, srcs)
+    return (active, False, srcs, None)
 
 
 def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], loc: SourceLoc,
@@ -84,14 +97,18 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
 
     def global_slot(name: str) -> Slot:
         if name in tainted_globals:
-            return (True, False, frozenset({"G:" + name}))
+            return (True, False, frozenset({"G:" + name}), None)
+        in_module = name in fn_globals
         value = fn_globals.get(name, bltns.get(name))
         if isinstance(value, _INERT_TYPES):
-            return (False, False, frozenset({"G:" + name}))
-        return (True, False, frozenset({"G:" + name}))
+            # builtins (rarely rebound) and modules are remembered, to see through `len(x)`, `np.shape(x)`
+            known = value if (not in_module or isinstance(value, types.ModuleType)) else None
+            # no alias source: a call's result never aliases the module or function it came from
+            return (False, False, frozenset(), known)
+        return (True, False, frozenset({"G:" + name}), None)
 
     def local_slot(name: str) -> Slot:
-        return (name in active_locals, False, frozenset({"L:" + name}))
+        return (name in active_locals, False, frozenset({"L:" + name}), None)
 
     def taint(srcs: frozenset) -> bool:
         changed = False
@@ -162,12 +179,12 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
             if kind is OpKind.LOAD_CONST:
                 stack.append(INACTIVE)
             elif kind is OpKind.LOAD_LOCAL:
-                stack.append(local_slot(ins.arg))
+                stack.append(local_slot(opcodes.var_name(ins.arg)))
             elif kind is OpKind.LOAD_LOCAL_PAIR:
                 for name in opcodes.local_names(ins):
                     stack.append(local_slot(name))
             elif kind is OpKind.LOAD_CELL:
-                stack.append(local_slot(ins.arg if isinstance(ins.arg, str) else ins.arg.name))
+                stack.append(local_slot(opcodes.var_name(ins.arg)))
             elif kind is OpKind.LOAD_GLOBAL:
                 name, null = opcodes.global_parts(ins)
                 if null and opcodes.NULL_BELOW_CALLABLE:
@@ -179,8 +196,12 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
                 stack.append(ACTIVE)
             elif kind in (OpKind.LOAD_ATTR, OpKind.LOAD_METHOD):
                 obj = stack.pop()
-                _, method = opcodes.attr_parts(ins)
-                value = (obj[0], False, obj[2])
+                name, method = opcodes.attr_parts(ins)
+                known = getattr(obj[3], name, None) if isinstance(obj[3], types.ModuleType) else None
+                if name in NONDIFF_ATTRS and not method:
+                    value = (False, False, frozenset(), None)
+                else:
+                    value = (obj[0], False, obj[2], known)
                 if method:  # normalised by the rewrite to a fixed [NULL, attr] / [attr, NULL] layout
                     stack += [NULL, value] if opcodes.NULL_BELOW_CALLABLE else [value, NULL]
                 else:
@@ -196,7 +217,7 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
                 stack.append(NULL)
             elif kind is OpKind.STORE_LOCAL or kind is OpKind.STORE_CELL:
                 v = stack.pop()
-                name = ins.arg if isinstance(ins.arg, str) else ins.arg.name
+                name = opcodes.var_name(ins.arg)
                 if v[0] and name not in active_locals:
                     active_locals.add(name)
                     changed_vars = True
@@ -241,19 +262,19 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
             elif kind is OpKind.BINARY:
                 b = stack.pop()
                 a = stack.pop()
-                stack.append((a[0] or b[0], False, a[2] | b[2] if a[0] or b[0] else frozenset()))
+                stack.append((a[0] or b[0], False, a[2] | b[2] if a[0] or b[0] else frozenset(), None))
             elif kind is OpKind.SUBSCR:
                 key = stack.pop()
                 obj = stack.pop()
-                stack.append((obj[0] or key[0], False, obj[2]))
+                stack.append((obj[0] or key[0], False, obj[2], None))
             elif kind is OpKind.SLICE:
                 stack.pop()
                 stack.pop()
                 obj = stack.pop()
-                stack.append((obj[0], False, obj[2]))
+                stack.append((obj[0], False, obj[2], None))
             elif kind in (OpKind.UNARY_NEG, OpKind.UNARY_POS, OpKind.INTRINSIC_1, OpKind.GET_ITER):
                 v = stack.pop()
-                stack.append((v[0], False, v[2]))
+                stack.append((v[0], False, v[2], None))
             elif kind is OpKind.PREDICATE:
                 k = 1 if ins.name in ("UNARY_NOT", "UNARY_INVERT", "TO_BOOL") else 2
                 for _ in range(k):
@@ -262,7 +283,7 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
             elif kind is OpKind.UNPACK or kind is OpKind.UNPACK_EX:
                 v = stack.pop()
                 count = int(ins.arg) if kind is OpKind.UNPACK else opcodes.unpack_ex_count(ins)
-                stack += [(v[0], False, v[2])] * count
+                stack += [(v[0], False, v[2], None)] * count
             elif kind in (OpKind.PRECALL, OpKind.KW_NAMES):
                 pass
             elif kind in (OpKind.CALL, OpKind.CALL_KW, OpKind.CALL_EX):
@@ -270,15 +291,25 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
                     count = opcodes.call_ex_pops(ins)
                 else:
                     count = int(ins.arg) + 2 + (1 if kind is OpKind.CALL_KW else 0)
+                fn_slot = opcodes.callable_slot(int(ins.arg) + (1 if kind is OpKind.CALL_KW else 0), stack) \
+                    if kind is not OpKind.CALL_EX else None
+                if kind is OpKind.CALL_KW:  # the names tuple sits on top: look below it
+                    fn_slot = opcodes.callable_slot(int(ins.arg), stack[:-1])
                 popped = [stack.pop() for _ in range(count)]
                 real = [p for p in popped if not p[1]]
-                any_active = any(p[0] for p in real)
+                if _nondiff_callable(fn_slot):
+                    stack.append(INACTIVE)
+                    continue_flow = True
+                else:
+                    continue_flow = False
+                any_active = any(p[0] for p in real) and not continue_flow
                 if any_active:
                     # the callee may store an active value into any argument (or the receiver)
                     for p in real:
                         if taint(p[2]):
                             changed_vars = True
-                stack.append(_join_all(real))
+                if not continue_flow:
+                    stack.append(_join_all(real))
             elif kind is OpKind.MAKE_FUNCTION:
                 popped = [stack.pop() for _ in range(opcodes.make_function_pops(ins))]
                 stack.append(_join_all(popped))
@@ -288,7 +319,7 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
                 if any(x[0] for x in items):
                     pos = len(stack) - depth  # CPython peeks the container `depth` deep after the pops
                     c = stack[pos]
-                    stack[pos] = (True, False, c[2])
+                    stack[pos] = (True, False, c[2], None)
                     if taint(c[2]):
                         changed_vars = True
             elif kind is OpKind.FOR_ITER:
@@ -298,7 +329,7 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
                     jump_stack.pop()
                 else:
                     jump_stack.append(INACTIVE)
-                stack.append((it[0], False, it[2]))
+                stack.append((it[0], False, it[2], None))
             elif kind is OpKind.JUMP:
                 jump_stack = stack
             elif kind is OpKind.POP_JUMP:

@@ -168,8 +168,11 @@ _OTHER_OK: Final = frozenset({
     "DELETE_GLOBAL", "DELETE_NAME", "DELETE_ATTR", "DELETE_SUBSCR", "SET_FUNCTION_ATTRIBUTE",
     "CALL_INTRINSIC_2", "END_FOR", "MATCH_CLASS", "MATCH_MAPPING", "MATCH_SEQUENCE", "MATCH_KEYS",
     "PRINT_EXPR", "SETUP_ANNOTATIONS", "LOAD_LOCALS", "INTERPRETER_EXIT", "EXIT_INIT_CHECK",
-    "ENTER_EXECUTOR", "POP_BLOCK", "SETUP_FINALLY", "SETUP_CLEANUP", "SETUP_WITH",
+    "ENTER_EXECUTOR", "POP_BLOCK", "SETUP_FINALLY", "SETUP_CLEANUP", "SETUP_WITH", "IMPORT_STAR",
+    "PREP_RERAISE_STAR", "LOAD_FROM_DICT_OR_GLOBALS",
 })
+# Pseudo-instructions of the compiler: they never appear in a code object.
+_PSEUDO: Final = frozenset({"RESERVED", "LOAD_SUPER_METHOD", "LOAD_ZERO_SUPER_METHOD", "LOAD_ZERO_SUPER_ATTR"})
 
 #: the intrinsic that implements unary `+` since 3.12
 _INTRINSIC_UNARY_POSITIVE: Final = 5
@@ -229,9 +232,14 @@ def super_attr_is_method(instr: Instr) -> bool:
     return bool(instr.arg[0])
 
 
+def var_name(arg: Any) -> str:
+    """The variable name of a local / cell / free variable argument."""
+    return arg if isinstance(arg, str) else arg.name
+
+
 def local_names(instr: Instr) -> tuple[str, ...]:
     arg = instr.arg
-    return tuple(arg) if isinstance(arg, tuple) else (arg,)
+    return tuple(var_name(a) for a in arg) if isinstance(arg, tuple) else (var_name(arg),)
 
 
 def binary_op(instr: Instr) -> int:
@@ -254,6 +262,14 @@ def make_function_pops(instr: Instr) -> int:
         return 1
     flags = int(instr.arg)
     return 1 + bin(flags & 0x0F).count("1")
+
+
+def callable_slot(nargs: int, stack: Sequence[Any], null_flag: int = 1) -> Any:
+    """The stack slot holding the callable of a CALL with `nargs` arguments (None if unknown)."""
+    x, y = stack[-(nargs + 2)], stack[-(nargs + 1)]
+    if NULL_BELOW_CALLABLE:
+        return y if x[null_flag] else None
+    return x if y[null_flag] else None
 
 
 def call_ex_pops(instr: Instr) -> int:
@@ -398,7 +414,7 @@ def opname(instr: Instr) -> str:
 
 def check_complete() -> None:
     """Every opcode of this CPython is classified (checked by the tests)."""
-    missing = [n for n in dis.opmap if n not in _KIND_BY_NAME and n not in _OTHER_OK
+    missing = [n for n in dis.opmap if n not in _KIND_BY_NAME and n not in _OTHER_OK and n not in _PSEUDO
                and not n.startswith(("INSTRUMENTED_", "BINARY_OP_", "CALL_", "LOAD_ATTR_", "LOAD_GLOBAL_",
                                      "STORE_ATTR_", "STORE_SUBSCR_", "FOR_ITER_", "COMPARE_OP_",
                                      "UNPACK_SEQUENCE_", "BINARY_SUBSCR_", "LOAD_SUPER_ATTR_", "TO_BOOL_",

@@ -14,13 +14,11 @@ from bytecode import Bytecode, Instr
 from bytegrad.errors import SourceLoc
 from bytegrad.runtime import abi
 from bytegrad.transform import opcodes
-from bytegrad.transform.activity import Activity
+from bytegrad.transform.activity import NONDIFF_ATTRS, Activity, _nondiff_callable
 from bytegrad.transform.opcodes import OpKind
 
 TAPE_LOCAL = "__bg_tape__"
 
-#: attributes of arrays that carry a derivative; every other attribute load is left alone
-DIFF_ATTRS = frozenset({"T", "mT", "real", "imag"})
 
 
 def _site(loc: SourceLoc, ins: Instr, what: str) -> abi.Site:
@@ -71,7 +69,7 @@ def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]
         if kind in (OpKind.LOAD_ATTR, OpKind.LOAD_METHOD):
             name, method = opcodes.attr_parts(ins)
             obj_active = st[-1][0]
-            if obj_active and name in DIFF_ATTRS and not method:
+            if obj_active and not method and name not in NONDIFF_ATTRS:
                 out.append(opcodes.load_const(name, iloc))
                 out += opcodes.call_hook(2, abi.getattr_, TAPE_LOCAL, _site(loc, ins, "." + name), iloc)
                 hooked += 1
@@ -190,9 +188,13 @@ def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]
 
 
 def _call_active(ins: Instr, st: Any) -> bool:
+    """A call is hooked when its callable or an argument may be active, unless the callable is a
+    known non-differentiable builtin (`len(x)` runs as it is)."""
     if st is None:
         return False
     n = int(ins.arg)
+    if _nondiff_callable(opcodes.callable_slot(n, st)):
+        return False
     return any(s[0] for s in st[-(n + 2):] if not s[1])
 
 
@@ -211,7 +213,7 @@ def _emit_call(ins: Instr, st: Any, kwnames: Optional[tuple[str, ...]], loc: Sou
             seq.append(opcodes.build_tuple(n + 1, iloc))
         else:
             seq.append(opcodes.build_tuple(n + 2, iloc))
-        seq += opcodes.call_hook(2, abi.call_kw, opcodes_tape(), site, iloc, null=has_null)
+        seq += opcodes.call_hook(2, abi.call_kw, TAPE_LOCAL, site, iloc, null=has_null)
         return seq
     if has_null:
         if n <= 2:
@@ -225,6 +227,3 @@ def _emit_call(ins: Instr, st: Any, kwnames: Optional[tuple[str, ...]], loc: Sou
     seq += opcodes.call_hook(2, abi.call, TAPE_LOCAL, site, iloc)
     return seq
 
-
-def opcodes_tape() -> str:
-    return TAPE_LOCAL

@@ -1,0 +1,105 @@
+# bytegrad developer tasks. Everything works from a fresh clone: each target builds the
+# virtualenv it needs from the CPythons under $(PYENV_VERSIONS) and reinstalls bytegrad there
+# only when pyproject.toml changed (a stamp file inside the venv records the last install).
+#
+#   make demo        train a small MLP on scikit-learn's digits (.venv, CPython 3.11)
+#   make test        the test suite on CPython 3.11, 3.12 and 3.13 (.venv-3.11, ...)
+#   make bench       the core benchmark, quick (.venv-bench, CPython 3.11)
+#   make bench-full  the core benchmark, all cases and more batches
+#   make clean       caches, egg-info, bench scratch;  make distclean: also the venvs
+#
+# Variables: PYENV_VERSIONS (where to look for CPythons), PYTHON_VERSIONS, PYTEST_ARGS,
+# BENCH_ARGS, PIP_QUIET (set it empty to see pip's output).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -ec
+.DEFAULT_GOAL := help
+
+PYENV_VERSIONS ?= $(HOME)/.pyenv/versions
+PYTHON_VERSIONS ?= 3.11 3.12 3.13
+DEMO_PYTHON ?= 3.11
+BENCH_PYTHON ?= 3.11
+PYTEST_ARGS ?=
+BENCH_ARGS ?=
+PIP_QUIET ?= -qq
+
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+# $(call find_python,X.Y): sets the shell variable `py` to the newest
+# $(PYENV_VERSIONS)/X.Y.*/bin/python, or fails with a message saying what is missing.
+define find_python
+py=$$(ls -d $(PYENV_VERSIONS)/$(1).*/bin/python 2>/dev/null | sort -V | tail -n 1); \
+if [ -z "$$py" ] || ! "$$py" -c '' 2>/dev/null; then \
+  echo "error: CPython $(1) not found: there is no $(PYENV_VERSIONS)/$(1).*/bin/python." >&2; \
+  echo "       Install it (pyenv install $(1)) or point PYENV_VERSIONS at the folder holding it." >&2; \
+  exit 1; \
+fi
+endef
+
+# $(call venv_install,DIR,X.Y,EXTRAS): (re)creates DIR with CPython X.Y when it is missing or
+# broken, then installs bytegrad editable with EXTRAS into it and touches the stamp ($@).
+define venv_install
+$(call find_python,$(2)); \
+if ! $(1)/bin/python -c 'import sys; assert "%d.%d" % sys.version_info[:2] == "$(2)"' 2>/dev/null; then \
+  echo "creating $(1) with $$py"; \
+  rm -rf $(1); \
+  "$$py" -m venv $(1); \
+fi; \
+echo "installing bytegrad[$(3)] into $(1)"; \
+$(1)/bin/python -m pip install $(PIP_QUIET) -e '.[$(3)]'; \
+touch $@
+endef
+
+.PHONY: help demo test check-pythons bench bench-full clean distclean
+
+help:
+	@sed -n '1,14s/^# \{0,1\}//p' Makefile
+
+# ---------------------------------------------------------------------------------------- demo
+.venv/.stamp-demo: pyproject.toml
+	@$(call venv_install,.venv,$(DEMO_PYTHON),demo)
+
+demo: .venv/.stamp-demo
+	.venv/bin/python examples/train_mlp_digits.py
+
+# ---------------------------------------------------------------------------------------- test
+.venv-%/.stamp-test: pyproject.toml
+	@$(call venv_install,.venv-$*,$*,test)
+
+# Every supported CPython must be there: a missing one is an error, never a skip.
+check-pythons:
+	@missing=""; \
+	for v in $(PYTHON_VERSIONS); do \
+	  ( $(call find_python,$$v) ) || missing="$$missing $$v"; \
+	done; \
+	if [ -n "$$missing" ]; then echo "make test: missing CPython:$$missing" >&2; exit 1; fi
+
+# The venvs are made one at a time by a sub-make, so a venv removed or broken by hand is remade.
+test: check-pythons
+	@failed=""; \
+	for v in $(PYTHON_VERSIONS); do \
+	  .venv-$$v/bin/python -c '' 2>/dev/null || rm -f .venv-$$v/.stamp-test; \
+	  $(MAKE) -s --no-print-directory .venv-$$v/.stamp-test; \
+	  echo "=== pytest on CPython $$v ($$(.venv-$$v/bin/python -c 'import platform; print(platform.python_version())')) ==="; \
+	  .venv-$$v/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) || failed="$$failed $$v"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make test: FAILED on CPython$$failed" >&2; exit 1; fi; \
+	echo "make test: passed on CPython $(PYTHON_VERSIONS)"
+
+# --------------------------------------------------------------------------------------- bench
+.venv-bench/.stamp-bench: pyproject.toml
+	@$(call venv_install,.venv-bench,$(BENCH_PYTHON),bench)
+
+bench: .venv-bench/.stamp-bench
+	.venv-bench/bin/python -m bench.core --quick $(BENCH_ARGS)
+
+bench-full: .venv-bench/.stamp-bench
+	.venv-bench/bin/python -m bench.core --full $(BENCH_ARGS)
+
+# --------------------------------------------------------------------------------------- clean
+clean:
+	rm -rf build dist *.egg-info .hypothesis .pytest_cache bench/out
+	find . -path ./.git -prune -o -path './.venv*' -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf .venv .venv-bench $(foreach v,$(PYTHON_VERSIONS),.venv-$(v))

@@ -1,0 +1,1 @@
+"""bytegrad benchmarks: `python -m bench.core` (see bench/core.py)."""

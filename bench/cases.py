@@ -1,0 +1,246 @@
+"""The benchmark cases: each a plain NumPy loss, its hand-written NumPy gradient, and inputs.
+
+A loss is written as a user would write it for bytegrad: `loss(params, *data) -> scalar`, with
+the module globals `np` and `math`. Peers that need their own NumPy (autograd, JAX) run the very
+same code object with those globals rebound (`rebind`); torch gets its own transcription.
+
+The hand-written gradient (`*_grad`) is the reference every system is checked against and the
+denominator of every ratio: one forward pass that keeps what the backward pass needs, then the
+hand-derived backward pass, as a careful NumPy user would write it.
+
+To add a case: write `foo_loss`, `foo_grad`, `foo_inputs` (and `foo_torch` for torch), then add
+a `Case` to `CASES`.
+"""
+from __future__ import annotations
+
+import math
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+Inputs = tuple[Any, tuple[Any, ...]]  # (params, data): the gradient is taken w.r.t. params
+
+
+@dataclass(frozen=True)
+class Case:
+    key: str                                   # short id, for --cases and the JSON
+    name: str                                  # what the tables show
+    loss: Callable[..., Any]                   # loss(params, *data), plain NumPy
+    grad: Callable[..., Any]                   # hand-written gradient w.r.t. params
+    inputs: Callable[[np.random.Generator], Inputs]
+    torch_loss: Callable[..., Any] | None = None
+    quick: bool = False                        # part of `make bench` (else only `make bench-full`)
+    target: float | None = None                # bytegrad must stay at or below this ratio to NumPy
+    rtol: float = 1e-6                         # gradient check: np.allclose(rtol, atol=atol_rel * max|ref|)
+    atol_rel: float = 1e-12
+
+
+def rebind(fn: Callable[..., Any], **globals_: Any) -> Callable[..., Any]:
+    """`fn` with some of its module globals replaced (`np=autograd.numpy`), same code object.
+
+    Every function of this module is rebound into the same new namespace, so helpers that a
+    loss calls see the replacement too.
+    """
+    namespace = dict(fn.__globals__)
+    namespace.update(globals_)
+    for name, value in fn.__globals__.items():
+        if isinstance(value, types.FunctionType) and value.__globals__ is fn.__globals__:
+            namespace[name] = types.FunctionType(value.__code__, namespace, value.__name__,
+                                                 value.__defaults__, value.__closure__)
+    return namespace[fn.__name__]
+
+
+# -------------------------------------------------------------------------- Dense(n => n), tanh
+def dense_loss(params, x):
+    W, b = params
+    return np.sum(np.tanh(W @ x + b[:, None]))
+
+
+def dense_grad(params, x):
+    W, b = params
+    y = np.tanh(W @ x + b[:, None])
+    d = 1.0 - y * y
+    return d @ x.T, np.sum(d, axis=1)
+
+
+def dense_torch(params, x):
+    import torch
+    W, b = params
+    return torch.sum(torch.tanh(W @ x + b[:, None]))
+
+
+def dense_inputs(n: int, batch: int = 128, dtype: Any = np.float64) -> Callable[[np.random.Generator], Inputs]:
+    def make(rng: np.random.Generator) -> Inputs:
+        W = (rng.standard_normal((n, n)) / math.sqrt(n)).astype(dtype)
+        b = (0.1 * rng.standard_normal(n)).astype(dtype)
+        x = rng.standard_normal((n, batch)).astype(dtype)
+        return (W, b), (x,)
+    return make
+
+
+# ----------------------------------------------------- MLP 784-256-256-10, tanh, softmax-CE
+def mlp_loss(params, x, y):
+    h1 = np.tanh(params["W1"] @ x + params["b1"][:, None])
+    h2 = np.tanh(params["W2"] @ h1 + params["b2"][:, None])
+    z = params["W3"] @ h2 + params["b3"][:, None]
+    z = z - np.max(z, axis=0, keepdims=True)
+    logp = z - np.log(np.sum(np.exp(z), axis=0, keepdims=True))
+    return -np.sum(y * logp) / x.shape[1]
+
+
+def mlp_grad(params, x, y):
+    W1, W2, W3 = params["W1"], params["W2"], params["W3"]
+    h1 = np.tanh(W1 @ x + params["b1"][:, None])
+    h2 = np.tanh(W2 @ h1 + params["b2"][:, None])
+    z = W3 @ h2 + params["b3"][:, None]
+    e = np.exp(z - np.max(z, axis=0, keepdims=True))
+    z_bar = (e / np.sum(e, axis=0, keepdims=True) - y) / x.shape[1]    # softmax - onehot
+    a2_bar = (W3.T @ z_bar) * (1.0 - h2 * h2)
+    a1_bar = (W2.T @ a2_bar) * (1.0 - h1 * h1)
+    return {
+        "W1": a1_bar @ x.T, "b1": np.sum(a1_bar, axis=1),
+        "W2": a2_bar @ h1.T, "b2": np.sum(a2_bar, axis=1),
+        "W3": z_bar @ h2.T, "b3": np.sum(z_bar, axis=1),
+    }
+
+
+def mlp_torch(params, x, y):
+    import torch
+    h1 = torch.tanh(params["W1"] @ x + params["b1"][:, None])
+    h2 = torch.tanh(params["W2"] @ h1 + params["b2"][:, None])
+    z = params["W3"] @ h2 + params["b3"][:, None]
+    z = z - torch.amax(z, dim=0, keepdim=True)
+    logp = z - torch.log(torch.sum(torch.exp(z), dim=0, keepdim=True))
+    return -torch.sum(y * logp) / x.shape[1]
+
+
+def mlp_inputs(sizes: tuple[int, ...] = (784, 256, 256, 10), batch: int = 128) -> Callable[[np.random.Generator], Inputs]:
+    def make(rng: np.random.Generator) -> Inputs:
+        params = {}
+        for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:]), start=1):
+            params[f"W{i}"] = rng.standard_normal((n_out, n_in)) / math.sqrt(n_in)
+            params[f"b{i}"] = 0.1 * rng.standard_normal(n_out)
+        x = rng.standard_normal((sizes[0], batch))
+        y = np.eye(sizes[-1])[:, rng.integers(0, sizes[-1], batch)]   # one-hot columns
+        return params, (x, y)
+    return make
+
+
+# ------------------------------------------------------------ sin chain: x = sin(x), n times
+def sin_chain_loss(x, n):
+    for _ in range(n):
+        x = np.sin(x)
+    return x.sum()
+
+
+def sin_chain_grad(x, n):
+    cos = []
+    for _ in range(n):
+        cos.append(np.cos(x))
+        x = np.sin(x)
+    x_bar = np.ones_like(x)
+    for c in reversed(cos):
+        x_bar *= c
+    return x_bar
+
+
+def sin_chain_torch(x, n):
+    import torch
+    for _ in range(n):
+        x = torch.sin(x)
+    return x.sum()
+
+
+def sin_chain_inputs(n: int, size: int = 1) -> Callable[[np.random.Generator], Inputs]:
+    def make(rng: np.random.Generator) -> Inputs:
+        return rng.uniform(0.5, 1.5, size), (n,)
+    return make
+
+
+# -------------------------------------- Python loop: x = x * sin(x) + 0.1 * cos(x), n times
+def loop_loss(x, n):
+    for _ in range(n):
+        x = x * np.sin(x) + 0.1 * np.cos(x)
+    return np.sum(x)
+
+
+def loop_grad(x, n):
+    dx = []
+    for _ in range(n):
+        s, c = np.sin(x), np.cos(x)
+        dx.append(0.9 * s + x * c)          # d/dx (x sin x + 0.1 cos x)
+        x = x * s + 0.1 * c
+    x_bar = np.ones_like(x)
+    for d in reversed(dx):
+        x_bar *= d
+    return x_bar
+
+
+def loop_torch(x, n):
+    import torch
+    for _ in range(n):
+        x = x * torch.sin(x) + 0.1 * torch.cos(x)
+    return torch.sum(x)
+
+
+def loop_scalar_loss(x, n):
+    for _ in range(n):
+        x = x * math.sin(x) + 0.1 * math.cos(x)
+    return x
+
+
+def loop_scalar_grad(x, n):
+    dx = []
+    for _ in range(n):
+        s, c = math.sin(x), math.cos(x)
+        dx.append(0.9 * s + x * c)
+        x = x * s + 0.1 * c
+    x_bar = 1.0
+    for d in reversed(dx):
+        x_bar *= d
+    return x_bar
+
+
+def loop_inputs(n: int, size: int | None) -> Callable[[np.random.Generator], Inputs]:
+    def make(rng: np.random.Generator) -> Inputs:
+        x = rng.uniform(0.5, 1.5, size) if size is not None else 0.8
+        return x, (n,)
+    return make
+
+
+# ------------------------------------------------------------------------------------ CASES
+CASES: tuple[Case, ...] = (
+    Case("dense2", "Dense(2=>2, tanh), batch 128", dense_loss, dense_grad, dense_inputs(2),
+         dense_torch, quick=True, target=2.0),
+    Case("dense20", "Dense(20=>20, tanh), batch 128", dense_loss, dense_grad, dense_inputs(20),
+         dense_torch, quick=True, target=1.4),
+    Case("dense200", "Dense(200=>200, tanh), batch 128", dense_loss, dense_grad, dense_inputs(200),
+         dense_torch),
+    Case("dense2000", "Dense(2000=>2000, tanh), batch 128", dense_loss, dense_grad, dense_inputs(2000),
+         dense_torch),
+    Case("dense2000f32", "Dense(2000=>2000, tanh), batch 128, float32", dense_loss, dense_grad,
+         dense_inputs(2000, dtype=np.float32), dense_torch, rtol=1e-4, atol_rel=1e-5),
+    Case("mlp", "MLP 784-256-256-10 tanh + softmax-CE, batch 128", mlp_loss, mlp_grad, mlp_inputs(),
+         mlp_torch, quick=True, target=1.1),
+    Case("sin10", "sin chain, 10 ops, x: array[1]", sin_chain_loss, sin_chain_grad, sin_chain_inputs(10),
+         sin_chain_torch),
+    Case("sin100", "sin chain, 100 ops, x: array[1]", sin_chain_loss, sin_chain_grad, sin_chain_inputs(100),
+         sin_chain_torch, quick=True, target=1.5),
+    Case("loop50", "Python loop x50: x=x*sin(x)+0.1*cos(x), x: array[10]", loop_loss, loop_grad,
+         loop_inputs(50, 10), loop_torch),
+    Case("loop50f", "Python loop x50, x: Python float", loop_scalar_loss, loop_scalar_grad,
+         loop_inputs(50, None), loop_torch),
+)
+
+
+def get_cases(keys: list[str] | None = None, *, quick: bool = False) -> list[Case]:
+    """The cases named by `keys` (in `CASES` order), else the quick ones or all of them."""
+    if keys:
+        unknown = set(keys) - {c.key for c in CASES}
+        if unknown:
+            raise SystemExit(f"unknown case(s) {sorted(unknown)}; known: {[c.key for c in CASES]}")
+        return [c for c in CASES if c.key in keys]
+    return [c for c in CASES if c.quick or not quick]

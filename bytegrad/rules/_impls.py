@@ -1,0 +1,185 @@
+"""Python implementations of builtins (sum, min, zip, sorted, list...) with the builtins' signatures.
+
+bytegrad runs them through its own rewriting (`differentiate_through`), so each addition and
+comparison is recorded and iterating a differentiated array yields recorded rows. They never call
+the builtin they stand for: that call would be routed back here.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Iterator
+
+__all__ = [
+    "py_sum", "py_prod", "py_min", "py_max", "py_iter", "py_zip", "py_enumerate", "py_map", "py_reversed",
+    "py_sorted", "py_reduce", "py_list", "py_tuple", "py_list_extend",
+]
+
+_MISSING: Any = object()
+
+
+def py_sum(iterable: Iterable[Any], /, start: Any = 0) -> Any:
+    total = start
+    for item in iterable:
+        total = total + item
+    return total
+
+
+def py_prod(iterable: Iterable[Any], /, *, start: Any = 1) -> Any:
+    total = start
+    for item in iterable:
+        total = total * item
+    return total
+
+
+def _select(name: str, args: tuple[Any, ...], key: Any, default: Any, largest: bool) -> Any:
+    if not args:
+        raise TypeError(f"{name} expected at least 1 argument, got 0")
+    if len(args) == 1:
+        items = args[0]
+    else:
+        if default is not _MISSING:
+            raise TypeError(f"Cannot specify a default for {name}() with multiple positional arguments")
+        items = args
+    best = _MISSING
+    best_key = None
+    for item in items:
+        k = item if key is None else key(item)
+        # Like the builtins: the first of equal items wins.
+        if best is _MISSING or (k > best_key if largest else k < best_key):
+            best = item
+            best_key = k
+    if best is _MISSING:
+        if default is _MISSING:
+            raise ValueError(f"{name}() iterable argument is empty")
+        return default
+    return best
+
+
+def py_min(*args: Any, key: Any = None, default: Any = _MISSING) -> Any:
+    return _select("min", args, key, default, largest=False)
+
+
+def py_max(*args: Any, key: Any = None, default: Any = _MISSING) -> Any:
+    return _select("max", args, key, default, largest=True)
+
+
+def _items(iterable: Any) -> Iterator[Any]:
+    for item in iterable:
+        yield item
+
+
+def _call_until(function: Callable[[], Any], sentinel: Any) -> Iterator[Any]:
+    while True:
+        item = function()
+        if item == sentinel:
+            return
+        yield item
+
+
+def py_iter(obj: Any, *sentinel: Any) -> Iterator[Any]:
+    if sentinel:
+        if not callable(obj):
+            raise TypeError("iter(v, w): v must be callable")
+        return _call_until(obj, sentinel[0])
+    if hasattr(type(obj), "__next__") and hasattr(type(obj), "__iter__"):
+        return obj  # an iterator is its own iterator
+    if not (hasattr(type(obj), "__iter__") or hasattr(type(obj), "__getitem__")):
+        raise TypeError(f"'{type(obj).__name__}' object is not iterable")
+    return _items(obj)
+
+
+def _zip_items(iterators: list[Iterator[Any]], strict: bool) -> Iterator[tuple[Any, ...]]:
+    if not iterators:
+        return
+    while True:
+        items = []
+        for it in iterators:
+            item = next(it, _MISSING)
+            if item is _MISSING:
+                if strict:
+                    if items:
+                        raise ValueError(f"zip() argument {len(items) + 1} is shorter than argument 1")
+                    for i, rest in enumerate(iterators[1:]):
+                        if next(rest, _MISSING) is not _MISSING:
+                            raise ValueError(f"zip() argument {i + 2} is longer than argument 1")
+                return
+            items.append(item)
+        yield (*items,)
+
+
+def py_zip(*iterables: Any, strict: bool = False) -> Iterator[tuple[Any, ...]]:
+    return _zip_items([iter(x) for x in iterables], strict)
+
+
+def _enumerate_items(iterable: Any, start: int) -> Iterator[tuple[int, Any]]:
+    i = start
+    for item in iterable:
+        yield i, item
+        i += 1
+
+
+def py_enumerate(iterable: Any, start: int = 0) -> Iterator[tuple[int, Any]]:
+    return _enumerate_items(iter(iterable), start)
+
+
+def _map_items(function: Callable[..., Any], iterables: tuple[Any, ...]) -> Iterator[Any]:
+    for args in zip(*iterables):
+        yield function(*args)
+
+
+def py_map(function: Callable[..., Any], *iterables: Any) -> Iterator[Any]:
+    if not iterables:
+        raise TypeError("map() must have at least two arguments.")
+    return _map_items(function, iterables)
+
+
+def _reversed_by_index(seq: Any) -> Iterator[Any]:
+    for i in range(len(seq) - 1, -1, -1):
+        yield seq[i]
+
+
+def py_reversed(seq: Any, /) -> Iterator[Any]:
+    method = getattr(type(seq), "__reversed__", None)
+    if method is not None:
+        return method(seq)  # lists, dicts, ranges: their own reverse iterator keeps the items' identity
+    if not (hasattr(type(seq), "__len__") and hasattr(type(seq), "__getitem__")):
+        raise TypeError(f"'{type(seq).__name__}' object is not reversible")
+    return _reversed_by_index(seq)
+
+
+def py_sorted(iterable: Any, /, *, key: Any = None, reverse: bool = False) -> list[Any]:
+    items = [item for item in iterable]
+    keys = items if key is None else [key(item) for item in items]
+    order = [i for i in range(len(items))]
+    order.sort(key=keys.__getitem__, reverse=reverse)  # stable, as sorted() is, also with reverse
+    return [items[i] for i in order]
+
+
+def py_reduce(function: Callable[[Any, Any], Any], iterable: Any, *initial: Any) -> Any:
+    if len(initial) > 1:
+        raise TypeError(f"reduce expected at most 3 arguments, got {2 + len(initial)}")
+    it = iter(iterable)
+    if initial:
+        value = initial[0]
+    else:
+        value = next(it, _MISSING)
+        if value is _MISSING:
+            raise TypeError("reduce() of empty iterable with no initial value")
+    for item in it:
+        value = function(value, item)
+    return value
+
+
+def py_list(iterable: Any = (), /) -> list[Any]:
+    return [item for item in iterable]
+
+
+def py_tuple(iterable: Any = (), /) -> tuple[Any, ...]:
+    items = [item for item in iterable]
+    return (*items,)
+
+
+def py_list_extend(self: list[Any], iterable: Any, /) -> None:
+    if iterable is self:
+        iterable = [item for item in self]
+    for item in iterable:
+        self.append(item)

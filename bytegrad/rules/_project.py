@@ -1,0 +1,58 @@
+"""Projecting a cotangent onto its primal: the primal's float dtype, scalar or array form, and the
+list/tuple structure of sequence arguments (`np.array([a, b])`, `np.concatenate((x, y))`).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from bytegrad.rules.registry import NO_TANGENT
+
+__all__ = ["is_float", "project", "split_like", "float_dtype"]
+
+
+def is_float(x: Any) -> bool:
+    """Whether `x` is a value that carries a derivative: a real/complex float scalar or array."""
+    if type(x) is np.ndarray or isinstance(x, np.generic):
+        return x.dtype.kind in "fc"
+    return isinstance(x, (float, complex)) and not isinstance(x, bool)
+
+
+def float_dtype(x: Any, fallback: Any = np.float64) -> Any:
+    """The dtype a cotangent of `x` has: x's own for float arrays, else `fallback`'s."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is not None and dtype.kind in "fc":
+        return dtype
+    return np.result_type(fallback)
+
+
+def project(x_bar: Any, x: Any) -> Any:
+    """`x_bar` in the form of the primal `x`: same dtype, shape (arrays) or scalar type.
+
+    Non-float primals (ints, bools, int arrays, None, strings) get NO_TANGENT.
+    """
+    if type(x) is np.ndarray:
+        if x.dtype.kind not in "fc":
+            return NO_TANGENT
+        x_bar = np.asarray(x_bar)
+        if x_bar.dtype != x.dtype:
+            x_bar = x_bar.astype(x.dtype)
+        return x_bar.reshape(x.shape) if x_bar.shape != x.shape else x_bar
+    if isinstance(x, np.generic):
+        return x.dtype.type(x_bar) if x.dtype.kind in "fc" else NO_TANGENT
+    if isinstance(x, float):
+        return float(x_bar)
+    if isinstance(x, complex):
+        return complex(x_bar)
+    if isinstance(x, (list, tuple)):
+        return split_like(x_bar, x)
+    return NO_TANGENT
+
+
+def split_like(x_bar: Any, x: Any) -> Any:
+    """Split the array cotangent `x_bar` of `np.array(x)` into the (nested) list/tuple structure of `x`."""
+    if isinstance(x, (list, tuple)):
+        parts = [split_like(x_bar[i], xi) for i, xi in enumerate(x)]
+        return parts if isinstance(x, list) else tuple(parts)
+    return project(x_bar, x)

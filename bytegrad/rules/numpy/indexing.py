@@ -1,0 +1,125 @@
+"""Indexing rules: `operator.getitem` on arrays (basic, fancy, boolean), `np.take` and `np.sort`.
+
+Fancy indices may repeat an element, so their pullback accumulates with `np.add.at`; indices that
+select each element at most once (basic indexing, boolean masks) take the fast assignment path.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable
+
+import numpy as np
+from numpy.lib.array_utils import normalize_axis_index
+
+from bytegrad.rules._project import project
+from bytegrad.rules.registry import NO_TANGENT, ZERO, rrule
+
+_BASIC_TYPES = frozenset((int, slice, type(None), type(Ellipsis), bool))
+
+
+def _selects_once(index: Any) -> bool:
+    """Whether `index` selects each element at most once: ints, slices, None, ..., boolean masks."""
+    items = index if type(index) is tuple else (index,)
+    for item in items:
+        if type(item) in _BASIC_TYPES or isinstance(item, (np.integer, np.bool_)):
+            continue
+        if type(item) is np.ndarray and item.dtype == np.bool_:
+            continue
+        return False
+    return True
+
+
+def _zeros_like(x: np.ndarray, out_bar: Any) -> np.ndarray:
+    dtype = x.dtype if x.dtype.kind in "fc" else np.result_type(out_bar, np.float64)
+    return np.zeros(x.shape, dtype=dtype)
+
+
+def _structural_getitem_cotangent(x: Any, index: Any, out_bar: Any) -> Any:
+    """The cotangent of a list, tuple or dict `x` from that of `x[index]`."""
+    if isinstance(x, dict):
+        x_bar = {k: ZERO for k in x}
+        x_bar[index] = out_bar
+        return x_bar
+    if isinstance(x, (list, tuple)):
+        bars: list[Any] = [ZERO] * len(x)
+        if isinstance(index, slice):
+            for i, b in zip(range(*index.indices(len(x))), out_bar):
+                bars[i] = b
+        else:
+            bars[operator.index(index)] = out_bar
+        return bars if isinstance(x, list) else tuple(bars)
+    if isinstance(x, np.generic):
+        return project(out_bar, x)
+    raise TypeError(
+        f"operator.getitem rule: cannot form the cotangent of a {type(x).__name__} indexed by "
+        f"{type(index).__name__}; only arrays, NumPy scalars, lists, tuples and dicts are supported."
+    )
+
+
+@rrule(operator.getitem)
+def getitem_rrule(x: Any, index: Any) -> tuple[Any, Callable[..., Any]]:
+    out = x[index]
+    if type(x) is not np.ndarray:
+
+        def structural_getitem_pullback(out_bar: Any) -> tuple[Any, Any]:
+            return _structural_getitem_cotangent(x, index, out_bar), NO_TANGENT
+
+        return out, structural_getitem_pullback
+    if out is x:
+        out = x.view()
+    once = _selects_once(index)
+    x_shape, x_dtype = x.shape, x.dtype  # the pullback needs only these, not x's values
+
+    def getitem_pullback(out_bar: Any) -> tuple[Any, Any]:
+        dtype = x_dtype if x_dtype.kind in "fc" else np.result_type(out_bar, np.float64)
+        x_bar = np.zeros(x_shape, dtype=dtype)
+        if once:
+            x_bar[index] = out_bar
+        else:
+            np.add.at(x_bar, index, out_bar)  # repeated indices accumulate
+        return x_bar, NO_TANGENT
+
+    return out, getitem_pullback
+
+
+@rrule(np.take)
+def take_rrule(x: Any, indices: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.take(x, indices, *args, **kwargs)
+    params = dict(zip(("axis", "out", "mode"), args), **kwargs)
+    if params.get("out") is not None:
+        raise TypeError("numpy.take(..., out=...) cannot be differentiated; assign the result instead.")
+    axis, mode = params.get("axis"), params.get("mode", "raise")
+
+    def take_pullback(out_bar: Any) -> tuple[Any, ...]:
+        xa = np.asarray(x)
+        x_bar = _zeros_like(xa, out_bar)
+        target = x_bar.reshape(-1) if axis is None else x_bar  # a view of x_bar in both cases
+        ax = 0 if axis is None else normalize_axis_index(axis, xa.ndim)
+        n = target.shape[ax]
+        idx = np.asarray(indices)
+        if mode == "wrap":
+            idx = np.mod(idx, n)
+        elif mode == "clip":
+            idx = np.clip(idx, 0, n - 1)
+        np.add.at(target, (slice(None),) * ax + (idx,), out_bar)
+        return (project(x_bar, x), NO_TANGENT) + (NO_TANGENT,) * len(args)
+
+    return out, take_pullback
+
+
+@rrule(np.sort)
+def sort_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.sort(x, *args, **kwargs)
+    axis = kwargs.get("axis", args[0] if args else -1)
+
+    def sort_pullback(out_bar: Any) -> tuple[Any, ...]:
+        # A stable argsort is one permutation that sorts x; ties may take any, all give `out`.
+        xa = np.asarray(x)
+        x_bar = _zeros_like(xa, out_bar)
+        if axis is None:
+            x_bar.reshape(-1)[np.argsort(xa, axis=None, kind="stable")] = out_bar
+        else:
+            np.put_along_axis(x_bar, np.argsort(xa, axis=axis, kind="stable"), out_bar, axis=axis)
+        return (project(x_bar, x),) + (NO_TANGENT,) * len(args)
+
+    return out, sort_pullback

@@ -1,0 +1,238 @@
+"""Products and linear algebra: matmul (`np.matmul` and `@`), dot, outer, inner, vdot, trace, and
+`np.linalg` inv, solve, det, slogdet, norm. Cotangents of products are thunks, computed only if needed.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable
+
+import numpy as np
+
+from bytegrad.rules._project import project
+from bytegrad.rules._shape import unbroadcast
+from bytegrad.rules.registry import NO_TANGENT, ZERO, rrule
+
+
+def _mT(m: np.ndarray) -> np.ndarray:
+    """The (conjugate) transpose of the last two axes."""
+    t = np.swapaxes(m, -1, -2)
+    return t.conj() if t.dtype.kind == "c" else t
+
+
+def _no_out(name: str, kwargs: dict[str, Any], args: tuple[Any, ...] = (), pos: int = -1) -> None:
+    if kwargs.get("out") is not None or (0 <= pos < len(args) and args[pos] is not None):
+        raise TypeError(f"numpy.{name}(..., out=...) cannot be differentiated; assign the result instead.")
+
+
+# ---- products ---------------------------------------------------------------------------------------
+
+@rrule(operator.matmul)
+@rrule(np.matmul)
+def matmul_rrule(a: Any, b: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    _no_out("matmul", kwargs)
+    out = np.matmul(a, b, **kwargs)
+    A, B = np.asarray(a), np.asarray(b)
+
+    def matmul_pullback(out_bar: Any) -> tuple[Any, Any]:
+        # Vectors become matrices (a row for a, a column for b), as matmul itself treats them.
+        A2 = A[None, :] if A.ndim == 1 else A
+        B2 = B[:, None] if B.ndim == 1 else B
+        ob = np.asarray(out_bar)
+        if A.ndim == 1 and B.ndim == 1:
+            ob = ob.reshape(1, 1)
+        elif A.ndim == 1:
+            ob = ob[..., None, :]
+        elif B.ndim == 1:
+            ob = ob[..., None]
+        a_bar = lambda: project(unbroadcast(ob @ _mT(B2), A2.shape).reshape(A.shape), a)  # noqa: E731
+        b_bar = lambda: project(unbroadcast(_mT(A2) @ ob, B2.shape).reshape(B.shape), b)  # noqa: E731
+        return a_bar, b_bar
+
+    return out, matmul_pullback
+
+
+def _dot_cotangents(A: np.ndarray, B: np.ndarray, out_bar: Any) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """Cotangents of np.dot(A, B): the sum over A's last axis and B's second-to-last (or only) axis."""
+    na, nb = A.ndim, B.ndim
+    if na == 0 or nb == 0:
+        return (lambda: unbroadcast(np.multiply(out_bar, B), A.shape),
+                lambda: unbroadcast(np.multiply(out_bar, A), B.shape))
+    if na == 2 and nb == 2:
+        return lambda: out_bar @ _mT(B), lambda: _mT(A) @ out_bar
+    free_a = tuple(range(na - 1))
+    if nb == 1:
+        return (lambda: np.multiply.outer(out_bar, B),
+                lambda: np.tensordot(out_bar, A, axes=(free_a, free_a)))
+    # out axes: A's free axes, then B's leading axes, then B's last axis.
+    out_axes_of_b = tuple(range(na - 1, na - 1 + nb - 2)) + (na - 1 + nb - 2,)
+    b_axes = tuple(range(nb - 2)) + (nb - 1,)
+    return (lambda: np.tensordot(out_bar, B, axes=(out_axes_of_b, b_axes)),
+            lambda: np.moveaxis(np.tensordot(A, out_bar, axes=(free_a, free_a)), 0, nb - 2))
+
+
+@rrule(np.ndarray.dot)
+@rrule(np.dot)
+def dot_rrule(a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    _no_out("dot", kwargs, args, 0)
+    out = np.dot(a, b)
+    A, B = np.asarray(a), np.asarray(b)
+
+    def dot_pullback(out_bar: Any) -> tuple[Any, ...]:
+        a_bar, b_bar = _dot_cotangents(A, B, out_bar)
+        return (lambda: project(a_bar(), a), lambda: project(b_bar(), b)) + (NO_TANGENT,) * len(args)
+
+    return out, dot_pullback
+
+
+@rrule(np.outer)
+def outer_rrule(a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    _no_out("outer", kwargs, args, 0)
+    out = np.outer(a, b)
+    A, B = np.ravel(a), np.ravel(b)
+
+    def outer_pullback(out_bar: Any) -> tuple[Any, ...]:
+        a_bar = lambda: project(np.reshape(out_bar @ B, np.shape(a)), a)  # noqa: E731
+        b_bar = lambda: project(np.reshape(A @ out_bar, np.shape(b)), b)  # noqa: E731
+        return (a_bar, b_bar) + (NO_TANGENT,) * len(args)
+
+    return out, outer_pullback
+
+
+@rrule(np.inner)
+def inner_rrule(a: Any, b: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.inner(a, b)
+    A, B = np.asarray(a), np.asarray(b)
+    na, nb = A.ndim, B.ndim
+
+    def inner_pullback(out_bar: Any) -> tuple[Any, Any]:
+        if na == 0 or nb == 0:
+            a_bar, b_bar = _dot_cotangents(A, B, out_bar)
+        else:
+            free_a, free_b = tuple(range(na - 1)), tuple(range(nb - 1))
+            out_b = tuple(range(na - 1, na - 1 + nb - 1))
+            a_bar = lambda: np.tensordot(out_bar, B, axes=(out_b, free_b))  # noqa: E731
+            b_bar = lambda: np.tensordot(out_bar, A, axes=(free_a, free_a))  # noqa: E731
+        return lambda: project(a_bar(), a), lambda: project(b_bar(), b)
+
+    return out, inner_pullback
+
+
+@rrule(np.vdot)
+def vdot_rrule(a: Any, b: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.vdot(a, b)
+    if np.iscomplexobj(a) or np.iscomplexobj(b):
+        raise NotImplementedError("the numpy.vdot rule covers real arguments only")
+
+    def vdot_pullback(out_bar: Any) -> tuple[Any, Any]:
+        a_bar = lambda: project(np.reshape(out_bar * np.ravel(b), np.shape(a)), a)  # noqa: E731
+        b_bar = lambda: project(np.reshape(out_bar * np.ravel(a), np.shape(b)), b)  # noqa: E731
+        return a_bar, b_bar
+
+    return out, vdot_pullback
+
+
+@rrule(np.ndarray.trace)
+@rrule(np.trace)
+def trace_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.trace(x, *args, **kwargs)
+    params = dict(zip(("offset", "axis1", "axis2", "dtype", "out"), args), **kwargs)
+    _no_out("trace", params)
+    offset, axis1, axis2 = params.get("offset", 0), params.get("axis1", 0), params.get("axis2", 1)
+
+    def trace_pullback(out_bar: Any) -> tuple[Any, ...]:
+        xa = np.asarray(x)
+        eye = np.eye(xa.shape[axis1], xa.shape[axis2], k=offset, dtype=np.result_type(out_bar, xa, 0.0))
+        x_bar = np.asarray(out_bar)[..., None, None] * eye  # the remaining axes, then (axis1, axis2)
+        x_bar = np.moveaxis(x_bar, (-2, -1), (axis1 % xa.ndim, axis2 % xa.ndim))
+        return (project(x_bar, x),) + (NO_TANGENT,) * len(args)
+
+    return out, trace_pullback
+
+
+# ---- np.linalg ------------------------------------------------------------------------------------------
+
+@rrule(np.linalg.inv)
+def inv_rrule(a: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.linalg.inv(a)
+
+    def inv_pullback(out_bar: Any) -> tuple[Any]:
+        out_t = _mT(out)
+        return (project(-(out_t @ out_bar @ out_t), a),)
+
+    return out, inv_pullback
+
+
+@rrule(np.linalg.solve)
+def solve_rrule(a: Any, b: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.linalg.solve(a, b)
+    A, B = np.asarray(a), np.asarray(b)
+    vector = B.ndim == 1  # NumPy 2: b is a vector only when it is 1-D
+
+    def solve_pullback(out_bar: Any) -> tuple[Any, Any]:
+        ob = np.asarray(out_bar)[..., None] if vector else np.asarray(out_bar)
+        b_bar = np.linalg.solve(_mT(A), ob)
+        x2 = out[..., None] if vector else out
+
+        def a_bar() -> Any:
+            return project(unbroadcast(-(b_bar @ _mT(x2)), A.shape), a)
+
+        def b_bar_thunk() -> Any:
+            bb = unbroadcast(b_bar, B.shape + (1,) if vector else B.shape)
+            return project(bb[..., 0] if vector else bb, b)
+
+        return a_bar, b_bar_thunk
+
+    return out, solve_pullback
+
+
+@rrule(np.linalg.det)
+def det_rrule(a: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.linalg.det(a)
+
+    def det_pullback(out_bar: Any) -> tuple[Any]:
+        # d det(A) = det(A) tr(A^-1 dA): singular matrices have no inverse here.
+        scale = np.asarray(out_bar * out)[..., None, None]
+        return (project(scale * _mT(np.linalg.inv(a)), a),)
+
+    return out, det_pullback
+
+
+@rrule(np.linalg.slogdet)
+def slogdet_rrule(a: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.linalg.slogdet(a)
+
+    def slogdet_pullback(out_bar: Any) -> tuple[Any]:
+        logabsdet_bar = out_bar[1]  # the sign is piecewise constant
+        if logabsdet_bar is ZERO:
+            return (ZERO,)
+        scale = np.asarray(logabsdet_bar)[..., None, None]
+        return (project(scale * _mT(np.linalg.inv(a)), a),)
+
+    return out, slogdet_pullback
+
+
+@rrule(np.linalg.norm)
+def norm_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.linalg.norm(x, *args, **kwargs)
+    params = dict(zip(("ord", "axis", "keepdims"), args), **kwargs)
+    ord_, axis, keepdims = params.get("ord"), params.get("axis"), params.get("keepdims", False)
+    xa = np.asarray(x)
+    axes = tuple(range(xa.ndim)) if axis is None else ((axis,) if np.ndim(axis) == 0 else tuple(axis))
+    vector = len(axes) == 1
+    if not (ord_ is None or ord_ == "fro" or (vector and ord_ in (1, 2))):
+        raise NotImplementedError(
+            f"the numpy.linalg.norm rule covers the 2-norm, 1-norm of vectors and Frobenius norm, not ord={ord_!r}"
+        )
+
+    def norm_pullback(out_bar: Any) -> tuple[Any, ...]:
+        out_e, ob = out, out_bar
+        if not keepdims:
+            out_e, ob = np.expand_dims(out, axes), np.expand_dims(out_bar, axes)
+        if ord_ == 1:
+            x_bar = ob * np.sign(xa)
+        else:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                x_bar = np.where(out_e == 0, 0, ob * xa / out_e)  # subgradient 0 at x == 0
+        return (project(x_bar, x),) + (NO_TANGENT,) * len(args)
+
+    return out, norm_pullback

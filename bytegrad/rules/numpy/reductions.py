@@ -1,0 +1,266 @@
+"""Reductions: sum, mean, prod, max/min, std/var and cumsum, as functions and as ndarray methods.
+
+Each rule serves both forms (`np.sum(x, 0)` and `x.sum(0)` take their arguments in the same order).
+The pullback of a full reduction returns a uniform scalar cotangent; others return broadcast views.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import numpy as np
+from numpy.lib.array_utils import normalize_axis_tuple
+
+from bytegrad.rules._project import project
+from bytegrad.rules.registry import NO_TANGENT, rrule
+
+_NOVALUE = getattr(np, "_NoValue", None)
+
+_SUM_PARAMS = ("axis", "dtype", "out", "keepdims", "initial", "where")
+_MEAN_PARAMS = ("axis", "dtype", "out", "keepdims")
+_MAX_PARAMS = ("axis", "out", "keepdims", "initial", "where")
+_VAR_PARAMS = ("axis", "dtype", "out", "ddof", "keepdims")
+_CUMSUM_PARAMS = ("axis", "dtype", "out")
+
+
+class _Reduction:
+    """A reduction's arguments, bound by name: the input as an array, its axes, keepdims, where."""
+
+    __slots__ = ("x", "xa", "axes", "keepdims", "where", "params")
+
+    def __init__(self, fn_name: str, names: tuple[str, ...], x: Any, args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> None:
+        params = dict(zip(names, args))
+        params.update(kwargs)
+        if params.get("out") is not None:
+            raise TypeError(
+                f"numpy.{fn_name}(..., out=...) writes into an existing array, which bytegrad cannot "
+                f"differentiate; assign the result to a new name instead."
+            )
+        self.x = x
+        self.xa = x if type(x) is np.ndarray else np.asarray(x)
+        axis = params.get("axis")
+        self.axes = tuple(range(self.xa.ndim)) if axis is None else normalize_axis_tuple(axis, self.xa.ndim)
+        keepdims = params.get("keepdims", False)
+        self.keepdims = keepdims is not _NOVALUE and bool(keepdims)
+        where = params.get("where", True)
+        self.where = True if where is _NOVALUE else where
+        self.params = params
+
+    @property
+    def full(self) -> bool:
+        """Whether the whole input is reduced to a scalar, with every element taking part."""
+        return self.where is True and not self.keepdims and len(self.axes) == self.xa.ndim
+
+    def expand(self, value: Any) -> Any:
+        """A reduced value brought back to the input's rank (size 1 on the reduced axes)."""
+        if self.keepdims or not self.axes:
+            return value
+        return np.expand_dims(value, self.axes)
+
+    def count(self) -> Any:
+        """How many elements each output element reduced (an int, or an array with `where`)."""
+        if self.where is True:
+            n = 1
+            for a in self.axes:
+                n *= self.xa.shape[a]
+            return n
+        mask = np.broadcast_to(self.where, self.xa.shape)
+        return np.sum(mask, axis=self.axes, keepdims=True)
+
+    def finish(self, x_bar: Any) -> Any:
+        """The input's cotangent from an array broadcastable to its shape: masked by `where`, projected."""
+        if self.where is not True:
+            x_bar = np.where(self.where, x_bar, 0)
+        x_bar = np.broadcast_to(x_bar, self.xa.shape)
+        x = self.x
+        if type(x) is np.ndarray:
+            return x_bar if x_bar.dtype == x.dtype or x.dtype.kind not in "fc" else x_bar.astype(x.dtype)
+        return project(x_bar, x)
+
+    def uniform(self, value: Any) -> Any:
+        """A scalar cotangent standing for `value` everywhere in the input, in the input's dtype."""
+        x = self.x
+        if type(x) is np.ndarray:
+            if isinstance(value, (np.generic, np.ndarray)) and value.dtype != x.dtype and x.dtype.kind in "fc":
+                return x.dtype.type(value)
+            return value
+        return project(np.broadcast_to(value, self.xa.shape), x)
+
+
+def _pullback_result(x_bar: Any, args: tuple[Any, ...], names: tuple[str, ...] = (),
+                     initial_bar: Optional[Callable[[], Any]] = None) -> tuple[Any, ...]:
+    """x's cotangent, then NO_TANGENT for each positional option, except a positional `initial`
+    (a float that takes part in the reduction), whose cotangent `initial_bar()` gives."""
+    result = [x_bar] + [NO_TANGENT] * len(args)
+    if initial_bar is not None and "initial" in names and names.index("initial") < len(args):
+        i = names.index("initial")
+        result[i + 1] = project(initial_bar(), args[i])
+    return tuple(result)
+
+
+def _float_dtype(r: _Reduction, out_bar: Any) -> Any:
+    dtype = r.xa.dtype
+    return dtype if dtype.kind in "fc" else np.result_type(out_bar, np.float64)
+
+
+@rrule(np.ndarray.sum)
+@rrule(np.sum)
+def sum_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.sum(x, *args, **kwargs)
+    r = _Reduction("sum", _SUM_PARAMS, x, args, kwargs)
+
+    def sum_pullback(out_bar: Any) -> tuple[Any, ...]:
+        x_bar = r.uniform(out_bar) if r.full else r.finish(r.expand(out_bar))
+        return _pullback_result(x_bar, args, _SUM_PARAMS, lambda: np.sum(out_bar))
+
+    return out, sum_pullback
+
+
+@rrule(np.ndarray.mean)
+@rrule(np.mean)
+def mean_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.mean(x, *args, **kwargs)
+    r = _Reduction("mean", _MEAN_PARAMS, x, args, kwargs)
+
+    def mean_pullback(out_bar: Any) -> tuple[Any, ...]:
+        count = r.count()
+        if r.full:
+            return _pullback_result(r.uniform(out_bar / count), args)
+        if type(count) is np.ndarray:
+            count = np.maximum(count, 1).astype(_float_dtype(r, out_bar))
+        return _pullback_result(r.finish(r.expand(out_bar) / count), args)
+
+    return out, mean_pullback
+
+
+def _prod_of_others(xa: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """For each element, the product of the other elements it is reduced with (exact with zeros)."""
+    k = len(axes)
+    moved = np.moveaxis(xa, axes, tuple(range(xa.ndim - k, xa.ndim)))
+    flat = moved.reshape(moved.shape[: xa.ndim - k] + (-1,))
+    left = np.ones_like(flat)
+    right = np.ones_like(flat)
+    if flat.shape[-1] > 1:
+        left[..., 1:] = np.cumprod(flat[..., :-1], axis=-1)
+        right[..., :-1] = np.cumprod(flat[..., :0:-1], axis=-1)[..., ::-1]
+    others = (left * right).reshape(moved.shape)
+    return np.moveaxis(others, tuple(range(xa.ndim - k, xa.ndim)), axes)
+
+
+@rrule(np.ndarray.prod)
+@rrule(np.prod)
+def prod_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.prod(x, *args, **kwargs)
+    r = _Reduction("prod", _SUM_PARAMS, x, args, kwargs)
+
+    def prod_pullback(out_bar: Any) -> tuple[Any, ...]:
+        xa = r.xa if r.where is True else np.where(r.where, r.xa, 1)
+        initial = r.params.get("initial", _NOVALUE)
+        if np.all(xa != 0):
+            others = r.expand(out) / xa
+        else:
+            others = _prod_of_others(xa, r.axes)
+            if initial is not _NOVALUE and initial is not None:
+                others = others * initial
+        x_bar = r.finish(r.expand(out_bar) * others)
+        return _pullback_result(x_bar, args, _SUM_PARAMS, lambda: np.sum(out_bar * np.prod(
+            r.xa, axis=r.axes, keepdims=r.keepdims, where=r.where)))
+
+    return out, prod_pullback
+
+
+def _extreme_rrule(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    def extreme_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+        out = fn(x, *args, **kwargs)
+        r = _Reduction(name, _MAX_PARAMS, x, args, kwargs)
+
+        # The cotangent is split evenly among tied extreme elements.
+        def extreme_pullback(out_bar: Any) -> tuple[Any, ...]:
+            mask = r.xa == r.expand(out)
+            if r.where is not True:
+                mask &= r.where
+            count = np.sum(mask, axis=r.axes, keepdims=True)
+            share = r.expand(out_bar) / np.maximum(count, 1).astype(_float_dtype(r, out_bar))
+            # `initial` gets the cotangent of the outputs no element of x reached.
+            return _pullback_result(r.finish(mask * share), args, _MAX_PARAMS,
+                                    lambda: np.sum(r.expand(out_bar) * (count == 0)))
+
+        return out, extreme_pullback
+
+    extreme_rrule.__name__ = extreme_rrule.__qualname__ = f"{name}_rrule"
+    return extreme_rrule
+
+
+for _fns, _name, _primal in (((np.max, np.amax, np.ndarray.max), "max", np.max),
+                             ((np.min, np.amin, np.ndarray.min), "min", np.min)):
+    _rule = _extreme_rrule(_primal, _name)
+    for _fn in dict.fromkeys(_fns):  # np.max and np.amax are one object in some NumPy versions
+        rrule(_fn)(_rule)
+
+
+def _var_parts(r: _Reduction, out_bar: Any) -> tuple[Any, Any]:
+    """(x - mean) and out_bar / (N - ddof), both broadcastable to the input's shape."""
+    params = r.params
+    ddof = params.get("ddof", 0)
+    correction = params.get("correction", _NOVALUE)
+    if correction is not _NOVALUE and correction is not None:
+        ddof = correction
+    where = r.where
+    mean = np.mean(r.xa, axis=r.axes, keepdims=True, where=where) if where is not True else (
+        np.mean(r.xa, axis=r.axes, keepdims=True))
+    centered = r.xa - mean
+    count = r.count()
+    denom = np.maximum(count - ddof, 0)
+    if type(denom) is np.ndarray:
+        denom = denom.astype(_float_dtype(r, out_bar))
+    return centered, r.expand(out_bar) / denom
+
+
+@rrule(np.ndarray.var)
+@rrule(np.var)
+def var_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.var(x, *args, **kwargs)
+    r = _Reduction("var", _VAR_PARAMS, x, args, kwargs)
+
+    def var_pullback(out_bar: Any) -> tuple[Any, ...]:
+        centered, scale = _var_parts(r, out_bar)
+        return _pullback_result(r.finish(2 * centered * scale), args)
+
+    return out, var_pullback
+
+
+@rrule(np.ndarray.std)
+@rrule(np.std)
+def std_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.std(x, *args, **kwargs)
+    r = _Reduction("std", _VAR_PARAMS, x, args, kwargs)
+
+    def std_pullback(out_bar: Any) -> tuple[Any, ...]:
+        centered, scale = _var_parts(r, out_bar)
+        out_e = r.expand(out)
+        # d std = d var / (2 std); where std == 0 (all equal) the subgradient 0 is taken.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x_bar = np.where(out_e == 0, 0, centered * scale / out_e)
+        return _pullback_result(r.finish(x_bar), args)
+
+    return out, std_pullback
+
+
+@rrule(np.ndarray.cumsum)
+@rrule(np.cumsum)
+def cumsum_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.cumsum(x, *args, **kwargs)
+    params = dict(zip(_CUMSUM_PARAMS, args))
+    params.update(kwargs)
+    if params.get("out") is not None:
+        raise TypeError("numpy.cumsum(..., out=...) cannot be differentiated; assign the result instead.")
+    axis = params.get("axis")
+
+    def cumsum_pullback(out_bar: Any) -> tuple[Any, ...]:
+        if axis is None:
+            x_bar = np.cumsum(out_bar[::-1])[::-1].reshape(np.shape(x))
+        else:
+            x_bar = np.flip(np.cumsum(np.flip(out_bar, axis), axis), axis)
+        return (project(x_bar, x),) + (NO_TANGENT,) * len(args)
+
+    return out, cumsum_pullback

@@ -1,0 +1,187 @@
+"""Elementwise NumPy functions as `scalar_rule` tables: partial derivatives in terms of the inputs and `out`.
+
+Partials receive `(*positional_args, out)`; a constant partial is a number. Signs, rounding and
+comparisons are in `nondiff.py`.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from bytegrad.rules.registry import scalar_rule
+
+_LN2 = float(np.log(2.0))
+_LN10 = float(np.log(10.0))
+
+
+def _is_py_scalar(x: Any) -> bool:
+    return type(x) is float or type(x) is int
+
+
+def _errstate() -> Any:
+    # Partials at the edge of a domain (x == 0 for sqrt) are meant to be +-inf, as NumPy gives them.
+    return np.errstate(divide="ignore", invalid="ignore", over="ignore")
+
+
+# ---- power: care at x == 0 and for the exponent's partial where x <= 0 ----------------------------
+
+def power_dx(x: Any, y: Any, out: Any) -> Any:
+    """d(x**y)/dx = y * x**(y-1), and 0 where y == 0 (not 0 * inf at x == 0)."""
+    if _is_py_scalar(y):
+        if y == 2:
+            return 2 * x
+        if y == 1:
+            return 1.0 if _is_py_scalar(x) else np.ones_like(out)
+        if y == 0:
+            return 0.0 if _is_py_scalar(x) else np.zeros_like(out)
+        if _is_py_scalar(x):
+            if x == 0:  # Python raises where NumPy gives inf: 0**(y-1) for y < 1
+                return 0.0 if y > 1 else float("inf")
+            return y * x ** (y - 1)
+    with _errstate():
+        return np.where(np.equal(y, 0), 0, y * np.power(x, y - 1))
+
+
+def power_dy(x: Any, y: Any, out: Any) -> Any:
+    """d(x**y)/dy = out * log(x) where x > 0; 0 elsewhere (0**y is flat in y for y > 0)."""
+    if _is_py_scalar(x):  # math.log keeps a Python float weak: float32 y gives a float32 partial
+        if x > 0:
+            return out * math.log(x)
+        return 0.0 if _is_py_scalar(y) else np.zeros_like(out)
+    positive = np.greater(x, 0)
+    with _errstate():
+        return np.where(positive, out * np.log(np.where(positive, x, 1)), 0)
+
+
+def float_power_dx(x: Any, y: Any, out: Any) -> Any:
+    with _errstate():
+        return np.where(np.equal(y, 0), 0.0, y * np.float_power(x, y - 1))
+
+
+# ---- helpers for partials that pick one input ----------------------------------------------------
+
+def _pick(condition: Any, tie: Any, out: Any) -> Any:
+    """1 where `condition`, 0.5 where `tie`, 0 elsewhere, in the output's float dtype."""
+    dtype = np.result_type(out) if np.result_type(out).kind == "f" else np.float64
+    return np.where(tie, dtype.type(0.5), np.asarray(condition, dtype=dtype))
+
+
+# maximum/minimum: ties split the cotangent 0.5/0.5 between the two inputs (as the max/min
+# reductions split it evenly among tied elements), so the rule is symmetric in its arguments.
+def _max_dx(x: Any, y: Any, out: Any) -> Any:
+    return _pick(np.greater(x, y), np.equal(x, y), out)
+
+
+def _max_dy(x: Any, y: Any, out: Any) -> Any:
+    return _pick(np.less(x, y), np.equal(x, y), out)
+
+
+# fmax/fmin ignore a NaN input: the other one gets the whole cotangent.
+def _fmax_dx(x: Any, y: Any, out: Any) -> Any:
+    return _pick(np.greater(x, y) | np.isnan(y), np.equal(x, y), out)
+
+
+def _fmax_dy(x: Any, y: Any, out: Any) -> Any:
+    return _pick(np.less(x, y) | np.isnan(x), np.equal(x, y), out)
+
+
+def _fmin_dx(x: Any, y: Any, out: Any) -> Any:
+    return _pick(np.less(x, y) | np.isnan(y), np.equal(x, y), out)
+
+
+def _fmin_dy(x: Any, y: Any, out: Any) -> Any:
+    return _pick(np.greater(x, y) | np.isnan(x), np.equal(x, y), out)
+
+
+# clip(x, a_min, a_max): x passes where it was not clipped. Written with `*rest` so that a call
+# with a_min/a_max as keywords (no positional bounds) still works; a bound of None gets 0.
+def _clip_dx(x: Any, *rest: Any) -> Any:
+    return np.equal(rest[-1], x)
+
+
+def _clip_dmin(x: Any, a_min: Any, a_max: Any, out: Any) -> Any:
+    return 0 if a_min is None else np.equal(out, a_min) & np.less(x, a_min)
+
+
+def _clip_dmax(x: Any, a_min: Any, a_max: Any, out: Any) -> Any:
+    return 0 if a_max is None else np.equal(out, a_max) & np.greater(x, a_max)
+
+
+def _where_dx(condition: Any, x: Any, y: Any, out: Any) -> Any:
+    return np.asarray(condition, dtype=bool)
+
+
+def _where_dy(condition: Any, x: Any, y: Any, out: Any) -> Any:
+    return np.logical_not(condition)
+
+
+def _sinc_dx(x: Any, out: Any) -> Any:
+    zero = np.equal(x, 0)  # sinc is flat at 0
+    with _errstate():
+        return np.where(zero, 0, (np.cos(np.pi * x) - out) / np.where(zero, 1, x))
+
+
+def _copysign_dx(x: Any, y: Any, out: Any) -> Any:
+    return np.copysign(1, x) * np.copysign(1, y)
+
+
+# ---- the table -------------------------------------------------------------------------------------
+
+scalar_rule(np.sin, lambda x, out: np.cos(x))
+scalar_rule(np.cos, lambda x, out: -np.sin(x))
+scalar_rule(np.tan, lambda x, out: 1 + out**2)
+scalar_rule(np.arcsin, lambda x, out: 1 / np.sqrt(1 - x**2))   # +-inf at |x| == 1
+scalar_rule(np.arccos, lambda x, out: -1 / np.sqrt(1 - x**2))
+scalar_rule(np.arctan, lambda x, out: 1 / (1 + x**2))
+scalar_rule(np.sinh, lambda x, out: np.cosh(x))
+scalar_rule(np.cosh, lambda x, out: np.sinh(x))
+scalar_rule(np.tanh, lambda x, out: 1 - out**2)
+scalar_rule(np.arcsinh, lambda x, out: 1 / np.sqrt(x**2 + 1))
+scalar_rule(np.arccosh, lambda x, out: 1 / np.sqrt(x**2 - 1))
+scalar_rule(np.arctanh, lambda x, out: 1 / (1 - x**2))
+scalar_rule(np.arctan2, lambda y, x, out: x / (x**2 + y**2), lambda y, x, out: -y / (x**2 + y**2))
+scalar_rule(np.hypot, lambda x, y, out: x / out, lambda x, y, out: y / out)
+scalar_rule(np.deg2rad, np.pi / 180)
+scalar_rule(np.rad2deg, 180 / np.pi)
+scalar_rule(np.radians, np.pi / 180)
+scalar_rule(np.degrees, 180 / np.pi)
+scalar_rule(np.sinc, _sinc_dx)
+
+scalar_rule(np.exp, lambda x, out: out)
+scalar_rule(np.exp2, lambda x, out: out * _LN2)
+scalar_rule(np.expm1, lambda x, out: out + 1)
+scalar_rule(np.log, lambda x, out: 1 / x)
+scalar_rule(np.log2, lambda x, out: 1 / (x * _LN2))
+scalar_rule(np.log10, lambda x, out: 1 / (x * _LN10))
+scalar_rule(np.log1p, lambda x, out: 1 / (1 + x))
+scalar_rule(np.logaddexp, lambda x, y, out: np.exp(x - out), lambda x, y, out: np.exp(y - out))
+scalar_rule(np.logaddexp2, lambda x, y, out: np.exp2(x - out), lambda x, y, out: np.exp2(y - out))
+scalar_rule(np.sqrt, lambda x, out: 0.5 / out)                 # +inf at x == 0, matching NumPy
+scalar_rule(np.cbrt, lambda x, out: 1 / (3 * out**2))
+scalar_rule(np.square, lambda x, out: 2 * x)
+scalar_rule(np.reciprocal, lambda x, out: -(out**2))
+scalar_rule(np.power, power_dx, power_dy)
+scalar_rule(np.float_power, float_power_dx, power_dy)
+
+scalar_rule(np.absolute, lambda x, out: np.sign(x))            # 0 at the kink
+scalar_rule(np.fabs, lambda x, out: np.sign(x))
+scalar_rule(np.copysign, _copysign_dx, 0)
+scalar_rule(np.negative, -1)
+scalar_rule(np.positive, 1)
+scalar_rule(np.conjugate, 1)                                   # real arguments only
+scalar_rule(np.add, 1, 1)
+scalar_rule(np.subtract, 1, -1)
+scalar_rule(np.multiply, lambda x, y, out: y, lambda x, y, out: x)
+scalar_rule(np.divide, lambda x, y, out: 1 / y, lambda x, y, out: -out / y)
+scalar_rule(np.mod, 1, lambda x, y, out: -np.floor_divide(x, y))
+scalar_rule(np.fmod, 1, lambda x, y, out: -np.trunc(x / y))
+scalar_rule(np.ldexp, lambda x, i, out: np.ldexp(np.ones_like(out), i), None)
+
+scalar_rule(np.maximum, _max_dx, _max_dy)
+scalar_rule(np.minimum, _max_dy, _max_dx)
+scalar_rule(np.fmax, _fmax_dx, _fmax_dy)
+scalar_rule(np.fmin, _fmin_dx, _fmin_dy)
+scalar_rule(np.clip, _clip_dx, _clip_dmin, _clip_dmax)
+scalar_rule(np.where, None, _where_dx, _where_dy)

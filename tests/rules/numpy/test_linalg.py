@@ -1,0 +1,80 @@
+"""Products and np.linalg rules against finite differences: 1-D, 2-D, batched and broadcast cases."""
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+import pytest
+
+from bytegrad.rules._apply import as_rrule
+from bytegrad.rules.registry import ZERO, lookup
+
+from ..cases import Arr, Gen, Num, case, params
+
+
+def _well_conditioned(*batch):
+    def make(rng, dtype):
+        n = 3
+        a = rng.uniform(-0.5, 0.5, batch + (n, n)) + 2.0 * np.eye(n)
+        return a.astype(dtype)
+    return Gen(make)
+
+
+MATMUL = [
+    case(fn, Arr(a), Arr(b), name=f"{fn.__name__}-{a}@{b}")
+    for fn in (np.matmul, operator.matmul)
+    for a, b in [((2, 3), (3, 4)), ((3,), (3,)), ((3,), (3, 4)), ((2, 3), (3,)), ((5, 2, 3), (3, 4)),
+                 ((2, 1, 2, 3), (4, 3, 2)), ((3,), (5, 3, 2)), ((5, 2, 3), (3,))]
+]
+PRODUCTS = [
+    case(np.dot, Arr((2, 3)), Arr((3, 4))), case(np.dot, Arr((3,)), Arr((3,)), name="dot-1d"),
+    case(np.dot, Arr((2, 3)), Arr((3,)), name="dot-2d-1d"), case(np.dot, Arr((3,)), Arr((3, 2)), name="dot-1d-2d"),
+    case(np.dot, Arr((2, 4, 3)), Arr((3,)), name="dot-3d-1d"), case(np.dot, Arr((2, 4, 3)), Arr((5, 3, 2)), name="dot-3d-3d"),
+    case(np.dot, Arr((3,)), Arr((5, 3, 2)), name="dot-1d-3d"), case(np.dot, Num(), Arr((2, 3)), name="dot-scalar"),
+    case(np.dot, Arr((2, 3)), Arr(()), name="dot-0d"),
+    case(np.ndarray.dot, Arr((2, 3)), Arr((3, 2))),
+    case(np.outer, Arr((3,)), Arr((4,))), case(np.outer, Arr((2, 2)), Arr((3,)), name="outer-flattens"),
+    case(np.inner, Arr((3,)), Arr((3,))), case(np.inner, Arr((2, 3)), Arr((4, 3)), name="inner-2d"),
+    case(np.inner, Arr((2, 5, 3)), Arr((3,)), name="inner-3d-1d"), case(np.inner, Num(), Arr((3,)), name="inner-scalar"),
+    case(np.vdot, Arr((2, 3)), Arr((6,))),
+    case(np.trace, Arr((3, 3))), case(np.trace, Arr((3, 4)), 1, name="trace-offset"),
+    case(np.trace, Arr((2, 3, 4)), 0, 1, 2, name="trace-axes"), case(np.ndarray.trace, Arr((4, 2, 4)), -1, 0, 2),
+]
+LINALG = [
+    case(np.linalg.inv, _well_conditioned()), case(np.linalg.inv, _well_conditioned(2), name="inv-batched"),
+    case(np.linalg.solve, _well_conditioned(), Arr((3,))), case(np.linalg.solve, _well_conditioned(), Arr((3, 2)), name="solve-matrix"),
+    case(np.linalg.solve, _well_conditioned(4), Arr((3,)), name="solve-batched-vector"),
+    case(np.linalg.solve, _well_conditioned(4), Arr((3, 2)), name="solve-batched-matrix"),
+    case(np.linalg.solve, _well_conditioned(), Arr((4, 3, 2)), name="solve-broadcast-b"),
+    case(np.linalg.det, _well_conditioned()), case(np.linalg.det, _well_conditioned(3), name="det-batched"),
+    case(np.linalg.slogdet, _well_conditioned()), case(np.linalg.slogdet, _well_conditioned(2), name="slogdet-batched"),
+    case(np.linalg.norm, Arr((5,))), case(np.linalg.norm, Arr((3, 4))), case(np.linalg.norm, Arr((3, 4)), "fro", name="norm-fro"),
+    case(np.linalg.norm, Arr((3, 4)), axis=1, name="norm-axis"), case(np.linalg.norm, Arr((3, 4)), 2, 0, True, name="norm-keepdims"),
+    case(np.linalg.norm, Arr((5,), 0.1, 2, signed=True), 1, name="norm-1"),
+]
+TABLES = [MATMUL, PRODUCTS, LINALG]
+
+
+@pytest.mark.parametrize("case,dtype", params(MATMUL + PRODUCTS + LINALG))
+def test_linalg_rule(case, dtype):
+    case.check(dtype)
+
+
+def test_matmul_cotangents_are_thunks_computed_on_demand():
+    a, b = np.ones((2, 3)), np.ones((3, 4))
+    out, pullback = as_rrule(lookup(np.matmul))(a, b)
+    a_bar, b_bar = pullback(np.ones((2, 4)))
+    assert callable(a_bar) and callable(b_bar)
+    assert a_bar().shape == (2, 3) and b_bar().shape == (3, 4)
+
+
+def test_slogdet_ignores_the_sign_cotangent():
+    out, pullback = as_rrule(lookup(np.linalg.slogdet))(np.eye(2) * 2.0)
+    (a_bar,) = pullback((ZERO, 1.0))
+    assert np.allclose(a_bar, np.eye(2) * 0.5)
+    assert pullback((1.0, ZERO)) == (ZERO,)
+
+
+def test_unsupported_norm_is_a_clear_error():
+    with pytest.raises(NotImplementedError, match="ord=inf"):
+        as_rrule(lookup(np.linalg.norm))(np.ones(3), np.inf)

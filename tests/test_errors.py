@@ -1,0 +1,483 @@
+"""User-facing errors: each raised from user code, citing the user's file, line and source text, with a fix.
+
+Expected line numbers are computed from the source (`inspect.getsourcelines`), never written down.
+After every error the next gradient must be right (an autouse fixture checks a canary gradient).
+"""
+from __future__ import annotations
+
+import copy
+import inspect
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from gradcheck import check_grad  # noqa: E402
+
+import bytegrad  # noqa: E402
+from bytegrad.rules import rrule  # noqa: E402
+
+try:
+    from bytegrad.rules.registry import lookup as _lookup_rule
+except ImportError:  # pragma: no cover - registry moved
+    _lookup_rule = None
+
+
+# ---- helpers --------------------------------------------------------------------------------------
+
+
+def line_of(fn, marker):
+    """(line number, stripped source text) of the one line of `fn` containing `marker`."""
+    lines, start = inspect.getsourcelines(fn)
+    hits = [i for i, text in enumerate(lines) if marker in text]
+    assert len(hits) == 1, f"marker {marker!r} found {len(hits)} times in {fn.__name__}"
+    return start + hits[0], lines[hits[0]].strip()
+
+
+def source_range(fn):
+    lines, start = inspect.getsourcelines(fn)
+    return range(start, start + len(lines))
+
+
+def assert_cites(exc, fn, marker):
+    """The message starts with `File "<file>", line <n>, in <func>`, shows the line's source and a fix."""
+    message = str(exc)
+    lineno, text = line_of(fn, marker)
+    head = f'File "{fn.__code__.co_filename}", line {lineno}, in {fn.__code__.co_name}'
+    assert message.startswith(head), f"expected the message to start with\n{head}\ngot:\n{message}"
+    assert text in message, f"source line {text!r} missing from:\n{message}"
+    assert "  Fix: " in message, f"no '  Fix: ' part in:\n{message}"
+    assert message.index(text) < message.index("  Fix: ")
+
+
+def assert_cites_within(exc, fn, lines):
+    """Like `assert_cites`, for errors where several lines of `fn` are reasonable to cite."""
+    message = str(exc)
+    prefix = f'File "{fn.__code__.co_filename}", line '
+    assert message.startswith(prefix), f"expected the message to start with {prefix!r}, got:\n{message}"
+    lineno = int(message[len(prefix):].split(",", 1)[0])
+    assert lineno in lines, f"cited line {lineno}, expected one of {list(lines)}:\n{message}"
+    assert f", in {fn.__code__.co_name}" in message.splitlines()[0], message
+    source = inspect.getsourcelines(fn)[0][lineno - inspect.getsourcelines(fn)[1]].strip()
+    assert source in message, f"source line {source!r} missing from:\n{message}"
+    assert "  Fix: " in message, f"no '  Fix: ' part in:\n{message}"
+
+
+def has_rule(fn):
+    return _lookup_rule is not None and _lookup_rule(fn) is not None
+
+
+def _canary(x):
+    return np.sum(np.tanh(x) * x) + np.sum(x[1:] * x[:-1])
+
+
+@pytest.fixture(autouse=True)
+def next_gradient_is_right():
+    yield
+    rng = np.random.default_rng(123)
+    check_grad(_canary, (rng.normal(size=4),), 0)
+
+
+# ---- NoRuleError ----------------------------------------------------------------------------------
+
+
+def frexp_user(x):
+    y = np.sin(x)
+    mantissa, exponent = np.frexp(y * 2.0)  # no rule here
+    return np.sum(mantissa)
+
+
+_TWICE = np.frompyfunc(lambda v: 2.0 * v, 1, 1)
+
+
+def pyfunc_ufunc_user(x):
+    y = _TWICE(x * 1.5)  # object ufunc, no rule
+    return np.sum(y.astype(float))
+
+
+def _frexp_helper(v):
+    return np.frexp(v)[0] * 3.0  # inside a helper
+
+
+def calls_helper_without_rule(x):
+    return np.sum(_frexp_helper(x ** 2))
+
+
+def math_frexp_user(a):
+    m, e = math.frexp(a * 2.0)  # math.frexp has no rule
+    return m * a
+
+
+def maybe_no_rule(x, use_frexp):
+    if use_frexp:
+        x = np.frexp(x)[0]
+    return np.sum(np.sin(x) * x)
+
+
+NO_RULE_CASES = [
+    (frexp_user, "np.frexp(", np.frexp, lambda: np.random.default_rng(0).normal(size=4)),
+    (pyfunc_ufunc_user, "_TWICE(", _TWICE, lambda: np.random.default_rng(0).normal(size=4)),
+    (calls_helper_without_rule, None, np.frexp, lambda: np.random.default_rng(0).normal(size=4)),
+    (math_frexp_user, "math.frexp(", math.frexp, lambda: 0.7),
+]
+
+
+@pytest.mark.parametrize("fn, marker, callee, make_x", NO_RULE_CASES, ids=[c[0].__name__ for c in NO_RULE_CASES])
+def test_no_rule_error(fn, marker, callee, make_x):
+    if has_rule(callee):
+        pytest.skip(f"bytegrad has a rule for {callee}; pick another function without one")
+    x = make_x()
+    before = copy.deepcopy(x)
+    with pytest.raises(bytegrad.NoRuleError) as info:
+        bytegrad.grad(fn)(x)
+    assert isinstance(info.value, bytegrad.DifferentiationError)
+    if marker is None:  # the call without a rule sits in the helper: the helper's line is cited
+        assert_cites(info.value, _frexp_helper, "np.frexp(")
+    else:
+        assert_cites(info.value, fn, marker)
+    name = getattr(callee, "__name__", "")
+    assert name and name in str(info.value), f"the function without a rule ({name}) is not named:\n{info.value}"
+    np.testing.assert_array_equal(x, before)
+
+
+def test_no_rule_on_constants_is_fine():
+    """A function without a rule may be called on values that are not differentiated."""
+
+    def f(x):
+        m, _ = np.frexp(np.linspace(1.0, 2.0, 4))
+        return np.sum(x * m)
+
+    rng = np.random.default_rng(1)
+    check_grad(f, (rng.normal(size=4),), 0)
+
+
+def test_gradient_right_after_no_rule_error():
+    if has_rule(np.frexp):
+        pytest.skip("np.frexp has a rule")
+    f = bytegrad.differentiate(maybe_no_rule)
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=4)
+    with pytest.raises(bytegrad.NoRuleError) as info:
+        f.grad(x, True)
+    assert_cites(info.value, maybe_no_rule, "np.frexp(")
+    check_grad(f, (x, False), 0)
+    with pytest.raises(bytegrad.NoRuleError):
+        f.grad(x, True)
+    check_grad(f, (rng.normal(size=4), False), 0)
+
+
+# ---- MutationError --------------------------------------------------------------------------------
+
+
+def setitem_input(x):
+    y = x * 2.0
+    x[0] = 1.0  # mutates the caller's array
+    return np.sum(x ** 2 + y)
+
+
+def setitem_slice_input(x):
+    x[:2] = 0.0  # mutates the caller's array
+    return np.sum(x ** 2)
+
+
+def iadd_input(x):
+    x += 1.0  # mutates the caller's array
+    return np.sum(x)
+
+
+def imul_input(x):
+    s = np.sum(x)
+    x *= s  # mutates the caller's array
+    return np.sum(x)
+
+
+def out_kwarg_input(x):
+    np.add(x, 1.0, out=x)  # mutates the caller's array
+    return np.sum(x)
+
+
+def view_setitem_input(x):
+    tail = x[1:]
+    tail[0] = 2.0  # writes through a view of the caller's array
+    return np.sum(x ** 2)
+
+
+def column_imul_input(x):
+    x[:, 0] *= 2.0  # mutates the caller's 2-d array
+    return np.sum(x ** 2)
+
+
+def _zero_first(v):
+    v[0] = 0.0  # mutation inside a helper
+    return v
+
+
+def helper_mutates_input(x):
+    return np.sum(_zero_first(x) ** 2)
+
+
+def dict_param_setitem(params):
+    params["w"][0] = 0.0  # mutates an array inside the caller's dict
+    return np.sum(params["w"] ** 2) + params["b"]
+
+
+MUTATION_CASES = [
+    (setitem_input, setitem_input, "x[0] = 1.0", lambda rng: rng.normal(size=4)),
+    (setitem_slice_input, setitem_slice_input, "x[:2] = 0.0", lambda rng: rng.normal(size=4)),
+    (iadd_input, iadd_input, "x += 1.0", lambda rng: rng.normal(size=4)),
+    (imul_input, imul_input, "x *= s", lambda rng: rng.normal(size=4)),
+    (out_kwarg_input, out_kwarg_input, "np.add(x, 1.0, out=x)", lambda rng: rng.normal(size=4)),
+    (view_setitem_input, view_setitem_input, "tail[0] = 2.0", lambda rng: rng.normal(size=4)),
+    (column_imul_input, column_imul_input, "x[:, 0] *= 2.0", lambda rng: rng.normal(size=(3, 2))),
+    (helper_mutates_input, _zero_first, "v[0] = 0.0", lambda rng: rng.normal(size=4)),
+    (dict_param_setitem, dict_param_setitem, 'params["w"][0] = 0.0', lambda rng: {"w": rng.normal(size=3), "b": 0.5}),
+]
+
+
+@pytest.mark.parametrize("fn, cited, marker, make_x", MUTATION_CASES, ids=[c[0].__name__ for c in MUTATION_CASES])
+def test_mutation_error(fn, cited, marker, make_x):
+    x = make_x(np.random.default_rng(3))
+    before = copy.deepcopy(x)
+    with pytest.raises(bytegrad.MutationError) as info:
+        bytegrad.grad(fn)(x)
+    assert isinstance(info.value, bytegrad.DifferentiationError)
+    assert_cites(info.value, cited, marker)
+    # The caller's data is never changed, not even partly, before the error.
+    if isinstance(x, dict):
+        np.testing.assert_array_equal(x["w"], before["w"])
+    else:
+        np.testing.assert_array_equal(x, before)
+
+
+def test_mutation_error_from_decorated_pullback_and_value_and_grad():
+    f = bytegrad.differentiate(iadd_input)
+    x = np.random.default_rng(4).normal(size=3)
+    before = x.copy()
+    for call in (f.grad, f.value_and_grad, f.pullback):
+        with pytest.raises(bytegrad.MutationError) as info:
+            call(x)
+        assert_cites(info.value, iadd_input, "x += 1.0")
+        np.testing.assert_array_equal(x, before)
+    # The plain call is the user's own code: it does mutate, as written.
+    f(x)
+    np.testing.assert_array_equal(x, before + 1.0)
+
+
+def test_mutating_the_functions_own_array_is_fine_after_an_error():
+    def own(x):
+        out = np.zeros(len(x))
+        out[0] = x[0] ** 2
+        out += x
+        return np.sum(out * x)
+
+    x = np.random.default_rng(5).normal(size=4)
+    with pytest.raises(bytegrad.MutationError):
+        bytegrad.grad(setitem_input)(x.copy())
+    check_grad(own, (x,), 0)
+
+
+def overwrite_saved_input(x):
+    h = x * 2.0
+    s = np.sin(h)
+    h += 1.0  # overwrites a value np.sin's pullback may need
+    return np.sum(s * h)
+
+
+def overwrite_saved_by_setitem(x):
+    h = x * 1.0
+    s = h ** 3
+    h[0] = 5.0  # overwrites a value the power's pullback may need
+    return np.sum(s * h)
+
+
+def overwrite_saved_output(x):
+    e = np.exp(x)
+    t = np.sum(e * x)
+    e *= 2.0  # overwrites np.exp's output, which its pullback may need
+    return t + np.sum(e)
+
+
+@pytest.mark.parametrize("fn", [overwrite_saved_input, overwrite_saved_by_setitem, overwrite_saved_output],
+                         ids=lambda f: f.__name__)
+def test_overwritten_saved_value_is_never_a_wrong_gradient(fn):
+    """Either the right gradient or a MutationError citing the overwriting line; never a wrong gradient."""
+    x = np.random.default_rng(6).normal(size=4)
+    before = x.copy()
+    try:
+        check_grad(fn, (x,), 0)
+    except bytegrad.MutationError as exc:
+        assert_cites(exc, fn, "# overwrites")
+    np.testing.assert_array_equal(x, before)
+
+
+# ---- NonScalarOutputError ---------------------------------------------------------------------------
+
+
+def vector_valued(x):
+    y = np.sin(x)
+    return y * 2.0  # a vector
+
+
+def tuple_valued(x):
+    return np.sum(x), np.sum(x ** 2)  # a tuple
+
+
+@pytest.mark.parametrize("fn", [vector_valued, tuple_valued], ids=lambda f: f.__name__)
+def test_non_scalar_output_error(fn):
+    x = np.random.default_rng(7).normal(size=3)
+    for make in (lambda: bytegrad.grad(fn)(x), lambda: bytegrad.differentiate(fn).grad(x),
+                 lambda: bytegrad.value_and_grad(fn)(x)):
+        with pytest.raises(bytegrad.NonScalarOutputError) as info:
+            make()
+        assert isinstance(info.value, bytegrad.DifferentiationError)
+        return_line, _ = line_of(fn, "return ")
+        def_line = fn.__code__.co_firstlineno
+        assert_cites_within(info.value, fn, {return_line, def_line})
+    if fn is vector_valued:
+        assert "(3,)" in str(info.value), f"the output's shape is not shown:\n{info.value}"
+
+
+def test_vjp_of_vector_valued_is_fine_after_non_scalar_error():
+    x = np.random.default_rng(8).normal(size=3)
+    with pytest.raises(bytegrad.NonScalarOutputError):
+        bytegrad.grad(vector_valued)(x)
+    out, back = bytegrad.vjp(vector_valued, x)
+    np.testing.assert_allclose(out, vector_valued(x), rtol=1e-12)
+    u = np.array([1.0, -2.0, 0.5])
+    (x_bar,) = back(u)
+    np.testing.assert_allclose(x_bar, 2.0 * np.cos(x) * u, rtol=1e-10)
+
+
+# ---- WrtError -------------------------------------------------------------------------------------
+
+
+def two_args(x, y):
+    return np.sum(x * y)
+
+
+def with_int(x, n):
+    return np.sum(x ** n)
+
+
+def with_str(x, mode):
+    return np.sum(x) if mode == "sum" else np.max(x)
+
+
+WRT_CASES = [
+    ("out of range", two_args, 2, lambda x: (x, x), "2"),
+    ("far out of range", two_args, 7, lambda x: (x, x), "7"),
+    ("names no parameter", two_args, "z", lambda x: (x, x), "z"),
+    ("one entry of a tuple names no parameter", two_args, (0, "nope"), lambda x: (x, x), "nope"),
+    ("names an int argument", with_int, "n", lambda x: (x, 2), "n"),
+    ("names a str argument", with_str, "mode", lambda x: (x, "sum"), "mode"),
+]
+
+
+@pytest.mark.parametrize("what, fn, wrt, make_args, shown", WRT_CASES, ids=[c[0].replace(" ", "_") for c in WRT_CASES])
+def test_wrt_error(what, fn, wrt, make_args, shown):
+    x = np.random.default_rng(9).normal(size=3)
+    args = make_args(x)
+    for form in ("grad", "differentiate", "value_and_grad"):
+        with pytest.raises(bytegrad.WrtError) as info:
+            if form == "grad":
+                bytegrad.grad(fn, wrt=wrt)(*args)
+            elif form == "differentiate":
+                bytegrad.differentiate(fn, wrt=wrt).grad(*args)
+            else:
+                bytegrad.value_and_grad(fn, wrt=wrt)(*args)
+        exc = info.value
+        assert isinstance(exc, TypeError) and isinstance(exc, bytegrad.DifferentiationError)
+        assert shown in str(exc), f"{what}: the offending wrt {shown!r} is not shown:\n{exc}"
+        assert_cites_within(exc, fn, source_range(fn))
+    # The same function with a valid wrt works straight after.
+    check_grad(fn, args, 0)
+
+
+# ---- PullbackError --------------------------------------------------------------------------------
+
+
+def _op_failing_pullback(x):
+    return x * 2.0
+
+
+@rrule(_op_failing_pullback)
+def _op_failing_pullback_rrule(x):
+    out = x * 2.0
+
+    def op_failing_pullback(out_bar):
+        raise ValueError("boom in the pullback")
+
+    return out, op_failing_pullback
+
+
+def _op_wrong_shape(x):
+    return x * 2.0
+
+
+@rrule(_op_wrong_shape)
+def _op_wrong_shape_rrule(x):
+    out = x * 2.0
+
+    def op_wrong_shape_pullback(out_bar):
+        return (np.ones(np.shape(x) + (2,)),)
+
+    return out, op_wrong_shape_pullback
+
+
+def calls_failing_pullback(x):
+    y = np.sin(x)
+    z = _op_failing_pullback(y)  # recorded here
+    return np.sum(z ** 2)
+
+
+def calls_wrong_shape_pullback(x):
+    z = _op_wrong_shape(x + 1.0)  # recorded here
+    return np.sum(z ** 2)
+
+
+def test_pullback_error_names_the_forward_line():
+    x = np.random.default_rng(10).normal(size=3)
+    with pytest.raises(bytegrad.PullbackError) as info:
+        bytegrad.grad(calls_failing_pullback)(x)
+    assert isinstance(info.value, bytegrad.DifferentiationError)
+    assert_cites(info.value, calls_failing_pullback, "# recorded here")
+    cause = info.value.__cause__
+    assert isinstance(cause, ValueError) or "boom in the pullback" in str(info.value), (
+        f"the pullback's own error is lost: cause={cause!r}\n{info.value}")
+
+
+def test_pullback_error_for_a_wrong_shape():
+    x = np.random.default_rng(11).normal(size=3)
+    with pytest.raises(bytegrad.PullbackError) as info:
+        bytegrad.grad(calls_wrong_shape_pullback)(x)
+    assert_cites(info.value, calls_wrong_shape_pullback, "# recorded here")
+    assert "(3, 2)" in str(info.value) and "(3,)" in str(info.value), f"shapes not shown:\n{info.value}"
+
+
+# ---- user exceptions ------------------------------------------------------------------------------
+
+
+def raises_user_error(x):
+    if np.sum(x) > -100.0:
+        raise KeyError("the user's own error")
+    return np.sum(x)
+
+
+def test_user_exception_propagates_unchanged():
+    x = np.random.default_rng(12).normal(size=3)
+    with pytest.raises(KeyError, match="the user's own error") as info:
+        bytegrad.grad(raises_user_error)(x)
+    assert not isinstance(info.value, bytegrad.DifferentiationError)
+    check_grad(lambda v: np.sum(v ** 3), (x,), 0)
+
+
+def test_error_classes_are_exported():
+    for name in ("DifferentiationError", "NoRuleError", "MutationError", "NonScalarOutputError",
+                 "UnsupportedOpcodeError", "PullbackError", "WrtError"):
+        cls = getattr(bytegrad, name)
+        assert issubclass(cls, bytegrad.DifferentiationError)
+    assert issubclass(bytegrad.WrtError, TypeError)

@@ -1,0 +1,166 @@
+"""The import layering of STYLE.md G1, checked by walking every import in the package with `ast`.
+
+api.py, precompile.py, __main__.py -> transform/ -> runtime/ -> rules/ -> errors.py: nothing imports
+upward, and only runtime/kernels.py imports numba, inside functions.
+"""
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE_DIR = Path(__file__).resolve().parent.parent / "bytegrad"
+
+# The top layer: importing any of these (or the package itself, whose __init__ imports api)
+# from a lower layer is an upward import.
+TOP = ("bytegrad.api", "bytegrad.precompile", "bytegrad.__main__")
+
+BANNED: dict[str, tuple[str, ...]] = {
+    "bytegrad.errors": ("bytegrad.rules", "bytegrad.runtime", "bytegrad.transform", *TOP),
+    "bytegrad.rules": ("bytegrad.transform", "bytegrad.runtime", *TOP),
+    "bytegrad.runtime": ("bytegrad.transform", *TOP),
+    "bytegrad.transform": ("bytegrad.runtime.kernels", "numba", *TOP),
+}
+LOWER_LAYERS = tuple(BANNED)
+NUMBA_ONLY_IN = "bytegrad.runtime.kernels"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def is_package(path: Path) -> bool:
+    return path.name == "__init__.py"
+
+
+def is_submodule(name: str) -> bool:
+    """Whether `name` (e.g. bytegrad.rules.registry) is a module or package in the source tree."""
+    rel = Path(*name.split("."))
+    root = PACKAGE_DIR.parent
+    return (root / rel).with_suffix(".py").is_file() or (root / rel).is_dir()
+
+
+def resolve_relative(module: str, package: bool, level: int, target: str | None) -> str:
+    """The absolute name of `from <level dots><target> import ...` written in `module`."""
+    base = module.split(".") if package else module.split(".")[:-1]
+    if level > 1:
+        base = base[: len(base) - (level - 1)]
+    return ".".join(base + ([target] if target else []))
+
+
+def iter_imports(path: Path) -> Iterator[tuple[str, int, bool]]:
+    """Yields (imported module, line, at module level) for every import in the file at `path`."""
+    source = path.read_text(encoding="utf-8")
+    yield from imports_in_source(source, module_name(path), is_package(path), str(path))
+
+
+def imports_in_source(source: str, module: str, package: bool,
+                      filename: str = "<source>") -> Iterator[tuple[str, int, bool]]:
+    """Yields (imported module, line, at module level) for every import in `source`.
+
+    `from pkg import name` yields `pkg.name` when that is a module of the source tree, else `pkg`;
+    `importlib.import_module("...")` and `__import__("...")` with a constant name count too.
+    """
+    tree = ast.parse(source, filename=filename)
+    parents: dict[ast.AST, ast.AST] = {}
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
+
+    def top_level(node: ast.AST) -> bool:
+        while node in parents:
+            node = parents[node]
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                return False
+        return True
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno, top_level(node)
+        elif isinstance(node, ast.ImportFrom):
+            base = (resolve_relative(module, package, node.level, node.module) if node.level
+                    else node.module or "")
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                yield (full if is_submodule(full) else base), node.lineno, top_level(node)
+        elif isinstance(node, ast.Call) and node.args:
+            fn = node.func
+            name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", None)
+            first = node.args[0]
+            if name in ("import_module", "__import__") and isinstance(first, ast.Constant) \
+                    and isinstance(first.value, str):
+                yield first.value, node.lineno, top_level(node)
+
+
+def package_files(package: str) -> list[Path]:
+    rel = Path(*package.split(".")[1:])
+    target = PACKAGE_DIR / rel
+    if target.with_suffix(".py").is_file():
+        return [target.with_suffix(".py")]
+    return sorted(target.rglob("*.py")) if target.is_dir() else []
+
+
+def within(target: str, prefixes: tuple[str, ...]) -> bool:
+    return any(target == p or target.startswith(p + ".") for p in prefixes)
+
+
+def test_package_found() -> None:
+    assert (PACKAGE_DIR / "errors.py").is_file(), PACKAGE_DIR
+
+
+@pytest.mark.parametrize("package", LOWER_LAYERS)
+def test_no_upward_imports(package: str) -> None:
+    offences = []
+    for path in package_files(package):
+        for target, line, _ in iter_imports(path):
+            # the bare package runs bytegrad/__init__.py, which imports the top layer
+            if within(target, BANNED[package]) or target == "bytegrad":
+                offences.append(f"{path.relative_to(PACKAGE_DIR.parent)}:{line} imports {target}")
+    assert not offences, f"{package} must not import {', '.join(BANNED[package])}:\n" + "\n".join(offences)
+
+
+def test_only_kernels_imports_numba() -> None:
+    offences = []
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        module = module_name(path)
+        for target, line, at_top in iter_imports(path):
+            if not within(target, ("numba", "llvmlite")):
+                continue
+            where = f"{path.relative_to(PACKAGE_DIR.parent)}:{line}"
+            if module != NUMBA_ONLY_IN:
+                offences.append(f"{where} imports {target}: only {NUMBA_ONLY_IN} may import numba")
+            elif at_top:
+                offences.append(f"{where} imports {target} at module level: import it inside the "
+                                "function that needs it, so `import bytegrad` never loads numba")
+    assert not offences, "\n".join(offences)
+
+
+def test_walker_sees_relative_and_dynamic_imports() -> None:
+    # The checker itself: relative imports resolve against the package, dynamic and nested ones are seen.
+    source = (
+        "from .. import errors\n"
+        "from ..runtime import abi\n"
+        "from . import registry, not_a_module\n"
+        "import importlib\n"
+        "def f():\n"
+        "    import numba.core\n"
+        "    importlib.import_module('bytegrad.transform')\n"
+    )
+    found = {(target, top) for target, _, top in imports_in_source(source, "bytegrad.rules", package=True)}
+    assert found == {
+        ("bytegrad.errors", True),
+        ("bytegrad.runtime.abi", True) if is_submodule("bytegrad.runtime.abi") else ("bytegrad.runtime", True),
+        ("bytegrad.rules.registry", True),
+        ("bytegrad.rules", True),
+        ("importlib", True),
+        ("numba.core", False),
+        ("bytegrad.transform", False),
+    }
+    assert resolve_relative("bytegrad.rules.numpy.ufuncs", False, 1, "_x") == "bytegrad.rules.numpy._x"
+    assert resolve_relative("bytegrad.rules.numpy.ufuncs", False, 2, None) == "bytegrad.rules"
