@@ -90,11 +90,15 @@ test: check-pythons
 .venv-bench/.stamp-bench: pyproject.toml
 	@$(call venv_install,.venv-bench,$(BENCH_PYTHON),bench)
 
+# OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, set on some machines for old OpenBLAS builds, slow down a
+# current NumPy: the benchmark runs without them (core.json records the BLAS kernel in use).
+BENCH_PY := env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv-bench/bin/python
+
 bench: .venv-bench/.stamp-bench
-	.venv-bench/bin/python -m bench.core --quick $(BENCH_ARGS)
+	$(BENCH_PY) -m bench.core --quick $(BENCH_ARGS)
 
 bench-full: .venv-bench/.stamp-bench
-	.venv-bench/bin/python -m bench.core --full $(BENCH_ARGS)
+	$(BENCH_PY) -m bench.core --full $(BENCH_ARGS)
 
 # --------------------------------------------------------------------------------------- clean
 clean:

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 if __package__ in (None, ""):  # run as `python bench/core.py`: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -49,8 +51,6 @@ def check_systems(case: Case, systems: list[System], seed: int) -> tuple[list[Ro
 
     Returns one row per system, and the timed function of each system that passed.
     """
-    import numpy as np
-
     params, data = case.inputs(np.random.default_rng(seed))
     reference = case.grad(copy.deepcopy(params), *copy.deepcopy(data))
     rows, fns = [], {}
@@ -216,7 +216,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown system in {args.systems}; known: {[s.name for s in SYSTEMS]}")
     cases = get_cases(args.cases, quick=args.mode == "quick")
 
-    import numpy  # noqa: F401  (loads NumPy's BLAS, so its thread count can be read)
     threads = torch_threads(harness.numpy_blas_threads())  # torch gets as many threads as NumPy's BLAS
     rows = run(cases, systems, batches=batches, batch_s=batch_s, pause_s=args.pause, seed=args.seed,
                progress=not args.no_progress)

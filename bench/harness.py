@@ -268,20 +268,33 @@ def machine_info() -> dict[str, Any]:
         "numpy_blas": {k: blas.get(k) for k in ("name", "version", "openblas configuration") if k in blas},
         "thread_pools": thread_pools(),
         "env": {k: os.environ.get(k) for k in ENV_VARS},
+        "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
         "git": _git_commit(),
     }
+
+
+def _describe_pool(pool: Mapping[str, Any]) -> str:
+    name = " ".join(str(pool[k]) for k in ("internal_api", "version") if pool.get(k))
+    details = [str(pool["architecture"])] if pool.get("architecture") else []
+    details.append(f"{pool['num_threads']} threads")
+    return f"{name} ({', '.join(details)})"
+
+
+def _loads(loads: Sequence[float] | None) -> str:
+    return ", ".join(f"{x:.2f}" for x in loads) if loads else "n/a"
 
 
 def describe_machine(info: Mapping[str, Any]) -> list[str]:
     """A few markdown lines summarising `machine_info()` for a report header."""
     versions = ", ".join(f"{k} {v}" for k, v in info["versions"].items() if v)
-    pools = "; ".join(f"{p['internal_api']} {p['version']} ({p.get('architecture') or '?'}, "
-                      f"{p['num_threads']} threads)" for p in info["thread_pools"])
+    pools = "; ".join(_describe_pool(p) for p in info["thread_pools"])
     env = ", ".join(f"{k}={v}" for k, v in info["env"].items() if v is not None) or "none set"
     return [
         f"- Machine: {info['cpu']}, {info['cpus_usable']} usable CPUs, {info['memory_gib']} GiB; {info['platform']}",
         f"- Python {info['python']}; {versions}",
         f"- Thread pools: {pools or 'n/a'}",
         f"- Thread/BLAS env vars: {env}",
+        f"- Load average (1, 5, 15 min) when the run ended: {_loads(info['load_average'])}; the benchmark itself "
+        "keeps about one core busy, so more than that means another process competed for the CPUs",
         f"- Source: {info['git'] or 'unknown revision'}",
     ]

@@ -15,9 +15,10 @@ import numpy as np
 
 from bytegrad.rules import _impls
 from bytegrad.rules._project import project
+from bytegrad.rules._shape import unbroadcast
 from bytegrad.rules.numpy.ufuncs import power_dx, power_dy
 from bytegrad.rules.registry import (
-    differentiate_through, non_differentiable, not_implemented, rrule, scalar_rule, transparent,
+    ZERO, differentiate_through, non_differentiable, not_implemented, rrule, scalar_rule, transparent,
 )
 
 _LN2 = math.log(2.0)
@@ -163,6 +164,22 @@ def float_rrule(*args: Any) -> tuple[float, Any]:
     return out, float_pullback
 
 
+@rrule(builtins.divmod)
+def divmod_rrule(x: Any, y: Any) -> tuple[Any, Any]:
+    out = divmod(x, y)
+    q = out[0]
+
+    def divmod_pullback(out_bar: Any) -> tuple[Any, Any]:
+        r_bar = out_bar[1]  # the quotient is piecewise constant; the remainder is x - y * q
+        if r_bar is ZERO:
+            return ZERO, ZERO
+        out_shape = np.shape(q)  # divmod of arrays broadcasts
+        return (project(unbroadcast(r_bar, np.shape(x), out_shape), x),
+                project(unbroadcast(-q * r_bar, np.shape(y), out_shape), y))
+
+    return out, divmod_pullback
+
+
 differentiate_through(builtins.sum, _impls.py_sum)
 differentiate_through(builtins.min, _impls.py_min)
 differentiate_through(builtins.max, _impls.py_max)
@@ -181,7 +198,7 @@ differentiate_through(list.extend, _impls.py_list_extend)
 non_differentiable(
     builtins.len, builtins.int, builtins.bool, builtins.round, builtins.range, builtins.isinstance,
     builtins.issubclass, builtins.type, builtins.id, builtins.hash, builtins.repr, builtins.str,
-    builtins.format, builtins.callable, builtins.hasattr, builtins.divmod, builtins.any, builtins.all,
+    builtins.format, builtins.callable, builtins.hasattr, builtins.any, builtins.all,
     builtins.ord, builtins.chr, builtins.slice, list.index, list.count,
 )
 transparent(

@@ -105,6 +105,12 @@ class Rule:
     defined_at: Optional[SourceLoc] = None
     # True when every partial is a constant: the reverse pass needs none of the primal values.
     constant_partials: bool = field(default=False)
+    # Rules shipped in bytegrad/rules are table-tested; the runtime skips re-checking their pullbacks.
+    trusted: bool = field(default=False)
+
+    def __post_init__(self) -> None:
+        loc = self.defined_at
+        self.trusted = loc is not None and loc.filename.startswith(_OWN_RULES_DIR)
 
     def forms(self) -> tuple[str, ...]:
         """The forms this rule provides: 'reverse', 'forward', 'scalar'."""
@@ -118,6 +124,7 @@ class Rule:
         return tuple(out)
 
 
+_OWN_RULES_DIR = __file__.rsplit("registry.py", 1)[0]
 _RULES: dict[Any, Rule] = {}
 _LOCK = threading.RLock()
 _version = 0

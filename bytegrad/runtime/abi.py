@@ -190,6 +190,15 @@ def _bw_rrule(ct: Any, node: tuple, out: Any) -> Any:
     return bars
 
 
+def _bw_rrule_trusted(ct: Any, node: tuple, out: Any) -> Any:
+    """`_bw_rrule` for bytegrad's own (table-tested) rules: no re-checking of the pullback's result."""
+    if type(out) is _ndarray:
+        if type(ct) is not _ndarray or ct.shape != out.shape:
+            ct = materialize(ct, out)
+        return node[3](ct)
+    return _bw_rrule(ct, node, out)
+
+
 def _pullback_shape_error(node: tuple, what: str) -> DifferentiationError:
     from bytegrad.errors import PullbackError
     site = node[2]
@@ -235,6 +244,7 @@ def _saved_rrule(node: tuple) -> list[np.ndarray]:
 
 
 _bw_rrule.saved = _saved_rrule  # type: ignore[attr-defined]
+_bw_rrule_trusted.saved = _saved_rrule  # type: ignore[attr-defined]
 
 for _bw in (_bw_tuple_item, _bw_identity, _bw_setitem):
     _bw.saved = lambda node: []  # type: ignore[attr-defined]
@@ -333,7 +343,7 @@ def _record_rrule(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, kwarg
     if tape.stale:
         _check_stale(tape, parents, site)
     out, pullback = rule.rrule(*args, **kwargs) if kwargs else rule.rrule(*args)
-    node = (_bw_rrule, parents, site, pullback, args, fn)
+    node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, parents, site, pullback, args, fn)
     to = type(out)
     if to is _ndarray or to is float or to is _float64:
         values = tape.values
@@ -513,8 +523,23 @@ def call1(tape: Optional[Tape], site: Site, fn: Any, a: Any) -> Any:
         values.append(out)
         tape.nodes.append((_bw_elementwise, (i,), site, rule, (a,), fn))
         return out
-    if rule is not None and rule.kind is RRULE and rule.rrule is not None:
-        return _record_rrule(tape, site, rule, fn, (a,), None)
+    if rule is not None and rule.kind is RRULE and rule.rrule is not None and type(a) is not list \
+            and type(a) is not tuple:
+        i = tape.ids.get(id(a))
+        if i is None:
+            return fn(a)
+        if tape.stale and i in tape.stale:
+            raise tape.stale_error(i, site)
+        out, pullback = rule.rrule(a)
+        node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, (i,), site, pullback, (a,), fn)
+        to = type(out)
+        if to is _ndarray or to is float or to is _float64:
+            values = tape.values
+            tape.ids[id(out)] = len(values)
+            values.append(out)
+            tape.nodes.append(node)
+            return out
+        return _push_output(tape, node, out)
     return _dispatch(tape, site, fn, (a,), None)
 
 
@@ -559,6 +584,9 @@ def _binary_tracked(tape: Tape, site: Site, op: Any, a: Any, b: Any, ia: Any, ib
         if tape.stale and (ia in tape.stale or ib in tape.stale):
             raise tape.stale_error(ia if ia in tape.stale else ib, site)
         out = op(a, b)
+        to = type(out)
+        if to is not _ndarray and to is not float and to is not _float64 and not _trackable(out):
+            return out  # e.g. `"%s" % x`: nothing to differentiate
         values = tape.values
         tape.ids[id(out)] = len(values)
         values.append(out)
@@ -578,7 +606,17 @@ def _make_binary(op: Any) -> Callable[..., Any]:
             ia = ids.get(id(a))
             ib = ids.get(id(b))
             if ia is not None or ib is not None:
-                return _binary_tracked(tape, site, op, a, b, ia, ib)
+                rule = _rules_get(op)
+                if rule is None or rule.kind is not ELEMENTWISE or tape.stale:
+                    return _binary_tracked(tape, site, op, a, b, ia, ib)
+                out = op(a, b)
+                to = type(out)
+                if to is _ndarray or to is float or to is _float64 or _trackable(out):
+                    values = tape.values
+                    ids[id(out)] = len(values)
+                    values.append(out)
+                    tape.nodes.append((_bw_elementwise, (ia, ib), site, rule, (a, b), op))
+                return out
         return op(a, b)
 
     binary_hook.__name__ = f"binary_{op.__name__}"
@@ -659,14 +697,28 @@ pos = _make_unary(operator.pos)
 # ---- hooks: subscripts, attributes, iteration -----------------------------------------------------
 
 
+_getitem = operator.getitem
+
+
 def getitem(tape: Optional[Tape], site: Site, obj: Any, key: Any) -> Any:
     if tape is not None:
         i = tape.ids.get(id(obj))
         if i is not None:
-            rule = _rules_get(operator.getitem)
-            if rule is None:
-                raise NoRuleError(operator.getitem, site.loc())
-            return _record_rrule(tape, site, rule, operator.getitem, (obj, key), None)
+            rule = _rules_get(_getitem)
+            if rule is None or rule.rrule is None:
+                raise NoRuleError(_getitem, site.loc())
+            if tape.stale and i in tape.stale:
+                raise tape.stale_error(i, site)
+            # an index never carries a derivative: only the container is a parent
+            out, pullback = rule.rrule(obj, key)
+            node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, (i, None), site, pullback, (obj, key), _getitem)
+            if type(out) is _ndarray or type(out) is _float64:
+                values = tape.values
+                tape.ids[id(out)] = len(values)
+                values.append(out)
+                tape.nodes.append(node)
+                return out
+            return _push_output(tape, node, out)
     return obj[key]
 
 

@@ -165,18 +165,20 @@ def accumulate(old: Any, new: Any) -> Any:
     return old + new
 
 
-def sweep(tape: Tape, seeds: dict[int, Any], keep: Optional[set[int]] = None) -> list[Any]:
+def sweep(tape: Tape, seeds: dict[int, Any]) -> list[Any]:
     """Propagate output cotangents `seeds` (node index -> cotangent) back; returns one per node.
 
-    Cotangents of intermediate nodes are dropped once used, unless their index is in `keep`.
+    Cotangents of intermediate nodes are dropped once used; leaves keep theirs.
     """
     nodes = tape.nodes
     values = tape.values
     cts: list[Any] = [None] * len(nodes)
-    for idx, seed in seeds.items():
-        cts[idx] = accumulate(cts[idx], seed)
     if not seeds:
         return cts
+    for idx, seed in seeds.items():
+        cts[idx] = seed if cts[idx] is None else accumulate(cts[idx], seed)
+    thunk = _FunctionType
+    no_tangent, zero = NO_TANGENT, ZERO
     for i in range(max(seeds), -1, -1):
         ct = cts[i]
         if ct is None:
@@ -184,8 +186,7 @@ def sweep(tape: Tape, seeds: dict[int, Any], keep: Optional[set[int]] = None) ->
         node = nodes[i]
         if node is None:
             continue
-        if keep is None or i not in keep:
-            cts[i] = None
+        cts[i] = None
         try:
             bars = node[0](ct, node, values[i])
         except DifferentiationError:
@@ -197,15 +198,18 @@ def sweep(tape: Tape, seeds: dict[int, Any], keep: Optional[set[int]] = None) ->
                 site.loc() if site is not None else None,
                 "if this operation uses a custom rule, check its pullback with "
                 "bytegrad.rules.testing.check_rule.") from exc
-        for p, bar in zip(node[1], bars):
+        k = 0
+        for p in node[1]:
+            bar = bars[k]
+            k += 1
             if p is None or bar is None:
                 continue
             if p.__class__ is int:
-                if bar.__class__ is _FunctionType:  # a thunk: computed only because p needs it
+                if bar.__class__ is thunk:  # computed only because p needs it
                     bar = bar()
                     if bar is None:
                         continue
-                if bar is NO_TANGENT or bar is ZERO:
+                if bar is no_tangent or bar is zero:
                     continue
                 old = cts[p]
                 cts[p] = bar if old is None else accumulate(old, bar)

@@ -29,6 +29,18 @@ def _selects_once(index: Any) -> bool:
     return True
 
 
+def _only_new_axes(index: Any) -> bool:
+    """Whether `x[index]` keeps every element of x in order: full slices, `None` and one `...`."""
+    items = index if type(index) is tuple else (index,)
+    for item in items:
+        if item is None or item is Ellipsis:
+            continue
+        if type(item) is slice and item.start is None and item.stop is None and item.step is None:
+            continue
+        return False
+    return True
+
+
 def _zeros_like(x: np.ndarray, out_bar: Any) -> np.ndarray:
     dtype = x.dtype if x.dtype.kind in "fc" else np.result_type(out_bar, np.float64)
     return np.zeros(x.shape, dtype=dtype)
@@ -67,6 +79,13 @@ def getitem_rrule(x: Any, index: Any) -> tuple[Any, Callable[..., Any]]:
         return out, structural_getitem_pullback
     if out is x:
         out = x.view()
+    if _only_new_axes(index):  # x[:, None] and the like: the same elements, reshaped
+        x_shape0 = x.shape
+
+        def new_axes_getitem_pullback(out_bar: Any) -> tuple[Any, Any]:
+            return np.reshape(out_bar, x_shape0), NO_TANGENT
+
+        return out, new_axes_getitem_pullback
     once = _selects_once(index)
     x_shape, x_dtype = x.shape, x.dtype  # the pullback needs only these, not x's values
 

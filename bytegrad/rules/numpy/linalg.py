@@ -1,9 +1,10 @@
-"""Products and linear algebra: matmul (`np.matmul` and `@`), dot, outer, inner, vdot, trace, and
+"""Products and linear algebra: matmul (`np.matmul` and `@`), dot, outer, inner, vdot, trace, einsum, and
 `np.linalg` inv, solve, det, slogdet, norm. Cotangents of products are thunks, computed only if needed.
 """
 from __future__ import annotations
 
 import operator
+import string
 from typing import Any, Callable
 
 import numpy as np
@@ -29,6 +30,13 @@ def _no_out(name: str, kwargs: dict[str, Any], args: tuple[Any, ...] = (), pos: 
 @rrule(operator.matmul)
 @rrule(np.matmul)
 def matmul_rrule(a: Any, b: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    if (not kwargs and type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == 2 and b.ndim == 2
+            and a.dtype.kind == "f" and b.dtype.kind == "f"):
+        # the common real matrix product, without the general case's reshaping
+        def matrix_matmul_pullback(out_bar: Any) -> tuple[Any, Any]:
+            return (lambda: out_bar @ b.T), (lambda: a.T @ out_bar)
+
+        return a @ b, matrix_matmul_pullback
     _no_out("matmul", kwargs)
     out = np.matmul(a, b, **kwargs)
     A, B = np.asarray(a), np.asarray(b)
@@ -147,6 +155,71 @@ def trace_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., A
         return (project(x_bar, x),) + (NO_TANGENT,) * len(args)
 
     return out, trace_pullback
+
+
+# ---- einsum ---------------------------------------------------------------------------------------------
+
+def _einsum_specs(subscripts: str, operands: tuple[Any, ...]) -> tuple[list[str], str]:
+    """Each operand's letters and the output's, with '...' spelled out and implicit output made explicit."""
+    spec = subscripts.replace(" ", "")
+    inputs, output = spec.split("->") if "->" in spec else (spec, None)
+    terms = inputs.split(",")
+    used = set(spec)
+    free = [c for c in string.ascii_letters if c not in used]
+    widths = [np.ndim(op) - (len(t) - 3) for t, op in zip(terms, operands) if "..." in t]
+    ellipsis = "".join(free[: max(widths, default=0)])
+    specs = [t.replace("...", ellipsis[len(ellipsis) - (np.ndim(op) - (len(t) - 3)):]) if "..." in t else t
+             for t, op in zip(terms, operands)]
+    if output is None:  # implicit mode: broadcast axes, then the letters seen once, sorted
+        letters = "".join(specs)
+        output = ellipsis + "".join(sorted(c for c in set(letters) if letters.count(c) == 1 and c not in ellipsis))
+    else:
+        output = output.replace("...", ellipsis)
+    return specs, output
+
+
+def _einsum_operand_bar(k: int, specs: list[str], output: str, operands: tuple[Any, ...], out_bar: Any) -> Any:
+    """The cotangent of operand k: contract out_bar with the other operands onto k's letters."""
+    x = np.asarray(operands[k])
+    target = specs[k]
+    sizes: dict[str, int] = {}
+    for t, op in zip(specs, operands):
+        for c, n in zip(t, np.shape(op)):
+            sizes[c] = max(sizes.get(c, 1), n)
+    others = [j for j in range(len(specs)) if j != k]
+    available = set(output).union(*(specs[j] for j in others))
+    unique = "".join(dict.fromkeys(target))
+    kept = "".join(c for c in unique if c in available)
+    g = np.einsum(",".join([output] + [specs[j] for j in others]) + "->" + kept,
+                  out_bar, *(operands[j] for j in others))
+    # Letters summed away inside operand k alone: its cotangent is constant along them.
+    g = np.broadcast_to(g.reshape([sizes[c] if c in kept else 1 for c in unique]), [sizes[c] for c in unique])
+    if len(unique) != len(target):  # a repeated letter (a diagonal): scatter onto it
+        grids = np.indices([sizes[c] for c in unique], sparse=True)
+        full = np.zeros([sizes[c] for c in target], dtype=g.dtype)
+        full[tuple(grids[unique.index(c)] for c in target)] = g
+        g = full
+    axes = tuple(p for p, n in enumerate(x.shape) if n == 1 and g.shape[p] != 1)  # broadcast size-1 axes
+    if axes:
+        g = np.sum(g, axis=axes, keepdims=True)
+    return project(g, operands[k])
+
+
+@rrule(np.einsum)
+def einsum_rrule(subscripts: Any, *operands: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    if not isinstance(subscripts, str):
+        raise NotImplementedError("the numpy.einsum rule covers the subscripts-string form only")
+    _no_out("einsum", kwargs)
+    out = np.einsum(subscripts, *operands, **kwargs)
+    specs, output = _einsum_specs(subscripts, operands)
+
+    def einsum_pullback(out_bar: Any) -> tuple[Any, ...]:
+        def operand_bar(k: int) -> Callable[[], Any]:
+            return lambda: _einsum_operand_bar(k, specs, output, operands, out_bar)
+
+        return (NO_TANGENT,) + tuple(operand_bar(k) for k in range(len(operands)))
+
+    return out, einsum_pullback
 
 
 # ---- np.linalg ------------------------------------------------------------------------------------------

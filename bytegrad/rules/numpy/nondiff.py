@@ -40,10 +40,9 @@ non_differentiable(*_present(
     "zeros_like", "ones_like", "empty_like", "zeros", "ones", "empty", "arange", "eye", "identity",
     "tri",
 ))
-# ndarray methods and attributes that return indices, predicates or metadata.
+# ndarray methods that return indices, predicates or rounded values. (Metadata attributes such as
+# `.shape` are plain attribute loads, which the runtime leaves alone: they need no rule.)
 non_differentiable(
     np.ndarray.argmax, np.ndarray.argmin, np.ndarray.argsort, np.ndarray.nonzero, np.ndarray.any,
     np.ndarray.all, np.ndarray.round, np.ndarray.searchsorted,
-    np.ndarray.shape, np.ndarray.ndim, np.ndarray.size, np.ndarray.dtype, np.ndarray.itemsize,
-    np.ndarray.nbytes, np.ndarray.strides,
 )

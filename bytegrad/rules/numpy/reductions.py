@@ -1,14 +1,14 @@
 """Reductions: sum, mean, prod, max/min, std/var and cumsum, as functions and as ndarray methods.
 
 Each rule serves both forms (`np.sum(x, 0)` and `x.sum(0)` take their arguments in the same order).
-The pullback of a full reduction returns a uniform scalar cotangent; others return broadcast views.
+The pullback of a full reduction returns a uniform scalar cotangent.
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, Callable, Optional
 
 import numpy as np
-from numpy.lib.array_utils import normalize_axis_tuple
 
 from bytegrad.rules._project import project
 from bytegrad.rules.registry import NO_TANGENT, rrule
@@ -22,6 +22,25 @@ _VAR_PARAMS = ("axis", "dtype", "out", "ddof", "keepdims")
 _CUMSUM_PARAMS = ("axis", "dtype", "out")
 
 
+# Cotangents up to this many elements are materialized (cheaper than np.broadcast_to's ~4 us);
+# larger ones are read-only broadcast views, which cost no memory.
+_COPY_LIMIT = 1 << 16
+
+
+def _spread(value: Any, shape: tuple[int, ...]) -> Any:
+    """`value` (broadcastable to `shape`) as an array of `shape`."""
+    if np.shape(value) == shape:
+        return value
+    n = 1
+    for d in shape:
+        n *= d
+    if n > _COPY_LIMIT:
+        return np.broadcast_to(value, shape)
+    out = np.empty(shape, dtype=np.result_type(value))
+    out[...] = value
+    return out
+
+
 class _Reduction:
     """A reduction's arguments, bound by name: the input as an array, its axes, keepdims, where."""
 
@@ -29,17 +48,24 @@ class _Reduction:
 
     def __init__(self, fn_name: str, names: tuple[str, ...], x: Any, args: tuple[Any, ...],
                  kwargs: dict[str, Any]) -> None:
-        params = dict(zip(names, args))
-        params.update(kwargs)
+        params = dict(zip(names, args)) if args else {}
+        if kwargs:
+            params.update(kwargs)
         if params.get("out") is not None:
             raise TypeError(
                 f"numpy.{fn_name}(..., out=...) writes into an existing array, which bytegrad cannot "
                 f"differentiate; assign the result to a new name instead."
             )
         self.x = x
-        self.xa = x if type(x) is np.ndarray else np.asarray(x)
+        self.xa = xa = x if type(x) is np.ndarray else np.asarray(x)
         axis = params.get("axis")
-        self.axes = tuple(range(self.xa.ndim)) if axis is None else normalize_axis_tuple(axis, self.xa.ndim)
+        # The primal call has already validated the axes.
+        if axis is None:
+            self.axes = tuple(range(xa.ndim))
+        elif np.ndim(axis) == 0:
+            self.axes = (operator.index(axis) % xa.ndim,)
+        else:
+            self.axes = tuple(sorted(operator.index(a) % xa.ndim for a in axis))
         keepdims = params.get("keepdims", False)
         self.keepdims = keepdims is not _NOVALUE and bool(keepdims)
         where = params.get("where", True)
@@ -55,7 +81,8 @@ class _Reduction:
         """A reduced value brought back to the input's rank (size 1 on the reduced axes)."""
         if self.keepdims or not self.axes:
             return value
-        return np.expand_dims(value, self.axes)
+        axes = self.axes
+        return np.reshape(value, tuple(1 if i in axes else d for i, d in enumerate(self.xa.shape)))
 
     def count(self) -> Any:
         """How many elements each output element reduced (an int, or an array with `where`)."""
@@ -71,7 +98,7 @@ class _Reduction:
         """The input's cotangent from an array broadcastable to its shape: masked by `where`, projected."""
         if self.where is not True:
             x_bar = np.where(self.where, x_bar, 0)
-        x_bar = np.broadcast_to(x_bar, self.xa.shape)
+        x_bar = _spread(x_bar, self.xa.shape)
         x = self.x
         if type(x) is np.ndarray:
             return x_bar if x_bar.dtype == x.dtype or x.dtype.kind not in "fc" else x_bar.astype(x.dtype)
@@ -106,6 +133,8 @@ def _float_dtype(r: _Reduction, out_bar: Any) -> Any:
 @rrule(np.ndarray.sum)
 @rrule(np.sum)
 def sum_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    if not args and not kwargs and type(x) is np.ndarray and x.dtype.kind == "f":
+        return x.sum(), _full_sum_pullback  # the common `np.sum(x)`: no argument parsing
     out = np.sum(x, *args, **kwargs)
     r = _Reduction("sum", _SUM_PARAMS, x, args, kwargs)
 
@@ -116,9 +145,20 @@ def sum_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any
     return out, sum_pullback
 
 
+def _full_sum_pullback(out_bar: Any) -> tuple[Any]:
+    return (out_bar,)  # uniform: out_bar everywhere in x
+
+
 @rrule(np.ndarray.mean)
 @rrule(np.mean)
 def mean_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    if not args and not kwargs and type(x) is np.ndarray and x.dtype.kind == "f" and x.size:
+        n = x.size
+
+        def full_mean_pullback(out_bar: Any) -> tuple[Any]:
+            return (out_bar / n,)  # uniform
+
+        return x.mean(), full_mean_pullback
     out = np.mean(x, *args, **kwargs)
     r = _Reduction("mean", _MEAN_PARAMS, x, args, kwargs)
 

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
 
-from bytegrad.rules._project import project, split_like
+from bytegrad.rules._project import project
 from bytegrad.rules._shape import unbroadcast
 from bytegrad.rules.registry import NO_TANGENT, ZERO, rrule
 

@@ -40,6 +40,14 @@ PRODUCTS = [
     case(np.trace, Arr((3, 3))), case(np.trace, Arr((3, 4)), 1, name="trace-offset"),
     case(np.trace, Arr((2, 3, 4)), 0, 1, 2, name="trace-axes"), case(np.ndarray.trace, Arr((4, 2, 4)), -1, 0, 2),
 ]
+EINSUM = [case(np.einsum, spec, *(Arr(sh) for sh in shapes), name=f"einsum-{spec}-{shapes}") for spec, shapes in [
+    ("ij,jk->ik", ((2, 3), (3, 4))), ("ij,jk", ((2, 3), (3, 4))), ("ij->ji", ((2, 3),)), ("ij->", ((2, 3),)),
+    ("ij->i", ((2, 3),)), ("i,i", ((3,), (3,))), ("i,j->ij", ((2,), (3,))), ("ij,ij->ij", ((2, 3), (2, 3))),
+    ("ii->i", ((3, 3),)), ("ii", ((3, 3),)), ("iij->j", ((2, 2, 3),)), ("bij,bjk->bik", ((4, 2, 3), (4, 3, 2))),
+    ("...ij,jk->...ik", ((5, 2, 3), (3, 4))), ("...ij,...jk->...ik", ((1, 2, 3), (4, 3, 2))),
+    ("ij,jk,kl->il", ((2, 3), (3, 4), (4, 2))), ("ba,ca", ((2, 3), (4, 3))), ("i...->...", ((3, 2, 2),)),
+    ("ij,kj->ikj", ((2, 1), (3, 4))),
+]]
 LINALG = [
     case(np.linalg.inv, _well_conditioned()), case(np.linalg.inv, _well_conditioned(2), name="inv-batched"),
     case(np.linalg.solve, _well_conditioned(), Arr((3,))), case(np.linalg.solve, _well_conditioned(), Arr((3, 2)), name="solve-matrix"),
@@ -52,10 +60,10 @@ LINALG = [
     case(np.linalg.norm, Arr((3, 4)), axis=1, name="norm-axis"), case(np.linalg.norm, Arr((3, 4)), 2, 0, True, name="norm-keepdims"),
     case(np.linalg.norm, Arr((5,), 0.1, 2, signed=True), 1, name="norm-1"),
 ]
-TABLES = [MATMUL, PRODUCTS, LINALG]
+TABLES = [MATMUL, PRODUCTS, EINSUM, LINALG]
 
 
-@pytest.mark.parametrize("case,dtype", params(MATMUL + PRODUCTS + LINALG))
+@pytest.mark.parametrize("case,dtype", params(MATMUL + PRODUCTS + EINSUM + LINALG))
 def test_linalg_rule(case, dtype):
     case.check(dtype)
 

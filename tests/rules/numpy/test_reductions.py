@@ -105,3 +105,11 @@ def test_std_of_constant_input_has_zero_subgradient():
 def test_out_argument_is_rejected():
     with pytest.raises(TypeError, match="out="):
         as_rrule(lookup(np.sum))(np.ones(3), out=np.empty(()))
+
+
+def test_large_cotangents_are_read_only_broadcast_views():
+    x = np.ones((300, 300))
+    out, pullback = as_rrule(lookup(np.mean))(x, 0)
+    x_bar, _ = pullback(np.arange(300.0))
+    assert x_bar.shape == x.shape and not x_bar.flags.writeable
+    assert np.array_equal(x_bar[7], np.arange(300.0) / 300)

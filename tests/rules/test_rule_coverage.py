@@ -1,0 +1,25 @@
+"""Every rule bytegrad defines is checked by some test table (the tables are the list of checked functions)."""
+from __future__ import annotations
+
+import os
+
+import bytegrad.rules
+from bytegrad.errors import qualname
+from bytegrad.rules.registry import RuleKind, all_rules
+
+from . import test_builtins
+from .numpy import test_indexing, test_linalg, test_nondiff, test_reductions, test_shape, test_ufuncs
+
+TABLE_MODULES = [test_builtins, test_ufuncs, test_reductions, test_shape, test_indexing, test_linalg, test_nondiff]
+CHECKED_KINDS = (RuleKind.ELEMENTWISE, RuleKind.RRULE, RuleKind.THROUGH)
+
+
+def test_every_rule_appears_in_a_test_table():
+    checked = {id(entry.fn) for module in TABLE_MODULES for table in module.TABLES for entry in table}
+    rules_dir = os.path.dirname(bytegrad.rules.__file__)
+    missing = sorted(
+        qualname(fn) for fn, rule in all_rules().items()
+        if rule.kind in CHECKED_KINDS and rule.defined_at is not None
+        and rule.defined_at.filename.startswith(rules_dir) and id(fn) not in checked
+    )
+    assert not missing, f"rules that no test table checks: {', '.join(missing)}"
