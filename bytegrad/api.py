@@ -6,7 +6,6 @@ arguments, runs it with a tape, sweeps the tape backwards and mirrors the gradie
 from __future__ import annotations
 
 import functools
-import inspect
 import types
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -58,6 +57,7 @@ class Differentiated:
         self._first_grad_s: Optional[float] = None
         self._fns: dict[Any, types.FunctionType] = {}
         self._plans: dict[Any, Any] = {}
+        self._hits = 0
 
     @staticmethod
     def _python_target(fn: Any) -> tuple[types.FunctionType, Any]:
@@ -108,6 +108,7 @@ class Differentiated:
         key = (active, registry._version, tuple(map(_spec, args)))
         fn = self._fns.get(key)
         if fn is not None:
+            self._hits += 1
             return fn
         target = self._target
         code = cache.lookup(target.__code__, key,
@@ -215,6 +216,11 @@ class Differentiated:
                  and i.name in ("RETURN_VALUE", "RETURN_CONST") and isinstance(i.lineno, int)}
         line = lines.pop() if len(lines) == 1 else self._code.co_firstlineno
         return SourceLoc(self._code.co_filename, line, self._code.co_name)
+
+    def stats(self) -> dict[str, int]:
+        """Cache figures: `hits` (gradients that reused rewritten code), `misses` (rewrites), `entries`."""
+        s = cache.stats(self._code)
+        return {"hits": self._hits + s["hits"], "misses": s["misses"], "entries": s["entries"]}
 
     def grad(self, *args: Any, **kwargs: Any) -> Any:
         """The gradient of the scalar output with respect to the `wrt` argument(s)."""

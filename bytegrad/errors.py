@@ -4,7 +4,6 @@ Each error carries the user's source location (file, line, source text), what wa
 """
 from __future__ import annotations
 
-import linecache
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -25,6 +24,8 @@ class SourceLoc:
     def source(self) -> str:
         if self.lineno is None:
             return ""
+        import linecache  # lazily: it imports tokenize
+
         return linecache.getline(self.filename, self.lineno).strip()
 
     def format(self) -> str:

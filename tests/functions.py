@@ -873,6 +873,211 @@ def attention(Q, K, V):
     return np.sum(out ** 2)
 
 
+# ---- harder programs: aliasing, in-place methods, views, NumPy's Python-level functions -----------
+
+
+def powers_negative_base(x):
+    return np.sum(x ** 2.0 + x ** 3 + np.power(x, 2) + np.square(x) + x ** -2 + np.power(x, 3.0))
+
+
+def inplace_methods_on_own_copy(x):
+    y = x.copy()
+    y.sort()
+    M = np.outer(x, x)
+    np.fill_diagonal(M, 1.0)
+    z = x * 2.0
+    z.fill(0.5)
+    return y[-1] * 3.0 + y[0] + np.sum(M ** 2) + np.sum(z * x)
+
+
+def ufunc_out_into_own_buffer(x):
+    buf = np.empty_like(x)
+    np.multiply(x, 2.0, out=buf)
+    np.tanh(buf, out=buf)
+    acc = np.zeros(len(x))
+    np.add(acc, buf ** 2, out=acc)
+    return np.sum(acc * x)
+
+
+def write_through_view(x):
+    buf = np.zeros(6)
+    M = buf.reshape(2, 3)
+    M[0, 1] = x[0]
+    row = M[1]
+    row[:] = x[1:4]
+    buf[5] *= x[4]
+    mask = buf > 0.5
+    buf[mask] = buf[mask] * 2.0
+    return np.sum(buf ** 2) + np.sum(M[:, 1])
+
+
+def strided_setitem(x):
+    out = np.zeros(8)
+    out[::-2] = x
+    out[0:4:2] += x[:2] ** 2
+    return np.sum(out * np.arange(1.0, 9.0))
+
+
+def fancy_iadd_repeats(x):
+    out = np.zeros(3)
+    out[[0, 0, 2]] += x[:3]
+    out[np.array([1, 1])] = x[3:5]
+    return np.sum(out ** 2) + out[0] * x[0]
+
+
+def add_at_repeats(x):
+    out = np.zeros(3)
+    np.add.at(out, [0, 0, 2, 1], x[:4])
+    return np.sum(out ** 2)
+
+
+def item_and_tolist(x):
+    s = np.sum(x ** 2)
+    first = x[0].item()
+    values = x.tolist()
+    return s.item() * first + sum(v * v for v in values)
+
+
+def array_copies(x):
+    a = np.array(x)
+    b = np.asarray(x)
+    c = np.copy(x)
+    d = x.astype(float)
+    e = np.array([x, x * 2.0])
+    return np.sum(a * b) + np.sum(c ** 3) + np.sum(d) + np.sum(e ** 2)
+
+
+def math_on_numpy_scalars(x):
+    return math.exp(x[0]) + math.sin(x[1]) * math.sqrt(x[2] ** 2 + 1.0) + math.log(np.sum(x ** 2))
+
+
+def list_operations(x):
+    items = list(x)
+    items.append(x[0] * 2.0)
+    items.insert(0, x[1] ** 2)
+    last = items.pop()
+    items.extend([last, x[2]])
+    items.sort()
+    rows = [x[:2], x[2:4]]
+    cols = list(zip(*rows))
+    pairs = tuple(items[:2])
+    return sum(items) + items[-1] * pairs[0] + sum(a * b for a, b in cols)
+
+
+class _Suppress:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, tb):
+        return kind is not None and issubclass(kind, ValueError)
+
+
+def user_context_manager(x):
+    y = x ** 2
+    with _Suppress():
+        y = y + np.sin(x)
+        if y.sum() > -1e9:
+            raise ValueError("suppressed")
+        y = y * 100.0
+    return np.sum(y)
+
+
+def lambdas_in_comprehension(x):
+    scales = [lambda v, k=k: v * (k + 1) for k in range(3)]
+    return sum(np.sum(f(x) ** 2) for f in scales)
+
+
+class _Accumulator:
+    def __init__(self, n):
+        self.total = np.zeros(n)
+        self.count = 0.0
+
+    def add(self, v):
+        self.total += v
+        self.count = self.count + np.sum(v)
+
+
+def accumulate_in_object(x):
+    acc = _Accumulator(len(x))
+    for k in range(3):
+        acc.add(np.sin(x * (k + 1)))
+    return np.sum(acc.total ** 2) + acc.count
+
+
+def long_loop(x):
+    h = x
+    for _ in range(200):
+        h = h + 0.01 * np.tanh(h) * x
+    return np.sum(h ** 2)
+
+
+def numpy_helpers_shift(x):
+    return (np.sum(np.diff(x) ** 2) + np.sum(np.roll(x, 1) * x) + np.sum(np.tile(x, 2) ** 3)
+            + np.sum(np.repeat(x, 2) * np.arange(2 * len(x))))
+
+
+def numpy_helpers_shape(X):
+    return (np.sum(np.pad(X, 1) ** 2) + np.sum(np.triu(X) * X) + np.average(X, weights=np.arange(1.0, 4.0), axis=0).sum()
+            + np.sum(np.kron(X, X[:1, :1])))
+
+
+def numpy_helpers_values(x, a):
+    grid = np.linspace(0.0, a, 4)
+    return np.sum(np.polyval(x, grid)) + np.sum(np.cumprod(x)) + np.sum(np.convolve(x, x))
+
+
+def numpy_keywords(X, c):
+    a = np.sum(X, axis=-1, keepdims=True) * c
+    b = np.mean(X ** 2, axis=1, where=np.array([True, False, True]))
+    d = np.clip(X, a_min=-0.5, a_max=0.5)
+    e = np.max(X, axis=1, initial=-10.0)
+    return np.sum(a ** 2) + np.sum(b) + np.sum(d * X) + np.sum(e) + np.sum(X, dtype=np.float64)
+
+
+def broadcast_size_one_dims(X, r, c, s):
+    return np.sum(np.tanh(X * r + c) * s) + np.sum((X - r) ** 2 / (1.0 + c ** 2))
+
+
+def linear_regression_solve(X, y, lam):
+    A = X.T @ X + lam * np.eye(X.shape[1])
+    w = np.linalg.solve(A, X.T @ y)
+    return np.sum((X @ w - y) ** 2) + lam * (w @ w)
+
+
+def gaussian_logdet(L, x):
+    S = L @ L.T + np.eye(len(x))
+    sign, logdet = np.linalg.slogdet(S)
+    return 0.5 * x @ np.linalg.inv(S) @ x + 0.5 * logdet + np.linalg.det(S) * 0.01
+
+
+def varying_shapes(X, w):
+    n = X.shape[0]
+    h = np.tanh(X @ w)
+    if n > 3:
+        h = h[:-1] * h[1:]
+    return np.sum(h ** 2) / n
+
+
+@dataclass
+class MLPModel:
+    W1: np.ndarray
+    b1: np.ndarray
+    w2: np.ndarray
+    activation: str = "tanh"
+
+    def __call__(self, X):
+        h = X @ self.W1 + self.b1
+        h = np.tanh(h) if self.activation == "tanh" else np.maximum(h, 0.0)
+        return h @ self.w2
+
+    def loss(self, X, y):
+        return np.mean((self(X) - y) ** 2)
+
+
+def dataclass_with_methods(model, X, y):
+    return model.loss(X, y) + 0.01 * np.sum(model.W1 ** 2)
+
+
 # ---- code compiled from a string -----------------------------------------------------------------
 
 EXEC_SOURCE = '''
@@ -1040,6 +1245,35 @@ CASES: list[Case] = [
          wrt=(0, 1), float32=True),
     Case(attention, lambda rng: (rng.normal(size=(3, 4)), rng.normal(size=(5, 4)), rng.normal(size=(5, 2))),
          wrt=(0, 1, 2), float32=True),
+    # harder programs
+    Case(powers_negative_base, lambda rng: (-positive(rng, 4),)),
+    Case(inplace_methods_on_own_copy, lambda rng: (rng.normal(size=4),)),
+    Case(ufunc_out_into_own_buffer),
+    Case(write_through_view, lambda rng: (away(rng, 5, points=(0.5, 0.0, -0.5), margin=0.05),)),
+    Case(strided_setitem, lambda rng: (rng.normal(size=4),)),
+    Case(fancy_iadd_repeats),
+    Case(add_at_repeats),
+    Case(item_and_tolist, lambda rng: (rng.normal(size=3),)),
+    Case(array_copies, lambda rng: (rng.normal(size=3),)),
+    Case(math_on_numpy_scalars, lambda rng: (rng.normal(size=3),)),
+    Case(list_operations, lambda rng: (rng.normal(size=4),)),
+    Case(user_context_manager),
+    Case(lambdas_in_comprehension, lambda rng: (rng.normal(size=3),)),
+    Case(accumulate_in_object, lambda rng: (rng.normal(size=3),)),
+    Case(long_loop, lambda rng: (rng.normal(size=3) / 2,)),
+    Case(numpy_helpers_shift, lambda rng: (rng.normal(size=4),)),
+    Case(numpy_helpers_shape, lambda rng: (rng.normal(size=(3, 3)),)),
+    Case(numpy_helpers_values, lambda rng: (rng.normal(size=3), float(rng.uniform(0.5, 2.0))), wrt=(0, 1)),
+    Case(numpy_keywords, lambda rng: (away(rng, (2, 3), points=(-0.5, 0.5), margin=0.05), float(rng.normal())),
+         wrt=(0, 1)),
+    Case(broadcast_size_one_dims, lambda rng: (rng.normal(size=(4, 3)), rng.normal(size=(1, 3)), rng.normal(size=(4, 1)),
+                                               np.array(rng.normal())), wrt=(0, 1, 2, 3), float32=True),
+    Case(linear_regression_solve, lambda rng: (rng.normal(size=(6, 3)), rng.normal(size=6), float(rng.uniform(0.5, 1.5))),
+         wrt=(0, 1, 2)),
+    Case(gaussian_logdet, lambda rng: (rng.normal(size=(3, 3)) / 2, rng.normal(size=3)), wrt=(0, 1)),
+    Case(varying_shapes, lambda rng: (rng.normal(size=(int(rng.integers(2, 7)), 3)), rng.normal(size=3)), wrt=(0, 1)),
+    Case(dataclass_with_methods, lambda rng: (MLPModel(rng.normal(size=(3, 4)) / 2, rng.normal(size=4) / 2,
+                                                       rng.normal(size=4)), rng.normal(size=(5, 3)), rng.normal(size=5))),
     # code compiled from a string
     Case(exec_defined, wrt=(0, 1)),
 ]

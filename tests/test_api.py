@@ -453,3 +453,95 @@ def test_decorated_function_calling_itself():
     check_grad(decorated_recursive, (x, 3), 0)
     expected = np.sum(np.sin(x * 1.5 ** 3)) + sum(np.sum((x * 1.5 ** k) ** 2) for k in range(3))
     np.testing.assert_allclose(decorated_recursive(x, 3), expected, rtol=1e-12)
+
+
+# ---- aliasing, identity outputs, keyword-only calls, nested gradients -------------------------------
+
+
+def a_times_b_squared(a, b):
+    return np.sum(a * b ** 2)
+
+
+def test_same_array_passed_twice():
+    """Each argument slot gets its own partial derivative, even when the caller passes one array twice."""
+    x = rng(14).normal(size=3)
+    a_bar, b_bar = bytegrad.grad(a_times_b_squared, wrt=(0, 1))(x, x)
+    np.testing.assert_allclose(a_bar, x ** 2, rtol=1e-12)
+    np.testing.assert_allclose(b_bar, 2 * x * x, rtol=1e-12)
+    # Only slot 0 differentiated: slot 1 holds the same array but is a constant.
+    np.testing.assert_allclose(bytegrad.grad(a_times_b_squared, wrt=0)(x, x), x ** 2, rtol=1e-12)
+    np.testing.assert_allclose(bytegrad.grad(a_times_b_squared, wrt=1)(x, x), 2 * x * x, rtol=1e-12)
+
+
+def test_same_array_twice_in_a_pytree():
+    """Tied weights: two dict entries holding one array each get their own partial derivative."""
+    W = rng(15).normal(size=(2, 2))
+
+    def tied(p):
+        return np.sum(p["enc"] @ p["dec"] * 2.0) + np.sum(p["enc"] ** 3)
+
+    check_grad(tied, ({"enc": W, "dec": W},), 0)
+
+
+def test_identity_outputs():
+    assert bytegrad.grad(lambda a: a)(2.0) == 1.0
+    assert type(bytegrad.grad(lambda a: a)(2.0)) is float
+    x0 = np.array(1.5)
+    x_bar = bytegrad.grad(lambda x: x)(x0)
+    assert type(x_bar) is np.ndarray and x_bar.shape == () and x_bar == 1.0
+    np.testing.assert_array_equal(bytegrad.grad(lambda x: x[1])(np.zeros(3)), [0.0, 1.0, 0.0])
+    value, back = bytegrad.vjp(lambda x: x, np.ones(2))
+    np.testing.assert_array_equal(back(np.array([3.0, 4.0]))[0], [3.0, 4.0])
+
+
+def test_numpy_float64_scalar_input():
+    def f(s, x):
+        return s * np.sum(x ** 2) + s ** 3
+
+    s, x = np.float64(1.3), rng(16).normal(size=3)
+    s_bar = check_grad(f, (s, x), 0)
+    assert isinstance(s_bar, (float, np.floating))
+
+
+def test_all_arguments_by_keyword():
+    x, y, z = rng(17).normal(size=(3, 4))
+    check_grad(three_args, (), "x", kwargs={"x": x, "y": y, "z": z})
+    check_grad(bytegrad.differentiate(three_args, wrt=("z", "x")), (), ("z", "x"), kwargs={"x": x, "y": y, "z": z})
+
+
+def test_positional_only_parameter_by_name():
+    def f(x, /, y):
+        return np.sum(np.exp(x) * y)
+
+    x, y = rng(18).normal(size=(2, 3))
+    check_grad(f, (x, y), "x")
+    check_grad(f, (x,), "y", kwargs={"y": y})
+
+
+def test_nested_gradient_is_right_or_refused():
+    """grad of a function that calls grad: the second-order result, or a DifferentiationError; never wrong."""
+
+    def inner(x):
+        return np.sum(np.sin(x) * x)
+
+    def outer(x):
+        return np.sum(bytegrad.grad(inner)(x) ** 2)
+
+    x = rng(19).normal(size=3)
+    try:
+        x_bar = bytegrad.grad(outer)(x)
+    except bytegrad.DifferentiationError:
+        return
+    np.testing.assert_allclose(x_bar, numerical_grad(outer, (x,), 0), rtol=1e-5, atol=1e-6)
+
+
+def test_argument_types_changing_between_calls():
+    """The same function with a non-differentiated argument that is an int, then a float, then an array."""
+
+    def f(x, scale):
+        return np.sum(np.tanh(x) * scale)
+
+    d = bytegrad.differentiate(f)
+    x = rng(20).normal(size=3)
+    for scale in (2, 2.5, np.array([1.0, 2.0, 3.0]), 2, True):
+        np.testing.assert_allclose(d.grad(x, scale), (1 - np.tanh(x) ** 2) * scale, rtol=1e-12)

@@ -220,6 +220,42 @@ def helper_mutates_input(x):
     return np.sum(_zero_first(x) ** 2)
 
 
+def sort_input(x):
+    x.sort()  # sorts the caller's array in place
+    return np.sum(x * np.arange(len(x)))
+
+
+def fill_diagonal_input(X):
+    np.fill_diagonal(X, 0.0)  # writes the caller's diagonal
+    return np.sum(X ** 2)
+
+
+def fill_input(x):
+    x.fill(0.5)  # fills the caller's array
+    return np.sum(x)
+
+
+def copyto_input(x):
+    np.copyto(x, 0.0)  # writes the caller's array
+    return np.sum(x)
+
+
+def put_input(x):
+    np.put(x, [0], 1.0)  # writes the caller's array
+    return np.sum(x ** 2)
+
+
+def add_at_input(x):
+    np.add.at(x, [0, 0], 1.0)  # writes the caller's array
+    return np.sum(x ** 2)
+
+
+def reshape_view_setitem_input(x):
+    M = x.reshape(2, 2)
+    M[0, 0] = 7.0  # writes through a reshaped view of the caller's array
+    return np.sum(x ** 2)
+
+
 def dict_param_setitem(params):
     params["w"][0] = 0.0  # mutates an array inside the caller's dict
     return np.sum(params["w"] ** 2) + params["b"]
@@ -234,6 +270,13 @@ MUTATION_CASES = [
     (view_setitem_input, view_setitem_input, "tail[0] = 2.0", lambda rng: rng.normal(size=4)),
     (column_imul_input, column_imul_input, "x[:, 0] *= 2.0", lambda rng: rng.normal(size=(3, 2))),
     (helper_mutates_input, _zero_first, "v[0] = 0.0", lambda rng: rng.normal(size=4)),
+    (sort_input, sort_input, "x.sort()", lambda rng: rng.normal(size=4)),
+    (fill_diagonal_input, fill_diagonal_input, "np.fill_diagonal(X, 0.0)", lambda rng: rng.normal(size=(3, 3))),
+    (fill_input, fill_input, "x.fill(0.5)", lambda rng: rng.normal(size=4)),
+    (copyto_input, copyto_input, "np.copyto(x, 0.0)", lambda rng: rng.normal(size=4)),
+    (put_input, put_input, "np.put(x, [0], 1.0)", lambda rng: rng.normal(size=4)),
+    (add_at_input, add_at_input, "np.add.at(x, [0, 0], 1.0)", lambda rng: rng.normal(size=4)),
+    (reshape_view_setitem_input, reshape_view_setitem_input, "M[0, 0] = 7.0", lambda rng: rng.normal(size=4)),
     (dict_param_setitem, dict_param_setitem, 'params["w"][0] = 0.0', lambda rng: {"w": rng.normal(size=3), "b": 0.5}),
 ]
 

@@ -7,7 +7,6 @@ names; hot paths (one-argument calls, binary operators) are written out for spee
 from __future__ import annotations
 
 import functools
-import inspect
 import operator
 import types
 from typing import Any, Callable, Optional
@@ -130,7 +129,7 @@ def _partial_uses(d: Any, nargs: int) -> frozenset[int]:
             loaded = {ins.argval for ins in dis.get_instructions(code) if ins.opname.startswith("LOAD_FAST")}
             loaded |= {n for ins in dis.get_instructions(code) if ins.opname == "LOAD_FAST_LOAD_FAST"
                        for n in ins.argval}
-            if code.co_flags & inspect.CO_VARARGS:
+            if code.co_flags & 0x04:  # CO_VARARGS
                 uses = frozenset(range(nargs + 1))
             else:
                 uses = frozenset(i for i, n in enumerate(names) if n in loaded)
@@ -294,6 +293,8 @@ def _record_elementwise(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple,
 
 def _bind_positional(fn: Any, args: tuple, kwargs: dict, site: Site) -> tuple[tuple, dict]:
     """Move keyword arguments that hold tracked values into positional places (rules see positions)."""
+    import inspect  # only on this rare path: importing it costs milliseconds
+
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
