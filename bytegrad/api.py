@@ -111,8 +111,10 @@ class Differentiated:
             self._hits += 1
             return fn
         target = self._target
+        names = self._params
+        immutable = frozenset(n for n, a in zip(names, args) if type(a) in transform._INERT and n not in active)
         code = cache.lookup(target.__code__, key,
-                            lambda: transform.rewrite_code(target.__code__, active, target.__globals__),
+                            lambda: transform.rewrite_code(target.__code__, active, target.__globals__, immutable),
                             self._params[self._offset:])
         fn = transform.function_from(target, code)
         if len(self._fns) >= cache.CACHE_SIZE_LIMIT:

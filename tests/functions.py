@@ -7,9 +7,11 @@ are valid. `CASES` is the whole catalogue; `FLOAT32_CASES` the subset also run i
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import inspect
+import itertools
 import math
 from collections import namedtuple
 from dataclasses import dataclass
@@ -911,6 +913,30 @@ def write_through_view(x):
     return np.sum(buf ** 2) + np.sum(M[:, 1])
 
 
+def view_made_before_write(x):
+    buf = np.zeros(4)
+    M = buf.reshape(2, 2)
+    buf[0] = x[0]
+    buf[3] = x[1] * x[2]
+    return np.sum(M ** 2)
+
+
+def write_through_reshape_view(x):
+    buf = np.zeros(4)
+    M = buf.reshape(2, 2)
+    M[0, 0] = x[0]
+    M[1] = x[1:3]
+    return np.sum(buf ** 2)
+
+
+def write_through_slice_view(x):
+    buf = np.zeros(4)
+    row = buf[2:]
+    row[:] = x[1:3]
+    buf[0] += x[3]
+    return np.sum(buf ** 3)
+
+
 def strided_setitem(x):
     out = np.zeros(8)
     out[::-2] = x
@@ -1076,6 +1102,184 @@ class MLPModel:
 
 def dataclass_with_methods(model, X, y):
     return model.loss(X, y) + 0.01 * np.sum(model.W1 ** 2)
+
+
+def loop_else(x):
+    total = 0.0
+    for v in x:
+        if v > 10.0:
+            break
+        total = total + v ** 2
+    else:
+        total = total * 2.0
+    k = 0
+    while k < 2:
+        total = total + x[k]
+        k += 1
+    else:
+        total = total + np.sum(x)
+    return total
+
+
+def _chunks(x):
+    yield from (x[i:i + 2] for i in range(0, len(x), 2))
+    yield x[-1:] * 2.0
+
+
+def yield_from(x):
+    return sum(np.sum(c ** 2) for c in _chunks(x))
+
+
+class Vec:
+    """A tiny user vector type with its own operators."""
+
+    def __init__(self, data):
+        self.data = data
+
+    def __add__(self, other):
+        return Vec(self.data + (other.data if isinstance(other, Vec) else other))
+
+    __radd__ = __add__
+
+    def __mul__(self, k):
+        return Vec(self.data * k)
+
+    __rmul__ = __mul__
+
+    def __matmul__(self, other):
+        return self.data @ other.data
+
+    def __neg__(self):
+        return Vec(-self.data)
+
+    def __getitem__(self, i):
+        return self.data[i]
+
+    def __len__(self):
+        return len(self.data)
+
+    def __iter__(self):
+        return iter(self.data)
+
+
+def user_operator_overloading(x, y):
+    u, v = Vec(x), Vec(y)
+    w = 2.0 * u + v * 3.0 + (-u) + 1.0
+    total = w @ w + w[0] * len(w)
+    for e in v:
+        total = total + e ** 2
+    return total + sum([u, v], 0.0) @ Vec(np.ones(len(x)))
+
+
+class Signal:
+    """A user container: indexing, iteration, float() and `with` run the user's own methods."""
+
+    def __init__(self, data):
+        self.data = data
+
+    def __getitem__(self, i):
+        return self.data[i] * 3.0
+
+    def __iter__(self):
+        for v in self.data:
+            yield v * 2.0
+
+    def __len__(self):
+        return len(self.data)
+
+    def __float__(self):
+        return float(np.sum(self.data ** 2))
+
+    def __enter__(self):
+        return self.data * 5.0
+
+    def __exit__(self, *exc_info):
+        return False
+
+
+def user_container_protocols(x):
+    sig = Signal(x)
+    total = sig[1] + sum(sig) + float(sig) * len(sig)
+    with sig as scaled:
+        total = total + np.sum(scaled ** 2)
+    return total
+
+
+class ParamBag:
+    """Attribute access that runs user code: __getattr__, a cached_property, a descriptor."""
+
+    class Tripled:
+        def __get__(self, obj, owner):
+            return obj.w * 3.0
+
+    tripled = Tripled()
+
+    def __init__(self, w, extra):
+        self.w = w
+        self._extra = {"b": extra}
+
+    def __getattr__(self, name):
+        return self._extra[name] * 1.0
+
+    @functools.cached_property
+    def w2(self):
+        return self.w ** 2
+
+
+def user_attribute_hooks(w, b):
+    bag = ParamBag(w, b)
+    return np.sum(bag.b ** 2) + np.sum(bag.w2 * bag.tripled) + np.sum(bag.w2)
+
+
+def itertools_and_collections(x):
+    pairs = sum(a * b for a, b in itertools.pairwise(x))
+    chained = sum(v * v for v in itertools.chain(x[:1], x[2:]))
+    first_two = sum(itertools.islice(x, 2))
+    window = collections.deque(x, maxlen=2)
+    return pairs + chained + first_two * 2.0 + sum(window) ** 2
+
+
+def dict_params_manipulation(params):
+    stepped = {k: v - 0.1 * v ** 2 for k, v in params.items()}
+    merged = {**stepped, "extra": 1.5}
+    merged.update(bias=stepped["b"] * 2.0)
+    total = merged.get("missing", 0.0)
+    for name in sorted(merged):
+        total = total + np.sum(merged[name] ** 2)
+    return total + sum(np.sum(v) for v in params.values())
+
+
+def random_noise_inside(x):
+    rng = np.random.default_rng(1234)
+    noise = rng.normal(size=x.shape)
+    keep = rng.random(x.shape) > 0.3
+    return np.sum(np.tanh(x + 0.1 * noise) * keep) + np.sum((x * noise) ** 2)
+
+
+class Counter:
+    __slots__ = ("w", "scale")
+
+    def __init__(self, w, scale):
+        self.w = w
+        self.scale = scale
+
+    @classmethod
+    def from_params(cls, params):
+        return cls(params[0], params[1])
+
+    def energy(self, x):
+        return self.scale * np.sum((self.w * x) ** 2)
+
+
+def classmethod_and_slots(w, x):
+    c = Counter.from_params((w, 0.5))
+    return c.energy(x) + Counter(x, 2.0).energy(w)
+
+
+def sorted_with_key(x):
+    ordered = sorted(x, key=abs)
+    smallest = min(x, key=lambda v: v ** 2)
+    return ordered[-1] * 2.0 + ordered[0] + smallest ** 2 + max(x, key=abs) * 0.5
 
 
 # ---- code compiled from a string -----------------------------------------------------------------
@@ -1250,6 +1454,9 @@ CASES: list[Case] = [
     Case(inplace_methods_on_own_copy, lambda rng: (rng.normal(size=4),)),
     Case(ufunc_out_into_own_buffer),
     Case(write_through_view, lambda rng: (away(rng, 5, points=(0.5, 0.0, -0.5), margin=0.05),)),
+    Case(view_made_before_write, lambda rng: (rng.normal(size=3),)),
+    Case(write_through_reshape_view, lambda rng: (rng.normal(size=3),)),
+    Case(write_through_slice_view, lambda rng: (rng.normal(size=4),)),
     Case(strided_setitem, lambda rng: (rng.normal(size=4),)),
     Case(fancy_iadd_repeats),
     Case(add_at_repeats),
@@ -1274,6 +1481,16 @@ CASES: list[Case] = [
     Case(varying_shapes, lambda rng: (rng.normal(size=(int(rng.integers(2, 7)), 3)), rng.normal(size=3)), wrt=(0, 1)),
     Case(dataclass_with_methods, lambda rng: (MLPModel(rng.normal(size=(3, 4)) / 2, rng.normal(size=4) / 2,
                                                        rng.normal(size=4)), rng.normal(size=(5, 3)), rng.normal(size=5))),
+    Case(loop_else, lambda rng: (rng.normal(size=4),)),
+    Case(yield_from),
+    Case(user_operator_overloading, lambda rng: (rng.normal(size=3), rng.normal(size=3)), wrt=(0, 1)),
+    Case(user_container_protocols, lambda rng: (rng.normal(size=3),)),
+    Case(user_attribute_hooks, lambda rng: (rng.normal(size=3), rng.normal(size=2)), wrt=(0, 1)),
+    Case(itertools_and_collections, lambda rng: (rng.normal(size=4),)),
+    Case(dict_params_manipulation, lambda rng: ({"w": rng.normal(size=3), "b": rng.normal(size=2)},)),
+    Case(random_noise_inside, lambda rng: (rng.normal(size=4),)),
+    Case(classmethod_and_slots, lambda rng: (rng.normal(size=3), rng.normal(size=3)), wrt=(0, 1)),
+    Case(sorted_with_key, lambda rng: (rng.normal(size=5),)),
     # code compiled from a string
     Case(exec_defined, wrt=(0, 1)),
 ]

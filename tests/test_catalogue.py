@@ -105,12 +105,20 @@ def test_gradient_after_other_signatures():
 
 
 def test_plain_function_form_matches_decorated():
-    """`bytegrad.grad(fn, wrt)` and `differentiate(fn, wrt).grad` agree on every tenth program."""
-    for case in catalogue.CASES[::10]:
+    """`bytegrad.grad(fn, wrt)` and `differentiate(fn, wrt).grad` agree (same gradient, or the same error)."""
+    for case in catalogue.CASES[::7]:
         args, kwargs = make_inputs(case, 0)
-        via_grad = bytegrad.grad(case.fn, wrt=case.wrt)(*args, **kwargs)
-        via_decorator = bytegrad.differentiate(case.fn, wrt=case.wrt).grad(*args, **kwargs)
-        assert_trees_close(via_grad, via_decorator, rtol=1e-12, atol=1e-12, what=case.id)
+        outcomes = []
+        for make in (lambda: bytegrad.grad(case.fn, wrt=case.wrt),
+                     lambda: bytegrad.differentiate(case.fn, wrt=case.wrt).grad):
+            try:
+                outcomes.append(make()(*args, **kwargs))
+            except bytegrad.DifferentiationError as exc:
+                outcomes.append(type(exc))
+        if isinstance(outcomes[0], type) or isinstance(outcomes[1], type):
+            assert outcomes[0] is outcomes[1], f"{case.id}: {outcomes[0]!r} vs {outcomes[1]!r}"
+        else:
+            assert_trees_close(outcomes[0], outcomes[1], rtol=1e-12, atol=1e-12, what=case.id)
 
 
 MAIN_SCRIPT = textwrap.dedent('''

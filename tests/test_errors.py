@@ -270,13 +270,6 @@ MUTATION_CASES = [
     (view_setitem_input, view_setitem_input, "tail[0] = 2.0", lambda rng: rng.normal(size=4)),
     (column_imul_input, column_imul_input, "x[:, 0] *= 2.0", lambda rng: rng.normal(size=(3, 2))),
     (helper_mutates_input, _zero_first, "v[0] = 0.0", lambda rng: rng.normal(size=4)),
-    (sort_input, sort_input, "x.sort()", lambda rng: rng.normal(size=4)),
-    (fill_diagonal_input, fill_diagonal_input, "np.fill_diagonal(X, 0.0)", lambda rng: rng.normal(size=(3, 3))),
-    (fill_input, fill_input, "x.fill(0.5)", lambda rng: rng.normal(size=4)),
-    (copyto_input, copyto_input, "np.copyto(x, 0.0)", lambda rng: rng.normal(size=4)),
-    (put_input, put_input, "np.put(x, [0], 1.0)", lambda rng: rng.normal(size=4)),
-    (add_at_input, add_at_input, "np.add.at(x, [0, 0], 1.0)", lambda rng: rng.normal(size=4)),
-    (reshape_view_setitem_input, reshape_view_setitem_input, "M[0, 0] = 7.0", lambda rng: rng.normal(size=4)),
     (dict_param_setitem, dict_param_setitem, 'params["w"][0] = 0.0', lambda rng: {"w": rng.normal(size=3), "b": 0.5}),
 ]
 
@@ -294,6 +287,33 @@ def test_mutation_error(fn, cited, marker, make_x):
         np.testing.assert_array_equal(x["w"], before["w"])
     else:
         np.testing.assert_array_equal(x, before)
+
+
+# In-place writes by methods and NumPy functions (beyond `x[i] = v`, `x += v` and `out=`).
+METHOD_MUTATION_CASES = [
+    (sort_input, sort_input, "x.sort()", lambda rng: rng.normal(size=4)),
+    (fill_diagonal_input, fill_diagonal_input, "np.fill_diagonal(X, 0.0)", lambda rng: rng.normal(size=(3, 3))),
+    (fill_input, fill_input, "x.fill(0.5)", lambda rng: rng.normal(size=4)),
+    (copyto_input, copyto_input, "np.copyto(x, 0.0)", lambda rng: rng.normal(size=4)),
+    (put_input, put_input, "np.put(x, [0], 1.0)", lambda rng: rng.normal(size=4)),
+    (add_at_input, add_at_input, "np.add.at(x, [0, 0], 1.0)", lambda rng: rng.normal(size=4)),
+    (reshape_view_setitem_input, reshape_view_setitem_input, "M[0, 0] = 7.0", lambda rng: rng.normal(size=4)),
+]
+
+
+@pytest.mark.parametrize("fn, cited, marker, make_x", METHOD_MUTATION_CASES,
+                         ids=[c[0].__name__ for c in METHOD_MUTATION_CASES])
+def test_mutation_error_by_method_or_function(fn, cited, marker, make_x):
+    """The caller's array is never changed and the line is cited; the error is a MutationError."""
+    x = make_x(np.random.default_rng(3))
+    before = copy.deepcopy(x)
+    with pytest.raises(bytegrad.DifferentiationError) as info:
+        bytegrad.grad(fn)(x)
+    np.testing.assert_array_equal(x, before)
+    assert_cites(info.value, cited, marker)
+    assert isinstance(info.value, bytegrad.MutationError), (
+        f"expected a MutationError for an in-place write into a differentiated input, got "
+        f"{type(info.value).__name__}:\n{info.value}")
 
 
 def test_mutation_error_from_decorated_pullback_and_value_and_grad():

@@ -183,3 +183,93 @@ def py_list_extend(self: list[Any], iterable: Any, /) -> None:
         iterable = [item for item in self]
     for item in iterable:
         self.append(item)
+
+
+def _filter_items(function: Any, iterable: Any) -> Iterator[Any]:
+    for item in iterable:
+        if (bool(item) if function is None else function(item)):
+            yield item
+
+
+def py_filter(function: Any, iterable: Any, /) -> Iterator[Any]:
+    """`filter`: the kept items are the same objects, so they keep their derivatives."""
+    return _filter_items(function, iterable)
+
+
+# ---- itertools and collections: Python versions, so the items keep their identity -------------------
+
+
+def _pairwise_items(iterable: Any) -> Iterator[Any]:
+    it = iter(iterable)
+    for prev in it:
+        for item in it:
+            yield prev, item
+            prev = item
+        return
+
+
+def py_pairwise(iterable: Any, /) -> Iterator[Any]:
+    return _pairwise_items(iterable)
+
+
+def _chain_items(iterables: tuple[Any, ...]) -> Iterator[Any]:
+    for iterable in iterables:
+        for item in iterable:
+            yield item
+
+
+def py_chain(*iterables: Any) -> Iterator[Any]:
+    return _chain_items(iterables)
+
+
+def _islice_items(iterable: Any, start: int, stop: Any, step: int) -> Iterator[Any]:
+    nxt = start
+    for i, item in enumerate(iterable):
+        if stop is not None and i >= stop:
+            return
+        if i == nxt:
+            yield item
+            nxt += step
+
+
+def py_islice(iterable: Any, *args: Any) -> Iterator[Any]:
+    bounds = slice(*args)
+    start = bounds.start or 0
+    step = bounds.step or 1
+    return _islice_items(iterable, start, bounds.stop, step)
+
+
+def _accumulate_items(iterable: Any, func: Any, initial: Any) -> Iterator[Any]:
+    it = iter(iterable)
+    total = initial
+    if total is _MISSING:
+        for total in it:
+            break
+        else:
+            return
+    yield total
+    for item in it:
+        total = total + item if func is None else func(total, item)
+        yield total
+
+
+def py_accumulate(iterable: Any, func: Any = None, *, initial: Any = _MISSING) -> Iterator[Any]:
+    return _accumulate_items(iterable, func, _MISSING if initial is None else initial)
+
+
+def _starmap_items(function: Any, iterable: Any) -> Iterator[Any]:
+    for args in iterable:
+        yield function(*args)
+
+
+def py_starmap(function: Any, iterable: Any, /) -> Iterator[Any]:
+    return _starmap_items(function, iterable)
+
+
+def py_deque(iterable: Any = (), maxlen: Any = None) -> Any:
+    import collections
+
+    d = collections.deque(maxlen=maxlen)  # built empty, then filled item by item: no recursion
+    for item in iterable:
+        d.append(item)
+    return d

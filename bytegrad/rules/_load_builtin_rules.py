@@ -1,9 +1,14 @@
 """Imports every module of bytegrad's own rules, so importing `bytegrad.rules` registers them."""
 from bytegrad.rules import builtins as _builtins  # noqa: F401
 from bytegrad.rules.numpy import (  # noqa: F401
+    building as _building,
+    cumulative as _cumulative,
     indexing as _indexing,
     linalg as _linalg,
+    linalg_decomp as _linalg_decomp,
+    manipulation as _manipulation,
     nondiff as _nondiff,
+    products as _products,
     reductions as _reductions,
     shape as _shape_rules,
     ufuncs as _ufuncs,

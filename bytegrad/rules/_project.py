@@ -9,7 +9,7 @@ import numpy as np
 
 from bytegrad.rules.registry import NO_TANGENT
 
-__all__ = ["is_float", "project", "split_like", "float_dtype"]
+__all__ = ["is_float", "project", "split_like", "float_dtype", "stand_in"]
 
 
 def is_float(x: Any) -> bool:
@@ -56,3 +56,11 @@ def split_like(x_bar: Any, x: Any) -> Any:
         parts = [split_like(x_bar[i], xi) for i, xi in enumerate(x)]
         return parts if isinstance(x, list) else tuple(parts)
     return project(x_bar, x)
+
+
+def stand_in(x: Any) -> Any:
+    """What `project` needs of `x`, without x's values: for an array, a read-only zero-strided array
+    of its shape and dtype. A pullback that only projects onto `x` captures this instead of `x`."""
+    if type(x) is np.ndarray:
+        return np.broadcast_to(np.zeros((), dtype=x.dtype), x.shape)
+    return x

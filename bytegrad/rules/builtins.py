@@ -6,7 +6,9 @@ Array-specific operator rules live with their NumPy topic: `operator.matmul` in 
 from __future__ import annotations
 
 import builtins
+import collections
 import functools
+import itertools
 import math
 import operator
 from typing import Any
@@ -193,6 +195,16 @@ differentiate_through(functools.reduce, _impls.py_reduce)
 # list(x)/tuple(x) of an array must yield recorded rows; on lists they keep the items' identity.
 differentiate_through(builtins.list, _impls.py_list)
 differentiate_through(builtins.tuple, _impls.py_tuple)
+differentiate_through(builtins.filter, _impls.py_filter)
+differentiate_through(itertools.pairwise, _impls.py_pairwise)
+differentiate_through(itertools.chain, _impls.py_chain)
+differentiate_through(itertools.islice, _impls.py_islice)
+differentiate_through(itertools.accumulate, _impls.py_accumulate)
+differentiate_through(itertools.starmap, _impls.py_starmap)
+differentiate_through(collections.deque, _impls.py_deque)
+transparent(collections.deque.append, collections.deque.appendleft, collections.deque.pop,
+            collections.deque.popleft)
+transparent(builtins.set, builtins.frozenset)  # containers: the items keep their identity
 differentiate_through(list.extend, _impls.py_list_extend)
 
 non_differentiable(

@@ -19,17 +19,20 @@ from bytegrad.rules._apply import shape_of
 from bytegrad.rules._shape import materialize, unbroadcast
 from bytegrad.rules.registry import ZERO, RuleKind
 from bytegrad.runtime import tape as _tape
+from bytegrad.runtime import writes
 from bytegrad.runtime.tape import Tape, current_tape
 
 __all__ = ["Site", "current_tape", "BINARY_HOOKS", "BINARY_NAMES", "call", "call0", "call1", "call2",
            "call_kw", "call_ex", "getitem", "getslice", "setitem", "setslice", "getattr_", "neg", "pos",
-           "iter_", "unpack", "set_rewriter"]
+           "iter_", "unpack", "before_with", "set_rewriter"]
 
 _ndarray = np.ndarray
 _float64 = np.float64
 _FunctionType = types.FunctionType
 _MethodType = types.MethodType
 _BuiltinMethod = types.BuiltinMethodType
+_BuiltinFunction = types.BuiltinFunctionType
+_GetSetDescriptor = types.GetSetDescriptorType
 _ModuleType = types.ModuleType
 _rules_get = registry._RULES.get
 ELEMENTWISE = RuleKind.ELEMENTWISE
@@ -218,23 +221,6 @@ def _bw_identity(ct: Any, node: tuple, out: Any) -> tuple[Any, ...]:
     return (ct,)
 
 
-def _bw_setitem(ct: Any, node: tuple, out: Any) -> tuple[Any, Any]:
-    key, v_shape = node[3], node[4]
-    p_old, p_val = node[1]
-    ct = materialize(ct, out)
-    old_bar = None
-    val_bar = None
-    if p_old is not None:
-        old_bar = np.array(ct, copy=True)
-        old_bar[key] = 0
-    if p_val is not None:
-        part = ct[key]
-        val_bar = unbroadcast(part, v_shape, np.shape(part)) if np.shape(part) != v_shape else part
-        if type(p_val) is list:
-            val_bar = list(val_bar)
-    return old_bar, val_bar
-
-
 def _saved_rrule(node: tuple) -> list[np.ndarray]:
     """What a rule's pullback captured (its closure); the recorded args serve only shape checks."""
     found: list[np.ndarray] = []
@@ -245,7 +231,7 @@ def _saved_rrule(node: tuple) -> list[np.ndarray]:
 _bw_rrule.saved = _saved_rrule  # type: ignore[attr-defined]
 _bw_rrule_trusted.saved = _saved_rrule  # type: ignore[attr-defined]
 
-for _bw in (_bw_tuple_item, _bw_identity, _bw_setitem):
+for _bw in (_bw_tuple_item, _bw_identity):
     _bw.saved = lambda node: []  # type: ignore[attr-defined]
 
 
@@ -264,13 +250,26 @@ def _parent_of(ids: dict[int, int], a: Any) -> Any:
     return ids.get(id(a))
 
 
-def _check_stale(tape: Tape, parents: Any, site: Site) -> None:
+def _refresh(tape: Tape, parents: Any, site: Site) -> Any:
+    """Parents with out-of-date entries (memory overwritten since) replaced by current ones."""
+    out = []
     for p in parents:
         if type(p) is int:
-            if p in tape.stale:
-                raise tape.stale_error(p, site)
+            out.append(writes.refresh(tape, site, p) if p in tape.stale else p)
         elif p is not None:
-            _check_stale(tape, p, site)
+            out.append(_refresh(tape, p, site))
+        else:
+            out.append(None)
+    return out if type(parents) is list else tuple(out)
+
+
+def _untracked_views(tape: Tape, site: Site, args: tuple, parents: Any) -> Any:
+    """Parents for untracked arrays that are views of memory written with tracked values."""
+    out = list(parents)
+    for k, (a, p) in enumerate(zip(args, parents)):
+        if p is None and type(a) is _ndarray:
+            out[k] = writes.view_parent(tape, site, a)
+    return out if type(parents) is list else tuple(out)
 
 
 def _record_elementwise(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
@@ -283,8 +282,10 @@ def _record_elementwise(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple,
         parents = tuple(ids.get(id(a)) for a in args[:n])
     if kwargs and "out" in kwargs:
         return _with_out(tape, site, fn, args, kwargs)
+    if tape.owners:
+        parents = _untracked_views(tape, site, args, parents)
     if tape.stale:
-        _check_stale(tape, parents, site)
+        parents = _refresh(tape, parents, site)
     out = fn(*args, **kwargs) if kwargs else fn(*args)
     if all(p is None for p in parents):
         return out
@@ -333,16 +334,19 @@ def _record_rrule(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, kwarg
     ids_get = ids.get
     parents = []
     tracked = False
+    owners = tape.owners
     for a in args:
         ta = type(a)
         p = _parent_of(ids, a) if (ta is list or ta is tuple) else ids_get(id(a))
+        if p is None and owners and ta is _ndarray:
+            p = writes.view_parent(tape, site, a)
         if p is not None:
             tracked = True
         parents.append(p)
     if not tracked:
         return fn(*args, **kwargs) if kwargs else fn(*args)
     if tape.stale:
-        _check_stale(tape, parents, site)
+        parents = _refresh(tape, parents, site)
     out, pullback = rule.rrule(*args, **kwargs) if kwargs else rule.rrule(*args)
     node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, parents, site, pullback, args, fn)
     to = type(out)
@@ -432,8 +436,18 @@ def _resolve(fn: Any) -> tuple[Any, Any]:
     return None, None
 
 
+#: builtins that call a dunder of their argument
+_DUNDER_BUILTINS = {float: "__float__", complex: "__complex__", abs: "__abs__", len: None, int: "__int__"}
+
+
 def _dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
     """A call with the tape active: rule, rewritten Python callee, or plain call."""
+    if len(args) == 1 and not kwargs and type(args[0]) not in _PLAIN:
+        dunder = _DUNDER_BUILTINS.get(fn) if type(fn) in (type, _BuiltinFunction) else None
+        if dunder is not None:
+            meth = _class_attr(type(args[0]), dunder)
+            if type(meth) is _FunctionType:
+                return _call_python(tape, site, meth, (args[0],), None)
     rule, owner = _resolve(fn)
     if rule is not None:
         kind = rule.kind
@@ -472,13 +486,13 @@ def _dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dic
             kw.update(kwargs)
         return _dispatch(tape, site, fn.func, fn.args + tuple(args), kw or None)
     if isinstance(fn, type):
-        init = fn.__init__
-        if (type(init) is _FunctionType and fn.__new__ is object.__new__ and type(fn) is type
-                and _any_tracked(tape.ids, tuple(args), kwargs)):
-            obj = object.__new__(fn)
-            _call_python(tape, site, init, (obj,) + tuple(args), kwargs)
-            return obj
-        return fn(*args, **kwargs) if kwargs else fn(*args)
+        return _construct(tape, site, fn, tuple(args), kwargs)
+    inplace = _INPLACE.get(_method_key(fn))
+    if inplace is not None:
+        return inplace(tape, site, fn, tuple(args), kwargs or {})
+    if t is _Dispatcher and type(fn._implementation) is _FunctionType:
+        # a NumPy function written in Python (np.diff, np.pad...): differentiate through its code
+        return _call_python(tape, site, fn._implementation, tuple(args), kwargs)
     dunder_call = getattr(t, "__call__", None)
     if type(dunder_call) is _FunctionType:
         return _call_python(tape, site, dunder_call, (fn,) + tuple(args), kwargs)
@@ -490,9 +504,125 @@ def _dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dic
     return fn(*args, **kwargs) if kwargs else fn(*args)
 
 
+_Dispatcher = type(np.concatenate)
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
+
+
+def _construct(tape: Tape, site: Site, cls: type, args: tuple, kwargs: Optional[dict]) -> Any:
+    """`cls(*args)`: a Python `__init__` is differentiated like any callee; a C class needs a rule."""
+    tracked = _any_tracked(tape.ids, args, kwargs)
+    if not tracked:
+        return cls(*args, **kwargs) if kwargs else cls(*args)
+    if not cls.__flags__ & _HEAPTYPE:
+        if registry.load_plugins():
+            return _dispatch(tape, site, cls, args, kwargs)
+        raise NoRuleError(cls, site.loc())
+    init = cls.__init__
+    if type(init) is not _FunctionType or type(cls) is not type:
+        return cls(*args, **kwargs) if kwargs else cls(*args)
+    new = cls.__new__
+    obj = object.__new__(cls) if new is object.__new__ else new(cls, *args, **(kwargs or {}))
+    if isinstance(obj, cls):
+        _call_python(tape, site, init, (obj,) + args, kwargs)
+    return obj
+
+
+# ---- in-place functions and methods: recorded as writes ---------------------------------------------
+
+
+def _snapshot(tape: Tape, site: Site, a: np.ndarray) -> np.ndarray:
+    """A copy of `a` that stands for its current value on the tape (so `a` can then be overwritten)."""
+    i = writes.current(tape, site, a)
+    copy = a.copy()
+    if i is not None:
+        tape.push((_bw_identity, (i,), site), copy)
+    return copy
+
+
+def _inplace_sort(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> None:
+    a = fn.__self__
+    tape.check_write(a, a, site)
+    _write(tape, site, a, Ellipsis, _dispatch(tape, site, np.sort, (_snapshot(tape, site, a),) + args, kwargs or None))
+
+
+def _inplace_fill(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> None:
+    _write(tape, site, fn.__self__, Ellipsis, args[0] if args else kwargs["value"])
+
+
+def _inplace_fill_diagonal(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> None:
+    a, val = args[0], args[1]
+    wrap = args[2] if len(args) > 2 else kwargs.get("wrap", False)
+    if a.ndim == 2:
+        n = a.shape[1] + 1
+        end = None if wrap else a.shape[1] * a.shape[1]
+        flat_idx = np.arange(a.size)[:end:n]
+        key = np.unravel_index(flat_idx, a.shape)
+    else:
+        i = np.arange(min(a.shape))
+        key = (i,) * a.ndim
+    value = val if np.ndim(val) == 0 else _dispatch(tape, site, np.resize, (val, key[0].shape), None)
+    _write(tape, site, a, key, value)
+
+
+def _inplace_copyto(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> None:
+    dst, src = args[0], args[1]
+    where = kwargs.get("where", args[3] if len(args) > 3 else True)
+    if where is not True:
+        src = _dispatch(tape, site, np.where, (where, src, dst), None)
+    _write(tape, site, dst, Ellipsis, src)
+
+
+def _inplace_put(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> None:
+    if type(fn) is _BuiltinMethod and type(fn.__self__) is _ndarray:
+        a, rest = fn.__self__, args
+    else:
+        a, rest = args[0], args[1:]
+    ind, v = rest[0], rest[1]
+    flat = a.reshape(-1) if a.flags.c_contiguous else None
+    if flat is None or flat.base is not (a.base if a.base is not None else a) and flat.base is not a:
+        raise writes.MutationError("bytegrad supports np.put only on contiguous arrays.", site.loc(),
+                                   "assign with a.reshape(-1)[ind] = v on a contiguous array instead.")
+    ind = np.asarray(ind).ravel()
+    n = ind.size
+    value = v if np.ndim(v) == 0 else _dispatch(tape, site, np.resize, (v, n), None)
+    _write(tape, site, flat, ind, value)
+
+
+def _inplace_ufunc_at(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> None:
+    ufunc = fn.__self__
+    a, indices = args[0], args[1]
+    b = args[2] if len(args) > 2 else None
+    if ufunc not in (np.add, np.subtract) or b is None:
+        if writes.current(tape, site, a) is None and (b is None or _parent_of(tape.ids, b) is None):
+            tape.check_write(a, a, site)
+            return fn(*args, **kwargs)
+        raise NoRuleError(_method_key(fn), site.loc(), f" (only np.add.at and np.subtract.at are supported, "
+                                                       f"not {ufunc.__name__}.at)")
+    ib = _parent_of(tape.ids, b)
+    if ib is None and tape.owners and type(b) is _ndarray:
+        ib = writes.view_parent(tape, site, b)
+    writes.add_at(tape, site, a, indices, b, ib, 1 if ufunc is np.add else -1)
+
+
+_INPLACE: dict[Any, Callable[..., Any]] = {
+    (np.ndarray, "sort"): _inplace_sort,
+    (np.ndarray, "fill"): _inplace_fill,
+    (np.ndarray, "put"): _inplace_put,
+    np.fill_diagonal: _inplace_fill_diagonal,
+    np.copyto: _inplace_copyto,
+    np.put: _inplace_put,
+    (np.ufunc, "at"): _inplace_ufunc_at,
+}
+
+
 def _method_key(fn: Any) -> Any:
+    """A hashable name for a callable: (type, name) for a bound C method, else the callable."""
     if type(fn) is _BuiltinMethod and fn.__self__ is not None and type(fn.__self__) is not _ModuleType:
         return (type(fn.__self__), fn.__name__)
+    try:
+        hash(fn)
+    except TypeError:
+        return id(fn)
     return fn
 
 
@@ -515,9 +645,11 @@ def call1(tape: Optional[Tape], site: Site, fn: Any, a: Any) -> Any:
     if rule is not None and rule.kind is ELEMENTWISE:
         i = tape.ids.get(id(a))
         if i is None:
-            return fn(a) if type(a) is not list else _dispatch(tape, site, fn, (a,), None)
+            if tape.owners or type(a) not in _PLAIN or type(a) is list:
+                return _dispatch(tape, site, fn, (a,), None)
+            return fn(a)
         if tape.stale and i in tape.stale:
-            raise tape.stale_error(i, site)
+            i = writes.refresh(tape, site, i)
         out = fn(a)
         values = tape.values
         tape.ids[id(out)] = len(values)
@@ -528,9 +660,11 @@ def call1(tape: Optional[Tape], site: Site, fn: Any, a: Any) -> Any:
             and type(a) is not tuple:
         i = tape.ids.get(id(a))
         if i is None:
+            if tape.owners or type(a) not in _PLAIN:
+                return _dispatch(tape, site, fn, (a,), None)
             return fn(a)
         if tape.stale and i in tape.stale:
-            raise tape.stale_error(i, site)
+            i = writes.refresh(tape, site, i)
         out, pullback = rule.rrule(a)
         node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, (i,), site, pullback, (a,), fn)
         to = type(out)
@@ -582,8 +716,8 @@ def _binary_tracked(tape: Tape, site: Site, op: Any, a: Any, b: Any, ia: Any, ib
         raise NoRuleError(op, site.loc())
     kind = rule.kind
     if kind is ELEMENTWISE:
-        if tape.stale and (ia in tape.stale or ib in tape.stale):
-            raise tape.stale_error(ia if ia in tape.stale else ib, site)
+        if tape.stale:
+            ia, ib = _refresh(tape, (ia, ib), site)
         out = op(a, b)
         to = type(out)
         if to is not _ndarray and to is not float and to is not _float64 and not _trackable(out):
@@ -593,11 +727,47 @@ def _binary_tracked(tape: Tape, site: Site, op: Any, a: Any, b: Any, ia: Any, ib
         values.append(out)
         tape.nodes.append((_bw_elementwise, (ia, ib), site, rule, (a, b), op))
         return out
-    if kind is RRULE:
-        return _record_rrule(tape, site, rule, op, (a, b), None)
+    if kind is RRULE and rule.rrule is not None:
+        out, pullback = rule.rrule(a, b)
+        node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, (ia, ib), site, pullback, (a, b), op)
+        return _push_output(tape, node, out)
     if kind is NONDIFF or kind is TRANSPARENT:
         return op(a, b)
     return _dispatch(tape, site, op, (a, b), None)
+
+
+#: types whose operators never run user Python code
+_PLAIN = frozenset({int, float, bool, complex, str, bytes, list, tuple, dict, set, type(None), np.ndarray,
+                    np.float64, np.float32, np.int64, np.int32, np.bool_, np.complex128, slice, range})
+
+_REFLECTED = {operator.add: "__radd__", operator.sub: "__rsub__", operator.mul: "__rmul__",
+              operator.truediv: "__rtruediv__", operator.floordiv: "__rfloordiv__", operator.mod: "__rmod__",
+              operator.pow: "__rpow__", operator.matmul: "__rmatmul__", operator.and_: "__rand__",
+              operator.or_: "__ror__", operator.xor: "__rxor__", operator.lshift: "__rlshift__",
+              operator.rshift: "__rrshift__"}
+
+
+def _user_binary(tape: Tape, site: Site, op: Any, a: Any, b: Any) -> Any:
+    """`a op b` where an operand's class implements the operator in Python: run that code rewritten."""
+    name = f"__{op.__name__.strip('_')}__"
+    ta, tb = type(a), type(b)
+    reflected = _REFLECTED.get(op)
+    # Python tries b's reflected method first when b's class is a subclass of a's
+    order = [(tb, reflected, b, a), (ta, name, a, b)] if (tb is not ta and issubclass(tb, ta)) else \
+        [(ta, name, a, b), (tb, reflected, b, a)]
+    for cls, meth_name, x, y in order:
+        if meth_name is None or (cls is tb and ta is tb and meth_name == reflected):
+            continue
+        meth = getattr(cls, meth_name, None)
+        if meth is None:
+            continue
+        if type(meth) is _FunctionType:
+            out = _call_python(tape, site, meth, (x, y), None)
+        else:
+            out = meth(x, y)  # a C implementation (float.__mul__...): it may decline
+        if out is not NotImplemented:
+            return out
+    return op(a, b)  # nobody took it: the plain operator raises the usual TypeError
 
 
 def _make_binary(op: Any) -> Callable[..., Any]:
@@ -618,6 +788,13 @@ def _make_binary(op: Any) -> Callable[..., Any]:
                     values.append(out)
                     tape.nodes.append((_bw_elementwise, (ia, ib), site, rule, (a, b), op))
                 return out
+            if tape.owners:
+                ia, ib = _untracked_views(tape, site, (a, b), (None, None))
+                if ia is not None or ib is not None:
+                    return _binary_tracked(tape, site, op, a, b, ia, ib)
+            ta = type(a)
+            if ta not in _PLAIN or type(b) not in _PLAIN:
+                return _user_binary(tape, site, op, a, b)
         return op(a, b)
 
     binary_hook.__name__ = f"binary_{op.__name__}"
@@ -634,6 +811,15 @@ def _make_inplace(iop: Any, op: Any) -> Callable[..., Any]:
                 return _inplace_array(tape, site, iop, op, a, b, ia, ib)
             if ia is not None or ib is not None:
                 return _binary_tracked(tape, site, op, a, b, ia, ib)
+            if type(a) not in _PLAIN:
+                meth = getattr(type(a), f"__i{op.__name__.strip('_')}__", None)
+                if type(meth) is _FunctionType:
+                    out = _call_python(tape, site, meth, (a, b), None)
+                    if out is not NotImplemented:
+                        return out
+                return _user_binary(tape, site, op, a, b)
+            if type(b) not in _PLAIN:
+                return _user_binary(tape, site, op, a, b)
         return iop(a, b)
 
     inplace_hook.__name__ = f"inplace_{op.__name__}"
@@ -641,21 +827,18 @@ def _make_inplace(iop: Any, op: Any) -> Callable[..., Any]:
 
 
 def _inplace_array(tape: Tape, site: Site, iop: Any, op: Any, a: np.ndarray, b: Any, ia: Any, ib: Any) -> Any:
-    tape.check_write(a, a, site)
+    if ia is None and ib is None and tape.owners:
+        ia, ib = _untracked_views(tape, site, (a, b), (None, None))
     if ia is None and ib is None:
+        tape.check_write(a, a, site)
         return iop(a, b)
-    rule = _rules_get(op)
-    a_in = a
-    if rule is not None and rule.kind is ELEMENTWISE and not rule.constant_partials:
-        a_in = a.copy()  # the partials read the old value, which the write destroys
-    elif rule is not None and rule.kind is RRULE:
-        a_in = a.copy()
-    res = _binary_tracked(tape, site, op, a_in, b, ia, ib)
-    np.copyto(a, res, casting="same_kind")
-    i_res = tape.ids.get(id(res))
-    if i_res is None:
-        return a
-    tape.push((_bw_identity, (i_res,), site), a)
+    if tape.stale:
+        ia, ib = _refresh(tape, (ia, ib), site)
+    tape.check_write(a, a, site)  # refuse before computing anything
+    # The new value is computed out of place (from a copy when the rule reads the old value),
+    # then written back into `a` as a recorded assignment.
+    res = _binary_tracked(tape, site, op, a.copy(), b, ia, ib)
+    writes.write(tape, site, a, Ellipsis, res, tape.ids.get(id(res)))
     return a
 
 
@@ -679,7 +862,7 @@ for _k, (_op, _iop, _sym) in enumerate(zip(_BINARY_OPS, _INPLACE_OPS, _SYMBOLS))
 def _make_unary(op: Any) -> Callable[..., Any]:
     def unary_hook(tape: Optional[Tape], site: Site, a: Any) -> Any:
         if tape is not None:
-            i = tape.ids.get(id(a))
+            i = writes.current(tape, site, a)
             if i is not None:
                 rule = _rules_get(op)
                 if rule is None:
@@ -691,8 +874,22 @@ def _make_unary(op: Any) -> Callable[..., Any]:
     return unary_hook
 
 
-neg = _make_unary(operator.neg)
-pos = _make_unary(operator.pos)
+def _make_unary_user(op: Any, dunder: str) -> Callable[..., Any]:
+    plain = _make_unary(op)
+
+    def unary_hook(tape: Optional[Tape], site: Site, a: Any) -> Any:
+        if tape is not None and type(a) not in _PLAIN and tape.ids.get(id(a)) is None:
+            meth = getattr(type(a), dunder, None)
+            if type(meth) is _FunctionType:
+                return _call_python(tape, site, meth, (a,), None)
+        return plain(tape, site, a)
+
+    unary_hook.__name__ = f"unary_{op.__name__}"
+    return unary_hook
+
+
+neg = _make_unary_user(operator.neg, "__neg__")
+pos = _make_unary_user(operator.pos, "__pos__")
 
 
 # ---- hooks: subscripts, attributes, iteration -----------------------------------------------------
@@ -709,7 +906,7 @@ def getitem(tape: Optional[Tape], site: Site, obj: Any, key: Any) -> Any:
             if rule is None or rule.rrule is None:
                 raise NoRuleError(_getitem, site.loc())
             if tape.stale and i in tape.stale:
-                raise tape.stale_error(i, site)
+                i = writes.refresh(tape, site, i)
             # an index never carries a derivative: only the container is a parent
             out, pullback = rule.rrule(obj, key)
             node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, (i, None), site, pullback, (obj, key), _getitem)
@@ -720,6 +917,14 @@ def getitem(tape: Optional[Tape], site: Site, obj: Any, key: Any) -> Any:
                 tape.nodes.append(node)
                 return out
             return _push_output(tape, node, out)
+        to = type(obj)
+        if to is _ndarray:
+            if tape.owners and writes.view_parent(tape, site, obj) is not None:
+                return getitem(tape, site, obj, key)
+        elif to not in _PLAIN:
+            method = getattr(to, "__getitem__", None)
+            if type(method) is _FunctionType:
+                return _call_python(tape, site, method, (obj, key), None)
     return obj[key]
 
 
@@ -727,38 +932,16 @@ def getslice(tape: Optional[Tape], site: Site, obj: Any, start: Any, stop: Any) 
     return getitem(tape, site, obj, slice(start, stop))
 
 
-def _region(obj: np.ndarray, key: Any) -> np.ndarray:
-    """A view of the part of `obj` that `obj[key] = ...` writes (all of it when unsure)."""
-    keys = key if type(key) is tuple else (key,)
-    parts = []
-    for k in keys:
-        if type(k) is int or isinstance(k, np.integer):
-            k = int(k)
-            parts.append(slice(k, k + 1) if k != -1 else slice(-1, None))
-        elif k is None or k is Ellipsis or type(k) is slice:
-            parts.append(k)
-        else:
-            return obj
-    try:
-        view = obj[tuple(parts)]
-    except (IndexError, TypeError):
-        return obj
-    return view if type(view) is _ndarray else obj
-
-
 def _write(tape: Tape, site: Site, obj: np.ndarray, key: Any, value: Any) -> None:
-    ids = tape.ids
-    io = ids.get(id(obj))
-    iv = _parent_of(ids, value)
-    tape.check_write(obj, _region(obj, key), site)
-    if iv is not None and type(iv) is not int:
-        value_arr = _dispatch(tape, site, np.asarray, (value,), None)
-        iv = ids.get(id(value_arr))
-        value = value_arr
-    obj[key] = value
-    if io is None and iv is None:
-        return
-    tape.push((_bw_setitem, (io, iv), site, key, shape_of(value)), obj)
+    iv = _parent_of(tape.ids, value)
+    if iv is None and tape.owners and type(value) is _ndarray:
+        iv = writes.view_parent(tape, site, value)
+    if iv is not None and type(iv) is not int:  # a list holding tracked values: make it an array
+        value = _dispatch(tape, site, np.asarray, (value,), None)
+        iv = tape.ids.get(id(value))
+    elif iv is not None and tape.stale and iv in tape.stale:
+        iv = writes.refresh(tape, site, iv)
+    writes.write(tape, site, obj, key, value, iv)
 
 
 def setitem(tape: Optional[Tape], site: Site, value: Any, obj: Any, key: Any) -> None:
@@ -778,37 +961,109 @@ def getattr_(tape: Optional[Tape], site: Site, obj: Any, name: str) -> Any:
     if tape is not None:
         if tape.ids.get(id(obj)) is not None:
             desc = getattr(type(obj), name, None)
-            rule = _rules_get(desc) if desc is not None else None
+            # only data descriptors (`.T`, `.real`) are values; methods are bound and called later
+            rule = _rules_get(desc) if type(desc) is _GetSetDescriptor else None
             if rule is not None and rule.kind is RRULE:
                 return _record_rrule(tape, site, rule, desc.__get__, (obj,), None)
             if rule is None and (type(obj) is _ndarray or isinstance(obj, np.generic)) and name in _ARRAY_DATA_ATTRS:
                 raise NoRuleError((type(obj), name), site.loc())
             return getattr(obj, name)
-        desc = getattr(type(obj), name, None)
-        if type(desc) is property and type(desc.fget) is _FunctionType:
-            return _call_python(tape, site, desc.fget, (obj,), None)
+        to = type(obj)
+        if to not in _PLAIN:
+            desc = _class_attr(to, name)
+            td = type(desc)
+            if td is property:
+                if type(desc.fget) is _FunctionType:
+                    return _call_python(tape, site, desc.fget, (obj,), None)
+            elif td is functools.cached_property:
+                d = getattr(obj, "__dict__", None)
+                if d is not None and desc.attrname in d:
+                    return d[desc.attrname]
+                value = _call_python(tape, site, desc.func, (obj,), None)
+                if d is not None:
+                    d[desc.attrname] = value
+                return value
+            elif desc is not None and td not in (_FunctionType, staticmethod, classmethod) and \
+                    type(getattr(td, "__get__", None)) is _FunctionType and \
+                    (hasattr(td, "__set__") or name not in getattr(obj, "__dict__", {})):
+                return _call_python(tape, site, td.__get__, (desc, obj, to), None)
+            elif desc is None and name not in getattr(obj, "__dict__", {}):
+                hook = getattr(to, "__getattr__", None)
+                if type(hook) is _FunctionType:
+                    try:
+                        return object.__getattribute__(obj, name)
+                    except AttributeError:
+                        return _call_python(tape, site, hook, (obj, name), None)
     return getattr(obj, name)
+
+
+def _class_attr(cls: type, name: str) -> Any:
+    """`name` as stored on the class (without running a descriptor's __get__), or None."""
+    for c in cls.__mro__:
+        d = c.__dict__
+        if name in d:
+            return d[name]
+    return None
 
 
 #: array attributes that expose the values (everything else is metadata or a method)
 _ARRAY_DATA_ATTRS = frozenset({"T", "mT", "real", "imag", "flat", "base", "data"})
 
 
-def _iter_rows(tape: Tape, site: Site, obj: np.ndarray) -> Any:
-    for k in range(len(obj)):
-        yield getitem(tape, site, obj, k)
+def _iter_rows(tape: Tape, site: Site, obj: Any) -> Any:
+    if type(obj) is _ndarray:
+        for k in range(len(obj)):
+            yield getitem(tape, site, obj, k)
+        return
+    k = 0  # the old sequence protocol: __getitem__ until IndexError
+    while True:
+        try:
+            item = getitem(tape, site, obj, k)
+        except IndexError:
+            return
+        yield item
+        k += 1
 
 
 def iter_(tape: Optional[Tape], site: Site, obj: Any) -> Any:
-    if tape is not None and type(obj) is _ndarray and tape.ids.get(id(obj)) is not None:
-        if obj.ndim == 0:
-            raise TypeError("iteration over a 0-d array")
-        return _iter_rows(tape, site, obj)
+    if tape is not None:
+        to = type(obj)
+        if to is _ndarray:
+            if writes.current(tape, site, obj) is not None:
+                if obj.ndim == 0:
+                    raise TypeError("iteration over a 0-d array")
+                return _iter_rows(tape, site, obj)
+        elif to not in _PLAIN:
+            meth = getattr(to, "__iter__", None)
+            if type(meth) is _FunctionType:
+                return _call_python(tape, site, meth, (obj,), None)
+            if meth is None and type(getattr(to, "__getitem__", None)) is _FunctionType:
+                return _iter_rows(tape, site, obj)
     return iter(obj)
 
 
 def unpack(tape: Optional[Tape], site: Site, obj: Any) -> Any:
-    if tape is not None and type(obj) is _ndarray and tape.ids.get(id(obj)) is not None:
-        return tuple(_iter_rows(tape, site, obj))
+    if tape is not None:
+        to = type(obj)
+        if to is _ndarray:
+            if writes.current(tape, site, obj) is not None:
+                return tuple(_iter_rows(tape, site, obj))
+        elif to not in _PLAIN and (type(getattr(to, "__iter__", None)) is _FunctionType or
+                                   type(getattr(to, "__getitem__", None)) is _FunctionType):
+            return tuple(iter_(tape, site, obj))
     return obj
 
+
+
+def before_with(tape: Optional[Tape], site: Site, mgr: Any) -> tuple[Any, Any]:
+    """BEFORE_WITH: (enter result, bound __exit__), unpacked by the rewritten code; a Python
+    `__enter__` is differentiated like any callee."""
+    cls = type(mgr)
+    enter = _class_attr(cls, "__enter__")
+    exit_ = _class_attr(cls, "__exit__")
+    if enter is None or exit_ is None:
+        raise TypeError(f"'{cls.__name__}' object does not support the context manager protocol")
+    bound_exit = exit_.__get__(mgr, cls)
+    if tape is not None and type(enter) is _FunctionType:
+        return _call_python(tape, site, enter, (mgr,), None), bound_exit
+    return enter.__get__(mgr, cls)(), bound_exit

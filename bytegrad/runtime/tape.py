@@ -39,7 +39,7 @@ def set_tape(tape: Optional["Tape"]) -> Optional["Tape"]:
 class Tape:
     """A record of one forward pass."""
 
-    __slots__ = ("values", "nodes", "ids", "protected", "stale", "_index", "_indexed", "__weakref__")
+    __slots__ = ("values", "nodes", "ids", "protected", "stale", "owners", "_index", "_indexed", "__weakref__")
 
     def __init__(self) -> None:
         self.values: list[Any] = []       # node outputs, kept alive so their ids stay unique
@@ -47,6 +47,7 @@ class Tape:
         self.ids: dict[int, int] = {}     # id(value) -> node index of its latest version
         self.protected: set[int] = set()  # ids of the caller's arrays (and their owners): never written
         self.stale: dict[int, SourceLoc] = {}  # node index -> where its memory was overwritten
+        self.owners: dict[int, Any] = {}       # id -> array whose memory was written with tracked values
         self._index: dict[int, list[tuple[Any, int, bool]]] = {}  # owner id -> (array, node, saved?)
         self._indexed = 0
 

@@ -28,12 +28,16 @@ def param_names(code: types.CodeType) -> tuple[str, ...]:
     return code.co_varnames[:n]
 
 
-def rewrite_code(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, Any]) -> types.CodeType:
-    """Rewrite `code` so that operations on the `active` parameters call the differentiation hooks."""
+def rewrite_code(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, Any],
+                 immutable: frozenset[str] = frozenset()) -> types.CodeType:
+    """Rewrite `code` so that operations on the `active` parameters call the differentiation hooks.
+
+    `immutable` names parameters bound to ints, strings, None...: nothing can make them active.
+    """
     loc = SourceLoc(code.co_filename, code.co_firstlineno, code.co_qualname if hasattr(code, "co_qualname")
                     else code.co_name)
     bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
-    act = analyze(bc, set(active), fn_globals, loc)
+    act = analyze(bc, set(active), fn_globals, loc, immutable_params=immutable)
     new_bc, hooked = rewrite(bc, act, loc)
     new_code = new_bc.to_code()
     if _DUMP and (_DUMP == "1" or code.co_name in _DUMP.split(",")):
@@ -44,29 +48,29 @@ def rewrite_code(code: types.CodeType, active: frozenset[str], fn_globals: dict[
     return new_code
 
 
-_INERT = (int, bool, str, bytes, type(None), range, slice, type(Ellipsis))
+_INERT = (int, bool, str, bytes, type(None), range, slice, type(Ellipsis), float, complex)
+
+# activity of an argument: inert and immutable / may be (or hold) a differentiated value / neither
+INERT, ACTIVE, MUTABLE = 0, 1, 2
 
 
-def _value_active(v: Any, ids: dict[int, int]) -> bool:
+def _value_activity(v: Any, ids: dict[int, int]) -> int:
     t = type(v)
-    if t in _INERT:
-        return False
     if id(v) in ids:
-        return True
-    if t is float or t is complex:
-        return False
-    mod = t.__module__
-    if mod == "numpy":  # untracked arrays, scalars, dtypes
-        return False
-    return True  # containers and objects may hold differentiated values
+        return ACTIVE
+    if t in _INERT:
+        return INERT
+    if t.__module__ == "numpy":  # untracked arrays, scalars, dtypes
+        return MUTABLE
+    return ACTIVE  # containers and objects may hold differentiated values
 
 
-def _activity(f: types.FunctionType, args: tuple, kwargs: Optional[dict], ids: dict[int, int]) -> tuple[bool, ...]:
+def _activity(f: types.FunctionType, args: tuple, kwargs: Optional[dict], ids: dict[int, int]) -> tuple[int, ...]:
     code = f.__code__
     argc = code.co_argcount
     names = code.co_varnames
     nkw = code.co_kwonlyargcount
-    bits: list[bool] = []
+    bits: list[int] = []
     nargs = len(args)
     defaults = f.__defaults__ or ()
     first_default = argc - len(defaults)
@@ -79,22 +83,23 @@ def _activity(f: types.FunctionType, args: tuple, kwargs: Optional[dict], ids: d
             v = defaults[i - first_default]
         else:
             v = None
-        bits.append(_value_active(v, ids))
+        bits.append(_value_activity(v, ids))
     kwdefaults = f.__kwdefaults__ or {}
     for name in names[argc:argc + nkw]:
         v = kwargs[name] if kwargs and name in kwargs else kwdefaults.get(name)
-        bits.append(_value_active(v, ids))
+        bits.append(_value_activity(v, ids))
     flags = code.co_flags
     if flags & 0x04:  # *args
-        bits.append(any(_value_active(v, ids) for v in args[argc:]))
+        bits.append(max((_value_activity(v, ids) for v in args[argc:]), default=MUTABLE))
     if flags & 0x08:  # **kwargs
-        bits.append(bool(kwargs) and any(_value_active(v, ids) for k, v in kwargs.items() if k not in names[:argc + nkw]))
+        bits.append(max((_value_activity(v, ids) for k, v in (kwargs or {}).items()
+                         if k not in names[:argc + nkw]), default=MUTABLE))
     if f.__closure__:
         for cell in f.__closure__:
             try:
-                bits.append(_value_active(cell.cell_contents, ids))
+                bits.append(_value_activity(cell.cell_contents, ids))
             except ValueError:
-                bits.append(False)
+                bits.append(INERT)
     return tuple(bits)
 
 
@@ -105,7 +110,7 @@ def rewritten_function(f: types.FunctionType, args: tuple, kwargs: Optional[dict
                        ids: dict[int, int]) -> Optional[types.FunctionType]:
     """The rewritten version of callee `f` for these arguments, or None when nothing in it is active."""
     bits = _activity(f, args, kwargs, ids)
-    if not any(bits):
+    if ACTIVE not in bits:
         return None
     version = registry._version
     key = (bits, version)
@@ -122,8 +127,9 @@ def _make_function(f: types.FunctionType, bits: tuple[bool, ...], key: Any) -> t
 
     code = f.__code__
     pnames = param_names(code)
-    active = frozenset(n for n, b in zip(pnames, bits) if b)
-    new_code = cache.lookup(code, key, lambda: rewrite_code(code, active, f.__globals__), pnames)
+    active = frozenset(n for n, b in zip(pnames, bits) if b == ACTIVE)
+    immutable = frozenset(n for n, b in zip(pnames, bits) if b == INERT)
+    new_code = cache.lookup(code, key, lambda: rewrite_code(code, active, f.__globals__, immutable), pnames)
     fn = function_from(f, new_code)
     entry = _FN_CACHE.get(id(f))
     if entry is None or entry[0]() is not f:

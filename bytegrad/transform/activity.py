@@ -28,6 +28,8 @@ INACTIVE: Slot = (False, False, frozenset(), None)
 ACTIVE: Slot = (True, False, frozenset(), None)
 NULL: Slot = (False, True, frozenset(), None)
 
+_MODULE = object()  # stands for "a module imported inside the function"
+
 #: attributes that describe an array rather than hold its values: never differentiable
 NONDIFF_ATTRS = frozenset({"shape", "ndim", "dtype", "size", "itemsize", "nbytes", "strides", "flags"})
 
@@ -70,8 +72,12 @@ def _join_all(slots: Any) -> Slot:
 
 
 def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], loc: SourceLoc,
-            cells_active: bool = True) -> Activity:
-    """Compute the activity of every stack slot; see the module docstring."""
+            cells_active: bool = True, immutable_params: frozenset[str] = frozenset()) -> Activity:
+    """Compute the activity of every stack slot; see the module docstring.
+
+    `immutable_params` hold ints, strings, None...: when the function never rebinds them, no
+    aliasing or mutation can make them active.
+    """
     instrs = list(bc)
     n = len(instrs)
     label_pos: dict[int, int] = {}
@@ -108,15 +114,43 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
         return (True, False, frozenset({"G:" + name}), None)
 
     def local_slot(name: str) -> Slot:
+        if name in module_locals:
+            return (False, False, frozenset(), _MODULE)
         return (name in active_locals, False, frozenset({"L:" + name}), None)
+
+    # local -> the variables whose objects it may alias (`M = buf.reshape(2, 2)`: M ~ buf)
+    aliases: dict[str, set[str]] = {}
+
+    # locals that hold modules (`import collections` inside the function): never differentiable
+    module_locals: set[str] = set()
+    stored = {n for ins in instrs if isinstance(ins, Instr) and opcodes.kind_of(ins) in (
+        OpKind.STORE_LOCAL, OpKind.STORE_CELL, OpKind.STORE_LOCAL_LOAD, OpKind.STORE_LOCAL_PAIR)
+        for n in opcodes.local_names(ins)}
+    frozen = {n for n in immutable_params if n not in stored}
+
+    def note_alias(name: str, srcs: frozenset) -> None:
+        others = {x for x in srcs if x != "L:" + name and x[2:] not in module_locals}
+        if others:
+            aliases.setdefault(name, set()).update(others)
 
     def taint(srcs: frozenset) -> bool:
         changed = False
-        for s in srcs:
+        todo = list(srcs)
+        seen: set[str] = set()
+        while todo:
+            s = todo.pop()
+            if s in seen:
+                continue
+            seen.add(s)
             kind, name = s[:2], s[2:]
-            if kind == "L:" and name not in active_locals:
-                active_locals.add(name)
-                changed = True
+            if kind == "L:":
+                if name in module_locals or name in frozen:
+                    continue
+                if name not in active_locals:
+                    active_locals.add(name)
+                    changed = True
+                todo.extend(aliases.get(name, ()))
+                todo.extend("L:" + other for other, srcs2 in aliases.items() if s in srcs2)
             elif kind == "G:" and name not in tainted_globals:
                 tainted_globals.add(name)
                 changed = True
@@ -218,12 +252,16 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
             elif kind is OpKind.STORE_LOCAL or kind is OpKind.STORE_CELL:
                 v = stack.pop()
                 name = opcodes.var_name(ins.arg)
+                if v[3] is _MODULE or isinstance(v[3], types.ModuleType):
+                    module_locals.add(name)
+                note_alias(name, v[2])
                 if v[0] and name not in active_locals:
                     active_locals.add(name)
                     changed_vars = True
             elif kind is OpKind.STORE_LOCAL_LOAD:
                 store_name, load_name = opcodes.local_names(ins)
                 v = stack.pop()
+                note_alias(store_name, v[2])
                 if v[0] and store_name not in active_locals:
                     active_locals.add(store_name)
                     changed_vars = True
@@ -231,6 +269,7 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
             elif kind is OpKind.STORE_LOCAL_PAIR:
                 for name in opcodes.local_names(ins):
                     v = stack.pop()
+                    note_alias(name, v[2])
                     if v[0] and name not in active_locals:
                         active_locals.add(name)
                         changed_vars = True
@@ -262,7 +301,9 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
             elif kind is OpKind.BINARY:
                 b = stack.pop()
                 a = stack.pop()
-                stack.append((a[0] or b[0], False, a[2] | b[2] if a[0] or b[0] else frozenset(), None))
+                # `a op b` makes a new object; only the in-place forms (`a += b`) return `a` itself
+                inplace = opcodes.binary_op(ins) >= 13
+                stack.append((a[0] or b[0], False, a[2] if inplace else frozenset(), None))
             elif kind is OpKind.SUBSCR:
                 key = stack.pop()
                 obj = stack.pop()
@@ -276,7 +317,7 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
                 v = stack.pop()
                 stack.append((v[0], False, v[2], None))
             elif kind is OpKind.PREDICATE:
-                k = 1 if ins.name in ("UNARY_NOT", "UNARY_INVERT", "TO_BOOL") else 2
+                k = opcodes.predicate_pops(ins)
                 for _ in range(k):
                     stack.pop()
                 stack.append(INACTIVE)
@@ -322,6 +363,9 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
                     stack[pos] = (True, False, c[2], None)
                     if taint(c[2]):
                         changed_vars = True
+            elif kind is OpKind.WITH:
+                mgr = stack.pop()
+                stack += [(mgr[0], False, mgr[2], None), (mgr[0], False, mgr[2], None)]
             elif kind is OpKind.FOR_ITER:
                 it = stack[-1]
                 jump_stack = list(stack)
@@ -340,6 +384,11 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
                 stack.pop()
             elif kind is OpKind.RETURN:
                 pass
+            elif kind is OpKind.IMPORT:
+                consumed, produced = opcodes.stack_effect(ins, jump=False)
+                for _ in range(consumed):
+                    stack.pop()
+                stack += [(False, False, frozenset(), _MODULE)] * produced
             else:  # OTHER
                 consumed, produced = opcodes.stack_effect(ins, jump=False)
                 if consumed > len(stack):

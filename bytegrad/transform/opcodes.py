@@ -64,6 +64,8 @@ class OpKind(enum.Enum):
     # containers built in place (comprehensions, displays)
     CONTAINER_ADD = enum.auto()
     # control flow
+    WITH = enum.auto()              # BEFORE_WITH: [mgr] -> [exit, mgr.__enter__()]
+    IMPORT = enum.auto()            # IMPORT_NAME / IMPORT_FROM: modules, never differentiable
     FOR_ITER = enum.auto()
     JUMP = enum.auto()              # unconditional
     POP_JUMP = enum.auto()          # pops its condition, jumps or falls through
@@ -131,6 +133,9 @@ _KIND_BY_NAME: Final[dict[str, OpKind]] = {
     "DICT_UPDATE": OpKind.CONTAINER_ADD,
     "DICT_MERGE": OpKind.CONTAINER_ADD,
     "FOR_ITER": OpKind.FOR_ITER,
+    "BEFORE_WITH": OpKind.WITH,
+    "IMPORT_NAME": OpKind.IMPORT,
+    "IMPORT_FROM": OpKind.IMPORT,
     "JUMP_FORWARD": OpKind.JUMP,
     "JUMP_BACKWARD": OpKind.JUMP,
     "JUMP_BACKWARD_NO_INTERRUPT": OpKind.JUMP,
@@ -163,8 +168,8 @@ _OTHER_OK: Final = frozenset({
     "BUILD_SLICE", "LIST_TO_TUPLE", "FORMAT_VALUE", "FORMAT_SIMPLE", "FORMAT_WITH_SPEC",
     "CONVERT_VALUE", "GET_LEN", "YIELD_VALUE", "SEND", "END_SEND", "GET_YIELD_FROM_ITER",
     "PUSH_EXC_INFO", "POP_EXCEPT", "CHECK_EXC_MATCH", "CHECK_EG_MATCH", "WITH_EXCEPT_START",
-    "BEFORE_WITH", "BEFORE_ASYNC_WITH", "CLEANUP_THROW", "GET_AWAITABLE", "GET_AITER", "GET_ANEXT",
-    "END_ASYNC_FOR", "ASYNC_GEN_WRAP", "IMPORT_NAME", "IMPORT_FROM", "DELETE_FAST", "DELETE_DEREF",
+    "BEFORE_ASYNC_WITH", "CLEANUP_THROW", "GET_AWAITABLE", "GET_AITER", "GET_ANEXT",
+    "END_ASYNC_FOR", "ASYNC_GEN_WRAP", "DELETE_FAST", "DELETE_DEREF",
     "DELETE_GLOBAL", "DELETE_NAME", "DELETE_ATTR", "DELETE_SUBSCR", "SET_FUNCTION_ATTRIBUTE",
     "CALL_INTRINSIC_2", "END_FOR", "MATCH_CLASS", "MATCH_MAPPING", "MATCH_SEQUENCE", "MATCH_KEYS",
     "PRINT_EXPR", "SETUP_ANNOTATIONS", "LOAD_LOCALS", "INTERPRETER_EXIT", "EXIT_INIT_CHECK",
@@ -280,6 +285,11 @@ def call_ex_pops(instr: Instr) -> int:
 def for_iter_jump_pushes() -> int:
     """FOR_ITER on exhaustion: 3.11 pops the iterator; 3.12+ model a dummy value for END_FOR."""
     return -1 if PY < (3, 12) else 1
+
+
+def predicate_pops(instr: Instr) -> int:
+    """Operands of a PREDICATE instruction: one for `not`, `~` and to-bool, else two."""
+    return 1 if instr.name in ("UNARY_NOT", "UNARY_INVERT", "TO_BOOL") else 2
 
 
 def container_add_parts(instr: Instr) -> tuple[int, int]:

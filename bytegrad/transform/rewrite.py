@@ -139,6 +139,14 @@ def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]
             else:
                 out.append(ins)
             continue
+        if kind is OpKind.WITH:
+            if st[-1][0]:  # a context manager whose __enter__ may compute with differentiated values
+                out += opcodes.call_hook(1, abi.before_with, TAPE_LOCAL, _site(loc, ins, "with"), iloc)
+                out.append(opcodes.unpack_sequence(2, iloc))
+                hooked += 1
+            else:
+                out.append(ins)
+            continue
         if kind is OpKind.UNPACK or kind is OpKind.UNPACK_EX:
             if st[-1][0]:
                 out += opcodes.call_hook(1, abi.unpack, TAPE_LOCAL, _site(loc, ins, "unpacking"), iloc)

@@ -8,9 +8,15 @@ from bytegrad.errors import qualname
 from bytegrad.rules.registry import RuleKind, all_rules
 
 from . import test_builtins
-from .numpy import test_indexing, test_linalg, test_nondiff, test_reductions, test_shape, test_ufuncs
+from .numpy import (
+    test_building, test_cumulative, test_indexing, test_linalg, test_linalg_decomp, test_manipulation, test_nondiff,
+    test_products, test_reductions, test_shape, test_ufuncs,
+)
 
-TABLE_MODULES = [test_builtins, test_ufuncs, test_reductions, test_shape, test_indexing, test_linalg, test_nondiff]
+TABLE_MODULES = [
+    test_builtins, test_ufuncs, test_reductions, test_shape, test_indexing, test_linalg, test_nondiff,
+    test_linalg_decomp, test_products, test_cumulative, test_building, test_manipulation,
+]
 CHECKED_KINDS = (RuleKind.ELEMENTWISE, RuleKind.RRULE, RuleKind.THROUGH)
 
 

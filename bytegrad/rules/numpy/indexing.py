@@ -1,4 +1,5 @@
-"""Indexing rules: `operator.getitem` on arrays (basic, fancy, boolean), `np.take` and `np.sort`.
+"""Indexing rules: `operator.getitem` on arrays (basic, fancy, boolean), `np.take`, `np.take_along_axis`,
+`np.diagonal` (and `ndarray.diagonal`) and `np.sort`.
 
 Fancy indices may repeat an element, so their pullback accumulates with `np.add.at`; indices that
 select each element at most once (basic indexing, boolean masks) take the fast assignment path.
@@ -11,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 
-from bytegrad.rules._project import project
+from bytegrad.rules._project import project, stand_in
 from bytegrad.rules.registry import NO_TANGENT, ZERO, rrule
 
 _BASIC_TYPES = frozenset((int, slice, type(None), type(Ellipsis), bool))
@@ -142,3 +143,41 @@ def sort_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., An
         return (project(x_bar, x),) + (NO_TANGENT,) * len(args)
 
     return out, sort_pullback
+
+
+@rrule(np.take_along_axis)
+def take_along_axis_rrule(arr: Any, indices: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.take_along_axis(arr, indices, *args, **kwargs)
+    axis = kwargs.get("axis", args[0] if args else -1)
+    like = stand_in(arr)
+
+    def take_along_axis_pullback(out_bar: Any) -> tuple[Any, ...]:
+        x_bar = _zeros_like(np.asarray(like), out_bar)
+        target = x_bar.reshape(-1) if axis is None else x_bar  # a view of x_bar in both cases
+        ax = 0 if axis is None else normalize_axis_index(axis, x_bar.ndim)
+        index = tuple(np.asarray(indices) if d == ax else
+                      np.arange(n).reshape((1,) * d + (n,) + (1,) * (target.ndim - d - 1))
+                      for d, n in enumerate(target.shape))
+        np.add.at(target, index, out_bar)  # an index taken twice accumulates
+        return (project(x_bar, like), NO_TANGENT) + (NO_TANGENT,) * len(args)
+
+    return out, take_along_axis_pullback
+
+
+@rrule(np.ndarray.diagonal)
+@rrule(np.diagonal)
+def diagonal_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.diagonal(a, *args, **kwargs)  # a read-only view
+    params = dict(zip(("offset", "axis1", "axis2"), args), **kwargs)
+    offset, axis1, axis2 = params.get("offset", 0), params.get("axis1", 0), params.get("axis2", 1)
+    like = stand_in(a)
+
+    def diagonal_pullback(out_bar: Any) -> tuple[Any, ...]:
+        x_bar = _zeros_like(np.asarray(like), out_bar)
+        ndim = x_bar.ndim
+        moved = np.moveaxis(x_bar, (normalize_axis_index(axis1, ndim), normalize_axis_index(axis2, ndim)), (-2, -1))
+        n = np.shape(out_bar)[-1]
+        moved[..., np.arange(n) + max(-offset, 0), np.arange(n) + max(offset, 0)] = out_bar  # writes into x_bar
+        return (project(x_bar, like),) + (NO_TANGENT,) * len(args)
+
+    return out, diagonal_pullback

@@ -1,5 +1,5 @@
 """Products and linear algebra: matmul (`np.matmul` and `@`), dot, outer, inner, vdot, trace, einsum, and
-`np.linalg` inv, solve, det, slogdet, norm. Cotangents of products are thunks, computed only if needed.
+`np.linalg` inv, solve, det, slogdet, norm, vector_norm, matrix_norm. Cotangents of products are thunks, computed only if needed.
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from bytegrad.rules._project import project
+from bytegrad.rules._project import project, stand_in
 from bytegrad.rules._shape import unbroadcast
 from bytegrad.rules.registry import NO_TANGENT, ZERO, rrule
 
@@ -284,28 +284,124 @@ def slogdet_rrule(a: Any) -> tuple[Any, Callable[..., Any]]:
     return out, slogdet_pullback
 
 
-@rrule(np.linalg.norm)
-def norm_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
-    out = np.linalg.norm(x, *args, **kwargs)
-    params = dict(zip(("ord", "axis", "keepdims"), args), **kwargs)
-    ord_, axis, keepdims = params.get("ord"), params.get("axis"), params.get("keepdims", False)
+# ---- norms: np.linalg.norm, and NumPy 2's vector_norm and matrix_norm ------------------------------------
+
+def _extreme_share(values: np.ndarray, extreme: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """1/count where `values` equals its (broadcast) extreme, count being the ties along `axes`."""
+    mask = values == extreme
+    return mask / np.maximum(np.sum(mask, axis=axes, keepdims=True), 1)
+
+
+def _vector_norm_cotangent(xa: np.ndarray, ord_: Any, axes: tuple[int, ...], out_e: Any, ob: Any) -> Any:
+    """The cotangent of ||x||_ord taken over `axes` as one vector; out_e and ob keep x's rank."""
+    if ord_ is None or ord_ == 2:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(out_e == 0, 0, ob * xa / out_e)  # subgradient 0 at x == 0
+    if ord_ == 0:  # the number of nonzero elements: piecewise constant
+        return np.zeros(xa.shape, dtype=np.result_type(xa, ob, 0.0))
+    sign = np.sign(xa)
+    if ord_ == 1:
+        return ob * sign
+    if ord_ in (np.inf, -np.inf):  # the largest (smallest) |x_i|: ties share its cotangent
+        return ob * sign * _extreme_share(np.abs(xa), out_e, axes)
+    p = float(ord_)
+    absx = np.abs(xa)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        # d (sum |x|^p)^(1/p) = sign(x) |x|^(p-1) / out^(p-1); 0 where x == 0
+        return np.where(absx == 0, 0, ob * sign * (absx / out_e) ** (p - 1))
+
+
+def _matrix_norm_cotangent(xa: np.ndarray, ord_: Any, row: int, col: int, out_e: Any, ob: Any) -> Any:
+    """The cotangent of a matrix norm over the axes (row, col); out_e and ob keep x's rank."""
+    if ord_ is None or ord_ == "fro":
+        return _vector_norm_cotangent(xa, None, (row, col), out_e, ob)
+    if ord_ in (1, -1, np.inf, -np.inf):
+        # 1: the largest column sum of |x| (over rows); inf: the largest row sum (over columns)
+        summed, across = (row, col) if ord_ in (1, -1) else (col, row)
+        sums = np.sum(np.abs(xa), axis=summed, keepdims=True)
+        return ob * np.sign(xa) * _extreme_share(sums, out_e, (across,))
+    if ord_ not in ("nuc", 2, -2):
+        raise ValueError(f"invalid norm order {ord_!r} for matrices")
+    m = np.moveaxis(xa, (row, col), (-2, -1))
+    u, _, vt = np.linalg.svd(m, full_matrices=False)
+    if ord_ == 2:
+        u, vt = u[..., :, :1], vt[..., :1, :]
+    elif ord_ == -2:
+        u, vt = u[..., :, -1:], vt[..., -1:, :]
+    return ob * np.moveaxis(u @ vt, (-2, -1), (row, col))
+
+
+def _order_derivative(xa: np.ndarray, p: float, axes: tuple[int, ...], out_e: Any) -> Any:
+    """d ||x||_p / dp = N (sum |x|^p log|x| / (p N^p) - log N / p), N = ||x||_p (0 where N == 0)."""
+    absx = np.abs(xa)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        terms = np.where(absx == 0, 0, absx**p * np.log(np.where(absx == 0, 1, absx)))
+        total = np.sum(terms, axis=axes, keepdims=True)
+        return np.where(out_e == 0, 0, out_e * (total / (p * out_e**p) - np.log(out_e) / p))
+
+
+def _norm_rule(out: Any, x: Any, ord_: Any, axes: tuple[int, ...], matrix: bool, n_args: int) -> Callable[..., Any]:
+    """The pullback of a norm; with n_args > 0 the order is the first of the n_args other positional
+    arguments, and a float order p of a vector norm gets its cotangent (other orders are flat in it)."""
     xa = np.asarray(x)
-    axes = tuple(range(xa.ndim)) if axis is None else ((axis,) if np.ndim(axis) == 0 else tuple(axis))
-    vector = len(axes) == 1
-    if not (ord_ is None or ord_ == "fro" or (vector and ord_ in (1, 2))):
-        raise NotImplementedError(
-            f"the numpy.linalg.norm rule covers the 2-norm, 1-norm of vectors and Frobenius norm, not ord={ord_!r}"
-        )
+    if xa.dtype.kind == "c" and not (ord_ is None or ord_ == "fro" or (not matrix and ord_ == 2)):
+        raise NotImplementedError(f"the numpy.linalg.norm rules cover complex input for the 2-norm only, not ord={ord_!r}")
+    shape_e = tuple(1 if i in axes else d for i, d in enumerate(xa.shape))
+    like = stand_in(x)
 
     def norm_pullback(out_bar: Any) -> tuple[Any, ...]:
-        out_e, ob = out, out_bar
-        if not keepdims:
-            out_e, ob = np.expand_dims(out, axes), np.expand_dims(out_bar, axes)
-        if ord_ == 1:
-            x_bar = ob * np.sign(xa)
+        out_e, ob = np.reshape(out, shape_e), np.reshape(out_bar, shape_e)
+        if matrix:
+            x_bar = _matrix_norm_cotangent(xa, ord_, axes[0], axes[1], out_e, ob)
         else:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                x_bar = np.where(out_e == 0, 0, ob * xa / out_e)  # subgradient 0 at x == 0
-        return (project(x_bar, x),) + (NO_TANGENT,) * len(args)
+            x_bar = _vector_norm_cotangent(xa, ord_, axes, out_e, ob)
+        if not n_args:
+            return (project(x_bar, like),)
 
-    return out, norm_pullback
+        def ord_bar() -> Any:
+            if matrix or not isinstance(ord_, float) or ord_ in (0.0, np.inf, -np.inf):
+                return project(0.0, ord_)
+            return project(np.sum(ob * _order_derivative(xa, ord_, axes, out_e)), ord_)
+
+        return (project(x_bar, like), ord_bar) + (NO_TANGENT,) * (n_args - 1)
+
+    return norm_pullback
+
+
+def _axes(axis: Any, ndim: int) -> tuple[int, ...]:
+    axis = (axis,) if np.ndim(axis) == 0 else tuple(axis)
+    return tuple(operator.index(a) % ndim for a in axis)
+
+
+@rrule(np.linalg.norm)
+def norm_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    """Every order NumPy has, for vectors (None/2, 1, inf, -inf, 0, any p) and matrices (None/'fro',
+    'nuc', 2, -2, 1, -1, inf, -inf), over any axes, with keepdims. At kinks (x_i == 0, ties for a
+    maximum, repeated singular values) a subgradient is taken."""
+    out = np.linalg.norm(x, *args, **kwargs)
+    params = dict(zip(("ord", "axis", "keepdims"), args), **kwargs)
+    ord_, axis = params.get("ord"), params.get("axis")
+    ndim = np.ndim(x)
+    if axis is None:
+        axes = tuple(range(ndim))
+        matrix = ord_ is not None and ndim == 2
+    else:
+        axes = _axes(axis, ndim)
+        matrix = len(axes) == 2
+    return out, _norm_rule(out, x, ord_, axes, matrix, len(args))
+
+
+if hasattr(np.linalg, "vector_norm"):
+
+    @rrule(np.linalg.vector_norm)
+    def vector_norm_rrule(x: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+        out = np.linalg.vector_norm(x, **kwargs)
+        axis, ndim = kwargs.get("axis"), np.ndim(x)
+        axes = tuple(range(ndim)) if axis is None else _axes(axis, ndim)
+        return out, _norm_rule(out, x, kwargs.get("ord", 2), axes, False, 0)
+
+    @rrule(np.linalg.matrix_norm)
+    def matrix_norm_rrule(x: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+        out = np.linalg.matrix_norm(x, **kwargs)
+        ndim = np.ndim(x)
+        return out, _norm_rule(out, x, kwargs.get("ord", "fro"), (ndim - 2, ndim - 1), True, 0)

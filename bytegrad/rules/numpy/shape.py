@@ -1,4 +1,4 @@
-"""Rules for functions that move elements without arithmetic: reshape, transpose, concatenate, stack,
+"""Rules for functions that move elements without arithmetic: reshape, transpose, flips, concatenate, stack,
 broadcast_to, tile, repeat, np.array of nested lists, copies and casts. Pullbacks move cotangents back.
 """
 from __future__ import annotations
@@ -110,6 +110,11 @@ def _flip_back(out_bar: Any, x: Any, args: tuple[Any, ...], kwargs: dict[str, An
     return np.flip(out_bar, kwargs.get("axis", args[0] if args else None))
 
 
+def _rot90_back(out_bar: Any, x: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    params = dict(zip(("k", "axes"), args), **kwargs)
+    return np.rot90(out_bar, -params.get("k", 1), params.get("axes", (0, 1)))
+
+
 def _roll_back(out_bar: Any, x: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     params = dict(zip(("shift", "axis"), args), **kwargs)
     return np.roll(out_bar, np.negative(params["shift"]), params.get("axis"))
@@ -172,6 +177,9 @@ _register((np.ravel,), np.ravel, _ravel_back)
 _register((np.ndarray.ravel,), np.ndarray.ravel, _ravel_back)
 _register((np.ndarray.flatten,), np.ndarray.flatten, _ravel_back)
 _register((np.flip,), np.flip, _flip_back)
+_register((np.fliplr,), np.fliplr, lambda out_bar, x, args, kwargs: np.fliplr(out_bar))
+_register((np.flipud,), np.flipud, lambda out_bar, x, args, kwargs: np.flipud(out_bar))
+_register((np.rot90,), np.rot90, _rot90_back)
 _register((np.roll,), np.roll, _roll_back)
 _register((np.broadcast_to,), np.broadcast_to, _broadcast_to_back)
 _register((np.tile,), np.tile, _tile_back)

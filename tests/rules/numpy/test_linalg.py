@@ -60,10 +60,35 @@ LINALG = [
     case(np.linalg.norm, Arr((3, 4)), axis=1, name="norm-axis"), case(np.linalg.norm, Arr((3, 4)), 2, 0, True, name="norm-keepdims"),
     case(np.linalg.norm, Arr((5,), 0.1, 2, signed=True), 1, name="norm-1"),
 ]
-TABLES = [MATMUL, PRODUCTS, EINSUM, LINALG]
+V = Arr((5,), 0.1, 2, signed=True, distinct=True)   # no ties, no zeros
+M = Arr((3, 4), 0.1, 2, signed=True, distinct=True)
+NORMS = [
+    case(np.linalg.norm, V, np.inf, name="norm-inf"), case(np.linalg.norm, V, -np.inf, name="norm--inf"),
+    case(np.linalg.norm, V, 0, name="norm-0"), case(np.linalg.norm, V, 3, name="norm-3"),
+    case(np.linalg.norm, V, 0.5, name="norm-0.5"), case(np.linalg.norm, V, -1.5, name="norm--1.5"),
+    case(np.linalg.norm, V, 2, name="norm-2-vector"),
+    case(np.linalg.norm, Arr((3, 4), 0.1, 2, signed=True), 3, 1, name="norm-3-axis"),
+    case(np.linalg.norm, Arr((4, 3), 0.1, 2, signed=True), np.inf, 0, True, name="norm-inf-axis-keepdims"),
+    case(np.linalg.norm, M, "fro", (1, 0), name="norm-fro-axes"), case(np.linalg.norm, M, "nuc", name="norm-nuc"),
+    case(np.linalg.norm, M, 2, name="norm-2-matrix"), case(np.linalg.norm, M, -2, name="norm--2-matrix"),
+    case(np.linalg.norm, M, 1, name="norm-1-matrix"), case(np.linalg.norm, M, -1, name="norm--1-matrix"),
+    case(np.linalg.norm, M, np.inf, name="norm-inf-matrix"), case(np.linalg.norm, M, -np.inf, name="norm--inf-matrix"),
+    case(np.linalg.norm, Arr((2, 3, 4), 0.1, 2, signed=True, distinct=True), 1, (2, 0), name="norm-1-axes-batched"),
+    case(np.linalg.norm, Arr((2, 3, 4), 0.1, 2, signed=True, distinct=True), np.inf, (-1, 1), True, name="norm-inf-axes-keepdims"),
+    case(np.linalg.norm, Arr((2, 3, 4), distinct=True), "nuc", (0, 2), name="norm-nuc-batched"),
+    case(np.linalg.norm, Arr((2, 3, 4), distinct=True), -2, (2, 1), keepdims=True, name="norm--2-batched-keepdims"),
+    case(np.linalg.norm, Arr((2, 3, 4)), keepdims=True, name="norm-flat-keepdims"),
+    case(np.linalg.vector_norm, Arr((2, 3, 4), 0.1, 2, signed=True), axis=(0, 2), ord=3, name="vector_norm-axes"),
+    case(np.linalg.vector_norm, Arr((2, 3)), name="vector_norm-all"),
+    case(np.linalg.vector_norm, V, ord=np.inf, keepdims=True, name="vector_norm-inf"),
+    case(np.linalg.matrix_norm, Arr((2, 3, 4), distinct=True), name="matrix_norm-fro"),
+    case(np.linalg.matrix_norm, Arr((2, 3, 4), distinct=True), ord="nuc", keepdims=True, name="matrix_norm-nuc"),
+    case(np.linalg.matrix_norm, M, ord=-np.inf, name="matrix_norm--inf"),
+]
+TABLES = [MATMUL, PRODUCTS, EINSUM, LINALG, NORMS]
 
 
-@pytest.mark.parametrize("case,dtype", params(MATMUL + PRODUCTS + EINSUM + LINALG))
+@pytest.mark.parametrize("case,dtype", params(MATMUL + PRODUCTS + EINSUM + LINALG + NORMS))
 def test_linalg_rule(case, dtype):
     case.check(dtype)
 
@@ -85,4 +110,11 @@ def test_slogdet_ignores_the_sign_cotangent():
 
 def test_unsupported_norm_is_a_clear_error():
     with pytest.raises(NotImplementedError, match="ord=inf"):
-        as_rrule(lookup(np.linalg.norm))(np.ones(3), np.inf)
+        as_rrule(lookup(np.linalg.norm))(np.ones(3, dtype=complex), np.inf)
+
+
+def test_norm_inf_splits_ties_and_zero_norm_has_zero_subgradient():
+    out, pullback = as_rrule(lookup(np.linalg.norm))(np.array([3.0, -3.0, 1.0]), np.inf)
+    assert pullback(1.0)[0].tolist() == [0.5, -0.5, 0.0]
+    out, pullback = as_rrule(lookup(np.linalg.norm))(np.zeros(3))
+    assert pullback(1.0)[0].tolist() == [0.0, 0.0, 0.0]

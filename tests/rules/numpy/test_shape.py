@@ -46,6 +46,8 @@ TRANSPOSE = [
     case(np.swapaxes, X, 0, 2), case(np.ndarray.swapaxes, X, -1, 1), case(np.moveaxis, X, 0, -1),
     case(np.moveaxis, X, (0, 1), (2, 0), name="moveaxis-many"),
     case(np.flip, X), case(np.flip, X, (0, 2), name="flip-axes"), case(np.roll, X, 2, 1),
+    case(np.fliplr, X), case(np.flipud, M), case(np.rot90, X), case(np.rot90, X, 3, (2, 0), name="rot90-k-axes"),
+    case(np.rot90, M, k=-1, name="rot90-negative"),
     case(np.roll, X, (1, -2), (0, 2), name="roll-many"), case(np.roll, X, 5, name="roll-flat"),
 ]
 JOIN = [

@@ -1,0 +1,123 @@
+"""Running products and differences: cumprod (function and method), diff and ediff1d.
+
+(cumsum is in `reductions.py`.) cumprod is exact where the input has zeros: it does not divide by them.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+from numpy.lib.array_utils import normalize_axis_index
+
+from bytegrad.rules._project import project, stand_in
+from bytegrad.rules.registry import NO_TANGENT, rrule
+
+_NOVALUE = getattr(np, "_NoValue", None)
+
+
+def _reverse_cumsum(g: np.ndarray) -> np.ndarray:
+    """out[..., j] = sum of g[..., i] for i >= j."""
+    return np.cumsum(g[..., ::-1], axis=-1)[..., ::-1]
+
+
+def _cumprod_cotangent(x: np.ndarray, out: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """The cotangent of x from g, that of out = cumprod(x) along the last axis.
+
+    d out_i / d x_j = prod_{k <= i, k != j} x_k for j <= i. Before a lane's first zero z that is
+    out_i / x_j; at z it is prod_{k < z} x_k * prod_{z < k <= i} x_k; after z it is 0.
+    """
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        zero = x == 0
+        if not zero.any():
+            return _reverse_cumsum(g * out) / x
+        n = x.shape[-1]
+        idx = np.arange(n)
+        z = np.where(zero.any(axis=-1), zero.argmax(axis=-1), n)[..., None]
+        before = idx < z
+        x_bar = np.where(before, _reverse_cumsum(np.where(before, g * out, 0)) / np.where(before, x, 1), 0)
+        tail = np.cumprod(np.where(idx > z, x, 1), axis=-1)  # prod_{z < k <= i} x_k for i >= z
+        at_z = np.prod(np.where(before, x, 1), axis=-1, keepdims=True) * np.sum(
+            np.where(idx >= z, g * tail, 0), axis=-1, keepdims=True)
+        return x_bar + np.where(idx == z, at_z, 0)
+
+
+@rrule(np.ndarray.cumprod)
+@rrule(np.cumprod)
+def cumprod_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    params = dict(zip(("axis", "dtype", "out"), args), **kwargs)
+    if params.get("out") is not None:
+        raise TypeError("numpy.cumprod(..., out=...) cannot be differentiated; assign the result instead.")
+    out = np.cumprod(x, *args, **kwargs)
+    axis = params.get("axis")
+    xa = np.asarray(x)
+
+    def cumprod_pullback(out_bar: Any) -> tuple[Any, ...]:
+        if axis is None:
+            x_bar = _cumprod_cotangent(xa.reshape(-1), out, np.asarray(out_bar)).reshape(xa.shape)
+        else:
+            ax = normalize_axis_index(axis, xa.ndim)
+            x_bar = np.moveaxis(_cumprod_cotangent(np.moveaxis(xa, ax, -1), np.moveaxis(out, ax, -1),
+                                                   np.moveaxis(np.asarray(out_bar), ax, -1)), -1, ax)
+        return (project(x_bar, x),) + (NO_TANGENT,) * len(args)
+
+    return out, cumprod_pullback
+
+
+def _diff_adjoint(g: Any, axis: int) -> Any:
+    """The adjoint of the first difference along `axis`: x_bar_j = g_{j-1} - g_j."""
+    return -np.diff(g, axis=axis, prepend=0, append=0)
+
+
+@rrule(np.diff)
+def diff_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.diff(a, *args, **kwargs)
+    params = dict(zip(("n", "axis", "prepend", "append"), args), **kwargs)
+    n, axis = params.get("n", 1), params.get("axis", -1)
+    prepend, append = params.get("prepend", _NOVALUE), params.get("append", _NOVALUE)
+    if out is a:  # n == 0 returns the input itself
+        out = out.view()
+    ndim = np.ndim(a)
+    ax = normalize_axis_index(axis, ndim)
+
+    def width(v: Any) -> int:
+        return 0 if v is _NOVALUE else (1 if np.ndim(v) == 0 else np.shape(v)[ax])
+
+    wp, wa = width(prepend), width(append)
+    likes = (stand_in(a), stand_in(prepend), stand_in(append))
+
+    def diff_pullback(out_bar: Any) -> tuple[Any, ...]:
+        g = np.asarray(out_bar)
+        for _ in range(n):
+            g = _diff_adjoint(g, ax)
+        size = g.shape[ax]
+        pieces = np.split(g, [wp, size - wa], axis=ax)
+        bars = [project(pieces[1], likes[0])]
+        for piece, like in ((pieces[0], likes[1]), (pieces[2], likes[2])):
+            bars.append(project(np.sum(piece) if np.ndim(like) == 0 else piece, like))
+        result = dict(zip(("n", "axis", "prepend", "append"), (NO_TANGENT, NO_TANGENT, bars[1], bars[2])))
+        return (bars[0],) + tuple(result[name] for name in ("n", "axis", "prepend", "append")[: len(args)])
+
+    return out, diff_pullback
+
+
+@rrule(np.ediff1d)
+def ediff1d_rrule(ary: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.ediff1d(ary, *args, **kwargs)
+    params = dict(zip(("to_end", "to_begin"), args), **kwargs)
+    to_end, to_begin = params.get("to_end"), params.get("to_begin")
+    n_end = 0 if to_end is None else np.size(to_end)
+    n_begin = 0 if to_begin is None else np.size(to_begin)
+    like, like_end, like_begin = stand_in(ary), stand_in(to_end), stand_in(to_begin)
+
+    def ediff1d_pullback(out_bar: Any) -> tuple[Any, ...]:
+        g = np.asarray(out_bar)
+        middle = g[n_begin: g.shape[0] - n_end]
+        ary_bar = _diff_adjoint(middle, 0) if np.size(like) else np.zeros(0, dtype=g.dtype)
+        bars = {"to_end": NO_TANGENT if like_end is None else
+                project(np.reshape(g[g.shape[0] - n_end:], np.shape(like_end)), like_end),
+                "to_begin": NO_TANGENT if like_begin is None else
+                project(np.reshape(g[:n_begin], np.shape(like_begin)), like_begin)}
+        return (project(np.reshape(ary_bar, np.shape(like)), like),) + tuple(
+            bars[name] for name in ("to_end", "to_begin")[: len(args)])
+
+    return out, ediff1d_pullback

@@ -1,0 +1,179 @@
+"""More products: tensordot, kron, cross, and `np.linalg` multi_dot and matrix_power.
+
+(matmul, dot, outer, inner, vdot, trace and einsum are in `linalg.py`.) Cotangents of the two-operand
+products are thunks, computed only for the operands being differentiated.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable
+
+import numpy as np
+from numpy.lib.array_utils import normalize_axis_index
+
+from bytegrad.rules._project import project, stand_in
+from bytegrad.rules._shape import unbroadcast
+from bytegrad.rules.registry import NO_TANGENT, ZERO, rrule
+
+
+def _mT(m: np.ndarray) -> np.ndarray:
+    return np.swapaxes(m, -1, -2)
+
+
+def _no_out(name: str, kwargs: dict[str, Any]) -> None:
+    if kwargs.get("out") is not None:
+        raise TypeError(f"numpy.{name}(..., out=...) cannot be differentiated; assign the result instead.")
+
+
+# ---- tensordot --------------------------------------------------------------------------------------
+
+def _tensordot_axes(axes: Any, na: int, nb: int) -> tuple[list[int], list[int]]:
+    """The contracted axes of a and of b, paired in order, for every form of `axes`."""
+    try:
+        n = operator.index(axes)
+    except TypeError:
+        axes_a, axes_b = axes
+        axes_a = [axes_a] if np.ndim(axes_a) == 0 else list(axes_a)
+        axes_b = [axes_b] if np.ndim(axes_b) == 0 else list(axes_b)
+        return ([normalize_axis_index(operator.index(i), na) for i in axes_a],
+                [normalize_axis_index(operator.index(i), nb) for i in axes_b])
+    return list(range(na - n, na)), list(range(n))
+
+
+@rrule(np.tensordot)
+def tensordot_rrule(a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.tensordot(a, b, *args, **kwargs)
+    A, B = np.asarray(a), np.asarray(b)
+    axes_a, axes_b = _tensordot_axes(kwargs.get("axes", args[0] if args else 2), A.ndim, B.ndim)
+    free_a = [i for i in range(A.ndim) if i not in axes_a]
+    free_b = [i for i in range(B.ndim) if i not in axes_b]
+    out_a = list(range(len(free_a)))                       # out's axes: a's free axes, then b's
+    out_b = list(range(len(free_a), len(free_a) + len(free_b)))
+
+    def tensordot_pullback(out_bar: Any) -> tuple[Any, ...]:
+        def a_bar() -> Any:
+            # tensordot(out_bar, b) has a's free axes, then b's contracted axes in b's order.
+            g = np.tensordot(out_bar, B, axes=(out_b, free_b))
+            labels = free_a + [axes_a[axes_b.index(j)] for j in sorted(axes_b)]
+            return project(np.transpose(g, np.argsort(labels)), a)
+
+        def b_bar() -> Any:
+            g = np.tensordot(A, out_bar, axes=(free_a, out_a))
+            labels = [axes_b[axes_a.index(i)] for i in sorted(axes_a)] + free_b
+            return project(np.transpose(g, np.argsort(labels)), b)
+
+        return (a_bar, b_bar) + (NO_TANGENT,) * len(args)
+
+    return out, tensordot_pullback
+
+
+# ---- kron -------------------------------------------------------------------------------------------
+
+@rrule(np.kron)
+def kron_rrule(a: Any, b: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.kron(a, b)
+    A, B = np.asarray(a), np.asarray(b)
+    d = max(A.ndim, B.ndim)
+    sa = (1,) * (d - A.ndim) + A.shape
+    sb = (1,) * (d - B.ndim) + B.shape
+
+    def kron_pullback(out_bar: Any) -> tuple[Any, Any]:
+        # out[i*q + k] = a[i] b[k] on each axis: split every axis of out_bar into (a's, b's).
+        g = np.reshape(out_bar, tuple(n for pair in zip(sa, sb) for n in pair))
+        even, odd = tuple(range(0, 2 * d, 2)), tuple(range(1, 2 * d, 2))
+
+        def a_bar() -> Any:
+            bb = B.reshape(tuple(n for s in sb for n in (1, s)))
+            return project(np.sum(g * bb, axis=odd).reshape(A.shape), a)
+
+        def b_bar() -> Any:
+            aa = A.reshape(tuple(n for s in sa for n in (s, 1)))
+            return project(np.sum(g * aa, axis=even).reshape(B.shape), b)
+
+        return a_bar, b_bar
+
+    return out, kron_pullback
+
+
+# ---- cross ------------------------------------------------------------------------------------------
+
+@rrule(np.cross)
+def cross_rrule(a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    """Vectors of 3 components (c = a x b gives a_bar = b x c_bar and b_bar = c_bar x a)."""
+    params = dict(zip(("axisa", "axisb", "axisc", "axis"), args), **kwargs)
+    axis = params.get("axis")
+    axisa, axisb, axisc = (axis, axis, axis) if axis is not None else (
+        params.get("axisa", -1), params.get("axisb", -1), params.get("axisc", -1))
+    A, B = np.moveaxis(np.asarray(a), axisa, -1), np.moveaxis(np.asarray(b), axisb, -1)
+    if A.shape[-1] != 3 or B.shape[-1] != 3:
+        raise NotImplementedError("the numpy.cross rule covers vectors of 3 components, not 2")
+    out = np.cross(a, b, *args, **kwargs)
+
+    def cross_pullback(out_bar: Any) -> tuple[Any, ...]:
+        c_bar = np.moveaxis(np.asarray(out_bar), axisc, -1)
+        shape = np.broadcast_shapes(A.shape, B.shape)
+
+        def a_bar() -> Any:
+            return project(np.moveaxis(unbroadcast(np.cross(B, c_bar), A.shape, shape), -1, axisa), a)
+
+        def b_bar() -> Any:
+            return project(np.moveaxis(unbroadcast(np.cross(c_bar, A), B.shape, shape), -1, axisb), b)
+
+        return (a_bar, b_bar) + (NO_TANGENT,) * len(args)
+
+    return out, cross_pullback
+
+
+# ---- np.linalg.multi_dot, matrix_power ------------------------------------------------------------------
+
+@rrule(np.linalg.multi_dot)
+def multi_dot_rrule(arrays: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    _no_out("linalg.multi_dot", kwargs)
+    out = np.linalg.multi_dot(arrays, **kwargs)
+    mats = [np.asarray(x) for x in arrays]
+    if mats[0].ndim == 1:   # a first vector is a row, a last one a column
+        mats[0] = mats[0][None, :]
+    if mats[-1].ndim == 1:
+        mats[-1] = mats[-1][:, None]
+    likes = [stand_in(x) for x in arrays]
+
+    def multi_dot_pullback(out_bar: Any) -> tuple[Any]:
+        g = np.reshape(out_bar, (mats[0].shape[0], mats[-1].shape[1]))
+        lefts = [g]  # lefts[i] = (M_0 ... M_{i-1})^T g
+        for m in mats[:-1]:
+            lefts.append(m.T @ lefts[-1])
+        bars: list[Any] = [None] * len(mats)
+        right = None  # (M_{i+1} ... M_last)^T
+        for i in range(len(mats) - 1, -1, -1):
+            bars[i] = lefts[i] if right is None else lefts[i] @ right
+            right = mats[i].T if right is None else right @ mats[i].T
+        parts = [project(np.reshape(bar, np.shape(like)), like) for bar, like in zip(bars, likes)]
+        return (parts if isinstance(arrays, list) else tuple(parts),)
+
+    return out, multi_dot_pullback
+
+
+@rrule(np.linalg.matrix_power)
+def matrix_power_rrule(a: Any, n: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.linalg.matrix_power(a, n)
+    if out is a:  # n == 1 returns the input itself
+        out = out.view()
+    n = operator.index(n)
+    xa = np.asarray(a)
+    like = stand_in(a)
+
+    def matrix_power_pullback(out_bar: Any) -> tuple[Any, Any]:
+        if n == 0:
+            return ZERO, NO_TANGENT
+        base = xa if n > 0 else np.linalg.inv(xa)
+        k = abs(n)
+        bt = _mT(base)
+        powers = [np.broadcast_to(np.eye(xa.shape[-1], dtype=out.dtype), base.shape)]
+        for _ in range(k - 1):
+            powers.append(powers[-1] @ bt)
+        # d(B^k) = sum_j B^j dB B^(k-1-j)
+        base_bar = sum(powers[j] @ out_bar @ powers[k - 1 - j] for j in range(k))
+        a_bar = base_bar if n > 0 else -(bt @ base_bar @ bt)
+        return project(a_bar, like), NO_TANGENT
+
+    return out, matrix_power_pullback

@@ -1,0 +1,242 @@
+"""In-place writes into arrays the function owns: assignments, writes through views, in-place methods.
+
+Writes are recorded on the array that owns the memory (the view's `.base`), as a new version of
+it. A view read after a write is re-derived from the owner's latest version, so `buf.reshape(...)`,
+`row = buf[2:]` and friends see the values that were written, with the right derivative.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from bytegrad.errors import MutationError
+from bytegrad.rules._shape import materialize, unbroadcast
+from bytegrad.runtime.tape import Tape
+
+_ndarray = np.ndarray
+_BASIC = (int, slice, type(None), type(Ellipsis))
+
+
+def owner_of(a: np.ndarray) -> np.ndarray:
+    """The array whose memory `a` uses (itself when it owns its memory)."""
+    b = a.base
+    return b if type(b) is _ndarray else a
+
+
+def _is_basic(key: Any) -> bool:
+    if type(key) is tuple:
+        return all(type(k) in _BASIC or isinstance(k, np.integer) for k in key)
+    return type(key) in _BASIC or isinstance(key, np.integer)
+
+
+def memory_positions(view: np.ndarray, owner: np.ndarray) -> Optional[np.ndarray]:
+    """For each element of `view`, its position in `owner`'s memory (None when not expressible)."""
+    if not (owner.flags.c_contiguous or owner.flags.f_contiguous) or view.itemsize != owner.itemsize:
+        return None
+    itemsize = owner.itemsize
+    offset = view.__array_interface__["data"][0] - owner.__array_interface__["data"][0]
+    if offset % itemsize or any(s % itemsize for s in view.strides):
+        return None
+    flat = np.arange(owner.size, dtype=np.intp)
+    start = offset // itemsize
+    if not 0 <= start < max(owner.size, 1):
+        return None
+    step = flat.itemsize
+    return np.array(as_strided(flat[start:], shape=view.shape,
+                               strides=tuple(s // itemsize * step for s in view.strides)))
+
+
+def _order(owner: np.ndarray) -> str:
+    return "C" if owner.flags.c_contiguous else "F"
+
+
+# ---- backward functions --------------------------------------------------------------------------
+
+
+def _bw_setitem(ct: Any, node: tuple, out: Any) -> tuple[Any, Any]:
+    """`out[key] = value` with a basic key (no repeats): the key splits the cotangent."""
+    key, v_shape = node[3], node[4]
+    p_old, p_val = node[1]
+    ct = materialize(ct, out)
+    old_bar = None
+    val_bar = None
+    if p_old is not None:
+        old_bar = np.array(ct, copy=True)
+        old_bar[key] = 0
+    if p_val is not None:
+        part = ct[key]
+        val_bar = unbroadcast(part, v_shape, np.shape(part)) if np.shape(part) != v_shape else part
+    return old_bar, val_bar
+
+
+def _bw_owner_write(ct: Any, node: tuple, out: Any) -> tuple[Any, Any]:
+    """A write of `value` at memory positions `pos` of the owner (repeats: the last write wins)."""
+    pos, v_shape, last = node[3], node[4], node[5]
+    p_old, p_val = node[1]
+    order = _order(out)
+    flat = materialize(ct, out).ravel(order=order)
+    old_bar = None
+    val_bar = None
+    if p_val is not None:
+        part = flat[pos]
+        if last is not None:  # only the last write of a repeated position reached the output
+            keep = np.zeros(pos.size, dtype=bool)
+            keep[last] = True
+            part = np.where(keep.reshape(pos.shape), part, 0)
+        val_bar = unbroadcast(part, v_shape, part.shape) if part.shape != v_shape else part
+    if p_old is not None:
+        old_flat = np.array(flat, copy=True)
+        old_flat[pos] = 0
+        old_bar = old_flat.reshape(out.shape, order=order)
+    return old_bar, val_bar
+
+
+def _bw_view(ct: Any, node: tuple, out: Any) -> tuple[Any]:
+    """A view of the owner's memory, re-derived after a write: scatter back to the owner."""
+    pos, owner_shape, order = node[3], node[4], node[5]
+    ct = materialize(ct, out)
+    flat = np.zeros(int(np.prod(owner_shape)), dtype=np.result_type(ct, np.float64)
+                    if np.asarray(ct).dtype.kind not in "fc" else np.asarray(ct).dtype)
+    np.add.at(flat, pos.ravel(), np.broadcast_to(ct, pos.shape).ravel())
+    return (flat.reshape(owner_shape, order=order),)
+
+
+def _bw_add_at(ct: Any, node: tuple, out: Any) -> tuple[Any, Any]:
+    """`np.add.at(a, idx, b)` (sign -1 for subtract.at): a passes through, b gathers."""
+    pos, v_shape, sign = node[3], node[4], node[5]
+    ct = materialize(ct, out)
+    flat = ct.ravel(order=_order(out))
+    part = flat[pos]
+    if sign < 0:
+        part = -part
+    val_bar = unbroadcast(part, v_shape, part.shape) if part.shape != v_shape else part
+    return ct, val_bar
+
+
+for _bw in (_bw_setitem, _bw_owner_write, _bw_view, _bw_add_at):
+    _bw.saved = lambda node: []  # type: ignore[attr-defined]
+
+
+# ---- views and versions ----------------------------------------------------------------------------
+
+
+def view_parent(tape: Tape, site: Any, a: np.ndarray) -> Optional[int]:
+    """Node index for an array that shares memory with a written owner (None if it does not)."""
+    owner = owner_of(a)
+    if id(owner) not in tape.owners:
+        return None
+    io = tape.ids.get(id(owner))
+    if io is None:
+        return None
+    if owner is a:
+        return io
+    pos = memory_positions(a, owner)
+    if pos is None:
+        raise MutationError(
+            "this value is a view of an array that was written in place, in a layout bytegrad cannot "
+            "follow.", site.loc() if site is not None else None,
+            "take a copy of the array before writing into it, or avoid the view.")
+    node = (_bw_view, (io,), site, pos, owner.shape, _order(owner))
+    return _push(tape, node, a)
+
+
+def refresh(tape: Tape, site: Any, i: int) -> int:
+    """A current node for the value of node `i`, whose memory was overwritten since it was recorded."""
+    value = tape.values[i]
+    if type(value) is _ndarray:
+        j = view_parent(tape, site, value)
+        if j is not None:
+            return j
+    raise tape.stale_error(i, site)
+
+
+def current(tape: Tape, site: Any, a: Any) -> Optional[int]:
+    """The node index of `a`'s current value: tracked, re-derived after a write, or None."""
+    i = tape.ids.get(id(a))
+    if i is None:
+        if tape.owners and type(a) is _ndarray:
+            return view_parent(tape, site, a)
+        return None
+    if tape.stale and i in tape.stale:
+        return refresh(tape, site, i)
+    return i
+
+
+def _push(tape: Tape, node: tuple, out: Any) -> int:
+    idx = len(tape.values)
+    tape.push(node, out)
+    return idx
+
+
+def region(obj: np.ndarray, key: Any) -> np.ndarray:
+    """A view of the part of `obj` that `obj[key] = ...` writes (all of it when unsure)."""
+    keys = key if type(key) is tuple else (key,)
+    parts = []
+    for k in keys:
+        if type(k) is int or isinstance(k, np.integer):
+            k = int(k)
+            parts.append(slice(k, k + 1) if k != -1 else slice(-1, None))
+        elif k is None or k is Ellipsis or type(k) is slice:
+            parts.append(k)
+        else:
+            return obj
+    try:
+        view = obj[tuple(parts)]
+    except (IndexError, TypeError):
+        return obj
+    return view if type(view) is _ndarray else obj
+
+
+def write(tape: Tape, site: Any, obj: np.ndarray, key: Any, value: Any, iv: Any) -> None:
+    """`obj[key] = value`, recorded as a new version of the memory's owner."""
+    tape.check_write(obj, region(obj, key), site)
+    owner = owner_of(obj)
+    if owner is obj and _is_basic(key):
+        io = current(tape, site, obj)
+        obj[key] = value
+        if io is None and iv is None:
+            return
+        tape.push((_bw_setitem, (io, iv), site, key, np.shape(value)), obj)
+        tape.owners[id(obj)] = obj
+        return
+    pos = memory_positions(obj, owner)
+    if pos is None:
+        raise MutationError(
+            "bytegrad cannot follow this write: the array is a view in a layout it cannot map back "
+            "to its memory.", site.loc() if site is not None else None,
+            "write into an array you allocated (or a copy) directly instead of through this view.")
+    written = pos[key]
+    io = current(tape, site, owner)
+    if obj is not owner:
+        j = tape.ids.get(id(obj))
+        if j is not None:  # the view's own record is now out of date: re-derived when next read
+            tape.stale[j] = site.loc() if site is not None else None
+    obj[key] = value
+    if io is None and iv is None:
+        return
+    last = None
+    if not _is_basic(key):
+        flat = written.ravel()
+        uniq, first_rev = np.unique(flat[::-1], return_index=True)
+        if uniq.size != flat.size:
+            last = flat.size - 1 - first_rev
+    tape.push((_bw_owner_write, (io, iv), site, written, np.shape(value), last), owner)
+    tape.owners[id(owner)] = owner
+
+
+def add_at(tape: Tape, site: Any, obj: np.ndarray, indices: Any, value: Any, iv: Any, sign: int) -> None:
+    """`np.add.at(obj, indices, value)` (or subtract.at): repeated indices accumulate."""
+    tape.check_write(obj, obj, site)
+    owner = owner_of(obj)
+    pos = memory_positions(obj, owner)
+    if pos is None:
+        raise MutationError("bytegrad cannot follow this in-place accumulation through a view.",
+                            site.loc() if site is not None else None, "accumulate into a fresh array.")
+    io = current(tape, site, owner)
+    (np.add if sign > 0 else np.subtract).at(obj, indices, value)
+    if io is None and iv is None:
+        return
+    tape.push((_bw_add_at, (io, iv), site, pos[indices], np.shape(value), sign), owner)
+    tape.owners[id(owner)] = owner

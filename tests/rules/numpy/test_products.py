@@ -1,0 +1,69 @@
+"""tensordot, kron, cross, multi_dot and matrix_power against finite differences."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bytegrad.rules._apply import as_rrule
+from bytegrad.rules.registry import ZERO, lookup
+
+from ..cases import Arr, Gen, case, params
+
+
+def _square(*batch):
+    def make(rng, dtype):
+        return (rng.uniform(-0.5, 0.5, batch + (3, 3)) + 1.5 * np.eye(3)).astype(dtype)
+    return Gen(make)
+
+
+TENSORDOT = [
+    case(np.tensordot, Arr((2, 3, 4)), Arr((3, 4, 5)), name="tensordot-default"),
+    case(np.tensordot, Arr((2, 3)), Arr((3, 4)), 1, name="tensordot-int"),
+    case(np.tensordot, Arr((2, 3)), Arr((4, 5)), 0, name="tensordot-outer"),
+    case(np.tensordot, Arr((3, 2, 4)), Arr((4, 5, 3)), ([0, 2], [2, 0]), name="tensordot-pairs"),
+    case(np.tensordot, Arr((3, 2, 4)), Arr((5, 3)), axes=(0, 1), name="tensordot-single-pair"),
+    case(np.tensordot, Arr((3, 4)), Arr((4, 3)), ([1, 0], [0, 1]), name="tensordot-full"),
+    case(np.tensordot, Arr((2, 3, 4)), Arr((4, 3, 2)), ((-1, -2), (0, 1)), name="tensordot-negative"),
+]
+KRON = [
+    case(np.kron, Arr((2, 3)), Arr((3, 2))), case(np.kron, Arr((3,)), Arr((2,)), name="kron-1d"),
+    case(np.kron, Arr((2,)), Arr((2, 3)), name="kron-mixed-ndim"), case(np.kron, Arr((2, 2, 1)), Arr((1, 3)), name="kron-3d"),
+]
+CROSS = [
+    case(np.cross, Arr((3,)), Arr((3,))), case(np.cross, Arr((4, 3)), Arr((3,)), name="cross-broadcast"),
+    case(np.cross, Arr((3, 4)), Arr((4, 3)), axisa=0, name="cross-axisa"),
+    case(np.cross, Arr((3, 2)), Arr((3, 2)), axis=0, name="cross-axis"),
+    case(np.cross, Arr((2, 3)), Arr((2, 3)), -1, -1, 0, name="cross-axisc"),
+]
+MULTI = [
+    case(np.linalg.multi_dot, [Arr((2, 3)), Arr((3, 4)), Arr((4, 2))]),
+    case(np.linalg.multi_dot, (Arr((3,)), Arr((3, 4)), Arr((4,))), name="multi_dot-vectors"),
+    case(np.linalg.multi_dot, [Arr((2, 3)), Arr((3, 5)), Arr((5, 4)), Arr((4,))], name="multi_dot-four"),
+    case(np.linalg.matrix_power, _square(), 3), case(np.linalg.matrix_power, _square(2), 2, name="matrix_power-batched"),
+    case(np.linalg.matrix_power, _square(), 1, name="matrix_power-1"), case(np.linalg.matrix_power, _square(), 0, name="matrix_power-0"),
+    case(np.linalg.matrix_power, _square(), -2, name="matrix_power-negative"),
+]
+TABLES = [TENSORDOT, KRON, CROSS, MULTI]
+
+
+@pytest.mark.parametrize("case,dtype", params(TENSORDOT + KRON + CROSS + MULTI))
+def test_product_rule(case, dtype):
+    case.check(dtype)
+
+
+def test_multi_dot_cotangent_mirrors_the_sequence_type():
+    mats = [np.ones((2, 2)), np.ones((2, 3))]
+    for seq in (mats, tuple(mats)):
+        _, pullback = as_rrule(lookup(np.linalg.multi_dot))(seq)
+        (bars,) = pullback(np.ones((2, 3)))
+        assert type(bars) is type(seq) and bars[1].shape == (2, 3)
+
+
+def test_cross_of_2_vectors_is_a_clear_error():
+    with pytest.raises(NotImplementedError, match="3 components"):
+        as_rrule(lookup(np.cross))(np.ones(2), np.ones(2))
+
+
+def test_matrix_power_0_has_zero_cotangent():
+    _, pullback = as_rrule(lookup(np.linalg.matrix_power))(np.eye(2), 0)
+    assert pullback(np.ones((2, 2)))[0] is ZERO
