@@ -11,5 +11,7 @@ from bytegrad.rules.numpy import (  # noqa: F401
     products as _products,
     reductions as _reductions,
     shape as _shape_rules,
+    signal as _signal,
+    statistics as _statistics,
     ufuncs as _ufuncs,
 )

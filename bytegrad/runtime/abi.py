@@ -116,6 +116,19 @@ def _bw_elementwise(ct: Any, node: tuple, out: Any) -> Any:
     return res
 
 
+def _bw_unary(ct: Any, node: tuple, out: Any) -> Any:
+    """One-argument elementwise function (np.sin(x)): its parent is node[1], a bare index, and the
+    cotangent is returned as is, not in a tuple."""
+    d = node[3].partials[0]
+    a = node[4][0]
+    if d.__class__ is int or d.__class__ is float:
+        return ct if d == 1 else (-ct if d == -1 else ct * d)
+    v = d(a, out)
+    if ct.__class__ is float and ct == 1.0 and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float):
+        return v
+    return ct * v
+
+
 _USES: dict[Any, frozenset[int]] = {}
 
 
@@ -156,6 +169,13 @@ def _saved_elementwise(node: tuple) -> list[np.ndarray]:
 
 
 _bw_elementwise.saved = _saved_elementwise  # type: ignore[attr-defined]
+
+
+def _saved_unary(node: tuple) -> list[np.ndarray]:
+    return _saved_elementwise((node[0], (node[1],)) + node[2:])
+
+
+_bw_unary.saved = _saved_unary  # type: ignore[attr-defined]
 
 
 class _TupleOut:
@@ -654,7 +674,7 @@ def call1(tape: Optional[Tape], site: Site, fn: Any, a: Any) -> Any:
         values = tape.values
         tape.ids[id(out)] = len(values)
         values.append(out)
-        tape.nodes.append((_bw_elementwise, (i,), site, rule, (a,), fn))
+        tape.nodes.append((_bw_unary, i, site, rule, (a,), fn))
         return out
     if rule is not None and rule.kind is RRULE and rule.rrule is not None and type(a) is not list \
             and type(a) is not tuple:

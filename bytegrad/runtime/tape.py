@@ -199,6 +199,16 @@ def sweep(tape: Tape, seeds: dict[int, Any]) -> list[Any]:
                 site.loc() if site is not None else None,
                 "if this operation uses a custom rule, check its pullback with "
                 "bytegrad.rules.testing.check_rule.") from exc
+        p = node[1]
+        if p.__class__ is int:  # one parent, one cotangent (unary nodes)
+            bar = bars
+            if bar is None or bar is no_tangent or bar is zero:
+                continue
+            if bar.__class__ is thunk:
+                bar = bar()
+            old = cts[p]
+            cts[p] = bar if old is None else accumulate(old, bar)
+            continue
         k = 0
         for p in node[1]:
             bar = bars[k]

@@ -1,4 +1,5 @@
-"""Reductions: sum, mean, prod, max/min, std/var and cumsum, as functions and as ndarray methods.
+"""Reductions: sum, mean, prod, max/min, std/var and cumsum, as functions and as ndarray methods; nansum,
+nanmean, nanprod, nanmax, nanmin and ptp.
 
 Each rule serves both forms (`np.sum(x, 0)` and `x.sum(0)` take their arguments in the same order).
 The pullback of a full reduction returns a uniform scalar cotangent.
@@ -10,7 +11,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from bytegrad.rules._project import project
+from bytegrad.rules._project import project, stand_in
 from bytegrad.rules.registry import NO_TANGENT, rrule
 
 _NOVALUE = getattr(np, "_NoValue", None)
@@ -304,3 +305,66 @@ def cumsum_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., 
         return (project(x_bar, x),) + (NO_TANGENT,) * len(args)
 
     return out, cumsum_pullback
+
+
+# ---- NaN-ignoring reductions and ptp --------------------------------------------------------------
+
+@rrule(np.nansum)
+def nansum_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.nansum(x, *args, **kwargs)
+    r = _Reduction("nansum", _SUM_PARAMS, x, args, kwargs)
+
+    def nansum_pullback(out_bar: Any) -> tuple[Any, ...]:
+        x_bar = r.finish(np.where(np.isnan(r.xa), 0, r.expand(out_bar)))
+        return _pullback_result(x_bar, args, _SUM_PARAMS, lambda: np.sum(out_bar))
+
+    return out, nansum_pullback
+
+
+@rrule(np.nanmean)
+def nanmean_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.nanmean(x, *args, **kwargs)
+    r = _Reduction("nanmean", _MEAN_PARAMS, x, args, kwargs)
+
+    def nanmean_pullback(out_bar: Any) -> tuple[Any, ...]:
+        present = ~np.isnan(r.xa)
+        if r.where is not True:
+            present &= r.where
+        count = np.maximum(np.sum(present, axis=r.axes, keepdims=True), 1).astype(_float_dtype(r, out_bar))
+        return _pullback_result(r.finish(np.where(present, r.expand(out_bar) / count, 0)), args)
+
+    return out, nanmean_pullback
+
+
+@rrule(np.nanprod)
+def nanprod_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.nanprod(x, *args, **kwargs)
+    xa = np.asarray(x)
+    nan = np.isnan(xa)
+    like = stand_in(x)
+    _, prod_pullback = prod_rrule(np.where(nan, xa.dtype.type(1), xa), *args, **kwargs)  # NaNs count as ones
+
+    def nanprod_pullback(out_bar: Any) -> tuple[Any, ...]:
+        x_bar, *rest = prod_pullback(out_bar)
+        return (project(np.where(nan, 0, x_bar), like), *rest)
+
+    return out, nanprod_pullback
+
+
+# NaNs never equal the extreme, so the max/min rules give them no cotangent.
+rrule(np.nanmax)(_extreme_rrule(np.nanmax, "nanmax"))
+rrule(np.nanmin)(_extreme_rrule(np.nanmin, "nanmin"))
+_max_rrule = _extreme_rrule(np.max, "max")
+_min_rrule = _extreme_rrule(np.min, "min")
+
+
+@rrule(np.ptp)
+def ptp_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.ptp(x, *args, **kwargs)
+    _, max_pullback = _max_rrule(x, *args, **kwargs)  # ptp's (axis, out, keepdims) are max's first three
+    _, min_pullback = _min_rrule(x, *args, **kwargs)
+
+    def ptp_pullback(out_bar: Any) -> tuple[Any, ...]:
+        return (max_pullback(out_bar)[0] - min_pullback(out_bar)[0],) + (NO_TANGENT,) * len(args)
+
+    return out, ptp_pullback

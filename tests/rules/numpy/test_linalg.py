@@ -66,7 +66,7 @@ NORMS = [
     case(np.linalg.norm, V, np.inf, name="norm-inf"), case(np.linalg.norm, V, -np.inf, name="norm--inf"),
     case(np.linalg.norm, V, 0, name="norm-0"), case(np.linalg.norm, V, 3, name="norm-3"),
     case(np.linalg.norm, V, 0.5, name="norm-0.5"), case(np.linalg.norm, V, -1.5, name="norm--1.5"),
-    case(np.linalg.norm, V, 2, name="norm-2-vector"),
+    case(np.linalg.norm, V, 2, name="norm-2-vector"), case(np.linalg.norm, V, 2.0, name="norm-float-order"),
     case(np.linalg.norm, Arr((3, 4), 0.1, 2, signed=True), 3, 1, name="norm-3-axis"),
     case(np.linalg.norm, Arr((4, 3), 0.1, 2, signed=True), np.inf, 0, True, name="norm-inf-axis-keepdims"),
     case(np.linalg.norm, M, "fro", (1, 0), name="norm-fro-axes"), case(np.linalg.norm, M, "nuc", name="norm-nuc"),

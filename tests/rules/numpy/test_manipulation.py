@@ -3,10 +3,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 from numpy.lib.stride_tricks import sliding_window_view
 
 from bytegrad.rules._apply import as_rrule
 from bytegrad.rules.registry import ZERO, lookup
+from bytegrad.rules.testing import check_rule
 
 from ..cases import Arr, case, params
 
@@ -55,3 +59,13 @@ def test_overlapping_windows_accumulate():
     _, pullback = as_rrule(lookup(sliding_window_view))(np.zeros(4), 2)
     (x_bar, _) = pullback(np.ones((3, 2)))
     assert x_bar.tolist() == [1.0, 2.0, 2.0, 1.0]
+
+
+@settings(max_examples=25, deadline=None)
+@given(shape=hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4), data=st.data(),
+       mode=st.sampled_from(["constant", "edge", "reflect", "symmetric", "wrap"]),
+       dtype=st.sampled_from(["float64", "float32"]), seed=st.integers(0, 2**16))
+def test_pad_over_random_shapes_widths_and_modes(shape, data, mode, dtype, seed):
+    widths = data.draw(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), min_size=len(shape), max_size=len(shape)))
+    x = np.random.default_rng(seed).uniform(-2, 2, shape).astype(dtype)
+    check_rule(np.pad, x, widths, mode, seed=seed)

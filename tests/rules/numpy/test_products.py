@@ -67,3 +67,22 @@ def test_cross_of_2_vectors_is_a_clear_error():
 def test_matrix_power_0_has_zero_cotangent():
     _, pullback = as_rrule(lookup(np.linalg.matrix_power))(np.eye(2), 0)
     assert pullback(np.ones((2, 2)))[0] is ZERO
+
+
+@settings(max_examples=25, deadline=None)
+@given(free_a=hnp.array_shapes(min_dims=0, max_dims=2, max_side=3), free_b=hnp.array_shapes(min_dims=0, max_dims=2, max_side=3),
+       contracted=hnp.array_shapes(min_dims=0, max_dims=2, max_side=3), data=st.data(),
+       dtype=st.sampled_from(["float64", "float32"]), seed=st.integers(0, 2**16))
+def test_tensordot_over_random_shapes_and_axis_orders(free_a, free_b, contracted, data, dtype, seed):
+    """a holds its free axes and the contracted ones interleaved at random, b likewise, in another order."""
+    k = len(contracted)
+    order_a = data.draw(st.permutations(range(len(free_a) + k)))
+    order_b = data.draw(st.permutations(range(len(free_b) + k)))
+    shape_a, shape_b = list(free_a) + list(contracted), list(free_b) + list(contracted)
+    # the contracted axis j sits at position order.index(len(free) + j)
+    axes_a = [order_a.index(len(free_a) + j) for j in range(k)]
+    axes_b = [order_b.index(len(free_b) + j) for j in range(k)]
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(-2, 2, [shape_a[i] for i in order_a]).astype(dtype)
+    b = rng.uniform(-2, 2, [shape_b[i] for i in order_b]).astype(dtype)
+    check_rule(np.tensordot, a, b, (axes_a, axes_b), seed=seed)

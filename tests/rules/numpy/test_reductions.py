@@ -61,10 +61,29 @@ FUNCTIONS = [
     case(np.var, Arr((3, 4)), 1, where=np.array([True, True, False, True]), name="var-where"),
     case(np.cumsum, X), case(np.cumsum, X, -1), case(np.cumsum, Arr((4,)), 0),
 ]
-TABLES = [SUM, METHODS, FUNCTIONS]
 
 
-@pytest.mark.parametrize("case,dtype", params(SUM + METHODS + FUNCTIONS))
+def _with_nans(rng, dtype):
+    x = rng.uniform(0.5, 1.5, (3, 4)) * rng.choice([-1.0, 1.0], (3, 4))
+    x[0, 1] = x[2, 3] = x[2, 0] = np.nan
+    x[1] = x[1] + np.arange(4)  # distinct values: no ties for nanmax
+    return x.astype(dtype)
+
+
+NANS = Gen(_with_nans)
+NAN = [
+    case(np.nansum, NANS), case(np.nansum, NANS, 1, name="nansum-axis"), case(np.nansum, NANS, 0, keepdims=True, name="nansum-keepdims"),
+    case(np.nanmean, NANS), case(np.nanmean, NANS, 1, name="nanmean-axis"), case(np.nanmean, NANS, (0, 1), keepdims=True, name="nanmean-axes"),
+    case(np.nanmean, NANS, 1, where=np.array([True, True, False, True]), name="nanmean-where"),
+    case(np.nanprod, NANS), case(np.nanprod, NANS, 0, name="nanprod-axis"),
+    case(np.nanmax, NANS), case(np.nanmax, NANS, 1, name="nanmax-axis"), case(np.nanmin, NANS, 0, name="nanmin-axis"),
+    case(np.nanmin, NANS, -1, keepdims=True, name="nanmin-keepdims"),
+    case(np.ptp, DISTINCT), case(np.ptp, DISTINCT, 1, name="ptp-axis"), case(np.ptp, DISTINCT, (0, 2), keepdims=True, name="ptp-axes"),
+]
+TABLES = [SUM, METHODS, FUNCTIONS, NAN]
+
+
+@pytest.mark.parametrize("case,dtype", params(SUM + METHODS + FUNCTIONS + NAN))
 def test_reduction(case, dtype):
     case.check(dtype)
 
@@ -113,3 +132,12 @@ def test_large_cotangents_are_read_only_broadcast_views():
     x_bar, _ = pullback(np.arange(300.0))
     assert x_bar.shape == x.shape and not x_bar.flags.writeable
     assert np.array_equal(x_bar[7], np.arange(300.0) / 300)
+
+
+def test_nan_elements_get_no_cotangent():
+    x = np.array([1.0, np.nan, 3.0])
+    for fn, expected in ((np.nansum, [1.0, 0.0, 1.0]), (np.nanmean, [0.5, 0.0, 0.5]), (np.nanmax, [0.0, 0.0, 1.0]),
+                         (np.nanprod, [3.0, 0.0, 1.0])):
+        out, pullback = as_rrule(lookup(fn))(x)
+        x_bar = np.broadcast_to(pullback(1.0)[0], x.shape)
+        assert x_bar.tolist() == expected, fn
