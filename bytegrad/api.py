@@ -15,7 +15,7 @@ from bytegrad import transform
 from bytegrad.errors import DifferentiationError, NonScalarOutputError, SourceLoc, WrtError
 from bytegrad.rules import registry
 from bytegrad.runtime import abi, pytree
-from bytegrad.runtime.tape import Tape, set_tape, sweep
+from bytegrad.runtime.tape import Tape, _tls, sweep
 from bytegrad.transform import cache
 
 __all__ = ["differentiate", "grad", "value_and_grad", "vjp", "Differentiated"]
@@ -23,6 +23,7 @@ __all__ = ["differentiate", "grad", "value_and_grad", "vjp", "Differentiated"]
 Wrt = Union[int, str, Sequence[Union[int, str]]]
 
 abi.set_rewriter(transform.rewritten_function)
+_ndarray = np.ndarray
 
 
 def _spec(a: Any) -> Any:
@@ -105,7 +106,7 @@ class Differentiated:
     # ---- running with a tape -------------------------------------------------------------
 
     def _rewritten(self, active: frozenset[str], args: tuple) -> types.FunctionType:
-        key = (active, registry._version, tuple(map(_spec, args)))
+        key = (active, registry._version, *[(a.dtype, a.ndim) if type(a) is _ndarray else type(a) for a in args])
         fn = self._fns.get(key)
         if fn is not None:
             self._hits += 1
@@ -124,7 +125,7 @@ class Differentiated:
 
     def _plan(self, nargs: int, positions: Sequence[int]) -> tuple[tuple[int, ...], frozenset[str]]:
         """Normalised wrt positions and the active parameter names, for calls with `nargs` arguments."""
-        key = (nargs, tuple(positions))
+        key = (nargs, positions)
         plan = self._plans.get(key)
         if plan is not None:
             return plan
@@ -171,11 +172,26 @@ class Differentiated:
     def _forward(self, args: tuple, kwargs: dict, positions: Sequence[int], strict: bool) -> tuple[Any, Tape, list]:
         if kwargs:
             args, kwargs = self._normalize_call(args, kwargs)
-        norm, active = self._plan(len(args), positions)
+        plan = self._plans.get((len(args), positions))
+        norm, active = plan if plan is not None else self._plan(len(args), positions)
         tape = Tape()
         args = list(args)
         specs = []
+        values = tape.values
         for p in norm:
+            v = args[p]
+            if type(v) is _ndarray and v.dtype.kind == "f":  # the common case, inline
+                fresh = v.view()
+                tape.protected.add(id(v))
+                if v.base is not None:
+                    tape.protected.add(id(v.base))
+                spec = pytree.Leaf(len(values), v)
+                tape.ids[id(fresh)] = len(values)
+                values.append(fresh)
+                tape.nodes.append(None)
+                args[p] = fresh
+                specs.append(spec)
+                continue
             try:
                 fresh, spec = pytree.prepare(args[p], tape, strict=strict)
             except pytree.NotDifferentiable as exc:
@@ -187,11 +203,13 @@ class Differentiated:
             specs.append(spec)
         call_args = tuple(args) if self._bound_self is None else (self._bound_self, *args)
         fn = self._rewritten(active, call_args)
-        old = set_tape(tape)
+        tls = _tls
+        old = getattr(tls, "tape", None)
+        tls.tape = tape
         try:
             out = fn(*call_args, **kwargs) if kwargs else fn(*call_args)
         finally:
-            set_tape(old)
+            tls.tape = old
         return out, tape, specs
 
     def _grad(self, args: tuple, kwargs: dict) -> tuple[Any, Any]:
@@ -207,7 +225,8 @@ class Differentiated:
                 "bytegrad.vjp for vector-valued functions.")
         idx = tape.ids.get(id(out))
         cts = sweep(tape, {idx: 1.0}) if idx is not None else [None] * len(tape.nodes)
-        grads = tuple(pytree.gradient(s, cts) for s in specs)
+        grads = tuple([pytree.project(cts[s.idx], s.primal) if type(s) is pytree.Leaf else pytree.gradient(s, cts)
+                       for s in specs])
         if len(grads) > 1:
             grads = _unalias(grads)
         return out, grads if self._wrt_tuple else grads[0]
@@ -234,7 +253,7 @@ class Differentiated:
 
     def pullback(self, *args: Any, **kwargs: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
         """(output, back): `back(out_bar)` returns one cotangent per positional argument."""
-        positions = list(range(len(args)))
+        positions = tuple(range(len(args)))
         out, tape, specs = self._forward(args, kwargs, positions, strict=False)
 
         def back(out_bar: Any) -> tuple[Any, ...]:
@@ -252,16 +271,18 @@ class Differentiated:
 
 def _unalias(grads: tuple[Any, ...]) -> tuple[Any, ...]:
     """Gradients handed to the user never share memory with each other."""
+    ids = [id(g) for g in grads if type(g) is _ndarray]
+    if len(set(ids)) == len(ids):
+        return grads
     seen: set[int] = set()
-
-    def fix(g: Any) -> Any:
-        if type(g) is np.ndarray:
+    out = []
+    for g in grads:
+        if type(g) is _ndarray:
             if id(g) in seen:
-                return g.copy()
+                g = g.copy()
             seen.add(id(g))
-        return g
-
-    return tuple(fix(g) if type(g) is np.ndarray else g for g in grads)
+        out.append(g)
+    return tuple(out)
 
 
 def differentiate(fn: Optional[Callable[..., Any]] = None, *, wrt: Wrt = 0) -> Any:

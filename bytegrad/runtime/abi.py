@@ -214,11 +214,14 @@ def _bw_rrule(ct: Any, node: tuple, out: Any) -> Any:
 
 def _bw_rrule_trusted(ct: Any, node: tuple, out: Any) -> Any:
     """`_bw_rrule` for bytegrad's own (table-tested) rules: no re-checking of the pullback's result."""
-    if type(out) is _ndarray:
+    to = type(out)
+    if to is _ndarray:
         if type(ct) is not _ndarray or ct.shape != out.shape:
             ct = materialize(ct, out)
         return node[3](ct)
-    return _bw_rrule(ct, node, out)
+    if to is _TupleOut:
+        return _bw_rrule(ct, node, out)
+    return node[3](ct)
 
 
 def _pullback_shape_error(node: tuple, what: str) -> DifferentiationError:

@@ -85,11 +85,13 @@ def project(ct: Any, primal: Any) -> Any:
     """A cotangent as a gradient shaped and typed like its primal (float32 stays float32)."""
     if type(primal) is _ndarray:
         if ct is None:
-            return np.zeros_like(primal)
-        arr = np.asarray(ct)
+            return np.zeros(primal.shape, primal.dtype)
+        arr = ct if type(ct) is _ndarray else np.asarray(ct)
         if primal.dtype.kind == "f" and arr.dtype.kind == "c":
             arr = arr.real
         if arr.shape != primal.shape:
+            if arr.ndim == 0:  # a uniform cotangent: that value everywhere
+                return np.full(primal.shape, arr, dtype=primal.dtype)
             arr = np.broadcast_to(arr, primal.shape)
         if arr.dtype != primal.dtype or arr.base is not None or not arr.flags.writeable:
             return np.array(arr, dtype=primal.dtype, copy=True)

@@ -68,7 +68,7 @@ def _too_many(cc: CodeCache, arg_names: Optional[tuple[str, ...]]) -> None:
     cc.warned = True
     keys = list(cc.entries)
     changing = "an argument"
-    specs = [k[-1] for k in keys if isinstance(k, tuple) and k and isinstance(k[-1], tuple)]
+    specs = [k[2:] for k in keys if isinstance(k, tuple) and len(k) > 2]
     if specs and all(len(s) == len(specs[0]) for s in specs):
         for pos in range(len(specs[0])):
             if len({s[pos] for s in specs}) > 1:

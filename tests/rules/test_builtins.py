@@ -45,7 +45,8 @@ MATH = [case(fn, *args, dtypes=F64, **kw) for fn, args, kw in [
     (math.ldexp, (Num(), 3), {}), (math.hypot, (Num(), Num(), Num()), {}), (math.hypot, (Num(),), {}),
     (math.dist, ([Num(), Num()], [Num(), Num()]), {}), (math.dist, ((Num(), Num(), Num()), (Num(), Num(), Num())), {}),
     (math.exp2, (Num(),), {}), (math.cbrt, (NONZERO,), {}),
-]]
+    (math.fsum, ([Num(), Num(), 2, Num()],), {}), (math.fsum, ((Num(), Num()),), {}), (math.fsum, ([],), {}),
+]] + [case(math.fsum, Arr((5,)), name="fsum-array"), case(math.fsum, [Sc(), Sc()], name="fsum-numpy-scalars")]
 BUILTINS = [
     case(builtins.abs, NONZERO, dtypes=F64), case(builtins.abs, Arr((3,), 0.1, 2, signed=True), name="abs-array"),
     case(builtins.pow, POS, Num(), dtypes=F64), case(builtins.pow, 2, 5, 7, name="pow-modular", dtypes=F64),

@@ -1,5 +1,7 @@
 """Products and linear algebra: matmul (`np.matmul` and `@`), dot, outer, inner, vdot, trace, einsum, and
-`np.linalg` inv, solve, det, slogdet, norm, vector_norm, matrix_norm. Cotangents of products are thunks, computed only if needed.
+`np.linalg` inv, solve, det, slogdet, norm, vector_norm, matrix_norm. Cotangents of products are thunks,
+computed only if needed. (Decompositions are in `linalg_decomp.py`; tensordot, kron, cross, multi_dot and
+matrix_power in `products.py`.)
 """
 from __future__ import annotations
 
@@ -345,7 +347,8 @@ def _norm_rule(out: Any, x: Any, ord_: Any, axes: tuple[int, ...], matrix: bool,
     arguments, and a float order p of a vector norm gets its cotangent (other orders are flat in it)."""
     xa = np.asarray(x)
     if xa.dtype.kind == "c" and not (ord_ is None or ord_ == "fro" or (not matrix and ord_ == 2)):
-        raise NotImplementedError(f"the numpy.linalg.norm rules cover complex input for the 2-norm only, not ord={ord_!r}")
+        raise NotImplementedError(
+            f"the numpy.linalg.norm rules cover complex input for the 2-norm only, not ord={ord_!r}")
     shape_e = tuple(1 if i in axes else d for i, d in enumerate(xa.shape))
     like = stand_in(x)
 

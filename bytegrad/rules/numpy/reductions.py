@@ -361,10 +361,11 @@ _min_rrule = _extreme_rrule(np.min, "min")
 @rrule(np.ptp)
 def ptp_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
     out = np.ptp(x, *args, **kwargs)
-    _, max_pullback = _max_rrule(x, *args, **kwargs)  # ptp's (axis, out, keepdims) are max's first three
-    _, min_pullback = _min_rrule(x, *args, **kwargs)
 
     def ptp_pullback(out_bar: Any) -> tuple[Any, ...]:
-        return (max_pullback(out_bar)[0] - min_pullback(out_bar)[0],) + (NO_TANGENT,) * len(args)
+        # max - min: ptp's (axis, out, keepdims) are max's and min's first three parameters
+        max_bar = _max_rrule(x, *args, **kwargs)[1](out_bar)[0]
+        min_bar = _min_rrule(x, *args, **kwargs)[1](out_bar)[0]
+        return (max_bar - min_bar,) + (NO_TANGENT,) * len(args)
 
     return out, ptp_pullback

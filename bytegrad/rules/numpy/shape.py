@@ -373,6 +373,28 @@ def item_rrule(x: np.ndarray, *args: Any) -> tuple[Any, Callable[..., Any]]:
     return out, item_pullback
 
 
+def _scalar_to_python(method: str) -> Callable[..., Any]:
+    """`x.item()` and `x.tolist()` of a NumPy scalar (`x[0].item()`): a Python number."""
+
+    def scalar_to_python_rrule(x: Any, *args: Any) -> tuple[Any, Callable[..., Any]]:
+        out = getattr(x, method)(*args)
+        dtype = np.result_type(x)
+
+        def scalar_to_python_pullback(out_bar: Any) -> tuple[Any, ...]:
+            x_bar = dtype.type(out_bar) if dtype.kind in "fc" else NO_TANGENT
+            return (x_bar,) + (NO_TANGENT,) * len(args)
+
+        return out, scalar_to_python_pullback
+
+    scalar_to_python_rrule.__name__ = scalar_to_python_rrule.__qualname__ = f"scalar_{method}_rrule"
+    return scalar_to_python_rrule
+
+
+# np.float64.item is np.generic.item: one rule serves every scalar type
+rrule(np.generic.item)(_scalar_to_python("item"))
+rrule(np.generic.tolist)(_scalar_to_python("tolist"))
+
+
 # ---- constructors whose values come from their arguments ---------------------------------------------------
 
 @rrule(np.full)

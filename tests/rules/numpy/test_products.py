@@ -3,9 +3,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from bytegrad.rules._apply import as_rrule
 from bytegrad.rules.registry import ZERO, lookup
+from bytegrad.rules.testing import check_rule
 
 from ..cases import Arr, Gen, case, params
 
@@ -40,7 +44,8 @@ MULTI = [
     case(np.linalg.multi_dot, (Arr((3,)), Arr((3, 4)), Arr((4,))), name="multi_dot-vectors"),
     case(np.linalg.multi_dot, [Arr((2, 3)), Arr((3, 5)), Arr((5, 4)), Arr((4,))], name="multi_dot-four"),
     case(np.linalg.matrix_power, _square(), 3), case(np.linalg.matrix_power, _square(2), 2, name="matrix_power-batched"),
-    case(np.linalg.matrix_power, _square(), 1, name="matrix_power-1"), case(np.linalg.matrix_power, _square(), 0, name="matrix_power-0"),
+    case(np.linalg.matrix_power, _square(), 1, name="matrix_power-1"),
+    case(np.linalg.matrix_power, _square(), 0, name="matrix_power-0"),
     case(np.linalg.matrix_power, _square(), -2, name="matrix_power-negative"),
 ]
 TABLES = [TENSORDOT, KRON, CROSS, MULTI]

@@ -72,13 +72,16 @@ def _with_nans(rng, dtype):
 
 NANS = Gen(_with_nans)
 NAN = [
-    case(np.nansum, NANS), case(np.nansum, NANS, 1, name="nansum-axis"), case(np.nansum, NANS, 0, keepdims=True, name="nansum-keepdims"),
-    case(np.nanmean, NANS), case(np.nanmean, NANS, 1, name="nanmean-axis"), case(np.nanmean, NANS, (0, 1), keepdims=True, name="nanmean-axes"),
+    case(np.nansum, NANS), case(np.nansum, NANS, 1, name="nansum-axis"),
+    case(np.nansum, NANS, 0, keepdims=True, name="nansum-keepdims"),
+    case(np.nanmean, NANS), case(np.nanmean, NANS, 1, name="nanmean-axis"),
+    case(np.nanmean, NANS, (0, 1), keepdims=True, name="nanmean-axes"),
     case(np.nanmean, NANS, 1, where=np.array([True, True, False, True]), name="nanmean-where"),
     case(np.nanprod, NANS), case(np.nanprod, NANS, 0, name="nanprod-axis"),
     case(np.nanmax, NANS), case(np.nanmax, NANS, 1, name="nanmax-axis"), case(np.nanmin, NANS, 0, name="nanmin-axis"),
     case(np.nanmin, NANS, -1, keepdims=True, name="nanmin-keepdims"),
-    case(np.ptp, DISTINCT), case(np.ptp, DISTINCT, 1, name="ptp-axis"), case(np.ptp, DISTINCT, (0, 2), keepdims=True, name="ptp-axes"),
+    case(np.ptp, DISTINCT), case(np.ptp, DISTINCT, 1, name="ptp-axis"),
+    case(np.ptp, DISTINCT, (0, 2), keepdims=True, name="ptp-axes"),
 ]
 TABLES = [SUM, METHODS, FUNCTIONS, NAN]
 

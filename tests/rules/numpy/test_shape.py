@@ -83,6 +83,7 @@ ARRAYS = [
     case(np.ndarray.tolist, M), case(np.ndarray.tolist, Arr(()), name="tolist-0d"),
     case(np.ndarray.item, Arr((1, 1))), case(np.ndarray.item, M, 4, name="item-flat"),
     case(np.ndarray.item, M, 1, 2, name="item-multi"), case(np.ndarray.item, M, (0, 1), name="item-tuple"),
+    case(np.generic.item, Sc()), case(np.generic.item, Sc(), 0, name="scalar-item-index"), case(np.generic.tolist, Sc()),
 ]
 CONSTRUCTORS = [
     case(np.full, (2, 3), Num()), case(np.full, (2, 3), Arr((3,)), name="full-array-fill"),

@@ -13,8 +13,11 @@ CONVOLUTION = [
     case(fn, Arr((n,)), Arr((m,)), mode, name=f"{fn.__name__}-{n}-{m}-{mode}")
     for fn in (np.convolve, np.correlate) for n, m in ((5, 3), (3, 5), (4, 4), (6, 1), (2, 5))
     for mode in ("full", "same", "valid")
-] + [case(np.convolve, Arr((5,)), Arr((2,)), name="convolve-default"), case(np.correlate, Arr((5,)), Arr((2,)), name="correlate-default"),
-     case(np.correlate, Arr((4,)), Arr((3,)), mode="same", name="correlate-keyword")]
+] + [
+    case(np.convolve, Arr((5,)), Arr((2,)), name="convolve-default"),
+    case(np.correlate, Arr((5,)), Arr((2,)), name="correlate-default"),
+    case(np.correlate, Arr((4,)), Arr((3,)), mode="same", name="correlate-keyword"),
+]
 
 
 def _grid(n, lo=-1.0, hi=1.0):
@@ -46,7 +49,8 @@ TRAPEZOID = [
 ]
 POLYVAL = [
     case(np.polyval, Arr((4,)), Arr((2, 3))), case(np.polyval, [Num(), Num(), Num()], Num(), name="polyval-list-scalar"),
-    case(np.polyval, Arr((3, 2)), Arr((2,)), name="polyval-array-coefficients"), case(np.polyval, Arr((1,)), Arr((3,)), name="polyval-constant"),
+    case(np.polyval, Arr((3, 2)), Arr((2,)), name="polyval-array-coefficients"),
+    case(np.polyval, Arr((1,)), Arr((3,)), name="polyval-constant"),
 ]
 TABLES = [CONVOLUTION, INTERP, TRAPEZOID, POLYVAL]
 
