@@ -6,10 +6,11 @@ the builtin they stand for: that call would be routed back here.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Iterable, Iterator
 
 __all__ = [
-    "py_sum", "py_prod", "py_min", "py_max", "py_iter", "py_zip", "py_enumerate", "py_map", "py_reversed",
+    "py_sum", "py_fsum", "fsum_list", "py_prod", "py_min", "py_max", "py_iter", "py_zip", "py_enumerate", "py_map", "py_reversed",
     "py_sorted", "py_reduce", "py_list", "py_tuple", "py_list_extend",
 ]
 
@@ -21,6 +22,16 @@ def py_sum(iterable: Iterable[Any], /, start: Any = 0) -> Any:
     for item in iterable:
         total = total + item
     return total
+
+
+def fsum_list(items: list[Any], /) -> float:
+    """`math.fsum` of a list: the exact sum, with a reverse rule of its own (in `builtins.py`)."""
+    return math.fsum(items)
+
+
+def py_fsum(iterable: Iterable[Any], /) -> float:
+    # Collected by rewritten code, so items made by a generator are recorded; then summed exactly.
+    return fsum_list([item for item in iterable])
 
 
 def py_prod(iterable: Iterable[Any], /, *, start: Any = 1) -> Any:

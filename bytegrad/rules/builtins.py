@@ -20,7 +20,7 @@ from bytegrad.rules._project import project, stand_in
 from bytegrad.rules._shape import unbroadcast
 from bytegrad.rules.numpy.ufuncs import power_dx, power_dy
 from bytegrad.rules.registry import (
-    NO_TANGENT, ZERO, differentiate_through, non_differentiable, not_implemented, rrule, scalar_rule, transparent,
+    ZERO, differentiate_through, non_differentiable, not_implemented, rrule, scalar_rule, transparent,
 )
 
 _LN2 = math.log(2.0)
@@ -142,22 +142,19 @@ def dist_rrule(p: Any, q: Any) -> tuple[float, Any]:
     return out, dist_pullback
 
 
-@rrule(math.fsum)
-def fsum_rrule(iterable: Any) -> tuple[float, Any]:
-    """A list, tuple or array of values. (A generator is consumed by the call: its items cannot be
-    traced back, so pass a list, as `math.fsum([f(x) for x in xs])`.)"""
-    out = math.fsum(iterable)
-    like = iterable if isinstance(iterable, (list, tuple)) else stand_in(iterable)
+@rrule(_impls.fsum_list)
+def fsum_list_rrule(items: list[Any]) -> tuple[float, Any]:
+    out = math.fsum(items)
+    likes = [stand_in(item) for item in items]
 
-    def fsum_pullback(out_bar: float) -> tuple[Any]:
-        if isinstance(like, (list, tuple)):
-            bars = [project(out_bar, item) for item in like]
-            return (bars if isinstance(like, list) else tuple(bars),)
-        if type(like) is np.ndarray:  # a uniform cotangent: out_bar everywhere
-            return (like.dtype.type(out_bar) if like.dtype.kind in "fc" else NO_TANGENT,)
-        return (NO_TANGENT,)
+    def fsum_list_pullback(out_bar: float) -> tuple[Any]:
+        return ([project(out_bar, like) for like in likes],)  # NO_TANGENT for ints
 
-    return out, fsum_pullback
+    return out, fsum_list_pullback
+
+
+# math.fsum(x * x for x in xs): the items of any iterable are collected by rewritten code first.
+differentiate_through(math.fsum, _impls.py_fsum)
 
 
 not_implemented(math.gamma, "its derivative needs the digamma function; use scipy.special rules")

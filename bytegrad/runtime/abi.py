@@ -801,8 +801,20 @@ def _make_binary(op: Any) -> Callable[..., Any]:
             ib = ids.get(id(b))
             if ia is not None or ib is not None:
                 rule = _rules_get(op)
-                if rule is None or rule.kind is not ELEMENTWISE or tape.stale:
+                if rule is None or tape.stale:
                     return _binary_tracked(tape, site, op, a, b, ia, ib)
+                if rule.kind is not ELEMENTWISE:
+                    if rule.kind is not RRULE or rule.rrule is None:
+                        return _binary_tracked(tape, site, op, a, b, ia, ib)
+                    out, pullback = rule.rrule(a, b)  # matmul and friends, recorded inline
+                    node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, (ia, ib), site, pullback, (a, b), op)
+                    if type(out) is _ndarray:
+                        values = tape.values
+                        ids[id(out)] = len(values)
+                        values.append(out)
+                        tape.nodes.append(node)
+                        return out
+                    return _push_output(tape, node, out)
                 out = op(a, b)
                 to = type(out)
                 if to is _ndarray or to is float or to is _float64 or _trackable(out):

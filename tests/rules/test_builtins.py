@@ -45,8 +45,8 @@ MATH = [case(fn, *args, dtypes=F64, **kw) for fn, args, kw in [
     (math.ldexp, (Num(), 3), {}), (math.hypot, (Num(), Num(), Num()), {}), (math.hypot, (Num(),), {}),
     (math.dist, ([Num(), Num()], [Num(), Num()]), {}), (math.dist, ((Num(), Num(), Num()), (Num(), Num(), Num())), {}),
     (math.exp2, (Num(),), {}), (math.cbrt, (NONZERO,), {}),
-    (math.fsum, ([Num(), Num(), 2, Num()],), {}), (math.fsum, ((Num(), Num()),), {}), (math.fsum, ([],), {}),
-]] + [case(math.fsum, Arr((5,)), name="fsum-array"), case(math.fsum, [Sc(), Sc()], name="fsum-numpy-scalars")]
+    (_impls.fsum_list, ([Num(), Num(), 2, Num()],), {}), (_impls.fsum_list, ([],), {}),
+]] + [case(_impls.fsum_list, [Sc(), Arr(()), Sc()], name="fsum_list-numpy-scalars")]
 BUILTINS = [
     case(builtins.abs, NONZERO, dtypes=F64), case(builtins.abs, Arr((3,), 0.1, 2, signed=True), name="abs-array"),
     case(builtins.pow, POS, Num(), dtypes=F64), case(builtins.pow, 2, 5, 7, name="pow-modular", dtypes=F64),
@@ -90,6 +90,8 @@ THROUGH = [case(fn, *args, dtypes=F64, name=name, **kw) for name, fn, args, kw i
     ("list", builtins.list, (FLOATS,), {}), ("list-rows", builtins.list, (Gen(_rows),), {}), ("list-empty", builtins.list, (), {}),
     ("tuple", builtins.tuple, (FLOATS,), {}), ("tuple-rows", builtins.tuple, (Gen(_rows),), {}),
     ("list.extend", list.extend, ([1.0], FLOATS), {}), ("list.extend-rows", list.extend, ([], Gen(_rows)), {}),
+    ("math.fsum", math.fsum, (FLOATS,), {}), ("math.fsum-tuple", math.fsum, ((0.1, 0.2, 0.3),), {}),
+    ("math.fsum-array", math.fsum, (Arr((5,)),), {}),
     ("math.prod", math.prod, (FLOATS,), {}), ("math.prod-start", math.prod, (FLOATS,), {"start": 2.0}),
 ]]
 TRANSPARENT = [case(fn, *args, dtypes=F64) for fn, *args in [
