@@ -437,6 +437,24 @@ def _any_tracked(ids: dict[int, int], args: tuple, kwargs: Optional[dict]) -> bo
     return False
 
 
+_GeneratorType = types.GeneratorType
+
+
+def _drain_generators(tape: Tape, args: tuple) -> tuple:
+    """A generator argument hides the values it yields from the tape: run it now, so a rule sees
+    the items (as a list) and a function without a rule raises instead of dropping derivatives.
+    A generator that yields nothing differentiated is handed on as an iterator over its items."""
+    if not any(type(a) is _GeneratorType for a in args):
+        return args
+    out = []
+    for a in args:
+        if type(a) is _GeneratorType:
+            items = list(a)
+            a = items if _parent_of(tape.ids, items) is not None else iter(items)
+        out.append(a)
+    return tuple(out)
+
+
 def _resolve(fn: Any) -> tuple[Any, Any]:
     """(rule, self) for a callable: bound C methods are looked up by their type's descriptor."""
     try:
@@ -472,6 +490,8 @@ def _dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dic
             if type(meth) is _FunctionType:
                 return _call_python(tape, site, meth, (args[0],), None)
     rule, owner = _resolve(fn)
+    if args and rule is not None and (rule.kind is ELEMENTWISE or rule.kind is RRULE):
+        args = _drain_generators(tape, tuple(args))
     if rule is not None:
         kind = rule.kind
         if owner is not None:
@@ -519,6 +539,7 @@ def _dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dic
     dunder_call = getattr(t, "__call__", None)
     if type(dunder_call) is _FunctionType:
         return _call_python(tape, site, dunder_call, (fn,) + tuple(args), kwargs)
+    args = _drain_generators(tape, tuple(args))  # a C function: look inside generator arguments
     if _any_tracked(tape.ids, tuple(args), kwargs) or (type(fn) is _BuiltinMethod and
                                                        tape.ids.get(id(fn.__self__)) is not None):
         if registry.load_plugins():

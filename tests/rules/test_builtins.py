@@ -3,6 +3,8 @@ implementations that bytegrad differentiates through against the builtins they s
 from __future__ import annotations
 
 import builtins
+import collections
+import itertools
 import functools
 import math
 import operator
@@ -93,6 +95,14 @@ THROUGH = [case(fn, *args, dtypes=F64, name=name, **kw) for name, fn, args, kw i
     ("math.fsum", math.fsum, (FLOATS,), {}), ("math.fsum-tuple", math.fsum, ((0.1, 0.2, 0.3),), {}),
     ("math.fsum-array", math.fsum, (Arr((5,)),), {}),
     ("math.prod", math.prod, (FLOATS,), {}), ("math.prod-start", math.prod, (FLOATS,), {"start": 2.0}),
+    ("filter", builtins.filter, (None, [Num(), 0.0, Num()]), {}), ("filter-fn", builtins.filter, (bool, FLOATS), {}),
+    ("pairwise", itertools.pairwise, (FLOATS,), {}), ("pairwise-rows", itertools.pairwise, (Gen(_rows),), {}),
+    ("chain", itertools.chain, (FLOATS, [Num()]), {}), ("chain-rows", itertools.chain, (Gen(_rows), FLOATS), {}),
+    ("islice", itertools.islice, (FLOATS, 2), {}), ("islice-step", itertools.islice, (FLOATS, 1, None, 2), {}),
+    ("accumulate", itertools.accumulate, (FLOATS,), {}),
+    ("accumulate-fn", itertools.accumulate, (FLOATS, operator.mul), {"initial": 2.0}),
+    ("starmap", itertools.starmap, (operator.mul, [(Num(), Num()), (Num(), 2.0)]), {}),
+    ("deque", collections.deque, (FLOATS,), {}), ("deque-maxlen", collections.deque, (FLOATS, 2), {}),
 ]]
 TRANSPARENT = [case(fn, *args, dtypes=F64) for fn, *args in [
     (list.append, [1.0], 2.0), (list.insert, [1.0], 0, 2.0), (list.pop, [1.0, 2.0]), (list.copy, [1.0]),
