@@ -48,6 +48,17 @@ def memory_positions(view: np.ndarray, owner: np.ndarray) -> Optional[np.ndarray
                                strides=tuple(s // itemsize * step for s in view.strides)))
 
 
+def _positions(view: np.ndarray, owner: np.ndarray, site: Any, what: str) -> np.ndarray:
+    """`memory_positions`, or a MutationError when the layout cannot be followed."""
+    pos = memory_positions(view, owner)
+    if pos is None:
+        raise MutationError(
+            f"{what}, in a memory layout bytegrad cannot map back to the array that owns it.",
+            site.loc() if site is not None else None,
+            "write into an array you allocated (or a copy) directly, not through this view.")
+    return pos
+
+
 def _order(owner: np.ndarray) -> str:
     return "C" if owner.flags.c_contiguous else "F"
 
@@ -132,12 +143,7 @@ def view_parent(tape: Tape, site: Any, a: np.ndarray) -> Optional[int]:
         return None
     if owner is a:
         return io
-    pos = memory_positions(a, owner)
-    if pos is None:
-        raise MutationError(
-            "this value is a view of an array that was written in place, in a layout bytegrad cannot "
-            "follow.", site.loc() if site is not None else None,
-            "take a copy of the array before writing into it, or avoid the view.")
+    pos = _positions(a, owner, site, "this value is a view of an array that was written in place")
     node = (_bw_view, (io,), site, pos, owner.shape, _order(owner))
     return _push(tape, node, a)
 
@@ -201,12 +207,7 @@ def write(tape: Tape, site: Any, obj: np.ndarray, key: Any, value: Any, iv: Any)
         tape.push((_bw_setitem, (io, iv), site, key, np.shape(value)), obj)
         tape.owners[id(obj)] = obj
         return
-    pos = memory_positions(obj, owner)
-    if pos is None:
-        raise MutationError(
-            "bytegrad cannot follow this write: the array is a view in a layout it cannot map back "
-            "to its memory.", site.loc() if site is not None else None,
-            "write into an array you allocated (or a copy) directly instead of through this view.")
+    pos = _positions(obj, owner, site, "this write goes through a view")
     written = pos[key]
     io = current(tape, site, owner)
     if obj is not owner:
@@ -230,10 +231,7 @@ def add_at(tape: Tape, site: Any, obj: np.ndarray, indices: Any, value: Any, iv:
     """`np.add.at(obj, indices, value)` (or subtract.at): repeated indices accumulate."""
     tape.check_write(obj, obj, site)
     owner = owner_of(obj)
-    pos = memory_positions(obj, owner)
-    if pos is None:
-        raise MutationError("bytegrad cannot follow this in-place accumulation through a view.",
-                            site.loc() if site is not None else None, "accumulate into a fresh array.")
+    pos = _positions(obj, owner, site, "this in-place accumulation goes through a view")
     io = current(tape, site, owner)
     (np.add if sign > 0 else np.subtract).at(obj, indices, value)
     if io is None and iv is None:
