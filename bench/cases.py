@@ -4,9 +4,12 @@ A loss is written as a user would write it for bytegrad: `loss(params, *data) ->
 the module globals `np` and `math`. Peers that need their own NumPy (autograd, JAX) run the very
 same code object with those globals rebound (`rebind`); torch gets its own transcription.
 
-The hand-written gradient (`*_grad`) is the reference every system is checked against and the
-denominator of every ratio: one forward pass that keeps what the backward pass needs, then the
-hand-derived backward pass, as a careful NumPy user would write it.
+The hand-written gradient (`*_grad`) is the reference every system's gradient is checked
+against and the denominator of every reverse ratio: one forward pass that keeps what the backward
+pass needs, then the hand-derived backward pass, as a careful NumPy user would write it. The
+forward direction times the plain loss call of each system (`loss` itself for NumPy).
+
+Every case with array inputs also runs in float32 (`float32(case)`: same code, inputs cast).
 
 To add a case: write `foo_loss`, `foo_grad`, `foo_inputs` (and `foo_torch` for torch), then add
 a `Case` to `CASES`.
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 Inputs = tuple[Any, tuple[Any, ...]]  # (params, data): the gradient is taken w.r.t. params
 
@@ -36,6 +40,7 @@ class Case:
     target: float | None = None                # bytegrad must stay at or below this ratio to NumPy
     rtol: float = 1e-6                         # gradient check: np.allclose(rtol, atol=atol_rel * max|ref|)
     atol_rel: float = 1e-12
+    dtype: str = "float64"
 
 
 def rebind(fn: Callable[..., Any], **globals_: Any) -> Callable[..., Any]:
@@ -77,6 +82,41 @@ def dense_inputs(n: int, batch: int = 128, dtype: Any = np.float64) -> Callable[
         W = (rng.standard_normal((n, n)) / math.sqrt(n)).astype(dtype)
         b = (0.1 * rng.standard_normal(n)).astype(dtype)
         x = rng.standard_normal((n, batch)).astype(dtype)
+        return (W, b), (x,)
+    return make
+
+
+# ------------------------------------------- Conv((3, 3), c => c), tanh, 64x64 valid, NCHW
+# Written as a NumPy user would: the 3x3 windows as a strided view, contracted with the kernel by
+# `tensordot` (cross-correlation, as in deep-learning convolutions; output NHWC). The gradient is
+# with respect to the kernel and the bias; x is data.
+def conv_loss(params, x):
+    W, b = params
+    windows = sliding_window_view(x, (3, 3), axis=(2, 3))              # (B, C, H-2, W-2, 3, 3)
+    y = np.tensordot(windows, W, axes=([1, 4, 5], [1, 2, 3]))          # (B, H-2, W-2, C_out)
+    return np.sum(np.tanh(y + b))
+
+
+def conv_grad(params, x):
+    W, b = params
+    windows = sliding_window_view(x, (3, 3), axis=(2, 3))
+    cols = windows.transpose(0, 2, 3, 1, 4, 5).reshape(-1, W[0].size)   # im2col: one copy, used twice
+    y = np.tanh(cols @ W.reshape(W.shape[0], -1).T + b)                 # (B*(H-2)*(W-2), C_out)
+    d = 1.0 - y * y
+    return (cols.T @ d).T.reshape(W.shape), np.sum(d, axis=0)
+
+
+def conv_torch(params, x):
+    import torch
+    W, b = params
+    return torch.sum(torch.tanh(torch.nn.functional.conv2d(x, W, b)))
+
+
+def conv_inputs(c: int, batch: int, size: int = 64) -> Callable[[np.random.Generator], Inputs]:
+    def make(rng: np.random.Generator) -> Inputs:
+        W = rng.standard_normal((c, c, 3, 3)) / math.sqrt(9 * c)
+        b = 0.1 * rng.standard_normal(c)
+        x = rng.standard_normal((batch, c, size, size))
         return (W, b), (x,)
     return make
 
@@ -212,7 +252,29 @@ def loop_inputs(n: int, size: int | None) -> Callable[[np.random.Generator], Inp
 
 
 # ------------------------------------------------------------------------------------ CASES
-CASES: tuple[Case, ...] = (
+def _to_float32(tree: Any) -> Any:
+    if isinstance(tree, dict):
+        return {k: _to_float32(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_to_float32(v) for v in tree)
+    if isinstance(tree, np.ndarray) and tree.dtype == np.float64:
+        return tree.astype(np.float32)
+    return tree
+
+
+def float32(case: Case, *, quick: bool | None = None, rtol: float = 1e-4, atol_rel: float = 1e-5) -> Case:
+    """`case` with its float64 arrays cast to float32; checked with looser tolerances."""
+    inputs = case.inputs
+
+    def make(rng: np.random.Generator) -> Inputs:
+        params, data = inputs(rng)
+        return _to_float32(params), _to_float32(data)
+
+    return Case(case.key + "f32", case.name + ", float32", case.loss, case.grad, make, case.torch_loss,
+                quick=case.quick if quick is None else quick, rtol=rtol, atol_rel=atol_rel, dtype="float32")
+
+
+_BASE: tuple[Case, ...] = (
     Case("dense2", "Dense(2=>2, tanh), batch 128", dense_loss, dense_grad, dense_inputs(2),
          dense_torch, quick=True, target=2.0),
     Case("dense20", "Dense(20=>20, tanh), batch 128", dense_loss, dense_grad, dense_inputs(20),
@@ -221,8 +283,13 @@ CASES: tuple[Case, ...] = (
          dense_torch),
     Case("dense2000", "Dense(2000=>2000, tanh), batch 128", dense_loss, dense_grad, dense_inputs(2000),
          dense_torch),
-    Case("dense2000f32", "Dense(2000=>2000, tanh), batch 128, float32", dense_loss, dense_grad,
-         dense_inputs(2000, dtype=np.float32), dense_torch, rtol=1e-4, atol_rel=1e-5),
+    Case("conv1", "Conv(3x3, 1=>1, tanh), 64x64 valid, batch 128", conv_loss, conv_grad, conv_inputs(1, 128),
+         conv_torch),
+    Case("conv3", "Conv(3x3, 3=>3, tanh), 64x64 valid, batch 128", conv_loss, conv_grad, conv_inputs(3, 128),
+         conv_torch),
+    # batch 32, not 128: a hand-written NumPy gradient takes about 1 s per call at batch 128
+    Case("conv16", "Conv(3x3, 16=>16, tanh), 64x64 valid, batch 32 (not 128)", conv_loss, conv_grad,
+         conv_inputs(16, 32), conv_torch),
     Case("mlp", "MLP 784-256-256-10 tanh + softmax-CE, batch 128", mlp_loss, mlp_grad, mlp_inputs(),
          mlp_torch, quick=True, target=1.1),
     Case("sin10", "sin chain, 10 ops, x: array[1]", sin_chain_loss, sin_chain_grad, sin_chain_inputs(10),
@@ -230,9 +297,17 @@ CASES: tuple[Case, ...] = (
     Case("sin100", "sin chain, 100 ops, x: array[1]", sin_chain_loss, sin_chain_grad, sin_chain_inputs(100),
          sin_chain_torch, quick=True, target=1.5),
     Case("loop50", "Python loop x50: x=x*sin(x)+0.1*cos(x), x: array[10]", loop_loss, loop_grad,
-         loop_inputs(50, 10), loop_torch),
+         loop_inputs(50, 10), loop_torch, quick=True),
     Case("loop50f", "Python loop x50, x: Python float", loop_scalar_loss, loop_scalar_grad,
-         loop_inputs(50, None), loop_torch),
+         loop_inputs(50, None), loop_torch, quick=True),
+)
+_FLOAT32 = {"dense2", "dense20", "dense200", "dense2000", "conv1", "conv3", "conv16", "mlp", "sin100",
+            "loop50"}
+_QUICK_FLOAT32 = {"dense20", "mlp"}
+
+CASES: tuple[Case, ...] = tuple(
+    c for base in _BASE
+    for c in ((base, float32(base, quick=base.key in _QUICK_FLOAT32)) if base.key in _FLOAT32 else (base,))
 )
 
 

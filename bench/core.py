@@ -1,17 +1,23 @@
-"""The core benchmark: gradient time of each case as a ratio to a hand-written NumPy gradient.
+"""The core benchmark: time of each case's gradient and loss, as a ratio to hand-written NumPy.
 
-    python -m bench.core --quick      # the cases with targets, fewer batches (`make bench`)
+    python -m bench.core --quick      # the small cases, fewer batches (`make bench`)
     python -m bench.core --full       # every case in bench/cases.py (`make bench-full`)
 
-Writes bench/results/core.md and core.json (versions, thread pools, machine, every batch time).
-Every system's gradient is checked against the hand-written one before it is timed; a system
-that is not installed, raises, or gives a wrong gradient is listed, not timed.
+Both directions are timed: reverse = the whole gradient call (forward + backward), forward = the
+plain loss call. Writes bench/results/core.md and core.json for --full, quick.md and quick.json
+for --quick (versions, thread pools, machine, every batch time). When the JSON file already
+exists it is kept as <name>.previous.json and its medians fill the Previous and
+Current/Previous columns (a quick run with no quick.json of its own compares with core.json).
+Every system's gradient (and loss) is checked against the hand-written one before it is timed;
+a system that is not installed, raises, or gives a wrong result is listed, not timed.
 """
 from __future__ import annotations
 
 import argparse
 import copy
 import datetime
+import json
+import os
 import sys
 import traceback
 from dataclasses import dataclass
@@ -25,7 +31,7 @@ if __package__ in (None, ""):  # run as `python bench/core.py`: make `bench` imp
 
 from bench import harness
 from bench.cases import Case, get_cases
-from bench.systems import REFERENCE, SYSTEMS, System, Unavailable, torch_threads
+from bench.systems import DIRECTIONS, REFERENCE, SYSTEMS, System, Unavailable, torch_threads
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODES = {  # batches per system, seconds per batch
@@ -37,6 +43,7 @@ MODES = {  # batches per system, seconds per batch
 @dataclass
 class Row:
     case: Case
+    direction: str                    # "reverse" (gradient) or "forward" (loss)
     system: str
     status: str                       # "ok", "unavailable", "error", "wrong gradient"
     detail: str = ""
@@ -44,66 +51,104 @@ class Row:
     max_error: float | None = None
     ratio: float | None = None
     trace: str = ""                   # the traceback of an error (JSON only)
+    previous: float | None = None     # median of the same case, direction and system in the previous run
 
 
-def check_systems(case: Case, systems: list[System], seed: int) -> tuple[list[Row], dict[str, Any]]:
-    """Prepares every system for `case` and checks its gradient against the reference.
+def check_systems(case: Case, direction: str, systems: list[System], seed: int) -> tuple[list[Row], dict[str, Any]]:
+    """Prepares every system for `case` in `direction` and checks its result against the reference.
 
     Returns one row per system, and the timed function of each system that passed.
     """
     params, data = case.inputs(np.random.default_rng(seed))
-    reference = case.grad(copy.deepcopy(params), *copy.deepcopy(data))
+    reference_fn = case.grad if direction == "reverse" else case.loss
+    reference = reference_fn(copy.deepcopy(params), *copy.deepcopy(data))
     rows, fns = [], {}
     for system in systems:
         if not system.available():
-            rows.append(Row(case, system.name, "unavailable", f"{system.module} is not installed"))
+            rows.append(Row(case, direction, system.name, "unavailable", f"{system.module} is not installed"))
             continue
         try:  # each system gets its own copy of the inputs: none can disturb another's
-            fn = system.prepare(case, copy.deepcopy(params), copy.deepcopy(data))
+            fn = system.prepare(case, copy.deepcopy(params), copy.deepcopy(data), direction)
             got = fn()
         except Unavailable as exc:
-            rows.append(Row(case, system.name, "unavailable", str(exc)))
+            rows.append(Row(case, direction, system.name, "unavailable", str(exc)))
             continue
         except Exception as exc:  # a failing peer (or an unfinished bytegrad) must not stop the run
             first = (str(exc).strip().splitlines() or [""])[0]
-            rows.append(Row(case, system.name, "error", f"{type(exc).__name__}: {first}",
-                            trace=traceback.format_exc()))
+            kind = getattr(exc, "remote_type", type(exc).__name__)
+            trace = getattr(exc, "remote_traceback", None) or traceback.format_exc()
+            rows.append(Row(case, direction, system.name, "error", f"{kind}: {first}", trace=trace))
             continue
         ok, err, why = harness.compare(reference, got, rtol=case.rtol, atol_rel=case.atol_rel)
         if not ok:
-            rows.append(Row(case, system.name, "wrong gradient", why, max_error=err))
+            what = "wrong gradient" if direction == "reverse" else "wrong loss"
+            rows.append(Row(case, direction, system.name, what, why, max_error=err))
             continue
-        rows.append(Row(case, system.name, "ok", max_error=err))
+        rows.append(Row(case, direction, system.name, "ok", max_error=err))
         fns[system.name] = fn
     return rows, fns
 
 
-def run(cases: list[Case], systems: list[System], *, batches: int, batch_s: float, pause_s: float,
-        seed: int, progress: bool) -> list[Row]:
-    bar = harness.progress_bar(len(cases) * len(systems) * batches, "bench.core", progress)
+def run(cases: list[Case], directions: list[str], systems: list[System], *, batches: int, batch_s: float,
+        pause_s: float, seed: int, progress: bool) -> list[Row]:
+    bar = harness.progress_bar(len(cases) * len(directions) * len(systems) * batches, "bench.core", progress)
     rows: list[Row] = []
     try:
         for case in cases:
-            bar.set_postfix_str(case.key)
-            case_rows, fns = check_systems(case, systems, seed)
-            bar.update((len(systems) - len(fns)) * batches)  # untimed systems
-            timings = harness.time_interleaved(fns, batches=batches, batch_s=batch_s,
-                                               pause_s=pause_s, progress=bar)
-            ref = timings.get(REFERENCE)
-            for row in case_rows:
-                row.timing = timings.get(row.system)
-                if row.timing and ref:
-                    row.ratio = row.timing.median / ref.median
-            rows += case_rows
+            for direction in directions:
+                bar.set_postfix_str(f"{case.key} {direction}")
+                case_rows, fns = check_systems(case, direction, systems, seed)
+                bar.update((len(systems) - len(fns)) * batches)  # untimed systems
+                timings = harness.time_interleaved(fns, batches=batches, batch_s=batch_s,
+                                                   pause_s=pause_s, progress=bar)
+                ref = timings.get(REFERENCE)
+                for row in case_rows:
+                    row.timing = timings.get(row.system)
+                    if row.timing and ref:
+                        row.ratio = row.timing.median / ref.median
+                rows += case_rows
     finally:
         bar.close()
     return rows
 
 
+# --------------------------------------------------------------------------------- previous
+@dataclass
+class Previous:
+    path: Path
+    medians: dict[tuple[str, str, str], float]   # (case key, direction, system) -> median seconds
+    settings: dict[str, Any]
+    git: str | None
+
+    @classmethod
+    def load(cls, path: Path) -> "Previous | None":
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        medians = {(r["case"], r.get("direction", "reverse"), r["system"]): r["median_s"]
+                   for r in data.get("results", []) if r.get("median_s")}
+        return cls(path, medians, data.get("settings", {}), data.get("machine", {}).get("git"))
+
+    def describe(self) -> str:
+        s = self.settings
+        when = s.get("date", "unknown date")
+        return (f"`{self.path.name}` ({s.get('mode', '?')} mode, {when}, "
+                f"source {self.git or 'unknown revision'})")
+
+
+def attach_previous(rows: list[Row], previous: Previous | None) -> None:
+    if previous is None:
+        return
+    for row in rows:
+        row.previous = previous.medians.get((row.case.key, row.direction, row.system))
+
+
+# ---------------------------------------------------------------------------------- reports
 # ---------------------------------------------------------------------------------- reports
 def targets_table(rows: list[Row]) -> tuple[str, bool]:
     """The targets table and whether every target was met (a target not measured is not met)."""
-    measured = {row.case.key: row for row in rows if row.system == "bytegrad"}
+    measured = {row.case.key: row for row in rows if row.system == "bytegrad" and row.direction == "reverse"}
     lines, all_met = [], True
     for case in dict.fromkeys(row.case for row in rows):
         if case.target is None:
@@ -119,52 +164,95 @@ def targets_table(rows: list[Row]) -> tuple[str, bool]:
     return harness.markdown_table(("case", "target", "bytegrad", "result"), lines), all_met
 
 
-def results_table(rows: list[Row]) -> str:
+_SHORT_STATUS = {"unavailable": "n/a", "error": "error", "wrong gradient": "wrong", "wrong loss": "wrong"}
+
+
+def glance_table(rows: list[Row], direction: str) -> str:
+    """Cases down, systems across, the ratio to NumPy in each cell."""
+    rows = [r for r in rows if r.direction == direction]
+    systems = list(dict.fromkeys(r.system for r in rows))
+    cells: dict[str, dict[str, str]] = {}
+    for r in rows:
+        cell = harness.format_ratio(r.ratio) if r.ratio is not None else _SHORT_STATUS.get(r.status, r.status)
+        if r.system == REFERENCE and r.timing:
+            cell = harness.format_time(r.timing.median)
+        cells.setdefault(r.case.name, {})[r.system] = cell
+    headers = ["case"] + [f"{s} (time)" if s == REFERENCE else s for s in systems]
+    return harness.markdown_table(headers, [[case] + [by.get(s, "") for s in systems] for case, by in cells.items()])
+
+
+def results_table(rows: list[Row], direction: str, with_previous: bool) -> str:
     lines = []
     for row in rows:
-        if row.timing is None:
+        if row.timing is None or row.direction != direction:
             continue
         t = row.timing
-        lines.append((row.case.name, row.system, harness.format_time(t.median),
-                      f"{100 * t.iqr / t.median:.0f}%", harness.format_ratio(row.ratio) if row.ratio else "n/a"))
-    return harness.markdown_table(("case", "system", "median", "spread (IQR)", "ratio to NumPy"), lines)
+        line = [row.case.name, row.system, harness.format_time(t.median), f"{100 * t.iqr / t.median:.0f}%",
+                harness.format_ratio(row.ratio) if row.ratio else "n/a"]
+        if with_previous:
+            line += ([harness.format_time(row.previous), f"{t.median / row.previous:.2f}"]
+                     if row.previous else ["", ""])
+        lines.append(line)
+    headers = ["case", "system", "median", "spread (IQR)", "ratio to NumPy"]
+    if with_previous:
+        headers += ["Previous", "Current/Previous"]
+    return harness.markdown_table(headers, lines)
 
 
 def report(rows: list[Row], info: dict[str, Any], *, mode: str, command: str, batches: int,
-           batch_s: float, pause_s: float) -> tuple[str, bool]:
+           batch_s: float, pause_s: float, previous: Previous | None) -> tuple[str, bool]:
     targets, all_met = targets_table(rows)
-    untimed = [f"- {r.case.name} / {r.system}: {r.status}" + (f": {r.detail}" if r.detail else "")
+    untimed = [f"- {r.case.name} / {r.direction} / {r.system}: {r.status}" + (f": {r.detail}" if r.detail else "")
                for r in rows if r.timing is None]
     date = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    directions = list(dict.fromkeys(r.direction for r in rows))
+    with_previous = previous is not None and any(r.previous for r in rows)
     text = [
-        "# Core benchmark: gradient time relative to a hand-written NumPy gradient",
+        "# Core benchmark: time relative to hand-written NumPy",
         "",
         f"`{command}` ({mode} mode), {date}.",
         "",
-        f"Every time is a whole gradient call (forward + backward), float64 unless marked. The systems",
-        f"run side by side in one process: in each of {batches} rounds every system runs one batch of",
-        f"back-to-back calls (about {harness.format_time(batch_s)}), each after a garbage collection and a "
-        f"{harness.format_time(pause_s)} pause,",
-        "in an order that rotates from round to round. *median*: the median per-call time over the",
-        "batches; *spread*: the interquartile range of the batch times over the median; *ratio*: the",
-        "median over the hand-written NumPy median of the same case and run. Every timed gradient",
-        "first matched the hand-written one (`np.allclose`, rtol 1e-6; 1e-4 for float32). Ratios",
-        "repeat within about 20% from run to run on these 2-core machines; read smaller differences",
-        "as noise.",
+        "*reverse*: a whole gradient call (forward + backward) of the parameters; the reference is a",
+        "hand-written NumPy gradient. *forward*: the plain loss call of each system (NumPy: the loss",
+        "itself; bytegrad: calling the decorated function, which runs the original code; torch under",
+        "`no_grad`; jax-jit: the jitted loss). float64 unless marked float32. *bytegrad (no numba)*:",
+        "bytegrad in a worker process started with `BYTEGRAD_DISABLE_NUMBA=1`.",
         "",
-        "## Targets (bytegrad, ratio to NumPy)",
+        f"The systems run side by side in one process (bytegrad (no numba) in its worker): in each of {batches}",
+        f"rounds every system runs one batch of back-to-back calls (about {harness.format_time(batch_s)}, at least",
+        f"one call), each after a garbage collection and a {harness.format_time(pause_s)} pause, in an order that",
+        "rotates from round to round. *median*: the median per-call time over the batches; *spread*: the",
+        "interquartile range of the batch times over the median; *ratio*: the median over the",
+        "hand-written NumPy median of the same case, direction and run. Every timed result first",
+        "matched the hand-written one (`np.allclose`, rtol 1e-6; 1e-4 for float32). Ratios repeat",
+        "within about 20% from run to run on these 2-core machines; read smaller differences as",
+        "noise. Conv cases: valid padding, cross-correlation, NCHW input; batch 32 (not 128) for",
+        "c=16.",
+    ]
+    if with_previous:
+        assert previous is not None
+        text += ["", f"*Previous*: the median of the same case, direction and system in {previous.describe()};",
+                 "*Current/Previous*: this run's median over it (below 1: faster now). Blank where the",
+                 "previous run did not time that row."]
+    text += [
+        "",
+        "## Targets (bytegrad, reverse, ratio to NumPy)",
         "",
         targets,
         "",
-        "## Results",
-        "",
-        results_table(rows),
-        "",
     ]
+    for direction in directions:
+        what = "gradient" if direction == "reverse" else "loss"
+        text += [f"## At a glance: {direction} ({what}), ratio to NumPy", "",
+                 glance_table(rows, direction), ""]
+    for direction in directions:
+        what = "gradient" if direction == "reverse" else "loss"
+        text += [f"## Results: {direction} ({what})", "", results_table(rows, direction, with_previous), ""]
     if untimed:
         text += ["## Not timed", "", *untimed, ""]
     text += ["## Machine", "", *harness.describe_machine(info),
-             "- Full details, and every batch time: `core.json` beside this file.", ""]
+             f"- torch intra-op threads: {info.get('torch_threads')} (set to NumPy's BLAS thread count)",
+             "- Full details, and every batch time: the JSON file beside this one.", ""]
     return "\n".join(text), all_met
 
 
@@ -174,11 +262,14 @@ def to_json(rows: list[Row], info: dict[str, Any], **settings: Any) -> dict[str,
         "machine": info,
         "results": [
             {
-                "case": r.case.key, "case_name": r.case.name, "system": r.system, "status": r.status,
+                "case": r.case.key, "case_name": r.case.name, "dtype": r.case.dtype, "direction": r.direction,
+                "system": r.system, "status": r.status,
                 "detail": r.detail, "traceback": r.trace or None, "max_normwise_error": r.max_error,
                 "median_s": r.timing.median if r.timing else None,
                 "iqr_s": r.timing.iqr if r.timing else None,
-                "ratio_to_numpy": r.ratio, "target": r.case.target if r.system == "bytegrad" else None,
+                "ratio_to_numpy": r.ratio,
+                "target": r.case.target if r.system == "bytegrad" and r.direction == "reverse" else None,
+                "previous_median_s": r.previous,
                 "calls_per_batch": r.timing.calls_per_batch if r.timing else None,
                 "batch_per_call_s": r.timing.per_call if r.timing else None,
             }
@@ -191,18 +282,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.core", description=__doc__.split("\n\n")[0])
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", dest="mode", action="store_const", const="quick",
-                      help="the cases with targets, fewer batches (default)")
+                      help="the small cases, fewer batches (default)")
     mode.add_argument("--full", dest="mode", action="store_const", const="full",
                       help="every case, more and longer batches")
     parser.add_argument("--cases", nargs="+", metavar="KEY", help="only these cases (see bench/cases.py)")
     parser.add_argument("--systems", nargs="+", metavar="NAME",
                         help=f"only these systems (the reference is always included): "
-                             f"{', '.join(s.name for s in SYSTEMS[1:])}")
+                             f"{', '.join(repr(s.name) for s in SYSTEMS[1:])}")
+    parser.add_argument("--directions", nargs="+", choices=DIRECTIONS, default=list(DIRECTIONS),
+                        help="reverse (gradient), forward (loss), or both (default)")
     parser.add_argument("--batches", type=int, help="batches per system and case")
     parser.add_argument("--batch-seconds", type=float, help="target length of one batch")
     parser.add_argument("--pause", type=float, default=0.2, help="seconds of pause before each batch")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for core.md and core.json")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the results")
+    parser.add_argument("--name", help="file name stem of the results (default: core for --full, quick for --quick)")
+    parser.add_argument("--previous", type=Path,
+                        help="results JSON for the Previous columns (default: the one this run replaces)")
+    parser.add_argument("--no-previous", action="store_true", help="no Previous columns")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--check-targets", action="store_true",
                         help="exit with status 1 when bytegrad misses a target")
@@ -210,27 +307,44 @@ def main(argv: list[str] | None = None) -> int:
     args.mode = args.mode or "quick"
     batches, batch_s = MODES[args.mode]
     batches, batch_s = args.batches or batches, args.batch_seconds or batch_s
+    name = args.name or ("core" if args.mode == "full" else "quick")
+    json_path, md_path = args.out / f"{name}.json", args.out / f"{name}.md"
 
     systems = [s for s in SYSTEMS if s.name == REFERENCE or not args.systems or s.name in args.systems]
     if args.systems and len(systems) != len(set(args.systems) | {REFERENCE}):
         parser.error(f"unknown system in {args.systems}; known: {[s.name for s in SYSTEMS]}")
     cases = get_cases(args.cases, quick=args.mode == "quick")
+    directions = [d for d in DIRECTIONS if d in args.directions]
+
+    previous = None
+    if not args.no_previous:
+        candidates = [args.previous] if args.previous else [json_path, args.out / "core.json"]
+        previous = next((p for p in map(Previous.load, filter(None, candidates)) if p), None)
 
     threads = torch_threads(harness.numpy_blas_threads())  # torch gets as many threads as NumPy's BLAS
-    rows = run(cases, systems, batches=batches, batch_s=batch_s, pause_s=args.pause, seed=args.seed,
+    rows = run(cases, directions, systems, batches=batches, batch_s=batch_s, pause_s=args.pause, seed=args.seed,
                progress=not args.no_progress)
+    attach_previous(rows, previous)
+    kept_as = args.out / f"{name}.previous.json"
+    if previous is not None and previous.path == json_path:
+        previous.path = kept_as  # where it will be once this run's results are written
     info = harness.machine_info()
     info["torch_threads"] = threads
     command = "python -m bench.core " + " ".join(argv if argv is not None else sys.argv[1:])
     text, all_met = report(rows, info, mode=args.mode, command=command.strip(), batches=batches,
-                           batch_s=batch_s, pause_s=args.pause)
+                           batch_s=batch_s, pause_s=args.pause, previous=previous)
     settings = dict(mode=args.mode, command=command.strip(), batches=batches, batch_seconds=batch_s,
-                    pause_seconds=args.pause, seed=args.seed,
-                    date=datetime.datetime.now().astimezone().isoformat(timespec="seconds"))
-    harness.write_atomic(args.out / "core.md", text)
-    harness.write_json(args.out / "core.json", to_json(rows, info, **settings))
+                    pause_seconds=args.pause, seed=args.seed, directions=directions,
+                    date=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+                    previous=str(previous.path) if previous else None)
+    if json_path.exists():  # the run this one replaces becomes the previous one
+        os.replace(json_path, kept_as)
+        if md_path.exists():
+            os.replace(md_path, args.out / f"{name}.previous.md")
+    harness.write_atomic(md_path, text)
+    harness.write_json(json_path, to_json(rows, info, **settings))
     print(text)
-    print(f"written: {args.out / 'core.md'}, {args.out / 'core.json'}", file=sys.stderr)
+    print(f"written: {md_path}, {json_path}", file=sys.stderr)
     return 1 if args.check_targets and not all_met else 0
 
 

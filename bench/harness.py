@@ -48,7 +48,13 @@ class Timing:
 
 
 def time_calls(fn: Callable[[], Any], n: int) -> float:
-    """Seconds per call of `fn`, over `n` back-to-back calls."""
+    """Seconds per call of `fn`, over `n` back-to-back calls.
+
+    A function that runs elsewhere (`bench.worker.Remote`) times itself: `fn.time_calls(n)`.
+    """
+    remote = getattr(fn, "time_calls", None)
+    if remote is not None:
+        return remote(n)
     t0 = time.perf_counter()
     for _ in range(n):
         fn()

@@ -1,9 +1,15 @@
-"""The systems a benchmark compares: how each one computes the gradient of a `Case`.
+"""The systems a benchmark compares: how each one computes the loss and the gradient of a `Case`.
 
-`prepare(case, params, data)` returns a zero-argument function that computes the whole
-gradient (forward + backward) and returns it as NumPy-comparable leaves, or raises
-`Unavailable` when the system is not installed or cannot express the case. Conversions of the
-inputs to a system's own arrays happen in `prepare`, outside the timed call.
+`prepare(case, params, data, direction)` returns a zero-argument function, or raises
+`Unavailable` when the system is not installed or cannot express the case. With direction
+"reverse" the function computes the whole gradient (forward + backward) and returns it as
+NumPy-comparable leaves; with "forward" it is the system's plain loss call (torch under
+`no_grad`, JAX jitted for jax-jit) and returns the loss. Conversions of the inputs to a system's
+own arrays happen in `prepare`, outside the timed call.
+
+"bytegrad (no numba)" runs in a worker process started with `BYTEGRAD_DISABLE_NUMBA=1`, since
+the variable is read when bytegrad loads (see bench/worker.py); the parent times it through the
+same interleaved batches as everyone else.
 """
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ import numpy as np
 from bench.cases import Case, rebind
 
 Prepared = Callable[[], Any]
+DIRECTIONS = ("reverse", "forward")
 
 
 class Unavailable(Exception):
@@ -26,7 +33,7 @@ class Unavailable(Exception):
 @dataclass(frozen=True)
 class System:
     name: str
-    prepare: Callable[[Case, Any, tuple[Any, ...]], Prepared]
+    prepare: Callable[[Case, Any, tuple[Any, ...], str], Prepared]
     module: str | None = None  # importable module the system needs
 
     def available(self) -> bool:
@@ -50,30 +57,52 @@ def tree_leaves(tree: Any) -> list[Any]:
 
 
 # ------------------------------------------------------------------------------------ NumPy
-def prepare_numpy(case: Case, params: Any, data: tuple[Any, ...]) -> Prepared:
-    grad = case.grad
-    return lambda: grad(params, *data)
+def prepare_numpy(case: Case, params: Any, data: tuple[Any, ...], direction: str) -> Prepared:
+    fn = case.grad if direction == "reverse" else case.loss
+    return lambda: fn(params, *data)
 
 
 # --------------------------------------------------------------------------------- bytegrad
-def prepare_bytegrad(case: Case, params: Any, data: tuple[Any, ...]) -> Prepared:
+def prepare_bytegrad(case: Case, params: Any, data: tuple[Any, ...], direction: str) -> Prepared:
     import bytegrad
 
-    grad = bytegrad.grad(case.loss)
-    return lambda: grad(params, *data)
+    f = bytegrad.differentiate(case.loss)
+    fn = f.grad if direction == "reverse" else f   # forward: the plain call of the decorated function
+    return lambda: fn(params, *data)
+
+
+def prepare_bytegrad_no_numba(case: Case, params: Any, data: tuple[Any, ...], direction: str) -> Prepared:
+    from bench.worker import Remote
+
+    return Remote.prepare("bytegrad", {"BYTEGRAD_DISABLE_NUMBA": "1"}, case, params, data, direction)
 
 
 # --------------------------------------------------------------------------------- autograd
-def prepare_autograd(case: Case, params: Any, data: tuple[Any, ...]) -> Prepared:
+def prepare_autograd(case: Case, params: Any, data: tuple[Any, ...], direction: str) -> Prepared:
     import autograd
     import autograd.numpy as anp
 
-    grad = autograd.grad(rebind(case.loss, np=anp, math=anp))
-    return lambda: grad(params, *data)
+    loss = rebind(case.loss, np=anp, math=anp)
+    fn = autograd.grad(loss) if direction == "reverse" else loss
+    return lambda: fn(params, *data)
 
 
 # -------------------------------------------------------------------------------------- JAX
-def _jax(case: Case, params: Any, data: tuple[Any, ...], *, jit: bool) -> Prepared:
+def _jax_sliding_window_view(x: Any, window_shape: tuple[int, ...], axis: tuple[int, ...]) -> Any:
+    """`sliding_window_view` for JAX arrays (which have none): the windows stacked on new last axes."""
+    import jax.numpy as jnp
+
+    out = [x.shape[a] - w + 1 for a, w in zip(axis, window_shape)]
+    slices = []
+    for offset in np.ndindex(*window_shape):
+        index = [slice(None)] * x.ndim
+        for a, o, n in zip(axis, offset, out):
+            index[a] = slice(o, o + n)
+        slices.append(x[tuple(index)])
+    return jnp.stack(slices, axis=-1).reshape(slices[0].shape + tuple(window_shape))
+
+
+def _jax(case: Case, params: Any, data: tuple[Any, ...], direction: str, *, jit: bool) -> Prepared:
     import jax
 
     jax.config.update("jax_enable_x64", True)
@@ -82,26 +111,26 @@ def _jax(case: Case, params: Any, data: tuple[Any, ...], *, jit: bool) -> Prepar
     def to_jax(value: Any) -> Any:
         return jnp.asarray(value) if isinstance(value, np.ndarray) else value
 
-    loss = rebind(case.loss, np=jnp, math=jnp)
+    loss = rebind(case.loss, np=jnp, math=jnp, sliding_window_view=_jax_sliding_window_view)
     # int data (loop counts) stays static: it is a trip count, not an input
     static = tuple(i + 1 for i, d in enumerate(data) if isinstance(d, int))
-    grad = jax.grad(loss)
+    fn = jax.grad(loss) if direction == "reverse" else loss
     if jit:
-        grad = jax.jit(grad, static_argnums=static)
+        fn = jax.jit(fn, static_argnums=static)
     jparams, jdata = tree_map(to_jax, params), tuple(to_jax(d) for d in data)
-    return lambda: jax.block_until_ready(grad(jparams, *jdata))
+    return lambda: jax.block_until_ready(fn(jparams, *jdata))
 
 
-def prepare_jax_jit(case: Case, params: Any, data: tuple[Any, ...]) -> Prepared:
-    return _jax(case, params, data, jit=True)
+def prepare_jax_jit(case: Case, params: Any, data: tuple[Any, ...], direction: str) -> Prepared:
+    return _jax(case, params, data, direction, jit=True)
 
 
-def prepare_jax(case: Case, params: Any, data: tuple[Any, ...]) -> Prepared:
-    return _jax(case, params, data, jit=False)
+def prepare_jax(case: Case, params: Any, data: tuple[Any, ...], direction: str) -> Prepared:
+    return _jax(case, params, data, direction, jit=False)
 
 
 # ------------------------------------------------------------------------------------ torch
-def prepare_torch(case: Case, params: Any, data: tuple[Any, ...]) -> Prepared:
+def prepare_torch(case: Case, params: Any, data: tuple[Any, ...], direction: str) -> Prepared:
     import torch
 
     if case.torch_loss is None:
@@ -116,7 +145,7 @@ def prepare_torch(case: Case, params: Any, data: tuple[Any, ...]) -> Prepared:
             return value
         return t.requires_grad_() if requires_grad else t
 
-    tparams = tree_map(lambda v: to_torch(v, requires_grad=True), params)
+    tparams = tree_map(lambda v: to_torch(v, requires_grad=direction == "reverse"), params)
     tdata = tuple(to_torch(d) for d in data)
     leaves = tree_leaves(tparams)
     loss_fn = case.torch_loss
@@ -127,12 +156,17 @@ def prepare_torch(case: Case, params: Any, data: tuple[Any, ...]) -> Prepared:
         loss_fn(tparams, *tdata).backward()
         return tree_map(lambda p: p.grad, tparams)
 
-    return call
+    def forward() -> Any:
+        with torch.no_grad():
+            return loss_fn(tparams, *tdata)
+
+    return call if direction == "reverse" else forward
 
 
 SYSTEMS: tuple[System, ...] = (
     System("numpy (hand-written)", prepare_numpy),
     System("bytegrad", prepare_bytegrad, "bytegrad"),
+    System("bytegrad (no numba)", prepare_bytegrad_no_numba, "bytegrad"),
     System("autograd", prepare_autograd, "autograd"),
     System("jax-jit", prepare_jax_jit, "jax"),
     System("jax", prepare_jax, "jax"),

@@ -45,12 +45,28 @@ def unbroadcast(x_bar: Any, shape: tuple[int, ...], out_shape: tuple[int, ...] |
         xs = out_shape
     if xs == shape:
         return x_bar
-    lead = len(xs) - len(shape)
-    if lead > 0:
-        x_bar = _sum(x_bar, axis=tuple(range(lead)))
-    axes = tuple(i for i, d in enumerate(shape) if d == 1 and x_bar.shape[i] != 1)
+    plan = _PLANS.get((xs, shape))
+    if plan is None:
+        plan = _plan(xs, shape)
+    lead_axes, axes = plan
+    if lead_axes:
+        x_bar = _sum(x_bar, axis=lead_axes)
     if axes:
         x_bar = _sum(x_bar, axis=axes, keepdims=True)
     if x_bar.shape != shape:
         x_bar = x_bar.reshape(shape)
     return x_bar
+
+
+_PLANS: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...]]] = {}
+
+
+def _plan(xs: tuple[int, ...], shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The axes `unbroadcast` sums over, for a cotangent of shape `xs` and an input of `shape`."""
+    lead = len(xs) - len(shape)
+    lead_axes = tuple(range(lead)) if lead > 0 else ()
+    kept = xs[lead:] if lead > 0 else xs
+    axes = tuple(i for i, d in enumerate(shape) if d == 1 and kept[i] != 1)
+    if len(_PLANS) < 4096:  # shapes seen in one program are few; don't grow without bound
+        _PLANS[(xs, shape)] = (lead_axes, axes)
+    return lead_axes, axes
