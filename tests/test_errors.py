@@ -544,3 +544,17 @@ def test_error_classes_are_exported():
         cls = getattr(bytegrad, name)
         assert issubclass(cls, bytegrad.DifferentiationError)
     assert issubclass(bytegrad.WrtError, TypeError)
+
+
+def test_nested_gradient_is_a_clear_error_naming_the_line():
+    """grad inside a differentiated function is refused (for now) with the user's line, not a crash."""
+    inner = bytegrad.differentiate(lambda v: np.sum(v ** 3))
+
+    def outer(x):
+        return np.sum(inner.grad(x))  # the nested gradient
+
+    with pytest.raises(bytegrad.DifferentiationError) as info:
+        bytegrad.grad(outer)(np.array([1.0, 2.0]))
+    message = str(info.value)
+    assert "nested gradient" in message
+    assert f"line {outer.__code__.co_firstlineno + 1}" in message and "inner.grad(x)" in message

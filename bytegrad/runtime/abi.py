@@ -421,6 +421,11 @@ def _with_out(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> Any
 
 
 def _call_python(tape: Tape, site: Site, f: Any, args: tuple, kwargs: Optional[dict]) -> Any:
+    if f.__module__ == "bytegrad.api" and f.__name__ != "__call__":  # calling a decorated function is fine
+        raise NotImplementedRuleError(
+            "this takes a derivative inside a function that is itself being differentiated (a nested "
+            "gradient), which bytegrad does not support yet.", site.loc(),
+            "compute the inner derivative by hand, or differentiate the two levels separately.")
     rewritten = _rewriter(f, args, kwargs, tape.ids) if _rewriter is not None else None
     if rewritten is None:
         return f(*args, **kwargs) if kwargs else f(*args)
