@@ -4,12 +4,12 @@
 #
 #   make demo        train a small MLP on scikit-learn's digits (.venv, CPython 3.11)
 #   make test        the test suite on CPython 3.11, 3.12 and 3.13 (.venv-3.11, ...)
-#   make bench       the core benchmark, quick (.venv-bench, CPython 3.11)
-#   make bench-full  the core benchmark, all cases and more batches
+#   make bench       the core benchmark, quick: small cases, a few minutes (.venv-bench, CPython 3.11)
+#   make bench-full  all cases, time to first gradient, plots (bench/results/; long)
 #   make clean       caches, egg-info, bench scratch;  make distclean: also the venvs
 #
 # Variables: PYENV_VERSIONS (where to look for CPythons), PYTHON_VERSIONS, PYTEST_ARGS,
-# BENCH_ARGS, PIP_QUIET (set it empty to see pip's output).
+# BENCH_ARGS (bench.core), TTFG_ARGS (bench.ttfg), PIP_QUIET (set it empty to see pip's output).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -ec
@@ -21,6 +21,7 @@ DEMO_PYTHON ?= 3.11
 BENCH_PYTHON ?= 3.11
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
+TTFG_ARGS ?=
 PIP_QUIET ?= -qq
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
@@ -94,11 +95,14 @@ test: check-pythons
 # current NumPy: the benchmark runs without them (core.json records the BLAS kernel in use).
 BENCH_PY := env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv-bench/bin/python
 
+# bench: bench/results/quick.md (+ .json); bench-full: core.md, ttfg.md (+ .json), ratios.png, ttfg.png.
 bench: .venv-bench/.stamp-bench
 	$(BENCH_PY) -m bench.core --quick $(BENCH_ARGS)
 
 bench-full: .venv-bench/.stamp-bench
 	$(BENCH_PY) -m bench.core --full $(BENCH_ARGS)
+	$(BENCH_PY) -m bench.ttfg $(TTFG_ARGS)
+	$(BENCH_PY) -m bench.plots
 
 # --------------------------------------------------------------------------------------- clean
 clean:

@@ -52,6 +52,7 @@ class Row:
     ratio: float | None = None
     trace: str = ""                   # the traceback of an error (JSON only)
     previous: float | None = None     # median of the same case, direction and system in the previous run
+    load: float | None = None         # 1-minute load average when the case and direction started
 
 
 def check_systems(case: Case, direction: str, systems: list[System], seed: int) -> tuple[list[Row], dict[str, Any]]:
@@ -97,12 +98,14 @@ def run(cases: list[Case], directions: list[str], systems: list[System], *, batc
         for case in cases:
             for direction in directions:
                 bar.set_postfix_str(f"{case.key} {direction}")
+                load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
                 case_rows, fns = check_systems(case, direction, systems, seed)
                 bar.update((len(systems) - len(fns)) * batches)  # untimed systems
                 timings = harness.time_interleaved(fns, batches=batches, batch_s=batch_s,
                                                    pause_s=pause_s, progress=bar)
                 ref = timings.get(REFERENCE)
                 for row in case_rows:
+                    row.load = load
                     row.timing = timings.get(row.system)
                     if row.timing and ref:
                         row.ratio = row.timing.median / ref.median
@@ -250,7 +253,11 @@ def report(rows: list[Row], info: dict[str, Any], *, mode: str, command: str, ba
         text += [f"## Results: {direction} ({what})", "", results_table(rows, direction, with_previous), ""]
     if untimed:
         text += ["## Not timed", "", *untimed, ""]
-    text += ["## Machine", "", *harness.describe_machine(info),
+    loads = [r.load for r in rows if r.load is not None]
+    load_line = (f"- 1-minute load average at the start of each case: {min(loads):.2f} to {max(loads):.2f}"
+                 " (the benchmark keeps about one of the 2 cores busy; more means other processes competed;"
+                 " torch, whose 2 OpenMP threads wait for each other, suffers first)" if loads else "")
+    text += ["## Machine", "", *harness.describe_machine(info), *([load_line] if load_line else []),
              f"- torch intra-op threads: {info.get('torch_threads')} (set to NumPy's BLAS thread count)",
              "- Full details, and every batch time: the JSON file beside this one.", ""]
     return "\n".join(text), all_met
@@ -270,6 +277,7 @@ def to_json(rows: list[Row], info: dict[str, Any], **settings: Any) -> dict[str,
                 "ratio_to_numpy": r.ratio,
                 "target": r.case.target if r.system == "bytegrad" and r.direction == "reverse" else None,
                 "previous_median_s": r.previous,
+                "load_average_1min_at_start": r.load,
                 "calls_per_batch": r.timing.calls_per_batch if r.timing else None,
                 "batch_per_call_s": r.timing.per_call if r.timing else None,
             }

@@ -80,7 +80,7 @@ class _NoProgress:
     def close(self) -> None: ...
 
 
-def progress_bar(total: int, desc: str, enabled: bool = True) -> Any:
+def progress_bar(total: int, desc: str, enabled: bool = True, unit: str = "batch") -> Any:
     """A tqdm bar on stderr, or a silent stand-in when tqdm is missing or `enabled` is false."""
     if not enabled:
         return _NoProgress()
@@ -88,7 +88,7 @@ def progress_bar(total: int, desc: str, enabled: bool = True) -> Any:
         from tqdm import tqdm
     except ImportError:
         return _NoProgress()
-    return tqdm(total=total, desc=desc, unit="batch", leave=False, file=sys.stderr)
+    return tqdm(total=total, desc=desc, unit=unit, leave=False, file=sys.stderr)
 
 
 def time_interleaved(fns: Mapping[str, Callable[[], Any]], *, batches: int, batch_s: float,

@@ -11,6 +11,7 @@ import functools
 import itertools
 import math
 import operator
+import types
 from typing import Any
 
 import numpy as np
@@ -220,6 +221,7 @@ differentiate_through(collections.deque, _impls.py_deque)
 transparent(collections.deque.append, collections.deque.appendleft, collections.deque.pop,
             collections.deque.popleft)
 transparent(builtins.set, builtins.frozenset)  # containers: the items keep their identity
+transparent(types.GeneratorType.close)  # `send` is the runtime's: it checks the generator was rewritten
 differentiate_through(list.extend, _impls.py_list_extend)
 
 non_differentiable(

@@ -654,7 +654,19 @@ def _inplace_ufunc_at(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict
     writes.add_at(tape, site, a, indices, b, ib, 1 if ufunc is np.add else -1)
 
 
+def _generator_send(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> Any:
+    """`gen.send(v)`: a differentiated value may only go into a generator whose code bytegrad rewrote."""
+    gen = fn.__self__
+    code = getattr(gen, "gi_code", None)
+    if _any_tracked(tape.ids, args, kwargs) and (code is None or "__bg_tape__" not in code.co_varnames):
+        raise NoRuleError(_method_key(fn), site.loc(),
+                          " (the generator was created before bytegrad could rewrite its code: pass the "
+                          "differentiated values to the generator function as arguments instead)")
+    return fn(*args, **kwargs)
+
+
 _INPLACE: dict[Any, Callable[..., Any]] = {
+    (types.GeneratorType, "send"): _generator_send,
     (np.ndarray, "sort"): _inplace_sort,
     (np.ndarray, "fill"): _inplace_fill,
     (np.ndarray, "put"): _inplace_put,

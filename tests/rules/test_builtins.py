@@ -8,6 +8,7 @@ import itertools
 import functools
 import math
 import operator
+import types
 
 import numpy as np
 import pytest
@@ -64,6 +65,17 @@ def _rows(rng, dtype):
     return rng.uniform(-1, 1, (3, 2)).astype(dtype)
 
 
+def _started_echo():
+    """A generator, started, that yields back what it is sent."""
+    def echo():
+        value = None
+        while True:
+            value = yield value
+    g = echo()
+    next(g)
+    return g
+
+
 FLOATS = [Num(), Num(), Num(), Num()]
 THROUGH = [case(fn, *args, dtypes=F64, name=name, **kw) for name, fn, args, kw in [
     ("sum", builtins.sum, (FLOATS,), {}), ("sum-start", builtins.sum, (FLOATS, 1.5), {}),
@@ -108,6 +120,7 @@ TRANSPARENT = [case(fn, *args, dtypes=F64) for fn, *args in [
     (list.append, [1.0], 2.0), (list.insert, [1.0], 0, 2.0), (list.pop, [1.0, 2.0]), (list.copy, [1.0]),
     (dict.get, {"a": 1.0}, "a"), (dict.items, {"a": 1.0}), (dict.setdefault, {}, "a", 1.0), (dict.pop, {"a": 1.0}, "a"),
     (builtins.getattr, np.ones(2), "ndim"), (builtins.next, iter([1.0]), 0.0), (list.__getitem__, [1.0, 2.0], 1),
+    (types.GeneratorType.close, _started_echo()),
 ]]
 NONDIFF = [case(fn, *args, dtypes=F64) for fn, *args in [
     (builtins.len, [1.0, 2.0]), (builtins.int, 2.5), (builtins.round, 2.567, 1), (builtins.round, 2.5),
