@@ -252,23 +252,28 @@ def loop_inputs(n: int, size: int | None) -> Callable[[np.random.Generator], Inp
 
 
 # ------------------------------------------------------------------------------------ CASES
-def _to_float32(tree: Any) -> Any:
+def cast(tree: Any, source: Any, target: Any) -> Any:
+    """`tree` with its arrays of dtype `source` cast to `target` (dicts, lists and tuples mirrored)."""
     if isinstance(tree, dict):
-        return {k: _to_float32(v) for k, v in tree.items()}
+        return {k: cast(v, source, target) for k, v in tree.items()}
     if isinstance(tree, (list, tuple)):
-        return type(tree)(_to_float32(v) for v in tree)
-    if isinstance(tree, np.ndarray) and tree.dtype == np.float64:
-        return tree.astype(np.float32)
+        return type(tree)(cast(v, source, target) for v in tree)
+    if isinstance(tree, np.ndarray) and tree.dtype == source:
+        return tree.astype(target)
     return tree
 
 
 def float32(case: Case, *, quick: bool | None = None, rtol: float = 1e-4, atol_rel: float = 1e-5) -> Case:
-    """`case` with its float64 arrays cast to float32; checked with looser tolerances."""
+    """`case` with its float64 arrays cast to float32.
+
+    Every system's result, the hand-written NumPy one included, is checked against the float64
+    result of the same (float32-rounded) inputs, with float32 tolerances.
+    """
     inputs = case.inputs
 
     def make(rng: np.random.Generator) -> Inputs:
         params, data = inputs(rng)
-        return _to_float32(params), _to_float32(data)
+        return cast(params, np.float64, np.float32), cast(data, np.float64, np.float32)
 
     return Case(case.key + "f32", case.name + ", float32", case.loss, case.grad, make, case.torch_loss,
                 quick=case.quick if quick is None else quick, rtol=rtol, atol_rel=atol_rel, dtype="float32")
@@ -303,11 +308,19 @@ _BASE: tuple[Case, ...] = (
 )
 _FLOAT32 = {"dense2", "dense20", "dense200", "dense2000", "conv1", "conv3", "conv16", "mlp", "sin100",
             "loop50"}
-_QUICK_FLOAT32 = {"dense20", "mlp"}
+_QUICK_FLOAT32 = {"mlp"}
+# float32 tolerances where rounding legitimately adds up: conv's bias gradient sums ~500 000 float32
+# terms (NumPy's column sum `np.sum(d, axis=0)` of a tall array is off by ~2e-4 of the float64
+# result there; autograd and JAX by ~1e-6, torch by ~6e-5), and the loop multiplies 50 derivatives
+# (errors of 2e-5 to 1.2e-4 depending on the system).
+_FLOAT32_TOLERANCES = {"conv1": (1e-3, 1e-4), "conv3": (1e-3, 1e-4), "conv16": (1e-3, 1e-4),
+                       "loop50": (1e-3, 1e-4)}
 
 CASES: tuple[Case, ...] = tuple(
     c for base in _BASE
-    for c in ((base, float32(base, quick=base.key in _QUICK_FLOAT32)) if base.key in _FLOAT32 else (base,))
+    for c in ((base, float32(base, quick=base.key in _QUICK_FLOAT32,
+                             **dict(zip(("rtol", "atol_rel"), _FLOAT32_TOLERANCES.get(base.key, (1e-4, 1e-5))))))
+              if base.key in _FLOAT32 else (base,))
 )
 
 

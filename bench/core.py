@@ -30,7 +30,7 @@ if __package__ in (None, ""):  # run as `python bench/core.py`: make `bench` imp
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import harness
-from bench.cases import Case, get_cases
+from bench.cases import Case, cast, get_cases
 from bench.systems import DIRECTIONS, REFERENCE, SYSTEMS, System, Unavailable, torch_threads
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -53,6 +53,7 @@ class Row:
     trace: str = ""                   # the traceback of an error (JSON only)
     previous: float | None = None     # median of the same case, direction and system in the previous run
     load: float | None = None         # 1-minute load average when the case and direction started
+    others: float | None = None       # median cores busy with other processes during this case's pauses
 
 
 def check_systems(case: Case, direction: str, systems: list[System], seed: int) -> tuple[list[Row], dict[str, Any]]:
@@ -62,7 +63,10 @@ def check_systems(case: Case, direction: str, systems: list[System], seed: int) 
     """
     params, data = case.inputs(np.random.default_rng(seed))
     reference_fn = case.grad if direction == "reverse" else case.loss
-    reference = reference_fn(copy.deepcopy(params), *copy.deepcopy(data))
+    if case.dtype == "float32":  # checked against float64 arithmetic on the same float32 inputs
+        reference = reference_fn(cast(params, np.float32, np.float64), *cast(data, np.float32, np.float64))
+    else:
+        reference = reference_fn(copy.deepcopy(params), *copy.deepcopy(data))
     rows, fns = [], {}
     for system in systems:
         if not system.available():
@@ -104,8 +108,11 @@ def run(cases: list[Case], directions: list[str], systems: list[System], *, batc
                 timings = harness.time_interleaved(fns, batches=batches, batch_s=batch_s,
                                                    pause_s=pause_s, progress=bar)
                 ref = timings.get(REFERENCE)
+                busy = [b for t in timings.values() for b in t.busy_cores]
+                others = float(np.median(busy)) if busy else None
                 for row in case_rows:
                     row.load = load
+                    row.others = others
                     row.timing = timings.get(row.system)
                     if row.timing and ref:
                         row.ratio = row.timing.median / ref.median
@@ -175,13 +182,16 @@ def glance_table(rows: list[Row], direction: str) -> str:
     rows = [r for r in rows if r.direction == direction]
     systems = list(dict.fromkeys(r.system for r in rows))
     cells: dict[str, dict[str, str]] = {}
+    others: dict[str, str] = {}
     for r in rows:
+        others[r.case.name] = f"{r.others:.2f}" if r.others is not None else "n/a"
         cell = harness.format_ratio(r.ratio) if r.ratio is not None else _SHORT_STATUS.get(r.status, r.status)
         if r.system == REFERENCE and r.timing:
             cell = harness.format_time(r.timing.median)
         cells.setdefault(r.case.name, {})[r.system] = cell
-    headers = ["case"] + [f"{s} (time)" if s == REFERENCE else s for s in systems]
-    return harness.markdown_table(headers, [[case] + [by.get(s, "") for s in systems] for case, by in cells.items()])
+    headers = ["case"] + [f"{s} (time)" if s == REFERENCE else s for s in systems] + ["other load"]
+    return harness.markdown_table(headers, [[case] + [by.get(s, "") for s in systems] + [others[case]]
+                                            for case, by in cells.items()])
 
 
 def results_table(rows: list[Row], direction: str, with_previous: bool) -> str:
@@ -227,10 +237,17 @@ def report(rows: list[Row], info: dict[str, Any], *, mode: str, command: str, ba
         "rotates from round to round. *median*: the median per-call time over the batches; *spread*: the",
         "interquartile range of the batch times over the median; *ratio*: the median over the",
         "hand-written NumPy median of the same case, direction and run. Every timed result first",
-        "matched the hand-written one (`np.allclose`, rtol 1e-6; 1e-4 for float32). Ratios repeat",
-        "within about 20% from run to run on these 2-core machines; read smaller differences as",
-        "noise. Conv cases: valid padding, cross-correlation, NCHW input; batch 32 (not 128) for",
-        "c=16.",
+        "matched the hand-written one (`np.allclose`, rtol 1e-6); float32 results, NumPy's own",
+        "included, were checked against float64 arithmetic on the same inputs (rtol 1e-4; 1e-3 for",
+        "conv). Ratios repeat within about 20% from run to run on these 2-core machines; read",
+        "smaller differences as noise. Conv cases: valid padding, cross-correlation, NCHW input;",
+        "batch 32 (not 128) for c=16.",
+        "",
+        "*other load*: how many of the CPUs other processes kept busy while the benchmark paused",
+        "before each batch (median over the case's batches, from /proc/stat). Near 0 the machine was",
+        "quiet. Where it is near 1, another process held a core: two-thread BLAS and OpenMP code",
+        "(NumPy's `@`, torch) then waits for its second thread and can run several times slower, so",
+        "read those rows with care.",
     ]
     if with_previous:
         assert previous is not None
@@ -255,8 +272,7 @@ def report(rows: list[Row], info: dict[str, Any], *, mode: str, command: str, ba
         text += ["## Not timed", "", *untimed, ""]
     loads = [r.load for r in rows if r.load is not None]
     load_line = (f"- 1-minute load average at the start of each case: {min(loads):.2f} to {max(loads):.2f}"
-                 " (the benchmark keeps about one of the 2 cores busy; more means other processes competed;"
-                 " torch, whose 2 OpenMP threads wait for each other, suffers first)" if loads else "")
+                 if loads else "")
     text += ["## Machine", "", *harness.describe_machine(info), *([load_line] if load_line else []),
              f"- torch intra-op threads: {info.get('torch_threads')} (set to NumPy's BLAS thread count)",
              "- Full details, and every batch time: the JSON file beside this one.", ""]
@@ -278,6 +294,8 @@ def to_json(rows: list[Row], info: dict[str, Any], **settings: Any) -> dict[str,
                 "target": r.case.target if r.system == "bytegrad" and r.direction == "reverse" else None,
                 "previous_median_s": r.previous,
                 "load_average_1min_at_start": r.load,
+                "other_processes_busy_cores_median": r.others,
+                "batch_busy_cores": r.timing.busy_cores if r.timing else None,
                 "calls_per_batch": r.timing.calls_per_batch if r.timing else None,
                 "batch_per_call_s": r.timing.per_call if r.timing else None,
             }

@@ -33,6 +33,7 @@ class Timing:
 
     calls_per_batch: int
     per_call: list[float] = field(default_factory=list)
+    busy_cores: list[float] = field(default_factory=list)  # CPU use during the pause before each batch
 
     @property
     def median(self) -> float:
@@ -74,6 +75,31 @@ def calibrate(fn: Callable[[], Any], batch_s: float, *, max_calls: int = 1_000_0
     return max(1, min(max_calls, round(batch_s / max(t, 1e-9))))
 
 
+def _cpu_times() -> tuple[float, float] | None:
+    """(busy, total) jiffies of all CPUs together, from /proc/stat; None where there is none."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = [float(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def pause(seconds: float) -> float | None:
+    """Sleeps `seconds`; returns how many cores were busy meanwhile (this process sleeps, so: others).
+
+    Right after a batch, a library's worker threads may still spin for a moment; that is counted
+    too. None where /proc/stat is not available.
+    """
+    before = _cpu_times()
+    time.sleep(seconds)
+    after = _cpu_times()
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1]) * (os.cpu_count() or 1)
+
+
 class _NoProgress:
     def update(self, n: int = 1) -> None: ...
     def set_postfix_str(self, s: str) -> None: ...
@@ -96,7 +122,8 @@ def time_interleaved(fns: Mapping[str, Callable[[], Any]], *, batches: int, batc
     """Times every function in `fns` in `batches` rounds; each round runs one batch of each.
 
     The order of the systems rotates from round to round, so that none always follows the same
-    neighbour. Before every batch: a garbage collection, then a pause of `pause_s` seconds.
+    neighbour. Before every batch: a garbage collection, then a pause of `pause_s` seconds, during
+    which the CPU use of other processes is sampled (`Timing.busy_cores`).
     """
     progress = progress or _NoProgress()
     names = list(fns)
@@ -105,7 +132,9 @@ def time_interleaved(fns: Mapping[str, Callable[[], Any]], *, batches: int, batc
         k = r % len(names) if names else 0
         for name in names[k:] + names[:k]:
             gc.collect()
-            time.sleep(pause_s)
+            busy = pause(pause_s)
+            if busy is not None:
+                timings[name].busy_cores.append(busy)
             timings[name].per_call.append(time_calls(fns[name], timings[name].calls_per_batch))
             progress.update()
     return timings

@@ -289,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         if (not args.only or any(o in s for o in args.only))
         and (s == "numpy (hand-written)" or importlib.util.find_spec(s) is not None)]
 
-    total = len(active) * (1 + args.runs + args.memory_runs) + len(trainers) * (1 + args.train_runs)
+    total = (len(active) * (1 + args.runs + args.memory_runs) - args.memory_runs
+             + len(trainers) * (1 + args.train_runs))
     bar = harness.progress_bar(total, "bench.ttfg", not args.no_progress, unit="process")
     caches = CacheDirs()
     timed: dict[str, list[dict[str, Any]]] = {c.name: [] for c in cfgs}
@@ -306,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         for round_ in range(1 + args.runs + args.memory_runs):
             mode = "ttfg" if round_ <= args.runs else "ttfg-mem"
             for c in active:
+                if mode == "ttfg-mem" and c.system is None:
+                    continue
                 bar.set_postfix_str(f"{c.name} ({'priming' if round_ == 0 else mode})")
                 config = {"mode": "pass" if c.system is None else mode, "system": c.system, "case": "mlp"}
                 result = run_child(config, child_env({**c.env, **caches.for_run(c)}))

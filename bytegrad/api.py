@@ -106,7 +106,9 @@ class Differentiated:
     # ---- running with a tape -------------------------------------------------------------
 
     def _rewritten(self, active: frozenset[str], args: tuple) -> types.FunctionType:
-        key = (active, registry._version, *[(a.dtype, a.ndim) if type(a) is _ndarray else type(a) for a in args])
+        # The rewrite depends on which parameters are active and on the argument types (an int
+        # can never become active), not on dtypes or shapes: those stay out of the key.
+        key = (active, registry._version, tuple(map(type, args)))
         fn = self._fns.get(key)
         if fn is not None:
             self._hits += 1

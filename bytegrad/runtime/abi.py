@@ -312,7 +312,7 @@ def _record_elementwise(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple,
     out = fn(*args, **kwargs) if kwargs else fn(*args)
     if all(p is None for p in parents):
         return out
-    return tape.push((_bw_elementwise, parents, site, rule, args[:n], fn), out)
+    return tape.push((_bw_elementwise, parents, site, rule, tuple(_as_array(a) for a in args[:n]), fn), out)
 
 
 def _bind_positional(fn: Any, args: tuple, kwargs: dict, site: Site) -> tuple[tuple, dict]:
@@ -787,7 +787,7 @@ def _binary_tracked(tape: Tape, site: Site, op: Any, a: Any, b: Any, ia: Any, ib
         values = tape.values
         tape.ids[id(out)] = len(values)
         values.append(out)
-        tape.nodes.append((_bw_elementwise, (ia, ib), site, rule, (a, b), op))
+        tape.nodes.append((_bw_elementwise, (ia, ib), site, rule, (_as_array(a), _as_array(b)), op))
         return out
     if kind is RRULE and rule.rrule is not None:
         out, pullback = rule.rrule(a, b)
@@ -832,6 +832,10 @@ def _user_binary(tape: Tape, site: Site, op: Any, a: Any, b: Any) -> Any:
     return op(a, b)  # nobody took it: the plain operator raises the usual TypeError
 
 
+def _as_array(v: Any) -> Any:
+    return np.asarray(v) if type(v) is list or type(v) is tuple else v
+
+
 def _make_binary(op: Any) -> Callable[..., Any]:
     def binary_hook(tape: Optional[Tape], site: Site, a: Any, b: Any) -> Any:
         if tape is not None:
@@ -857,6 +861,9 @@ def _make_binary(op: Any) -> Callable[..., Any]:
                 out = op(a, b)
                 to = type(out)
                 if to is _ndarray or to is float or to is _float64 or _trackable(out):
+                    ta, tb = type(a), type(b)
+                    if ta is list or ta is tuple or tb is list or tb is tuple:  # `x * [2.0]`: the
+                        a, b = _as_array(a), _as_array(b)                       # partials need arrays
                     values = tape.values
                     ids[id(out)] = len(values)
                     values.append(out)

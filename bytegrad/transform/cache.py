@@ -1,7 +1,7 @@
 """The cache of rewritten code: per code object, keyed by what the rewrite depended on.
 
 A key holds the activity of each parameter, the registry version, and (for top-level entries)
-each argument's type, dtype and ndim. Past `CACHE_SIZE_LIMIT` entries for one code object the
+each argument's type: the rewrite depends on nothing else (dtypes and shapes do not change it). Past `CACHE_SIZE_LIMIT` entries for one code object the
 oldest is dropped and a warning, once, names the argument that keeps changing.
 """
 from __future__ import annotations
@@ -68,7 +68,7 @@ def _too_many(cc: CodeCache, arg_names: Optional[tuple[str, ...]]) -> None:
     cc.warned = True
     keys = list(cc.entries)
     changing = "an argument"
-    specs = [k[2:] for k in keys if isinstance(k, tuple) and len(k) > 2]
+    specs = [k[2] for k in keys if isinstance(k, tuple) and len(k) > 2 and isinstance(k[2], tuple)]
     if specs and all(len(s) == len(specs[0]) for s in specs):
         for pos in range(len(specs[0])):
             if len({s[pos] for s in specs}) > 1:
@@ -77,7 +77,7 @@ def _too_many(cc: CodeCache, arg_names: Optional[tuple[str, ...]]) -> None:
                 break
     warnings.warn(
         f"{cc.code.co_name} ({cc.code.co_filename}:{cc.code.co_firstlineno}) was rewritten for more than "
-        f"{CACHE_SIZE_LIMIT} argument signatures; {changing} keeps changing its type, dtype or ndim. "
+        f"{CACHE_SIZE_LIMIT} argument signatures; {changing} keeps changing its type. "
         "Older rewritten code is dropped and rebuilt on demand (gradients stay correct, but each new "
         "signature pays the rewrite again).", RecompileWarning, stacklevel=4)
 
