@@ -1,0 +1,204 @@
+"""Backward functions: `backward(out_bar, node, out)` returns one cotangent per parent of a node.
+
+Node layouts: elementwise `(bw, parents, site, rule, args, fn)`; unary `(bw, parent, site, rule,
+(x,), fn)` with a bare parent index; rule `(bw, parents, site, pullback, args, fn)`. Each backward
+function's `saved(node)` lists the arrays its reverse pass reads (for the mutation checks).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from bytegrad.errors import DifferentiationError, qualname
+from bytegrad.rules._apply import shape_of
+from bytegrad.rules._shape import materialize, unbroadcast
+from bytegrad.rules.registry import ZERO
+from bytegrad.runtime import tape as _tape
+
+_ndarray = np.ndarray
+
+
+def _bw_elementwise(ct: Any, node: tuple, out: Any) -> Any:
+    parents = node[1]
+    rule = node[3]
+    args = node[4]
+    partials = rule.partials
+    unit = ct.__class__ is float and ct == 1.0  # the seed of a sum: skip multiplying by it
+    out_shape = out.shape if type(out) is _ndarray else ()
+    if len(parents) == 1:
+        d = partials[0]
+        if d is None:
+            return (None,)
+        if d.__class__ is int or d.__class__ is float:
+            bar = ct if d == 1 else (-ct if d == -1 else ct * d)
+        else:
+            v = d(*args, out)
+            bar = v if unit and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float) else ct * v
+        a = args[0]
+        a_shape = a.shape if type(a) is _ndarray else shape_of(a)
+        if a_shape != out_shape:
+            bar = unbroadcast(bar, a_shape, out_shape)
+        return (bar,)
+    res: list[Any] = []
+    for i, p in enumerate(parents):
+        if p is None:
+            res.append(None)
+            continue
+        d = partials[i]
+        if d is None:
+            res.append(None)
+            continue
+        if d.__class__ is int or d.__class__ is float:
+            bar = ct if d == 1 else (-ct if d == -1 else ct * d)
+        else:
+            v = d(*args, out)
+            bar = v if unit and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float) else ct * v
+        a = args[i]
+        a_shape = a.shape if type(a) is _ndarray else shape_of(a)
+        if a_shape != out_shape:
+            bar = unbroadcast(bar, a_shape, out_shape)
+        res.append(bar)
+    return res
+
+
+def _bw_unary(ct: Any, node: tuple, out: Any) -> Any:
+    """One-argument elementwise function (np.sin(x)): its parent is node[1], a bare index, and the
+    cotangent is returned as is, not in a tuple."""
+    d = node[3].partials[0]
+    a = node[4][0]
+    if d.__class__ is int or d.__class__ is float:
+        return ct if d == 1 else (-ct if d == -1 else ct * d)
+    v = d(a, out)
+    if ct.__class__ is float and ct == 1.0 and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float):
+        return v
+    return ct * v
+
+
+_USES: dict[Any, frozenset[int]] = {}
+
+
+def _partial_uses(d: Any, nargs: int) -> frozenset[int]:
+    """Which of (*args, out) a partial reads: positions 0..nargs (out is nargs)."""
+    uses = _USES.get(d)
+    if uses is None:
+        code = getattr(d, "__code__", None)
+        if code is None:
+            uses = frozenset(range(nargs + 1))
+        else:
+            import dis
+            names = code.co_varnames[: code.co_argcount]
+            loaded = {ins.argval for ins in dis.get_instructions(code) if ins.opname.startswith("LOAD_FAST")}
+            loaded |= {n for ins in dis.get_instructions(code) if ins.opname == "LOAD_FAST_LOAD_FAST"
+                       for n in ins.argval}
+            if code.co_flags & 0x04:  # CO_VARARGS
+                uses = frozenset(range(nargs + 1))
+            else:
+                uses = frozenset(i for i, n in enumerate(names) if n in loaded)
+                if len(names) == nargs + 1 and names[-1] in loaded:
+                    uses |= {nargs}
+        _USES[d] = uses
+    return uses
+
+
+def _saved_elementwise(node: tuple) -> list[np.ndarray]:
+    rule = node[3]
+    args = node[4]
+    if rule.constant_partials:
+        return []
+    n = len(args)
+    used: set[int] = set()
+    for i, p in enumerate(node[1]):
+        if p is not None and i < len(rule.partials) and callable(rule.partials[i]):
+            used |= _partial_uses(rule.partials[i], n)
+    return [a for i, a in enumerate(args) if i in used and type(a) is _ndarray]
+
+
+_bw_elementwise.saved = _saved_elementwise  # type: ignore[attr-defined]
+
+
+def _saved_unary(node: tuple) -> list[np.ndarray]:
+    return _saved_elementwise((node[0], (node[1],)) + node[2:])
+
+
+_bw_unary.saved = _saved_unary  # type: ignore[attr-defined]
+
+
+class _TupleOut:
+    """Stands on the tape for a rule's tuple output; its elements are recorded one by one."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def _bw_rrule(ct: Any, node: tuple, out: Any) -> Any:
+    to = type(out)
+    if to is _ndarray:
+        if type(ct) is not _ndarray or ct.shape != out.shape:
+            ct = materialize(ct, out)
+    elif to is _TupleOut:
+        items = out.value
+        ct = tuple(ZERO if c is None or c is ZERO else materialize(c, v) for c, v in zip(ct, items))
+        if type(items) is not tuple:
+            ct = type(items)(*ct) if hasattr(items, "_fields") else type(items)(ct)
+    bars = node[3](ct)
+    parents = node[1]
+    tb = type(bars)
+    if (tb is not tuple and tb is not list) or len(bars) != len(parents):
+        if tb is not tuple and tb is not list:
+            raise _pullback_shape_error(node, f"returned {tb.__name__}, not a tuple of cotangents")
+        raise _pullback_shape_error(
+            node, f"returned {len(bars)} cotangents for {len(parents)} positional arguments")
+    for p, bar, a in zip(parents, bars, node[4]):
+        if p is not None and type(bar) is _ndarray and type(a) is _ndarray and bar.shape != a.shape and bar.ndim:
+            raise _pullback_shape_error(
+                node, f"returned a cotangent of shape {bar.shape} for an input of shape {a.shape}")
+    return bars
+
+
+def _bw_rrule_trusted(ct: Any, node: tuple, out: Any) -> Any:
+    """`_bw_rrule` for bytegrad's own (table-tested) rules: no re-checking of the pullback's result."""
+    to = type(out)
+    if to is _ndarray:
+        if type(ct) is not _ndarray or ct.shape != out.shape:
+            ct = materialize(ct, out)
+        return node[3](ct)
+    if to is _TupleOut:
+        return _bw_rrule(ct, node, out)
+    return node[3](ct)
+
+
+def _pullback_shape_error(node: tuple, what: str) -> DifferentiationError:
+    from bytegrad.errors import PullbackError
+    site = node[2]
+    return PullbackError(f"the pullback of {qualname(node[5])} {what}.",
+                         site.loc() if site is not None else None,
+                         "fix the rule's pullback: it must return one cotangent per positional argument, "
+                         "each shaped like its argument (check it with bytegrad.rules.testing.check_rule).")
+
+
+def _bw_tuple_item(ct: Any, node: tuple, out: Any) -> tuple[Any, ...]:
+    k, n = node[3], node[4]
+    bars: list[Any] = [ZERO] * n
+    bars[k] = ct
+    return (tuple(bars),)
+
+
+def _bw_identity(ct: Any, node: tuple, out: Any) -> tuple[Any, ...]:
+    return (ct,)
+
+
+def _saved_rrule(node: tuple) -> list[np.ndarray]:
+    """What a rule's pullback captured (its closure); the recorded args serve only shape checks."""
+    found: list[np.ndarray] = []
+    _tape._collect(node[3], found, 3)
+    return found
+
+
+_bw_rrule.saved = _saved_rrule  # type: ignore[attr-defined]
+_bw_rrule_trusted.saved = _saved_rrule  # type: ignore[attr-defined]
+
+for _bw in (_bw_tuple_item, _bw_identity):
+    _bw.saved = lambda node: []  # type: ignore[attr-defined]
