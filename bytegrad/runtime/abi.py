@@ -18,7 +18,7 @@ from bytegrad.rules import registry
 from bytegrad.rules.registry import RuleKind
 from bytegrad.runtime import writes
 from bytegrad.runtime.backward import (
-    _bw_elementwise, _bw_identity, _bw_rrule, _bw_rrule_trusted, _bw_tuple_item, _bw_unary, _partial_uses, _TupleOut,
+    _bw_elementwise, _bw_identity, _bw_rrule, _bw_rrule_trusted, _bw_tuple_item, _bw_unary, _TupleOut,
 )
 from bytegrad.runtime.tape import Tape, current_tape
 
