@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ if __package__ in (None, ""):  # run as `python bench/core.py`: make `bench` imp
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import harness
-from bench.cases import Case, cast, get_cases
+from bench.cases import CASES, Case, cast, get_cases
 from bench.systems import DIRECTIONS, REFERENCE, SYSTEMS, System, Unavailable, torch_threads
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -95,30 +96,56 @@ def check_systems(case: Case, direction: str, systems: list[System], seed: int) 
 
 
 def run(cases: list[Case], directions: list[str], systems: list[System], *, batches: int, batch_s: float,
-        pause_s: float, seed: int, progress: bool) -> list[Row]:
-    bar = harness.progress_bar(len(cases) * len(directions) * len(systems) * batches, "bench.core", progress)
-    rows: list[Row] = []
+        pause_s: float, seed: int, progress: bool, done: list[Row] | None = None,
+        checkpoint: Callable[[list[Row]], None] | None = None) -> list[Row]:
+    """Checks and times every case in every direction; `done`: rows of a resumed run, not run again.
+
+    `checkpoint(rows)` is called after each case and direction, with every row so far.
+    """
+    rows: list[Row] = list(done or [])
+    finished = {(r.case.key, r.direction) for r in rows}
+    todo = [(case, d) for case in cases for d in directions if (case.key, d) not in finished]
+    bar = harness.progress_bar(len(todo) * len(systems) * batches, "bench.core", progress)
     try:
-        for case in cases:
-            for direction in directions:
-                bar.set_postfix_str(f"{case.key} {direction}")
-                load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-                case_rows, fns = check_systems(case, direction, systems, seed)
-                bar.update((len(systems) - len(fns)) * batches)  # untimed systems
-                timings = harness.time_interleaved(fns, batches=batches, batch_s=batch_s,
-                                                   pause_s=pause_s, progress=bar)
-                ref = timings.get(REFERENCE)
-                busy = [b for t in timings.values() for b in t.busy_cores]
-                others = float(np.median(busy)) if busy else None
-                for row in case_rows:
-                    row.load = load
-                    row.others = others
-                    row.timing = timings.get(row.system)
-                    if row.timing and ref:
-                        row.ratio = row.timing.median / ref.median
-                rows += case_rows
+        for case, direction in todo:
+            bar.set_postfix_str(f"{case.key} {direction}")
+            load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+            case_rows, fns = check_systems(case, direction, systems, seed)
+            bar.update((len(systems) - len(fns)) * batches)  # untimed systems
+            timings = harness.time_interleaved(fns, batches=batches, batch_s=batch_s,
+                                               pause_s=pause_s, progress=bar)
+            ref = timings.get(REFERENCE)
+            busy = [b for t in timings.values() for b in t.busy_cores]
+            others = float(np.median(busy)) if busy else None
+            for row in case_rows:
+                row.load = load
+                row.others = others
+                row.timing = timings.get(row.system)
+                if row.timing and ref:
+                    row.ratio = row.timing.median / ref.median
+            rows += case_rows
+            if checkpoint is not None:
+                checkpoint(rows)
     finally:
         bar.close()
+    order = {(c.key, d): i for i, (c, d) in enumerate((c, d) for c in cases for d in directions)}
+    return sorted(rows, key=lambda r: order.get((r.case.key, r.direction), len(order)))  # stable: systems keep their order
+
+
+def rows_from_json(data: dict[str, Any]) -> list[Row]:
+    """The rows of a results (or partial results) JSON file, for --resume."""
+    cases = {c.key: c for c in CASES}
+    rows = []
+    for r in data.get("results", []):
+        case = cases.get(r["case"])
+        if case is None:
+            continue
+        timing = None
+        if r.get("batch_per_call_s"):
+            timing = harness.Timing(r["calls_per_batch"], list(r["batch_per_call_s"]), list(r.get("batch_busy_cores") or []))
+        rows.append(Row(case, r.get("direction", "reverse"), r["system"], r["status"], r.get("detail", ""), timing,
+                        r.get("max_normwise_error"), r.get("ratio_to_numpy"), r.get("traceback") or "",
+                        None, r.get("load_average_1min_at_start"), r.get("other_processes_busy_cores_median")))
     return rows
 
 
@@ -326,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--previous", type=Path,
                         help="results JSON for the Previous columns (default: the one this run replaces)")
     parser.add_argument("--no-previous", action="store_true", help="no Previous columns")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue an interrupted run from <name>.partial.json (written after every case)")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--check-targets", action="store_true",
                         help="exit with status 1 when bytegrad misses a target")
@@ -347,9 +376,26 @@ def main(argv: list[str] | None = None) -> int:
         candidates = [args.previous] if args.previous else [json_path, args.out / "core.json"]
         previous = next((p for p in map(Previous.load, filter(None, candidates)) if p), None)
 
+    partial_path = args.out / f"{name}.partial.json"
+    settings = dict(mode=args.mode, batches=batches, batch_seconds=batch_s, pause_seconds=args.pause, seed=args.seed)
+    done: list[Row] = []
+    if args.resume and partial_path.exists():
+        partial = json.loads(partial_path.read_text(encoding="utf-8"))
+        if any(partial["settings"].get(k) != v for k, v in settings.items()):
+            parser.error(f"{partial_path} was made with other settings: {partial['settings']}")
+        wanted = {s.name for s in systems}
+        keys = {c.key for c in cases}
+        done = [r for r in rows_from_json(partial)
+                if r.system in wanted and r.case.key in keys and r.direction in directions]
+        print(f"resuming: {len({(r.case.key, r.direction) for r in done})} case-directions from {partial_path}",
+              file=sys.stderr)
+
+    def checkpoint(rows: list[Row]) -> None:
+        harness.write_json(partial_path, to_json(rows, {}, **settings))
+
     threads = torch_threads(harness.numpy_blas_threads())  # torch gets as many threads as NumPy's BLAS
     rows = run(cases, directions, systems, batches=batches, batch_s=batch_s, pause_s=args.pause, seed=args.seed,
-               progress=not args.no_progress)
+               progress=not args.no_progress, done=done, checkpoint=checkpoint)
     attach_previous(rows, previous)
     kept_as = args.out / f"{name}.previous.json"
     if previous is not None and previous.path == json_path:
@@ -359,8 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m bench.core " + " ".join(argv if argv is not None else sys.argv[1:])
     text, all_met = report(rows, info, mode=args.mode, command=command.strip(), batches=batches,
                            batch_s=batch_s, pause_s=args.pause, previous=previous)
-    settings = dict(mode=args.mode, command=command.strip(), batches=batches, batch_seconds=batch_s,
-                    pause_seconds=args.pause, seed=args.seed, directions=directions,
+    settings.update(command=command.strip(), directions=directions, resumed=bool(done),
                     date=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
                     previous=str(previous.path) if previous else None)
     if json_path.exists():  # the run this one replaces becomes the previous one
@@ -369,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
             os.replace(md_path, args.out / f"{name}.previous.md")
     harness.write_atomic(md_path, text)
     harness.write_json(json_path, to_json(rows, info, **settings))
+    partial_path.unlink(missing_ok=True)
     print(text)
     print(f"written: {md_path}, {json_path}", file=sys.stderr)
     return 1 if args.check_targets and not all_met else 0
