@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 from bytegrad import transform
-from bytegrad.errors import DifferentiationError, NonScalarOutputError, SourceLoc, WrtError
+from bytegrad.errors import NonScalarOutputError, SourceLoc, WrtError
 from bytegrad.rules import registry
 from bytegrad.runtime import abi, pytree
 from bytegrad.runtime.tape import Tape, _tls, sweep
@@ -24,13 +24,6 @@ Wrt = Union[int, str, Sequence[Union[int, str]]]
 
 abi.set_rewriter(transform.rewritten_function)
 _ndarray = np.ndarray
-
-
-def _spec(a: Any) -> Any:
-    t = type(a)
-    if t is np.ndarray:
-        return (t, a.dtype.char, a.ndim)
-    return t
 
 
 class Differentiated:
@@ -55,7 +48,6 @@ class Differentiated:
         self._offset = 1 if self._bound_self is not None else 0
         self._wrt_spec = wrt
         self._wrt, self._wrt_tuple = self._resolve_wrt(wrt)
-        self._first_grad_s: Optional[float] = None
         self._fns: dict[Any, types.FunctionType] = {}
         self._plans: dict[Any, Any] = {}
         self._hits = 0
@@ -317,5 +309,3 @@ def vjp(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, Callabl
     """`(fn(*args), back)` where `back(out_bar)` returns one cotangent per positional argument."""
     return Differentiated(fn).pullback(*args, **kwargs)
 
-
-_ = DifferentiationError

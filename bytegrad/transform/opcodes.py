@@ -8,7 +8,7 @@ from __future__ import annotations
 import dis
 import enum
 import sys
-from typing import Any, Final, Optional, Sequence
+from typing import Any, Final, Sequence
 
 from bytecode import Instr
 
