@@ -3,6 +3,7 @@ from bytegrad.rules import builtins as _builtins  # noqa: F401
 from bytegrad.rules.numpy import (  # noqa: F401
     building as _building,
     cumulative as _cumulative,
+    functional as _functional,
     indexing as _indexing,
     linalg as _linalg,
     linalg_decomp as _linalg_decomp,

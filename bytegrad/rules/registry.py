@@ -8,7 +8,9 @@ from __future__ import annotations
 import enum
 import sys
 import threading
-from dataclasses import dataclass, field
+import types
+import warnings
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional, Union
 
 from bytegrad.errors import DuplicateRuleError, SourceLoc, qualname
@@ -16,7 +18,7 @@ from bytegrad.errors import DuplicateRuleError, SourceLoc, qualname
 __all__ = [
     "Zero", "NoTangent", "ZERO", "NO_TANGENT", "RuleKind", "Rule", "register", "lookup", "version",
     "scalar_rule", "rrule", "frule", "non_differentiable", "transparent", "not_implemented",
-    "differentiate_through", "opt_out", "all_rules", "load_plugins",
+    "differentiate_through", "opt_out", "opted_out", "all_rules", "load_plugins", "rrule_via_ad", "set_ad_backend",
 ]
 
 
@@ -107,6 +109,8 @@ class Rule:
     constant_partials: bool = field(default=False)
     # Rules shipped in bytegrad/rules are table-tested; the runtime skips re-checking their pullbacks.
     trusted: bool = field(default=False)
+    # Where the frule was defined, when it was registered apart from the reverse form (defined_at).
+    frule_defined_at: Optional[SourceLoc] = None
 
     def __post_init__(self) -> None:
         loc = self.defined_at
@@ -116,6 +120,8 @@ class Rule:
         """The forms this rule provides: 'reverse', 'forward', 'scalar'."""
         if self.kind is RuleKind.ELEMENTWISE:
             return ("scalar", "reverse", "forward")
+        if self.kind is RuleKind.THROUGH:
+            return ("through",)
         out = []
         if self.rrule is not None:
             out.append("reverse")
@@ -129,6 +135,12 @@ _RULES: dict[Any, Rule] = {}
 _LOCK = threading.RLock()
 _version = 0
 _plugins_loaded = False
+# Functions the user or a plugin opted out of their rule (opt_out), with where that was declared;
+# rules registered for them are kept aside in _SHADOWED, so lookup() finds no rule for them.
+_OPTED_OUT: dict[Any, SourceLoc] = {}
+_SHADOWED: dict[Any, Rule] = {}
+# How rrule_via_ad calls back into bytegrad: `bytegrad.api` fills it in (rules never import upward).
+_ad_backend: Optional[Callable[..., tuple[Any, Callable[[Any], tuple[Any, ...]]]]] = None
 
 
 def version() -> int:
@@ -141,33 +153,66 @@ def _caller_loc(depth: int) -> SourceLoc:
     return SourceLoc(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
 
 
+def _is_forward_only(rule: Rule) -> bool:
+    return rule.kind is RuleKind.RRULE and rule.rrule is None and rule.frule is not None
+
+
+def _has_reverse(rule: Rule) -> bool:
+    return rule.kind is RuleKind.ELEMENTWISE or (rule.kind is RuleKind.RRULE and rule.rrule is not None)
+
+
+def _duplicate(fn: Any, form: str, first: Optional[SourceLoc], second: Optional[SourceLoc]) -> DuplicateRuleError:
+    return DuplicateRuleError(
+        f"a second {form} was registered for {qualname(fn)}.\n"
+        f"  first defined at {first}\n  second defined at {second}",
+        second,
+        "remove one of them, or pass override=True to the second to replace the first.",
+    )
+
+
+def _merge(old: Rule, new: Rule, override: bool) -> Rule:
+    """The rule `fn` has once `new` is registered beside `old`.
+
+    A forward rule (frule) and a reverse form (rrule or scalar_rule) combine into one Rule, in
+    either order. Two rules of the same form are an error unless `override`; an override replaces
+    the forms the new registration provides and keeps the old rule's other forms.
+    """
+    if _is_forward_only(new) and (_has_reverse(old) or _is_forward_only(old)):
+        if old.frule is not None and not override:
+            raise _duplicate(new.fn, "forward rule (frule)", old.frule_defined_at or old.defined_at, new.defined_at)
+        if _is_forward_only(old):
+            return new
+        return replace(old, frule=new.frule, frule_defined_at=new.defined_at)
+    if _has_reverse(new) and _is_forward_only(old):
+        return replace(new, frule=old.frule, frule_defined_at=old.frule_defined_at or old.defined_at)
+    if not override:
+        form = "reverse rule" if _has_reverse(new) and _has_reverse(old) else "rule"
+        raise _duplicate(new.fn, form, old.defined_at, new.defined_at)
+    if _has_reverse(new) and _has_reverse(old) and old.frule is not None and new.frule is None:
+        return replace(new, frule=old.frule, frule_defined_at=old.frule_defined_at)
+    return new
+
+
 def register(rule: Rule, *, override: bool = False) -> Rule:
-    """Add `rule` to the registry. A second rule for the same function needs `override=True`."""
+    """Add `rule` to the registry and return the rule now in force for its function.
+
+    An frule combines with an rrule or scalar_rule of the same function; a second rule of the same
+    form raises DuplicateRuleError naming both definition sites, unless it says `override=True`.
+    """
     global _version
+    if rule.frule is not None and rule.frule_defined_at is None:
+        rule.frule_defined_at = rule.defined_at
     with _LOCK:
-        old = _RULES.get(rule.fn)
-        if old is not None and not override:
-            # An rrule and an frule for one function combine into one rule.
-            if old.kind is RuleKind.RRULE and rule.kind is RuleKind.RRULE and (
-                (old.rrule is None) != (rule.rrule is None)
-            ):
-                old.rrule = old.rrule or rule.rrule
-                old.frule = old.frule or rule.frule
-                _version += 1
-                return old
-            raise DuplicateRuleError(
-                f"a second rule was registered for {qualname(rule.fn)}.\n"
-                f"  first defined at {old.defined_at}\n  second defined at {rule.defined_at}",
-                rule.defined_at,
-                "remove one of them, or pass override=True to the second to replace the first.",
-            )
-        _RULES[rule.fn] = rule
+        table = _SHADOWED if rule.fn in _OPTED_OUT else _RULES
+        old = table.get(rule.fn)
+        merged = rule if old is None else _merge(old, rule, override)
+        table[rule.fn] = merged
         _version += 1
-        return rule
+        return merged
 
 
 def lookup(fn: Any) -> Optional[Rule]:
-    """The rule for `fn`, or None. Unhashable callables have no rule."""
+    """The rule for `fn`, or None (also for functions opted out with `opt_out`, and unhashable ones)."""
     try:
         return _RULES.get(fn)
     except TypeError:
@@ -181,7 +226,12 @@ def all_rules() -> dict[Any, Rule]:
 
 
 def load_plugins() -> int:
-    """Load rule packages from the entry-point group `bytegrad.rules` (once). Returns how many loaded."""
+    """Load the rule packages of the entry-point group `bytegrad.rules`, once; return how many loaded.
+
+    Called on the first registry miss (never at import). An entry point names a module, whose import
+    registers its rules, or a callable, which is called. A plugin that fails gives one warning naming
+    it and is skipped: a broken plugin must not break differentiating code that does not need it.
+    """
     global _plugins_loaded
     if _plugins_loaded:
         return 0
@@ -193,11 +243,42 @@ def load_plugins() -> int:
 
         count = 0
         for ep in entry_points(group="bytegrad.rules"):
-            obj = ep.load()
-            if callable(obj):
-                obj()
+            try:
+                obj = ep.load()
+                if callable(obj):
+                    obj()
+            except Exception as exc:  # reported, not raised: see the docstring
+                warnings.warn(f"bytegrad: the rule plugin {ep.name!r} ({ep.value}) failed to load and is "
+                              f"skipped: {type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
+                continue
             count += 1
         return count
+
+
+def set_ad_backend(vjp: Callable[..., tuple[Any, Callable[[Any], tuple[Any, ...]]]]) -> None:
+    """Install the function `rrule_via_ad` calls: `vjp(fn, *args, **kwargs) -> (out, pullback)`.
+
+    `bytegrad.api` installs `bytegrad.vjp` when it is imported (the rules layer cannot import it).
+    """
+    global _ad_backend
+    _ad_backend = vjp
+
+
+def rrule_via_ad(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
+    """Differentiate `fn(*args, **kwargs)` with bytegrad itself, from inside a rule: `(out, pullback)`.
+
+    For rules of higher-order functions (np.vectorize, user map-like functions) that apply a
+    user's function: the pullback returns one cotangent per positional argument of `fn`.
+
+    >>> import numpy as np
+    >>> out, pullback = rrule_via_ad(lambda x, y: x * np.sin(y), 2.0, 0.0)
+    >>> pullback(1.0)
+    (0.0, 2.0)
+    """
+    if _ad_backend is None:
+        raise RuntimeError("rrule_via_ad needs bytegrad.api, which installs the differentiation backend "
+                           "when imported: import bytegrad first")
+    return _ad_backend(fn, *args, **kwargs)
 
 
 # ---- the forms rule authors use -------------------------------------------------------------
@@ -269,11 +350,38 @@ def differentiate_through(fn: Any, impl: Callable[..., Any], *, override: bool =
 
 
 def opt_out(fn: Any) -> None:
-    """Drop the rule for Python function `fn`, so bytegrad differentiates through its own code."""
+    """Differentiate through `fn`'s own Python code even though a rule exists (or is registered later).
+
+    The rule is kept aside, not deleted: `lookup(fn)` reports no rule, so bytegrad treats `fn` like
+    any Python function it has no rule for. Use it to bypass a plugin's rule, or to check a rule
+    against differentiating the implementation.
+
+    >>> def square(x):
+    ...     return x * x
+    >>> opt_out(square)
+    >>> lookup(square) is None
+    True
+    """
     global _version
-    impl = getattr(fn, "__wrapped__", fn)
-    if not hasattr(impl, "__code__"):
-        raise TypeError(f"opt_out needs a Python function with its own code, got {qualname(fn)}")
+    if not _has_python_code(fn):
+        raise TypeError(f"opt_out({qualname(fn)}): bytegrad can only differentiate through a function "
+                        f"written in Python, and {qualname(fn)} is not one; keep or override its rule instead")
     with _LOCK:
-        _RULES[fn] = Rule(fn, RuleKind.THROUGH, impl=impl, defined_at=_caller_loc(1))
+        _OPTED_OUT[fn] = _caller_loc(1)
+        rule = _RULES.pop(fn, None)
+        if rule is not None:
+            _SHADOWED[fn] = rule
         _version += 1
+
+
+def opted_out(fn: Any) -> bool:
+    """Whether `opt_out(fn)` was declared."""
+    try:
+        return fn in _OPTED_OUT
+    except TypeError:
+        return False
+
+
+def _has_python_code(fn: Any) -> bool:
+    """A Python function, or a NumPy function whose implementation is written in Python (np.diff)."""
+    return isinstance(fn, types.FunctionType) or isinstance(getattr(fn, "_implementation", None), types.FunctionType)

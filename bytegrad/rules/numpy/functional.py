@@ -1,0 +1,78 @@
+"""Rules for NumPy's higher-order functions, which apply a user's Python function: `np.vectorize`.
+
+NumPy runs the user's function from C (a `frompyfunc` ufunc over object arrays), where bytegrad
+cannot follow it; the rule calls the function once per element through `rrule_via_ad` instead.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from bytegrad.errors import NotImplementedRuleError, qualname
+from bytegrad.rules._project import is_float, project
+from bytegrad.rules._shape import unbroadcast
+from bytegrad.rules.registry import NO_TANGENT, ZERO, rrule, rrule_via_ad
+
+
+def _vectorized_positions(vf: np.vectorize, args: tuple[Any, ...]) -> list[int]:
+    return [i for i in range(len(args)) if i not in vf.excluded]
+
+
+def _element_function(vf: np.vectorize, args: tuple[Any, ...], positions: list[int],
+                      kwargs: dict[str, Any]) -> Callable[..., Any]:
+    """`vf.pyfunc` as a function of the vectorized positional arguments only."""
+    pyfunc = vf.pyfunc
+
+    def element(*values: Any) -> Any:
+        full = list(args)
+        for i, v in zip(positions, values):
+            full[i] = v
+        return pyfunc(*full, **kwargs)
+
+    return element
+
+
+def _output_type(vf: np.vectorize, element: Callable[..., Any], arrays: list[np.ndarray]) -> Any:
+    """The output dtype NumPy picks: `otypes`, else that of the function at the first elements as
+    NumPy scalars (so float32 input may give float32 output)."""
+    if vf.otypes:
+        return vf.otypes[0]
+    if not arrays or arrays[0].size == 0:
+        return np.float64
+    return np.asarray(element(*(a.flat[0] for a in arrays))).dtype
+
+
+@rrule(np.vectorize.__call__)
+def vectorize_call_rrule(vf: np.vectorize, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., tuple[Any, ...]]]:
+    if vf.pyfunc is np._NoValue or vf.signature is not None or any(k not in vf.excluded for k in kwargs):
+        raise NotImplementedRuleError(
+            f"differentiating np.vectorize({qualname(vf.pyfunc)}) is supported for positional arguments "
+            f"without a `signature`; this call has " +
+            ("a signature" if vf.signature is not None else "vectorized keyword arguments"), None,
+            "pass the vectorized arguments positionally, or write the loop in Python.")
+    positions = _vectorized_positions(vf, args)
+    arrays = np.broadcast_arrays(*(np.asarray(args[i]) for i in positions))
+    shape = arrays[0].shape if arrays else ()
+    element = _element_function(vf, args, positions, kwargs)
+    # np.vectorize hands the function Python scalars (its ufunc runs on object arrays): so do we.
+    pairs = [rrule_via_ad(element, *(a[idx].item() for a in arrays)) for idx in np.ndindex(shape)]
+    values = [out for out, _ in pairs]
+    out = np.array(values, dtype=_output_type(vf, element, arrays)).reshape(shape)
+
+    def vectorize_call_pullback(out_bar: Any) -> tuple[Any, ...]:
+        cotangents: list[Any] = [NO_TANGENT] * (len(args) + 1)
+        if out_bar is ZERO or out.dtype.kind not in "fc":
+            return tuple(cotangents)
+        out_bars = np.broadcast_to(np.asarray(out_bar), shape).ravel()
+        dense = np.zeros((len(positions), len(pairs)), dtype=np.result_type(out.dtype, *arrays))
+        for j, ((_, pullback), ob) in enumerate(zip(pairs, out_bars)):
+            for k, c in enumerate(pullback(ob.item())):
+                if c is not None and c is not NO_TANGENT and c is not ZERO:
+                    dense[k, j] = c
+        for k, i in enumerate(positions):
+            if is_float(args[i]):
+                cotangents[i + 1] = project(unbroadcast(dense[k].reshape(shape), np.shape(args[i])), args[i])
+        return tuple(cotangents)
+
+    return out, vectorize_call_pullback
