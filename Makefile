@@ -4,6 +4,7 @@
 #
 #   make demo        train a small MLP on scikit-learn's digits (.venv, CPython 3.11)
 #   make test        the test suite on CPython 3.11, 3.12 and 3.13 (.venv-3.11, ...)
+#   make test-long   the random-program test with many examples (LONG_EXAMPLES; ~10 min, CPython 3.11)
 #   make bench       the core benchmark, quick: small cases, a few minutes (.venv-bench, CPython 3.11)
 #   make bench-full  all cases, time to first gradient, plots (bench/results/; long)
 #   make clean       caches, egg-info, bench scratch;  make distclean: also the venvs
@@ -19,6 +20,8 @@ PYENV_VERSIONS ?= $(HOME)/.pyenv/versions
 PYTHON_VERSIONS ?= 3.11 3.12 3.13
 DEMO_PYTHON ?= 3.11
 BENCH_PYTHON ?= 3.11
+LONG_PYTHON ?= 3.11
+LONG_EXAMPLES ?= 20000
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 TTFG_ARGS ?=
@@ -51,10 +54,10 @@ $(1)/bin/python -m pip install $(PIP_QUIET) -e '.[$(3)]'; \
 touch $@
 endef
 
-.PHONY: help demo test check-pythons bench bench-full clean distclean
+.PHONY: help demo test test-long check-pythons bench bench-full clean distclean
 
 help:
-	@sed -n '1,14s/^# \{0,1\}//p' Makefile
+	@sed -n '1,15s/^# \{0,1\}//p' Makefile
 
 # ---------------------------------------------------------------------------------------- demo
 .venv/.stamp-demo: pyproject.toml
@@ -86,6 +89,16 @@ test: check-pythons
 	done; \
 	if [ -n "$$failed" ]; then echo "make test: FAILED on CPython$$failed" >&2; exit 1; fi; \
 	echo "make test: passed on CPython $(PYTHON_VERSIONS)"
+
+# The hypothesis profile `long` (tests/conftest.py) replaces the bounded CI run; the statistics
+# printed at the end say how many programs were tried and how many failed.
+test-long:
+	@$(call find_python,$(LONG_PYTHON))
+	@.venv-$(LONG_PYTHON)/bin/python -c '' 2>/dev/null || rm -f .venv-$(LONG_PYTHON)/.stamp-test
+	@$(MAKE) -s --no-print-directory .venv-$(LONG_PYTHON)/.stamp-test
+	BYTEGRAD_HYPOTHESIS_PROFILE=long BYTEGRAD_LONG_EXAMPLES=$(LONG_EXAMPLES) \
+	  .venv-$(LONG_PYTHON)/bin/python -m pytest -q -p no:cacheprovider --hypothesis-show-statistics \
+	  tests/test_properties.py $(PYTEST_ARGS)
 
 # --------------------------------------------------------------------------------------- bench
 .venv-bench/.stamp-bench: pyproject.toml

@@ -53,7 +53,7 @@ def build(steps: list) -> str:
     return "\n".join(lines)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])  # max_examples: the profile (conftest.py)
 @given(st.lists(step, min_size=1, max_size=6), st.integers(0, 2**16))
 def test_random_programs_match_finite_differences(steps, seed):
     ns = {"np": np}
@@ -72,4 +72,9 @@ def test_random_programs_match_finite_differences(steps, seed):
         np.testing.assert_array_equal(x, x_copy)
         assert value == plain
         ref = numerical_grad(lambda v: program(v, consts), (x,), 0, eps=1e-6)
+        if not np.allclose(g, ref, rtol=1e-4, atol=1e-6):
+            # Central differences fail where the program curves sharply (sin of arguments in the
+            # thousands): the reference is trusted only when a second step size agrees with it.
+            ref2 = numerical_grad(lambda v: program(v, consts), (x,), 0, eps=1e-7)
+            assume(np.allclose(ref, ref2, rtol=1e-4, atol=1e-6))
         np.testing.assert_allclose(g, ref, rtol=1e-4, atol=1e-6, err_msg=build(steps))
