@@ -1,0 +1,85 @@
+"""`python -m bytegrad`: command-line tools (`cache info`, `cache clear`).
+
+Each command is a subparser with a handler in `set_defaults(run=...)`; to add one, write an
+`add_<name>(subparsers)` function and list it in `COMMANDS`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Callable, Optional, Sequence
+
+from bytegrad.runtime import diskcache
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"
+
+
+def cache_info(args: argparse.Namespace) -> int:
+    """Print where the cache is, its size against the cap, and its entries per namespace and function."""
+    data = diskcache.info()
+    if args.json:
+        print(json.dumps(data, indent=2, sort_keys=True))
+        return 0
+    if data["dir"] is None:
+        print("disk cache: off (BYTEGRAD_DISABLE_DISK_CACHE is set, or the directory was refused; "
+              "see the warning above)")
+        return 0
+    print(f"cache directory: {data['dir']}")
+    print(f"size: {_size(data['total_bytes'])} of {_size(data['max_bytes'])} "
+          f"(cap: BYTEGRAD_CACHE_MAX_MB, default {diskcache.DEFAULT_MAX_MB})")
+    if not data["namespaces"]:
+        print("empty")
+    for name, ns in sorted(data["namespaces"].items()):
+        print(f"{name}: {ns['entries']} entries, {ns['sources']} generated sources, "
+              f"{ns['kernel_files']} Numba cache files, {_size(ns['bytes'])}")
+        for label, count in sorted(ns["functions"].items()):
+            print(f"  {count:4d}  {label}")
+    return 0
+
+
+def cache_clear(args: argparse.Namespace) -> int:
+    """Delete every file in the cache directory."""
+    root = diskcache.cache_dir()
+    if root is None:
+        print("disk cache: off; nothing to clear")
+        return 0
+    removed = diskcache.clear()
+    print(f"removed {removed} file{'s' if removed != 1 else ''} from {root}")
+    return 0
+
+
+def add_cache(subparsers: Any) -> None:
+    cache = subparsers.add_parser("cache", help="inspect or empty the on-disk cache")
+    commands = cache.add_subparsers(dest="cache_command", required=True)
+    info = commands.add_parser("info", help="where the cache is, its size, entries per function")
+    info.add_argument("--json", action="store_true", help="print the details as JSON")
+    info.set_defaults(run=cache_info)
+    clear = commands.add_parser("clear", help="delete everything in the cache")
+    clear.set_defaults(run=cache_clear)
+
+
+COMMANDS: list[Callable[[Any], None]] = [add_cache]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bytegrad", description=__doc__.splitlines()[0])
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for add in COMMANDS:
+        add(subparsers)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,641 @@
+"""The on-disk cache directory: the one module that reads or writes it.
+
+Loading a cached code object or kernel is running code, so the directory is trusted the way
+CPython trusts `__pycache__`, by ownership and permissions: it (and every file loaded from it)
+must belong to the current user and must not be writable by group or others; otherwise bytegrad
+warns once and works without the disk cache. Every entry carries a header (magic, format version,
+bytegrad version, `sys.implementation.cache_tag`, an optional extra tag such as the Numba version,
+the entry key, the payload length and its sha256); an entry that does not match in every field is
+ignored, deleted, and rebuilt by the caller. Writes go to a temporary file in the same folder and
+are renamed into place, so a reader sees a whole entry or none. A read-only or full directory
+degrades to in-memory operation with one warning.
+
+API (namespaces are short names such as "code" or "kernels", one sub-folder each):
+    cache_dir() -> Path | None            the usable cache directory, None when off or refused
+    load(namespace, key, tag="") -> bytes | None
+    store(namespace, key, payload, tag="", label="") -> bool     `label` names the function for `info`
+    source_dir(namespace) -> Path | None  a folder for generated `.py` files (Numba's `cache=True`
+                                          files land next to them, in `__pycache__`)
+    write_source(namespace, name, text) -> Path | None   atomic; an unchanged file is not rewritten
+                                          (its mtime is part of Numba's cache key)
+    info() -> dict                        what `python -m bytegrad cache info` prints
+    clear() -> int                        removes every entry, source and temporary file
+    safe_dumps(obj) -> bytes              pickle.dumps; bytegrad's module-level objects go by reference
+    safe_loads(data) -> object            pickle.loads restricted to bytegrad, NumPy and plain builtins
+    stats() -> dict                       counters: hits, misses, rejected, stores, store_failures, evicted
+
+Environment: BYTEGRAD_CACHE_DIR (default $XDG_CACHE_HOME/bytegrad or ~/.cache/bytegrad),
+BYTEGRAD_CACHE_MAX_MB (size cap, default 256; least recently loaded entries are evicted first),
+BYTEGRAD_DISABLE_DISK_CACHE=1 (no disk cache at all).
+"""
+from __future__ import annotations
+
+import errno
+import hashlib
+import io
+import json
+import logging
+import os
+import pickle
+import stat
+import struct
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+__all__ = ["cache_dir", "load", "store", "source_dir", "write_source", "info", "clear", "safe_dumps", "safe_loads",
+           "stats", "CacheWarning", "DEFAULT_MAX_MB"]
+
+log = logging.getLogger("bytegrad.cache")
+
+MAGIC = b"BYTEGRAD"
+FORMAT_VERSION = 1
+DEFAULT_MAX_MB = 256
+ENTRY_SUFFIX = ".bgc"
+TMP_PREFIX = ".tmp-"
+_PREFIX = struct.Struct("<8sHI")        # magic, format version, header length
+_MAX_HEADER = 1 << 16
+_STALE_TMP_S = 3600.0                   # a temporary file this old belongs to a dead writer
+_EVICT_TO = 0.9                         # evict down to this fraction of the cap
+
+
+class CacheWarning(UserWarning):
+    """The disk cache cannot be used safely (bytegrad keeps working without it)."""
+
+
+_lock = threading.RLock()
+_resolved: dict[tuple, Optional[Path]] = {}   # environment -> usable directory (None: refused/off)
+_warned: set[str] = set()                     # one warning per kind of problem and directory
+_read_only: set[Path] = set()                 # directories where a write failed: in-memory from then on
+_version: Optional[str] = None
+_stats = {"hits": 0, "misses": 0, "rejected": 0, "stores": 0, "store_failures": 0, "evicted": 0}
+
+
+# ---- where, and whether it can be trusted ----------------------------------------------------------
+
+
+def _env_key() -> tuple:
+    env = os.environ
+    return (env.get("BYTEGRAD_DISABLE_DISK_CACHE", ""), env.get("BYTEGRAD_CACHE_DIR", ""),
+            env.get("XDG_CACHE_HOME", ""), env.get("HOME", ""))
+
+
+def default_dir() -> Path:
+    """The per-user default: $XDG_CACHE_HOME/bytegrad, else ~/.cache/bytegrad."""
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+    return base / "bytegrad"
+
+
+def cache_dir() -> Optional[Path]:
+    """The cache directory, created with mode 0700; None when disabled, refused or unusable."""
+    key = _env_key()
+    try:
+        return _resolved[key]
+    except KeyError:
+        pass
+    with _lock:
+        if key not in _resolved:
+            _resolved[key] = _resolve()
+        return _resolved[key]
+
+
+def _resolve() -> Optional[Path]:
+    if os.environ.get("BYTEGRAD_DISABLE_DISK_CACHE", "") not in ("", "0"):
+        return None
+    configured = os.environ.get("BYTEGRAD_CACHE_DIR")
+    path = Path(configured).expanduser() if configured else default_dir()
+    try:
+        if not path.is_dir():
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(path, 0o700)
+        path = path.resolve()
+    except OSError as exc:
+        _warn("mkdir", path, f"cannot create the cache directory {path} ({exc.strerror or exc}); "
+              "bytegrad works without the disk cache")
+        return None
+    problem = _untrusted(path, directory=True)
+    if problem:
+        _warn("trust", path, f"refusing the cache directory {path}: {problem}. bytegrad works without "
+              "the disk cache; fix with `chmod 700` on a directory you own, or set BYTEGRAD_CACHE_DIR")
+        return None
+    return path
+
+
+def _untrusted(path: Path, directory: bool, st: Optional[os.stat_result] = None) -> str:
+    """Why `path` must not be trusted ('' when it can): not ours, writable by others, wrong type."""
+    try:
+        st = st or os.stat(path)
+    except OSError as exc:
+        return f"cannot stat it ({exc.strerror or exc})"
+    if directory and not stat.S_ISDIR(st.st_mode):
+        return "it is not a directory"
+    if not directory and not stat.S_ISREG(st.st_mode):
+        return "it is not a regular file"
+    getuid = getattr(os, "getuid", None)
+    if getuid is not None and st.st_uid != getuid():
+        return f"it is owned by another user (uid {st.st_uid})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"group or others can write to it (mode {stat.S_IMODE(st.st_mode):o})"
+    return ""
+
+
+def _warn(kind: str, path: Path, message: str) -> None:
+    tag = f"{kind}:{path}"
+    with _lock:
+        if tag in _warned:
+            log.debug("bytegrad cache: %s", message)
+            return
+        _warned.add(tag)
+    warnings.warn(message, CacheWarning, stacklevel=4)
+
+
+def _namespace_dir(namespace: str, create: bool) -> Optional[Path]:
+    root = cache_dir()
+    if root is None:
+        return None
+    if not namespace.isidentifier():
+        raise ValueError(f"cache namespace must be an identifier, got {namespace!r}")
+    path = root / namespace
+    if create and not path.is_dir():
+        try:
+            path.mkdir(mode=0o700, exist_ok=True)
+        except OSError as exc:
+            _write_failed(root, exc)
+            return None
+    if not path.is_dir():
+        return None
+    problem = _untrusted(path, directory=True)
+    if problem:
+        _warn("trust", path, f"refusing the cache folder {path}: {problem}; bytegrad works without it")
+        return None
+    return path
+
+
+# ---- entries ---------------------------------------------------------------------------------------
+
+
+def bytegrad_version() -> str:
+    """The installed bytegrad's version plus a fingerprint of its source files (sizes and mtimes),
+    so that a changed bytegrad (a development checkout, an upgrade) never loads another's entries."""
+    global _version
+    if _version is None:
+        package = Path(__file__).resolve().parent.parent
+        h = hashlib.sha256()
+        for path in sorted(package.rglob("*.py")):
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            h.update(f"{path.relative_to(package)}:{st.st_size}:{st.st_mtime_ns};".encode())
+        release = getattr(sys.modules.get("bytegrad"), "__version__", "0")
+        _version = f"{release}+{h.hexdigest()[:16]}"
+    return _version
+
+
+def _entry_path(directory: Path, key: str) -> Path:
+    return directory / (hashlib.sha256(key.encode()).hexdigest()[:40] + ENTRY_SUFFIX)
+
+
+def _header(key: str, payload: bytes, tag: str, label: str) -> dict[str, Any]:
+    return {"bytegrad": bytegrad_version(), "cache_tag": sys.implementation.cache_tag, "tag": tag,
+            "key": key, "length": len(payload), "sha256": hashlib.sha256(payload).hexdigest(),
+            "label": label}
+
+
+def encode_entry(key: str, payload: bytes, tag: str = "", label: str = "") -> bytes:
+    """Header + payload, as stored on disk."""
+    head = json.dumps(_header(key, payload, tag, label), sort_keys=True).encode()
+    return _PREFIX.pack(MAGIC, FORMAT_VERSION, len(head)) + head + payload
+
+
+def read_header(data: bytes) -> Optional[tuple[dict[str, Any], bytes]]:
+    """The header and payload of an entry, or None when it is not a well-formed entry."""
+    if len(data) < _PREFIX.size:
+        return None
+    magic, fmt, hlen = _PREFIX.unpack_from(data)
+    if magic != MAGIC or fmt != FORMAT_VERSION or hlen > _MAX_HEADER or len(data) < _PREFIX.size + hlen:
+        return None
+    try:
+        head = json.loads(data[_PREFIX.size:_PREFIX.size + hlen])
+    except ValueError:
+        return None
+    if not isinstance(head, dict):
+        return None
+    return head, data[_PREFIX.size + hlen:]
+
+
+def _decode(data: bytes, key: str, tag: str) -> Optional[bytes]:
+    parsed = read_header(data)
+    if parsed is None:
+        return None
+    head, payload = parsed
+    if (head.get("bytegrad") != bytegrad_version() or head.get("cache_tag") != sys.implementation.cache_tag
+            or head.get("tag") != tag or head.get("key") != key or head.get("length") != len(payload)
+            or head.get("sha256") != hashlib.sha256(payload).hexdigest()):
+        return None
+    return payload
+
+
+def load(namespace: str, key: str, tag: str = "") -> Optional[bytes]:
+    """The payload stored under (namespace, key, tag), or None. A damaged, foreign or stale entry
+    is deleted (when ours) and reported as a miss: the caller rebuilds and stores it again."""
+    directory = _namespace_dir(namespace, create=False)
+    if directory is None:
+        return None
+    path = _entry_path(directory, key)
+    data = _read_trusted(path)
+    if data is None:
+        _count("misses")
+        return None
+    payload = _decode(data, key, tag)
+    if payload is None:
+        log.debug("bytegrad cache: ignoring the damaged or stale entry %s", path)
+        _count("rejected")
+        _count("misses")
+        _remove(path)
+        return None
+    try:
+        os.utime(path)  # the mtime is the last use, for LRU eviction
+    except OSError:
+        pass
+    _count("hits")
+    return payload
+
+
+def _read_trusted(path: Path) -> Optional[bytes]:
+    """The bytes of `path` when it is a regular file we own that others cannot write; else None."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        problem = _untrusted(path, directory=False, st=st)
+        if problem:
+            _warn("trust", path, f"refusing the cache file {path}: {problem}; it is not loaded")
+            return None
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def store(namespace: str, key: str, payload: bytes, tag: str = "", label: str = "") -> bool:
+    """Write an entry atomically; False (after one warning) when the directory cannot take it."""
+    directory = _namespace_dir(namespace, create=True)
+    if directory is None or directory.parent in _read_only:
+        return False
+    ok = _write_atomic(_entry_path(directory, key), encode_entry(key, payload, tag, label))
+    if ok:
+        _count("stores")
+        evict()
+    return ok
+
+
+def _write_atomic(path: Path, data: bytes) -> bool:
+    tmp = path.with_name(f"{TMP_PREFIX}{os.getpid()}-{threading.get_ident()}-{os.urandom(4).hex()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        return True
+    except OSError as exc:
+        _remove(tmp)
+        root = cache_dir()
+        _write_failed(root if root is not None else path.parent, exc)
+        return False
+
+
+def _write_failed(root: Path, exc: OSError) -> None:
+    with _lock:
+        _read_only.add(root)
+    _count("store_failures")
+    why = "it is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else (exc.strerror or str(exc))
+    _warn("write", root, f"cannot write to the cache directory {root} ({why}); bytegrad keeps what it "
+          "builds in memory for the rest of this process")
+
+
+def _remove(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _count(name: str) -> None:
+    _stats[name] += 1  # a lost increment under a race only skews a statistic
+
+
+def stats() -> dict[str, int]:
+    """Counters of this process: hits, misses, rejected (damaged or stale), stores, failures, evicted."""
+    return dict(_stats)
+
+
+# ---- generated sources (Numba kernels) ----------------------------------------------------------
+
+
+def source_dir(namespace: str) -> Optional[Path]:
+    """A folder of the cache for generated `.py` files, or None when the disk cache is unusable."""
+    directory = _namespace_dir(namespace, create=True)
+    if directory is None or directory.parent in _read_only:
+        return None
+    return directory
+
+
+def write_source(namespace: str, name: str, text: str) -> Optional[Path]:
+    """Write a generated source file atomically and return its path (None: unusable cache).
+
+    A file that already holds `text` is left untouched: Numba keys its cache on the source's mtime."""
+    if os.sep in name or (os.altsep and os.altsep in name) or name.startswith("."):
+        raise ValueError(f"a source file name must be a plain file name, got {name!r}")
+    directory = source_dir(namespace)
+    if directory is None:
+        return None
+    path = directory / name
+    data = text.encode()
+    if _read_trusted(path) == data:
+        return path
+    return path if _write_atomic(path, data) else None
+
+
+# ---- size cap, info, clear ----------------------------------------------------------------------------
+
+
+def max_bytes() -> int:
+    """The size cap: BYTEGRAD_CACHE_MAX_MB megabytes (default DEFAULT_MAX_MB)."""
+    try:
+        mb = float(os.environ.get("BYTEGRAD_CACHE_MAX_MB", DEFAULT_MAX_MB))
+    except ValueError:
+        mb = DEFAULT_MAX_MB
+    return int(mb * (1 << 20))
+
+
+def _walk(root: Path) -> Iterator[tuple[Path, os.stat_result]]:
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            path = Path(dirpath, name)
+            try:
+                yield path, path.lstat()
+            except OSError:
+                continue
+
+
+def _groups(root: Path) -> tuple[list[tuple[float, int, list[Path]]], int]:
+    """Evictable groups (last use, bytes, files) and the total size. A Numba index and its data
+    files go together; generated sources are never evicted (Numba keys on their mtime)."""
+    now = time.time()
+    groups: dict[str, list[Any]] = {}
+    total = 0
+    for path, st in _walk(root):
+        if path.name.startswith(TMP_PREFIX):
+            if now - st.st_mtime > _STALE_TMP_S:  # left by a writer that died before its rename
+                _remove(path)
+            continue
+        total += st.st_size
+        if path.suffix == ENTRY_SUFFIX:
+            gkey = str(path)
+        elif path.parent.name == "__pycache__" and path.suffix in (".nbi", ".nbc"):
+            gkey = str(path.parent / path.name.split(".py", 1)[0])
+        else:
+            continue
+        g = groups.setdefault(gkey, [0.0, 0, []])
+        g[0] = max(g[0], st.st_mtime)
+        g[1] += st.st_size
+        g[2].append(path)
+    return [tuple(g) for g in groups.values()], total  # type: ignore[misc]
+
+
+def evict(limit: Optional[int] = None) -> int:
+    """Delete least recently used entries until the cache is under `limit` (default: the cap) by
+    a margin. Returns how many entries (or kernel groups) were deleted."""
+    root = cache_dir()
+    if root is None:
+        return 0
+    cap = max_bytes() if limit is None else limit
+    groups, total = _groups(root)
+    if total <= cap:
+        return 0
+    target = int(cap * _EVICT_TO)
+    removed = 0
+    for _mtime, size, files in sorted(groups, key=lambda g: g[0]):
+        if total <= target:
+            break
+        for path in files:
+            _remove(path)
+        total -= size
+        removed += 1
+    _stats["evicted"] += removed
+    return removed
+
+
+def info() -> dict[str, Any]:
+    """Where the cache is and what it holds: per namespace, entries per function."""
+    root = cache_dir()
+    out: dict[str, Any] = {"dir": str(root) if root else None, "disabled": root is None,
+                           "max_bytes": max_bytes(), "total_bytes": 0, "namespaces": {}}
+    if root is None:
+        return out
+    for path, st in _walk(root):
+        if path.name.startswith(TMP_PREFIX):
+            continue
+        out["total_bytes"] += st.st_size
+        rel = path.relative_to(root).parts
+        ns = out["namespaces"].setdefault(rel[0] if len(rel) > 1 else ".", {
+            "entries": 0, "sources": 0, "kernel_files": 0, "bytes": 0, "functions": {}})
+        ns["bytes"] += st.st_size
+        if path.suffix == ENTRY_SUFFIX:
+            ns["entries"] += 1
+            label = _label_of(path)
+        elif path.suffix == ".py":
+            ns["sources"] += 1
+            continue
+        elif path.parent.name == "__pycache__":
+            ns["kernel_files"] += 1
+            label = path.name.split(".py", 1)[0].rsplit("-", 1)[0]
+        else:
+            continue
+        ns["functions"][label] = ns["functions"].get(label, 0) + 1
+    return out
+
+
+def _label_of(path: Path) -> str:
+    data = _read_trusted(path)
+    parsed = read_header(data) if data else None
+    if parsed is None:
+        return "(damaged)"
+    return str(parsed[0].get("label") or "(unnamed)")
+
+
+def clear() -> int:
+    """Delete everything bytegrad wrote in the cache directory; returns the number of files removed."""
+    root = cache_dir()
+    if root is None:
+        return 0
+    removed = 0
+    for dirpath, dirs, files in os.walk(root, topdown=False):
+        for name in files:
+            try:
+                os.unlink(os.path.join(dirpath, name))
+                removed += 1
+            except OSError:
+                pass
+        for name in dirs:
+            try:
+                os.rmdir(os.path.join(dirpath, name))
+            except OSError:
+                pass
+    return removed
+
+
+# ---- restricted unpickling ----------------------------------------------------------------------
+
+_SAFE_BUILTINS = frozenset({
+    "bool", "bytearray", "bytes", "complex", "dict", "float", "frozenset", "int", "list", "object",
+    "range", "set", "slice", "str", "tuple", "type", "Ellipsis", "NotImplemented",
+    "abs", "divmod", "len", "max", "min", "pow", "round", "sum", "all", "any", "sorted", "reversed",
+    "enumerate", "zip", "map", "filter", "iter", "next", "isinstance", "hash", "repr", "format",
+})
+
+
+class _SafeUnpickler(pickle.Unpickler):
+    """Finds only bytegrad's own names, NumPy ufuncs, types and reconstructors, and plain builtins."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "builtins" and name in _SAFE_BUILTINS:
+            return super().find_class(module, name)
+        if module == "bytegrad" or module.startswith("bytegrad."):
+            return super().find_class(module, name)
+        if module == "numpy" or module.startswith("numpy."):
+            obj = super().find_class(module, name)
+            if _numpy_ok(obj, name):
+                return obj
+        if module == "copyreg" and name in ("_reconstructor", "__newobj__", "__newobj_ex__"):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"bytegrad's cache does not load {module}.{name}")
+
+    def persistent_load(self, pid: Any) -> Any:
+        return _resolve_ref(pid)
+
+
+def _numpy_ok(obj: Any, name: str) -> bool:
+    import numpy as np
+
+    if isinstance(obj, (np.ufunc, np.dtype)) or (isinstance(obj, type) and issubclass(obj, (np.generic, np.ndarray, np.dtype))):
+        return True
+    if name in ("_reconstruct", "scalar", "_frombuffer", "_ufunc_reconstruct"):
+        return True
+    from bytegrad.rules import registry  # a NumPy function that has a rule is one rewritten code calls
+
+    return registry.lookup(obj) is not None
+
+
+def safe_loads(data: bytes) -> Any:
+    """pickle.loads that refuses every global outside bytegrad, NumPy's ufuncs/types and plain builtins."""
+    return _SafeUnpickler(io.BytesIO(data)).load()
+
+
+class _RefPickler(pickle.Pickler):
+    """Pickles objects that live at module level in bytegrad (hook functions made by factories,
+    singletons) as references by path, so they need not be picklable and keep their identity."""
+
+    def __init__(self, file: Any, index: dict[int, tuple]) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._index = index
+
+    def persistent_id(self, obj: Any) -> Any:
+        ref = self._index.get(id(obj))
+        if ref is not None and _lookup_ref(ref) is obj:
+            return ref
+        return None
+
+
+def safe_dumps(obj: Any) -> bytes:
+    """pickle.dumps for what `safe_loads` reads back: bytegrad's module-level objects become
+    references by (module, attribute[, key]). Raises pickle.PicklingError (or TypeError,
+    AttributeError) for an object that cannot be written."""
+    buf = io.BytesIO()
+    _RefPickler(buf, _ref_index()).dump(obj)
+    return buf.getvalue()
+
+
+_REF_INDEX: dict[int, tuple] = {}
+_REF_INDEXED: set[str] = set()
+
+
+def _refable(value: Any) -> bool:
+    return not isinstance(value, (type(None), bool, int, float, complex, str, bytes, tuple, frozenset,
+                                  type, type(sys)))
+
+
+def _ref_index() -> dict[int, tuple]:
+    """id -> (module, attribute, key or None) for bytegrad's module-level objects, and the
+    callables held in its public module-level dicts, lists and tuples (e.g. abi.BINARY_HOOKS)."""
+    with _lock:
+        for modname in sorted(m for m in list(sys.modules) if m == "bytegrad" or m.startswith("bytegrad.")):
+            if modname in _REF_INDEXED:
+                continue
+            _REF_INDEXED.add(modname)
+            for name, value in list(vars(sys.modules[modname]).items()):
+                if _refable(value):
+                    _REF_INDEX.setdefault(id(value), (modname, name, None))
+                if name.startswith("_") or not isinstance(value, (dict, list, tuple)):
+                    continue
+                items = value.items() if isinstance(value, dict) else enumerate(value)
+                for k, x in items:
+                    if type(k) in (int, str) and callable(x) and _refable(x):
+                        _REF_INDEX.setdefault(id(x), (modname, name, k))
+        return _REF_INDEX
+
+
+def _lookup_ref(ref: tuple) -> Any:
+    modname, name, key = ref
+    value = getattr(sys.modules.get(modname), name, None)
+    if key is not None:
+        try:
+            value = value[key]  # type: ignore[index]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return value
+
+
+def _resolve_ref(pid: Any) -> Any:
+    if not (isinstance(pid, tuple) and len(pid) == 3 and isinstance(pid[0], str) and isinstance(pid[1], str)
+            and (pid[0] == "bytegrad" or pid[0].startswith("bytegrad.")) and type(pid[2]) in (int, str, type(None))):
+        raise pickle.UnpicklingError(f"bytegrad's cache does not load the reference {pid!r}")
+    if pid[0] not in sys.modules:
+        import importlib
+
+        importlib.import_module(pid[0])
+    value = _lookup_ref(pid)
+    if value is None:
+        raise pickle.UnpicklingError(f"bytegrad's cache refers to {pid!r}, which this process lacks")
+    return value
+
+
+def _reset_for_tests() -> None:
+    """Forget resolved directories, warnings and counters (tests only)."""
+    global _version
+    with _lock:
+        _resolved.clear()
+        _warned.clear()
+        _read_only.clear()
+        _version = None
+        for k in _stats:
+            _stats[k] = 0
