@@ -92,6 +92,10 @@ def as_frule(rule: Rule) -> Callable[..., tuple[Any, Any]] | None:
             out_shape = shape_of(out)
             if out_dot is not ZERO and shape_of(out_dot) != out_shape:
                 out_dot = np.broadcast_to(out_dot, out_shape)
+            # A float64 partial (a mask, a constant bound) must not widen a float32 output's tangent.
+            out_dtype = getattr(out, "dtype", None)
+            if out_dtype is not None and out_dtype.kind in "fc" and getattr(out_dot, "dtype", out_dtype) != out_dtype:
+                out_dot = np.asarray(out_dot).astype(out_dtype) if type(out) is np.ndarray else out_dtype.type(out_dot)
             return out, out_dot
 
         return elementwise_frule

@@ -13,7 +13,7 @@ import numpy as np
 from bytegrad.errors import qualname
 from bytegrad.rules._apply import as_frule, as_rrule
 from bytegrad.rules._project import is_float
-from bytegrad.rules.registry import NO_TANGENT, ZERO, Rule, RuleKind, lookup
+from bytegrad.rules.registry import NO_TANGENT, ZERO, Rule, RuleKind, load_plugins, lookup
 
 __all__ = ["check_rule"]
 
@@ -35,6 +35,8 @@ def check_rule(fn: Any, *args: Any, rtol: Optional[float] = None, atol: Optional
     >>> check_rule(np.sin, np.linspace(-1.0, 1.0, 5))
     """
     rule = lookup(fn)
+    if rule is None and load_plugins():  # a plugin's function: its rules load on the first miss
+        rule = lookup(fn)
     name = qualname(fn)
     if rule is None:
         raise AssertionError(f"check_rule({name}): no rule is registered for {name}")
@@ -131,6 +133,24 @@ def _resolve(c: Any) -> Any:
 def _float_dtypes(x: Any) -> set[Any]:
     return {np.dtype(np.float64) if isinstance(leaf, (float, complex)) and not isinstance(leaf, np.generic)
             else leaf.dtype for leaf in _leaves(x)}
+
+
+def _is_complex(x: Any) -> bool:
+    return isinstance(x, complex) or (isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind == "c")
+
+
+def _wide(x: Any) -> Any:
+    """`x` as float64, or complex128 if complex: the precision sums and comparisons are made in."""
+    return np.asarray(x, dtype=np.complex128 if np.iscomplexobj(x) else np.float64)
+
+
+def _real_pairing(a: Any, b: Any) -> float:
+    """<a, b> = Re(sum(a * b)), without conjugation: the pairing of cotangents with tangents (see check_rule)."""
+    return float(np.sum(_wide(a) * _wide(b)).real)
+
+
+def _low_precision(dtype: Any) -> bool:
+    return float(np.finfo(dtype).eps) > 1e-10
 
 
 def _lowest_eps(dtypes: set[Any]) -> float:
@@ -236,15 +256,24 @@ class _Checker:
         """A random cotangent/tangent with x's structure, dtypes and shapes; ZERO for non-float parts."""
         leaves = []
         for leaf in _leaves(x):
+            r = self.random_direction(leaf)
             if type(leaf) is np.ndarray:
-                leaves.append(self.rng.standard_normal(leaf.shape).astype(leaf.dtype))
+                leaves.append(r.astype(leaf.dtype))
             elif isinstance(leaf, np.generic):
-                leaves.append(leaf.dtype.type(self.rng.standard_normal()))
+                leaves.append(leaf.dtype.type(r))
             else:
-                leaves.append(float(self.rng.standard_normal()))
+                leaves.append(complex(r) if isinstance(leaf, complex) else float(r))
         if not leaves:
             return ZERO
         return _rebuild(x, iter(leaves))
+
+    def random_direction(self, leaf: Any) -> Any:
+        """Standard normal values of leaf's shape (float64), complex (real and imaginary parts) if leaf is."""
+        shape = np.shape(leaf)
+        r = self.rng.standard_normal(shape)
+        if _is_complex(leaf):
+            r = r + 1j * self.rng.standard_normal(shape)
+        return r
 
     def run(self) -> None:
         args, kwargs, rule = self.args, self.kwargs, self.rule
@@ -352,28 +381,30 @@ class _Checker:
             if allowed and c.dtype not in allowed and not (type(x) is float and c.dtype.kind == "f"):
                 self.fail(f"{where}: its cotangent has dtype {c.dtype}, expected "
                           f"{' or '.join(sorted(str(d) for d in allowed))}")
-        elif type(x) is np.ndarray and isinstance(c, complex) and x.dtype.kind != "c":
+        elif isinstance(c, complex) and not _is_complex(x):
             self.fail(f"{where}: a real argument got a complex cotangent")
         if type(x) is np.ndarray:
             if type(c) is np.ndarray and c.ndim and c.shape != x.shape:
                 self.fail(f"{where}: its cotangent has shape {c.shape}, expected {x.shape}")
             # A scalar cotangent of an array stands for that value everywhere (a uniform cotangent).
-            return np.broadcast_to(np.asarray(c, dtype=np.float64), x.shape)
+            return np.broadcast_to(_wide(c), x.shape)
         if not is_scalar:
             self.fail(f"{where}: a scalar argument got a cotangent of shape {np.shape(c)}")
-        return np.asarray(c, dtype=np.float64)
+        if isinstance(c, complex) and not isinstance(c, np.generic) and not _is_complex(x):
+            self.fail(f"{where}: a real argument got a complex cotangent")
+        return _wide(c)
 
     # -- finite differences ----------------------------------------------------------------------
 
     def setup_directions(self) -> None:
         """Random directions over every float leaf of every argument, and the finite-difference setup."""
-        self.directions = [[self.rng.standard_normal(np.shape(leaf)) for leaf in _leaves(a)] for a in self.args]
+        self.directions = [[self.random_direction(leaf) for leaf in _leaves(a)] for a in self.args]
         in_dtypes = _float_dtypes(self.args)
         out_dtypes = _float_dtypes(self.out)
         self.ad_eps = _lowest_eps(in_dtypes | out_dtypes)
         # Finite differences in float64 where the function accepts upcast inputs and keeps the precision.
         self.upcast = False
-        if any(d.itemsize < 8 for d in in_dtypes):
+        if any(_low_precision(d) for d in in_dtypes):
             try:
                 y = _call(self.fn, self.perturbed(0.0, upcast=True), self.kwargs)
                 self.upcast = [np.shape(leaf) for leaf in _leaves(y)] == [np.shape(o) for o in _leaves(self.out)]
@@ -399,7 +430,9 @@ class _Checker:
             leaves = []
             for x, d in zip(_leaves(a), dirs):
                 if isinstance(x, (np.ndarray, np.generic)):
-                    dtype = np.float64 if upcast and x.dtype.kind == "f" and x.dtype.itemsize < 8 else x.dtype
+                    dtype = x.dtype
+                    if upcast and _low_precision(x.dtype):
+                        dtype = np.dtype(np.complex128 if x.dtype.kind == "c" else np.float64)
                     moved = np.asarray(x, dtype=dtype) + step * d
                     if type(x) is np.ndarray:
                         leaf = np.empty_like(x, dtype=dtype)  # keeps x's memory layout (ravel order='A')
@@ -408,7 +441,7 @@ class _Checker:
                     else:
                         leaves.append(dtype.type(moved))
                 else:
-                    leaves.append(x + step * float(d))
+                    leaves.append(x + step * (complex(d) if isinstance(x, complex) else float(d)))
             new_args.append(_rebuild(a, iter(leaves)))
         return tuple(new_args)
 
@@ -420,7 +453,9 @@ class _Checker:
             self.fail(f"the function's output changed structure under a perturbation of size {self.eps:g}")
         total, products = 0.0, []
         for b, v in zip(bars, ys):
-            prod = np.asarray(b, dtype=np.float64) * np.asarray(v, dtype=np.float64)
+            if _is_complex(v) and not _is_complex(b):
+                self.fail(f"the function's output became complex under a perturbation of size {self.eps:g}")
+            prod = (_wide(b) * _wide(v)).real
             products.append(prod)
             total += float(np.sum(prod))
         return total, products
@@ -441,7 +476,7 @@ class _Checker:
         return abs(ad - fd) <= tol
 
     def check_directional(self, dense: list[list[Any]], what: str) -> None:
-        terms = [[float(np.sum(c * d)) for c, d in zip(cs, ds)] for cs, ds in zip(dense, self.directions)]
+        terms = [[_real_pairing(c, d) for c, d in zip(cs, ds)] for cs, ds in zip(dense, self.directions)]
         scales = [[float(np.sum(np.abs(c * d))) for c, d in zip(cs, ds)] for cs, ds in zip(dense, self.directions)]
         ad = sum(sum(t) for t in terms)
         if self.compare(ad, sum(sum(s) for s in scales)):
@@ -488,7 +523,8 @@ class _Checker:
                 args_dot.append(NO_TANGENT)
                 continue
             tangents = [d.astype(x.dtype) if type(x) is np.ndarray else
-                        (x.dtype.type(d) if isinstance(x, np.generic) else float(d))
+                        (x.dtype.type(d) if isinstance(x, np.generic) else complex(d) if isinstance(x, complex)
+                         else float(d))
                         for x, d in zip(_leaves(a), ds)]
             args_dot.append(_rebuild(a, iter(tangents)))
         out, out_dot = frule(tuple(args_dot), *self.args, **self.kwargs)
@@ -501,6 +537,9 @@ class _Checker:
             for o, od in zip(_leaves(out), _leaves(out_dot)):
                 if np.shape(od) != np.shape(o):
                     self.fail(f"the forward rule's tangent has shape {np.shape(od)}, expected {np.shape(o)}")
+                if isinstance(o, (np.ndarray, np.generic)) and isinstance(od, (np.ndarray, np.generic)) \
+                        and od.dtype != o.dtype:
+                    self.fail(f"the forward rule's tangent has dtype {od.dtype}, expected {o.dtype} (the output's)")
             ad, products = self.pair(out_dot)
             ad_scale = sum(float(np.sum(np.abs(p))) for p in products)
         if not self.compare(ad, ad_scale):

@@ -17,9 +17,9 @@ from bytegrad.rules.registry import NO_TANGENT, ZERO, rrule
 
 
 def _mT(m: np.ndarray) -> np.ndarray:
-    """The (conjugate) transpose of the last two axes."""
-    t = np.swapaxes(m, -1, -2)
-    return t.conj() if t.dtype.kind == "c" else t
+    """The transpose of the last two axes. Not conjugated for complex input: cotangents are
+    transposed, not adjoint, maps (the convention of docs/plugins.md, as in JAX)."""
+    return np.swapaxes(m, -1, -2)
 
 
 def _no_out(name: str, kwargs: dict[str, Any], args: tuple[Any, ...] = (), pos: int = -1) -> None:

@@ -6,11 +6,11 @@ comparisons are in `nondiff.py`.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from bytegrad.rules.registry import scalar_rule
+from bytegrad.rules.registry import NO_TANGENT, ZERO, frule, rrule, scalar_rule
 
 _LN2 = float(np.log(2.0))
 _LN10 = float(np.log(10.0))
@@ -165,12 +165,11 @@ scalar_rule(np.reciprocal, lambda x, out: -(out**2))
 scalar_rule(np.power, power_dx, power_dy)
 scalar_rule(np.float_power, float_power_dx, power_dy)
 
-scalar_rule(np.absolute, lambda x, out: np.sign(x))            # 0 at the kink
+scalar_rule(np.absolute, lambda x, out: _abs_partial(x))       # 0 at the kink
 scalar_rule(np.fabs, lambda x, out: np.sign(x))
 scalar_rule(np.copysign, _copysign_dx, 0)
 scalar_rule(np.negative, -1)
 scalar_rule(np.positive, 1)
-scalar_rule(np.conjugate, 1)                                   # real arguments only
 scalar_rule(np.add, 1, 1)
 scalar_rule(np.subtract, 1, -1)
 scalar_rule(np.multiply, lambda x, y, out: y, lambda x, y, out: x)
@@ -186,3 +185,38 @@ scalar_rule(np.fmin, _fmin_dx, _fmin_dy)
 scalar_rule(np.clip, _clip_dx, _clip_dmin, _clip_dmax)
 scalar_rule(np.ndarray.clip, _clip_dx, _clip_dmin, _clip_dmax)   # x.clip(min, max)
 scalar_rule(np.where, None, _where_dx, _where_dy)
+
+
+# ---- complex-aware rules (the convention: docs/plugins.md, "Complex numbers") -------------------------
+
+def _abs_partial(x: Any) -> Any:
+    """d|z| pairs with dz as Re(conj(z)/|z| * dz): conj(sign(z)); sign(x) for real x."""
+    s = np.sign(x)
+    return np.conj(s) if np.iscomplexobj(s) else s
+
+
+@frule(np.absolute)
+def absolute_frule(args_dot: tuple[Any, ...], x: Any) -> tuple[Any, Any]:
+    out = np.absolute(x)
+    x_dot = args_dot[0]
+    if x_dot is None or x_dot is NO_TANGENT or x_dot is ZERO:
+        return out, ZERO
+    out_dot = _abs_partial(x) * x_dot
+    return out, (out_dot.real if np.iscomplexobj(out_dot) else out_dot)
+
+
+@rrule(np.conjugate)
+def conjugate_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., tuple[Any, ...]]]:
+    out = np.conjugate(x, *args, **kwargs)
+
+    def conjugate_pullback(out_bar: Any) -> tuple[Any, ...]:
+        return (np.conjugate(out_bar),) + (NO_TANGENT,) * len(args)
+
+    return out, conjugate_pullback
+
+
+@frule(np.conjugate)
+def conjugate_frule(args_dot: tuple[Any, ...], x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+    x_dot = args_dot[0]
+    out = np.conjugate(x, *args, **kwargs)
+    return out, (ZERO if x_dot is None or x_dot is NO_TANGENT or x_dot is ZERO else np.conjugate(x_dot))
