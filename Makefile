@@ -7,6 +7,7 @@
 #   make test-long   the random-program test with many examples (LONG_EXAMPLES; ~10 min, CPython 3.11)
 #   make bench       the core benchmark, quick: small cases, a few minutes (.venv-bench, CPython 3.11)
 #   make bench-full  all cases, time to first gradient, plots (bench/results/; long)
+#   make docs        regenerate docs/rules.md from the rule registry (.venv-3.11)
 #   make clean       caches, egg-info, bench scratch;  make distclean: also the venvs
 #
 # Variables: PYENV_VERSIONS (where to look for CPythons), PYTHON_VERSIONS, PYTEST_ARGS,
@@ -54,7 +55,7 @@ $(1)/bin/python -m pip install $(PIP_QUIET) -e '.[$(3)]'; \
 touch $@
 endef
 
-.PHONY: help demo test test-long check-pythons bench bench-full clean distclean
+.PHONY: help demo test test-long check-pythons bench bench-full docs clean distclean
 
 help:
 	@sed -n '1,15s/^# \{0,1\}//p' Makefile
@@ -116,6 +117,14 @@ bench-full: .venv-bench/.stamp-bench
 	$(BENCH_PY) -m bench.core --full $(BENCH_ARGS)
 	$(BENCH_PY) -m bench.ttfg $(TTFG_ARGS)
 	$(BENCH_PY) -m bench.plots
+
+# ---------------------------------------------------------------------------------------- docs
+DOCS_PYTHON ?= 3.11
+
+# Written to a temporary file first, so a failure leaves the committed table as it was.
+docs: .venv-$(DOCS_PYTHON)/.stamp-test
+	.venv-$(DOCS_PYTHON)/bin/python -m bytegrad.rules.docs > docs/rules.md.tmp
+	mv docs/rules.md.tmp docs/rules.md
 
 # --------------------------------------------------------------------------------------- clean
 clean:
