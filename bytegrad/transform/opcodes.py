@@ -355,6 +355,38 @@ def plain_super_attr_load(instr: Instr) -> Instr:
     return _instr("LOAD_SUPER_ATTR", (False, arg[1], arg[2]), instr.location)
 
 
+def plain_global_load(name: str, loc: Any) -> Instr:
+    """LOAD_GLOBAL that pushes just the value, no NULL."""
+    return _instr("LOAD_GLOBAL", (False, name), loc)
+
+
+#: loads with no side effect that push one variable or constant each (two for the 3.13 pair)
+SIMPLE_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_CONST", "LOAD_DEREF", "LOAD_FAST_LOAD_FAST"})
+VARIABLE_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_DEREF", "LOAD_FAST_LOAD_FAST"})
+
+
+def simple_load_pushes(instr: Instr) -> int:
+    """How many values a SIMPLE_LOADS instruction pushes."""
+    return 2 if instr.name == "LOAD_FAST_LOAD_FAST" else 1
+
+
+def is_const_load(instr: Instr) -> bool:
+    return instr.name == "LOAD_CONST"
+
+
+def binds_names(instr: Instr) -> bool:
+    """Stores and deletes: they may rebind a variable between two loads of it."""
+    return instr.name.startswith(("STORE_", "DELETE_"))
+
+
+def is_push_null(instr: Instr) -> bool:
+    return instr.name == "PUSH_NULL"
+
+
+def is_kw_names(instr: Instr) -> bool:
+    return instr.name == "KW_NAMES"
+
+
 def method_load_as_plain(instr: Instr, name: str) -> list[Instr]:
     """Replace a method load ([NULL, attr] or [meth, self], known only at run time) by a fixed layout."""
     loc = instr.location

@@ -7,13 +7,14 @@ fixed [NULL, bound method] layout so every call's layout is known statically.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Optional
 
 from bytecode import Bytecode, Instr
 
 from bytegrad.errors import SourceLoc
-from bytegrad.runtime import abi
-from bytegrad.transform import opcodes
+from bytegrad.runtime import abi, fused
+from bytegrad.transform import fusion, opcodes
 from bytegrad.transform.activity import NONDIFF_ATTRS, Activity, _nondiff_callable
 from bytegrad.transform.opcodes import OpKind
 
@@ -34,6 +35,12 @@ def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]
     drop: set[int] = set()
     pending_kw: Optional[tuple[str, ...]] = None
     prologue_done = False
+    plans = {} if fusion_disabled() else fusion.find(instrs, act, loc)
+    fused_drop: set[int] = set()
+    plain_loads: dict[int, list[Instr]] = {}
+    for plan in plans.values():
+        fused_drop |= plan.drop
+        plain_loads.update(plan.plain_loads)
 
     # A hooked 3.11/3.12 CALL takes its KW_NAMES (and 3.11 PRECALL) with it.
     for i, ins in enumerate(instrs):
@@ -53,7 +60,16 @@ def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]
         iloc = ins.location
         if kind is OpKind.KW_NAMES:
             pending_kw = ins.arg
-        if i in drop:
+        if i in plans:
+            plan = plans[i]
+            out.append(opcodes.build_tuple(plan.n_operands, iloc))
+            out += opcodes.call_hook(1, fused.fused_hook, TAPE_LOCAL, plan.site, iloc)
+            hooked += 1
+            continue
+        if i in fused_drop or i in drop:
+            continue
+        if i in plain_loads:
+            out += plain_loads[i]
             continue
         if st is None:  # unreachable: keep as is
             out.append(ins)
@@ -193,6 +209,11 @@ def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]
     new = Bytecode(out)
     new._copy_attr_from(bc)
     return new, hooked
+
+
+def fusion_disabled() -> bool:
+    """Fusion is off with `BYTEGRAD_DISABLE_NUMBA=1` (or `BYTEGRAD_DISABLE_FUSION=1`)."""
+    return any(os.environ.get(v, "") not in ("", "0") for v in ("BYTEGRAD_DISABLE_NUMBA", "BYTEGRAD_DISABLE_FUSION"))
 
 
 def _call_active(ins: Instr, st: Any) -> bool:

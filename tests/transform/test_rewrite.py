@@ -66,7 +66,8 @@ def test_active_function_behaves_the_same_without_a_tape(active):
     assert _lines(new) == _lines(code)
 
 
-def test_active_sites_are_hooked_and_inactive_ones_are_not():
+def test_active_sites_are_hooked_and_inactive_ones_are_not(monkeypatch):
+    monkeypatch.setenv("BYTEGRAD_DISABLE_FUSION", "1")  # `x * y + np.sin(x)` would fuse: see test_fusion.py
     new = transform.rewrite_code(sample_active.__code__, frozenset({"x"}), sample_active.__globals__)
     hooks = set(_hooks(new))
     assert abi.BINARY_HOOKS[5] in hooks       # x * y

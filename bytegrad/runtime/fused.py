@@ -1,0 +1,343 @@
+"""Fused sites at run time: one hook for a whole elementwise tree, and its tiering.
+
+The rewrite (transform/fusion.py) replaces a tree such as `np.tanh(x @ W + b)` by
+`fused_hook(tape, site, (np.tanh, <x @ W>, b))`: the tree's callables and leaf values, in push order.
+Two ways to run it:
+
+- NumPy tier (every site starts here, and stays here for anything unusual): the tree's operations
+  run one by one through the ordinary hooks, exactly as unfused code would (same rules, same tape
+  nodes, same errors). The time spent is recorded.
+- Kernel tier: one Numba ufunc computes the output and records one tape node whose backward runs
+  one ufunc per group of leaves (runtime/kernels.py). Used only when the callables are the ones
+  the rewrite saw, every leaf is a float32/float64 ndarray (not a subclass) or a Python/NumPy
+  scalar of one dtype, and the tape has seen no in-place writes.
+
+Tiering is ski rental: a site is compiled once the time it has spent on the NumPy tier (forward,
+times `BACKWARD_FACTOR` for its reverse pass) exceeds what compiling would cost now (importing
+Numba if it is not yet, and compiling or loading the kernels). A compiled site is then timed against
+its NumPy twin on the actual inputs, per dtype and size class, and the faster one is kept, so fusion
+never makes a site slower than the rules it replaces. Compilation runs in the calling thread.
+"""
+from __future__ import annotations
+
+import math
+import operator
+import os
+import time
+from typing import Any, NamedTuple, Optional
+
+import numpy as np
+
+from bytegrad.rules._shape import unbroadcast
+from bytegrad.runtime import kernels
+from bytegrad.runtime.tape import Tape, sweep
+
+_ndarray = np.ndarray
+_perf = time.perf_counter
+BACKWARD_FACTOR = 3.0
+_FLOAT_DTYPES = {np.dtype(np.float64): "float64", np.dtype(np.float32): "float32"}
+_SCALARS = {float: None, int: None, np.float64: "float64", np.float32: "float32"}
+
+#: "auto" (ski rental, then the faster tier per size class), "always" (compile on the first call and
+#: always use the kernel where it applies: for tests and `precompile`), "never"
+POLICY = os.environ.get("BYTEGRAD_FUSION", "auto")
+
+
+class Node(NamedTuple):
+    """One operation of a fused tree. `args` refer to leaves ("L", j), earlier nodes ("N", k) or
+    constants ("C", value); `hook` is the ordinary hook that runs it on the NumPy tier."""
+
+    kind: str        # "bin" | "neg" | "call"
+    fn: Any          # operator.add, np.tanh, ...
+    hook: Any
+    args: tuple
+    site: Any
+
+
+class FusedSite:
+    """A constant of rewritten code: the tree, its operand layout, and its tiering state."""
+
+    __slots__ = ("site", "operands", "nodes", "leaf_names", "n_leaves", "leaf_pos", "callee_pos",
+                 "expr", "spent", "numpy_calls", "kernel_calls", "compile_s", "state", "plans",
+                 "kernels", "choice", "__weakref__")
+
+    def __init__(self, site: Any, operands: tuple[int, ...], nodes: tuple[Node, ...],
+                 leaf_names: tuple[str, ...]) -> None:
+        self.site = site
+        self.operands = operands      # per stack operand: leaf index >= 0, or -1 - node index
+        self.nodes = nodes
+        self.leaf_names = leaf_names
+        self.n_leaves = len(leaf_names)
+        first: dict[int, int] = {}
+        callee: dict[int, int] = {}
+        for pos, ref in enumerate(operands):
+            if ref >= 0:
+                first.setdefault(ref, pos)
+            else:
+                callee[-1 - ref] = pos
+        self.leaf_pos = tuple(first[j] for j in range(self.n_leaves))
+        self.callee_pos = tuple(callee.get(k, -1) for k in range(len(nodes)))
+        self.expr = _expr(nodes, leaf_names)
+        self.spent = 0.0              # seconds on the NumPy tier (forward)
+        self.numpy_calls = 0
+        self.kernel_calls = 0
+        self.compile_s = 0.0
+        self.state = "numpy"          # numpy | kernel | disabled
+        self.plans: dict[Any, kernels.Plan] = {}
+        self.kernels: dict[Any, Optional[kernels.Kernels]] = {}
+        self.choice: dict[Any, bool] = {}  # (dtype, active, size class) -> use the kernel
+
+    def __repr__(self) -> str:
+        return f"<fused site {self.expr} at {self.site.filename}:{self.site.lineno}>"
+
+    def __reduce__(self) -> Any:  # the tiering state is per process
+        return (FusedSite, (self.site, self.operands, self.nodes, self.leaf_names))
+
+
+def _expr(nodes: tuple[Node, ...], names: tuple[str, ...]) -> str:
+    shown: list[str] = []
+    sym = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/", operator.pow: "**"}
+
+    def ref(r: tuple) -> str:
+        return names[r[1]] if r[0] == "L" else shown[r[1]] if r[0] == "N" else repr(r[1])
+
+    def bare(s: str) -> str:
+        if not (s.startswith("(") and s.endswith(")")):
+            return s
+        depth = 0
+        for i, c in enumerate(s):
+            depth += (c == "(") - (c == ")")
+            if depth == 0 and i < len(s) - 1:
+                return s  # "(a) + (b)": the outer parentheses are not one pair
+        return s[1:-1]
+
+    for n in nodes:
+        if n.kind == "bin":
+            shown.append(f"({ref(n.args[0])} {sym[n.fn]} {ref(n.args[1])})")
+        elif n.kind == "neg":
+            shown.append(f"(-{ref(n.args[0])})")
+        else:
+            shown.append(f"{getattr(n.fn, '__name__', 'f')}({', '.join(bare(ref(a)) for a in n.args)})")
+    return bare(shown[-1])
+
+
+# ---- the hook --------------------------------------------------------------------------------
+
+
+def fused_hook(tape: Optional[Tape], fs: FusedSite, ops: tuple) -> Any:
+    if tape is not None and fs.state == "kernel":
+        dtype = _kernel_dtype(fs, ops)
+        if dtype is not None and not tape.owners and not tape.stale:
+            leaves = [ops[p] for p in fs.leaf_pos]
+            ids = tape.ids
+            parents = tuple(ids.get(id(v)) for v in leaves)
+            active = tuple(p is not None for p in parents)
+            size = _size(leaves)
+            use = fs.choice.get((dtype, active, size))
+            if use is None:
+                use = _decide(tape, fs, ops, dtype, active, size, leaves)
+            if use:
+                return _run_kernel(tape, fs, dtype, active, leaves, parents)
+    t0 = _perf()
+    out = run_numpy(tape, fs, ops)
+    fs.spent += _perf() - t0
+    fs.numpy_calls += 1
+    if fs.state == "numpy" and tape is not None:
+        _maybe_tier_up(fs, ops)
+    return out
+
+
+def run_numpy(tape: Optional[Tape], fs: FusedSite, ops: tuple) -> Any:
+    """The NumPy tier: each operation through its ordinary hook (the kernels' twin)."""
+    vals: list[Any] = []
+    for k, node in enumerate(fs.nodes):
+        args = [ops[fs.leaf_pos[v]] if t == "L" else vals[v] if t == "N" else v for t, v in node.args]
+        if node.kind == "call":
+            vals.append(node.hook(tape, node.site, ops[fs.callee_pos[k]], *args))
+        else:
+            vals.append(node.hook(tape, node.site, *args))
+    return vals[-1]
+
+
+def _kernel_dtype(fs: FusedSite, ops: tuple) -> Optional[str]:
+    """The one float dtype of the leaves, or None when the kernel tier cannot take them."""
+    for k, pos in enumerate(fs.callee_pos):
+        if pos >= 0 and ops[pos] is not fs.nodes[k].fn:
+            return None
+    dtype = None
+    for p in fs.leaf_pos:
+        v = ops[p]
+        t = type(v)
+        if t is _ndarray:
+            d = _FLOAT_DTYPES.get(v.dtype)
+            if d is None:
+                return None
+        elif t in _SCALARS:
+            d = _SCALARS[t]
+            if d is None:
+                continue
+        else:
+            return None
+        if dtype is None:
+            dtype = d
+        elif d != dtype:
+            return None
+    return dtype
+
+
+def _size(leaves: list[Any]) -> int:
+    n = 1
+    for v in leaves:
+        if type(v) is _ndarray and v.size > n:
+            n = v.size
+    return int(math.log2(n)) if n > 1 else 0
+
+
+# ---- tiering ---------------------------------------------------------------------------------
+
+
+def _plan_for(fs: FusedSite, dtype: str, active: tuple[bool, ...]) -> kernels.Plan:
+    key = (dtype, active)
+    p = fs.plans.get(key)
+    if p is None:
+        p = fs.plans[key] = kernels.plan(fs.nodes, fs.n_leaves, dtype, active)
+    return p
+
+
+def _maybe_tier_up(fs: FusedSite, ops: tuple) -> None:
+    if kernels.disabled():
+        fs.state = "disabled"
+        return
+    dtype = _kernel_dtype(fs, ops)
+    if dtype is None:
+        return
+    active = tuple(True for _ in range(fs.n_leaves))
+    p = _plan_for(fs, dtype, active)
+    if POLICY == "never" or (POLICY != "always" and fs.spent * BACKWARD_FACTOR < kernels.cost_estimate(p)):
+        return
+    fs.state = "kernel"  # kernels compile on the next eligible call, for its activity pattern
+
+
+def _get_kernels(fs: FusedSite, dtype: str, active: tuple[bool, ...]) -> Optional[kernels.Kernels]:
+    key = (dtype, active)
+    if key not in fs.kernels:
+        t0 = _perf()
+        fs.kernels[key] = kernels.compile_kernels(_plan_for(fs, dtype, active))
+        fs.compile_s += _perf() - t0
+    return fs.kernels[key]
+
+
+def _decide(tape: Tape, fs: FusedSite, ops: tuple, dtype: str, active: tuple[bool, ...], size: int,
+            leaves: list[Any]) -> bool:
+    """Compile if needed, then time kernel and NumPy twin on these inputs; remember the faster."""
+    ks = _get_kernels(fs, dtype, active) if any(active) else None
+    if ks is None:
+        fs.choice[(dtype, active, size)] = False
+        if kernels.disabled():
+            fs.state = "disabled"
+        return False
+    if POLICY == "always":
+        fs.choice[(dtype, active, size)] = True
+        return True
+    t_kernel = min(_time(lambda: kernel_gradients(fs, ks, leaves, active)) for _ in range(3))
+    t_numpy = min(_time(lambda: numpy_gradients(fs, ops, active)) for _ in range(3))
+    use = t_kernel < t_numpy
+    fs.choice[(dtype, active, size)] = use
+    return use
+
+
+def _time(f: Any) -> float:
+    t0 = _perf()
+    f()
+    return _perf() - t0
+
+
+# ---- the kernel tier ---------------------------------------------------------------------------
+
+
+def _run_kernel(tape: Tape, fs: FusedSite, dtype: str, active: tuple[bool, ...], leaves: list[Any],
+                parents: tuple) -> Any:
+    ks = fs.kernels[(dtype, active)]
+    assert ks is not None
+    out = ks.forward(*leaves)
+    fs.kernel_calls += 1
+    if not any(active):
+        return out
+    p = ks.plan
+    saved = tuple(leaves[j] if j in p.saved_leaves else None for j in range(len(leaves)))
+    shapes = tuple(np.shape(v) for v in leaves)
+    values = tape.values
+    tape.ids[id(out)] = len(values)
+    values.append(out)
+    tape.nodes.append((_bw_fused, parents, fs.site, ks, saved, shapes, out if p.needs_out else None))
+    return out
+
+
+def _bw_fused(ct: Any, node: tuple, out: Any) -> Any:
+    ks = node[3]
+    saved = node[4]
+    shapes = node[5]
+    parents = node[1]
+    out_shape = np.shape(out)
+    res: list[Any] = [None] * len(parents)
+    for group, fn in zip(ks.plan.groups, ks.backward):
+        args = [ct if n == "g" else out if n == "out" else saved[int(n[1:])] for n in group.params]
+        bar = fn(*args)
+        for j in group.leaves:
+            if parents[j] is None:
+                continue
+            b = bar
+            if shapes[j] != out_shape:
+                b = unbroadcast(b, shapes[j], out_shape)
+            res[j] = b
+    return res
+
+
+def _saved_fused(node: tuple) -> list[np.ndarray]:
+    found = [v for v in node[4] if type(v) is _ndarray]
+    if node[6] is not None and type(node[6]) is _ndarray:
+        found.append(node[6])
+    return found
+
+
+_bw_fused.saved = _saved_fused  # type: ignore[attr-defined]
+
+
+# ---- the twins, for tests and for the choice between tiers ---------------------------------------
+
+
+def numpy_gradients(fs: FusedSite, ops: tuple, active: tuple[bool, ...], ct: Any = 1.0) -> tuple[Any, list[Any]]:
+    """Value and leaf cotangents by the NumPy tier, on a private tape."""
+    tape = Tape()
+    ops = list(ops)
+    leaf_idx: list[Optional[int]] = []
+    for j, pos in enumerate(fs.leaf_pos):
+        if active[j]:
+            v = ops[pos]
+            if type(v) is _ndarray:
+                v = v.view()  # a fresh identity per leaf, as the API's leaf preparation does
+            elif type(v) is int:
+                v = float(v)
+            for q, ref in enumerate(fs.operands):
+                if ref == j:
+                    ops[q] = v
+            leaf_idx.append(tape.leaf(v))
+        else:
+            leaf_idx.append(None)
+    out = run_numpy(tape, fs, tuple(ops))
+    i = tape.ids.get(id(out))
+    if i is None:
+        return out, [None] * fs.n_leaves
+    cts = sweep(tape, {i: ct})
+    return out, [cts[k] if k is not None else None for k in leaf_idx]
+
+
+def kernel_gradients(fs: FusedSite, ks: kernels.Kernels, leaves: list[Any], active: tuple[bool, ...],
+                     ct: Any = 1.0) -> tuple[Any, list[Any]]:
+    """Value and leaf cotangents by the kernel tier."""
+    out = ks.forward(*leaves)
+    p = ks.plan
+    saved = tuple(leaves[j] if j in p.saved_leaves else None for j in range(len(leaves)))
+    node = (_bw_fused, tuple(0 if a else None for a in active), fs.site, ks, saved,
+            tuple(np.shape(v) for v in leaves), out if p.needs_out else None)
+    return out, _bw_fused(ct, node, out)

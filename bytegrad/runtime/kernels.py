@@ -1,0 +1,302 @@
+"""Fused kernels: Numba ufuncs generated from the scalar formulas of a fused site.
+
+For one elementwise tree (see transform/fusion.py), one dtype and one set of differentiated leaves,
+`source()` writes a Python module with a forward ufunc and one backward ufunc per group of leaves
+that share a cotangent (in `act(z + b)`, z and b get the same one). Backward ufuncs take only what
+they read: the output cotangent, the leaves they need and, where the derivatives are written in
+terms of it (tanh, exp, sqrt), the forward output, so a site whose backward needs only its output
+saves only its output. Ufuncs broadcast, stride and cast as NumPy's own do; matmul stays in BLAS.
+
+This is the only module that imports Numba, and only inside `compile_kernels`. Generated source
+is written into the cache directory so Numba's `cache=True` works across processes; without a
+usable cache directory the source is compiled in memory (one warning). Nothing here decides when to
+compile: runtime/fused.py does (the tiering).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import re
+import sys
+import threading
+import time
+import types
+import warnings
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from bytegrad.rules import kernel_formulas
+from bytegrad.rules.kernel_formulas import Formula
+
+KERNEL_FORMAT = 1
+_DTYPES = {"float64": "float64", "float32": "float32"}
+_LOCK = threading.RLock()
+_MODULES: dict[str, types.ModuleType] = {}
+_warned_no_cache = False
+
+#: seconds; replaced by what this process measures
+_cost = {"import": 0.45, "compile": 0.20, "load": 0.01}
+_numba_failed: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Group:
+    leaves: tuple[int, ...]     # the leaves this cotangent belongs to
+    params: tuple[str, ...]     # "g", "out", or "a<j>" in call order
+    name: str                   # function name in the module
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything about a kernel module except the compiled functions."""
+
+    key: str
+    source: str
+    n_leaves: int
+    groups: tuple[Group, ...]
+    saved_leaves: tuple[int, ...]   # leaves the backward reads
+    needs_out: bool
+
+
+@dataclass
+class Kernels:
+    plan: Plan
+    forward: Any
+    backward: tuple[Any, ...]       # one per group
+
+
+# ---- source generation -------------------------------------------------------------------------
+
+_NAME = re.compile(r"\b(?:[at]\d+|out|g)\b")
+
+
+def _formula(node: Any) -> Formula:
+    import operator
+    if node.fn is operator.pow:
+        return kernel_formulas.power_formula(node.args[1][1])
+    return kernel_formulas.FORMULAS[node.fn]
+
+
+def _ref(ref: tuple[str, Any]) -> str:
+    kind, v = ref
+    if kind == "L":
+        return f"a{v}"
+    if kind == "N":
+        return f"t{v}"
+    return repr(float(v))
+
+
+def plan(nodes: tuple[Any, ...], n_leaves: int, dtype: str, active: tuple[bool, ...]) -> Plan:
+    """Generate the kernel module for a tree (`runtime.fused.Node`s in postfix order)."""
+    fwd_lines: list[tuple[str, str]] = []  # (target, expression)
+    for k, node in enumerate(nodes):
+        f = _formula(node)
+        args = [_ref(r) for r in node.args]
+        fwd_lines.append((f"t{k}", f.value.format(*args)))
+    root = len(nodes) - 1
+
+    # reverse sweep, symbolically: adjoint contributions per node and per leaf
+    contrib_nodes: dict[int, list[str]] = {root: ["g"]}
+    contrib_leaves: dict[int, list[str]] = {}
+    bwd_lines: list[tuple[str, str]] = []
+    for k in range(root, -1, -1):
+        parts = contrib_nodes.get(k)
+        if not parts:
+            continue
+        adj = parts[0] if len(parts) == 1 else f"u{k}"
+        if len(parts) > 1:
+            bwd_lines.append((adj, " + ".join(parts)))
+        node = nodes[k]
+        f = _formula(node)
+        args = [_ref(r) for r in node.args]
+        out = "out" if k == root else f"t{k}"
+        for pos, ref in enumerate(node.args):
+            if ref[0] == "C" or pos >= len(f.partials):
+                continue
+            d = f.partials[pos].format(*args, out=out)
+            if d == "1.0":
+                term = adj
+            elif d == "-1.0":
+                term = f"(-{adj})"
+            elif d == "0.0":
+                continue
+            else:
+                term = f"({adj} * {d})"
+            if ref[0] == "N":
+                contrib_nodes.setdefault(ref[1], []).append(term)
+            else:
+                contrib_leaves.setdefault(ref[1], []).append(term)
+
+    # leaves with textually equal cotangents share one backward ufunc
+    by_expr: dict[str, list[int]] = {}
+    for j in range(n_leaves):
+        if not active[j]:
+            continue
+        terms = contrib_leaves.get(j) or ["(g * 0.0)"]
+        by_expr.setdefault(" + ".join(terms), []).append(j)
+
+    ty = _DTYPES[dtype]
+    body = [f"_T = np.{ty}", "_nan = _T(np.nan)", "_inf = _T(np.inf)", kernel_formulas.HELPERS]
+    fparams = [f"a{j}" for j in range(n_leaves)]
+    body.append(_ufunc("forward", fparams, fwd_lines[:-1], fwd_lines[-1][1], ty))
+    groups: list[Group] = []
+    saved: set[int] = set()
+    needs_out = False
+    fwd_no_root = fwd_lines[:-1]
+    for n, (expr, leaves) in enumerate(by_expr.items()):
+        lines = _live(fwd_no_root + bwd_lines, expr)
+        used = set(_NAME.findall(expr)).union(*(set(_NAME.findall(e)) for _, e in lines))
+        params = ["g"] + [p for p in fparams if p in used] + (["out"] if "out" in used else [])
+        saved |= {int(p[1:]) for p in params if p.startswith("a")}
+        needs_out = needs_out or "out" in params
+        name = f"backward_{n}"
+        body.append(_ufunc(name, params, lines, expr, ty))
+        groups.append(Group(tuple(leaves), tuple(params), name))
+    src = _header() + "\n\n".join(body) + "\n"
+    key = hashlib.sha256(src.encode()).hexdigest()[:20]
+    return Plan(key, src, n_leaves, tuple(groups), tuple(sorted(saved)), needs_out)
+
+
+def _live(lines: list[tuple[str, str]], result: str) -> list[tuple[str, str]]:
+    """The statements `result` depends on, in order (dead code removed)."""
+    need = set(_NAME.findall(result)) | set(re.findall(r"\bu\d+\b", result))
+    keep: list[tuple[str, str]] = []
+    for target, expr in reversed(lines):
+        if target in need:
+            keep.append((target, expr))
+            need |= set(_NAME.findall(expr)) | set(re.findall(r"\bu\d+\b", expr))
+    keep.reverse()
+    return keep
+
+
+def _ufunc(name: str, params: list[str], lines: list[tuple[str, str]], result: str, ty: str) -> str:
+    sig = f'"{ty}({", ".join([ty] * len(params))})"'
+    out = [f"@vectorize([{sig}], nopython=True, cache=_CACHE)", f"def {name}({', '.join(params)}):"]
+    out += [f"    {t} = {e}" for t, e in lines]
+    out.append(f"    return {result}")
+    return "\n".join(out)
+
+
+def _header() -> str:
+    return (f"# generated by bytegrad (kernel format {KERNEL_FORMAT}): do not edit\n"
+            "import math\n\nimport numpy as np\nfrom numba import njit, vectorize\n\n"
+            "_CACHE = __name__ != '__bytegrad_inmemory__'\n")
+
+
+# ---- compiling and loading ---------------------------------------------------------------------
+
+
+def disabled() -> bool:
+    return os.environ.get("BYTEGRAD_DISABLE_NUMBA", "") not in ("", "0") or _numba_failed is not None
+
+
+def numba_loaded() -> bool:
+    return "numba" in sys.modules
+
+
+def cost_estimate(p: Plan) -> float:
+    """Seconds `compile_kernels(p)` is expected to take now (the ski-rental price)."""
+    cost = 0.0 if numba_loaded() else _cost["import"]
+    per = _cost["load"] if on_disk(p) else _cost["compile"]
+    return cost + per * (1 + len(p.groups))
+
+
+def _source_dir() -> Optional[str]:
+    try:
+        from bytegrad.runtime import diskcache
+    except ImportError:
+        return None
+    try:
+        d = diskcache.source_dir("kernels")
+    except Exception:  # noqa: BLE001 - a cache problem never stops a gradient
+        return None
+    return str(d) if d is not None else None
+
+
+def _module_path(p: Plan) -> Optional[str]:
+    d = _source_dir()
+    return os.path.join(d, f"bgk_{p.key}.py") if d is not None else None
+
+
+def on_disk(p: Plan) -> bool:
+    """Whether the module's source and a Numba cache index for it exist (a load, not a compile)."""
+    path = _module_path(p)
+    if path is None or not os.path.exists(path):
+        return False
+    pyc = os.path.join(os.path.dirname(path), "__pycache__")
+    try:
+        return any(n.startswith(f"bgk_{p.key}.") and n.endswith(".nbi") for n in os.listdir(pyc))
+    except OSError:
+        return False
+
+
+def compile_kernels(p: Plan) -> Optional[Kernels]:
+    """Compile (or load from Numba's disk cache) the module of `p`; None when Numba is unavailable."""
+    global _numba_failed
+    with _LOCK:
+        mod = _MODULES.get(p.key)
+        if mod is None:
+            if disabled():
+                return None
+            t0 = time.perf_counter()
+            had_numba = numba_loaded()
+            try:
+                import numba  # noqa: F401 - the one place Numba is imported
+            except Exception as exc:  # noqa: BLE001
+                _numba_failed = f"{type(exc).__name__}: {exc}"
+                warnings.warn(f"bytegrad: Numba could not be imported ({_numba_failed}); fused sites "
+                              "run on NumPy.", RuntimeWarning, stacklevel=2)
+                return None
+            t1 = time.perf_counter()
+            if not had_numba:
+                _cost["import"] = t1 - t0
+            cached = on_disk(p)
+            mod = _load_module(p)
+            per = (time.perf_counter() - t1) / (1 + len(p.groups))
+            _cost["load" if cached else "compile"] = per
+            _MODULES[p.key] = mod
+        return Kernels(p, mod.forward, tuple(getattr(mod, g.name) for g in p.groups))
+
+
+def _load_module(p: Plan) -> types.ModuleType:
+    global _warned_no_cache
+    path = _module_path(p)
+    if path is not None:
+        try:
+            if not os.path.exists(path) or _read(path) != p.source:
+                _write_source(p, path)
+            # Numba's cache rebuilds a kernel's environment by importing its module by name
+            name = f"bgk_{p.key}"
+            spec = importlib.util.spec_from_file_location(name, path)
+            assert spec is not None and spec.loader is not None
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[name] = mod
+            try:
+                spec.loader.exec_module(mod)
+            except BaseException:
+                sys.modules.pop(name, None)
+                raise
+            return mod
+        except OSError:
+            pass
+    if not _warned_no_cache:
+        _warned_no_cache = True
+        warnings.warn("bytegrad: no usable cache directory for fused kernels; they are compiled in "
+                      "memory in every process (set BYTEGRAD_CACHE_DIR to a writable folder).",
+                      RuntimeWarning, stacklevel=3)
+    mod = types.ModuleType("__bytegrad_inmemory__")
+    exec(compile(p.source, f"<bytegrad kernel {p.key}>", "exec"), mod.__dict__)  # noqa: S102
+    return mod
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def _write_source(p: Plan, path: str) -> None:
+    from bytegrad.runtime import diskcache
+    written = diskcache.write_source("kernels", os.path.basename(path), p.source)
+    if written is None:
+        raise OSError("cache directory not writable")
