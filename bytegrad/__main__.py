@@ -1,4 +1,4 @@
-"""`python -m bytegrad`: command-line tools (`cache info`, `cache clear`).
+"""`python -m bytegrad`: command-line tools (`cache info`, `cache clear`, `precompile`).
 
 Each command is a subparser with a handler in `set_defaults(run=...)`; to add one, write an
 `add_<name>(subparsers)` function and list it in `COMMANDS`.
@@ -65,7 +65,45 @@ def add_cache(subparsers: Any) -> None:
     clear.set_defaults(run=cache_clear)
 
 
-COMMANDS: list[Callable[[Any], None]] = [add_cache]
+def run_precompile(args: argparse.Namespace) -> int:
+    """Fill the disk caches: a function's rewritten code and kernels, and/or the standard kernels."""
+    import numpy as np
+
+    from bytegrad import precompile as pc
+
+    if not args.target and not args.standard:
+        print("nothing to do: give module:function (with --example), or --standard", file=sys.stderr)
+        return 2
+    if args.standard:
+        for expr, seconds in pc.precompile_standard().items():
+            print(f"standard kernel {expr}: {seconds:.2f} s")
+    if args.target:
+        fn = pc.resolve(args.target)
+        namespace = {"np": np, "numpy": np}
+        examples = [eval(e, namespace) for e in args.example]  # noqa: S307 - the user's own command line
+        wrt: Any = args.wrt
+        wrt = tuple(int(w) if w.isdigit() else w for w in wrt.split(",")) if "," in wrt else (
+            int(wrt) if wrt.isdigit() else wrt)
+        result = pc.precompile(fn, *examples, wrt=wrt)
+        print(f"precompiled {args.target} in {result['precompile_s']:.2f} s")
+        for site in result.get("fused_sites", []):
+            print(f"  fused site line {site['line']}: {site['expr']} ({site['state']}, "
+                  f"compile {site['compile_s']:.2f} s)")
+    return 0
+
+
+def add_precompile(subparsers: Any) -> None:
+    p = subparsers.add_parser("precompile", help="rewrite and compile ahead of time into the disk cache")
+    p.add_argument("target", nargs="?", help="module:function to precompile")
+    p.add_argument("--example", action="append", default=[],
+                   help="a Python expression (numpy as np) for each positional example argument")
+    p.add_argument("--wrt", default="0", help="position(s) or name(s) to differentiate, comma separated")
+    p.add_argument("--standard", action="store_true",
+                   help="compile the standard dense kernels (tanh, sigmoid, relu, softplus; float32/64)")
+    p.set_defaults(run=run_precompile)
+
+
+COMMANDS: list[Callable[[Any], None]] = [add_cache, add_precompile]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -242,7 +242,7 @@ def compile_kernels(p: Plan) -> Optional[Kernels]:
             t0 = time.perf_counter()
             had_numba = numba_loaded()
             try:
-                import numba  # noqa: F401 - the one place Numba is imported
+                importlib.import_module("numba")  # the one place Numba is imported
             except Exception as exc:  # noqa: BLE001
                 _numba_failed = f"{type(exc).__name__}: {exc}"
                 warnings.warn(f"bytegrad: Numba could not be imported ({_numba_failed}); fused sites "

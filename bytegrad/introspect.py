@@ -1,0 +1,132 @@
+"""Introspection for users who measure: `Differentiated.stats()` details and `bytegrad.explain`.
+
+`explain(fn, *args, wrt=0)` rewrites `fn` for those arguments (as a gradient would) and prints the
+rewritten bytecode, grouped under the user's source lines, with each hooked site named: the rule
+that an operator or a statically known callable (`np.tanh`, `math.exp`) has, or the fused
+expression with its tier and kernel. Calls whose callee is only known at run time say so.
+"""
+from __future__ import annotations
+
+import dis
+import io
+import linecache
+import sys
+import types
+from typing import Any, Iterator, Optional, TextIO
+
+from bytegrad.rules import registry
+from bytegrad.runtime import abi, fused
+from bytegrad.transform import cache
+
+__all__ = ["explain", "function_stats", "fused_sites"]
+
+
+def _codes(code: types.CodeType) -> Iterator[types.CodeType]:
+    yield code
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            yield from _codes(c)
+
+
+def fused_sites(code: types.CodeType) -> list[fused.FusedSite]:
+    """The fused sites among the constants of `code` and its nested code objects."""
+    return [c for co in _codes(code) for c in co.co_consts if isinstance(c, fused.FusedSite)]
+
+
+def site_stats(fs: fused.FusedSite) -> dict[str, Any]:
+    return {
+        "line": fs.site.lineno, "expr": fs.expr, "state": fs.state,
+        "numpy_calls": fs.numpy_calls, "kernel_calls": fs.kernel_calls,
+        "numpy_s": round(fs.spent, 6), "compile_s": round(fs.compile_s, 6),
+        "choices": {f"{d} {''.join('a' if x else '-' for x in act)} 2^{size}": ("kernel" if use else "numpy")
+                    for (d, act, size), use in fs.choice.items()},
+    }
+
+
+def function_stats(d: Any) -> dict[str, Any]:
+    """The timing, fusion and disk-cache part of `Differentiated.stats()`."""
+    sites: list[fused.FusedSite] = []
+    seen: set[int] = set()
+    for fn in list(d._fns.values()):
+        for fs in fused_sites(fn.__code__):
+            if id(fs) not in seen:
+                seen.add(id(fs))
+                sites.append(fs)
+    disk = dict(getattr(cache, "_disk", {}))
+    return {
+        "first_gradient_s": d._first_s,
+        "rewrite_s": d._rewrite_s,
+        "compile_s": sum(fs.compile_s for fs in sites),
+        "fused_sites": [site_stats(fs) for fs in sites],
+        "disk": disk,
+    }
+
+
+def _rule_text(obj: Any) -> str:
+    try:
+        rule = registry.lookup(obj)
+    except TypeError:
+        rule = None
+    if rule is None:
+        if isinstance(obj, types.FunctionType):
+            return f"Python function {obj.__qualname__}: differentiated through its code"
+        return f"{getattr(obj, '__name__', obj)!s}: no rule (resolved at run time)"
+    where = f" ({rule.defined_at})" if getattr(rule, "defined_at", None) else ""
+    return f"{rule.kind.name.lower()} rule of {getattr(obj, '__qualname__', getattr(obj, '__name__', obj))}{where}"
+
+
+def explain(fn: Any, *args: Any, wrt: Any = 0, file: Optional[TextIO] = None, **kwargs: Any) -> str:
+    """Print (and return) the rewritten code of `fn` for these arguments, annotated per site."""
+    from bytegrad.api import Differentiated, differentiate
+
+    d = fn if isinstance(fn, Differentiated) else differentiate(fn, wrt=wrt)
+    positions, active = d._plan(len(args), d._wrt)
+    rewritten = d._rewritten(active, args)
+    out = io.StringIO()
+    target = d._target
+    out.write(f"bytegrad.explain: {target.__qualname__} ({target.__code__.co_filename}:"
+              f"{target.__code__.co_firstlineno}), differentiating {', '.join(sorted(active))}\n")
+    for co in _codes(rewritten.__code__):
+        _explain_code(co, target.__globals__, out)
+    text = out.getvalue()
+    print(text, end="", file=file if file is not None else sys.stdout)
+    return text
+
+
+def _explain_code(co: types.CodeType, fn_globals: dict[str, Any], out: io.StringIO) -> None:
+    out.write(f"\n== code {co.co_qualname if hasattr(co, 'co_qualname') else co.co_name}\n")
+    last_line = None
+    chain: list[Any] = []  # objects of the latest global/attribute loads, to name a call's callee
+    for ins in dis.get_instructions(co):
+        line = ins.positions.lineno if ins.positions is not None else None
+        if line is not None and line != last_line:
+            src = linecache.getline(co.co_filename, line).strip()
+            out.write(f"{line:5d} | {src}\n")
+            last_line = line
+        note = ""
+        v = ins.argval
+        if ins.opname == "LOAD_GLOBAL":
+            chain = [fn_globals.get(ins.argval, getattr(__builtins__, ins.argval, None)
+                                    if not isinstance(__builtins__, dict) else __builtins__.get(ins.argval))]
+        elif ins.opname in ("LOAD_ATTR", "LOAD_METHOD") and chain and chain[-1] is not None:
+            chain.append(getattr(chain[-1], ins.argval, None))
+        if ins.opname == "LOAD_CONST":
+            if isinstance(v, fused.FusedSite):
+                ks = [k for k in v.kernels.values() if k is not None]
+                kern = f", kernel bgk_{ks[0].plan.key}" if ks else ""
+                note = f"<-- fused site: {v.expr} [tier: {v.state}{kern}]"
+            elif isinstance(v, abi.Site):
+                note = f"<-- site `{v.what}`"
+            elif callable(v) and getattr(v, "__module__", "") == abi.__name__:
+                op = getattr(v, "__name__", "")
+                if op.startswith("binary_") or op.startswith("inplace_"):
+                    import operator
+                    opfn = getattr(operator, op.split("_", 1)[1], None)
+                    note = f"<-- hook {op}: {_rule_text(opfn) if opfn is not None else ''}"
+                elif op.startswith("call") and chain and chain[-1] is not None:
+                    note = f"<-- hook {op}: {_rule_text(chain[-1])}"
+                else:
+                    note = f"<-- hook {op}"
+        shown = "" if isinstance(v, (abi.Site, fused.FusedSite)) or (callable(v) and ins.opname == "LOAD_CONST") \
+            else ins.argrepr
+        out.write(f"      {ins.opname:<22} {shown[:40]:<40} {note}\n")

@@ -1,0 +1,120 @@
+"""Ahead-of-time work, so a fresh process reaches its first gradient without rewriting or compiling.
+
+`precompile(f, *example_args, wrt=...)` takes one gradient of `f` with every fused site compiling
+its kernels at once (instead of when ski rental says so): the rewritten code goes into the disk
+cache of rewritten code and the kernels into Numba's disk cache, both under `BYTEGRAD_CACHE_DIR`.
+`precompile_standard()` compiles bytegrad's own standard kernels: the dense patterns
+`act(z + b)` for tanh, sigmoid, relu and softplus, in float32 and float64. The command line:
+
+    python -m bytegrad precompile module:function --example "np.ones((3, 4))" ... [--wrt 0]
+    python -m bytegrad precompile --standard
+
+A precompiled kernel still waits for ski rental in a later process (importing Numba costs about
+half a second there), but the price is then a load, not a compile.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import time
+from typing import Any, Iterator
+
+import numpy as np
+
+from bytegrad.api import Differentiated, differentiate
+from bytegrad.runtime import fused, kernels
+
+__all__ = ["precompile", "precompile_standard"]
+
+
+@contextlib.contextmanager
+def _policy(policy: str) -> Iterator[None]:
+    old = fused.POLICY
+    fused.POLICY = policy
+    try:
+        yield
+    finally:
+        fused.POLICY = old
+
+
+def precompile(fn: Any, *example_args: Any, wrt: Any = 0, **example_kwargs: Any) -> dict[str, Any]:
+    """Rewrite `fn` for these example arguments and compile the fused kernels its gradient uses.
+
+    Returns the function's `stats()` after the run. A function whose output is not a scalar is
+    run through `.pullback` with a cotangent of ones (all positional arguments differentiated).
+    """
+    d = fn if isinstance(fn, Differentiated) else differentiate(fn, wrt=wrt)
+    t0 = time.perf_counter()
+    from bytegrad.errors import NonScalarOutputError
+
+    with _policy("always"):
+        for _ in range(2):  # the first call tiers the sites up, the second compiles their kernels
+            try:
+                d.grad(*example_args, **example_kwargs)
+            except NonScalarOutputError:
+                out, back = d.pullback(*example_args, **example_kwargs)
+                back(_ones_like(out))
+    result = d.stats()
+    result["precompile_s"] = time.perf_counter() - t0
+    return result
+
+
+def _ones_like(out: Any) -> Any:
+    if isinstance(out, np.ndarray):
+        return np.ones_like(out)
+    if isinstance(out, (tuple, list)):
+        return type(out)(_ones_like(o) for o in out)
+    return 1.0
+
+
+def _dense_tanh(z: Any, b: Any) -> Any:
+    return np.tanh(z + b)
+
+
+def _dense_sigmoid(z: Any, b: Any) -> Any:
+    return 1.0 / (1.0 + np.exp(-(z + b)))
+
+
+def _dense_relu(z: Any, b: Any) -> Any:
+    return np.maximum(z + b, 0.0)
+
+
+def _dense_softplus(z: Any, b: Any) -> Any:
+    return np.log1p(np.exp(z + b))
+
+
+STANDARD = (_dense_tanh, _dense_sigmoid, _dense_relu, _dense_softplus)
+
+
+def standard_sites() -> list[fused.FusedSite]:
+    """The fused sites of the standard patterns (their trees are what user code of the same
+    shape, e.g. `np.tanh(W @ x + b[:, None])`, fuses into: the kernels are shared)."""
+    from bytegrad import transform
+    sites = []
+    for f in STANDARD:
+        code = transform.rewrite_code(f.__code__, frozenset({"z", "b"}), f.__globals__)
+        sites += [c for c in code.co_consts if isinstance(c, fused.FusedSite)]
+    return sites
+
+
+def precompile_standard(dtypes: tuple[str, ...] = ("float64", "float32")) -> dict[str, float]:
+    """Compile (or load) the standard dense kernels; returns seconds per pattern."""
+    times: dict[str, float] = {}
+    for fs in standard_sites():
+        t0 = time.perf_counter()
+        for dtype in dtypes:
+            for active in ((True, True), (True, False)):
+                kernels.compile_kernels(kernels.plan(fs.nodes, fs.n_leaves, dtype, active))
+        times[fs.expr] = time.perf_counter() - t0
+    return times
+
+
+def resolve(target: str) -> Any:
+    """`package.module:function` (or `module:Class.method`) to the object."""
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"expected module:function, got {target!r}")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
