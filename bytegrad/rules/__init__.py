@@ -15,6 +15,7 @@ from bytegrad.rules.registry import (
     not_implemented as not_implemented,
     opt_out as opt_out,
     rrule as rrule,
+    rrule_via_ad as rrule_via_ad,
     scalar_rule as scalar_rule,
     transparent as transparent,
 )
@@ -22,5 +23,5 @@ from bytegrad.rules import _load_builtin_rules  # noqa: F401  (registers the sta
 
 __all__ = [
     "NO_TANGENT", "ZERO", "NoTangent", "Zero", "Rule", "RuleKind", "differentiate_through", "frule",
-    "non_differentiable", "not_implemented", "opt_out", "rrule", "scalar_rule", "transparent",
+    "non_differentiable", "not_implemented", "opt_out", "rrule", "rrule_via_ad", "scalar_rule", "transparent",
 ]
