@@ -7,6 +7,7 @@
 #   make test-long   the random-program test with many examples (LONG_EXAMPLES; ~10 min, CPython 3.11)
 #   make bench       the core benchmark, quick: small cases, a few minutes (.venv-bench, CPython 3.11)
 #   make bench-full  all cases, time to first gradient, plots (bench/results/; long)
+#   make bench-hotpath  fused kernels, precompile, TTFG, memory, import (bench/results/hotpath.md)
 #   make docs        regenerate docs/rules.md from the rule registry (.venv-3.11)
 #   make clean       caches, egg-info, bench scratch;  make distclean: also the venvs
 #
@@ -55,7 +56,7 @@ $(1)/bin/python -m pip install $(PIP_QUIET) -e '.[$(3)]'; \
 touch $@
 endef
 
-.PHONY: help demo test test-long check-pythons bench bench-full docs clean distclean
+.PHONY: help demo test test-long check-pythons bench bench-full bench-hotpath docs clean distclean
 
 help:
 	@sed -n '1,15s/^# \{0,1\}//p' Makefile
@@ -117,6 +118,10 @@ bench-full: .venv-bench/.stamp-bench
 	$(BENCH_PY) -m bench.core --full $(BENCH_ARGS)
 	$(BENCH_PY) -m bench.ttfg $(TTFG_ARGS)
 	$(BENCH_PY) -m bench.plots
+
+# The hot-path report of issue 5 (fused kernels, precompile, time to first gradient, memory, import).
+bench-hotpath: .venv-bench/.stamp-bench
+	$(BENCH_PY) -m bench.hotpath $(HOTPATH_ARGS)
 
 # ---------------------------------------------------------------------------------------- docs
 DOCS_PYTHON ?= 3.11

@@ -36,6 +36,7 @@ class Case:
     grad: Callable[..., Any]                   # hand-written gradient w.r.t. params
     inputs: Callable[[np.random.Generator], Inputs]
     torch_loss: Callable[..., Any] | None = None
+    numba_grad: Callable[..., Any] | None = None   # a hand-fused Numba reference (elem10 only)
     quick: bool = False                        # part of `make bench` (else only `make bench-full`)
     target: float | None = None                # bytegrad must stay at or below this ratio to NumPy
     rtol: float = 1e-6                         # gradient check: np.allclose(rtol, atol=atol_rel * max|ref|)
@@ -279,6 +280,56 @@ def float32(case: Case, *, quick: bool | None = None, rtol: float = 1e-4, atol_r
                 quick=case.quick if quick is None else quick, rtol=rtol, atol_rel=atol_rel, dtype="float32")
 
 
+# ---------------------------- a straight-line elementwise expression of ten operations
+def elem10_loss(x):
+    return np.sum(np.tanh(x) * np.exp(-x * x) + np.sin(x) / (1.0 + x * x) - 0.5 * x)
+
+
+def elem10_grad(x):
+    t = np.tanh(x)
+    e = np.exp(-x * x)
+    q = 1.0 + x * x
+    return (1.0 - t * t) * e - 2.0 * x * t * e + (np.cos(x) * q - 2.0 * x * np.sin(x)) / (q * q) - 0.5
+
+
+def elem10_torch(x):
+    import torch
+    return torch.sum(torch.tanh(x) * torch.exp(-x * x) + torch.sin(x) / (1.0 + x * x) - 0.5 * x)
+
+
+_ELEM10_NUMBA: list[Any] = []
+
+
+def elem10_numba(x):
+    """Forward and backward in one compiled loop: what a user fusing by hand with Numba writes."""
+    if not _ELEM10_NUMBA:
+        import numba
+
+        @numba.njit(cache=False, fastmath=False)
+        def kernel(x, g):
+            total = 0.0
+            for i in range(x.shape[0]):
+                xi = x[i]
+                t = math.tanh(xi)
+                e = math.exp(-xi * xi)
+                q = 1.0 + xi * xi
+                s = math.sin(xi)
+                total += t * e + s / q - 0.5 * xi
+                g[i] = (1.0 - t * t) * e - 2.0 * xi * t * e + (math.cos(xi) * q - 2.0 * xi * s) / (q * q) - 0.5
+            return total
+
+        _ELEM10_NUMBA.append(kernel)
+    g = np.empty_like(x)
+    _ELEM10_NUMBA[0](x, g)
+    return g
+
+
+def elem10_inputs(size: int = 1000) -> Callable[[np.random.Generator], Inputs]:
+    def make(rng: np.random.Generator) -> Inputs:
+        return rng.uniform(-2.0, 2.0, size), ()
+    return make
+
+
 _BASE: tuple[Case, ...] = (
     Case("dense2", "Dense(2=>2, tanh), batch 128", dense_loss, dense_grad, dense_inputs(2),
          dense_torch, quick=True, target=2.0),
@@ -297,6 +348,8 @@ _BASE: tuple[Case, ...] = (
          conv_inputs(16, 32), conv_torch),
     Case("mlp", "MLP 784-256-256-10 tanh + softmax-CE, batch 128", mlp_loss, mlp_grad, mlp_inputs(),
          mlp_torch, quick=True, target=1.1),
+    Case("elem10", "elementwise expression, 10 ops, x: array[1000]", elem10_loss, elem10_grad,
+         elem10_inputs(), elem10_torch, numba_grad=elem10_numba, quick=True),
     Case("sin10", "sin chain, 10 ops, x: array[1]", sin_chain_loss, sin_chain_grad, sin_chain_inputs(10),
          sin_chain_torch),
     Case("sin100", "sin chain, 100 ops, x: array[1]", sin_chain_loss, sin_chain_grad, sin_chain_inputs(100),
@@ -307,7 +360,7 @@ _BASE: tuple[Case, ...] = (
          loop_inputs(50, None), loop_torch, quick=True),
 )
 _FLOAT32 = {"dense2", "dense20", "dense200", "dense2000", "conv1", "conv3", "conv16", "mlp", "sin100",
-            "loop50"}
+            "loop50", "elem10"}
 _QUICK_FLOAT32 = {"mlp"}
 # float32 tolerances where rounding legitimately adds up: conv's bias gradient sums ~500 000 float32
 # terms (NumPy's column sum `np.sum(d, axis=0)` of a tall array is off by ~2e-4 of the float64

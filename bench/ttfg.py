@@ -69,7 +69,7 @@ def configs(precompile_available: bool) -> list[Config]:
     ]
 
 
-TRAIN_SYSTEMS = ("numpy (hand-written)", "bytegrad", "autograd")
+TRAIN_SYSTEMS = ("numpy (hand-written)", "bytegrad", "bytegrad, after precompile", "autograd")
 
 
 # ------------------------------------------------------------------------------- processes
@@ -287,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     trainers = [] if args.no_train else [
         s for s in TRAIN_SYSTEMS
         if (not args.only or any(o in s for o in args.only))
-        and (s == "numpy (hand-written)" or importlib.util.find_spec(s) is not None)]
+        and (s == "numpy (hand-written)" or importlib.util.find_spec(s.split(",")[0]) is not None)
+        and (s != "bytegrad, after precompile" or has_precompile)]
 
     total = (len(active) * (1 + args.runs + args.memory_runs) - args.memory_runs
              + len(trainers) * (1 + args.train_runs))
@@ -319,11 +320,19 @@ def main(argv: list[str] | None = None) -> int:
                 elif c.system is not None:
                     mem[c.name].append(result)
                 bar.update()
+        precompiled_dir = None
+        if "bytegrad, after precompile" in trainers:
+            precompiled_dir = tempfile.mkdtemp(dir=caches.root)
+            error = precompile(Config("train", "bytegrad"), child_env({"BYTEGRAD_CACHE_DIR": precompiled_dir}))
+            if error:
+                trainers.remove("bytegrad, after precompile")
+                train_runs.pop("bytegrad, after precompile", None)
         for round_ in range(1 + args.train_runs):
             for s in trainers:
                 bar.set_postfix_str(f"train {s}" + (" (priming)" if round_ == 0 else ""))
-                config = {"mode": "train", "system": s, "case": "mlp", "steps": args.steps}
-                result = run_child(config, child_env({"BYTEGRAD_CACHE_DIR": tempfile.mkdtemp(dir=caches.root)}))
+                config = {"mode": "train", "system": s.split(",")[0], "case": "mlp", "steps": args.steps}
+                cache_dir = precompiled_dir if s == "bytegrad, after precompile" else tempfile.mkdtemp(dir=caches.root)
+                result = run_child(config, child_env({"BYTEGRAD_CACHE_DIR": cache_dir}))
                 if round_:
                     train_runs[s].append(result)
                 bar.update()

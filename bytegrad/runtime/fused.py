@@ -237,8 +237,7 @@ def _decide(tape: Tape, fs: FusedSite, ops: tuple, dtype: str, active: tuple[boo
             fs.state = "disabled"
         return False
     if POLICY == "always":
-        fs.choice[(dtype, active, size)] = True
-        return True
+        return True  # not remembered: a later "auto" call still times both tiers
     t_kernel = min(_time(lambda: kernel_gradients(fs, ks, leaves, active)) for _ in range(3))
     t_numpy = min(_time(lambda: numpy_gradients(fs, ops, active)) for _ in range(3))
     use = t_kernel < t_numpy
