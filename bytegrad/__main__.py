@@ -69,7 +69,9 @@ def run_precompile(args: argparse.Namespace) -> int:
     """Fill the disk caches: a function's rewritten code and kernels, and/or the standard kernels."""
     import numpy as np
 
-    from bytegrad import precompile as pc
+    import importlib
+
+    pc = importlib.import_module("bytegrad.precompile")  # `bytegrad.precompile` is also the function
 
     if not args.target and not args.standard:
         print("nothing to do: give module:function (with --example), or --standard", file=sys.stderr)

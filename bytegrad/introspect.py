@@ -2,8 +2,9 @@
 
 `explain(fn, *args, wrt=0)` rewrites `fn` for those arguments (as a gradient would) and prints the
 rewritten bytecode, grouped under the user's source lines, with each hooked site named: the rule
-that an operator or a statically known callable (`np.tanh`, `math.exp`) has, or the fused
-expression with its tier and kernel. Calls whose callee is only known at run time say so.
+that an operator or a statically known callable (`np.tanh`, `math.exp`, recorded on the site by
+the rewrite) has, or the fused expression with its tier and kernel. Calls whose callee is only known
+at run time show no rule.
 """
 from __future__ import annotations
 
@@ -96,7 +97,6 @@ def explain(fn: Any, *args: Any, wrt: Any = 0, file: Optional[TextIO] = None, **
 def _explain_code(co: types.CodeType, fn_globals: dict[str, Any], out: io.StringIO) -> None:
     out.write(f"\n== code {co.co_qualname if hasattr(co, 'co_qualname') else co.co_name}\n")
     last_line = None
-    chain: list[Any] = []  # objects of the latest global/attribute loads, to name a call's callee
     for ins in dis.get_instructions(co):
         line = ins.positions.lineno if ins.positions is not None else None
         if line is not None and line != last_line:
@@ -105,11 +105,6 @@ def _explain_code(co: types.CodeType, fn_globals: dict[str, Any], out: io.String
             last_line = line
         note = ""
         v = ins.argval
-        if ins.opname == "LOAD_GLOBAL":
-            chain = [fn_globals.get(ins.argval, getattr(__builtins__, ins.argval, None)
-                                    if not isinstance(__builtins__, dict) else __builtins__.get(ins.argval))]
-        elif ins.opname in ("LOAD_ATTR", "LOAD_METHOD") and chain and chain[-1] is not None:
-            chain.append(getattr(chain[-1], ins.argval, None))
         if ins.opname == "LOAD_CONST":
             if isinstance(v, fused.FusedSite):
                 ks = [k for k in v.kernels.values() if k is not None]
@@ -117,14 +112,14 @@ def _explain_code(co: types.CodeType, fn_globals: dict[str, Any], out: io.String
                 note = f"<-- fused site: {v.expr} [tier: {v.state}{kern}]"
             elif isinstance(v, abi.Site):
                 note = f"<-- site `{v.what}`"
+                if v.callee is not None:
+                    note += f": {_rule_text(v.callee)}"
             elif callable(v) and getattr(v, "__module__", "") == abi.__name__:
                 op = getattr(v, "__name__", "")
                 if op.startswith("binary_") or op.startswith("inplace_"):
                     import operator
                     opfn = getattr(operator, op.split("_", 1)[1], None)
                     note = f"<-- hook {op}: {_rule_text(opfn) if opfn is not None else ''}"
-                elif op.startswith("call") and chain and chain[-1] is not None:
-                    note = f"<-- hook {op}: {_rule_text(chain[-1])}"
                 else:
                     note = f"<-- hook {op}"
         shown = "" if isinstance(v, (abi.Site, fused.FusedSite)) or (callable(v) and ins.opname == "LOAD_CONST") \

@@ -46,13 +46,14 @@ NOT_IMPLEMENTED = RuleKind.NOT_IMPLEMENTED
 class Site:
     """One rewritten operation in the user's code (a constant of the rewritten code object)."""
 
-    __slots__ = ("filename", "lineno", "function", "what")
+    __slots__ = ("filename", "lineno", "function", "what", "callee")
 
-    def __init__(self, filename: str, lineno: Optional[int], function: str, what: str) -> None:
+    def __init__(self, filename: str, lineno: Optional[int], function: str, what: str, callee: Any = None) -> None:
         self.filename = filename
         self.lineno = lineno
         self.function = function
         self.what = what
+        self.callee = callee  # the callable the rewrite saw statically (np.sum), for explain; or None
 
     def loc(self) -> SourceLoc:
         return SourceLoc(self.filename, self.lineno, self.function)

@@ -231,6 +231,9 @@ def _emit_call(ins: Instr, st: Any, kwnames: Optional[tuple[str, ...]], loc: Sou
     n = int(ins.arg)
     iloc = ins.location
     site = _site(loc, ins, "call")
+    known = opcodes.callable_slot(n, st) if not kwnames else None
+    if known is not None and known[3] is not None and callable(known[3]):
+        site.callee = known[3]
     if opcodes.NULL_BELOW_CALLABLE:
         has_null = st[-(n + 2)][1]
     else:

@@ -1,0 +1,99 @@
+"""precompile, explain, stats, and the fused kernels' disk cache across processes."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import bytegrad
+from bytegrad.runtime import fused, kernels
+
+REPO = Path(__file__).resolve().parent.parent
+needs_numba = pytest.mark.skipif(kernels.disabled(), reason="Numba disabled")
+
+
+def layer(W, x, b):
+    return np.sum(np.tanh(x @ W + b))
+
+
+def _inputs():
+    rng = np.random.default_rng(3)
+    return rng.normal(size=(4, 3)), rng.normal(size=(5, 4)), rng.normal(size=3)
+
+
+@needs_numba
+def test_precompile_compiles_the_fused_kernels_and_stats_report_them():
+    d = bytegrad.differentiate(layer, wrt=(0, 2))
+    stats = bytegrad.precompile(d, *_inputs())
+    (site,) = stats["fused_sites"]
+    assert site["expr"] == "tanh(<binary_op> + b)"
+    assert site["state"] == "kernel" and site["kernel_calls"] >= 1 and site["compile_s"] > 0
+    stats = d.stats()
+    for key in ("hits", "misses", "entries", "first_gradient_s", "rewrite_s", "compile_s", "fused_sites", "disk"):
+        assert key in stats
+    assert stats["first_gradient_s"] > 0
+    W, x, b = _inputs()
+    gW, gb = d.grad(W, x, b)
+    s = 1 - np.tanh(x @ W + b) ** 2
+    np.testing.assert_allclose(gW, x.T @ s, rtol=1e-12)
+    np.testing.assert_allclose(gb, s.sum(0), rtol=1e-12)
+
+
+def test_explain_names_the_fused_site_and_rules(capsys):
+    text = bytegrad.explain(layer, *_inputs(), wrt=(0, 2))
+    assert "fused site: tanh(<binary_op> + b)" in text
+    assert "x @ W + b" in text                      # the user's source line
+    assert "rule of sum" in text                    # the call hook of np.sum, with its rule
+    assert capsys.readouterr().out == text
+
+
+def _run(code, env):
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().splitlines()[-1]
+
+
+@needs_numba
+def test_a_precompiled_kernel_is_loaded_not_compiled_in_a_fresh_process(tmp_path):
+    env = dict(os.environ, BYTEGRAD_CACHE_DIR=str(tmp_path), PYTHONPATH=str(REPO))
+    pre = ("import numpy as np, bytegrad; from tests.test_hotpath import layer, _inputs; "
+           "bytegrad.precompile(layer, *_inputs(), wrt=(0, 2)); print('ok')")
+    assert _run(pre, env) == "ok"
+    check = ("import json, numpy as np, bytegrad, sys; from tests.test_hotpath import layer, _inputs; "
+             "from bytegrad.runtime import fused, kernels; "
+             "d = bytegrad.differentiate(layer, wrt=(0, 2)); d.grad(*_inputs()); "
+             "fs = bytegrad.introspect.fused_sites(next(iter(d._fns.values())).__code__)[0]; "
+             "p = kernels.plan(fs.nodes, fs.n_leaves, 'float64', (True, True)); "
+             "print(json.dumps([kernels.on_disk(p), 'numba' in sys.modules, d.stats()['disk']['disk_hits']]))")
+    on_disk, numba_loaded, disk_hits = json.loads(_run(check, env))
+    assert on_disk                      # the kernel is a load away
+    assert not numba_loaded             # and the first gradient did not import Numba for it
+    assert disk_hits >= 1               # the rewritten code came from the disk cache
+
+
+@needs_numba
+def test_cli_precompile(tmp_path):
+    env = dict(os.environ, BYTEGRAD_CACHE_DIR=str(tmp_path), PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "bytegrad", "precompile", "tests.test_hotpath:layer",
+                           "--example", "np.ones((4, 3))", "--example", "np.ones((5, 4))",
+                           "--example", "np.zeros(3)", "--wrt", "0,2"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "precompiled tests.test_hotpath:layer" in proc.stdout
+    assert "tanh(<binary_op> + b)" in proc.stdout
+
+
+def test_fusion_is_off_with_disable_numba(monkeypatch):
+    monkeypatch.setenv("BYTEGRAD_DISABLE_NUMBA", "1")
+
+    def f(x):
+        return np.sum(np.tanh(x * 2.0 + 1.0))
+
+    d = bytegrad.differentiate(f)
+    d.grad(np.ones(3))
+    assert d.stats()["fused_sites"] == []
+    assert fused.POLICY in ("auto", "always", "never")
