@@ -1,5 +1,14 @@
 """bytegrad: derivatives of ordinary Python + NumPy code, by rewriting its bytecode."""
-from bytegrad.api import differentiate as differentiate, grad as grad, value_and_grad as value_and_grad, vjp as vjp
+from bytegrad.api import (
+    differentiate as differentiate,
+    grad as grad,
+    hessian as hessian,
+    hvp as hvp,
+    jacobian as jacobian,
+    jvp as jvp,
+    value_and_grad as value_and_grad,
+    vjp as vjp,
+)
 from bytegrad.errors import (
     DifferentiationError as DifferentiationError,
     DuplicateRuleError as DuplicateRuleError,
@@ -21,11 +30,12 @@ from bytegrad.rules import (
     rrule as rrule,
     scalar_rule as scalar_rule,
 )
+from bytegrad.runtime.forward import PerformanceWarning as PerformanceWarning
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "differentiate", "grad", "value_and_grad", "vjp",
+    "differentiate", "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp", "PerformanceWarning",
     "DifferentiationError", "DuplicateRuleError", "MutationError", "NonScalarOutputError", "NoRuleError",
     "PullbackError", "UnsupportedOpcodeError", "WrtError",
     "NO_TANGENT", "ZERO", "differentiate_through", "frule", "non_differentiable", "not_implemented",

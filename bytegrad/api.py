@@ -1,11 +1,13 @@
-"""The public API: `differentiate`, `grad`, `value_and_grad`, `vjp`.
+"""The public API: `differentiate`, `grad`, `value_and_grad`, `vjp`, `jvp`, `jacobian`, `hessian`, `hvp`.
 
 It wires the transform to the runtime: rewrites the user's function for the differentiated
 arguments, runs it with a tape, sweeps the tape backwards and mirrors the gradient.
 """
 from __future__ import annotations
 
+import copy
 import functools
+import time
 import types
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -14,11 +16,13 @@ import numpy as np
 from bytegrad import transform
 from bytegrad.errors import NonScalarOutputError, SourceLoc, WrtError
 from bytegrad.rules import registry
-from bytegrad.runtime import abi, pytree
-from bytegrad.runtime.tape import Tape, _tls, sweep
+from bytegrad.runtime import abi, nested as _nested_sweep, pytree, writes
+from bytegrad.runtime.backward import _bw_identity
+from bytegrad.runtime.forward import push_forward
+from bytegrad.runtime.tape import Tape, _tls, call_site, sweep
 from bytegrad.transform import cache
 
-__all__ = ["differentiate", "grad", "value_and_grad", "vjp", "Differentiated"]
+__all__ = ["differentiate", "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp", "Differentiated"]
 
 Wrt = Union[int, str, Sequence[Union[int, str]]]
 
@@ -51,6 +55,8 @@ class Differentiated:
         self._fns: dict[Any, types.FunctionType] = {}
         self._plans: dict[Any, Any] = {}
         self._hits = 0
+        self._first_s: Optional[float] = None   # wall time of the first gradient (for stats())
+        self._rewrite_s = 0.0
 
     @staticmethod
     def _python_target(fn: Any) -> tuple[types.FunctionType, Any]:
@@ -108,9 +114,11 @@ class Differentiated:
         target = self._target
         names = self._params
         immutable = frozenset(n for n, a in zip(names, args) if type(a) in transform._INERT and n not in active)
+        t0 = time.perf_counter()
         code = cache.lookup(target.__code__, key,
                             lambda: transform.rewrite_code(target.__code__, active, target.__globals__, immutable),
                             self._params[self._offset:])
+        self._rewrite_s += time.perf_counter() - t0
         fn = transform.function_from(target, code)
         if len(self._fns) >= cache.CACHE_SIZE_LIMIT:
             self._fns.clear()
@@ -163,11 +171,16 @@ class Differentiated:
                 new_args.append(defaults[k - first_default])
         return tuple(new_args), kwargs
 
-    def _forward(self, args: tuple, kwargs: dict, positions: Sequence[int], strict: bool) -> tuple[Any, Tape, list]:
+    def _forward(self, args: tuple, kwargs: dict, positions: Sequence[int],
+                 strict: bool) -> tuple[Any, Tape, list, Optional["_Nested"]]:
+        """Run the function with a tape: (output, tape, leaf specs, the nested record or None)."""
         if kwargs:
             args, kwargs = self._normalize_call(args, kwargs)
         plan = self._plans.get((len(args), positions))
         norm, active = plan if plan is not None else self._plan(len(args), positions)
+        outer = getattr(_tls, "tape", None)
+        if outer is not None:
+            return self._forward_nested(outer, args, kwargs, norm, strict)
         tape = Tape()
         args = list(args)
         specs = []
@@ -189,14 +202,12 @@ class Differentiated:
             try:
                 fresh, spec = pytree.prepare(args[p], tape, strict=strict)
             except pytree.NotDifferentiable as exc:
-                name = self._positional[self._offset + p] if self._offset + p < len(self._positional) else f"#{p}"
-                raise WrtError(f"argument {name!r} (wrt={p}) cannot be differentiated: {exc}.", self._loc(),
-                               "differentiate with respect to float arrays, floats, or containers of them; "
-                               "leave ints, strings and flags out of wrt.") from None
+                raise self._wrt_type_error(p, exc) from None
             args[p] = fresh
             specs.append(spec)
         call_args = tuple(args) if self._bound_self is None else (self._bound_self, *args)
-        fn = self._rewritten(active, call_args)
+        # bytegrad's own functions (hessian = jacobian of grad) run as they are: they find the tape
+        fn = self._rewritten(active, call_args) if self._target.__module__ != __name__ else self._target
         tls = _tls
         old = getattr(tls, "tape", None)
         tls.tape = tape
@@ -204,10 +215,66 @@ class Differentiated:
             out = fn(*call_args, **kwargs) if kwargs else fn(*call_args)
         finally:
             tls.tape = old
-        return out, tape, specs
+        return out, tape, specs, None
+
+    def _forward_nested(self, tape: Tape, args: tuple, kwargs: dict, norm: tuple[int, ...],
+                        strict: bool) -> tuple[Any, Tape, list, "_Nested"]:
+        """The forward pass of a derivative taken while `tape` is active: it is recorded on `tape`.
+
+        Each differentiated leaf enters as a fresh value whose node is an identity linked to the
+        outer value (so the outer derivative flows through it) and the function runs through the
+        rewriter like any callee (closures over outer values are seen). The inner derivative
+        sweeps only the nodes after its leaves: see runtime/nested.py.
+        """
+        site = self._call_site()
+        nested = _Nested(tape, site, len(tape.nodes))
+        protected = set(tape.protected)
+        args = list(args)
+        specs = []
+        for p in norm:
+            try:
+                fresh, spec = pytree.prepare(args[p], tape, strict=strict)
+            except pytree.NotDifferentiable as exc:
+                raise self._wrt_type_error(p, exc) from None
+            for leaf in pytree.leaves(spec):
+                primal = leaf.primal
+                outer = writes.current(tape, site, primal) if type(primal) is _ndarray else tape.ids.get(id(primal))
+                if outer is not None:
+                    tape.nodes[leaf.idx] = (_bw_identity, (outer,), site)
+            args[p] = fresh
+            specs.append(spec)
+        nested.stop = len(tape.nodes) - 1
+        added = tape.protected - protected  # the inner inputs are protected while the inner code runs
+        call_args = tuple(args) if self._bound_self is None else (self._bound_self, *args)
+        try:
+            out = abi._call_python(tape, site, self._target, call_args, kwargs or None)
+        finally:
+            tape.protected -= added
+        return out, tape, specs, nested
+
+    def _call_site(self) -> abi.Site:
+        site = call_site()
+        if site is None:
+            c = self._code
+            site = abi.Site(c.co_filename, c.co_firstlineno, c.co_name, "nested derivative")
+        return site
+
+    def _wrt_type_error(self, p: int, exc: Exception) -> WrtError:
+        name = self._positional[self._offset + p] if self._offset + p < len(self._positional) else f"#{p}"
+        return WrtError(f"argument {name!r} (wrt={p}) cannot be differentiated: {exc}.", self._loc(),
+                        "differentiate with respect to float arrays, floats, or containers of them; "
+                        "leave ints, strings and flags out of wrt.")
 
     def _grad(self, args: tuple, kwargs: dict) -> tuple[Any, Any]:
-        out, tape, specs = self._forward(args, kwargs, self._wrt, strict=True)
+        if self._first_s is None:
+            t0 = time.perf_counter()
+            result = self._grad_now(args, kwargs)
+            self._first_s = time.perf_counter() - t0
+            return result
+        return self._grad_now(args, kwargs)
+
+    def _grad_now(self, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+        out, tape, specs, nested = self._forward(args, kwargs, self._wrt, strict=True)
         t = type(out)
         if not (t is float or t is int or (t is np.ndarray and out.ndim == 0) or isinstance(out, np.generic)):
             shape = getattr(out, "shape", None)
@@ -218,11 +285,14 @@ class Differentiated:
                 "reduce the output (for example `.sum()` or `np.mean(...)`), or use .pullback / "
                 "bytegrad.vjp for vector-valued functions.")
         idx = tape.ids.get(id(out))
-        cts = sweep(tape, {idx: 1.0}) if idx is not None else [None] * len(tape.nodes)
-        grads = tuple([pytree.project(cts[s.idx], s.primal) if type(s) is pytree.Leaf else pytree.gradient(s, cts)
-                       for s in specs])
-        if len(grads) > 1:
-            grads = _unalias(grads)
+        if nested is None:
+            cts = sweep(tape, {idx: 1.0}) if idx is not None else [None] * len(tape.nodes)
+            grads = tuple([pytree.project(cts[s.idx], s.primal) if type(s) is pytree.Leaf else pytree.gradient(s, cts)
+                           for s in specs])
+            if len(grads) > 1:
+                grads = _unalias(grads)
+        else:
+            grads = nested.gradients(specs, nested.sweep({idx: 1.0} if idx is not None else {}))
         return out, grads if self._wrt_tuple else grads[0]
 
     def _return_loc(self) -> SourceLoc:
@@ -232,10 +302,20 @@ class Differentiated:
         line = lines.pop() if len(lines) == 1 else self._code.co_firstlineno
         return SourceLoc(self._code.co_filename, line, self._code.co_name)
 
-    def stats(self) -> dict[str, int]:
-        """Cache figures: `hits` (gradients that reused rewritten code), `misses` (rewrites), `entries`."""
+    def stats(self) -> dict[str, Any]:
+        """What a user who measures wants to know about this function.
+
+        `hits` (gradients that reused rewritten code), `misses` (rewrites), `entries`;
+        `first_gradient_s`, `rewrite_s` (time spent rewriting, incl. disk-cache loads),
+        `compile_s` (kernel compile/load time of its fused sites), `fused_sites` (one dict per
+        fused site: line, expression, tier, calls per tier, compile time, choices per size class)
+        and `disk` (this process's disk-cache counters).
+        """
         s = cache.stats(self._code)
-        return {"hits": self._hits + s["hits"], "misses": s["misses"], "entries": s["entries"]}
+        result: dict[str, Any] = {"hits": self._hits + s["hits"], "misses": s["misses"], "entries": s["entries"]}
+        from bytegrad import introspect
+        result.update(introspect.function_stats(self))
+        return result
 
     def grad(self, *args: Any, **kwargs: Any) -> Any:
         """The gradient of the scalar output with respect to the `wrt` argument(s)."""
@@ -248,7 +328,7 @@ class Differentiated:
     def pullback(self, *args: Any, **kwargs: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
         """(output, back): `back(out_bar)` returns one cotangent per positional argument."""
         positions = tuple(range(len(args)))
-        out, tape, specs = self._forward(args, kwargs, positions, strict=False)
+        out, tape, specs, nested = self._forward(args, kwargs, positions, strict=False)
 
         def back(out_bar: Any) -> tuple[Any, ...]:
             pairs: list[tuple[int, Any]] = []
@@ -257,13 +337,84 @@ class Differentiated:
             for i, c in pairs:
                 if c is not None:
                     seeds[i] = c if i not in seeds else seeds[i] + c
+            if nested is not None:
+                return nested.gradients(specs, nested.sweep(seeds), force_tuple=True)
             cts = sweep(tape, seeds)
             return _unalias(tuple(pytree.gradient(s, cts) for s in specs))
 
         return out, back
 
 
-def _unalias(grads: tuple[Any, ...]) -> tuple[Any, ...]:
+class _Nested:
+    """A derivative taken while another tape was active: it shares that tape, and its own leaves are
+    the nodes `start..stop`. Its reverse sweep visits only later nodes (earlier ones are the outer
+    computation: constants here), and is recorded on the tape while that tape is current, so the
+    outer derivative differentiates through it (reverse-over-reverse, forward-over-reverse)."""
+
+    __slots__ = ("tape", "site", "start", "stop")
+
+    def __init__(self, tape: Tape, site: abi.Site, start: int) -> None:
+        self.tape = tape
+        self.site = site
+        self.start = start
+        self.stop = start - 1
+
+    def recording(self) -> bool:
+        return getattr(_tls, "tape", None) is self.tape
+
+    def call(self, fn: Callable[..., Any], args: tuple) -> Any:
+        """`fn(*args)`, recorded on the tape while it is current."""
+        if self.recording():
+            return _nested_sweep.recorded_call(self.tape, self.site, fn, args)
+        return fn(*args)
+
+    def sweep(self, seeds: dict[int, Any]) -> list[Any]:
+        seeds = {i: c for i, c in seeds.items() if i >= self.start}  # earlier outputs: constants here
+        if not seeds:
+            return [None] * len(self.tape.nodes)
+        if self.recording():
+            return _nested_sweep.sweep_recorded(self.tape, seeds, self.stop)
+        return sweep(self.tape, seeds, self.stop)
+
+    def project(self, ct: Any, primal: Any) -> Any:
+        if ct is None or not self.recording():
+            return pytree.project(ct, primal)
+        return self.call(_nested_sweep.project_traced, (ct, primal))
+
+    def gradients(self, specs: list, cts: list[Any], force_tuple: bool = False) -> tuple[Any, ...]:
+        grads = tuple(self.gradient(s, cts) for s in specs)
+        if len(grads) > 1 or force_tuple:
+            grads = _unalias(grads, lambda g: self.call(np.copy, (g,)))
+        return grads
+
+    def gradient(self, spec: Any, cts: list[Any]) -> Any:
+        """`pytree.gradient`, with each leaf projected by `self.project`."""
+        if spec is None:
+            return None
+        if type(spec) is pytree.Leaf:
+            return self.project(cts[spec.idx], spec.primal)
+        if spec[0] == "dataclass":
+            out = copy.copy(spec[1])
+            for name, sub in spec[2].items():
+                object.__setattr__(out, name, self.gradient(sub, cts))
+            return out
+        t, subs = spec
+        if isinstance(subs, dict):
+            values = {k: self.gradient(v, cts) for k, v in subs.items()}
+            return values if t is dict else t(values.items())
+        items = [self.gradient(v, cts) for v in subs]
+        if t is list:
+            return items
+        return t(*items) if hasattr(t, "_fields") else (t(items) if t is not tuple else tuple(items))
+
+    def op(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A NumPy call on (possibly) tracked values, recorded while the tape is current."""
+        if self.recording():
+            return abi._dispatch(self.tape, self.site, fn, args, kwargs or None)
+        return fn(*args, **kwargs)
+
+
+def _unalias(grads: tuple[Any, ...], copy: Optional[Callable[[Any], Any]] = None) -> tuple[Any, ...]:
     """Gradients handed to the user never share memory with each other."""
     ids = [id(g) for g in grads if type(g) is _ndarray]
     if len(set(ids)) == len(ids):
@@ -273,7 +424,7 @@ def _unalias(grads: tuple[Any, ...]) -> tuple[Any, ...]:
     for g in grads:
         if type(g) is _ndarray:
             if id(g) in seen:
-                g = g.copy()
+                g = g.copy() if copy is None else copy(g)
             seen.add(id(g))
         out.append(g)
     return tuple(out)
@@ -312,3 +463,255 @@ def vjp(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, Callabl
 
 
 registry.set_ad_backend(vjp)  # rrule_via_ad: rules call back into bytegrad through this slot
+
+
+# ---- forward mode, Jacobians and Hessians ---------------------------------------------------------
+
+
+def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, Any]:
+    """`(fn(*primals), J @ tangents)`: forward mode, through the same rewritten code as `grad`.
+
+    `primals` are the positional arguments; `tangents` has one entry per primal, shaped like it
+    (containers mirrored; None or a non-float argument's entry means "no tangent"). The output
+    tangent mirrors `fn`'s output: an array of the output's shape and dtype for each float leaf.
+    Forward rules come from `frule`s, and from `scalar_rule` partials; see runtime/forward.py.
+
+    >>> import numpy as np
+    >>> out, out_dot = jvp(lambda x: np.sin(x) * 2.0, (np.array([0.0, 1.0]),), (np.array([1.0, 0.5]),))
+    >>> bool(np.allclose(out_dot, 2.0 * np.cos([0.0, 1.0]) * [1.0, 0.5]))
+    True
+    """
+    primals, tangents = _as_args(primals, "primals"), _as_args(tangents, "tangents")
+    d = Differentiated(fn)
+    if len(tangents) != len(primals):
+        raise WrtError(f"jvp got {len(primals)} primals but {len(tangents)} tangents.", d._loc(),
+                       "pass one tangent per positional argument (None for arguments with no tangent).")
+    out, tape, specs, nested = d._forward(tuple(primals), {}, tuple(range(len(primals))), strict=False)
+    seeds: dict[int, Any] = {}
+    for k, (spec, tangent) in enumerate(zip(specs, tangents)):
+        _seed(spec, tangent, seeds, tape, d, k)
+    start = nested.start if nested is not None else 0
+    call = nested.call if nested is not None and nested.recording() else None
+    dots = push_forward(tape, seeds, start, call)
+    return out, _tangent_out(out, dots, tape.ids, start, nested)
+
+
+def _as_args(values: Any, what: str) -> tuple[Any, ...]:
+    if isinstance(values, (tuple, list)):
+        return tuple(values)
+    raise TypeError(f"{what} must be a tuple of positional arguments, got {type(values).__name__} "
+                    f"(write ({what[:-1]},) for one argument)")
+
+
+def _seed(spec: Any, tangent: Any, seeds: dict[int, Any], tape: Tape, d: Differentiated, k: int) -> None:
+    """Match the tangent tree to the prepared leaves of one primal."""
+    if spec is None or tangent is None:
+        return
+    if type(spec) is pytree.Leaf:
+        primal = spec.primal
+        if id(tangent) in tape.ids:  # a tracked tangent (a nested derivative): used as it is
+            seeds[spec.idx] = tangent
+            return
+        if type(primal) is _ndarray:
+            t = np.asarray(tangent, dtype=primal.dtype)
+            if t.shape != primal.shape:
+                raise WrtError(f"the tangent of argument {k} has shape {t.shape}, but the argument has shape "
+                               f"{primal.shape}.", d._loc(), "pass tangents shaped like their primals.")
+            seeds[spec.idx] = t
+        else:
+            seeds[spec.idx] = np.asarray(tangent).dtype.type(tangent) if isinstance(primal, np.generic) else tangent
+        return
+    if spec[0] == "dataclass":
+        for name, sub in spec[2].items():
+            _seed(sub, getattr(tangent, name), seeds, tape, d, k)
+        return
+    t, subs = spec
+    if isinstance(subs, dict):
+        for key, sub in subs.items():
+            _seed(sub, tangent[key], seeds, tape, d, k)
+        return
+    if len(tangent) != len(subs):
+        raise WrtError(f"the tangent of argument {k} has {len(tangent)} entries, but the argument has "
+                       f"{len(subs)}.", d._loc(), "pass tangents with the structure of their primals.")
+    for sub, item in zip(subs, tangent):
+        _seed(sub, item, seeds, tape, d, k)
+
+
+def _tangent_out(value: Any, dots: list[Any], ids: dict[int, int], start: int, nested: Optional[_Nested]) -> Any:
+    """The output tangent tree: each float leaf's tangent, zeros for leaves that do not depend on the inputs."""
+    t = type(value)
+    floating = (t is _ndarray and value.dtype.kind in "fc") or t is float or t is complex or \
+        isinstance(value, (np.floating, np.complexfloating))
+    if floating:
+        i = ids.get(id(value))
+        d = dots[i] if i is not None and i >= start and i < len(dots) else None
+        if d is None:
+            return np.zeros_like(value) if t is _ndarray else type(value)(0)
+        if nested is None or id(d) not in ids:
+            if t is float or t is complex:
+                return t(np.asarray(d).sum()) if np.ndim(d) else t(d)
+            if isinstance(value, np.generic):
+                return value.dtype.type(d)
+        return d
+    if isinstance(value, dict):
+        return type(value)((k, _tangent_out(v, dots, ids, start, nested)) for k, v in value.items())
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return t(*[_tangent_out(v, dots, ids, start, nested) for v in value])
+    if isinstance(value, (list, tuple)):
+        return t(_tangent_out(v, dots, ids, start, nested) for v in value)
+    return None
+
+
+_MODES = ("auto", "rev", "fwd")
+
+
+def jacobian(fn: Callable[..., Any], wrt: Wrt = 0, mode: str = "auto") -> Callable[..., Any]:
+    """The Jacobian function of `fn` with respect to argument(s) `wrt` (float arrays or floats).
+
+    For an output of shape `out.shape` and an argument of shape `x.shape` the Jacobian has shape
+    `out.shape + x.shape` (as `jax.jacobian`); a tuple `wrt` gives a tuple of Jacobians. `mode`:
+    "rev" (one reverse sweep per output element), "fwd" (one tangent sweep per input element) or
+    "auto" (fwd when the inputs have fewer elements than the output). The function runs once.
+
+    >>> import numpy as np
+    >>> J = jacobian(lambda x: np.sin(x) * x[0])(np.array([1.0, 2.0]))
+    >>> J.shape
+    (2, 2)
+    """
+    if mode not in _MODES:
+        raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
+    d = Differentiated(fn, wrt)
+
+    def jacobian_fn(*args: Any, **kwargs: Any) -> Any:
+        return _jacobian(d, args, kwargs, mode)
+
+    functools.update_wrapper(jacobian_fn, d.fn)
+    return jacobian_fn
+
+
+def _jacobian(d: Differentiated, args: tuple, kwargs: dict, mode: str) -> Any:
+    out, tape, specs, nested = d._forward(args, kwargs, d._wrt, strict=True)
+    for k, spec in enumerate(specs):
+        if type(spec) is not pytree.Leaf:
+            raise WrtError(f"jacobian differentiates float arrays and floats, but argument {d._wrt[k]} is a "
+                           "container.", d._loc(), "pass the arrays as separate arguments (wrt=(0, 1, ...)), "
+                           "or use bytegrad.jvp / bytegrad.vjp for trees.")
+    to = type(out)
+    if not ((to is _ndarray and out.dtype.kind in "fc") or to is float or isinstance(out, np.floating)):
+        found = f"an array of dtype {out.dtype}" if to is _ndarray else f"a {to.__name__}"
+        raise NonScalarOutputError(f"jacobian needs a function that returns a float array or a float, but "
+                                   f"{d._code.co_name} returned {found}.", d._return_loc(),
+                                   "return one array (stack or concatenate several outputs).")
+    start = nested.start if nested is not None else 0
+    idx = tape.ids.get(id(out))
+    out_shape = np.shape(out)
+    out_size = int(np.prod(out_shape, dtype=np.int64))
+    in_size = sum(int(np.size(s.primal)) for s in specs)
+    if mode == "auto":
+        mode = "fwd" if in_size < out_size else "rev"
+    if idx is None or idx < start:  # the output does not depend on the arguments
+        jacs = [np.zeros(out_shape + np.shape(s.primal), _float_dtype(out, s.primal)) for s in specs]
+    elif mode == "rev":
+        jacs = _jacobian_rev(tape, specs, out, idx, nested)
+    else:
+        jacs = _jacobian_fwd(tape, specs, out, idx, nested)
+    return tuple(jacs) if d._wrt_tuple else jacs[0]
+
+
+def _float_dtype(*values: Any) -> Any:
+    return np.result_type(*[getattr(v, "dtype", np.float64) for v in values], np.float32)
+
+
+def _basis(shape: tuple[int, ...], dtype: Any, k: int) -> Any:
+    if not shape:
+        return dtype.type(1) if hasattr(dtype, "type") else 1.0
+    e = np.zeros(shape, dtype)
+    e.reshape(-1)[k] = 1
+    return e
+
+
+def _jacobian_rev(tape: Tape, specs: list, out: Any, idx: int, nested: Optional[_Nested]) -> list[Any]:
+    out_shape = np.shape(out)
+    dtype = np.dtype(getattr(out, "dtype", np.float64))
+    rows: list[list[Any]] = [[] for _ in specs]
+    for k in range(int(np.prod(out_shape, dtype=np.int64))):
+        seed = _basis(out_shape, dtype, k) if out_shape else 1.0
+        if nested is None:
+            cts = sweep(tape, {idx: seed})
+            for j, s in enumerate(specs):
+                rows[j].append(pytree.project(cts[s.idx], s.primal))
+        else:
+            cts = nested.sweep({idx: seed})
+            for j, s in enumerate(specs):
+                rows[j].append(nested.project(cts[s.idx], s.primal))
+    return [_assemble(rows[j], out_shape, np.shape(s.primal), 0, nested) for j, s in enumerate(specs)]
+
+
+def _jacobian_fwd(tape: Tape, specs: list, out: Any, idx: int, nested: Optional[_Nested]) -> list[Any]:
+    out_shape = np.shape(out)
+    start = nested.start if nested is not None else 0
+    call = nested.call if nested is not None and nested.recording() else None
+    jacs = []
+    for s in specs:
+        shape = np.shape(s.primal)
+        dtype = np.dtype(getattr(s.primal, "dtype", np.float64))
+        cols = []
+        for k in range(int(np.prod(shape, dtype=np.int64))):
+            seed = _basis(shape, dtype, k) if shape else 1.0
+            dots = push_forward(tape, {s.idx: seed}, start, call)
+            col = dots[idx]
+            if col is None:
+                col = np.zeros(out_shape, _float_dtype(out, s.primal))
+            cols.append(col)
+        jacs.append(_assemble(cols, out_shape, shape, len(out_shape), nested))
+    return jacs
+
+
+def _assemble(parts: list[Any], out_shape: tuple[int, ...], in_shape: tuple[int, ...], axis: int,
+              nested: Optional[_Nested]) -> Any:
+    """Stack rows (axis 0) or columns (axis -1) and shape them `out_shape + in_shape`."""
+    op = nested.op if nested is not None else (lambda f, *a, **k: f(*a, **k))
+    if not out_shape and not in_shape:
+        return op(np.asarray, parts[0])
+    stacked = op(np.stack, parts, axis=axis)
+    return op(np.reshape, stacked, out_shape + in_shape)
+
+
+def hessian(fn: Callable[..., Any], wrt: Union[int, str] = 0, mode: str = "fwd") -> Callable[..., Any]:
+    """The Hessian function of scalar-valued `fn` with respect to one argument `wrt`.
+
+    Shape `x.shape + x.shape`. The gradient is computed by a nested reverse pass recorded on the
+    outer tape; `mode` "fwd" then pushes one tangent per input element through it
+    (forward-over-reverse, the default), "rev" sweeps it backwards once per element
+    (reverse-over-reverse).
+
+    >>> import numpy as np
+    >>> A = np.array([[2.0, 1.0], [1.0, 3.0]])
+    >>> H = hessian(lambda x: 0.5 * x @ A @ x)(np.array([1.0, -1.0]))
+    >>> bool(np.allclose(H, A))
+    True
+    """
+    if isinstance(wrt, (tuple, list)):
+        raise WrtError("hessian takes one argument to differentiate with respect to, not a tuple.",
+                       Differentiated(fn)._loc(), "compute blocks with jacobian(grad(f, wrt=i), wrt=j).")
+    d = Differentiated(fn, wrt)
+    return jacobian(d.grad, wrt=d._wrt[0], mode=mode)
+
+
+def hvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]) -> Any:
+    """The Hessian-vector product `H @ v` of scalar-valued `fn` at `primals`, along `tangents`.
+
+    Forward-over-reverse: `jvp` of the gradient with respect to all positional arguments. With one
+    primal the result is shaped like it; with several, a tuple with one entry per primal (the
+    rows of the block Hessian applied to all the tangents).
+
+    >>> import numpy as np
+    >>> A = np.array([[2.0, 1.0], [1.0, 3.0]])
+    >>> v = np.array([1.0, 0.0])
+    >>> bool(np.allclose(hvp(lambda x: 0.5 * x @ A @ x, (np.ones(2),), (v,)), A @ v))
+    True
+    """
+    primals, tangents = _as_args(primals, "primals"), _as_args(tangents, "tangents")
+    gradient = Differentiated(fn, tuple(range(len(primals)))).grad
+    _, hv = jvp(gradient, primals, tangents)
+    return hv[0] if len(primals) == 1 else hv

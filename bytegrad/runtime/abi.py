@@ -16,6 +16,7 @@ import numpy as np
 from bytegrad.errors import DifferentiationError, NoRuleError, NotImplementedRuleError, SourceLoc, qualname
 from bytegrad.rules import registry
 from bytegrad.rules.registry import RuleKind
+from bytegrad.runtime import tape as _tape
 from bytegrad.runtime import writes
 from bytegrad.runtime.backward import (
     _bw_elementwise, _bw_identity, _bw_rrule, _bw_rrule_trusted, _bw_tuple_item, _bw_unary, _TupleOut,
@@ -184,7 +185,8 @@ def _record_rrule(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, kwarg
     if tape.stale:
         parents = _refresh(tape, parents, site)
     out, pullback = rule.rrule(*args, **kwargs) if kwargs else rule.rrule(*args)
-    node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, parents, site, pullback, args, fn)
+    # kwargs ride along (node[6]) for the forward sweep's frules; the reverse pass ignores them
+    node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, parents, site, pullback, args, fn, kwargs)
     to = type(out)
     # Tape.push written out: the hooks inline it on their hot paths (a call costs ~0.1 us here)
     if to is _ndarray or to is float or to is _float64:
@@ -234,15 +236,24 @@ def _with_out(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> Any
 
 
 def _call_python(tape: Tape, site: Site, f: Any, args: tuple, kwargs: Optional[dict]) -> Any:
-    if f.__module__ == "bytegrad.api" and f.__name__ != "__call__":  # calling a decorated function is fine
-        raise NotImplementedRuleError(
-            "this takes a derivative inside a function that is itself being differentiated (a nested "
-            "gradient), which bytegrad does not support yet.", site.loc(),
-            "compute the inner derivative by hand, or differentiate the two levels separately.")
+    if f.__module__ == "bytegrad.api" and f.__name__ != "__call__":
+        return _call_api(site, f, args, kwargs)
     rewritten = _rewriter(f, args, kwargs, tape.ids) if _rewriter is not None else None
     if rewritten is None:
         return f(*args, **kwargs) if kwargs else f(*args)
     return rewritten(*args, **kwargs) if kwargs else rewritten(*args)
+
+
+def _call_api(site: Site, f: Any, args: tuple, kwargs: Optional[dict]) -> Any:
+    """A derivative taken inside differentiated code (`grad(f)(x)` within a loss): bytegrad's own API
+    runs as it is, not rewritten; it finds the active tape and records its work there (see
+    api.py, nested derivatives). The call site is kept so that its errors can name the user's line."""
+    old = getattr(_tape._tls, "site", None)
+    _tape._tls.site = site
+    try:
+        return f(*args, **kwargs) if kwargs else f(*args)
+    finally:
+        _tape._tls.site = old
 
 
 def _any_tracked(ids: dict[int, int], args: tuple, kwargs: Optional[dict]) -> bool:

@@ -1,7 +1,8 @@
 """Backward functions: `backward(out_bar, node, out)` returns one cotangent per parent of a node.
 
 Node layouts: elementwise `(bw, parents, site, rule, args, fn)`; unary `(bw, parent, site, rule,
-(x,), fn)` with a bare parent index; rule `(bw, parents, site, pullback, args, fn)`. Each backward
+(x,), fn)` with a bare parent index; rule `(bw, parents, site, pullback, args, fn[, kwargs])` (the
+kwargs, when present, serve the forward sweep in runtime/forward.py). Each backward
 function's `saved(node)` lists the arrays its reverse pass reads (for the mutation checks).
 """
 from __future__ import annotations

@@ -29,6 +29,12 @@ def current_tape() -> Optional["Tape"]:
         return None
 
 
+def call_site() -> Any:
+    """The hooked call site (an `abi.Site`) through which user code entered a bytegrad API function
+    while a tape was active (a nested derivative), or None."""
+    return getattr(_tls, "site", None)
+
+
 def set_tape(tape: Optional["Tape"]) -> Optional["Tape"]:
     """Make `tape` this thread's current tape; returns the previous one."""
     old = getattr(_tls, "tape", None)
@@ -166,10 +172,12 @@ def accumulate(old: Any, new: Any) -> Any:
     return old + new
 
 
-def sweep(tape: Tape, seeds: dict[int, Any]) -> list[Any]:
+def sweep(tape: Tape, seeds: dict[int, Any], stop: int = -1) -> list[Any]:
     """Propagate output cotangents `seeds` (node index -> cotangent) back; returns one per node.
 
-    Cotangents of intermediate nodes are dropped once used; leaves keep theirs.
+    Cotangents of intermediate nodes are dropped once used; leaves keep theirs. Nodes at index
+    `stop` and below are not visited: a nested derivative shares its outer tape, and the nodes
+    before its own leaves belong to the outer computation (constants for the inner one).
     """
     nodes = tape.nodes
     values = tape.values
@@ -180,7 +188,7 @@ def sweep(tape: Tape, seeds: dict[int, Any]) -> list[Any]:
         cts[idx] = seed if cts[idx] is None else accumulate(cts[idx], seed)
     thunk = _FunctionType
     no_tangent, zero = NO_TANGENT, ZERO
-    for i in range(max(seeds), -1, -1):
+    for i in range(max(seeds), stop, -1):
         ct = cts[i]
         if ct is None:
             continue

@@ -13,7 +13,8 @@ import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 
 from bytegrad.rules._project import project, stand_in
-from bytegrad.rules.registry import NO_TANGENT, ZERO, rrule
+from bytegrad.rules._tangents import filled, is_zero
+from bytegrad.rules.registry import NO_TANGENT, ZERO, frule, rrule
 
 _BASIC_TYPES = frozenset((int, slice, type(None), type(Ellipsis), bool))
 
@@ -102,6 +103,14 @@ def getitem_rrule(x: Any, index: Any) -> tuple[Any, Callable[..., Any]]:
         return x_bar, NO_TANGENT
 
     return out, getitem_pullback
+
+
+@frule(operator.getitem)
+def getitem_frule(args_dot: tuple[Any, ...], x: Any, index: Any) -> tuple[Any, Any]:
+    out = x[index]
+    if is_zero(args_dot[0]):
+        return out, ZERO
+    return out, filled(args_dot[0], x)[index]  # the index never carries a tangent
 
 
 @rrule(np.take)

@@ -10,7 +10,8 @@ from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
 
 from bytegrad.rules._project import project
 from bytegrad.rules._shape import unbroadcast
-from bytegrad.rules.registry import NO_TANGENT, ZERO, rrule
+from bytegrad.rules._tangents import linear_frule
+from bytegrad.rules.registry import NO_TANGENT, ZERO, frule, rrule
 
 Back = Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]
 
@@ -37,9 +38,12 @@ def _moving_rule(primal: Callable[..., Any], back: Back, name: str) -> Callable[
 
 
 def _register(fns: tuple[Any, ...], primal: Callable[..., Any], back: Back) -> None:
-    rule = _moving_rule(primal, back, getattr(primal, "__name__", "moving"))
+    name = getattr(primal, "__name__", "moving")
+    rule = _moving_rule(primal, back, name)
+    forward = linear_frule(primal, name)  # moving elements is linear: the tangent moves the same way
     for fn in dict.fromkeys(fns):  # some names are one object in some NumPy versions
         rrule(fn)(rule)
+        frule(fn)(forward)
 
 
 def _to_shape(out_bar: Any, x: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -219,6 +223,9 @@ for _fn in (np.atleast_1d, np.atleast_2d, np.atleast_3d):
 
 # ---- attributes: the runtime calls these rules with the array as the only argument -------------------
 
+frule(np.ndarray.T)(linear_frule(lambda x: x.T, "T"))
+
+
 @rrule(np.ndarray.T)
 def T_rrule(x: np.ndarray) -> tuple[np.ndarray, Callable[..., Any]]:
     out = x.T
@@ -232,6 +239,8 @@ def T_rrule(x: np.ndarray) -> tuple[np.ndarray, Callable[..., Any]]:
 
 
 if hasattr(np.ndarray, "mT"):
+
+    frule(np.ndarray.mT)(linear_frule(lambda x: x.mT, "mT"))
 
     @rrule(np.ndarray.mT)
     def mT_rrule(x: np.ndarray) -> tuple[np.ndarray, Callable[..., Any]]:
@@ -325,6 +334,10 @@ def _stack_along(fn: Callable[..., Any], at_least: Callable[[Any], np.ndarray], 
 
 rrule(np.hstack)(_stack_along(np.hstack, np.atleast_1d, lambda ndim: 0 if ndim == 1 else 1))
 rrule(np.vstack)(_stack_along(np.vstack, np.atleast_2d, lambda ndim: 0))
+
+# joining is linear in the sequence of arrays: tangents join the same way (zeros for constants)
+for _fn in (np.concatenate, np.stack, np.hstack, np.vstack):
+    frule(_fn)(linear_frule(_fn))
 
 
 # ---- array to Python values -----------------------------------------------------------------------------

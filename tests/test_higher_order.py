@@ -1,0 +1,354 @@
+"""Jacobians (three modes), Hessians, Hessian-vector products and nested gradients: against finite
+differences, known closed forms, and each other; perturbation confusion; errors.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+import bytegrad
+
+pytestmark = pytest.mark.filterwarnings("ignore::bytegrad.runtime.forward.PerformanceWarning")
+
+
+def rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def fd_jacobian(f: Callable[..., Any], args: tuple, k: int = 0, eps: float = 1e-6) -> np.ndarray:
+    """Central differences: shape out.shape + args[k].shape."""
+    x = np.asarray(args[k], np.float64)
+    cols = []
+    for i in range(x.size):
+        e = np.zeros(x.size)
+        e[i] = eps
+        e = e.reshape(x.shape)
+        plus = args[:k] + (x + e if x.ndim else float(x + e),) + args[k + 1:]
+        minus = args[:k] + (x - e if x.ndim else float(x - e),) + args[k + 1:]
+        cols.append((np.asarray(f(*plus), np.float64) - np.asarray(f(*minus), np.float64)) / (2 * eps))
+    out_shape = np.shape(cols[0])
+    return np.stack(cols, axis=-1).reshape(out_shape + x.shape)
+
+
+MODES = ("rev", "fwd", "auto")
+
+
+# ---- jacobian --------------------------------------------------------------------------------------------
+
+
+def wide(x):          # R^5 -> R^2: auto picks rev
+    return np.array([np.sum(np.sin(x)), np.prod(x[:3])]) if False else np.stack([np.sum(np.sin(x)), x[0] * x[1] * x[2]])
+
+
+def tall(x):          # R^2 -> R^6: auto picks fwd
+    return np.concatenate([np.exp(x) * x[0], np.tanh(x[::-1]), x ** 2])
+
+
+def matrix_in_out(A):  # R^(3x2) -> R^(2x2)
+    return np.tanh(A.T @ A) + A[:2] * 2.0
+
+
+def scalar_out(A):
+    return np.sum(np.sin(A) * A)
+
+
+def scalar_in(a):
+    return np.array([a, a ** 2, np.sin(a)])
+
+
+JAC_CASES = [
+    (wide, lambda r: (r.normal(size=5),)),
+    (tall, lambda r: (r.normal(size=2),)),
+    (matrix_in_out, lambda r: (r.normal(size=(3, 2)),)),
+    (scalar_out, lambda r: (r.normal(size=(2, 3)),)),
+    (scalar_in, lambda r: (0.7,)),
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("fn,make", JAC_CASES, ids=[c[0].__name__ for c in JAC_CASES])
+def test_jacobian_against_finite_differences(fn: Callable[..., Any], make: Callable[..., tuple], mode: str) -> None:
+    args = make(rng(1))
+    J = bytegrad.jacobian(fn, mode=mode)(*args)
+    expected = fd_jacobian(fn, args)
+    assert np.shape(J) == expected.shape == np.shape(fn(*args)) + np.shape(args[0])
+    np.testing.assert_allclose(J, expected, rtol=1e-6, atol=1e-8)
+
+
+def test_jacobian_modes_agree_exactly_on_a_network() -> None:
+    r = rng(2)
+    W1, W2 = r.normal(size=(4, 3)), r.normal(size=(5, 4))
+
+    def net(x):
+        return W2 @ np.tanh(W1 @ x)
+
+    x = r.normal(size=3)
+    Jr = bytegrad.jacobian(net, mode="rev")(x)
+    Jf = bytegrad.jacobian(net, mode="fwd")(x)
+    np.testing.assert_allclose(Jr, Jf, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(Jr, W2 @ np.diag(1 - np.tanh(W1 @ x) ** 2) @ W1, rtol=1e-12)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_jacobian_of_several_arguments(mode: str) -> None:
+    r = rng(3)
+    A, x = r.normal(size=(2, 3)), r.normal(size=3)
+    JA, Jx = bytegrad.jacobian(lambda A, x: np.sin(A @ x), wrt=(0, 1), mode=mode)(A, x)
+    assert JA.shape == (2, 2, 3) and Jx.shape == (2, 3)
+    np.testing.assert_allclose(JA, fd_jacobian(lambda A, x: np.sin(A @ x), (A, x), 0), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(Jx, np.cos(A @ x)[:, None] * A, rtol=1e-12)
+
+
+def test_jacobian_float32_and_constant_output() -> None:
+    x = np.arange(3, dtype=np.float32)
+    J = bytegrad.jacobian(lambda x: x * 2.0)(x)
+    assert J.dtype == np.float32
+    np.testing.assert_array_equal(J, 2 * np.eye(3))
+    np.testing.assert_array_equal(bytegrad.jacobian(lambda x: np.ones(2))(np.ones(3)), np.zeros((2, 3)))
+
+
+def test_jacobian_errors() -> None:
+    with pytest.raises(bytegrad.WrtError, match="container"):
+        bytegrad.jacobian(lambda p: p["a"] * 2)({"a": np.ones(2)})
+    with pytest.raises(bytegrad.NonScalarOutputError, match="float array or a float"):
+        bytegrad.jacobian(lambda x: [x, x])(np.ones(2))
+    with pytest.raises(ValueError, match="mode"):
+        bytegrad.jacobian(lambda x: x, mode="sideways")
+
+
+# ---- hessian and hvp ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ("fwd", "rev"))
+def test_hessian_of_quadratic_forms(mode: str) -> None:
+    r = rng(4)
+    M = r.normal(size=(4, 4))
+    A = M + M.T
+    b = r.normal(size=4)
+    x = r.normal(size=4)
+    np.testing.assert_allclose(bytegrad.hessian(lambda x: 0.5 * x @ A @ x + b @ x, mode=mode)(x), A, rtol=1e-12)
+    # x^T M x (M not symmetric): Hessian M + M^T
+    np.testing.assert_allclose(bytegrad.hessian(lambda x: x @ (M @ x), mode=mode)(x), M + M.T, rtol=1e-12)
+    # matrix argument: f(X) = sum(X * X) has Hessian 2 I, of shape X.shape + X.shape
+    X = r.normal(size=(2, 3))
+    H = bytegrad.hessian(lambda X: np.sum(X * X), mode=mode)(X)
+    np.testing.assert_allclose(H, 2 * np.eye(6).reshape(2, 3, 2, 3), rtol=1e-12)
+
+
+def composition(x):
+    return np.sum(np.tanh(x) ** 2 * np.exp(-x)) + np.log(1 + x @ x) * x[0]
+
+
+def softmax_loss(x):
+    z = x - np.max(x)
+    return np.log(np.sum(np.exp(z))) - z[1]
+
+
+def with_python_callee(x):
+    def rbf(a, b):
+        return np.exp(-np.sum((a - b) ** 2))
+
+    return rbf(x, np.ones_like(x)) * np.sum(np.sin(x)) + np.mean(x[1:] * x[:-1])
+
+
+@pytest.mark.parametrize("mode", ("fwd", "rev"))
+@pytest.mark.parametrize("fn", [composition, softmax_loss, with_python_callee], ids=lambda f: f.__name__)
+def test_hessian_against_finite_differences_of_the_gradient(fn: Callable[..., Any], mode: str) -> None:
+    x = rng(5).normal(size=4)
+    H = bytegrad.hessian(fn, mode=mode)(x)
+    expected = fd_jacobian(bytegrad.grad(fn), (x,))
+    np.testing.assert_allclose(H, expected, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(H, H.T, rtol=1e-10, atol=1e-12)
+
+
+def test_hessian_of_a_function_using_closures() -> None:
+    r = rng(6)
+    W = r.normal(size=(3, 3))
+    shift = r.normal(size=3)
+
+    def make_loss(scale):
+        def loss(x):
+            return scale * np.sum(np.sin(W @ x + shift) ** 2)
+        return loss
+
+    loss = make_loss(1.7)
+    x = r.normal(size=3)
+    H = bytegrad.hessian(loss)(x)
+    s = np.sin(W @ x + shift)
+    c = np.cos(W @ x + shift)
+    expected = 1.7 * W.T @ np.diag(2 * (c ** 2 - s ** 2)) @ W
+    np.testing.assert_allclose(H, expected, rtol=1e-10, atol=1e-12)
+
+
+def test_hessian_with_respect_to_a_named_argument() -> None:
+    def f(a, x):
+        return a * np.sum(x ** 3)
+
+    x = np.array([1.0, 2.0])
+    np.testing.assert_allclose(bytegrad.hessian(f, wrt="x")(2.0, x), np.diag(2.0 * 6 * x))
+
+
+@pytest.mark.parametrize("fn", [composition, softmax_loss, with_python_callee], ids=lambda f: f.__name__)
+def test_hvp_matches_hessian_times_vector(fn: Callable[..., Any]) -> None:
+    r = rng(7)
+    x, v = r.normal(size=4), r.normal(size=4)
+    np.testing.assert_allclose(bytegrad.hvp(fn, (x,), (v,)), bytegrad.hessian(fn, mode="rev")(x) @ v,
+                               rtol=1e-10, atol=1e-12)
+
+
+def test_hvp_of_several_arguments() -> None:
+    def f(x, y):
+        return np.sum(x ** 2 * y) + np.sum(y ** 3)
+
+    x, y = np.array([1.0, 2.0]), np.array([3.0, -1.0])
+    u, w = np.array([0.5, 1.0]), np.array([1.0, 2.0])
+    hx, hy = bytegrad.hvp(f, (x, y), (u, w))
+    # d2f/dx2 = diag(2y), d2f/dxdy = diag(2x), d2f/dy2 = diag(6y)
+    np.testing.assert_allclose(hx, 2 * y * u + 2 * x * w)
+    np.testing.assert_allclose(hy, 2 * x * u + 6 * y * w)
+
+
+# ---- nested gradients -------------------------------------------------------------------------------------
+
+
+def test_perturbation_confusion() -> None:
+    """d/dx [x * d/dy (x + y)] is 1: the inner derivative must not see the outer x as its own."""
+
+    def f(x):
+        return x * bytegrad.grad(lambda y: x + y)(1.0)
+
+    assert bytegrad.grad(f)(2.0) == 1.0
+
+    def g(x):  # the same, evaluated at y = x: still 1, not 2
+        return x * bytegrad.grad(lambda y: x + y)(x)
+
+    assert bytegrad.grad(g)(2.0) == 1.0
+
+    def h(x):  # arrays, and the inner derivative taken with respect to the closure's own variable
+        return np.sum(x * bytegrad.grad(lambda y: np.sum(x * y + y))(x))
+
+    x = np.array([1.0, 2.0])
+    np.testing.assert_allclose(bytegrad.grad(h)(x), 2 * x + 1)
+
+
+def test_two_nested_gradients_of_the_same_closure_variable() -> None:
+    """d/dx [ d/dy (x * y^2) ] at y = 3, with both levels closing over x: d/dx (2 x y) = 2 y = 6."""
+
+    def outer(x):
+        def inner(y):
+            return x * y ** 2
+        return bytegrad.grad(inner)(3.0)
+
+    assert bytegrad.grad(outer)(5.0) == pytest.approx(6.0, rel=1e-12)
+
+
+def test_grad_of_grad() -> None:
+    f = lambda x: x ** 4 + np.sin(x)  # noqa: E731
+    d2 = bytegrad.grad(bytegrad.grad(f))
+    d3 = bytegrad.grad(d2)
+    for x in (0.3, 1.7):
+        assert d2(x) == pytest.approx(12 * x ** 2 - np.sin(x), rel=1e-12)
+        assert d3(x) == pytest.approx(24 * x - np.cos(x), rel=1e-12)
+
+
+def test_gradient_penalty_loss() -> None:
+    """A loss that contains the norm of its own input gradient (as in WGAN-GP), differentiated
+    with respect to the parameters."""
+    r = rng(8)
+    W, x = r.normal(size=(3, 4)), r.normal(size=4)
+
+    def critic(x, W):
+        return np.sum(np.tanh(W @ x))
+
+    def loss(W):
+        g = bytegrad.grad(critic)(x, W)
+        return critic(x, W) + 0.5 * np.sum(g ** 2)
+
+    W_bar = bytegrad.grad(loss)(W)
+    np.testing.assert_allclose(W_bar, fd_jacobian(loss, (W,)), rtol=1e-6, atol=1e-8)
+
+
+def test_nested_gradient_of_pytrees_and_float32() -> None:
+    def inner(p, x):
+        return np.sum(np.tanh(p["W"] @ x) * p["s"])
+
+    def outer(x, p):
+        g = bytegrad.grad(inner)(p, x)
+        return np.sum(g["W"] ** 2) + g["s"] ** 2
+
+    r = rng(9)
+    p = {"W": r.normal(size=(2, 3)), "s": 1.3}
+    x = r.normal(size=3)
+    x_bar = bytegrad.grad(outer)(x, p)
+    np.testing.assert_allclose(x_bar, fd_jacobian(lambda x: outer(x, p), (x,)), rtol=1e-6, atol=1e-8)
+    x32 = x.astype(np.float32)
+    p32 = {"W": p["W"].astype(np.float32), "s": 1.3}
+    x_bar32 = bytegrad.grad(outer)(x32, p32)
+    assert x_bar32.dtype == np.float32
+    np.testing.assert_allclose(x_bar32, x_bar, rtol=1e-4, atol=1e-5)
+
+
+def test_nested_vjp_and_value_and_grad() -> None:
+    def inner(x):
+        return np.sin(x) * x
+
+    def outer(x):
+        _, back = bytegrad.vjp(inner, x)
+        (x_bar,) = back(np.ones_like(x))
+        value, g = bytegrad.value_and_grad(lambda z: np.sum(z ** 3))(x)
+        return np.sum(x_bar * x) + value * np.sum(g)
+
+    x = rng(10).normal(size=3)
+    np.testing.assert_allclose(bytegrad.grad(outer)(x), fd_jacobian(outer, (x,)), rtol=1e-6, atol=1e-8)
+
+
+def test_nested_through_mutation_and_indexing() -> None:
+    """The inner reverse pass writes into fresh arrays (getitem pullbacks): recorded like user code."""
+
+    def inner(x):
+        buf = np.zeros(3)
+        buf[0] = x[2] * x[1]
+        buf[1:] = np.sin(x[:2])
+        return np.sum(buf ** 2) + np.sum(x[[0, 0, 2]])
+
+    def outer(x):
+        return np.sum(bytegrad.grad(inner)(x) * x)
+
+    x = rng(11).normal(size=3)
+    np.testing.assert_allclose(bytegrad.grad(outer)(x), fd_jacobian(outer, (x,)), rtol=1e-6, atol=1e-8)
+
+
+def test_jacobian_inside_a_gradient() -> None:
+    """jacobian taken inside a differentiated function (log-determinant of a map's Jacobian)."""
+    A = np.array([[1.0, 0.3], [0.2, 0.8]])
+
+    def flow(z):
+        return np.tanh(A @ z) + z
+
+    def log_det(z):
+        J = bytegrad.jacobian(flow)(z)
+        return np.log(np.abs(J[0, 0] * J[1, 1] - J[0, 1] * J[1, 0]))
+
+    z = np.array([0.4, -0.3])
+    np.testing.assert_allclose(bytegrad.grad(log_det)(z), fd_jacobian(log_det, (z,)), rtol=1e-6, atol=1e-8)
+
+
+def test_jvp_inside_a_gradient() -> None:
+    """Reverse over forward: grad of a function that calls jvp."""
+
+    def f(x):
+        return np.sin(x) * x
+
+    def outer(x):
+        _, t = bytegrad.jvp(f, (x,), (np.ones_like(x),))
+        return np.sum(t ** 2)
+
+    x = rng(12).normal(size=3)
+    np.testing.assert_allclose(bytegrad.grad(outer)(x), fd_jacobian(outer, (x,)), rtol=1e-6, atol=1e-8)
+
+
+def test_hessian_errors() -> None:
+    with pytest.raises(bytegrad.WrtError, match="one argument"):
+        bytegrad.hessian(lambda x, y: x * y, wrt=(0, 1))
