@@ -30,12 +30,15 @@ from bytegrad.rules import (
     rrule as rrule,
     scalar_rule as scalar_rule,
 )
+from bytegrad.introspect import explain as explain
+from bytegrad.precompile import precompile as precompile
 from bytegrad.runtime.forward import PerformanceWarning as PerformanceWarning
 
 __version__ = "0.1.0"
 
 __all__ = [
     "differentiate", "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp", "PerformanceWarning",
+    "explain", "precompile",
     "DifferentiationError", "DuplicateRuleError", "MutationError", "NonScalarOutputError", "NoRuleError",
     "PullbackError", "UnsupportedOpcodeError", "WrtError",
     "NO_TANGENT", "ZERO", "differentiate_through", "frule", "non_differentiable", "not_implemented",
