@@ -11,3 +11,13 @@ from hypothesis import settings
 settings.register_profile("ci", max_examples=40)
 settings.register_profile("long", max_examples=int(os.environ.get("BYTEGRAD_LONG_EXAMPLES", "20000")))
 settings.load_profile(os.environ.get("BYTEGRAD_HYPOTHESIS_PROFILE", "ci"))
+
+# The on-disk caches (bytegrad/runtime/diskcache.py) must never write into the user's real cache
+# directory: this test process, and every subprocess it starts, uses a fresh private one.
+import atexit  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+
+_TEST_CACHE_DIR = tempfile.mkdtemp(prefix="bytegrad-test-cache-")
+os.environ["BYTEGRAD_CACHE_DIR"] = _TEST_CACHE_DIR
+atexit.register(shutil.rmtree, _TEST_CACHE_DIR, True)

@@ -64,6 +64,7 @@ def test_directory_is_created_with_mode_0700(cache):
 
 def test_default_directory_is_per_user(tmp_path, monkeypatch):
     monkeypatch.delenv("BYTEGRAD_CACHE_DIR", raising=False)
+    monkeypatch.delenv("BYTEGRAD_DISABLE_DISK_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     diskcache._reset_for_tests()
     assert diskcache.cache_dir() == (tmp_path / "xdg" / "bytegrad").resolve()

@@ -514,8 +514,12 @@ _SAFE_BUILTINS = frozenset({
 })
 
 
+_SAFE_STDLIB = {"functools": frozenset({"partial"}), "collections": frozenset({"OrderedDict"})}
+
+
 class _SafeUnpickler(pickle.Unpickler):
-    """Finds only bytegrad's own names, NumPy ufuncs, types and reconstructors, and plain builtins."""
+    """Finds only bytegrad's own names, NumPy ufuncs, types and reconstructors, `operator` and `math`
+    functions, and plain builtins."""
 
     def find_class(self, module: str, name: str) -> Any:
         if module == "builtins" and name in _SAFE_BUILTINS:
@@ -526,6 +530,10 @@ class _SafeUnpickler(pickle.Unpickler):
             obj = super().find_class(module, name)
             if _numpy_ok(obj, name):
                 return obj
+        if module in _SAFE_STDLIB and name in _SAFE_STDLIB[module]:
+            return super().find_class(module, name)
+        if module in ("operator", "_operator", "math") and not name.startswith("_"):
+            return super().find_class(module, name)  # pure functions: rules are attached to them
         if module == "copyreg" and name in ("_reconstructor", "__newobj__", "__newobj_ex__"):
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"bytegrad's cache does not load {module}.{name}")

@@ -9,13 +9,9 @@ import os
 import types
 from typing import Any, Optional
 
-from bytecode import Bytecode
-
 from bytegrad.errors import SourceLoc
 from bytegrad.rules import registry
 from bytegrad.transform import cache
-from bytegrad.transform.activity import analyze
-from bytegrad.transform.rewrite import rewrite
 
 __all__ = ["rewrite_code", "rewritten_function", "param_names"]
 
@@ -33,19 +29,34 @@ def rewrite_code(code: types.CodeType, active: frozenset[str], fn_globals: dict[
     """Rewrite `code` so that operations on the `active` parameters call the differentiation hooks.
 
     `immutable` names parameters bound to ints, strings, None...: nothing can make them active.
+    A rewrite stored on disk by an earlier process is loaded instead when everything it assumed
+    (the globals and rules it resolved) still holds: see `cache.rewrite_cached`.
     """
-    loc = SourceLoc(code.co_filename, code.co_firstlineno, code.co_qualname if hasattr(code, "co_qualname")
-                    else code.co_name)
-    bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
-    act = analyze(bc, set(active), fn_globals, loc, immutable_params=immutable)
-    new_bc, hooked = rewrite(bc, act, loc)
-    new_code = new_bc.to_code()
+    new_code = cache.rewrite_cached(
+        code, active, immutable, fn_globals,
+        lambda assumed: _rewrite_fresh(code, active, fn_globals, immutable, assumed))
     if _DUMP and (_DUMP == "1" or code.co_name in _DUMP.split(",")):
         import dis
         print(f"---- bytegrad: {code.co_qualname if hasattr(code, 'co_qualname') else code.co_name} "
-              f"active={sorted(active)} hooked={hooked}")
+              f"active={sorted(active)}")
         dis.dis(new_code)
     return new_code
+
+
+def _rewrite_fresh(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, Any],
+                   immutable: frozenset[str], assumed: Any) -> types.CodeType:
+    # Imported here: a process whose rewrites all come from the disk cache never imports `bytecode`.
+    from bytecode import Bytecode
+
+    from bytegrad.transform.activity import analyze
+    from bytegrad.transform.rewrite import rewrite
+
+    loc = SourceLoc(code.co_filename, code.co_firstlineno, code.co_qualname if hasattr(code, "co_qualname")
+                    else code.co_name)
+    bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
+    act = analyze(bc, set(active), fn_globals, loc, immutable_params=immutable, assumed=assumed)
+    new_bc, _hooked = rewrite(bc, act, loc)
+    return new_bc.to_code()
 
 
 _INERT = (int, bool, str, bytes, type(None), range, slice, type(Ellipsis), float, complex)

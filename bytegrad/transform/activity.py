@@ -72,11 +72,13 @@ def _join_all(slots: Any) -> Slot:
 
 
 def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], loc: SourceLoc,
-            cells_active: bool = True, immutable_params: frozenset[str] = frozenset()) -> Activity:
+            cells_active: bool = True, immutable_params: frozenset[str] = frozenset(),
+            assumed: Any = None) -> Activity:
     """Compute the activity of every stack slot; see the module docstring.
 
     `immutable_params` hold ints, strings, None...: when the function never rebinds them, no
-    aliasing or mutation can make them active.
+    aliasing or mutation can make them active. `assumed` (a `cache.Assumptions`) records every
+    global and module attribute the analysis resolved, so a cached rewrite can be revalidated.
     """
     instrs = list(bc)
     n = len(instrs)
@@ -106,6 +108,8 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
             return (True, False, frozenset({"G:" + name}), None)
         in_module = name in fn_globals
         value = fn_globals.get(name, bltns.get(name))
+        if assumed is not None:
+            assumed.note_global(name, value, in_module)
         if isinstance(value, _INERT_TYPES):
             # builtins (rarely rebound) and modules are remembered, to see through `len(x)`, `np.shape(x)`
             known = value if (not in_module or isinstance(value, types.ModuleType)) else None
@@ -232,6 +236,8 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
                 obj = stack.pop()
                 name, method = opcodes.attr_parts(ins)
                 known = getattr(obj[3], name, None) if isinstance(obj[3], types.ModuleType) else None
+                if assumed is not None and isinstance(obj[3], types.ModuleType):
+                    assumed.note_attr(obj[3], name, known)
                 if name in NONDIFF_ATTRS and not method:
                     value = (False, False, frozenset(), None)
                 else:

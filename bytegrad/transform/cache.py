@@ -92,3 +92,246 @@ def stats(code: types.CodeType) -> dict[str, int]:
 def clear() -> None:
     with COMPILE_LOCK:
         _CACHES.clear()
+
+
+# ---- rewritten code on disk ------------------------------------------------------------------------
+#
+# A fresh process that needs a rewrite an earlier process already made loads it from the disk
+# cache (runtime.diskcache, namespace "code") instead of running the rewriter. The entry key is
+# the sha256 of the original code (marshal), the CPython cache tag, the bytegrad version and the
+# rewrite's inputs (active and immutable parameters). The registry version is process-local, so
+# instead every entry records what the rewrite assumed (each global and module attribute the
+# analysis resolved, and the rule each resolved object had) and a load checks that it still holds.
+#
+# Rewritten code holds constants marshal cannot write (hook functions, Site objects, fused sites):
+# they are replaced by placeholder strings, recursively in nested code objects, and pickled in a side
+# table that is loaded through diskcache.safe_loads (bytegrad, NumPy and plain builtins only).
+
+DISK_NAMESPACE = "code"
+#: environment variables that change what the rewrite emits: part of the disk key
+DISK_KEY_ENV = ("BYTEGRAD_DISABLE_NUMBA", "BYTEGRAD_DISABLE_FUSION")
+_ENTRY_FORMAT = 1
+_PLACEHOLDER = "\x00bytegrad-const:"
+_SIMPLE = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis))
+
+_disk = {"rewrites": 0, "disk_hits": 0, "disk_misses": 0, "disk_stale": 0, "disk_stores": 0,
+         "disk_unstorable": 0, "rewrite_ns": 0, "load_ns": 0}
+
+
+def disk_stats() -> dict[str, int]:
+    """Counters of this process: rewrites run, rewrites loaded from disk (disk_hits), entries whose
+    assumptions no longer held (disk_stale), stores, and the time spent rewriting and loading."""
+    return dict(_disk)
+
+
+def _describe(value: Any) -> tuple:
+    """What the rewrite may have relied on about a value: its type, and for modules, classes and
+    functions which one it is (module + qualified name)."""
+    if isinstance(value, types.ModuleType):
+        return ("module", value.__name__)
+    t = type(value)
+    tname = f"{t.__module__}.{t.__qualname__}"
+    if callable(value) and hasattr(value, "__name__"):
+        return ("object", tname, str(getattr(value, "__module__", None) or ""),
+                str(getattr(value, "__qualname__", None) or value.__name__))
+    return ("value", tname)
+
+
+def _rule_of(value: Any) -> Optional[tuple]:
+    from bytegrad.rules import registry
+
+    rule = registry.lookup(value)
+    if rule is None:
+        return None
+    at = rule.defined_at
+    return (rule.kind.value, (at.filename, at.lineno) if at is not None else None)
+
+
+class Assumptions:
+    """The globals and module attributes one rewrite resolved (filled in by `activity.analyze`)."""
+
+    __slots__ = ("globals", "attrs")
+
+    def __init__(self) -> None:
+        self.globals: dict[str, tuple[bool, Any]] = {}
+        self.attrs: dict[tuple[str, str], Any] = {}
+
+    def note_global(self, name: str, value: Any, in_module: bool) -> None:
+        self.globals[name] = (in_module, value)
+
+    def note_attr(self, module: types.ModuleType, name: str, value: Any) -> None:
+        self.attrs[(module.__name__, name)] = value
+
+    def freeze(self) -> tuple:
+        """A marshal-able record: (name, in module, description, rule) per global, and
+        (module, attribute, description, rule) per module attribute."""
+        g = tuple(sorted((name, in_module, _describe(v), _rule_of(v))
+                         for name, (in_module, v) in self.globals.items()))
+        a = tuple(sorted((mod, name, _describe(v), _rule_of(v)) for (mod, name), v in self.attrs.items()))
+        return (g, a)
+
+
+def _assumptions_hold(frozen: Any, fn_globals: dict[str, Any]) -> bool:
+    import builtins
+    import sys
+
+    bltns = fn_globals.get("__builtins__", builtins)
+    if isinstance(bltns, types.ModuleType):
+        bltns = bltns.__dict__
+    g, a = frozen
+    for name, in_module, desc, rule in g:
+        value = fn_globals.get(name, bltns.get(name))
+        if (name in fn_globals) != in_module or _describe(value) != desc or _rule_of(value) != rule:
+            return False
+    for modname, name, desc, rule in a:
+        module = sys.modules.get(modname)
+        if module is None:
+            return False
+        value = getattr(module, name, None)
+        if _describe(value) != desc or _rule_of(value) != rule:
+            return False
+    return True
+
+
+def _disk_key(code: types.CodeType, active: frozenset[str], immutable: frozenset[str]) -> Optional[str]:
+    import hashlib
+    import marshal
+    import os
+    import sys
+
+    from bytegrad.runtime import diskcache
+
+    try:
+        raw = marshal.dumps(code, 2)  # version 2 writes no refcount-dependent back-references: stable
+    except ValueError:
+        return None
+    h = hashlib.sha256(raw)
+    options = tuple(os.environ.get(name, "") for name in DISK_KEY_ENV)
+    h.update(repr((sys.implementation.cache_tag, diskcache.bytegrad_version(), _ENTRY_FORMAT,
+                   sorted(active), sorted(immutable), options)).encode())
+    return h.hexdigest()
+
+
+def _strip(code: types.CodeType, nonce: str, table: list[Any]) -> types.CodeType:
+    """`code` with every constant marshal cannot write replaced by a placeholder (recursively)."""
+    consts = []
+    changed = False
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            new = _strip(c, nonce, table)
+        elif _marshalable(c):
+            new = c
+        else:
+            new = f"{_PLACEHOLDER}{nonce}:{len(table)}"
+            table.append(c)
+        changed = changed or new is not c
+        consts.append(new)
+    return code.replace(co_consts=tuple(consts)) if changed else code
+
+
+def _marshalable(c: Any) -> bool:
+    t = type(c)
+    if t in _SIMPLE:
+        return not (t is str and c.startswith(_PLACEHOLDER))
+    if t is tuple or t is frozenset:
+        return all(_marshalable(x) for x in c)
+    return False
+
+
+def _restore(code: types.CodeType, nonce: str, table: list[Any]) -> types.CodeType:
+    prefix = f"{_PLACEHOLDER}{nonce}:"
+    consts = []
+    changed = False
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            new = _restore(c, nonce, table)
+        elif type(c) is str and c.startswith(prefix):
+            new = table[int(c[len(prefix):])]
+        else:
+            new = c
+        changed = changed or new is not c
+        consts.append(new)
+    return code.replace(co_consts=tuple(consts)) if changed else code
+
+
+def _label(code: types.CodeType) -> str:
+    import os
+
+    name = getattr(code, "co_qualname", code.co_name)
+    return f"{name} ({os.path.basename(code.co_filename)}:{code.co_firstlineno})"
+
+
+def _encode(new_code: types.CodeType, assumed: Assumptions) -> Optional[bytes]:
+    import logging
+    import marshal
+    import os
+    import pickle
+
+    from bytegrad.runtime import diskcache
+
+    nonce = os.urandom(8).hex()
+    table: list[Any] = []
+    try:
+        stripped = _strip(new_code, nonce, table)
+        side = diskcache.safe_dumps(table)
+        return marshal.dumps((_ENTRY_FORMAT, nonce, stripped, assumed.freeze(), side))
+    except (pickle.PicklingError, TypeError, AttributeError, ValueError, RecursionError) as exc:
+        # a constant that cannot be serialized only means "not stored": this process keeps working
+        logging.getLogger("bytegrad.cache").debug("not storing the rewrite of %s: %s", new_code.co_name, exc)
+        return None
+
+
+def _decode(payload: bytes, fn_globals: dict[str, Any]) -> Optional[types.CodeType]:
+    """The stored rewrite, or None when it is malformed or its assumptions no longer hold."""
+    import marshal
+    import pickle
+
+    from bytegrad.runtime import diskcache
+
+    try:
+        fmt, nonce, stripped, frozen, side = marshal.loads(payload)
+    except (ValueError, EOFError, TypeError):
+        return None
+    if fmt != _ENTRY_FORMAT or not isinstance(stripped, types.CodeType) or not isinstance(side, bytes):
+        return None
+    try:
+        if not _assumptions_hold(frozen, fn_globals):
+            _disk["disk_stale"] += 1
+            return None
+        table = diskcache.safe_loads(side)
+        return _restore(stripped, nonce, table)
+    except (pickle.UnpicklingError, AttributeError, ImportError, EOFError, ValueError, TypeError,
+            IndexError, KeyError):
+        return None  # an entry that does not fit this process: a fresh rewrite is always safe
+
+
+def rewrite_cached(code: types.CodeType, active: frozenset[str], immutable: frozenset[str],
+                   fn_globals: dict[str, Any], rewrite: Callable[[Assumptions], types.CodeType]) -> types.CodeType:
+    """The rewrite of `code`, from the disk cache when an earlier process stored one whose
+    assumptions still hold; else `rewrite(assumptions)` is run and its result stored."""
+    import time
+
+    from bytegrad.runtime import diskcache
+
+    key = _disk_key(code, active, immutable) if diskcache.cache_dir() is not None else None
+    if key is not None:
+        t0 = time.perf_counter_ns()
+        payload = diskcache.load(DISK_NAMESPACE, key)
+        loaded = _decode(payload, fn_globals) if payload is not None else None
+        if loaded is not None:
+            _disk["disk_hits"] += 1
+            _disk["load_ns"] += time.perf_counter_ns() - t0
+            return loaded
+        _disk["disk_misses"] += 1
+    assumed = Assumptions()
+    t0 = time.perf_counter_ns()
+    new_code = rewrite(assumed)
+    _disk["rewrite_ns"] += time.perf_counter_ns() - t0
+    _disk["rewrites"] += 1
+    if key is not None:
+        payload = _encode(new_code, assumed)
+        if payload is None:
+            _disk["disk_unstorable"] += 1
+        elif diskcache.store(DISK_NAMESPACE, key, payload, label=_label(code)):
+            _disk["disk_stores"] += 1
+    return new_code
