@@ -183,17 +183,29 @@ def bytegrad_version() -> str:
     so that a changed bytegrad (a development checkout, an upgrade) never loads another's entries."""
     global _version
     if _version is None:
-        package = Path(__file__).resolve().parent.parent
         h = hashlib.sha256()
-        for path in sorted(package.rglob("*.py")):
-            try:
-                st = path.stat()
-            except OSError:
-                continue
-            h.update(f"{path.relative_to(package)}:{st.st_size}:{st.st_mtime_ns};".encode())
+        for line in sorted(_source_stamps(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")):
+            h.update(line.encode())
         release = getattr(sys.modules.get("bytegrad"), "__version__", "0")
         _version = f"{release}+{h.hexdigest()[:16]}"
     return _version
+
+
+def _source_stamps(directory: str, rel: str) -> Iterator[str]:
+    """'path:size:mtime' for every .py file under `directory` (os.scandir: a fraction of a ms)."""
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.name.endswith(".py"):
+            try:
+                st = entry.stat()
+            except OSError:
+                continue
+            yield f"{rel}{entry.name}:{st.st_size}:{st.st_mtime_ns};"
+        elif entry.name != "__pycache__" and not entry.name.startswith(".") and entry.is_dir():
+            yield from _source_stamps(entry.path, f"{rel}{entry.name}/")
 
 
 def _entry_path(directory: Path, key: str) -> Path:
