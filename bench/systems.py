@@ -14,6 +14,7 @@ same interleaved batches as everyone else.
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -67,7 +68,7 @@ def prepare_bytegrad(case: Case, params: Any, data: tuple[Any, ...], direction: 
     import bytegrad
 
     f = bytegrad.differentiate(case.loss)
-    if direction == "reverse" and hasattr(bytegrad, "precompile"):
+    if direction == "reverse" and os.environ.get("BYTEGRAD_BENCH_TIER_UP") == "1":
         # steady state: the fused sites have tiered up (kernels compiled, or loaded from the disk
         # cache); each then keeps, per size class, whichever of kernel and NumPy rules is faster
         bytegrad.precompile(f, params, *data)
