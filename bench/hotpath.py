@@ -14,7 +14,6 @@ Each part writes its own files under bench/results/; hotpath.md gathers them wit
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
