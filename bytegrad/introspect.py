@@ -53,7 +53,7 @@ def function_stats(d: Any) -> dict[str, Any]:
             if id(fs) not in seen:
                 seen.add(id(fs))
                 sites.append(fs)
-    disk = dict(getattr(cache, "_disk", {}))
+    disk = cache.disk_stats()
     return {
         "first_gradient_s": d._first_s,
         "rewrite_s": d._rewrite_s,
@@ -88,13 +88,13 @@ def explain(fn: Any, *args: Any, wrt: Any = 0, file: Optional[TextIO] = None, **
     out.write(f"bytegrad.explain: {target.__qualname__} ({target.__code__.co_filename}:"
               f"{target.__code__.co_firstlineno}), differentiating {', '.join(sorted(active))}\n")
     for co in _codes(rewritten.__code__):
-        _explain_code(co, target.__globals__, out)
+        _explain_code(co, out)
     text = out.getvalue()
     print(text, end="", file=file if file is not None else sys.stdout)
     return text
 
 
-def _explain_code(co: types.CodeType, fn_globals: dict[str, Any], out: io.StringIO) -> None:
+def _explain_code(co: types.CodeType, out: io.StringIO) -> None:
     out.write(f"\n== code {co.co_qualname if hasattr(co, 'co_qualname') else co.co_name}\n")
     last_line = None
     for ins in dis.get_instructions(co):

@@ -126,6 +126,11 @@ def _pick(a, b):
     if a == b:
         return 0.5
     return 0.0
+
+
+@njit(inline="always")
+def _pow(a, c):
+    return a ** c
 '''
 
 
@@ -146,13 +151,6 @@ def power_formula(exponent: float) -> Formula:
         return Formula("_sqrt({0})", ("_div(0.5, {out})",))
     return Formula(f"_pow({{0}}, {c!r})", (f"({c!r} * _pow({{0}}, {c - 1.0!r}))",))
 
-
-HELPERS += '''
-
-@njit(inline="always")
-def _pow(a, c):
-    return a ** c
-'''
 
 
 def fusable(fn: Any) -> bool:

@@ -59,7 +59,7 @@ class FusedSite:
 
     __slots__ = ("site", "operands", "nodes", "leaf_names", "n_leaves", "leaf_pos", "callee_pos",
                  "expr", "spent", "numpy_calls", "kernel_calls", "compile_s", "state", "plans",
-                 "kernels", "choice", "__weakref__")
+                 "kernels", "choice", "price", "__weakref__")
 
     def __init__(self, site: Any, operands: tuple[int, ...], nodes: tuple[Node, ...],
                  leaf_names: tuple[str, ...]) -> None:
@@ -86,6 +86,7 @@ class FusedSite:
         self.plans: dict[Any, kernels.Plan] = {}
         self.kernels: dict[Any, Optional[kernels.Kernels]] = {}
         self.choice: dict[Any, bool] = {}  # (dtype, active, size class) -> use the kernel
+        self.price = kernels.MIN_COST      # seconds: the compile cost to beat (see _maybe_tier_up)
 
     def __repr__(self) -> str:
         return f"<fused site {self.expr} at {self.site.filename}:{self.site.lineno}>"
@@ -205,16 +206,22 @@ def _plan_for(fs: FusedSite, dtype: str, active: tuple[bool, ...]) -> kernels.Pl
 
 
 def _maybe_tier_up(fs: FusedSite, ops: tuple) -> None:
+    """Ski rental. `fs.price` is the compile cost last estimated for this site (at first a lower
+    bound), so the estimate, which generates the kernel source and looks for it on disk, is only
+    made when the time spent crosses it: not on every call of a hot site."""
+    if POLICY == "never" or (POLICY != "always" and fs.spent * BACKWARD_FACTOR < fs.price):
+        return
     if kernels.disabled():
         fs.state = "disabled"
         return
     dtype = _kernel_dtype(fs, ops)
     if dtype is None:
         return
-    active = tuple(True for _ in range(fs.n_leaves))
-    p = _plan_for(fs, dtype, active)
-    if POLICY == "never" or (POLICY != "always" and fs.spent * BACKWARD_FACTOR < kernels.cost_estimate(p)):
-        return
+    p = _plan_for(fs, dtype, tuple(True for _ in range(fs.n_leaves)))
+    if POLICY != "always":
+        fs.price = kernels.cost_estimate(p)
+        if fs.spent * BACKWARD_FACTOR < fs.price:
+            return
     fs.state = "kernel"  # kernels compile on the next eligible call, for its activity pattern
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import operator
 import os
 import re
 import sys
@@ -30,13 +31,15 @@ from bytegrad.rules import kernel_formulas
 from bytegrad.rules.kernel_formulas import Formula
 
 KERNEL_FORMAT = 1
-_DTYPES = {"float64": "float64", "float32": "float32"}
+_DTYPES = frozenset({"float64", "float32"})
 _LOCK = threading.RLock()
 _MODULES: dict[str, types.ModuleType] = {}
 _warned_no_cache = False
 
 #: seconds; replaced by what this process measures
 _cost = {"import": 0.45, "compile": 0.20, "load": 0.01}
+#: no kernel module costs less than this to get (a forward and one backward ufunc, loaded)
+MIN_COST = 2 * _cost["load"]
 _numba_failed: Optional[str] = None
 
 
@@ -72,7 +75,6 @@ _NAME = re.compile(r"\b(?:[at]\d+|out|g)\b")
 
 
 def _formula(node: Any) -> Formula:
-    import operator
     if node.fn is operator.pow:
         return kernel_formulas.power_formula(node.args[1][1])
     return kernel_formulas.FORMULAS[node.fn]
@@ -136,7 +138,8 @@ def plan(nodes: tuple[Any, ...], n_leaves: int, dtype: str, active: tuple[bool, 
         terms = contrib_leaves.get(j) or ["(g * 0.0)"]
         by_expr.setdefault(" + ".join(terms), []).append(j)
 
-    ty = _DTYPES[dtype]
+    assert dtype in _DTYPES, dtype
+    ty = dtype
     body = [f"_T = np.{ty}", "_nan = _T(np.nan)", "_inf = _T(np.inf)", kernel_formulas.HELPERS]
     fparams = [f"a{j}" for j in range(n_leaves)]
     body.append(_ufunc("forward", fparams, fwd_lines[:-1], fwd_lines[-1][1], ty))

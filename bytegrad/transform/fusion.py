@@ -15,7 +15,7 @@ model exactly makes the values it touches unknown, and a tree with an unknown op
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from bytecode import Instr, Label, TryBegin, TryEnd
@@ -55,7 +55,6 @@ class _Op:
     operands: list[_Item]      # value operands, in order
     callee: Optional[_Item] = None
     null: Optional[_Item] = None
-    children: list[Optional["_Op"]] = field(default_factory=list)
 
 
 @dataclass
@@ -69,7 +68,7 @@ class FusedPlan:
 
 def find(instrs: list[Any], act: Activity, loc: SourceLoc) -> dict[int, FusedPlan]:
     """The fused trees of a code object, by root instruction index."""
-    ops, items_by_producer = _simulate(instrs, act)
+    ops = _simulate(instrs, act)
     consumers: dict[int, _Op] = {}
     for op in ops.values():
         for it in op.operands:
@@ -88,12 +87,12 @@ def find(instrs: list[Any], act: Activity, loc: SourceLoc) -> dict[int, FusedPla
 # ---- stack simulation ------------------------------------------------------------------------
 
 
-def _simulate(instrs: list[Any], act: Activity) -> tuple[dict[int, _Op], dict[int, list[_Item]]]:
+def _simulate(instrs: list[Any], act: Activity) -> dict[int, _Op]:
+    """The fusable operations of every block, each with the stack items it consumes."""
     stacks = act.stacks
     stack: list[_Item] = []
     epoch = 0
     ops: dict[int, _Op] = {}
-    pushed: dict[int, list[_Item]] = {}
     prev_depth_ok = False
     for i, ins in enumerate(instrs):
         if not isinstance(ins, Instr):
@@ -108,77 +107,61 @@ def _simulate(instrs: list[Any], act: Activity) -> tuple[dict[int, _Op], dict[in
         if not prev_depth_ok or len(stack) != len(st):
             stack = [_UNKNOWN] * len(st)
         prev_depth_ok = True
-        name = ins.name
         kind = opcodes.kind_of(ins)
-
-        def push(n: int, start: int) -> None:
-            out = [_Item(i, k, start, epoch) for k in range(n)]
-            pushed[i] = out
-            stack.extend(out)
-
-        def pop(n: int) -> list[_Item]:
-            if n == 0:
-                return []
-            taken = stack[-n:]
-            del stack[-n:]
-            return taken
-
-        def start_of(taken: list[_Item]) -> int:
-            s = i
-            for it in taken:
-                s = min(s, it.start) if it.start >= 0 else -1
-                if s < 0:
-                    return -1
-            return s
-
-        if name in opcodes.SIMPLE_LOADS:
-            push(opcodes.simple_load_pushes(ins), i)
-            continue
-        if kind is OpKind.LOAD_GLOBAL:
-            _, null = opcodes.global_parts(ins)
-            push(2 if null else 1, i)
-            continue
-        if kind in (OpKind.LOAD_ATTR, OpKind.LOAD_METHOD):
-            _, method = opcodes.attr_parts(ins)
-            taken = pop(1)
-            push(2 if method else 1, start_of(taken))
-            continue
         if kind is OpKind.PRECALL or kind is OpKind.KW_NAMES:
-            continue
-        if opcodes.is_push_null(ins):
-            push(1, i)
-            continue
-        if kind is OpKind.BINARY:
-            taken = pop(2)
-            fn = _FUSED_BINARY.get(opcodes.binary_op(ins))
-            if fn is not None and (st[-1][0] or st[-2][0]):
-                ops[i] = _Op(i, fn, "bin", taken)
-            push(1, start_of(taken))
-            continue
-        if kind is OpKind.UNARY_NEG:
-            taken = pop(1)
-            if st[-1][0]:
-                ops[i] = _Op(i, operator.neg, "neg", taken)
-            push(1, start_of(taken))
-            continue
-        if kind is OpKind.CALL:
-            n = int(ins.arg)
-            taken = pop(n + 2)
-            _maybe_call_op(ins, i, n, taken, st, instrs, ops)
-            push(1, start_of(taken))
             continue
         if opcodes.is_terminator(ins) or kind in _BRANCHES:
             epoch += 1
             prev_depth_ok = False
             continue
-        try:
-            consumed, produced = _exact_effect(ins)
-        except ValueError:
+        effect = _effect(ins, kind)
+        if effect is None:
             prev_depth_ok = False
             continue
-        taken = pop(consumed)
-        push(produced, start_of(taken))
-    return ops, pushed
+        consumed, produced = effect
+        taken = stack[len(stack) - consumed:]
+        del stack[len(stack) - consumed:]
+        op = _fusable_op(ins, kind, i, taken, st, instrs)
+        if op is not None:
+            ops[i] = op
+        start = i
+        for it in taken:  # the code computing the result starts where its operands' code does
+            start = min(start, it.start) if it.start >= 0 and start >= 0 else -1
+        stack.extend(_Item(i, k, start, epoch) for k in range(produced))
+    return ops
+
+
+def _effect(ins: Instr, kind: OpKind) -> Optional[tuple[int, int]]:
+    """(consumed, produced) of an instruction, or None when it is not modelled exactly."""
+    if ins.name in opcodes.SIMPLE_LOADS:
+        return 0, opcodes.simple_load_pushes(ins)
+    if kind is OpKind.LOAD_GLOBAL:
+        return 0, 2 if opcodes.global_parts(ins)[1] else 1
+    if kind in (OpKind.LOAD_ATTR, OpKind.LOAD_METHOD):
+        return 1, 2 if opcodes.attr_parts(ins)[1] else 1
+    if opcodes.is_push_null(ins):
+        return 0, 1
+    if kind is OpKind.BINARY:
+        return 2, 1
+    if kind is OpKind.UNARY_NEG:
+        return 1, 1
+    if kind is OpKind.CALL:
+        return int(ins.arg) + 2, 1
+    try:
+        return _exact_effect(ins)
+    except ValueError:
+        return None
+
+
+def _fusable_op(ins: Instr, kind: OpKind, i: int, taken: list[_Item], st: Any, instrs: list[Any]) -> Optional[_Op]:
+    if kind is OpKind.BINARY:
+        fn = _FUSED_BINARY.get(opcodes.binary_op(ins))
+        return _Op(i, fn, "bin", taken) if fn is not None and (st[-1][0] or st[-2][0]) else None
+    if kind is OpKind.UNARY_NEG:
+        return _Op(i, operator.neg, "neg", taken) if st[-1][0] else None
+    if kind is OpKind.CALL:
+        return _call_op(ins, i, int(ins.arg), taken, st, instrs)
+    return None
 
 
 def _exact_effect(ins: Instr) -> tuple[int, int]:
@@ -188,31 +171,30 @@ def _exact_effect(ins: Instr) -> tuple[int, int]:
     return -pre, post
 
 
-def _maybe_call_op(ins: Instr, i: int, n: int, taken: list[_Item], st: Any, instrs: list[Any],
-                   ops: dict[int, _Op]) -> None:
+def _call_op(ins: Instr, i: int, n: int, taken: list[_Item], st: Any, instrs: list[Any]) -> Optional[_Op]:
     if n not in (1, 2):
-        return
+        return None
     j = i - 1
     while j >= 0 and isinstance(instrs[j], Instr) and opcodes.kind_of(instrs[j]) in (OpKind.PRECALL, OpKind.KW_NAMES):
         if opcodes.is_kw_names(instrs[j]):
-            return
+            return None
         j -= 1
     slot = opcodes.callable_slot(n, st)
     if slot is None or slot[3] is None:
-        return
+        return None
     fn = slot[3]
     if fn is operator.pow or not kernel_formulas.fusable(fn):
-        return
+        return None
     if len(kernel_formulas.FORMULAS[fn].partials) != n:
-        return
+        return None
     if not any(s[0] for s in st[-n:]):
-        return
+        return None
     null, callee = (taken[0], taken[1]) if opcodes.NULL_BELOW_CALLABLE else (taken[1], taken[0])
     if null.producer < 0 or callee.producer < 0:
-        return
+        return None
     if null.producer != callee.producer and not _pushes_null_alone(instrs[null.producer], null.sub):
-        return  # the NULL must come from a load that can be re-emitted without it
-    ops[i] = _Op(i, fn, "call", taken[2:], callee=callee, null=null)
+        return None  # the NULL must come from a load that can be re-emitted without it
+    return _Op(i, fn, "call", taken[2:], callee=callee, null=null)
 
 
 def _pushes_null_alone(ins: Instr, sub: int) -> bool:
