@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import time
 import types
 from typing import Any, Callable, Optional, Sequence, Union
@@ -14,7 +15,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 from bytegrad import transform
-from bytegrad.errors import NonScalarOutputError, SourceLoc, WrtError
+from bytegrad.errors import NonScalarOutputError, SourceLoc, UnsupportedOpcodeError, WrtError
 from bytegrad.rules import registry
 from bytegrad.runtime import abi, nested as _nested_sweep, pytree, writes
 from bytegrad.runtime.backward import _bw_identity
@@ -28,6 +29,10 @@ Wrt = Union[int, str, Sequence[Union[int, str]]]
 
 abi.set_rewriter(transform.rewritten_function)
 _ndarray = np.ndarray
+
+
+#: code flags of functions whose call returns a generator or coroutine instead of running the body
+_SUSPENDING = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 
 
 class Differentiated:
@@ -45,18 +50,34 @@ class Differentiated:
         self.fn = fn
         functools.update_wrapper(self, fn)
         self._target, self._bound_self = self._python_target(fn)
-        code = self._target.__code__
-        self._code = code
-        self._params = transform.param_names(code)
-        self._positional = code.co_varnames[: code.co_argcount]
         self._offset = 1 if self._bound_self is not None else 0
         self._wrt_spec = wrt
-        self._wrt, self._wrt_tuple = self._resolve_wrt(wrt)
-        self._fns: dict[Any, types.FunctionType] = {}
-        self._plans: dict[Any, Any] = {}
+        self._use_code(self._target.__code__)
         self._hits = 0
         self._first_s: Optional[float] = None   # wall time of the first gradient (for stats())
         self._rewrite_s = 0.0
+
+    def _use_code(self, code: types.CodeType) -> None:
+        """Take `code` as the function's body: everything derived from the previous body goes
+        (a body replaced in place, `f.__code__ = ...` as IPython's autoreload does, is honoured)."""
+        self._code = code
+        self._params = transform.param_names(code)
+        self._positional = code.co_varnames[: code.co_argcount]
+        self._wrt, self._wrt_tuple = self._resolve_wrt(self._wrt_spec)
+        self._fns: dict[Any, types.FunctionType] = {}
+        self._plans: dict[Any, Any] = {}
+
+    def _suspending_error(self) -> UnsupportedOpcodeError:
+        flags = self._code.co_flags
+        if flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+            construct = "an async function (`async def`): calling it returns a coroutine"
+            fix = "differentiate a plain `def` that computes the value without awaiting."
+        else:
+            construct = "a generator function (it contains `yield`): calling it returns a generator"
+            fix = ("differentiate a plain function that consumes the generator, for example "
+                   "`lambda x: sum(gen(x))`: generators called from differentiated code are supported.")
+        return UnsupportedOpcodeError(f"{self._code.co_name} is {construct}, not a value to differentiate.",
+                                      self._loc(), fix)
 
     @staticmethod
     def _python_target(fn: Any) -> tuple[types.FunctionType, Any]:
@@ -174,6 +195,13 @@ class Differentiated:
     def _forward(self, args: tuple, kwargs: dict, positions: Sequence[int],
                  strict: bool) -> tuple[Any, Tape, list, Optional["_Nested"]]:
         """Run the function with a tape: (output, tape, leaf specs, the nested record or None)."""
+        if self._target.__code__ is not self._code:
+            old_wrt = self._wrt
+            self._use_code(self._target.__code__)
+            if positions is old_wrt:  # `wrt` named a parameter of the old body: resolved anew
+                positions = self._wrt
+        if self._code.co_flags & _SUSPENDING:
+            raise self._suspending_error()
         if kwargs:
             args, kwargs = self._normalize_call(args, kwargs)
         plan = self._plans.get((len(args), positions))

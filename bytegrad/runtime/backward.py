@@ -20,6 +20,16 @@ from bytegrad.runtime import tape as _tape
 _ndarray = np.ndarray
 
 
+def singular_partial(d: Any, args: tuple, out: Any) -> Any:
+    """A partial that divided by a Python float zero (`1 / x` for np.log at 0.0): evaluated again on
+    NumPy scalars, which give inf or NaN as NumPy's own arithmetic does instead of raising."""
+    def f64(v: Any) -> Any:
+        return np.float64(v) if type(v) is float or type(v) is int else v
+
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return d(*map(f64, args), f64(out))
+
+
 def _bw_elementwise(ct: Any, node: tuple, out: Any) -> Any:
     parents = node[1]
     rule = node[3]
@@ -34,7 +44,10 @@ def _bw_elementwise(ct: Any, node: tuple, out: Any) -> Any:
         if d.__class__ is int or d.__class__ is float:
             bar = ct if d == 1 else (-ct if d == -1 else ct * d)
         else:
-            v = d(*args, out)
+            try:
+                v = d(*args, out)
+            except ZeroDivisionError:
+                v = singular_partial(d, args, out)
             bar = v if unit and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float) else ct * v
         a = args[0]
         a_shape = a.shape if type(a) is _ndarray else shape_of(a)
@@ -53,7 +66,10 @@ def _bw_elementwise(ct: Any, node: tuple, out: Any) -> Any:
         if d.__class__ is int or d.__class__ is float:
             bar = ct if d == 1 else (-ct if d == -1 else ct * d)
         else:
-            v = d(*args, out)
+            try:
+                v = d(*args, out)
+            except ZeroDivisionError:
+                v = singular_partial(d, args, out)
             bar = v if unit and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float) else ct * v
         a = args[i]
         a_shape = a.shape if type(a) is _ndarray else shape_of(a)
@@ -70,7 +86,10 @@ def _bw_unary(ct: Any, node: tuple, out: Any) -> Any:
     a = node[4][0]
     if d.__class__ is int or d.__class__ is float:
         return ct if d == 1 else (-ct if d == -1 else ct * d)
-    v = d(a, out)
+    try:
+        v = d(a, out)
+    except ZeroDivisionError:
+        v = singular_partial(d, (a,), out)
     if ct.__class__ is float and ct == 1.0 and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float):
         return v
     return ct * v

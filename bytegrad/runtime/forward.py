@@ -29,6 +29,7 @@ from bytegrad.rules.registry import NO_TANGENT, ZERO, NoTangent, Zero
 from bytegrad.runtime import writes
 from bytegrad.runtime.backward import (
     _bw_elementwise, _bw_identity, _bw_rrule, _bw_rrule_trusted, _bw_tuple_item, _bw_unary, _TupleOut,
+    singular_partial,
 )
 from bytegrad.runtime.tape import Tape
 
@@ -146,7 +147,10 @@ def pf_elementwise(node: tuple, out: Any, parent_dots: Any) -> Any:
         if d.__class__ is int or d.__class__ is float:
             term = x_dot if d == 1 else (-x_dot if d == -1 else x_dot * d)
         else:
-            term = x_dot * d(*args, out)
+            try:
+                term = x_dot * d(*args, out)
+            except ZeroDivisionError:
+                term = x_dot * singular_partial(d, args, out)
         out_dot = term if out_dot is None else out_dot + term
     return fit_tangent(out_dot, out)
 

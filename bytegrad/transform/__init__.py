@@ -114,7 +114,8 @@ def _activity(f: types.FunctionType, args: tuple, kwargs: Optional[dict], ids: d
     return tuple(bits)
 
 
-_FN_CACHE: dict[int, tuple[Any, dict[Any, types.FunctionType]]] = {}
+#: id(callee) -> (weak reference to it, the code its entries were rewritten from, key -> rewritten)
+_FN_CACHE: dict[int, tuple[Any, types.CodeType, dict[Any, types.FunctionType]]] = {}
 
 
 def rewritten_function(f: types.FunctionType, args: tuple, kwargs: Optional[dict],
@@ -126,8 +127,8 @@ def rewritten_function(f: types.FunctionType, args: tuple, kwargs: Optional[dict
     version = registry._version
     key = (bits, version)
     entry = _FN_CACHE.get(id(f))
-    if entry is not None and entry[0]() is f:
-        fn = entry[1].get(key)
+    if entry is not None and entry[0]() is f and entry[1] is f.__code__:
+        fn = entry[2].get(key)
         if fn is not None:
             return fn
     return _make_function(f, bits, key)
@@ -143,13 +144,13 @@ def _make_function(f: types.FunctionType, bits: tuple[bool, ...], key: Any) -> t
     new_code = cache.lookup(code, key, lambda: rewrite_code(code, active, f.__globals__, immutable), pnames)
     fn = function_from(f, new_code)
     entry = _FN_CACHE.get(id(f))
-    if entry is None or entry[0]() is not f:
+    if entry is None or entry[0]() is not f or entry[1] is not code:  # new, or its body was replaced
         fid = id(f)
         ref = weakref.ref(f, lambda _r, fid=fid: _FN_CACHE.pop(fid, None))
-        entry = _FN_CACHE[fid] = (ref, {})
-    if len(entry[1]) > 4 * cache.CACHE_SIZE_LIMIT:
-        entry[1].clear()
-    entry[1][key] = fn
+        entry = _FN_CACHE[fid] = (ref, code, {})
+    if len(entry[2]) > 4 * cache.CACHE_SIZE_LIMIT:
+        entry[2].clear()
+    entry[2][key] = fn
     return fn
 
 

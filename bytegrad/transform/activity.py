@@ -9,6 +9,7 @@ receives an active value through a store, an append or a call taints every varia
 from __future__ import annotations
 
 import builtins
+import inspect
 import types
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -60,6 +61,46 @@ def _nondiff_callable(slot: Any) -> bool:
         return False
     rule = registry.lookup(slot[3])
     return rule is not None and rule.kind is registry.RuleKind.NONDIFF
+
+
+# Builtins that run code or read variables out of bytegrad's sight: values computed through them
+# would silently get no derivative, so a differentiated function may not call them.
+_INVISIBLE_CALLS = {
+    eval: ("eval() runs code from a string, which bytegrad cannot rewrite",
+           "write the expression in the function itself (`x * x`, not `eval('x * x')`)."),
+    exec: ("exec() runs code from a string, which bytegrad cannot rewrite",
+           "write the statements in the function itself, or in a helper function it calls."),
+    locals: ("locals() hands the function's variables to code that bytegrad does not follow",
+             "use the variables directly."),
+}
+
+
+def _refuse_invisible_call(ins: Instr, fn: Any, nargs: int, loc: SourceLoc) -> None:
+    what = _INVISIBLE_CALLS.get(fn) if type(fn) is types.BuiltinFunctionType else None
+    if what is None and fn is vars and nargs == 0:
+        what = _INVISIBLE_CALLS[locals]
+    if what is not None:
+        raise UnsupportedOpcodeError(
+            f"{what[0]}: the values it computes would have no derivative.",
+            SourceLoc(loc.filename, ins.lineno or loc.lineno, loc.function), what[1])
+
+
+def _refuse_invisible_code(instrs: list[Any], watched: set[str], loc: SourceLoc) -> None:
+    """A class body that reads the function's variables computes out of sight (it is not rewritten)."""
+    for ins in instrs:
+        if not isinstance(ins, Instr) or not isinstance(ins.arg, types.CodeType):
+            continue
+        body = ins.arg
+        if body.co_flags & inspect.CO_OPTIMIZED:
+            continue  # a function, lambda or comprehension: rewritten when it is called
+        names = sorted(set(body.co_freevars) & watched)
+        if names:
+            raise UnsupportedOpcodeError(
+                f"the body of class {body.co_name} reads {', '.join(names)}: bytegrad does not rewrite class "
+                "bodies, so what it computes from differentiated values would have no derivative.",
+                SourceLoc(loc.filename, ins.lineno or body.co_firstlineno, loc.function),
+                f"compute the value in the function and set it afterwards (`{body.co_name}.attr = ...`), or "
+                "define the class outside the differentiated function.")
 
 
 def _join_all(slots: Any) -> Slot:
@@ -166,6 +207,8 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
             SourceLoc(loc.filename, ins.lineno or loc.lineno, loc.function),
             "differentiate a function that avoids this construct, or move it into a helper "
             "function that does not touch differentiated values.")
+
+    _refuse_invisible_code(instrs, active_locals | cell_names, loc)
 
     for _round in range(50):
         stacks: list[Optional[tuple[Slot, ...]]] = [None] * n
@@ -342,6 +385,8 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
                     if kind is not OpKind.CALL_EX else None
                 if kind is OpKind.CALL_KW:  # the names tuple sits on top: look below it
                     fn_slot = opcodes.callable_slot(int(ins.arg), stack[:-1])
+                if fn_slot is not None and fn_slot[3] is not None:
+                    _refuse_invisible_call(ins, fn_slot[3], int(ins.arg), loc)
                 popped = [stack.pop() for _ in range(count)]
                 real = [p for p in popped if not p[1]]
                 if _nondiff_callable(fn_slot):

@@ -37,8 +37,8 @@ def power_dx(x: Any, y: Any, out: Any) -> Any:
         if y == 0:
             return 0.0 if _is_py_scalar(x) else np.zeros_like(out)
         if _is_py_scalar(x):
-            if x == 0:  # Python raises where NumPy gives inf: 0**(y-1) for y < 1
-                return 0.0 if y > 1 else float("inf")
+            if x == 0:  # Python raises where NumPy gives inf: y * 0**(y-1) is +-inf for y < 1
+                return 0.0 if y > 1 else math.copysign(math.inf, y)
             return y * x ** (y - 1)
     with _errstate():
         return np.where(np.equal(y, 0), 0, y * np.power(x, y - 1))
