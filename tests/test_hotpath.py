@@ -97,3 +97,20 @@ def test_fusion_is_off_with_disable_numba(monkeypatch):
     d.grad(np.ones(3))
     assert d.stats()["fused_sites"] == []
     assert fused.POLICY in ("auto", "always", "never")
+
+
+@needs_numba
+def test_two_processes_compiling_the_same_kernels_into_one_cache_both_succeed(tmp_path):
+    env = dict(os.environ, BYTEGRAD_CACHE_DIR=str(tmp_path), PYTHONPATH=str(REPO))
+    code = ("import json, numpy as np, bytegrad; from tests.test_hotpath import layer, _inputs; "
+            "W, x, b = _inputs(); bytegrad.precompile(layer, W, x, b, wrt=(0, 2)); "
+            "gW, gb = bytegrad.grad(layer, wrt=(0, 2))(W, x, b); s = 1 - np.tanh(x @ W + b) ** 2; "
+            "print(json.dumps([bool(np.allclose(gW, x.T @ s, rtol=1e-12)), bool(np.allclose(gb, s.sum(0)))]))")
+    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        assert json.loads(out.strip().splitlines()[-1]) == [True, True]
+    # and a third process finds the kernel on disk and is right too
+    assert json.loads(_run(code, env)) == [True, True]
