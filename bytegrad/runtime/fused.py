@@ -59,7 +59,7 @@ class FusedSite:
 
     __slots__ = ("site", "operands", "nodes", "leaf_names", "n_leaves", "leaf_pos", "callee_pos",
                  "expr", "spent", "numpy_calls", "kernel_calls", "compile_s", "state", "plans",
-                 "kernels", "choice", "price", "__weakref__")
+                 "kernels", "choice", "price", "numpy_fn", "__weakref__")
 
     def __init__(self, site: Any, operands: tuple[int, ...], nodes: tuple[Node, ...],
                  leaf_names: tuple[str, ...]) -> None:
@@ -87,6 +87,7 @@ class FusedSite:
         self.kernels: dict[Any, Optional[kernels.Kernels]] = {}
         self.choice: dict[Any, bool] = {}  # (dtype, active, size class) -> use the kernel
         self.price = kernels.MIN_COST      # seconds: the compile cost to beat (see _maybe_tier_up)
+        self.numpy_fn: Any = None          # the NumPy tier of this tree, generated on first use
 
     def __repr__(self) -> str:
         return f"<fused site {self.expr} at {self.site.filename}:{self.site.lineno}>"
@@ -126,7 +127,10 @@ def _expr(nodes: tuple[Node, ...], names: tuple[str, ...]) -> str:
 
 
 def fused_hook(tape: Optional[Tape], fs: FusedSite, ops: tuple) -> Any:
-    if tape is not None and fs.state == "kernel":
+    state = fs.state
+    if tape is None or state == "disabled":
+        return run_numpy(tape, fs, ops)
+    if state == "kernel":
         dtype = _kernel_dtype(fs, ops)
         if dtype is not None and not tape.owners and not tape.stale:
             leaves = [ops[p] for p in fs.leaf_pos]
@@ -139,25 +143,45 @@ def fused_hook(tape: Optional[Tape], fs: FusedSite, ops: tuple) -> Any:
                 use = _decide(tape, fs, ops, dtype, active, size, leaves)
             if use:
                 return _run_kernel(tape, fs, dtype, active, leaves, parents)
-    t0 = _perf()
+        fs.numpy_calls += 1
+        return run_numpy(tape, fs, ops)
+    t0 = _perf()  # still on the NumPy tier: the time spent is the ski-rental meter
     out = run_numpy(tape, fs, ops)
     fs.spent += _perf() - t0
     fs.numpy_calls += 1
-    if fs.state == "numpy" and tape is not None:
-        _maybe_tier_up(fs, ops)
+    _maybe_tier_up(fs, ops)
     return out
 
 
 def run_numpy(tape: Optional[Tape], fs: FusedSite, ops: tuple) -> Any:
-    """The NumPy tier: each operation through its ordinary hook (the kernels' twin)."""
-    vals: list[Any] = []
+    """The NumPy tier: each operation through its ordinary hook (the kernels' twin), by a small
+    function generated once per site (straight-line calls: no interpretation of the tree)."""
+    fn = fs.numpy_fn
+    if fn is None:
+        fn = fs.numpy_fn = _numpy_function(fs)
+    return fn(tape, ops)
+
+
+def _numpy_function(fs: FusedSite) -> Any:
+    names: dict[str, Any] = {}
+    lines = ["def numpy_tier(tape, ops):"]
     for k, node in enumerate(fs.nodes):
-        args = [ops[fs.leaf_pos[v]] if t == "L" else vals[v] if t == "N" else v for t, v in node.args]
+        names[f"h{k}"], names[f"s{k}"] = node.hook, node.site
+        args = []
+        for t, v in node.args:
+            if t == "L":
+                args.append(f"ops[{fs.leaf_pos[v]}]")
+            elif t == "N":
+                args.append(f"t{v}")
+            else:
+                names[f"c{k}_{len(args)}"] = v
+                args.append(f"c{k}_{len(args)}")
         if node.kind == "call":
-            vals.append(node.hook(tape, node.site, ops[fs.callee_pos[k]], *args))
-        else:
-            vals.append(node.hook(tape, node.site, *args))
-    return vals[-1]
+            args.insert(0, f"ops[{fs.callee_pos[k]}]")
+        lines.append(f"    t{k} = h{k}(tape, s{k}, {', '.join(args)})")
+    lines.append(f"    return t{len(fs.nodes) - 1}")
+    exec(compile("\n".join(lines), f"<bytegrad fused site {fs.expr}>", "exec"), names)  # noqa: S102
+    return names["numpy_tier"]
 
 
 def _kernel_dtype(fs: FusedSite, ops: tuple) -> Optional[str]:

@@ -259,7 +259,13 @@ def compile_kernels(p: Plan) -> Optional[Kernels]:
             per = (time.perf_counter() - t1) / (1 + len(p.groups))
             _cost["load" if cached else "compile"] = per
             _MODULES[p.key] = mod
-        return Kernels(p, mod.forward, tuple(getattr(mod, g.name) for g in p.groups))
+        return Kernels(p, _ufunc_of(mod.forward), tuple(_ufunc_of(getattr(mod, g.name)) for g in p.groups))
+
+
+def _ufunc_of(f: Any) -> Any:
+    """The NumPy ufunc a Numba `vectorize` built (its DUFunc wrapper dispatches in Python first)."""
+    u = getattr(f, "ufunc", None)
+    return u if u is not None else f
 
 
 def _load_module(p: Plan) -> types.ModuleType:
