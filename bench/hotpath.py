@@ -7,13 +7,16 @@
    reference), for hand-written NumPy, bytegrad (after its sites tiered up), bytegrad with
    BYTEGRAD_DISABLE_NUMBA=1, and the peers installed.
 2. Time to first gradient and cold start to 200 trained steps (bench.ttfg, fresh processes).
-3. Peak traced memory (tracemalloc) of one Dense(200) gradient, in fresh processes.
-4. What `import bytegrad` adds to `import numpy`: median of 10 fresh processes.
+3. Compiling a site's kernels in the calling thread or in a background thread: the wall time of
+   fresh processes whose fused site tiers up (BYTEGRAD_COMPILE=sync|background).
+4. Peak traced memory (tracemalloc) of one Dense(200) gradient, in fresh processes.
+5. What `import bytegrad` adds to `import numpy`: median of 10 fresh processes.
 Each part writes its own files under bench/results/; hotpath.md gathers them with the targets.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -105,6 +108,59 @@ def import_overhead(runs: int) -> dict[str, Any]:
             "numba_imported": numba_loaded, "runs": runs}
 
 
+_COMPILE_CHILD = """
+import time
+t0 = time.perf_counter()
+import json, sys
+import numpy as np
+import bytegrad
+from bench import cases
+case = next(c for c in cases.CASES if c.key == "elem10")
+x, data = case.inputs(np.random.default_rng(0))
+g = bytegrad.differentiate(case.loss)
+for _ in range({steps}):
+    g.grad(x, *data)
+site = g.stats()["fused_sites"][0]
+print(json.dumps([time.perf_counter() - t0, site["numpy_calls"], site["kernel_calls"]]))
+"""
+
+
+def compile_thread(runs: int, steps: int = 20_000) -> dict[str, Any]:
+    """Wall time of a fresh process running `steps` gradients of the elementwise case, whose fused
+    site tiers up on the way, with its kernels compiled in the calling thread (sync) or in a
+    background thread, from an empty cache and from a cache holding the kernels (median of `runs`)."""
+    out: dict[str, Any] = {"steps": steps, "runs": runs}
+    code = _COMPILE_CHILD.replace("{steps}", str(steps))
+    for cache_state in ("empty", "kernels on disk"):
+        for mode in ("sync", "background"):
+            walls, calls = [], None
+            for _ in range(runs):
+                with tempfile.TemporaryDirectory(prefix="bytegrad-compile-") as cache:
+                    env = _env()
+                    env["BYTEGRAD_CACHE_DIR"] = cache
+                    if cache_state != "empty":
+                        _py(code.replace(str(steps), "1") + "bytegrad.precompile(g, x)\n", env)
+                    env["BYTEGRAD_COMPILE"] = mode
+                    wall, n_numpy, n_kernel = json.loads(_py(code, env))
+                    walls.append(wall)
+                    calls = (n_numpy, n_kernel)
+            out[f"{cache_state}, {mode}"] = {"wall_s": statistics.median(walls), "numpy_calls": calls[0],
+                                             "kernel_calls": calls[1]}
+    return out
+
+
+def _compile_markdown(res: dict[str, Any]) -> list[str]:
+    rows = []
+    for key, v in res.items():
+        if isinstance(v, dict):
+            rows.append([key, f"{v['wall_s']:.2f} s", str(v["numpy_calls"]), str(v["kernel_calls"])])
+    return [f"A fresh process runs {res['steps']} gradients of the elementwise case (its fused site "
+            "tiers up on the way); wall time from the first line of the script, median of "
+            f"{res['runs']} processes. `BYTEGRAD_COMPILE=sync` compiles in the calling thread when the "
+            "site tiers up; `background` compiles in a thread while the site keeps running on NumPy.", "",
+            harness.markdown_table(["cache, compile mode", "wall", "NumPy-tier calls", "kernel calls"], rows)]
+
+
 def _section(path: Path, start: str) -> str:
     if not path.exists():
         return f"(missing: {path.name})"
@@ -121,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--skip-steady", action="store_true")
     parser.add_argument("--skip-ttfg", action="store_true")
+    parser.add_argument("--skip-compile", action="store_true", help="skip the background-compile comparison")
     args = parser.parse_args(argv)
     env = _env()
     with tempfile.TemporaryDirectory(prefix="bytegrad-hotpath-") as cache:
@@ -134,6 +191,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_ttfg:
         subprocess.run([sys.executable, "-m", "bench.ttfg", "--runs", str(args.ttfg_runs),
                         "--train-runs", str(args.ttfg_runs), "--out", str(args.out)], cwd=REPO, env=_env(), check=True)
+    if not args.skip_compile:
+        comp = compile_thread(args.ttfg_runs)
+        harness.write_atomic(args.out / "hotpath-compile.md", "\n".join(_compile_markdown(comp)) + "\n")
+        harness.write_json(args.out / "hotpath-compile.json", comp)
     mem = memory(3)
     imp = import_overhead(10)
     data = {"memory_peak_bytes": mem, "import": imp, "targets": TARGETS}
@@ -147,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
               _section(args.out / "hotpath-steady.md", "| case"), "",
               "## Time to first gradient and cold start to trained (fresh processes)", "",
               _section(args.out / "ttfg.md", "|"), "",
+              "## Compiling in a background thread", "",
+              _section(args.out / "hotpath-compile.md", "A fresh"), "",
               "## Memory: peak traced allocation of one Dense(200) gradient (tracemalloc, median of 3)", ""]
     lines.append(harness.markdown_table(["system", "peak"], [[k, f"{v / 2**20:.2f} MiB"] for k, v in mem.items()]))
     lines += ["", "## Import", "",

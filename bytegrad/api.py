@@ -192,9 +192,11 @@ class Differentiated:
                 new_args.append(defaults[k - first_default])
         return tuple(new_args), kwargs
 
-    def _forward(self, args: tuple, kwargs: dict, positions: Sequence[int],
-                 strict: bool) -> tuple[Any, Tape, list, Optional["_Nested"]]:
-        """Run the function with a tape: (output, tape, leaf specs, the nested record or None)."""
+    def _forward(self, args: tuple, kwargs: dict, positions: Sequence[int], strict: bool,
+                 lean: bool = False) -> tuple[Any, Tape, list, Optional["_Nested"]]:
+        """Run the function with a tape: (output, tape, leaf specs, the nested record or None).
+
+        `lean`: the caller sweeps the tape once and drops it (see `Tape.lean`)."""
         if self._target.__code__ is not self._code:
             old_wrt = self._wrt
             self._use_code(self._target.__code__)
@@ -210,6 +212,7 @@ class Differentiated:
         if outer is not None:
             return self._forward_nested(outer, args, kwargs, norm, strict)
         tape = Tape()
+        tape.lean = lean
         args = list(args)
         specs = []
         values = tape.values
@@ -302,7 +305,7 @@ class Differentiated:
         return self._grad_now(args, kwargs)
 
     def _grad_now(self, args: tuple, kwargs: dict) -> tuple[Any, Any]:
-        out, tape, specs, nested = self._forward(args, kwargs, self._wrt, strict=True)
+        out, tape, specs, nested = self._forward(args, kwargs, self._wrt, strict=True, lean=True)
         t = type(out)
         if not (t is float or t is int or (t is np.ndarray and out.ndim == 0) or isinstance(out, np.generic)):
             shape = getattr(out, "shape", None)

@@ -114,3 +114,34 @@ def test_two_processes_compiling_the_same_kernels_into_one_cache_both_succeed(tm
         assert json.loads(out.strip().splitlines()[-1]) == [True, True]
     # and a third process finds the kernel on disk and is right too
     assert json.loads(_run(code, env)) == [True, True]
+
+
+@needs_numba
+def test_background_compile_keeps_numpy_running_then_switches_to_the_kernel(monkeypatch):
+    """BYTEGRAD_COMPILE=background: the site tiers up, a thread compiles, gradients stay right on
+    the NumPy tier meanwhile, and once the thread is done the kernel runs."""
+    import threading
+
+    monkeypatch.setattr(fused, "COMPILE", "background")
+    monkeypatch.setattr(fused, "POLICY", "auto")
+    monkeypatch.setattr(fused, "BACKWARD_FACTOR", 1e12)  # any time spent pays for the compile
+    monkeypatch.setattr(fused, "TIE", 1e12)              # and the kernel wins the timing
+
+    def shifted(W, x, b):  # its own code object, so its own fused site (no state from other tests)
+        return np.sum(np.tanh(x @ W + b) * 0.5)
+
+    d = bytegrad.differentiate(shifted, wrt=(0, 2))
+    W, x, b = _inputs()
+    s = 0.5 * (1 - np.tanh(x @ W + b) ** 2)
+    gW, gb = d.grad(W, x, b)
+    (site,) = d.stats()["fused_sites"]
+    assert site["state"] in ("compiling", "kernel") and site["numpy_calls"] == 1
+    for t in threading.enumerate():
+        if t.name.startswith("bytegrad-compile"):
+            t.join(timeout=120)
+    for _ in range(3):
+        gW, gb = d.grad(W, x, b)
+        np.testing.assert_allclose(gW, x.T @ s, rtol=1e-12)
+        np.testing.assert_allclose(gb, s.sum(0), rtol=1e-12)
+    (site,) = d.stats()["fused_sites"]
+    assert site["state"] == "kernel" and site["kernel_calls"] >= 1 and site["compile_s"] > 0

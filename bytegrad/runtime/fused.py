@@ -16,31 +16,48 @@ Tiering is ski rental: a site is compiled once the time it has spent on the NumP
 times `BACKWARD_FACTOR` for its reverse pass) exceeds what compiling would cost now (importing
 Numba if it is not yet, and compiling or loading the kernels). A compiled site is then timed against
 its NumPy twin on the actual inputs, per dtype and size class, and the faster one is kept, so fusion
-never makes a site slower than the rules it replaces. Compilation runs in the calling thread.
+never makes a site slower than the rules it replaces (a tie within `TIE`, below timing noise, goes
+to the kernel: it keeps less memory alive). Compilation runs in the calling thread.
+
+On a tape swept once (a plain `grad`), the kernel tier also lets go of leaf temporaries that
+nothing reads again (`W @ x` in `tanh(W @ x + b)`): see `_release_temporaries`.
 """
 from __future__ import annotations
 
 import math
 import operator
 import os
+import sys
+import threading
 import time
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
 from bytegrad.rules._shape import unbroadcast
+from bytegrad.runtime.backward import _bw_rrule_trusted
 from bytegrad.runtime import kernels
 from bytegrad.runtime.tape import Tape, sweep
 
 _ndarray = np.ndarray
 _perf = time.perf_counter
+_getrefcount = sys.getrefcount
 BACKWARD_FACTOR = 3.0
+#: a kernel within this factor of its NumPy twin's time counts as a tie, and ties go to the kernel:
+#: the difference is below the timing noise, and the kernel keeps less memory alive (only what its
+#: backward reads, against every intermediate of the per-operation rules)
+TIE = 1.05
 _FLOAT_DTYPES = {np.dtype(np.float64): "float64", np.dtype(np.float32): "float32"}
 _SCALARS = {float: None, int: None, np.float64: "float64", np.float32: "float32"}
 
 #: "auto" (ski rental, then the faster tier per size class), "always" (compile on the first call and
 #: always use the kernel where it applies: for tests and `precompile`), "never"
 POLICY = os.environ.get("BYTEGRAD_FUSION", "auto")
+#: where a site that tiers up compiles: "sync" (in the calling thread, on its next call) or
+#: "background" (a thread, while the site keeps running on NumPy). sync is the default: on the
+#: 2-core machines measured, a compile thread contending for the GIL slowed the NumPy tier
+#: more than it saved (bench/results/hotpath.md, "Compiling in a background thread").
+COMPILE = os.environ.get("BYTEGRAD_COMPILE", "sync")
 
 
 class Node(NamedTuple):
@@ -82,7 +99,7 @@ class FusedSite:
         self.numpy_calls = 0
         self.kernel_calls = 0
         self.compile_s = 0.0
-        self.state = "numpy"          # numpy | kernel | disabled
+        self.state = "numpy"          # numpy | compiling (background) | kernel | disabled
         self.plans: dict[Any, kernels.Plan] = {}
         self.kernels: dict[Any, Optional[kernels.Kernels]] = {}
         self.choice: dict[Any, bool] = {}  # (dtype, active, size class) -> use the kernel
@@ -233,6 +250,8 @@ def _maybe_tier_up(fs: FusedSite, ops: tuple) -> None:
     """Ski rental. `fs.price` is the compile cost last estimated for this site (at first a lower
     bound), so the estimate, which generates the kernel source and looks for it on disk, is only
     made when the time spent crosses it: not on every call of a hot site."""
+    if fs.state != "numpy":
+        return
     if POLICY == "never" or (POLICY != "always" and fs.spent * BACKWARD_FACTOR < fs.price):
         return
     if kernels.disabled():
@@ -246,7 +265,26 @@ def _maybe_tier_up(fs: FusedSite, ops: tuple) -> None:
         fs.price = kernels.cost_estimate(p)
         if fs.spent * BACKWARD_FACTOR < fs.price:
             return
+        if COMPILE == "background":
+            _compile_in_background(fs, p, dtype)
+            return
     fs.state = "kernel"  # kernels compile on the next eligible call, for its activity pattern
+
+
+def _compile_in_background(fs: FusedSite, p: kernels.Plan, dtype: str) -> None:
+    """BYTEGRAD_COMPILE=background: a thread compiles the kernels of the all-leaves-active pattern
+    while the site keeps running on NumPy; the site moves to the kernel tier when they are ready.
+    (Measured against compiling in the calling thread by `bench/hotpath.py`; see COMPILE.)"""
+    fs.state = "compiling"
+    active = tuple(True for _ in range(fs.n_leaves))
+
+    def work() -> None:
+        try:
+            _get_kernels(fs, dtype, active)
+        finally:
+            fs.state = "kernel"
+
+    threading.Thread(target=work, name=f"bytegrad-compile {fs.expr}", daemon=False).start()
 
 
 def _get_kernels(fs: FusedSite, dtype: str, active: tuple[bool, ...]) -> Optional[kernels.Kernels]:
@@ -271,7 +309,7 @@ def _decide(tape: Tape, fs: FusedSite, ops: tuple, dtype: str, active: tuple[boo
         return True  # not remembered: a later "auto" call still times both tiers
     t_kernel = min(_time(lambda: kernel_gradients(fs, ks, leaves, active)) for _ in range(3))
     t_numpy = min(_time(lambda: numpy_gradients(fs, ops, active)) for _ in range(3))
-    use = t_kernel < t_numpy
+    use = t_kernel < t_numpy * TIE
     fs.choice[(dtype, active, size)] = use
     return use
 
@@ -297,10 +335,46 @@ def _run_kernel(tape: Tape, fs: FusedSite, dtype: str, active: tuple[bool, ...],
     saved = tuple(leaves[j] if j in p.saved_leaves else None for j in range(len(leaves)))
     shapes = tuple(np.shape(v) for v in leaves)
     values = tape.values
+    if tape.lean:
+        _release_temporaries(tape, leaves, parents, saved)
     tape.ids[id(out)] = len(values)
     values.append(out)
     tape.nodes.append((_bw_fused, parents, fs.site, ks, saved, shapes, out if p.needs_out else None))
     return out
+
+
+#: references to a leaf that only this call holds: `leaves`, the `ops` tuple, the tape's `values`,
+#: and `sys.getrefcount`'s own argument (CPython 3.11-3.13)
+_TEMP_REFS = 4
+_PLACEHOLDERS: dict[tuple, np.ndarray] = {}
+
+
+def _release_temporaries(tape: Tape, leaves: list[Any], parents: tuple, saved: tuple) -> None:
+    """Let go of leaf values nothing will read again: an expression's result that only this site
+    consumed (`W @ x` in `tanh(W @ x + b)`), whose own backward needs its shape and not its value,
+    and that the fused backward does not save. The tape keeps a zero-memory stand-in of the same
+    shape and dtype, and forgets the value's id (so a new array reusing that id is not taken for
+    it). On a tape swept once (`Tape.lean`) this frees the temporary before the reverse pass, as a
+    hand-written gradient would; the backward of its node runs unchanged."""
+    nodes = tape.nodes
+    values = tape.values
+    for j, k in enumerate(parents):
+        if k is None or saved[j] is not None:
+            continue
+        v = leaves[j]
+        node = nodes[k]
+        if (type(v) is not _ndarray or node is None or node[0] is not _bw_rrule_trusted
+                or values[k] is not v or _getrefcount(v) != _TEMP_REFS + 1):  # + 1: `v` here
+            continue
+        key = (v.shape, v.dtype)
+        stand_in = _PLACEHOLDERS.get(key)
+        if stand_in is None:
+            if len(_PLACEHOLDERS) > 256:
+                _PLACEHOLDERS.clear()
+            stand_in = _PLACEHOLDERS[key] = np.broadcast_to(np.zeros((), v.dtype), v.shape)
+        values[k] = stand_in
+        if tape.ids.get(id(v)) == k:
+            del tape.ids[id(v)]
 
 
 def _bw_fused(ct: Any, node: tuple, out: Any) -> Any:

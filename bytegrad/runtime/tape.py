@@ -45,7 +45,8 @@ def set_tape(tape: Optional["Tape"]) -> Optional["Tape"]:
 class Tape:
     """A record of one forward pass."""
 
-    __slots__ = ("values", "nodes", "ids", "protected", "stale", "owners", "_index", "_indexed", "__weakref__")
+    __slots__ = ("values", "nodes", "ids", "protected", "stale", "owners", "_index", "_indexed", "lean",
+                 "__weakref__")
 
     def __init__(self) -> None:
         self.values: list[Any] = []       # node outputs, kept alive so their ids stay unique
@@ -56,6 +57,9 @@ class Tape:
         self.owners: dict[int, Any] = {}       # id -> array whose memory was written with tracked values
         self._index: dict[int, list[tuple[Any, int, bool]]] = {}  # owner id -> (array, node, saved?)
         self._indexed = 0
+        # swept once and then dropped (a plain `grad`): values no backward reads may be released
+        # early, and the sweep releases each node once it has run (see `sweep`, runtime/fused.py)
+        self.lean = False
 
     def push(self, node: Any, out: Any) -> Any:
         ids = self.ids
@@ -175,7 +179,9 @@ def accumulate(old: Any, new: Any) -> Any:
 def sweep(tape: Tape, seeds: dict[int, Any], stop: int = -1) -> list[Any]:
     """Propagate output cotangents `seeds` (node index -> cotangent) back; returns one per node.
 
-    Cotangents of intermediate nodes are dropped once used; leaves keep theirs. Nodes at index
+    Cotangents of intermediate nodes are dropped once used; leaves keep theirs. On a lean tape
+    (swept once) each node and its value are released once its backward has run, so memory falls
+    during the sweep as it does in a hand-written backward pass. Nodes at index
     `stop` and below are not visited: a nested derivative shares its outer tape, and the nodes
     before its own leaves belong to the outer computation (constants for the inner one).
     """
@@ -188,6 +194,7 @@ def sweep(tape: Tape, seeds: dict[int, Any], stop: int = -1) -> list[Any]:
         cts[idx] = seed if cts[idx] is None else accumulate(cts[idx], seed)
     thunk = _FunctionType
     no_tangent, zero = NO_TANGENT, ZERO
+    release = tape.lean
     for i in range(max(seeds), stop, -1):
         ct = cts[i]
         if ct is None:
@@ -207,6 +214,8 @@ def sweep(tape: Tape, seeds: dict[int, Any], stop: int = -1) -> list[Any]:
                 site.loc() if site is not None else None,
                 "if this operation uses a custom rule, check its pullback with "
                 "bytegrad.rules.testing.check_rule.") from exc
+        if release:
+            nodes[i] = values[i] = None
         p = node[1]
         if p.__class__ is int:  # one parent, one cotangent (unary nodes)
             bar = bars

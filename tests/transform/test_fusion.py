@@ -130,3 +130,82 @@ def test_python_scalars_and_ints_in_a_fused_tree(monkeypatch):
         got = bytegrad.grad(f)(x, s)
         np.testing.assert_allclose(got, s * np.exp(x) - 0.5 + 3 * x ** 2, rtol=1e-12)
     assert math.isclose(bytegrad.grad(f, wrt=1)(x, 2.0), float(np.sum(np.exp(x))))
+
+
+# ---- memory: a plain grad lets go of what nothing reads again ------------------------------------
+
+def dense_rows(W, b, x):
+    return np.sum(np.tanh(W @ x + b[:, None]))
+
+
+def dense_rows_grad(W, b, x):
+    y = np.tanh(W @ x + b[:, None])
+    d = 1.0 - y * y
+    return d @ x.T, np.sum(d, axis=1)
+
+
+def _peak(call):
+    import tracemalloc
+    call()
+    tracemalloc.start()
+    try:
+        call()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_kernel_tier_gradient_peaks_below_the_hand_written_one(monkeypatch):
+    """Issue 5's memory target, as a test: the fused site saves only tanh's output, `W @ x` is let go
+    before the reverse pass, and the sweep releases each node once it has run."""
+    monkeypatch.setattr(fused, "POLICY", "always")
+    rng = np.random.default_rng(0)
+    W, b, x = rng.normal(size=(200, 200)) / 14, rng.normal(size=200), rng.normal(size=(200, 128))
+    f = bytegrad.differentiate(dense_rows, wrt=(0, 1))
+    g = f.grad
+    gW, gb = g(W, b, x)
+    rW, rb = dense_rows_grad(W, b, x)
+    np.testing.assert_allclose(gW, rW, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gb, rb, rtol=1e-12, atol=1e-12)
+    assert [s["state"] for s in f.stats()["fused_sites"]] == ["kernel"]
+    assert _peak(lambda: g(W, b, x)) <= _peak(lambda: dense_rows_grad(W, b, x))
+
+
+def test_a_leaf_the_code_still_holds_is_not_released(monkeypatch):
+    """`z` feeds the fused site and is used again afterwards: it must stay tracked."""
+    monkeypatch.setattr(fused, "POLICY", "always")
+
+    def f(W, x, b):
+        z = W @ x
+        return np.sum(np.tanh(z + b[:, None])) + np.sum(z * z)
+
+    def g(W, x, b):
+        holder = [W @ x]          # held by a list, not a variable
+        return np.sum(np.tanh(holder[0] + b[:, None])) + np.sum(holder[0] ** 2)
+
+    rng = np.random.default_rng(1)
+    W, x, b = rng.normal(size=(4, 3)), rng.normal(size=(3, 5)), rng.normal(size=4)
+    for fn in (f, g):
+        z = W @ x
+        want = (1 - np.tanh(z + b[:, None]) ** 2 + 2 * z) @ x.T
+        for _ in range(3):
+            np.testing.assert_allclose(bytegrad.grad(fn)(W, x, b), want, rtol=1e-12)
+
+
+def test_tapes_swept_more_than_once_keep_everything(monkeypatch):
+    """A pullback or a Jacobian sweeps one tape several times: nothing is released from it."""
+    monkeypatch.setattr(fused, "POLICY", "always")
+    rng = np.random.default_rng(2)
+    W, x, b = rng.normal(size=(3, 3)), rng.normal(size=(3, 4)), rng.normal(size=3)
+
+    def f(W):
+        return np.tanh(W @ x + b[:, None])
+
+    y, pb = bytegrad.vjp(f, W)
+    ones = np.ones_like(y)
+    first = pb(ones)
+    np.testing.assert_allclose(pb(ones), first)
+    np.testing.assert_allclose(first[0] if isinstance(first, tuple) else first,
+                               (1 - y ** 2) @ x.T, rtol=1e-12)
+    J = bytegrad.jacobian(f)(W)
+    np.testing.assert_allclose(np.einsum("ijkl,ij->kl", J, ones), (1 - y ** 2) @ x.T, rtol=1e-12)
