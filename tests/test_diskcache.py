@@ -54,7 +54,7 @@ def check_gradient_still_right() -> None:
 
 @pytest.mark.skipif(not POSIX, reason="POSIX modes")
 def test_directory_is_created_with_mode_0700(cache):
-    assert diskcache.cache_dir() == cache.resolve()
+    assert diskcache.cache_dir() == str(cache.resolve())
     assert stat.S_IMODE(cache.stat().st_mode) == 0o700
     assert diskcache.store("code", "k", b"payload")
     assert stat.S_IMODE((cache / "code").stat().st_mode) == 0o700
@@ -67,10 +67,10 @@ def test_default_directory_is_per_user(tmp_path, monkeypatch):
     monkeypatch.delenv("BYTEGRAD_DISABLE_DISK_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     diskcache._reset_for_tests()
-    assert diskcache.cache_dir() == (tmp_path / "xdg" / "bytegrad").resolve()
+    assert diskcache.cache_dir() == str((tmp_path / "xdg" / "bytegrad").resolve())
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert diskcache.cache_dir() == (tmp_path / "home" / ".cache" / "bytegrad").resolve()
+    assert diskcache.cache_dir() == str((tmp_path / "home" / ".cache" / "bytegrad").resolve())
     if POSIX:
         assert stat.S_IMODE((tmp_path / "home" / ".cache" / "bytegrad").stat().st_mode) == 0o700
     diskcache._reset_for_tests()
@@ -198,8 +198,8 @@ def test_damaged_entry_is_ignored_and_deleted(cache, damage):
 def test_entry_swapped_in_from_another_key_is_rejected(cache):
     assert diskcache.store("code", "k1", b"one")
     assert diskcache.store("code", "k2", b"two")
-    path1 = diskcache._entry_path(cache / "code", "k1")
-    path2 = diskcache._entry_path(cache / "code", "k2")
+    path1 = Path(diskcache._entry_path(str(cache / "code"), "k1"))
+    path2 = Path(diskcache._entry_path(str(cache / "code"), "k2"))
     path2.write_bytes(path1.read_bytes())
     assert diskcache.load("code", "k2") is None
     assert diskcache.load("code", "k1") == b"one"
@@ -319,17 +319,30 @@ def test_lru_eviction_under_a_small_cap(cache, monkeypatch):
     base = time.time() - 1000
     for i in range(6):
         assert diskcache.store("code", f"k{i}", payload)
-        path = diskcache._entry_path(cache / "code", f"k{i}")
+        path = Path(diskcache._entry_path(str(cache / "code"), f"k{i}"))
         os.utime(path, (base + i, base + i))  # deterministic ages: k0 oldest
     assert diskcache.load("code", "k0") == payload  # a load makes k0 the most recent
     for i in range(6, 9):
         assert diskcache.store("code", f"k{i}", payload)
-    alive = {i for i in range(9) if diskcache._entry_path(cache / "code", f"k{i}").exists()}
+    alive = {i for i in range(9) if Path(diskcache._entry_path(str(cache / "code"), f"k{i}")).exists()}
     total = sum(p.stat().st_size for p in cache.rglob("*") if p.is_file())
     assert total <= diskcache.max_bytes()
     assert 0 in alive and {7, 8} <= alive
     assert 1 not in alive and 2 not in alive
     assert diskcache.stats()["evicted"] >= 2
+
+
+def test_stores_do_not_walk_the_whole_cache_each_time(cache, monkeypatch):
+    """The size is measured on the first store, then estimated until the cap or a re-measure."""
+    walks = []
+    real = diskcache._groups
+    monkeypatch.setattr(diskcache, "_groups", lambda root: walks.append(root) or real(root))
+    for i in range(10):
+        assert diskcache.store("code", f"w{i}", b"y" * 100)
+    assert len(walks) == 1
+    monkeypatch.setenv("BYTEGRAD_CACHE_MAX_MB", str(1 / 1024))  # 1 KiB: the next store re-measures
+    assert diskcache.store("code", "w10", b"y" * 100)
+    assert len(walks) == 2
 
 
 def test_default_cap_is_documented():
@@ -343,13 +356,15 @@ def test_default_cap_is_documented():
 
 
 def test_write_source_is_atomic_and_keeps_unchanged_files(cache):
-    path = diskcache.write_source("kernels", "fused_1.py", "def k(x):\n    return x\n")
-    assert path is not None and path.read_text() == "def k(x):\n    return x\n"
+    written = diskcache.write_source("kernels", "fused_1.py", "def k(x):\n    return x\n")
+    assert isinstance(written, str)
+    path = Path(written)
+    assert path.read_text() == "def k(x):\n    return x\n"
     old = time.time() - 100
     os.utime(path, (old, old))
-    assert diskcache.write_source("kernels", "fused_1.py", "def k(x):\n    return x\n") == path
+    assert diskcache.write_source("kernels", "fused_1.py", "def k(x):\n    return x\n") == written
     assert path.stat().st_mtime == pytest.approx(old)  # Numba's cache keys on this mtime
-    assert diskcache.write_source("kernels", "fused_1.py", "def k(x):\n    return 2 * x\n") == path
+    assert diskcache.write_source("kernels", "fused_1.py", "def k(x):\n    return 2 * x\n") == written
     assert "2 * x" in path.read_text()
     assert not [p for p in path.parent.iterdir() if p.name.startswith(diskcache.TMP_PREFIX)]
     with pytest.raises(ValueError):

@@ -11,12 +11,12 @@ are renamed into place, so a reader sees a whole entry or none. A read-only or f
 degrades to in-memory operation with one warning.
 
 API (namespaces are short names such as "code" or "kernels", one sub-folder each):
-    cache_dir() -> Path | None            the usable cache directory, None when off or refused
+    cache_dir() -> str | None             the usable cache directory, None when off or refused
     load(namespace, key, tag="") -> bytes | None
     store(namespace, key, payload, tag="", label="") -> bool     `label` names the function for `info`
-    source_dir(namespace) -> Path | None  a folder for generated `.py` files (Numba's `cache=True`
+    source_dir(namespace) -> str | None   a folder for generated `.py` files (Numba's `cache=True`
                                           files land next to them, in `__pycache__`)
-    write_source(namespace, name, text) -> Path | None   atomic; an unchanged file is not rewritten
+    write_source(namespace, name, text) -> str | None    atomic; an unchanged file is not rewritten
                                           (its mtime is part of Numba's cache key)
     info() -> dict                        what `python -m bytegrad cache info` prints
     clear() -> int                        removes every entry, source and temporary file
@@ -34,7 +34,6 @@ import errno
 import hashlib
 import io
 import json
-import logging
 import os
 import pickle
 import stat
@@ -43,13 +42,11 @@ import sys
 import threading
 import time
 import warnings
-from pathlib import Path
 from typing import Any, Iterator, Optional
 
 __all__ = ["cache_dir", "load", "store", "source_dir", "write_source", "info", "clear", "safe_dumps", "safe_loads",
            "stats", "CacheWarning", "DEFAULT_MAX_MB"]
 
-log = logging.getLogger("bytegrad.cache")
 
 MAGIC = b"BYTEGRAD"
 FORMAT_VERSION = 1
@@ -67,9 +64,9 @@ class CacheWarning(UserWarning):
 
 
 _lock = threading.RLock()
-_resolved: dict[tuple, Optional[Path]] = {}   # environment -> usable directory (None: refused/off)
+_resolved: dict[tuple, Optional[str]] = {}    # environment -> usable directory (None: refused/off)
 _warned: set[str] = set()                     # one warning per kind of problem and directory
-_read_only: set[Path] = set()                 # directories where a write failed: in-memory from then on
+_read_only: set[str] = set()                  # directories where a write failed: in-memory from then on
 _version: Optional[str] = None
 _stats = {"hits": 0, "misses": 0, "rejected": 0, "stores": 0, "store_failures": 0, "evicted": 0}
 
@@ -83,14 +80,14 @@ def _env_key() -> tuple:
             env.get("XDG_CACHE_HOME", ""), env.get("HOME", ""))
 
 
-def default_dir() -> Path:
+def default_dir() -> str:
     """The per-user default: $XDG_CACHE_HOME/bytegrad, else ~/.cache/bytegrad."""
     xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
-    return base / "bytegrad"
+    base = xdg if xdg and os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "bytegrad")
 
 
-def cache_dir() -> Optional[Path]:
+def cache_dir() -> Optional[str]:
     """The cache directory, created with mode 0700; None when disabled, refused or unusable."""
     key = _env_key()
     try:
@@ -103,16 +100,16 @@ def cache_dir() -> Optional[Path]:
         return _resolved[key]
 
 
-def _resolve() -> Optional[Path]:
+def _resolve() -> Optional[str]:
     if os.environ.get("BYTEGRAD_DISABLE_DISK_CACHE", "") not in ("", "0"):
         return None
     configured = os.environ.get("BYTEGRAD_CACHE_DIR")
-    path = Path(configured).expanduser() if configured else default_dir()
+    path = os.path.expanduser(configured) if configured else default_dir()
     try:
-        if not path.is_dir():
-            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not os.path.isdir(path):
+            os.makedirs(path, mode=0o700, exist_ok=True)
             os.chmod(path, 0o700)
-        path = path.resolve()
+        path = os.path.realpath(path)
     except OSError as exc:
         _warn("mkdir", path, f"cannot create the cache directory {path} ({exc.strerror or exc}); "
               "bytegrad works without the disk cache")
@@ -125,7 +122,7 @@ def _resolve() -> Optional[Path]:
     return path
 
 
-def _untrusted(path: Path, directory: bool, st: Optional[os.stat_result] = None) -> str:
+def _untrusted(path: str, directory: bool, st: Optional[os.stat_result] = None) -> str:
     """Why `path` must not be trusted ('' when it can): not ours, writable by others, wrong type."""
     try:
         st = st or os.stat(path)
@@ -143,30 +140,38 @@ def _untrusted(path: Path, directory: bool, st: Optional[os.stat_result] = None)
     return ""
 
 
-def _warn(kind: str, path: Path, message: str) -> None:
+def _warn(kind: str, path: str, message: str) -> None:
     tag = f"{kind}:{path}"
     with _lock:
         if tag in _warned:
-            log.debug("bytegrad cache: %s", message)
+            _debug(message)
             return
         _warned.add(tag)
     warnings.warn(message, CacheWarning, stacklevel=4)
 
 
-def _namespace_dir(namespace: str, create: bool) -> Optional[Path]:
+def _debug(message: str) -> None:
+    # logging is imported only here: it is a few milliseconds of every process's first gradient
+    import logging
+    logging.getLogger("bytegrad.cache").debug("bytegrad cache: %s", message)
+
+
+def _namespace_dir(namespace: str, create: bool) -> Optional[str]:
     root = cache_dir()
     if root is None:
         return None
     if not namespace.isidentifier():
         raise ValueError(f"cache namespace must be an identifier, got {namespace!r}")
-    path = root / namespace
-    if create and not path.is_dir():
+    path = os.path.join(root, namespace)
+    if create and not os.path.isdir(path):
         try:
-            path.mkdir(mode=0o700, exist_ok=True)
+            os.mkdir(path, mode=0o700)
+        except FileExistsError:
+            pass
         except OSError as exc:
             _write_failed(root, exc)
             return None
-    if not path.is_dir():
+    if not os.path.isdir(path):
         return None
     problem = _untrusted(path, directory=True)
     if problem:
@@ -208,8 +213,8 @@ def _source_stamps(directory: str, rel: str) -> Iterator[str]:
             yield from _source_stamps(entry.path, f"{rel}{entry.name}/")
 
 
-def _entry_path(directory: Path, key: str) -> Path:
-    return directory / (hashlib.sha256(key.encode()).hexdigest()[:40] + ENTRY_SUFFIX)
+def _entry_path(directory: str, key: str) -> str:
+    return os.path.join(directory, hashlib.sha256(key.encode()).hexdigest()[:40] + ENTRY_SUFFIX)
 
 
 def _header(key: str, payload: bytes, tag: str, label: str) -> dict[str, Any]:
@@ -265,7 +270,7 @@ def load(namespace: str, key: str, tag: str = "") -> Optional[bytes]:
         return None
     payload = _decode(data, key, tag)
     if payload is None:
-        log.debug("bytegrad cache: ignoring the damaged or stale entry %s", path)
+        _debug(f"ignoring the damaged or stale entry {path}")
         _count("rejected")
         _count("misses")
         _remove(path)
@@ -278,7 +283,7 @@ def load(namespace: str, key: str, tag: str = "") -> Optional[bytes]:
     return payload
 
 
-def _read_trusted(path: Path) -> Optional[bytes]:
+def _read_trusted(path: str) -> Optional[bytes]:
     """The bytes of `path` when it is a regular file we own that others cannot write; else None."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
     try:
@@ -307,17 +312,39 @@ def _read_trusted(path: Path) -> Optional[bytes]:
 def store(namespace: str, key: str, payload: bytes, tag: str = "", label: str = "") -> bool:
     """Write an entry atomically; False (after one warning) when the directory cannot take it."""
     directory = _namespace_dir(namespace, create=True)
-    if directory is None or directory.parent in _read_only:
+    if directory is None or os.path.dirname(directory) in _read_only:
         return False
-    ok = _write_atomic(_entry_path(directory, key), encode_entry(key, payload, tag, label))
+    data = encode_entry(key, payload, tag, label)
+    ok = _write_atomic(_entry_path(directory, key), data)
     if ok:
         _count("stores")
-        evict()
+        _after_store(len(data))
     return ok
 
 
-def _write_atomic(path: Path, data: bytes) -> bool:
-    tmp = path.with_name(f"{TMP_PREFIX}{os.getpid()}-{threading.get_ident()}-{os.urandom(4).hex()}")
+# The cache's size as this process last measured it, plus what it stored since. Measuring walks the
+# whole directory (a stat per file), so it is done on a process's first store, and again when the
+# estimate passes the cap or every `_REMEASURE` stores (other processes write too).
+_size_estimate: Optional[int] = None
+_stores_since_measure = 0
+_REMEASURE = 64
+
+
+def _after_store(nbytes: int) -> None:
+    global _size_estimate, _stores_since_measure
+    with _lock:
+        _stores_since_measure += 1
+        if (_size_estimate is not None and _stores_since_measure < _REMEASURE
+                and _size_estimate + nbytes <= max_bytes()):
+            _size_estimate += nbytes
+            return
+        _stores_since_measure = 0
+    evict()
+
+
+def _write_atomic(path: str, data: bytes) -> bool:
+    tmp = os.path.join(os.path.dirname(path),
+                       f"{TMP_PREFIX}{os.getpid()}-{threading.get_ident()}-{os.urandom(4).hex()}")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
         try:
@@ -331,11 +358,11 @@ def _write_atomic(path: Path, data: bytes) -> bool:
     except OSError as exc:
         _remove(tmp)
         root = cache_dir()
-        _write_failed(root if root is not None else path.parent, exc)
+        _write_failed(root if root is not None else os.path.dirname(path), exc)
         return False
 
 
-def _write_failed(root: Path, exc: OSError) -> None:
+def _write_failed(root: str, exc: OSError) -> None:
     with _lock:
         _read_only.add(root)
     _count("store_failures")
@@ -344,7 +371,7 @@ def _write_failed(root: Path, exc: OSError) -> None:
           "builds in memory for the rest of this process")
 
 
-def _remove(path: Path) -> None:
+def _remove(path: str) -> None:
     try:
         os.unlink(path)
     except OSError:
@@ -363,15 +390,15 @@ def stats() -> dict[str, int]:
 # ---- generated sources (Numba kernels) ----------------------------------------------------------
 
 
-def source_dir(namespace: str) -> Optional[Path]:
+def source_dir(namespace: str) -> Optional[str]:
     """A folder of the cache for generated `.py` files, or None when the disk cache is unusable."""
     directory = _namespace_dir(namespace, create=True)
-    if directory is None or directory.parent in _read_only:
+    if directory is None or os.path.dirname(directory) in _read_only:
         return None
     return directory
 
 
-def write_source(namespace: str, name: str, text: str) -> Optional[Path]:
+def write_source(namespace: str, name: str, text: str) -> Optional[str]:
     """Write a generated source file atomically and return its path (None: unusable cache).
 
     A file that already holds `text` is left untouched: Numba keys its cache on the source's mtime."""
@@ -380,7 +407,7 @@ def write_source(namespace: str, name: str, text: str) -> Optional[Path]:
     directory = source_dir(namespace)
     if directory is None:
         return None
-    path = directory / name
+    path = os.path.join(directory, name)
     data = text.encode()
     if _read_trusted(path) == data:
         return path
@@ -399,32 +426,34 @@ def max_bytes() -> int:
     return int(mb * (1 << 20))
 
 
-def _walk(root: Path) -> Iterator[tuple[Path, os.stat_result]]:
+def _walk(root: str) -> Iterator[tuple[str, os.stat_result]]:
     for dirpath, _dirs, files in os.walk(root):
         for name in files:
-            path = Path(dirpath, name)
+            path = os.path.join(dirpath, name)
             try:
-                yield path, path.lstat()
+                yield path, os.lstat(path)
             except OSError:
                 continue
 
 
-def _groups(root: Path) -> tuple[list[tuple[float, int, list[Path]]], int]:
+def _groups(root: str) -> tuple[list[tuple[float, int, list[str]]], int]:
     """Evictable groups (last use, bytes, files) and the total size. A Numba index and its data
     files go together; generated sources are never evicted (Numba keys on their mtime)."""
     now = time.time()
     groups: dict[str, list[Any]] = {}
     total = 0
     for path, st in _walk(root):
-        if path.name.startswith(TMP_PREFIX):
+        parent, name = os.path.split(path)
+        if name.startswith(TMP_PREFIX):
             if now - st.st_mtime > _STALE_TMP_S:  # left by a writer that died before its rename
                 _remove(path)
             continue
         total += st.st_size
-        if path.suffix == ENTRY_SUFFIX:
-            gkey = str(path)
-        elif path.parent.name == "__pycache__" and path.suffix in (".nbi", ".nbc"):
-            gkey = str(path.parent / path.name.split(".py", 1)[0])
+        suffix = os.path.splitext(name)[1]
+        if suffix == ENTRY_SUFFIX:
+            gkey = path
+        elif os.path.basename(parent) == "__pycache__" and suffix in (".nbi", ".nbc"):
+            gkey = os.path.join(parent, name.split(".py", 1)[0])
         else:
             continue
         g = groups.setdefault(gkey, [0.0, 0, []])
@@ -440,20 +469,21 @@ def evict(limit: Optional[int] = None) -> int:
     root = cache_dir()
     if root is None:
         return 0
+    global _size_estimate
     cap = max_bytes() if limit is None else limit
     groups, total = _groups(root)
-    if total <= cap:
-        return 0
-    target = int(cap * _EVICT_TO)
     removed = 0
-    for _mtime, size, files in sorted(groups, key=lambda g: g[0]):
-        if total <= target:
-            break
-        for path in files:
-            _remove(path)
-        total -= size
-        removed += 1
-    _stats["evicted"] += removed
+    if total > cap:
+        target = int(cap * _EVICT_TO)
+        for _mtime, size, files in sorted(groups, key=lambda g: g[0]):
+            if total <= target:
+                break
+            for path in files:
+                _remove(path)
+            total -= size
+            removed += 1
+        _stats["evicted"] += removed
+    _size_estimate = total
     return removed
 
 
@@ -465,29 +495,31 @@ def info() -> dict[str, Any]:
     if root is None:
         return out
     for path, st in _walk(root):
-        if path.name.startswith(TMP_PREFIX):
+        parent, name = os.path.split(path)
+        if name.startswith(TMP_PREFIX):
             continue
         out["total_bytes"] += st.st_size
-        rel = path.relative_to(root).parts
+        rel = os.path.relpath(path, root).split(os.sep)
         ns = out["namespaces"].setdefault(rel[0] if len(rel) > 1 else ".", {
             "entries": 0, "sources": 0, "kernel_files": 0, "bytes": 0, "functions": {}})
         ns["bytes"] += st.st_size
-        if path.suffix == ENTRY_SUFFIX:
+        suffix = os.path.splitext(name)[1]
+        if suffix == ENTRY_SUFFIX:
             ns["entries"] += 1
             label = _label_of(path)
-        elif path.suffix == ".py":
+        elif suffix == ".py":
             ns["sources"] += 1
             continue
-        elif path.parent.name == "__pycache__":
+        elif os.path.basename(parent) == "__pycache__":
             ns["kernel_files"] += 1
-            label = path.name.split(".py", 1)[0].rsplit("-", 1)[0]
+            label = name.split(".py", 1)[0].rsplit("-", 1)[0]
         else:
             continue
         ns["functions"][label] = ns["functions"].get(label, 0) + 1
     return out
 
 
-def _label_of(path: Path) -> str:
+def _label_of(path: str) -> str:
     data = _read_trusted(path)
     parsed = read_header(data) if data else None
     if parsed is None:
@@ -651,11 +683,12 @@ def _resolve_ref(pid: Any) -> Any:
 
 def _reset_for_tests() -> None:
     """Forget resolved directories, warnings and counters (tests only)."""
-    global _version
+    global _version, _size_estimate
     with _lock:
         _resolved.clear()
         _warned.clear()
         _read_only.clear()
         _version = None
+        _size_estimate = None
         for k in _stats:
             _stats[k] = 0
