@@ -30,11 +30,27 @@ from bytegrad.rules import (
     rrule as rrule,
     scalar_rule as scalar_rule,
 )
-from bytegrad.introspect import explain as explain
-from bytegrad.precompile import precompile as precompile
 from bytegrad.runtime.forward import PerformanceWarning as PerformanceWarning
 
 __version__ = "0.1.0"
+
+# `explain` and `precompile` load the fused-kernel machinery: imported on first use, so that
+# `import bytegrad` stays a small part of a process's time to first gradient.
+_LAZY = {"explain": "bytegrad.introspect", "precompile": "bytegrad.precompile"}
+
+
+def __getattr__(name: str):  # noqa: ANN202 - PEP 562 module attribute hook
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'bytegrad' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
     "differentiate", "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp", "PerformanceWarning",

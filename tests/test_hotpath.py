@@ -64,7 +64,7 @@ def test_a_precompiled_kernel_is_loaded_not_compiled_in_a_fresh_process(tmp_path
            "bytegrad.precompile(layer, *_inputs(), wrt=(0, 2)); print('ok')")
     assert _run(pre, env) == "ok"
     check = ("import json, numpy as np, bytegrad, sys; from tests.test_hotpath import layer, _inputs; "
-             "from bytegrad.runtime import fused, kernels; "
+             "from bytegrad.runtime import fused, kernels; import bytegrad.introspect; "
              "d = bytegrad.differentiate(layer, wrt=(0, 2)); d.grad(*_inputs()); "
              "fs = bytegrad.introspect.fused_sites(next(iter(d._fns.values())).__code__)[0]; "
              "p = kernels.plan(fs.nodes, fs.n_leaves, 'float64', (True, True)); "

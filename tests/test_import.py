@@ -24,3 +24,29 @@ def test_import_does_not_load_numba() -> None:
     assert proc.returncode == 0, proc.stderr
     loaded = proc.stdout.strip()
     assert not loaded, f"`import bytegrad` imported {loaded}"
+
+
+def test_first_gradient_loads_only_what_it_needs() -> None:
+    """`import bytegrad` leaves out the kernel machinery (explain and precompile load it on first
+    use), and a first gradient (rewrite, disk cache store) loads neither the kernel generator nor
+    pathlib, logging or OpenSSL's hashlib: milliseconds each of every process's first gradient."""
+    heavy = ("bytegrad.runtime.kernels", "bytegrad.runtime.fused", "bytegrad.introspect", "pathlib",
+             "logging", "hashlib", "_hashlib")
+    proc = run_fresh(
+        "import sys, numpy as np\n"
+        f"heavy = {heavy!r}\n"
+        "before = {m for m in heavy if m in sys.modules}\n"
+        "import bytegrad\n"
+        "print(sorted(m for m in heavy if m in sys.modules and m not in before))\n"
+        "def f(W, x, b):\n"
+        "    return np.sum(np.tanh(x @ W + b))\n"
+        "bytegrad.grad(f)(np.ones((3, 2)), np.ones((4, 3)), np.ones(2))\n"
+        "print(sorted(m for m in heavy if m in sys.modules and m not in before))\n"
+        "assert callable(bytegrad.explain) and callable(bytegrad.precompile)\n"
+        "print('explain' in dir(bytegrad))\n"
+    )
+    assert proc.returncode == 0, proc.stderr
+    at_import, after_grad, listed = proc.stdout.split("\n")[:3]
+    assert at_import == "[]"
+    assert after_grad == "['bytegrad.runtime.fused']"  # the fused site's NumPy tier; no kernels
+    assert listed == "True"

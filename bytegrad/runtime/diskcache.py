@@ -31,7 +31,6 @@ BYTEGRAD_DISABLE_DISK_CACHE=1 (no disk cache at all).
 from __future__ import annotations
 
 import errno
-import hashlib
 import io
 import json
 import os
@@ -45,7 +44,7 @@ import warnings
 from typing import Any, Iterator, Optional
 
 __all__ = ["cache_dir", "load", "store", "source_dir", "write_source", "info", "clear", "safe_dumps", "safe_loads",
-           "stats", "CacheWarning", "DEFAULT_MAX_MB"]
+           "stats", "sha256", "CacheWarning", "DEFAULT_MAX_MB"]
 
 
 MAGIC = b"BYTEGRAD"
@@ -62,6 +61,14 @@ _EVICT_TO = 0.9                         # evict down to this fraction of the cap
 class CacheWarning(UserWarning):
     """The disk cache cannot be used safely (bytegrad keeps working without it)."""
 
+
+try:  # CPython's own SHA-256: hashlib would load OpenSSL first, milliseconds of a first gradient
+    from _sha2 import sha256  # 3.12+
+except ImportError:
+    try:
+        from _sha256 import sha256  # 3.11
+    except ImportError:  # pragma: no cover - a Python built without them
+        from hashlib import sha256
 
 _lock = threading.RLock()
 _resolved: dict[tuple, Optional[str]] = {}    # environment -> usable directory (None: refused/off)
@@ -188,7 +195,7 @@ def bytegrad_version() -> str:
     so that a changed bytegrad (a development checkout, an upgrade) never loads another's entries."""
     global _version
     if _version is None:
-        h = hashlib.sha256()
+        h = sha256()
         for line in sorted(_source_stamps(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")):
             h.update(line.encode())
         release = getattr(sys.modules.get("bytegrad"), "__version__", "0")
@@ -214,12 +221,12 @@ def _source_stamps(directory: str, rel: str) -> Iterator[str]:
 
 
 def _entry_path(directory: str, key: str) -> str:
-    return os.path.join(directory, hashlib.sha256(key.encode()).hexdigest()[:40] + ENTRY_SUFFIX)
+    return os.path.join(directory, sha256(key.encode()).hexdigest()[:40] + ENTRY_SUFFIX)
 
 
 def _header(key: str, payload: bytes, tag: str, label: str) -> dict[str, Any]:
     return {"bytegrad": bytegrad_version(), "cache_tag": sys.implementation.cache_tag, "tag": tag,
-            "key": key, "length": len(payload), "sha256": hashlib.sha256(payload).hexdigest(),
+            "key": key, "length": len(payload), "sha256": sha256(payload).hexdigest(),
             "label": label}
 
 
@@ -252,7 +259,7 @@ def _decode(data: bytes, key: str, tag: str) -> Optional[bytes]:
     head, payload = parsed
     if (head.get("bytegrad") != bytegrad_version() or head.get("cache_tag") != sys.implementation.cache_tag
             or head.get("tag") != tag or head.get("key") != key or head.get("length") != len(payload)
-            or head.get("sha256") != hashlib.sha256(payload).hexdigest()):
+            or head.get("sha256") != sha256(payload).hexdigest()):
         return None
     return payload
 

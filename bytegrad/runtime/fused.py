@@ -30,14 +30,16 @@ import os
 import sys
 import threading
 import time
-from typing import Any, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 import numpy as np
 
 from bytegrad.rules._shape import unbroadcast
 from bytegrad.runtime.backward import _bw_rrule_trusted
-from bytegrad.runtime import kernels
 from bytegrad.runtime.tape import Tape, sweep
+
+if TYPE_CHECKING:
+    from bytegrad.runtime import kernels
 
 _ndarray = np.ndarray
 _perf = time.perf_counter
@@ -47,6 +49,10 @@ BACKWARD_FACTOR = 3.0
 #: the difference is below the timing noise, and the kernel keeps less memory alive (only what its
 #: backward reads, against every intermediate of the per-operation rules)
 TIE = 1.05
+#: seconds: no kernel module costs less to get than this (loading a forward and a backward ufunc).
+#: Until a site has spent this much, ski rental does not even estimate its price, which would
+#: import runtime/kernels.py (kept out of a process's first gradients).
+PRICE_FLOOR = 0.02
 _FLOAT_DTYPES = {np.dtype(np.float64): "float64", np.dtype(np.float32): "float32"}
 _SCALARS = {float: None, int: None, np.float64: "float64", np.float32: "float32"}
 
@@ -103,7 +109,7 @@ class FusedSite:
         self.plans: dict[Any, kernels.Plan] = {}
         self.kernels: dict[Any, Optional[kernels.Kernels]] = {}
         self.choice: dict[Any, bool] = {}  # (dtype, active, size class) -> use the kernel
-        self.price = kernels.MIN_COST      # seconds: the compile cost to beat (see _maybe_tier_up)
+        self.price = PRICE_FLOOR           # seconds: the compile cost to beat (see _maybe_tier_up)
         self.numpy_fn: Any = None          # the NumPy tier of this tree, generated on first use
 
     def __repr__(self) -> str:
@@ -242,6 +248,7 @@ def _plan_for(fs: FusedSite, dtype: str, active: tuple[bool, ...]) -> kernels.Pl
     key = (dtype, active)
     p = fs.plans.get(key)
     if p is None:
+        from bytegrad.runtime import kernels
         p = fs.plans[key] = kernels.plan(fs.nodes, fs.n_leaves, dtype, active)
     return p
 
@@ -254,6 +261,7 @@ def _maybe_tier_up(fs: FusedSite, ops: tuple) -> None:
         return
     if POLICY == "never" or (POLICY != "always" and fs.spent * BACKWARD_FACTOR < fs.price):
         return
+    from bytegrad.runtime import kernels
     if kernels.disabled():
         fs.state = "disabled"
         return
@@ -290,6 +298,7 @@ def _compile_in_background(fs: FusedSite, p: kernels.Plan, dtype: str) -> None:
 def _get_kernels(fs: FusedSite, dtype: str, active: tuple[bool, ...]) -> Optional[kernels.Kernels]:
     key = (dtype, active)
     if key not in fs.kernels:
+        from bytegrad.runtime import kernels
         t0 = _perf()
         fs.kernels[key] = kernels.compile_kernels(_plan_for(fs, dtype, active))
         fs.compile_s += _perf() - t0
@@ -301,6 +310,7 @@ def _decide(tape: Tape, fs: FusedSite, ops: tuple, dtype: str, active: tuple[boo
     """Compile if needed, then time kernel and NumPy twin on these inputs; remember the faster."""
     ks = _get_kernels(fs, dtype, active) if any(active) else None
     if ks is None:
+        from bytegrad.runtime import kernels
         fs.choice[(dtype, active, size)] = False
         if kernels.disabled():
             fs.state = "disabled"

@@ -194,7 +194,6 @@ def _assumptions_hold(frozen: Any, fn_globals: dict[str, Any]) -> bool:
 
 
 def _disk_key(code: types.CodeType, active: frozenset[str], immutable: frozenset[str]) -> Optional[str]:
-    import hashlib
     import marshal
     import os
     import sys
@@ -205,7 +204,7 @@ def _disk_key(code: types.CodeType, active: frozenset[str], immutable: frozenset
         raw = marshal.dumps(code, 2)  # version 2 writes no refcount-dependent back-references: stable
     except ValueError:
         return None
-    h = hashlib.sha256(raw)
+    h = diskcache.sha256(raw)
     options = tuple(os.environ.get(name, "") for name in DISK_KEY_ENV)
     h.update(repr((sys.implementation.cache_tag, diskcache.bytegrad_version(), _ENTRY_FORMAT,
                    sorted(active), sorted(immutable), options)).encode())
@@ -262,7 +261,6 @@ def _label(code: types.CodeType) -> str:
 
 
 def _encode(new_code: types.CodeType, assumed: Assumptions) -> Optional[bytes]:
-    import logging
     import marshal
     import os
     import pickle
@@ -277,6 +275,7 @@ def _encode(new_code: types.CodeType, assumed: Assumptions) -> Optional[bytes]:
         return marshal.dumps((_ENTRY_FORMAT, nonce, stripped, assumed.freeze(), side))
     except (pickle.PicklingError, TypeError, AttributeError, ValueError, RecursionError) as exc:
         # a constant that cannot be serialized only means "not stored": this process keeps working
+        import logging
         logging.getLogger("bytegrad.cache").debug("not storing the rewrite of %s: %s", new_code.co_name, exc)
         return None
 
