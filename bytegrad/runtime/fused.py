@@ -336,20 +336,19 @@ def _time(f: Any) -> float:
 def _run_kernel(tape: Tape, fs: FusedSite, dtype: str, active: tuple[bool, ...], leaves: list[Any],
                 parents: tuple) -> Any:
     ks = fs.kernels[(dtype, active)]
-    assert ks is not None
     out = ks.forward(*leaves)
     fs.kernel_calls += 1
-    if not any(active):
+    if ks.backward_plan is None:  # nothing active
         return out
-    p = ks.plan
-    saved = tuple(leaves[j] if j in p.saved_leaves else None for j in range(len(leaves)))
-    shapes = tuple(np.shape(v) for v in leaves)
+    keep, sources, needs_out = ks.backward_plan
+    saved = tuple([v if k else None for v, k in zip(leaves, keep)])
+    shapes = tuple([v.shape if type(v) is _ndarray else () for v in leaves])
     values = tape.values
     if tape.lean:
         _release_temporaries(tape, leaves, parents, saved)
     tape.ids[id(out)] = len(values)
     values.append(out)
-    tape.nodes.append((_bw_fused, parents, fs.site, ks, saved, shapes, out if p.needs_out else None))
+    tape.nodes.append((_bw_fused, parents, fs.site, ks, saved, shapes, out if needs_out else None))
     return out
 
 
@@ -392,18 +391,15 @@ def _bw_fused(ct: Any, node: tuple, out: Any) -> Any:
     saved = node[4]
     shapes = node[5]
     parents = node[1]
-    out_shape = np.shape(out)
+    out_shape = out.shape if type(out) is _ndarray else ()
     res: list[Any] = [None] * len(parents)
-    for group, fn in zip(ks.plan.groups, ks.backward):
-        args = [ct if n == "g" else out if n == "out" else saved[int(n[1:])] for n in group.params]
-        bar = fn(*args)
-        for j in group.leaves:
+    for (leaves, sources), fn in zip(ks.backward_plan[1], ks.backward):
+        bar = fn(*[ct if i == -1 else out if i == -2 else saved[i] for i in sources])
+        for j in leaves:
             if parents[j] is None:
                 continue
-            b = bar
-            if shapes[j] != out_shape:
-                b = unbroadcast(b, shapes[j], out_shape)
-            res[j] = b
+            shape = shapes[j]
+            res[j] = bar if shape == out_shape else unbroadcast(bar, shape, out_shape)
     return res
 
 
@@ -450,8 +446,8 @@ def kernel_gradients(fs: FusedSite, ks: kernels.Kernels, leaves: list[Any], acti
                      ct: Any = 1.0) -> tuple[Any, list[Any]]:
     """Value and leaf cotangents by the kernel tier."""
     out = ks.forward(*leaves)
-    p = ks.plan
-    saved = tuple(leaves[j] if j in p.saved_leaves else None for j in range(len(leaves)))
+    keep, _sources, needs_out = ks.backward_plan
+    saved = tuple(v if k else None for v, k in zip(leaves, keep))
     node = (_bw_fused, tuple(0 if a else None for a in active), fs.site, ks, saved,
-            tuple(np.shape(v) for v in leaves), out if p.needs_out else None)
+            tuple(np.shape(v) for v in leaves), out if needs_out else None)
     return out, _bw_fused(ct, node, out)

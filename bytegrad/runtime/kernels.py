@@ -48,6 +48,11 @@ class Group:
     params: tuple[str, ...]     # "g", "out", or "a<j>" in call order
     name: str                   # function name in the module
 
+    @property
+    def sources(self) -> tuple[int, ...]:
+        """`params` for the backward pass: -1 the cotangent, -2 the output, j >= 0 leaf j."""
+        return tuple(-1 if n == "g" else -2 if n == "out" else int(n[1:]) for n in self.params)
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -66,6 +71,15 @@ class Kernels:
     plan: Plan
     forward: Any
     backward: tuple[Any, ...]       # one per group
+    #: what the fused site's hot path reads, precomputed: None when no leaf is active, else
+    #: (per leaf: saved for the backward?, per group: (its leaves, `Group.sources`), needs the output?)
+    backward_plan: Optional[tuple] = None
+
+    def __post_init__(self) -> None:
+        p = self.plan
+        if p.groups:
+            self.backward_plan = (tuple(j in p.saved_leaves for j in range(p.n_leaves)),
+                                  tuple((g.leaves, g.sources) for g in p.groups), p.needs_out)
 
 
 # ---- source generation -------------------------------------------------------------------------
