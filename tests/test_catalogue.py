@@ -57,6 +57,17 @@ def test_gradient_matches_finite_differences(case):
 
 
 @pytest.mark.parametrize("case", catalogue.CASES, ids=lambda c: c.id)
+def test_gradient_with_every_record_slimmed(case, monkeypatch):
+    """`grad` slims its tape's large records before the sweep (runtime/tape.py `_slim`); the
+    catalogue's arrays are small, so here every record is slimmed, whatever its size."""
+    from bytegrad.runtime import tape
+    monkeypatch.setattr(tape, "SLIM_MIN_SIZE", 0)
+    f = bytegrad.differentiate(case.fn, wrt=case.wrt)
+    args, kwargs = make_inputs(case, 0)
+    check_grad(f, args, case.wrt, kwargs=kwargs, rtol=case.rtol, atol=case.atol, seed=0)
+
+
+@pytest.mark.parametrize("case", catalogue.CASES, ids=lambda c: c.id)
 def test_value_and_plain_call(case):
     f = bytegrad.differentiate(case.fn, wrt=case.wrt)
     for call in range(CALLS):

@@ -70,3 +70,18 @@ def _plan(xs: tuple[int, ...], shape: tuple[int, ...]) -> tuple[tuple[int, ...],
     if len(_PLANS) < 4096:  # shapes seen in one program are few; don't grow without bound
         _PLANS[(xs, shape)] = (lead_axes, axes)
     return lead_axes, axes
+
+
+_STAND_INS: dict[tuple, np.ndarray] = {}
+
+
+def stand_in(v: np.ndarray) -> np.ndarray:
+    """A read-only array of `v`'s shape and dtype that holds no memory (one zero, broadcast): what a
+    record keeps of a value it needs only the shape of, so that the value itself can be freed."""
+    key = (v.shape, v.dtype)
+    s = _STAND_INS.get(key)
+    if s is None:
+        if len(_STAND_INS) > 256:
+            _STAND_INS.clear()
+        s = _STAND_INS[key] = np.broadcast_to(np.zeros((), v.dtype), v.shape)
+    return s

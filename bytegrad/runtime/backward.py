@@ -13,7 +13,7 @@ import numpy as np
 
 from bytegrad.errors import DifferentiationError, qualname
 from bytegrad.rules._apply import shape_of
-from bytegrad.rules._shape import materialize, unbroadcast
+from bytegrad.rules._shape import materialize, stand_in, unbroadcast
 from bytegrad.rules.registry import ZERO
 from bytegrad.runtime import tape as _tape
 
@@ -144,6 +144,32 @@ def _saved_unary(node: tuple) -> list[np.ndarray]:
 _bw_unary.saved = _saved_unary  # type: ignore[attr-defined]
 
 
+# ---- slimming: what a tape swept once keeps of a record (see tape.sweep) -------------------------
+# `slim(node, out) -> (node, out)` replaces the values a reverse step reads only for their shape by
+# zero-memory stand-ins, so they are freed before the sweep instead of after it.
+
+
+def _slim_elementwise(node: tuple, out: Any) -> tuple[tuple, Any]:
+    rule, args = node[3], node[4]
+    n = len(args)
+    parents = node[1] if type(node[1]) is tuple else (node[1],)
+    used: set[int] = set()
+    if not rule.constant_partials:
+        for i, p in enumerate(parents):
+            if p is not None and i < len(rule.partials) and callable(rule.partials[i]):
+                used |= _partial_uses(rule.partials[i], n)
+    slim_args = tuple(a if i in used or type(a) is not _ndarray else stand_in(a) for i, a in enumerate(args))
+    return (node[:4] + (slim_args,) + node[5:]), (out if n in used else stand_in(out))
+
+
+def _slim_rrule_trusted(node: tuple, out: Any) -> tuple[tuple, Any]:
+    return node, stand_in(out)  # the pullback keeps what it needs; `out` gives the shape
+
+
+_bw_elementwise.slim = _slim_elementwise  # type: ignore[attr-defined]
+_bw_unary.slim = _slim_elementwise  # type: ignore[attr-defined]
+
+
 class _TupleOut:
     """Stands on the tape for a rule's tuple output; its elements are recorded one by one."""
 
@@ -219,6 +245,7 @@ def _saved_rrule(node: tuple) -> list[np.ndarray]:
 
 _bw_rrule.saved = _saved_rrule  # type: ignore[attr-defined]
 _bw_rrule_trusted.saved = _saved_rrule  # type: ignore[attr-defined]
+_bw_rrule_trusted.slim = _slim_rrule_trusted  # type: ignore[attr-defined]
 
 for _bw in (_bw_tuple_item, _bw_identity):
     _bw.saved = lambda node: []  # type: ignore[attr-defined]

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 import numpy as np
 
-from bytegrad.rules._shape import unbroadcast
+from bytegrad.rules._shape import stand_in, unbroadcast
 from bytegrad.runtime.backward import _bw_rrule_trusted
 from bytegrad.runtime.tape import Tape, sweep
 
@@ -355,7 +355,6 @@ def _run_kernel(tape: Tape, fs: FusedSite, dtype: str, active: tuple[bool, ...],
 #: references to a leaf that only this call holds: `leaves`, the `ops` tuple, the tape's `values`,
 #: and `sys.getrefcount`'s own argument (CPython 3.11-3.13)
 _TEMP_REFS = 4
-_PLACEHOLDERS: dict[tuple, np.ndarray] = {}
 
 
 def _release_temporaries(tape: Tape, leaves: list[Any], parents: tuple, saved: tuple) -> None:
@@ -375,13 +374,7 @@ def _release_temporaries(tape: Tape, leaves: list[Any], parents: tuple, saved: t
         if (type(v) is not _ndarray or node is None or node[0] is not _bw_rrule_trusted
                 or values[k] is not v or _getrefcount(v) != _TEMP_REFS + 1):  # + 1: `v` here
             continue
-        key = (v.shape, v.dtype)
-        stand_in = _PLACEHOLDERS.get(key)
-        if stand_in is None:
-            if len(_PLACEHOLDERS) > 256:
-                _PLACEHOLDERS.clear()
-            stand_in = _PLACEHOLDERS[key] = np.broadcast_to(np.zeros((), v.dtype), v.shape)
-        values[k] = stand_in
+        values[k] = stand_in(v)
         if tape.ids.get(id(v)) == k:
             del tape.ids[id(v)]
 

@@ -195,6 +195,8 @@ def sweep(tape: Tape, seeds: dict[int, Any], stop: int = -1) -> list[Any]:
     thunk = _FunctionType
     no_tangent, zero = NO_TANGENT, ZERO
     release = tape.lean
+    if release:
+        _slim(tape)
     for i in range(max(seeds), stop, -1):
         ct = cts[i]
         if ct is None:
@@ -244,6 +246,27 @@ def sweep(tape: Tape, seeds: dict[int, Any], stop: int = -1) -> list[Any]:
             else:
                 _route(cts, p, bar, node)
     return cts
+
+
+#: values smaller than this (elements) are not worth slimming
+SLIM_MIN_SIZE = 4096
+
+
+def _slim(tape: Tape) -> None:
+    """Before the one sweep of a lean tape: let each large record drop what its reverse step reads
+    only the shape of (its output, arguments its partials do not read), so that those arrays are
+    freed now rather than when the sweep reaches them (the `slim` protocol of runtime/backward.py)."""
+    nodes = tape.nodes
+    values = tape.values
+    for i, v in enumerate(values):
+        if v.__class__ is not _ndarray or v.size < SLIM_MIN_SIZE:
+            continue
+        node = nodes[i]
+        if node is None:
+            continue
+        slim = getattr(node[0], "slim", None)
+        if slim is not None:
+            nodes[i], values[i] = slim(node, v)
 
 
 def _route(cts: list[Any], p: Any, bar: Any, node: tuple) -> None:

@@ -138,6 +138,10 @@ def dense_rows(W, b, x):
     return np.sum(np.tanh(W @ x + b[:, None]))
 
 
+def dense_rows_unfused(W, b, x):  # its own code object: its own fused site, never tiered up here
+    return np.sum(np.tanh(W @ x + b[:, None]))
+
+
 def dense_rows_grad(W, b, x):
     y = np.tanh(W @ x + b[:, None])
     d = 1.0 - y * y
@@ -169,6 +173,21 @@ def test_kernel_tier_gradient_peaks_below_the_hand_written_one(monkeypatch):
     np.testing.assert_allclose(gb, rb, rtol=1e-12, atol=1e-12)
     assert [s["state"] for s in f.stats()["fused_sites"]] == ["kernel"]
     assert _peak(lambda: g(W, b, x)) <= _peak(lambda: dense_rows_grad(W, b, x))
+
+
+def test_numpy_tier_gradient_peaks_below_the_hand_written_one(monkeypatch):
+    """The same on the per-operation rules: the sweep slims `W @ x` and `W @ x + b[:, None]` to their
+    shapes (the sum's and tanh's reverse steps read no more), so they are freed before it runs."""
+    monkeypatch.setattr(fused, "POLICY", "never")
+    rng = np.random.default_rng(0)
+    W, b, x = rng.normal(size=(200, 200)) / 14, rng.normal(size=200), rng.normal(size=(200, 128))
+    f = bytegrad.differentiate(dense_rows_unfused, wrt=(0, 1))
+    gW, gb = f.grad(W, b, x)
+    rW, rb = dense_rows_grad(W, b, x)
+    np.testing.assert_allclose(gW, rW, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gb, rb, rtol=1e-12, atol=1e-12)
+    assert [s["state"] for s in f.stats()["fused_sites"]] == ["numpy"]
+    assert _peak(lambda: f.grad(W, b, x)) <= _peak(lambda: dense_rows_grad(W, b, x))
 
 
 def test_a_leaf_the_code_still_holds_is_not_released(monkeypatch):
