@@ -121,27 +121,30 @@ def _partial_uses(d: Any, nargs: int) -> frozenset[int]:
     return uses
 
 
-def _saved_elementwise(node: tuple) -> list[np.ndarray]:
+def _read_by_partials(node: tuple) -> set[int]:
+    """Which of (*args, out) an elementwise record's reverse step reads: positions 0..len(args)-1
+    for the arguments, len(args) for the output (the partials of its differentiated arguments)."""
     rule = node[3]
-    args = node[4]
-    if rule.constant_partials:
-        return []
-    n = len(args)
     used: set[int] = set()
-    for i, p in enumerate(node[1]):
+    if rule.constant_partials:
+        return used
+    n = len(node[4])
+    parents = node[1] if type(node[1]) is tuple else (node[1],)  # a unary record has a bare index
+    for i, p in enumerate(parents):
         if p is not None and i < len(rule.partials) and callable(rule.partials[i]):
             used |= _partial_uses(rule.partials[i], n)
-    return [a for i, a in enumerate(args) if i in used and type(a) is _ndarray]
+    return used
+
+
+def _saved_elementwise(node: tuple) -> list[np.ndarray]:
+    used = _read_by_partials(node)
+    return [a for i, a in enumerate(node[4]) if i in used and type(a) is _ndarray]
 
 
 _bw_elementwise.saved = _saved_elementwise  # type: ignore[attr-defined]
 
 
-def _saved_unary(node: tuple) -> list[np.ndarray]:
-    return _saved_elementwise((node[0], (node[1],)) + node[2:])
-
-
-_bw_unary.saved = _saved_unary  # type: ignore[attr-defined]
+_bw_unary.saved = _saved_elementwise  # type: ignore[attr-defined]
 
 
 # ---- slimming: what a tape swept once keeps of a record (see tape.sweep) -------------------------
@@ -150,16 +153,10 @@ _bw_unary.saved = _saved_unary  # type: ignore[attr-defined]
 
 
 def _slim_elementwise(node: tuple, out: Any) -> tuple[tuple, Any]:
-    rule, args = node[3], node[4]
-    n = len(args)
-    parents = node[1] if type(node[1]) is tuple else (node[1],)
-    used: set[int] = set()
-    if not rule.constant_partials:
-        for i, p in enumerate(parents):
-            if p is not None and i < len(rule.partials) and callable(rule.partials[i]):
-                used |= _partial_uses(rule.partials[i], n)
+    args = node[4]
+    used = _read_by_partials(node)
     slim_args = tuple(a if i in used or type(a) is not _ndarray else stand_in(a) for i, a in enumerate(args))
-    return (node[:4] + (slim_args,) + node[5:]), (out if n in used else stand_in(out))
+    return (node[:4] + (slim_args,) + node[5:]), (out if len(args) in used else stand_in(out))
 
 
 def _slim_rrule_trusted(node: tuple, out: Any) -> tuple[tuple, Any]:

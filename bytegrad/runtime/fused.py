@@ -34,8 +34,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 import numpy as np
 
-from bytegrad.rules._shape import stand_in, unbroadcast
-from bytegrad.runtime.backward import _bw_rrule_trusted
+from bytegrad.rules._shape import unbroadcast
 from bytegrad.runtime.tape import Tape, sweep
 
 if TYPE_CHECKING:
@@ -340,9 +339,9 @@ def _run_kernel(tape: Tape, fs: FusedSite, dtype: str, active: tuple[bool, ...],
     fs.kernel_calls += 1
     if ks.backward_plan is None:  # nothing active
         return out
-    keep, sources, needs_out = ks.backward_plan
+    keep, _sources, needs_out = ks.backward_plan
     saved = tuple([v if k else None for v, k in zip(leaves, keep)])
-    shapes = tuple([v.shape if type(v) is _ndarray else () for v in leaves])
+    shapes = _shapes(leaves)
     values = tape.values
     if tape.lean:
         _release_temporaries(tape, leaves, parents, saved)
@@ -352,6 +351,10 @@ def _run_kernel(tape: Tape, fs: FusedSite, dtype: str, active: tuple[bool, ...],
     return out
 
 
+def _shapes(leaves: list[Any]) -> tuple:
+    return tuple([v.shape if type(v) is _ndarray else () for v in leaves])  # () for scalars
+
+
 #: references to a leaf that only this call holds: `leaves`, the `ops` tuple, the tape's `values`,
 #: and `sys.getrefcount`'s own argument (CPython 3.11-3.13)
 _TEMP_REFS = 4
@@ -359,11 +362,11 @@ _TEMP_REFS = 4
 
 def _release_temporaries(tape: Tape, leaves: list[Any], parents: tuple, saved: tuple) -> None:
     """Let go of leaf values nothing will read again: an expression's result that only this site
-    consumed (`W @ x` in `tanh(W @ x + b)`), whose own backward needs its shape and not its value,
-    and that the fused backward does not save. The tape keeps a zero-memory stand-in of the same
-    shape and dtype, and forgets the value's id (so a new array reusing that id is not taken for
-    it). On a tape swept once (`Tape.lean`) this frees the temporary before the reverse pass, as a
-    hand-written gradient would; the backward of its node runs unchanged."""
+    consumed (`W @ x` in `tanh(W @ x + b)`), that the fused backward does not save, and whose own
+    record, slimmed (the `slim` protocol of runtime/backward.py, as `tape.sweep` does for large
+    records), keeps only its shape. The tape keeps the slimmed record and forgets the value's id (so
+    a new array reusing that id is not taken for it). On a tape swept once (`Tape.lean`) this frees
+    the temporary before the reverse pass, as a hand-written gradient would."""
     nodes = tape.nodes
     values = tape.values
     for j, k in enumerate(parents):
@@ -371,10 +374,14 @@ def _release_temporaries(tape: Tape, leaves: list[Any], parents: tuple, saved: t
             continue
         v = leaves[j]
         node = nodes[k]
-        if (type(v) is not _ndarray or node is None or node[0] is not _bw_rrule_trusted
-                or values[k] is not v or _getrefcount(v) != _TEMP_REFS + 1):  # + 1: `v` here
+        slim = getattr(node[0], "slim", None) if node is not None else None
+        if (slim is None or type(v) is not _ndarray or values[k] is not v
+                or _getrefcount(v) != _TEMP_REFS + 1):  # + 1: `v` here
             continue
-        values[k] = stand_in(v)
+        node, kept = slim(node, v)
+        if kept is v:  # its reverse step reads the value itself
+            continue
+        nodes[k], values[k] = node, kept
         if tape.ids.get(id(v)) == k:
             del tape.ids[id(v)]
 
@@ -442,5 +449,5 @@ def kernel_gradients(fs: FusedSite, ks: kernels.Kernels, leaves: list[Any], acti
     keep, _sources, needs_out = ks.backward_plan
     saved = tuple(v if k else None for v, k in zip(leaves, keep))
     node = (_bw_fused, tuple(0 if a else None for a in active), fs.site, ks, saved,
-            tuple(np.shape(v) for v in leaves), out if needs_out else None)
+            _shapes(leaves), out if needs_out else None)
     return out, _bw_fused(ct, node, out)

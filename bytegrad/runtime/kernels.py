@@ -38,7 +38,6 @@ _warned_no_cache = False
 
 #: seconds; replaced by what this process measures
 _cost = {"import": 0.45, "compile": 0.20, "load": 0.01}
-#: no kernel module costs less than this to get (a forward and one backward ufunc, loaded)
 _numba_failed: Optional[str] = None
 
 

@@ -211,6 +211,23 @@ def test_a_leaf_the_code_still_holds_is_not_released(monkeypatch):
             np.testing.assert_allclose(bytegrad.grad(fn)(W, x, b), want, rtol=1e-12)
 
 
+def test_a_released_temporary_from_an_unfused_elementwise_rule(monkeypatch):
+    """`np.arcsinh(x)` has no kernel formula, so it is a leaf of the fused site; its record reads x,
+    not its output, so the site releases the output and the gradient stays right."""
+    monkeypatch.setattr(fused, "POLICY", "always")
+
+    def f(x, b):
+        return np.sum(np.tanh(np.arcsinh(x) * 2.0 + b))
+
+    rng = np.random.default_rng(3)
+    x, b = rng.normal(size=(3, 5)), rng.normal(size=5)
+    d = 1 - np.tanh(np.arcsinh(x) * 2.0 + b) ** 2
+    for _ in range(3):
+        gx, gb = bytegrad.grad(f, wrt=(0, 1))(x, b)
+        np.testing.assert_allclose(gx, d * 2.0 / np.sqrt(x ** 2 + 1), rtol=1e-12)
+        np.testing.assert_allclose(gb, d.sum(0), rtol=1e-12)
+
+
 def test_tapes_swept_more_than_once_keep_everything(monkeypatch):
     """A pullback or a Jacobian sweeps one tape several times: nothing is released from it."""
     monkeypatch.setattr(fused, "POLICY", "always")
