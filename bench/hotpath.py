@@ -131,6 +131,7 @@ def compile_thread(runs: int, steps: int = 20_000) -> dict[str, Any]:
     background thread, from an empty cache and from a cache holding the kernels (median of `runs`)."""
     out: dict[str, Any] = {"steps": steps, "runs": runs}
     code = _COMPILE_CHILD.replace("{steps}", str(steps))
+    fill = _COMPILE_CHILD.replace("{steps}", "1") + "bytegrad.precompile(g, x)\n"  # kernels on disk
     for cache_state in ("empty", "kernels on disk"):
         for mode in ("sync", "background"):
             walls, calls = [], None
@@ -139,7 +140,7 @@ def compile_thread(runs: int, steps: int = 20_000) -> dict[str, Any]:
                     env = _env()
                     env["BYTEGRAD_CACHE_DIR"] = cache
                     if cache_state != "empty":
-                        _py(code.replace(str(steps), "1") + "bytegrad.precompile(g, x)\n", env)
+                        _py(fill, env)
                     env["BYTEGRAD_COMPILE"] = mode
                     wall, n_numpy, n_kernel = json.loads(_py(code, env))
                     walls.append(wall)
