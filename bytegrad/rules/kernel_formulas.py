@@ -35,7 +35,7 @@ def _def(fns: tuple[Any, ...], value: str, *partials: str) -> None:
 _def((operator.add, np.add), "({0} + {1})", "1.0", "1.0")
 _def((operator.sub, np.subtract), "({0} - {1})", "1.0", "-1.0")
 _def((operator.mul, np.multiply), "({0} * {1})", "{1}", "{0}")
-_def((operator.truediv, np.divide), "_div({0}, {1})", "_div(1.0, {1})", "_div(-{out}, {1})")
+_def((operator.truediv, np.divide), "({0} / {1})", "(1.0 / {1})", "(-{out} / {1})")
 _def((operator.neg, np.negative), "(-{0})", "-1.0")
 _def((np.square,), "({0} * {0})", "(2.0 * {0})")
 
@@ -47,30 +47,23 @@ _def((np.tan,), "math.tan({0})", "(1.0 + {out} * {out})")
 _def((np.tanh,), "math.tanh({0})", "(1.0 - {out} * {out})")
 _def((np.sinh,), "math.sinh({0})", "math.cosh({0})")
 _def((np.cosh,), "math.cosh({0})", "math.sinh({0})")
-_def((np.arctan,), "math.atan({0})", "_div(1.0, 1.0 + {0} * {0})")
+_def((np.arctan,), "math.atan({0})", "(1.0 / (1.0 + {0} * {0}))")
 _def((np.exp,), "math.exp({0})", "{out}")
 _def((np.expm1,), "math.expm1({0})", "({out} + 1.0)")
-_def((np.log,), "_log({0})", "_div(1.0, {0})")
-_def((np.log1p,), "_log1p({0})", "_div(1.0, 1.0 + {0})")
-_def((np.sqrt,), "_sqrt({0})", "_div(0.5, {out})")
+_def((np.log,), "_log({0})", "(1.0 / {0})")
+_def((np.log1p,), "_log1p({0})", "(1.0 / (1.0 + {0}))")
+_def((np.sqrt,), "_sqrt({0})", "(0.5 / {out})")
 _def((np.absolute,), "abs({0})", "_sign({0})")
 
 # maximum/minimum split the cotangent evenly on ties and propagate NaN, as the rules do.
 _def((np.maximum,), "_maximum({0}, {1})", "_pick({0}, {1})", "_pick({1}, {0})")
 _def((np.minimum,), "_minimum({0}, {1})", "_pick({1}, {0})", "_pick({0}, {1})")
 
-#: Helper functions every generated kernel module defines (compiled inline by Numba). Division and
-#: the domain-checked functions return inf/NaN as NumPy does instead of raising.
+#: Helper functions every generated kernel module defines (compiled inline by Numba). The
+#: domain-checked functions return inf/NaN as NumPy does instead of raising. Division needs no
+#: helper: in a ufunc or gufunc body Numba divides as IEEE 754 (and NumPy) does, x / 0 -> +-inf or
+#: NaN (tests/runtime/test_kernels.py checks NaN and inf against the NumPy twin).
 HELPERS = '''
-@njit(inline="always")
-def _div(a, b):
-    if b == 0:
-        if a == 0 or a != a:
-            return a - a + _nan
-        return _inf if (a > 0) == (math.copysign(1.0, b) > 0) else -_inf
-    return a / b
-
-
 @njit(inline="always")
 def _log(a):
     if a > 0:
@@ -146,9 +139,9 @@ def power_formula(exponent: float) -> Formula:
     if c == 3.0:
         return Formula("({0} * {0} * {0})", ("(3.0 * {0} * {0})",))
     if c == -1.0:
-        return Formula("_div(1.0, {0})", ("(-({out} * {out}))",))
+        return Formula("(1.0 / {0})", ("(-({out} * {out}))",))
     if c == 0.5:
-        return Formula("_sqrt({0})", ("_div(0.5, {out})",))
+        return Formula("_sqrt({0})", ("(0.5 / {out})",))
     return Formula(f"_pow({{0}}, {c!r})", (f"({c!r} * _pow({{0}}, {c - 1.0!r}))",))
 
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 import numpy as np
 
-from bytegrad.rules._shape import unbroadcast
+from bytegrad.rules._shape import stand_in, unbroadcast
 from bytegrad.runtime.tape import Tape, sweep
 
 if TYPE_CHECKING:
@@ -335,19 +335,25 @@ def _time(f: Any) -> float:
 def _run_kernel(tape: Tape, fs: FusedSite, dtype: str, active: tuple[bool, ...], leaves: list[Any],
                 parents: tuple) -> Any:
     ks = fs.kernels[(dtype, active)]
-    out = ks.forward(*leaves)
     fs.kernel_calls += 1
-    if ks.backward_plan is None:  # nothing active
-        return out
-    keep, _sources, needs_out = ks.backward_plan
-    saved = tuple([v if k else None for v, k in zip(leaves, keep)])
-    shapes = _shapes(leaves)
+    if ks.onepass:  # the output and the partials, in one pass
+        out, *partials = ks.forward(*leaves)
+        node = (_bw_partials, parents, fs.site, ks, partials, _shapes(leaves))
+        if tape.lean:
+            _release_temporaries(tape, leaves, parents, ks.nothing_saved)
+    else:
+        out = ks.forward(*leaves)
+        if ks.backward_plan is None:  # nothing active
+            return out
+        keep, _sources, needs_out = ks.backward_plan
+        saved = tuple([v if k else None for v, k in zip(leaves, keep)])
+        node = (_bw_fused, parents, fs.site, ks, saved, _shapes(leaves), out if needs_out else None)
+        if tape.lean:
+            _release_temporaries(tape, leaves, parents, saved)
     values = tape.values
-    if tape.lean:
-        _release_temporaries(tape, leaves, parents, saved)
     tape.ids[id(out)] = len(values)
     values.append(out)
-    tape.nodes.append((_bw_fused, parents, fs.site, ks, saved, shapes, out if needs_out else None))
+    tape.nodes.append(node)
     return out
 
 
@@ -392,6 +398,8 @@ def _bw_fused(ct: Any, node: tuple, out: Any) -> Any:
     shapes = node[5]
     parents = node[1]
     out_shape = out.shape if type(out) is _ndarray else ()
+    if type(ct) is not float and ct.dtype != ks.dtype:
+        ct = _narrow(ct, ks.dtype)
     res: list[Any] = [None] * len(parents)
     for (leaves, sources), fn in zip(ks.backward_plan[1], ks.backward):
         bar = fn(*[ct if i == -1 else out if i == -2 else saved[i] for i in sources])
@@ -401,6 +409,42 @@ def _bw_fused(ct: Any, node: tuple, out: Any) -> Any:
             shape = shapes[j]
             res[j] = bar if shape == out_shape else unbroadcast(bar, shape, out_shape)
     return res
+
+
+def _narrow(ct: Any, dtype: np.dtype) -> Any:
+    """A wider cotangent (float64 reaching a float32 site through a promoting operation) at the
+    site's precision: the precision the kernels compute in, and its leaves' gradients are kept in."""
+    return np.asarray(ct, dtype=dtype)
+
+
+def _bw_partials(ct: Any, node: tuple, out: Any) -> Any:
+    """The reverse step of a one-pass kernel: the cotangent times each group's saved partial."""
+    ks = node[3]
+    partials = node[4]
+    shapes = node[5]
+    parents = node[1]
+    out_shape = out.shape if type(out) is _ndarray else ()
+    res: list[Any] = [None] * len(parents)
+    for (leaves, _sources), partial in zip(ks.backward_plan[1], partials):
+        bar = None
+        for j in leaves:
+            if parents[j] is None:
+                continue
+            if bar is None:
+                if type(ct) is not float and ct.dtype != ks.dtype:
+                    ct = _narrow(ct, ks.dtype)
+                bar = ct * partial
+            shape = shapes[j]
+            res[j] = bar if shape == out_shape else unbroadcast(bar, shape, out_shape)
+    return res
+
+
+def _slim_partials(node: tuple, out: Any) -> tuple[tuple, Any]:
+    return node, stand_in(out) if type(out) is _ndarray else out  # the reverse step reads its shape
+
+
+_bw_partials.saved = lambda node: [p for p in node[4] if type(p) is _ndarray]  # type: ignore[attr-defined]
+_bw_partials.slim = _slim_partials  # type: ignore[attr-defined]
 
 
 def _saved_fused(node: tuple) -> list[np.ndarray]:
@@ -445,6 +489,10 @@ def numpy_gradients(fs: FusedSite, ops: tuple, active: tuple[bool, ...], ct: Any
 def kernel_gradients(fs: FusedSite, ks: kernels.Kernels, leaves: list[Any], active: tuple[bool, ...],
                      ct: Any = 1.0) -> tuple[Any, list[Any]]:
     """Value and leaf cotangents by the kernel tier."""
+    if ks.onepass:
+        out, *partials = ks.forward(*leaves)
+        node = (_bw_partials, tuple(0 if a else None for a in active), fs.site, ks, partials, _shapes(leaves))
+        return out, _bw_partials(ct, node, out)
     out = ks.forward(*leaves)
     keep, _sources, needs_out = ks.backward_plan
     saved = tuple(v if k else None for v, k in zip(leaves, keep))

@@ -1,11 +1,19 @@
 """Fused kernels: Numba ufuncs generated from the scalar formulas of a fused site.
 
 For one elementwise tree (see transform/fusion.py), one dtype and one set of differentiated leaves,
-`source()` writes a Python module with a forward ufunc and one backward ufunc per group of leaves
-that share a cotangent (in `act(z + b)`, z and b get the same one). Backward ufuncs take only what
-they read: the output cotangent, the leaves they need and, where the derivatives are written in
-terms of it (tanh, exp, sqrt), the forward output, so a site whose backward needs only its output
-saves only its output. Ufuncs broadcast, stride and cast as NumPy's own do; matmul stays in BLAS.
+`plan()` writes a Python module in one of two shapes:
+
+- two-pass (the backward is cheap arithmetic): a forward ufunc and one backward ufunc per group of
+  leaves that share a cotangent (in `act(z + b)`, z and b get the same one). Backward ufuncs take
+  only what they read: the output cotangent, the leaves they need and, where the derivatives are
+  written in terms of it (tanh, exp, sqrt), the forward output, so a site whose backward needs only
+  its output saves only its output.
+- one-pass (the backward would call a transcendental function again: `x * sin(x)` needs sin and
+  cos): one gufunc computes the output and, per group, the partial derivative of the output by the
+  group's leaves, sharing the forward's intermediates; the reverse step is then `ct * partial`.
+  Each transcendental is evaluated once per element, as in a forward + backward fused by hand.
+
+Ufuncs broadcast, stride and cast as NumPy's own do; matmul stays in BLAS.
 
 This is the only module that imports Numba, and only inside `compile_kernels`. Generated source
 is written into the cache directory so Numba's `cache=True` works across processes; without a
@@ -27,10 +35,12 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Optional
 
+import numpy as np
+
 from bytegrad.rules import kernel_formulas
 from bytegrad.rules.kernel_formulas import Formula
 
-KERNEL_FORMAT = 1
+KERNEL_FORMAT = 2
 _DTYPES = frozenset({"float64", "float32"})
 _LOCK = threading.RLock()
 _MODULES: dict[str, types.ModuleType] = {}
@@ -63,19 +73,32 @@ class Plan:
     groups: tuple[Group, ...]
     saved_leaves: tuple[int, ...]   # leaves the backward reads
     needs_out: bool
+    dtype: str = "float64"
+    #: one gufunc returns (output, one partial per group); no backward ufuncs
+    onepass: bool = False
+
+    @property
+    def n_functions(self) -> int:
+        return 1 if self.onepass else 1 + len(self.groups)
 
 
 @dataclass
 class Kernels:
     plan: Plan
-    forward: Any
-    backward: tuple[Any, ...]       # one per group
+    forward: Any                    # one-pass: returns (output, partial per group)
+    backward: tuple[Any, ...]       # one per group (none for a one-pass plan)
     #: what the fused site's hot path reads, precomputed: None when no leaf is active, else
     #: (per leaf: saved for the backward?, per group: (its leaves, `Group.sources`), needs the output?)
     backward_plan: Optional[tuple] = None
+    onepass: bool = False
+    dtype: Any = None               # the NumPy dtype the kernels compute in
+    nothing_saved: tuple = ()       # (None,) per leaf: what a one-pass kernel keeps of its leaves
 
     def __post_init__(self) -> None:
         p = self.plan
+        self.onepass = p.onepass
+        self.dtype = np.dtype(p.dtype)
+        self.nothing_saved = (None,) * p.n_leaves
         if p.groups:
             self.backward_plan = (tuple(j in p.saved_leaves for j in range(p.n_leaves)),
                                   tuple((g.leaves, g.sources) for g in p.groups), p.needs_out)
@@ -159,8 +182,16 @@ def plan(nodes: tuple[Any, ...], n_leaves: int, dtype: str, active: tuple[bool, 
     saved: set[int] = set()
     needs_out = False
     fwd_no_root = fwd_lines[:-1]
+    live = {expr: _live(fwd_no_root + bwd_lines, expr) for expr in by_expr}
+    onepass = any(_EXPENSIVE.search(expr) or any(_EXPENSIVE.search(e) for _, e in live[expr])
+                  for expr in by_expr)
+    if onepass:
+        body[-1] = _onepass(fparams, fwd_no_root + [("out", fwd_lines[-1][1])] + bwd_lines, list(by_expr), ty)
     for n, (expr, leaves) in enumerate(by_expr.items()):
-        lines = _live(fwd_no_root + bwd_lines, expr)
+        if onepass:
+            groups.append(Group(tuple(leaves), (), f"partial_{n}"))
+            continue
+        lines = live[expr]
         used = set(_NAME.findall(expr)).union(*(set(_NAME.findall(e)) for _, e in lines))
         params = ["g"] + [p for p in fparams if p in used] + (["out"] if "out" in used else [])
         saved |= {int(p[1:]) for p in params if p.startswith("a")}
@@ -170,7 +201,7 @@ def plan(nodes: tuple[Any, ...], n_leaves: int, dtype: str, active: tuple[bool, 
         groups.append(Group(tuple(leaves), tuple(params), name))
     src = _header() + "\n\n".join(body) + "\n"
     key = hashlib.sha256(src.encode()).hexdigest()[:20]
-    return Plan(key, src, n_leaves, tuple(groups), tuple(sorted(saved)), needs_out)
+    return Plan(key, src, n_leaves, tuple(groups), tuple(sorted(saved)), needs_out, dtype, onepass)
 
 
 def _live(lines: list[tuple[str, str]], result: str) -> list[tuple[str, str]]:
@@ -185,6 +216,26 @@ def _live(lines: list[tuple[str, str]], result: str) -> list[tuple[str, str]]:
     return keep
 
 
+#: calls in a backward that re-evaluate what the forward computed: worth a one-pass kernel
+_EXPENSIVE = re.compile(r"\b(?:math\.\w+|_log1p|_log|_sqrt|_pow)\(|\*\*")
+_G = re.compile(r"\bg\b")
+
+
+def _onepass(params: list[str], lines: list[tuple[str, str]], partials: list[str], ty: str) -> str:
+    """The one-pass gufunc `forward(a0, ..., r_out, r_p0, ...)`: the output and, per group, its
+    backward expression with the cotangent set to 1 (backward expressions are linear in it)."""
+    results = ["out"] + [_G.sub("1.0", e) for e in partials]
+    needed = _live([(t, _G.sub("1.0", e)) for t, e in lines], " ".join(results))
+    outs = [f"r_{k}" for k in range(len(results))]
+    sig = f'"void({", ".join([ty] * len(params) + [ty + "[:]"] * len(outs))})"'
+    layout = ",".join(["()"] * len(params)) + "->" + ",".join(["()"] * len(outs))
+    src = [f'@guvectorize([{sig}], "{layout}", nopython=True, cache=_CACHE)',
+           f"def forward({', '.join(params + outs)}):"]
+    src += [f"    {t} = {e}" for t, e in needed]
+    src += [f"    {o}[0] = {r}" for o, r in zip(outs, results)]
+    return "\n".join(src)
+
+
 def _ufunc(name: str, params: list[str], lines: list[tuple[str, str]], result: str, ty: str) -> str:
     sig = f'"{ty}({", ".join([ty] * len(params))})"'
     out = [f"@vectorize([{sig}], nopython=True, cache=_CACHE)", f"def {name}({', '.join(params)}):"]
@@ -195,7 +246,7 @@ def _ufunc(name: str, params: list[str], lines: list[tuple[str, str]], result: s
 
 def _header() -> str:
     return (f"# generated by bytegrad (kernel format {KERNEL_FORMAT}): do not edit\n"
-            "import math\n\nimport numpy as np\nfrom numba import njit, vectorize\n\n"
+            "import math\n\nimport numpy as np\nfrom numba import guvectorize, njit, vectorize\n\n"
             "_CACHE = __name__ != '__bytegrad_inmemory__'\n")
 
 
@@ -214,7 +265,7 @@ def cost_estimate(p: Plan) -> float:
     """Seconds `compile_kernels(p)` is expected to take now (the ski-rental price)."""
     cost = 0.0 if numba_loaded() else _cost["import"]
     per = _cost["load"] if on_disk(p) else _cost["compile"]
-    return cost + per * (1 + len(p.groups))
+    return cost + per * p.n_functions
 
 
 def _source_dir() -> Optional[str]:
@@ -268,14 +319,16 @@ def compile_kernels(p: Plan) -> Optional[Kernels]:
                 _cost["import"] = t1 - t0
             cached = on_disk(p)
             mod = _load_module(p)
-            per = (time.perf_counter() - t1) / (1 + len(p.groups))
+            per = (time.perf_counter() - t1) / p.n_functions
             _cost["load" if cached else "compile"] = per
             _MODULES[p.key] = mod
-        return Kernels(p, _ufunc_of(mod.forward), tuple(_ufunc_of(getattr(mod, g.name)) for g in p.groups))
+        backward = () if p.onepass else tuple(_ufunc_of(getattr(mod, g.name)) for g in p.groups)
+        return Kernels(p, _ufunc_of(mod.forward), backward)
 
 
 def _ufunc_of(f: Any) -> Any:
-    """The NumPy ufunc a Numba `vectorize` built (its DUFunc wrapper dispatches in Python first)."""
+    """The NumPy ufunc a Numba `vectorize` or `guvectorize` built (their wrappers dispatch in Python
+    first)."""
     u = getattr(f, "ufunc", None)
     return u if u is not None else f
 

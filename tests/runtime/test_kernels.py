@@ -100,6 +100,45 @@ def test_nan_and_inf_as_numpy_gives_them():
         np.testing.assert_array_equal(got[j], want[j])
 
 
+def quotient(x, y):
+    return (x / y) * 2.0 - x
+
+
+def test_division_by_zero_as_numpy_gives_it():
+    # kernels divide with `/`: IEEE 754 in a Numba ufunc body, +-inf and NaN as NumPy gives them
+    fs = _site(quotient)
+    x = np.array([1.0, -1.0, 0.0, 1.0, np.nan, np.inf, 3.0])
+    y = np.array([0.0, 0.0, 0.0, -0.0, 0.0, 0.0, np.inf])
+    for dtype in ("float64", "float32"):
+        for active in ((True, True), (True, False), (False, True)):
+            ks = kernels.compile_kernels(kernels.plan(fs.nodes, fs.n_leaves, dtype, active))
+            xs, ys = x.astype(dtype), y.astype(dtype)
+            with np.errstate(all="ignore"):
+                want_out, want = fused.numpy_gradients(fs, _operands(fs, [xs, ys]), active)
+                got_out, got = fused.kernel_gradients(fs, ks, [xs, ys], active)
+            np.testing.assert_array_equal(got_out, want_out)
+            for j in range(2):
+                if active[j]:
+                    np.testing.assert_array_equal(got[j], want[j])
+
+
+def test_a_backward_that_would_recompute_transcendentals_is_one_pass():
+    # x * sin(x) + 0.1 * cos(y): the partials need sin and cos of the forward's own arguments
+    fs = _site(chain)
+    p = kernels.plan(fs.nodes, fs.n_leaves, "float64", (True, True))
+    assert p.onepass and p.n_functions == 1 and p.saved_leaves == () and not p.needs_out
+    assert p.source.count("math.sin(a0)") == 1  # evaluated once, for the value and its partial
+    ks = kernels.compile_kernels(p)
+    x, y = np.linspace(-1, 1, 5), np.linspace(0, 2, 5)
+    out, dx, dy = ks.forward(x, y)
+    np.testing.assert_allclose(out, x * np.sin(x) + 0.1 * np.cos(y), rtol=1e-15)
+    np.testing.assert_allclose(dx, np.sin(x) + x * np.cos(x), rtol=1e-15)
+    np.testing.assert_allclose(dy, -0.1 * np.sin(y), rtol=1e-15)
+    # dense tanh's backward is arithmetic on the output: two passes, the output saved
+    fs = _site(dense_tanh)
+    assert not kernels.plan(fs.nodes, fs.n_leaves, "float64", (True, True)).onepass
+
+
 def test_backward_saves_only_the_output_for_dense_tanh():
     fs = _site(dense_tanh)
     p = kernels.plan(fs.nodes, fs.n_leaves, "float64", (True, True))

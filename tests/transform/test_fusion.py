@@ -132,6 +132,31 @@ def test_python_scalars_and_ints_in_a_fused_tree(monkeypatch):
     assert math.isclose(bytegrad.grad(f, wrt=1)(x, 2.0), float(np.sum(np.exp(x))))
 
 
+def tanh_then_wider(x, W):  # a two-pass kernel site, then a matmul that promotes to float64
+    return np.sum(np.tanh(x * 2.0 + 1.0) @ W)
+
+
+def sin_then_wider(x, W):  # a one-pass kernel site, then the same
+    return np.sum(np.sin(x * 2.0 + 1.0) @ W)
+
+
+@pytest.mark.parametrize("f", [tanh_then_wider, sin_then_wider], ids=lambda f: f.__name__)
+def test_a_float64_cotangent_reaching_a_float32_kernel(f, monkeypatch):
+    monkeypatch.setattr(fused, "POLICY", "always")
+    rng = np.random.default_rng(1)
+    x, W = rng.normal(size=(3, 4)).astype(np.float32), rng.normal(size=(4, 2))
+    monkeypatch.setenv("BYTEGRAD_DISABLE_FUSION", "1")
+    ref = bytegrad.grad(lambda x, W: f(x, W), wrt=(0, 1))(x, W)
+    monkeypatch.delenv("BYTEGRAD_DISABLE_FUSION")
+    df = bytegrad.differentiate(f, wrt=(0, 1))
+    for _ in range(3):  # the first call on NumPy, then the kernel
+        gx, gW = df.grad(x, W)
+        assert gx.dtype == np.float32 and gW.dtype == np.float64
+        np.testing.assert_allclose(gx, ref[0], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(gW, ref[1], rtol=1e-6)
+    assert df.stats()["fused_sites"][0]["kernel_calls"] == 2
+
+
 # ---- memory: a plain grad lets go of what nothing reads again ------------------------------------
 
 def dense_rows(W, b, x):
