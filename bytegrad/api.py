@@ -29,7 +29,7 @@ Wrt = Union[int, str, Sequence[Union[int, str]]]
 
 abi.set_rewriter(transform.rewritten_function)
 _ndarray = np.ndarray
-
+_perf = time.perf_counter
 
 #: code flags of functions whose call returns a generator or coroutine instead of running the body
 _SUSPENDING = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
@@ -305,6 +305,7 @@ class Differentiated:
         return self._grad_now(args, kwargs)
 
     def _grad_now(self, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+        t0 = _perf()
         out, tape, specs, nested = self._forward(args, kwargs, self._wrt, strict=True, lean=True)
         t = type(out)
         if not (t is float or t is int or (t is np.ndarray and out.ndim == 0) or isinstance(out, np.generic)):
@@ -322,6 +323,9 @@ class Differentiated:
                            for s in specs])
             if len(grads) > 1:
                 grads = _unalias(grads)
+            if tape.trials:  # fused sites comparing their tiers: the whole gradient's time
+                from bytegrad.runtime import fused  # loaded: its sites put the trials there
+                fused.report(tape.trials, _perf() - t0)
         else:
             grads = nested.gradients(specs, nested.sweep({idx: 1.0} if idx is not None else {}))
         return out, grads if self._wrt_tuple else grads[0]

@@ -39,7 +39,8 @@ def site_stats(fs: fused.FusedSite) -> dict[str, Any]:
         "line": fs.site.lineno, "expr": fs.expr, "state": fs.state,
         "numpy_calls": fs.numpy_calls, "kernel_calls": fs.kernel_calls,
         "numpy_s": round(fs.spent, 6), "compile_s": round(fs.compile_s, 6),
-        "choices": {f"{d} {''.join('a' if x else '-' for x in act)} 2^{size}": ("kernel" if use else "numpy")
+        "choices": {f"{d} {''.join('a' if x else '-' for x in act)} 2^{size}":
+                    "kernel" if use is True else "numpy" if use is False else "trial"  # a fused.Trial
                     for (d, act, size), use in fs.choice.items()},
     }
 

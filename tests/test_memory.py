@@ -236,3 +236,31 @@ def test_gradient_that_raises_leaks_nothing(fn, error):
     assert (len(cache._CACHES), len(transform._FN_CACHE)) == entries
     assert d.stats()["entries"] <= 1
     assert current_tape() is None
+
+
+def test_reverse_steps_scale_only_their_own_temporaries_in_place():
+    """A reverse step multiplies its partial by the cotangent in the partial's memory only when
+    nothing else holds it: tanh's `1 - out**2` is fresh (scaled in place), exp's partial is its
+    output, which the tape keeps (a pullback sweeps twice) and must come out unchanged."""
+    x = np.linspace(-1.0, 1.0, 5000)
+    ct = np.linspace(0.5, 2.0, 5000)
+    for fn, d in ((lambda x: np.exp(x), np.exp), (lambda x: np.tanh(x), lambda x: 1 - np.tanh(x) ** 2)):
+        y, pb = bytegrad.vjp(fn, x)
+        kept = y.copy()
+        (first,), (second,) = pb(ct), pb(ct)
+        np.testing.assert_allclose(first, ct * d(x), rtol=1e-14)
+        np.testing.assert_array_equal(second, first)
+        np.testing.assert_array_equal(y, kept)
+
+
+def test_a_fresh_partial_is_scaled_in_place(monkeypatch):
+    """The in-place path is taken (on every supported CPython: it rests on reference counts)."""
+    from bytegrad.runtime import backward
+    into = []
+    real = backward._multiply
+    monkeypatch.setattr(backward, "_multiply", lambda a, b, out: (into.append(out is b), real(a, b, out=out))[1])
+    w = np.linspace(0.0, 1.0, 5000)
+    x = np.linspace(-1.0, 1.0, 5000)
+    g = bytegrad.grad(lambda x: np.sum(np.tanh(x) * w))(x)
+    np.testing.assert_allclose(g, w * (1 - np.tanh(x) ** 2), rtol=1e-14)
+    assert into == [True]

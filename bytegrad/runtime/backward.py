@@ -7,6 +7,7 @@ function's `saved(node)` lists the arrays its reverse pass reads (for the mutati
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -48,7 +49,12 @@ def _bw_elementwise(ct: Any, node: tuple, out: Any) -> Any:
                 v = d(*args, out)
             except ZeroDivisionError:
                 v = singular_partial(d, args, out)
-            bar = v if unit and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float) else ct * v
+            if unit and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float):
+                bar = v
+            elif _unrecorded() and type(v) is _ndarray and _getrefcount(v) == 2 and _scalable(ct, v):
+                bar = _multiply(ct, v, out=v)  # a partial only this step holds: scaled in place
+            else:
+                bar = ct * v
         a = args[0]
         a_shape = a.shape if type(a) is _ndarray else shape_of(a)
         if a_shape != out_shape:
@@ -70,7 +76,12 @@ def _bw_elementwise(ct: Any, node: tuple, out: Any) -> Any:
                 v = d(*args, out)
             except ZeroDivisionError:
                 v = singular_partial(d, args, out)
-            bar = v if unit and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float) else ct * v
+            if unit and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float):
+                bar = v
+            elif _unrecorded() and type(v) is _ndarray and _getrefcount(v) == 2 and _scalable(ct, v):
+                bar = _multiply(ct, v, out=v)
+            else:
+                bar = ct * v
         a = args[i]
         a_shape = a.shape if type(a) is _ndarray else shape_of(a)
         if a_shape != out_shape:
@@ -92,7 +103,35 @@ def _bw_unary(ct: Any, node: tuple, out: Any) -> Any:
         v = singular_partial(d, (a,), out)
     if ct.__class__ is float and ct == 1.0 and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float):
         return v
+    if _unrecorded() and type(v) is _ndarray and _getrefcount(v) == 2 and _scalable(ct, v):
+        return _multiply(ct, v, out=v)  # a partial only this step holds: scaled in place
     return ct * v
+
+
+#: A partial such as tanh's `1 - out**2` is a temporary of its reverse step: `sys.getrefcount(v) ==
+#: 2` (the local name and the call's argument, CPython 3.11-3.13) and `v.base is None` say nothing
+#: else holds it or a view of it. Scaling it by the cotangent in place saves one fresh array per
+#: reverse step; fresh arrays of a few hundred KiB cost page faults on every call
+#: (bench/results/hotpath.md, the MLP).
+_getrefcount = sys.getrefcount
+_multiply = np.multiply
+_tls = _tape._tls
+
+
+def _unrecorded() -> bool:
+    """Whether this reverse step runs as itself, not recorded by a nested derivative (which runs it
+    rewritten, on tracked values: those are never written in place)."""
+    return getattr(_tls, "tape", None) is None
+
+
+def _scalable(ct: Any, v: np.ndarray) -> bool:
+    """Whether `ct * v` may be computed into v (whose references the caller counted): v owns its
+    memory, and the product has v's shape and dtype."""
+    if v.base is not None:
+        return False
+    if ct.__class__ is float:
+        return v.dtype.kind == "f"
+    return type(ct) is _ndarray and ct.dtype == v.dtype and ct.shape == v.shape
 
 
 _USES: dict[Any, frozenset[int]] = {}

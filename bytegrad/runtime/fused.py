@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 import numpy as np
 
 from bytegrad.rules._shape import stand_in, unbroadcast
-from bytegrad.runtime.tape import Tape, sweep
+from bytegrad.runtime.tape import SLIM_MIN_SIZE, Tape, sweep
 
 if TYPE_CHECKING:
     from bytegrad.runtime import kernels
@@ -163,8 +163,11 @@ def fused_hook(tape: Optional[Tape], fs: FusedSite, ops: tuple) -> Any:
             use = fs.choice.get((dtype, active, size))
             if use is None:
                 use = _decide(tape, fs, ops, dtype, active, size, leaves)
+            if use.__class__ is Trial:
+                use = use.arm(tape, fs, ops, leaves)
             if use:
                 return _run_kernel(tape, fs, dtype, active, leaves, parents)
+            del leaves  # the NumPy tier releases leaf temporaries that only `ops` and the tape hold
         fs.numpy_calls += 1
         return run_numpy(tape, fs, ops)
     t0 = _perf()  # still on the NumPy tier: the time spent is the ski-rental meter
@@ -177,11 +180,47 @@ def fused_hook(tape: Optional[Tape], fs: FusedSite, ops: tuple) -> Any:
 
 def run_numpy(tape: Optional[Tape], fs: FusedSite, ops: tuple) -> Any:
     """The NumPy tier: each operation through its ordinary hook (the kernels' twin), by a small
-    function generated once per site (straight-line calls: no interpretation of the tree)."""
+    function generated once per site (straight-line calls: no interpretation of the tree).
+
+    On a tape swept once, the tree's intermediates and leaf temporaries that its reverse steps do
+    not read are let go as soon as the tree has run (`_release_intermediates`), so the NumPy tier
+    keeps alive what the kernel tier does: without that, `tanh(W @ x + b)` on this tier held three
+    arrays of the output's size until the reverse pass."""
     fn = fs.numpy_fn
     if fn is None:
         fn = fs.numpy_fn = _numpy_function(fs)
-    return fn(tape, ops)
+    if tape is None or not tape.lean or tape.owners or tape.stale:
+        return fn(tape, ops)
+    start = len(tape.values)
+    out = fn(tape, ops)
+    _release_intermediates(tape, fs, ops, start)
+    return out
+
+
+def _release_intermediates(tape: Tape, fs: FusedSite, ops: tuple, start: int) -> None:
+    """After the NumPy tier pushed records `start`.. on a lean tape: slim them, last first (a
+    record's slimmed arguments no longer hold its producer's output), release each intermediate
+    value that then only the tape holds, and then the leaf temporaries (`_release_temporaries`)."""
+    nodes = tape.nodes
+    values = tape.values
+    ids = tape.ids
+    last = len(values) - 1
+    for k in range(last, start - 1, -1):
+        node = nodes[k]
+        v = values[k]
+        slim = getattr(node[0], "slim", None) if node is not None else None
+        if slim is None or v.__class__ is not _ndarray or v.size < SLIM_MIN_SIZE:
+            continue  # (an elementwise tree's intermediates are no larger than its output)
+        node, kept = slim(node, v)
+        nodes[k] = node
+        # the tree's output stays: the code holds it; an intermediate only the tape holds goes
+        if k != last and kept is not v and _getrefcount(v) == _INTERMEDIATE_REFS + 1:
+            values[k] = kept
+            if ids.get(id(v)) == k:
+                del ids[id(v)]
+    v = None
+    leaves = [ops[p] for p in fs.leaf_pos]
+    _release_temporaries(tape, leaves, tuple(ids.get(id(v)) for v in leaves), (None,) * len(leaves))
 
 
 def _numpy_function(fs: FusedSite) -> Any:
@@ -305,8 +344,9 @@ def _get_kernels(fs: FusedSite, dtype: str, active: tuple[bool, ...]) -> Optiona
 
 
 def _decide(tape: Tape, fs: FusedSite, ops: tuple, dtype: str, active: tuple[bool, ...], size: int,
-            leaves: list[Any]) -> bool:
-    """Compile if needed, then time kernel and NumPy twin on these inputs; remember the faster."""
+            leaves: list[Any]) -> Any:
+    """Compile if needed, then start a `Trial` of the two tiers (or answer at once: no kernel, or
+    POLICY "always")."""
     ks = _get_kernels(fs, dtype, active) if any(active) else None
     if ks is None:
         from bytegrad.runtime import kernels
@@ -315,11 +355,93 @@ def _decide(tape: Tape, fs: FusedSite, ops: tuple, dtype: str, active: tuple[boo
             fs.state = "disabled"
         return False
     if POLICY == "always":
-        return True  # not remembered: a later "auto" call still times both tiers
+        return True  # not remembered: a later "auto" call still compares the tiers
+    trial = fs.choice[(dtype, active, size)] = Trial((dtype, active, size))
+    return trial
+
+
+class Trial:
+    """Which tier a site runs for one (dtype, active leaves, size class), measured where it matters:
+    in the gradients the site is part of.
+
+    The site runs its next gradients in blocks of `TRIAL_BLOCK` on each tier in turn (kernel
+    first), and each gradient's whole time (reported by `grad`: `report`) counts for the tier the
+    site ran in it; the first gradient of a block is not counted (it pays for the switch: memory
+    the other tier freed or kept). After `TRIAL_SAMPLES` counted gradients on each tier, the one
+    with the lower median stays; a tie within `TIE` goes to the kernel. Timing the two tiers on
+    their own, in a loop, misses what a tier does to the rest of the gradient: the NumPy tier
+    allocates an array per operation where NumPy's own temporary elision cannot apply (the tape
+    holds the intermediates), and fresh memory costs page faults that a warm loop never sees. On
+    the MLP of bench/results/hotpath.md the NumPy tier won the isolated timing by 21% and lost the
+    whole gradient by a third. Sites of one function start their trials together and so switch
+    together: the comparison is of the function's gradient with its sites fused or not. A site
+    whose gradients are never timed (vjp, jacobian, nested derivatives) decides by timing both
+    tiers on its own inputs after `TRIAL_UNTIMED` calls."""
+
+    __slots__ = ("key", "calls", "times", "untimed")
+
+    def __init__(self, key: tuple) -> None:
+        self.key = key
+        self.calls = 0
+        self.times: tuple[list[float], list[float]] = ([], [])  # numpy, kernel
+        self.untimed = 0
+
+    def arm(self, tape: Tape, fs: FusedSite, ops: tuple, leaves: list[Any]) -> bool:
+        """The tier for this call: the one already chosen for this gradient, else the next."""
+        trials = tape.trials
+        if trials is None:
+            trials = tape.trials = []
+        for t, _fs, use, _counted in trials:
+            if t is self:
+                return use
+        k = self.calls
+        self.calls += 1
+        use = (k // TRIAL_BLOCK) % 2 == 0
+        if tape.lean:
+            trials.append((self, fs, use, k % TRIAL_BLOCK != 0))
+        else:
+            self.untimed += 1
+            if self.untimed >= TRIAL_UNTIMED:
+                return _decide_in_isolation(fs, ops, self.key, leaves)
+        return use
+
+    def record(self, fs: FusedSite, use: bool, seconds: float) -> None:
+        times = self.times
+        times[use].append(seconds)
+        if len(times[0]) >= TRIAL_SAMPLES and len(times[1]) >= TRIAL_SAMPLES and fs.choice.get(self.key) is self:
+            fs.choice[self.key] = _median(times[1]) < _median(times[0]) * TIE
+
+
+#: consecutive gradients a `Trial` runs on one tier; the first of each is not counted
+TRIAL_BLOCK = 3
+#: gradients counted per tier before a `Trial` decides
+TRIAL_SAMPLES = 4
+#: calls outside a plain `grad` after which a `Trial` decides by timing the tiers on their own
+TRIAL_UNTIMED = 32
+
+
+def report(trials: list, seconds: float) -> None:
+    """Called by `grad` with the tape's trials and the gradient's whole time."""
+    for trial, fs, use, counted in trials:
+        if counted:
+            trial.record(fs, use, seconds)
+
+
+def _median(xs: list[float]) -> float:
+    ys = sorted(xs)
+    n = len(ys)
+    return ys[n // 2] if n % 2 else 0.5 * (ys[n // 2 - 1] + ys[n // 2])
+
+
+def _decide_in_isolation(fs: FusedSite, ops: tuple, key: tuple, leaves: list[Any]) -> bool:
+    """Time the kernel and the NumPy twin on these inputs, alone; remember the faster."""
+    dtype, active, _size = key
+    ks = _get_kernels(fs, dtype, active)
+    assert ks is not None
     t_kernel = min(_time(lambda: kernel_gradients(fs, ks, leaves, active)) for _ in range(3))
     t_numpy = min(_time(lambda: numpy_gradients(fs, ops, active)) for _ in range(3))
     use = t_kernel < t_numpy * TIE
-    fs.choice[(dtype, active, size)] = use
+    fs.choice[key] = use
     return use
 
 
@@ -364,6 +486,9 @@ def _shapes(leaves: list[Any]) -> tuple:
 #: references to a leaf that only this call holds: `leaves`, the `ops` tuple, the tape's `values`,
 #: and `sys.getrefcount`'s own argument (CPython 3.11-3.13)
 _TEMP_REFS = 4
+#: references to an intermediate of the NumPy tier that only the tape holds: the tape's `values`
+#: and `sys.getrefcount`'s own argument
+_INTERMEDIATE_REFS = 2
 
 
 def _release_temporaries(tape: Tape, leaves: list[Any], parents: tuple, saved: tuple) -> None:

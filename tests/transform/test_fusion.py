@@ -215,9 +215,42 @@ def test_numpy_tier_gradient_peaks_below_the_hand_written_one(monkeypatch):
     assert _peak(lambda: f.grad(W, b, x)) <= _peak(lambda: dense_rows_grad(W, b, x))
 
 
-def test_a_leaf_the_code_still_holds_is_not_released(monkeypatch):
-    """`z` feeds the fused site and is used again afterwards: it must stay tracked."""
-    monkeypatch.setattr(fused, "POLICY", "always")
+def test_numpy_tier_keeps_alive_only_what_its_reverse_steps_read(monkeypatch):
+    """On a plain grad, once `tanh(W @ x + b[:, None])` has run on the NumPy tier only its output is
+    alive (tanh's reverse step reads only it): `W @ x` and the sum are let go at once, as NumPy's
+    own temporary elision does for the hand-written forward, not at the reverse pass."""
+    import tracemalloc
+    monkeypatch.setattr(fused, "POLICY", "never")
+    live = []
+
+    def f(W, b, x):
+        live.append(tracemalloc.get_traced_memory()[0])
+        y = np.tanh(W @ x + b[:, None])
+        live.append(tracemalloc.get_traced_memory()[0])
+        return np.sum(y)
+
+    rng = np.random.default_rng(0)
+    W, b, x = rng.normal(size=(200, 200)) / 14, rng.normal(size=200), rng.normal(size=(200, 128))
+    nbytes = 200 * 128 * 8
+    g = bytegrad.grad(f, wrt=(0, 1))
+    g(W, b, x)
+    tracemalloc.start()
+    try:
+        gW, gb = g(W, b, x)
+    finally:
+        tracemalloc.stop()
+    before, after = live[-2:]
+    assert after - before < 1.5 * nbytes  # y, and not W @ x or W @ x + b[:, None] besides
+    rW, rb = dense_rows_grad(W, b, x)
+    np.testing.assert_allclose(gW, rW, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gb, rb, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("policy", ["always", "never"])
+def test_a_leaf_the_code_still_holds_is_not_released(policy, monkeypatch):
+    """`z` feeds the fused site and is used again afterwards: it must stay tracked (large enough
+    for the NumPy tier to consider releasing it)."""
+    monkeypatch.setattr(fused, "POLICY", policy)
 
     def f(W, x, b):
         z = W @ x
@@ -228,12 +261,12 @@ def test_a_leaf_the_code_still_holds_is_not_released(monkeypatch):
         return np.sum(np.tanh(holder[0] + b[:, None])) + np.sum(holder[0] ** 2)
 
     rng = np.random.default_rng(1)
-    W, x, b = rng.normal(size=(4, 3)), rng.normal(size=(3, 5)), rng.normal(size=4)
+    W, x, b = rng.normal(size=(80, 30)), rng.normal(size=(30, 64)), rng.normal(size=80)
     for fn in (f, g):
         z = W @ x
         want = (1 - np.tanh(z + b[:, None]) ** 2 + 2 * z) @ x.T
         for _ in range(3):
-            np.testing.assert_allclose(bytegrad.grad(fn)(W, x, b), want, rtol=1e-12)
+            np.testing.assert_allclose(bytegrad.grad(fn)(W, x, b), want, rtol=1e-12, atol=1e-12)
 
 
 def test_a_released_temporary_from_an_unfused_elementwise_rule(monkeypatch):
@@ -270,3 +303,46 @@ def test_tapes_swept_more_than_once_keep_everything(monkeypatch):
                                (1 - y ** 2) @ x.T, rtol=1e-12)
     J = bytegrad.jacobian(f)(W)
     np.testing.assert_allclose(np.einsum("ijkl,ij->kl", J, ones), (1 - y ** 2) @ x.T, rtol=1e-12)
+
+
+# ---- the choice between tiers: whole gradients, timed ---------------------------------------------
+
+def trial_site_a(x, b):  # each test its own code object: its own fused site
+    return np.sum(np.tanh(x * 2.0 + b))
+
+
+def trial_site_b(x, b):
+    return np.sum(np.tanh(x * 2.0 + b))
+
+
+@pytest.mark.parametrize("slow", ["kernel", "numpy"])
+def test_a_trial_keeps_the_tier_whose_gradients_are_faster(slow, monkeypatch):
+    """A site compares its tiers over whole gradients (blocks of each, the first of a block not
+    counted) and keeps the faster; both tiers give the same gradient meanwhile. The slow tier is
+    made slow here by 20 ms per call, far beyond timing noise."""
+    import time
+    monkeypatch.setattr(fused, "POLICY", "auto")
+    monkeypatch.setattr(fused, "BACKWARD_FACTOR", 1e12)  # tier up at once
+    if slow == "kernel":
+        real = fused._run_kernel
+        monkeypatch.setattr(fused, "_run_kernel", lambda *a: (time.sleep(0.02), real(*a))[1])
+    else:
+        real = fused.run_numpy
+        monkeypatch.setattr(fused, "run_numpy", lambda *a: (time.sleep(0.02), real(*a))[1])
+    d = bytegrad.differentiate(trial_site_a if slow == "kernel" else trial_site_b, wrt=(0, 1))
+    rng = np.random.default_rng(4)
+    x, b = rng.normal(size=(64, 80)), rng.normal(size=80)
+    want = 2.0 * (1 - np.tanh(x * 2.0 + b) ** 2)
+    tiers = []
+    for _ in range(1 + 2 * fused.TRIAL_BLOCK * 2):  # the ski-rental call, then two blocks of each
+        sites = d.stats()["fused_sites"]  # none before the first call rewrites the function
+        before = sites[0]["kernel_calls"] if sites else 0
+        gx, gb = d.grad(x, b)
+        np.testing.assert_allclose(gx, want, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(gb, want.sum(0) / 2.0, rtol=1e-12, atol=1e-12)
+        tiers.append("kernel" if d.stats()["fused_sites"][0]["kernel_calls"] > before else "numpy")
+    block = fused.TRIAL_BLOCK
+    assert tiers[1:] == (["kernel"] * block + ["numpy"] * block) * 2
+    (site,) = d.stats()["fused_sites"]
+    kept = "numpy" if slow == "kernel" else "kernel"
+    assert list(site["choices"].values()) == [kept]
