@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     lines.append(harness.markdown_table(["what", "target", "measured", "verdict"], _verdicts(args.out, mem, imp)))
     lines += ["", "## Steady state (reverse: the whole gradient call)", "",
               "bytegrad runs after `bytegrad.precompile` (its fused sites compiled), and each site then",
-              "keeps, per size class, whichever of its kernel and the NumPy rules it measured faster.", "",
+              "keeps, per size class, whichever of its kernel and the NumPy rules gave the faster gradients.", "",
               _section(args.out / "hotpath-steady.md", "## At a glance"), "",
               "## Time to first gradient and cold start to trained (fresh processes)", "",
               _section(args.out / "ttfg.md", "|"), "",

@@ -70,7 +70,8 @@ def prepare_bytegrad(case: Case, params: Any, data: tuple[Any, ...], direction: 
     f = bytegrad.differentiate(case.loss)
     if direction == "reverse" and os.environ.get("BYTEGRAD_BENCH_TIER_UP") == "1":
         # steady state: the fused sites have tiered up (kernels compiled, or loaded from the disk
-        # cache); each then keeps, per size class, whichever of kernel and NumPy rules is faster
+        # cache); each then keeps, per size class, whichever of kernel and NumPy rules gives the
+        # faster gradients (decided over the harness's calibration calls)
         bytegrad.precompile(f, params, *data)
     fn = f.grad if direction == "reverse" else f   # forward: the plain call of the decorated function
     return lambda: fn(params, *data)

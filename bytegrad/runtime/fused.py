@@ -8,19 +8,21 @@ Two ways to run it:
   run one by one through the ordinary hooks, exactly as unfused code would (same rules, same tape
   nodes, same errors). The time spent is recorded.
 - Kernel tier: one Numba ufunc computes the output and records one tape node whose backward runs
-  one ufunc per group of leaves (runtime/kernels.py). Used only when the callables are the ones
-  the rewrite saw, every leaf is a float32/float64 ndarray (not a subclass) or a Python/NumPy
-  scalar of one dtype, and the tape has seen no in-place writes.
+  one ufunc per group of leaves, or one gufunc computes the output and its partials
+  (runtime/kernels.py). Used only when the callables are the ones the rewrite saw, every leaf is
+  a float32/float64 ndarray (not a subclass) or a Python/NumPy scalar of one dtype, and the tape
+  has seen no in-place writes.
 
 Tiering is ski rental: a site is compiled once the time it has spent on the NumPy tier (forward,
 times `BACKWARD_FACTOR` for its reverse pass) exceeds what compiling would cost now (importing
-Numba if it is not yet, and compiling or loading the kernels). A compiled site is then timed against
-its NumPy twin on the actual inputs, per dtype and size class, and the faster one is kept, so fusion
-never makes a site slower than the rules it replaces (a tie within `TIE`, below timing noise, goes
-to the kernel: it keeps less memory alive). Compilation runs in the calling thread.
+Numba if it is not yet, and compiling or loading the kernels). A compiled site then compares the
+two tiers, per dtype and size class, over whole gradients (a `Trial`), and keeps the faster, so
+fusion never makes a gradient slower than the rules it replaces (a tie within `TIE`, below timing
+noise, goes to the kernel: it keeps less memory alive). Compilation runs in the calling thread.
 
-On a tape swept once (a plain `grad`), the kernel tier also lets go of leaf temporaries that
-nothing reads again (`W @ x` in `tanh(W @ x + b)`): see `_release_temporaries`.
+On a tape swept once (a plain `grad`), both tiers let go of leaf temporaries that nothing reads
+again (`W @ x` in `tanh(W @ x + b)`: `_release_temporaries`), and the NumPy tier of its
+intermediates too (`_release_intermediates`), as soon as the tree has run.
 """
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ _ndarray = np.ndarray
 _perf = time.perf_counter
 _getrefcount = sys.getrefcount
 BACKWARD_FACTOR = 3.0
-#: a kernel within this factor of its NumPy twin's time counts as a tie, and ties go to the kernel:
+#: a kernel within this factor of the NumPy tier's time counts as a tie, and ties go to the kernel:
 #: the difference is below the timing noise, and the kernel keeps less memory alive (only what its
 #: backward reads, against every intermediate of the per-operation rules)
 TIE = 1.05
@@ -55,7 +57,7 @@ PRICE_FLOOR = 0.02
 _FLOAT_DTYPES = {np.dtype(np.float64): "float64", np.dtype(np.float32): "float32"}
 _SCALARS = {float: None, int: None, np.float64: "float64", np.float32: "float32"}
 
-#: "auto" (ski rental, then the faster tier per size class), "always" (compile on the first call and
+#: "auto" (ski rental, then the faster tier per size class, see `Trial`), "always" (compile on the first call and
 #: always use the kernel where it applies: for tests and `precompile`), "never"
 POLICY = os.environ.get("BYTEGRAD_FUSION", "auto")
 #: where a site that tiers up compiles: "sync" (in the calling thread, on its next call) or
