@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 import numpy as np
 
 from bytegrad.rules._shape import stand_in, unbroadcast
-from bytegrad.runtime.tape import SLIM_MIN_SIZE, Tape, sweep
+from bytegrad.runtime.tape import SLIM_MIN_SIZE, Tape, _tls, sweep
 
 if TYPE_CHECKING:
     from bytegrad.runtime import kernels
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 _ndarray = np.ndarray
 _perf = time.perf_counter
 _getrefcount = sys.getrefcount
+_multiply = np.multiply
 BACKWARD_FACTOR = 3.0
 #: a kernel within this factor of the NumPy tier's time counts as a tie, and ties go to the kernel:
 #: the difference is below the timing noise, and the kernel keeps less memory alive (only what its
@@ -366,8 +367,8 @@ class Trial:
     """Which tier a site runs for one (dtype, active leaves, size class), measured where it matters:
     in the gradients the site is part of.
 
-    The site runs its next gradients in blocks of `TRIAL_BLOCK` on each tier in turn (kernel
-    first), and each gradient's whole time (reported by `grad`: `report`) counts for the tier the
+    The site runs its next gradients in blocks of `TRIAL_BLOCK` on each tier in turn, and each
+    gradient's whole time (reported by `grad`: `report`) counts for the tier the
     site ran in it; the first gradient of a block is not counted (it pays for the switch: memory
     the other tier freed or kept). After `TRIAL_SAMPLES` counted gradients on each tier, the one
     with the lower median stays; a tie within `TIE` goes to the kernel. Timing the two tiers on
@@ -375,8 +376,9 @@ class Trial:
     allocates an array per operation where NumPy's own temporary elision cannot apply (the tape
     holds the intermediates), and fresh memory costs page faults that a warm loop never sees. On
     the MLP of bench/results/hotpath.md the NumPy tier won the isolated timing by 21% and lost the
-    whole gradient by a third. Sites of one function start their trials together and so switch
-    together: the comparison is of the function's gradient with its sites fused or not. A site
+    whole gradient by a third. The blocks follow one clock, which ticks once per gradient that
+    has a site in trial, so sites in trial at the same time switch together (the comparison is of
+    the gradient with its undecided sites fused or not, not of one site against a mix). A site
     whose gradients are never timed (vjp, jacobian, nested derivatives) decides by timing both
     tiers on its own inputs after `TRIAL_UNTIMED` calls."""
 
@@ -390,13 +392,16 @@ class Trial:
 
     def arm(self, tape: Tape, fs: FusedSite, ops: tuple, leaves: list[Any]) -> bool:
         """The tier for this call: the one already chosen for this gradient, else the next."""
+        global _trial_clock
         trials = tape.trials
-        if trials is None:
+        if trials is None:  # the first trial site of this gradient: a tick of the trials' clock
+            _trial_clock += 1
             trials = tape.trials = []
+            tape.trial_clock = _trial_clock
         for t, _fs, use, _counted in trials:
             if t is self:
                 return use
-        k = self.calls
+        k = tape.trial_clock  # sites in trial together switch together, whenever each one started
         self.calls += 1
         use = (k // TRIAL_BLOCK) % 2 == 0
         if tape.lean:
@@ -416,6 +421,7 @@ class Trial:
 
 #: consecutive gradients a `Trial` runs on one tier; the first of each is not counted
 TRIAL_BLOCK = 3
+_trial_clock = -1  # ticks once per gradient with a site in trial: its first one reads 0
 #: gradients counted per tier before a `Trial` decides
 TRIAL_SAMPLES = 4
 #: calls outside a plain `grad` after which a `Trial` decides by timing the tiers on their own
@@ -462,7 +468,7 @@ def _run_kernel(tape: Tape, fs: FusedSite, dtype: str, active: tuple[bool, ...],
     fs.kernel_calls += 1
     if ks.onepass:  # the output and the partials, in one pass
         out, *partials = ks.forward(*leaves)
-        node = (_bw_partials, parents, fs.site, ks, partials, _shapes(leaves))
+        node = (_bw_partials, parents, fs.site, ks, partials, _shapes(leaves), tape.lean)
         if tape.lean:
             _release_temporaries(tape, leaves, parents, ks.nothing_saved)
     else:
@@ -545,11 +551,13 @@ def _narrow(ct: Any, dtype: np.dtype) -> Any:
 
 
 def _bw_partials(ct: Any, node: tuple, out: Any) -> Any:
-    """The reverse step of a one-pass kernel: the cotangent times each group's saved partial."""
+    """The reverse step of a one-pass kernel: the cotangent times each group's saved partial (in
+    the partial's memory on a tape swept once, which drops the record right after this step)."""
     ks = node[3]
     partials = node[4]
     shapes = node[5]
     parents = node[1]
+    once = node[6] and getattr(_tls, "tape", None) is None  # (not run recorded, by a nested derivative)
     out_shape = out.shape if type(out) is _ndarray else ()
     res: list[Any] = [None] * len(parents)
     for (leaves, _sources), partial in zip(ks.backward_plan[1], partials):
@@ -560,7 +568,10 @@ def _bw_partials(ct: Any, node: tuple, out: Any) -> Any:
             if bar is None:
                 if type(ct) is not float and ct.dtype != ks.dtype:
                     ct = _narrow(ct, ks.dtype)
-                bar = ct * partial
+                if once and type(partial) is _ndarray and (ct.__class__ is float or ct.shape == partial.shape):
+                    bar = partial if ct.__class__ is float and ct == 1.0 else _multiply(ct, partial, out=partial)
+                else:
+                    bar = ct * partial
             shape = shapes[j]
             res[j] = bar if shape == out_shape else unbroadcast(bar, shape, out_shape)
     return res
@@ -618,7 +629,8 @@ def kernel_gradients(fs: FusedSite, ks: kernels.Kernels, leaves: list[Any], acti
     """Value and leaf cotangents by the kernel tier."""
     if ks.onepass:
         out, *partials = ks.forward(*leaves)
-        node = (_bw_partials, tuple(0 if a else None for a in active), fs.site, ks, partials, _shapes(leaves))
+        node = (_bw_partials, tuple(0 if a else None for a in active), fs.site, ks, partials, _shapes(leaves),
+                False)
         return out, _bw_partials(ct, node, out)
     out = ks.forward(*leaves)
     keep, _sources, needs_out = ks.backward_plan

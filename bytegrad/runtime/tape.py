@@ -46,7 +46,7 @@ class Tape:
     """A record of one forward pass."""
 
     __slots__ = ("values", "nodes", "ids", "protected", "stale", "owners", "_index", "_indexed", "lean",
-                 "trials", "__weakref__")
+                 "trials", "trial_clock", "__weakref__")
 
     def __init__(self) -> None:
         self.values: list[Any] = []       # node outputs, kept alive so their ids stay unique
@@ -60,7 +60,8 @@ class Tape:
         # swept once and then dropped (a plain `grad`): values no backward reads may be released
         # early, and the sweep releases each node once it has run (see `sweep`, runtime/fused.py)
         self.lean = False
-        # fused sites comparing their tiers in this gradient (runtime/fused.py, `Trial`), or None
+        # fused sites comparing their tiers in this gradient (runtime/fused.py, `Trial`), or None;
+        # `trial_clock`, set with it, is this gradient's tick of the trials' clock
         self.trials: Optional[list] = None
 
     def push(self, node: Any, out: Any) -> Any:

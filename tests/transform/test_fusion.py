@@ -323,6 +323,7 @@ def test_a_trial_keeps_the_tier_whose_gradients_are_faster(slow, monkeypatch):
     import time
     monkeypatch.setattr(fused, "POLICY", "auto")
     monkeypatch.setattr(fused, "BACKWARD_FACTOR", 1e12)  # tier up at once
+    monkeypatch.setattr(fused, "_trial_clock", -1)       # the trials' clock as in a fresh process
     if slow == "kernel":
         real = fused._run_kernel
         monkeypatch.setattr(fused, "_run_kernel", lambda *a: (time.sleep(0.02), real(*a))[1])
@@ -346,3 +347,45 @@ def test_a_trial_keeps_the_tier_whose_gradients_are_faster(slow, monkeypatch):
     (site,) = d.stats()["fused_sites"]
     kept = "numpy" if slow == "kernel" else "kernel"
     assert list(site["choices"].values()) == [kept]
+
+
+def test_sites_in_trial_at_the_same_time_switch_together(monkeypatch):
+    """Trials follow one clock that ticks per gradient: a site whose trial starts later runs the same
+    tier as the others in every gradient they share, and a block's first gradient is not counted."""
+    from bytegrad.runtime.tape import Tape
+    monkeypatch.setattr(fused, "_trial_clock", -1)
+    fs = fused.FusedSite.__new__(fused.FusedSite)
+    first, second = fused.Trial(("float64", (True,), 8)), fused.Trial(("float64", (True,), 8))
+    seen = []
+    for g in range(4 * fused.TRIAL_BLOCK):
+        tape = Tape()
+        tape.lean = True
+        a = first.arm(tape, fs, (), [])
+        assert first.arm(tape, fs, (), []) == a  # a second call in the same gradient: the same tier
+        if g >= 2:
+            assert second.arm(tape, fs, (), []) == a
+        seen.append((a, [counted for *_, counted in tape.trials]))
+    block = fused.TRIAL_BLOCK
+    assert [a for a, _ in seen] == ([True] * block + [False] * block) * 2
+    assert [c[0] for _, c in seen] == [g % block != 0 for g in range(4 * block)]
+
+
+def test_one_pass_sites_on_tapes_swept_once_and_more(monkeypatch):
+    """A one-pass kernel's partials are scaled in place on a plain grad's tape (swept once) and kept
+    as they are on a pullback's (swept twice): both give x * cos(x) + sin(x) - 0.2 sin(x)."""
+    monkeypatch.setattr(fused, "POLICY", "always")
+
+    def f(x):
+        return x * np.sin(x) + 0.2 * np.cos(x)
+
+    x = np.linspace(-2.0, 2.0, 5000)
+    want = np.sin(x) + x * np.cos(x) - 0.2 * np.sin(x)
+    for _ in range(3):
+        np.testing.assert_allclose(bytegrad.grad(lambda x: np.sum(f(x)))(x), want, rtol=1e-13, atol=1e-13)
+        np.testing.assert_allclose(bytegrad.grad(lambda x: np.sum(f(x) * 3.0))(x), 3.0 * want, rtol=1e-13,
+                                   atol=1e-13)
+    y, pb = bytegrad.vjp(f, x)
+    ct = np.linspace(1.0, 2.0, 5000)
+    (first,), (second,) = pb(ct), pb(ct)
+    np.testing.assert_allclose(first, ct * want, rtol=1e-13, atol=1e-13)
+    np.testing.assert_array_equal(second, first)
