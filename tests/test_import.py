@@ -29,9 +29,10 @@ def test_import_does_not_load_numba() -> None:
 def test_first_gradient_loads_only_what_it_needs() -> None:
     """`import bytegrad` leaves out the kernel machinery (explain and precompile load it on first
     use), and a first gradient (rewrite, disk cache store) loads neither the kernel generator nor
-    pathlib, logging or OpenSSL's hashlib: milliseconds each of every process's first gradient."""
+    pathlib, logging, OpenSSL's hashlib or threading: milliseconds each of every process's first
+    gradient."""
     heavy = ("bytegrad.runtime.kernels", "bytegrad.runtime.fused", "bytegrad.introspect", "pathlib",
-             "logging", "hashlib", "_hashlib")
+             "logging", "hashlib", "_hashlib", "threading")
     proc = run_fresh(
         "import sys, numpy as np\n"
         f"heavy = {heavy!r}\n"

@@ -38,7 +38,7 @@ import pickle
 import stat
 import struct
 import sys
-import threading
+import _thread
 import time
 import warnings
 from typing import Any, Iterator, Optional
@@ -70,7 +70,7 @@ except ImportError:
     except ImportError:  # pragma: no cover - a Python built without them
         from hashlib import sha256
 
-_lock = threading.RLock()
+_lock = _thread.RLock()  # threading.RLock, without importing threading
 _resolved: dict[tuple, Optional[str]] = {}    # environment -> usable directory (None: refused/off)
 _warned: set[str] = set()                     # one warning per kind of problem and directory
 _read_only: set[str] = set()                  # directories where a write failed: in-memory from then on
@@ -351,7 +351,7 @@ def _after_store(nbytes: int) -> None:
 
 def _write_atomic(path: str, data: bytes) -> bool:
     tmp = os.path.join(os.path.dirname(path),
-                       f"{TMP_PREFIX}{os.getpid()}-{threading.get_ident()}-{os.urandom(4).hex()}")
+                       f"{TMP_PREFIX}{os.getpid()}-{_thread.get_ident()}-{os.urandom(4).hex()}")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
         try:

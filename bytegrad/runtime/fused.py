@@ -30,7 +30,6 @@ import math
 import operator
 import os
 import sys
-import threading
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
@@ -333,6 +332,7 @@ def _compile_in_background(fs: FusedSite, p: kernels.Plan, dtype: str) -> None:
         finally:
             fs.state = "kernel"
 
+    import threading  # only here: a first gradient does not import it
     threading.Thread(target=work, name=f"bytegrad-compile {fs.expr}", daemon=False).start()
 
 

@@ -6,7 +6,6 @@ matrix_power in `products.py`.)
 from __future__ import annotations
 
 import operator
-import string
 from typing import Any, Callable
 
 import numpy as np
@@ -14,6 +13,8 @@ import numpy as np
 from bytegrad.rules._project import project, stand_in
 from bytegrad.rules._shape import unbroadcast
 from bytegrad.rules.registry import NO_TANGENT, ZERO, rrule
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"  # string.ascii_letters
 
 
 def _mT(m: np.ndarray) -> np.ndarray:
@@ -167,7 +168,7 @@ def _einsum_specs(subscripts: str, operands: tuple[Any, ...]) -> tuple[list[str]
     inputs, output = spec.split("->") if "->" in spec else (spec, None)
     terms = inputs.split(",")
     used = set(spec)
-    free = [c for c in string.ascii_letters if c not in used]
+    free = [c for c in _LETTERS if c not in used]
     widths = [np.ndim(op) - (len(t) - 3) for t, op in zip(terms, operands) if "..." in t]
     ellipsis = "".join(free[: max(widths, default=0)])
     specs = [t.replace("...", ellipsis[len(ellipsis) - (np.ndim(op) - (len(t) - 3)):]) if "..." in t else t
