@@ -164,7 +164,7 @@ def fused_hook(tape: Optional[Tape], fs: FusedSite, ops: tuple) -> Any:
             size = _size(leaves)
             use = fs.choice.get((dtype, active, size))
             if use is None:
-                use = _decide(tape, fs, ops, dtype, active, size, leaves)
+                use = _decide(fs, dtype, active, size)
             if use.__class__ is Trial:
                 use = use.arm(tape, fs, ops, leaves)
             if use:
@@ -346,8 +346,7 @@ def _get_kernels(fs: FusedSite, dtype: str, active: tuple[bool, ...]) -> Optiona
     return fs.kernels[key]
 
 
-def _decide(tape: Tape, fs: FusedSite, ops: tuple, dtype: str, active: tuple[bool, ...], size: int,
-            leaves: list[Any]) -> Any:
+def _decide(fs: FusedSite, dtype: str, active: tuple[bool, ...], size: int) -> Any:
     """Compile if needed, then start a `Trial` of the two tiers (or answer at once: no kernel, or
     POLICY "always")."""
     ks = _get_kernels(fs, dtype, active) if any(active) else None

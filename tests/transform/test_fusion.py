@@ -389,3 +389,34 @@ def test_one_pass_sites_on_tapes_swept_once_and_more(monkeypatch):
     (first,), (second,) = pb(ct), pb(ct)
     np.testing.assert_allclose(first, ct * want, rtol=1e-13, atol=1e-13)
     np.testing.assert_array_equal(second, first)
+
+
+def trial_site_c(x, b):
+    return np.tanh(x * 2.0 + b)
+
+
+def test_a_site_only_pulled_back_decides_by_timing_its_tiers_alone(monkeypatch):
+    """No plain `grad` times its gradients: after TRIAL_UNTIMED calls the site times both tiers on
+    its own inputs and keeps one; pullbacks are right throughout."""
+    monkeypatch.setattr(fused, "POLICY", "auto")
+    monkeypatch.setattr(fused, "BACKWARD_FACTOR", 1e12)
+    monkeypatch.setattr(fused, "TRIAL_UNTIMED", 4)
+    d = bytegrad.differentiate(trial_site_c)
+    rng = np.random.default_rng(5)
+    x, b = rng.normal(size=(64, 80)), rng.normal(size=80)
+    ct = rng.normal(size=(64, 80))
+    want = ct * 2.0 * (1 - np.tanh(x * 2.0 + b) ** 2)
+    for k in range(7):
+        _, back = d.pullback(x, b)
+        gx, gb = back(ct)
+        np.testing.assert_allclose(gx, want, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(gb, want.sum(0) / 2.0, rtol=1e-12, atol=1e-12)
+        (site,) = d.stats()["fused_sites"]
+        choices = list(site["choices"].values())
+        # the ski-rental call, then TRIAL_UNTIMED - 1 calls in trial; the next one decides
+        if k == 0:
+            assert choices == []
+        elif k < 4:
+            assert choices == ["trial"]
+        else:
+            assert choices in (["kernel"], ["numpy"])
