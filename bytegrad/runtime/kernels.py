@@ -177,16 +177,18 @@ def plan(nodes: tuple[Any, ...], n_leaves: int, dtype: str, active: tuple[bool, 
     ty = dtype
     body = [f"_T = np.{ty}", "_nan = _T(np.nan)", "_inf = _T(np.inf)", kernel_formulas.HELPERS]
     fparams = [f"a{j}" for j in range(n_leaves)]
-    body.append(_ufunc("forward", fparams, fwd_lines[:-1], fwd_lines[-1][1], ty))
-    groups: list[Group] = []
-    saved: set[int] = set()
-    needs_out = False
     fwd_no_root = fwd_lines[:-1]
     live = {expr: _live(fwd_no_root + bwd_lines, expr) for expr in by_expr}
+    # one pass where a backward would call a transcendental function again
     onepass = any(_EXPENSIVE.search(expr) or any(_EXPENSIVE.search(e) for _, e in live[expr])
                   for expr in by_expr)
     if onepass:
-        body[-1] = _onepass(fparams, fwd_no_root + [("out", fwd_lines[-1][1])] + bwd_lines, list(by_expr), ty)
+        body.append(_onepass(fparams, fwd_no_root + [("out", fwd_lines[-1][1])] + bwd_lines, list(by_expr), ty))
+    else:
+        body.append(_ufunc("forward", fparams, fwd_no_root, fwd_lines[-1][1], ty))
+    groups: list[Group] = []
+    saved: set[int] = set()
+    needs_out = False
     for n, (expr, leaves) in enumerate(by_expr.items()):
         if onepass:
             groups.append(Group(tuple(leaves), (), f"partial_{n}"))
@@ -217,7 +219,7 @@ def _live(lines: list[tuple[str, str]], result: str) -> list[tuple[str, str]]:
 
 
 #: calls in a backward that re-evaluate what the forward computed: worth a one-pass kernel
-_EXPENSIVE = re.compile(r"\b(?:math\.\w+|_log1p|_log|_sqrt|_pow)\(|\*\*")
+_EXPENSIVE = re.compile(r"\b(?:math\.\w+|_log1p|_log|_sqrt|_pow)\(")
 _G = re.compile(r"\bg\b")
 
 
