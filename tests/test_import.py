@@ -9,8 +9,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def run_fresh(code: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
+def run_fresh(code: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, **extra_env)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120)
@@ -29,10 +29,10 @@ def test_import_does_not_load_numba() -> None:
 def test_first_gradient_loads_only_what_it_needs() -> None:
     """`import bytegrad` leaves out the kernel machinery (explain and precompile load it on first
     use), and a first gradient (rewrite, disk cache store) loads neither the kernel generator nor
-    pathlib, logging, OpenSSL's hashlib or threading: milliseconds each of every process's first
-    gradient."""
+    pathlib, logging, OpenSSL's hashlib, threading or json: milliseconds each of every process's
+    first gradient."""
     heavy = ("bytegrad.runtime.kernels", "bytegrad.runtime.fused", "bytegrad.introspect", "pathlib",
-             "logging", "hashlib", "_hashlib", "threading")
+             "logging", "hashlib", "_hashlib", "threading", "json")
     proc = run_fresh(
         "import sys, numpy as np\n"
         f"heavy = {heavy!r}\n"
@@ -51,3 +51,25 @@ def test_first_gradient_loads_only_what_it_needs() -> None:
     assert at_import == "[]"
     assert after_grad == "['bytegrad.runtime.fused']"  # the fused site's NumPy tier; no kernels
     assert listed == "True"
+
+
+def test_a_warm_first_gradient_loads_no_rewriter_json_or_threading(tmp_path) -> None:
+    """With the rewrite on disk, a new process's first gradient loads the stored code: it imports
+    neither the rewriter (nor the `bytecode` package) nor json (entry headers are marshalled) nor
+    threading."""
+    (tmp_path / "warm_mod.py").write_text("import numpy as np\n\n\ndef f(W, x, b):\n"
+                                          "    return np.sum(np.tanh(x @ W + b))\n")
+    watched = ("json", "threading", "bytecode", "bytegrad.transform.rewrite")
+    code = ("import sys, numpy as np, bytegrad\n"
+            f"sys.path.insert(0, {str(tmp_path)!r})\n"
+            "import warm_mod\n"
+            "before = set(sys.modules)\n"
+            "bytegrad.grad(warm_mod.f)(np.ones((3, 2)), np.ones((4, 3)), np.ones(2))\n"
+            f"print(sorted(m for m in {watched!r} if m in sys.modules and m not in before))\n")
+    cache = str(tmp_path / "cache")
+    first = run_fresh(code, BYTEGRAD_CACHE_DIR=cache, BYTEGRAD_DISABLE_DISK_CACHE="")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip() == "['bytecode', 'bytegrad.transform.rewrite']"  # it rewrote, and stored
+    second = run_fresh(code, BYTEGRAD_CACHE_DIR=cache, BYTEGRAD_DISABLE_DISK_CACHE="")
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.strip() == "[]"

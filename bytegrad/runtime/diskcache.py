@@ -5,7 +5,7 @@ CPython trusts `__pycache__`, by ownership and permissions: it (and every file l
 must belong to the current user and must not be writable by group or others; otherwise bytegrad
 warns once and works without the disk cache. Every entry carries a header (magic, format version,
 bytegrad version, `sys.implementation.cache_tag`, an optional extra tag such as the Numba version,
-the entry key, the payload length and its sha256); an entry that does not match in every field is
+the entry key, the payload length and its sha256, as a marshalled dict); an entry that does not match in every field is
 ignored, deleted, and rebuilt by the caller. Writes go to a temporary file in the same folder and
 are renamed into place, so a reader sees a whole entry or none. A read-only or full directory
 degrades to in-memory operation with one warning.
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import errno
 import io
-import json
+import marshal
 import os
 import pickle
 import stat
@@ -48,7 +48,7 @@ __all__ = ["cache_dir", "load", "store", "source_dir", "write_source", "info", "
 
 
 MAGIC = b"BYTEGRAD"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the header is a marshalled dict (was JSON: its import cost every first gradient)
 DEFAULT_MAX_MB = 256
 ENTRY_SUFFIX = ".bgc"
 TMP_PREFIX = ".tmp-"
@@ -232,7 +232,7 @@ def _header(key: str, payload: bytes, tag: str, label: str) -> dict[str, Any]:
 
 def encode_entry(key: str, payload: bytes, tag: str = "", label: str = "") -> bytes:
     """Header + payload, as stored on disk."""
-    head = json.dumps(_header(key, payload, tag, label), sort_keys=True).encode()
+    head = marshal.dumps(_header(key, payload, tag, label))  # marshal: built in, no import
     return _PREFIX.pack(MAGIC, FORMAT_VERSION, len(head)) + head + payload
 
 
@@ -244,8 +244,8 @@ def read_header(data: bytes) -> Optional[tuple[dict[str, Any], bytes]]:
     if magic != MAGIC or fmt != FORMAT_VERSION or hlen > _MAX_HEADER or len(data) < _PREFIX.size + hlen:
         return None
     try:
-        head = json.loads(data[_PREFIX.size:_PREFIX.size + hlen])
-    except ValueError:
+        head = marshal.loads(data[_PREFIX.size:_PREFIX.size + hlen])
+    except (ValueError, EOFError, TypeError):
         return None
     if not isinstance(head, dict):
         return None
