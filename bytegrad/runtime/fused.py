@@ -530,7 +530,7 @@ def _bw_fused(ct: Any, node: tuple, out: Any) -> Any:
     shapes = node[5]
     parents = node[1]
     out_shape = out.shape if type(out) is _ndarray else ()
-    if type(ct) is not float and ct.dtype != ks.dtype:
+    if type(ct) is not float and getattr(ct, "dtype", ks.dtype) != ks.dtype:
         ct = _narrow(ct, ks.dtype)
     res: list[Any] = [None] * len(parents)
     for (leaves, sources), fn in zip(ks.backward_plan[1], ks.backward):
@@ -565,7 +565,7 @@ def _bw_partials(ct: Any, node: tuple, out: Any) -> Any:
             if parents[j] is None:
                 continue
             if bar is None:
-                if type(ct) is not float and ct.dtype != ks.dtype:
+                if type(ct) is not float and getattr(ct, "dtype", ks.dtype) != ks.dtype:
                     ct = _narrow(ct, ks.dtype)
                 if once and type(partial) is _ndarray and (ct.__class__ is float or ct.shape == partial.shape):
                     bar = partial if ct.__class__ is float and ct == 1.0 else _multiply(ct, partial, out=partial)

@@ -144,3 +144,17 @@ def test_backward_saves_only_the_output_for_dense_tanh():
     p = kernels.plan(fs.nodes, fs.n_leaves, "float64", (True, True))
     assert p.needs_out and p.saved_leaves == ()
     assert len(p.groups) == 1 and p.groups[0].leaves == (0, 1)  # z and b share one cotangent
+
+
+@pytest.mark.parametrize("f", [dense_tanh, chain], ids=lambda f: f.__name__)  # two-pass, one-pass
+@pytest.mark.parametrize("ct", [2, np.float64(2.0), 2.0], ids=["int", "np.float64", "float"])
+def test_scalar_cotangents_of_any_type_into_a_float32_kernel(f, ct):
+    fs = _site(f)
+    rng = np.random.default_rng(11)
+    leaves = [rng.uniform(0.2, 1.5, size=(4, 3)).astype(np.float32), rng.uniform(-1.0, 1.0, size=3).astype(np.float32)]
+    ks = kernels.compile_kernels(kernels.plan(fs.nodes, fs.n_leaves, "float32", (True, True)))
+    want_out, want = fused.numpy_gradients(fs, _operands(fs, leaves), (True, True), 2.0)
+    got_out, got = fused.kernel_gradients(fs, ks, leaves, (True, True), ct)
+    for j in range(2):
+        assert np.asarray(got[j]).dtype == np.float32
+        np.testing.assert_allclose(got[j], want[j], rtol=2e-5, atol=2e-5)
