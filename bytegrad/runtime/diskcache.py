@@ -4,11 +4,11 @@ Loading a cached code object or kernel is running code, so the directory is trus
 CPython trusts `__pycache__`, by ownership and permissions: it (and every file loaded from it)
 must belong to the current user and must not be writable by group or others; otherwise bytegrad
 warns once and works without the disk cache. Every entry carries a header (magic, format version,
-bytegrad version, `sys.implementation.cache_tag`, an optional extra tag such as the Numba version,
-the entry key, the payload length and its sha256, as a marshalled dict); an entry that does not match in every field is
-ignored, deleted, and rebuilt by the caller. Writes go to a temporary file in the same folder and
-are renamed into place, so a reader sees a whole entry or none. A read-only or full directory
-degrades to in-memory operation with one warning.
+then a marshalled dict: bytegrad version, `sys.implementation.cache_tag`, an optional extra tag
+such as the Numba version, the entry key, the payload length and its sha256); an entry that does
+not match in every field is ignored, deleted, and rebuilt by the caller. Writes go to a temporary
+file in the same folder and are renamed into place, so a reader sees a whole entry or none. A
+read-only or full directory degrades to in-memory operation with one warning.
 
 API (namespaces are short names such as "code" or "kernels", one sub-folder each):
     cache_dir() -> str | None             the usable cache directory, None when off or refused
