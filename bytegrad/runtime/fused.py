@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 import numpy as np
 
 from bytegrad.rules._shape import stand_in, unbroadcast
-from bytegrad.runtime.tape import SLIM_MIN_SIZE, Tape, _tls, sweep
+from bytegrad.runtime.backward import _scalable, _unrecorded
+from bytegrad.runtime.tape import SLIM_MIN_SIZE, Tape, sweep
 
 if TYPE_CHECKING:
     from bytegrad.runtime import kernels
@@ -556,7 +557,7 @@ def _bw_partials(ct: Any, node: tuple, out: Any) -> Any:
     partials = node[4]
     shapes = node[5]
     parents = node[1]
-    once = node[6] and getattr(_tls, "tape", None) is None  # (not run recorded, by a nested derivative)
+    once = node[6] and _unrecorded()  # (not when a nested derivative runs this step recorded)
     out_shape = out.shape if type(out) is _ndarray else ()
     res: list[Any] = [None] * len(parents)
     for (leaves, _sources), partial in zip(ks.backward_plan[1], partials):
@@ -567,7 +568,7 @@ def _bw_partials(ct: Any, node: tuple, out: Any) -> Any:
             if bar is None:
                 if type(ct) is not float and getattr(ct, "dtype", ks.dtype) != ks.dtype:
                     ct = _narrow(ct, ks.dtype)
-                if once and type(partial) is _ndarray and (ct.__class__ is float or ct.shape == partial.shape):
+                if once and type(partial) is _ndarray and _scalable(ct, partial):
                     bar = partial if ct.__class__ is float and ct == 1.0 else _multiply(ct, partial, out=partial)
                 else:
                     bar = ct * partial
