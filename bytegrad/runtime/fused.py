@@ -382,11 +382,10 @@ class Trial:
     whose gradients are never timed (vjp, jacobian, nested derivatives) decides by timing both
     tiers on its own inputs after `TRIAL_UNTIMED` calls."""
 
-    __slots__ = ("key", "calls", "times", "untimed")
+    __slots__ = ("key", "times", "untimed")
 
     def __init__(self, key: tuple) -> None:
         self.key = key
-        self.calls = 0
         self.times: tuple[list[float], list[float]] = ([], [])  # numpy, kernel
         self.untimed = 0
 
@@ -402,7 +401,6 @@ class Trial:
             if t is self:
                 return use
         k = tape.trial_clock  # sites in trial together switch together, whenever each one started
-        self.calls += 1
         use = (k // TRIAL_BLOCK) % 2 == 0
         if tape.lean:
             trials.append((self, fs, use, k % TRIAL_BLOCK != 0))

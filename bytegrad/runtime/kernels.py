@@ -32,7 +32,7 @@ import threading
 import time
 import types
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
@@ -90,9 +90,10 @@ class Kernels:
     #: what the fused site's hot path reads, precomputed: None when no leaf is active, else
     #: (per leaf: saved for the backward?, per group: (its leaves, `Group.sources`), needs the output?)
     backward_plan: Optional[tuple] = None
-    onepass: bool = False
-    dtype: Any = None               # the NumPy dtype the kernels compute in
-    nothing_saved: tuple = ()       # (None,) per leaf: what a one-pass kernel keeps of its leaves
+    # derived from `plan` (read on the hot path without going through it):
+    onepass: bool = field(init=False, default=False)
+    dtype: Any = field(init=False, default=None)         # the NumPy dtype the kernels compute in
+    nothing_saved: tuple = field(init=False, default=())  # (None,) per leaf: what a one-pass kernel keeps
 
     def __post_init__(self) -> None:
         p = self.plan
