@@ -8,11 +8,13 @@
 #   make bench       the core benchmark, quick: small cases, a few minutes (.venv-bench, CPython 3.11)
 #   make bench-full  all cases, time to first gradient, plots (bench/results/; long)
 #   make bench-hotpath  fused kernels, precompile, TTFG, memory, import (bench/results/hotpath.md)
+#   make bench-instructions  instructions per gradient under valgrind (bench/results/instructions.md)
 #   make docs        regenerate docs/rules.md from the rule registry (.venv-3.11)
 #   make clean       caches, egg-info, bench scratch;  make distclean: also the venvs
 #
 # Variables: PYENV_VERSIONS (where to look for CPythons), PYTHON_VERSIONS, PYTEST_ARGS,
-# BENCH_ARGS (bench.core), TTFG_ARGS (bench.ttfg), PIP_QUIET (set it empty to see pip's output).
+# BENCH_ARGS (bench.core), TTFG_ARGS (bench.ttfg), HOTPATH_ARGS, INSTRUCTIONS_ARGS,
+# PIP_QUIET (set it empty to see pip's output).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -ec
@@ -56,10 +58,10 @@ $(1)/bin/python -m pip install $(PIP_QUIET) -e '.[$(3)]'; \
 touch $@
 endef
 
-.PHONY: help demo test test-long check-pythons bench bench-full bench-hotpath docs clean distclean
+.PHONY: help demo test test-long check-pythons bench bench-full bench-hotpath bench-instructions docs clean distclean
 
 help:
-	@sed -n '1,15s/^# \{0,1\}//p' Makefile
+	@sed -n '1,18s/^# \{0,1\}//p' Makefile
 
 # ---------------------------------------------------------------------------------------- demo
 .venv/.stamp-demo: pyproject.toml
@@ -122,6 +124,10 @@ bench-full: .venv-bench/.stamp-bench
 # The hot-path report of issue 5 (fused kernels, precompile, time to first gradient, memory, import).
 bench-hotpath: .venv-bench/.stamp-bench
 	$(BENCH_PY) -m bench.hotpath $(HOTPATH_ARGS)
+
+# Work per gradient without a clock: instruction counts under valgrind (needs valgrind on PATH).
+bench-instructions: .venv-bench/.stamp-bench
+	$(BENCH_PY) -m bench.instructions $(INSTRUCTIONS_ARGS)
 
 # ---------------------------------------------------------------------------------------- docs
 DOCS_PYTHON ?= 3.11
