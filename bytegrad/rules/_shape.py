@@ -18,7 +18,9 @@ def materialize(x_bar: Any, like: Any) -> Any:
         if type(x_bar) is np.ndarray and x_bar.ndim:
             return np.broadcast_to(x_bar, like.shape).copy()
         dtype = like.dtype if like.dtype.kind in "fc" else np.result_type(x_bar, np.float64)
-        return np.full(like.shape, x_bar, dtype=dtype)
+        out = np.empty(like.shape, dtype)  # np.full, without its Python wrapper
+        np.copyto(out, x_bar, casting="unsafe")
+        return out
     return x_bar
 
 

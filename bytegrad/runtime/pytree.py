@@ -14,6 +14,8 @@ import numpy as np
 from bytegrad.runtime.tape import Tape
 
 _ndarray = np.ndarray
+_empty = np.empty
+_copyto = np.copyto
 
 
 class Leaf:
@@ -33,6 +35,8 @@ class NotDifferentiable(TypeError):
 def prepare(value: Any, tape: Tape, strict: bool = False) -> tuple[Any, Any]:
     """(fresh value, spec): a copy of the tree with fresh leaves registered on `tape`."""
     t = type(value)
+    if (t is tuple or t is list or t is dict) and _all_float_arrays(value.values() if t is dict else value):
+        return _prepare_arrays(value, t, tape)
     if t is _ndarray:
         kind = value.dtype.kind
         if kind in "fc":
@@ -81,6 +85,39 @@ def prepare(value: Any, tape: Tape, strict: bool = False) -> tuple[Any, Any]:
     return value, None
 
 
+def _all_float_arrays(items: Any) -> bool:
+    for v in items:
+        if type(v) is not _ndarray or v.dtype.kind not in "fc":
+            return False
+    return True
+
+
+def _prepare_arrays(value: Any, t: type, tape: Tape) -> tuple[Any, Any]:
+    """`prepare` of a tuple, list or dict of float arrays (model parameters), in one loop: what the
+    general case does for each of them, without its recursion."""
+    ids = tape.ids
+    values = tape.values
+    nodes = tape.nodes
+    protected = tape.protected
+    fresh_items = []
+    specs = []
+    for v in (value.values() if t is dict else value):
+        fresh = v.view()
+        protected.add(id(v))
+        if v.base is not None:
+            protected.add(id(v.base))
+        idx = len(values)
+        ids[id(fresh)] = idx
+        values.append(fresh)
+        nodes.append(None)
+        fresh_items.append(fresh)
+        specs.append(Leaf(idx, v))
+    if t is dict:
+        keys = list(value)
+        return dict(zip(keys, fresh_items)), (dict, dict(zip(keys, specs)))
+    return (fresh_items if t is list else tuple(fresh_items)), (t, specs)
+
+
 def project(ct: Any, primal: Any) -> Any:
     """A cotangent as a gradient shaped and typed like its primal (float32 stays float32)."""
     if type(primal) is _ndarray:
@@ -90,8 +127,10 @@ def project(ct: Any, primal: Any) -> Any:
         if primal.dtype.kind == "f" and arr.dtype.kind == "c":
             arr = arr.real
         if arr.shape != primal.shape:
-            if arr.ndim == 0:  # a uniform cotangent: that value everywhere
-                return np.full(primal.shape, arr, dtype=primal.dtype)
+            if arr.ndim == 0:  # a uniform cotangent: that value everywhere (np.full, without its wrapper)
+                out = _empty(primal.shape, primal.dtype)
+                _copyto(out, arr, casting="unsafe")
+                return out
             arr = np.broadcast_to(arr, primal.shape)
         if arr.dtype != primal.dtype or arr.base is not None or not arr.flags.writeable:
             return np.array(arr, dtype=primal.dtype, copy=True)
@@ -130,9 +169,9 @@ def gradient(spec: Any, cts: list[Any]) -> Any:
         return out
     t, subs = spec
     if isinstance(subs, dict):
-        values = {k: gradient(v, cts) for k, v in subs.items()}
+        values = {k: project(cts[v.idx], v.primal) if type(v) is Leaf else gradient(v, cts) for k, v in subs.items()}
         return values if t is dict else t(values.items())
-    values = [gradient(v, cts) for v in subs]
+    values = [project(cts[v.idx], v.primal) if type(v) is Leaf else gradient(v, cts) for v in subs]
     if t is list:
         return values
     if hasattr(t, "_fields"):
