@@ -51,7 +51,8 @@ def _bw_elementwise(ct: Any, node: tuple, out: Any) -> Any:
                 v = singular_partial(d, args, out)
             if unit and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float):
                 bar = v
-            elif _unrecorded() and type(v) is _ndarray and _getrefcount(v) == 2 and _scalable(ct, v):
+            elif type(v) is _ndarray and v.size >= INPLACE_MIN_SIZE and _unrecorded() and _getrefcount(v) == 2 \
+                    and _scalable(ct, v):
                 bar = _multiply(ct, v, out=v)  # a partial only this step holds: scaled in place
             else:
                 bar = ct * v
@@ -78,7 +79,8 @@ def _bw_elementwise(ct: Any, node: tuple, out: Any) -> Any:
                 v = singular_partial(d, args, out)
             if unit and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float):
                 bar = v
-            elif _unrecorded() and type(v) is _ndarray and _getrefcount(v) == 2 and _scalable(ct, v):
+            elif type(v) is _ndarray and v.size >= INPLACE_MIN_SIZE and _unrecorded() and _getrefcount(v) == 2 \
+                    and _scalable(ct, v):
                 bar = _multiply(ct, v, out=v)
             else:
                 bar = ct * v
@@ -103,7 +105,8 @@ def _bw_unary(ct: Any, node: tuple, out: Any) -> Any:
         v = singular_partial(d, (a,), out)
     if ct.__class__ is float and ct == 1.0 and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float):
         return v
-    if _unrecorded() and type(v) is _ndarray and _getrefcount(v) == 2 and _scalable(ct, v):
+    if type(v) is _ndarray and v.size >= INPLACE_MIN_SIZE and _unrecorded() and _getrefcount(v) == 2 \
+            and _scalable(ct, v):
         return _multiply(ct, v, out=v)  # a partial only this step holds: scaled in place
     return ct * v
 
@@ -114,6 +117,10 @@ def _bw_unary(ct: Any, node: tuple, out: Any) -> Any:
 #: reverse step; fresh arrays of a few hundred KiB cost page faults on every call
 #: (bench/results/hotpath.md, the MLP).
 _getrefcount = sys.getrefcount
+#: partials smaller than this (elements) are multiplied into a new array: NumPy's ufunc call with
+#: an output argument costs about twice the instructions of one without (8 k against 4 k, counted
+#: by bench/instructions.py), more than a small allocation saves
+INPLACE_MIN_SIZE = 4096
 _multiply = np.multiply
 _tls = _tape._tls
 

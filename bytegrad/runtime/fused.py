@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 import numpy as np
 
 from bytegrad.rules._shape import stand_in, unbroadcast
-from bytegrad.runtime.backward import _scalable, _unrecorded
+from bytegrad.runtime.backward import INPLACE_MIN_SIZE, _scalable, _unrecorded
 from bytegrad.runtime.tape import SLIM_MIN_SIZE, Tape, sweep
 
 if TYPE_CHECKING:
@@ -567,7 +567,12 @@ def _bw_partials(ct: Any, node: tuple, out: Any) -> Any:
                 if type(ct) is not float and getattr(ct, "dtype", ks.dtype) != ks.dtype:
                     ct = _narrow(ct, ks.dtype)
                 if once and type(partial) is _ndarray and _scalable(ct, partial):
-                    bar = partial if ct.__class__ is float and ct == 1.0 else _multiply(ct, partial, out=partial)
+                    if ct.__class__ is float and ct == 1.0:
+                        bar = partial
+                    elif partial.size >= INPLACE_MIN_SIZE:
+                        bar = _multiply(ct, partial, out=partial)
+                    else:
+                        bar = ct * partial
                 else:
                     bar = ct * partial
             shape = shapes[j]
