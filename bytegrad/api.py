@@ -29,6 +29,7 @@ Wrt = Union[int, str, Sequence[Union[int, str]]]
 
 abi.set_rewriter(transform.rewritten_function)
 _ndarray = np.ndarray
+_float64 = np.float64
 _perf = time.perf_counter
 
 #: code flags of functions whose call returns a generator or coroutine instead of running the body
@@ -306,9 +307,10 @@ class Differentiated:
 
     def _grad_now(self, args: tuple, kwargs: dict) -> tuple[Any, Any]:
         t0 = _perf()
-        out, tape, specs, nested = self._forward(args, kwargs, self._wrt, strict=True, lean=True)
+        out, tape, specs, nested = self._forward(args, kwargs, self._wrt, True, True)  # strict, lean
         t = type(out)
-        if not (t is float or t is int or (t is np.ndarray and out.ndim == 0) or isinstance(out, np.generic)):
+        if not (t is _float64 or t is float or t is int or (t is _ndarray and out.ndim == 0)
+                or isinstance(out, np.generic)):
             shape = getattr(out, "shape", None)
             found = f"an array of shape {shape}" if shape is not None else f"a {t.__name__}"
             raise NonScalarOutputError(

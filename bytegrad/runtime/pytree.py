@@ -123,6 +123,10 @@ def project(ct: Any, primal: Any) -> Any:
     if type(primal) is _ndarray:
         if ct is None:
             return np.zeros(primal.shape, primal.dtype)
+        if ct.__class__ is float and primal.dtype.kind == "f":  # uniform (the seed of `np.sum(x)`)
+            out = _empty(primal.shape, primal.dtype)
+            out.fill(ct)
+            return out
         arr = ct if type(ct) is _ndarray else np.asarray(ct)
         if primal.dtype.kind == "f" and arr.dtype.kind == "c":
             arr = arr.real
