@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import marshal
 import operator
 import os
 import re
@@ -46,8 +47,14 @@ _LOCK = threading.RLock()
 _MODULES: dict[str, types.ModuleType] = {}
 _warned_no_cache = False
 
-#: seconds; replaced by what this process measures
-_cost = {"import": 0.45, "compile": 0.20, "load": 0.01}
+#: seconds; replaced by what this machine measured (the last process that imported Numba here, kept
+#: in the disk cache: see `_remembered`) and then by what this process measures. Per function for
+#: "compile" and "load". The defaults are from a 2-core VM: `import numba` 0.35-0.45 s; the first
+#: module a process loads from Numba's cache 0.73-0.81 s for two functions (Numba sets up its
+#: compiler even to load; later loads are cheap, and measured); compiling 0.5 s per function.
+_cost = {"import": 0.45, "compile": 0.40, "load": 0.20}
+_COSTS_KEY = "tier-up-seconds"
+_costs_read = False
 _numba_failed: Optional[str] = None
 
 
@@ -266,6 +273,8 @@ def numba_loaded() -> bool:
 
 def cost_estimate(p: Plan) -> float:
     """Seconds `compile_kernels(p)` is expected to take now (the ski-rental price)."""
+    if not _costs_read:
+        _remembered()
     cost = 0.0 if numba_loaded() else _cost["import"]
     per = _cost["load"] if on_disk(p) else _cost["compile"]
     return cost + per * p.n_functions
@@ -324,9 +333,44 @@ def compile_kernels(p: Plan) -> Optional[Kernels]:
             mod = _load_module(p)
             per = (time.perf_counter() - t1) / p.n_functions
             _cost["load" if cached else "compile"] = per
+            if not had_numba:
+                _remember({"import": t1 - t0, "load" if cached else "compile": per})
             _MODULES[p.key] = mod
         backward = () if p.onepass else tuple(_ufunc_of(getattr(mod, g.name)) for g in p.groups)
         return Kernels(p, _ufunc_of(mod.forward), backward)
+
+
+def _remembered() -> None:
+    """Take the tier-up prices the last process that imported Numba on this machine measured.
+
+    The defaults are guesses for a quick machine; where importing Numba takes 1.2 s instead of
+    0.45 s, a site priced by the guess tiers up at a loss (a 200-step cold start after `precompile`
+    took 2.0x NumPy's time instead of 1.0x: Numba loaded for a site that then ran three kernel
+    calls). Read once per process, when a site is first priced (never in a first gradient)."""
+    global _costs_read
+    _costs_read = True
+    try:
+        from bytegrad.runtime import diskcache
+        payload = diskcache.load("costs", _COSTS_KEY)
+        costs = marshal.loads(payload) if payload is not None else None
+    except Exception:  # noqa: BLE001 - a cache problem never stops a gradient
+        return
+    if isinstance(costs, dict):
+        for k, v in costs.items():
+            if k in _cost and type(v) is float and 0.0 <= v < 60.0:
+                _cost[k] = v
+
+
+def _remember(costs: dict[str, float]) -> None:
+    """Keep what tiering up cost in this process for the next ones (see `_remembered`)."""
+    if not _costs_read:
+        _remembered()  # older figures, for what this process has not measured
+    _cost.update(costs)
+    try:
+        from bytegrad.runtime import diskcache
+        diskcache.store("costs", _COSTS_KEY, marshal.dumps(dict(_cost)), label="tier-up prices")
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def _ufunc_of(f: Any) -> Any:

@@ -165,3 +165,25 @@ def test_scalar_cotangents_of_any_type_into_a_float32_kernel(f, ct):
         for j in range(2):
             assert np.asarray(got[j]).dtype == np.float32
             np.testing.assert_allclose(got[j], want[j], rtol=2e-5, atol=2e-5)
+
+
+def test_tier_up_prices_are_remembered_for_the_next_process(monkeypatch, tmp_path):
+    """What importing Numba and loading kernels cost here is kept in the disk cache, and a later
+    process prices its sites' tier-up by it rather than by the defaults (a slow machine priced by
+    the quick-machine guess tiers up at a loss)."""
+    monkeypatch.setenv("BYTEGRAD_CACHE_DIR", str(tmp_path))
+    from bytegrad.runtime import diskcache
+    diskcache._reset_for_tests()
+    monkeypatch.setattr(kernels, "_cost", {"import": 0.45, "compile": 0.40, "load": 0.20})
+    monkeypatch.setattr(kernels, "_costs_read", False)
+    kernels._remember({"import": 1.25, "load": 0.125})
+    monkeypatch.setattr(kernels, "_cost", {"import": 0.45, "compile": 0.40, "load": 0.20})  # a new process
+    monkeypatch.setattr(kernels, "_costs_read", False)
+    monkeypatch.setattr(kernels, "numba_loaded", lambda: False)
+    fs = _site(dense_tanh)
+    plan = kernels.plan(fs.nodes, fs.n_leaves, "float64", (True, True))
+    price = kernels.cost_estimate(plan)
+    per = 0.125 if kernels.on_disk(plan) else 0.40
+    assert price == pytest.approx(1.25 + per * plan.n_functions)
+    assert kernels._cost == {"import": 1.25, "compile": 0.40, "load": 0.125}
+    diskcache._reset_for_tests()
