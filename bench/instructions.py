@@ -4,9 +4,11 @@
 
 On these 2-core machines a wall-clock ratio moves by tens of percent from one minute to the next
 (bench/results/hotpath.md quotes the same case at 0.87x and 1.19x), more than a change to the
-per-operation machinery is worth. An instruction count does not move: `valgrind --tool=cachegrind
+per-operation machinery is worth. An instruction count hardly moves: `valgrind --tool=cachegrind
 --cache-sim=no` counts every instruction a process executes (Ir), and with a fixed hash seed, one
-BLAS thread and no disk cache, the same program gives the same count to the instruction.
+BLAS thread and no disk cache the same program gives the same count to the instruction. (N, the
+number of counted calls, comes from a native timing, and garbage collections fall a little
+differently for another N: two runs of this report agree within about 1%.)
 
 A system's count per call is the difference of two processes that do the same setup and the same
 warm-up calls, one of them followed by N more calls, divided by N. Counted: the hand-written NumPy
