@@ -119,7 +119,7 @@ def _bw_unary(ct: Any, node: tuple, out: Any) -> Any:
 _getrefcount = sys.getrefcount
 #: partials smaller than this (elements) are multiplied into a new array: NumPy's ufunc call with
 #: an output argument costs about twice the instructions of one without (8 k against 4 k, counted
-#: by bench/instructions.py), more than a small allocation saves
+#: under valgrind), and with the checks before it more than a small allocation saves
 INPLACE_MIN_SIZE = 4096
 _multiply = np.multiply
 _tls = _tape._tls

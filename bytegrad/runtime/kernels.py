@@ -343,10 +343,11 @@ def compile_kernels(p: Plan) -> Optional[Kernels]:
 def _remembered() -> None:
     """Take the tier-up prices the last process that imported Numba on this machine measured.
 
-    The defaults are guesses for a quick machine; where importing Numba takes 1.2 s instead of
-    0.45 s, a site priced by the guess tiers up at a loss (a 200-step cold start after `precompile`
-    took 2.0x NumPy's time instead of 1.0x: Numba loaded for a site that then ran three kernel
-    calls). Read once per process, when a site is first priced (never in a first gradient)."""
+    Defaults are one machine's figures; where importing Numba and loading a first kernel take
+    1.2 s and the price says 0.5 s, a site tiers up at a loss (a 200-step cold start after
+    `precompile` took 2.0x NumPy's time instead of 1.0x: Numba loaded for a site that then made
+    three kernel calls). Read once per process, when a site is first priced (never in a first
+    gradient)."""
     global _costs_read
     _costs_read = True
     try:
