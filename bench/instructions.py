@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -39,8 +38,10 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.harness import REPO  # noqa: E402
+from bench.ttfg import child_env  # noqa: E402
+
 RESULTS = Path(__file__).resolve().parent / "results"
-REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CASES = ["sum4", "dense2", "dense20", "dense200", "mlp", "elem10", "sin100", "loop50"]
 SYSTEMS = ["numpy (hand-written)", "bytegrad (no numba)", "autograd"]
 REFERENCE = SYSTEMS[0]
@@ -111,17 +112,10 @@ def _child_command(config: dict[str, Any]) -> list[str]:
     return [sys.executable, "-m", "bench.instructions", "--child", json.dumps(config)]
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(ENV)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return env
-
-
 def _native_seconds(case: str, system: str) -> float:
     """Seconds per call, natively: how many calls a counted run needs."""
     config = {"case": case, "system": system, "warmup": 3, "calls": 5}
-    out = subprocess.run(_child_command(config), env=_env(), capture_output=True, text=True, check=True, cwd=REPO)
+    out = subprocess.run(_child_command(config), env=child_env(ENV), capture_output=True, text=True, check=True, cwd=REPO)
     return json.loads(out.stdout.strip().splitlines()[-1])["seconds"] / 5
 
 
@@ -129,7 +123,7 @@ def _count(case: str, system: str, calls: int) -> int:
     """Instructions executed by a child process that makes `calls` calls after the warm-up."""
     config = {"case": case, "system": system, "warmup": WARMUP, "calls": calls}
     cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", *_child_command(config)]
-    out = subprocess.run(cmd, env=_env(), capture_output=True, text=True, cwd=REPO)
+    out = subprocess.run(cmd, env=child_env(ENV), capture_output=True, text=True, cwd=REPO)
     if out.returncode != 0:
         raise RuntimeError(f"{case} / {system}: the child failed:\n{out.stderr[-2000:]}")
     m = _IR.search(out.stderr)
