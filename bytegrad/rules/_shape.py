@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 
 _sum = np.add.reduce
+_empty = np.empty
+_copyto = np.copyto
 
 
 def materialize(x_bar: Any, like: Any) -> Any:
@@ -18,10 +20,15 @@ def materialize(x_bar: Any, like: Any) -> Any:
         if type(x_bar) is np.ndarray and x_bar.ndim:
             return np.broadcast_to(x_bar, like.shape).copy()
         dtype = like.dtype if like.dtype.kind in "fc" else np.result_type(x_bar, np.float64)
-        out = np.empty(like.shape, dtype)  # np.full, without its Python wrapper
-        np.copyto(out, x_bar, casting="unsafe")
-        return out
+        return filled(like.shape, dtype, x_bar)
     return x_bar
+
+
+def filled(shape: tuple[int, ...], dtype: Any, value: Any) -> np.ndarray:
+    """`np.full(shape, value, dtype)`, without its Python wrapper (a uniform cotangent expanded)."""
+    out = _empty(shape, dtype)
+    _copyto(out, value, casting="unsafe")
+    return out
 
 
 def unbroadcast(x_bar: Any, shape: tuple[int, ...], out_shape: tuple[int, ...] | None = None) -> Any:
