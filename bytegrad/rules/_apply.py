@@ -25,6 +25,7 @@ def elementwise_pullback(rule: Rule, args: tuple[Any, ...], out: Any) -> Callabl
     partials = rule.partials
     n = len(partials)
     out_shape = shape_of(out)
+    complex_out = np.iscomplexobj(out)
 
     def elementwise_rule_pullback(out_bar: Any) -> tuple[Any, ...]:
         result: list[Any] = []
@@ -32,11 +33,14 @@ def elementwise_pullback(rule: Rule, args: tuple[Any, ...], out: Any) -> Callabl
             p = partials[i] if i < n else None
             if p is None:
                 result.append(NO_TANGENT)
-            elif isinstance(p, (int, float)):
-                result.append(unbroadcast(out_bar if p == 1 else out_bar * p, shape_of(arg), out_shape))
+                continue
+            if isinstance(p, (int, float)):
+                bar = unbroadcast(out_bar if p == 1 else out_bar * p, shape_of(arg), out_shape)
             else:
-                d = p(*args[:n], out)
-                result.append(unbroadcast(out_bar * d, shape_of(arg), out_shape))
+                bar = unbroadcast(out_bar * p(*args[:n], out), shape_of(arg), out_shape)
+            if complex_out and not np.iscomplexobj(arg):
+                bar = np.real(bar)  # a real argument of a complex result: Re(out_bar * partial)
+            result.append(bar)
         return tuple(result)
 
     return elementwise_rule_pullback

@@ -9,7 +9,7 @@ import numpy as np
 
 from bytegrad.rules.registry import NO_TANGENT
 
-__all__ = ["is_float", "project", "split_like", "float_dtype", "stand_in"]
+__all__ = ["is_float", "project", "real_part", "split_like", "float_dtype", "stand_in"]
 
 
 def is_float(x: Any) -> bool:
@@ -37,17 +37,26 @@ def project(x_bar: Any, x: Any) -> Any:
             return NO_TANGENT
         x_bar = np.asarray(x_bar)
         if x_bar.dtype != x.dtype:
+            if x_bar.dtype.kind == "c" and x.dtype.kind == "f":
+                x_bar = x_bar.real  # a real primal's cotangent is the real part (no ComplexWarning)
             x_bar = x_bar.astype(x.dtype)
         return x_bar.reshape(x.shape) if x_bar.shape != x.shape else x_bar
     if isinstance(x, np.generic):
-        return x.dtype.type(x_bar) if x.dtype.kind in "fc" else NO_TANGENT
+        if x.dtype.kind not in "fc":
+            return NO_TANGENT
+        return x.dtype.type(real_part(x_bar) if x.dtype.kind == "f" else x_bar)
     if isinstance(x, float):
-        return float(x_bar)
+        return float(real_part(x_bar))
     if isinstance(x, complex):
         return complex(x_bar)
     if isinstance(x, (list, tuple)):
         return split_like(x_bar, x)
     return NO_TANGENT
+
+
+def real_part(x_bar: Any) -> Any:
+    """`x_bar`'s real part if it is complex (the cotangent of a real primal), else `x_bar`."""
+    return x_bar.real if np.iscomplexobj(x_bar) else x_bar
 
 
 def split_like(x_bar: Any, x: Any) -> Any:

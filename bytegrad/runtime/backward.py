@@ -37,7 +37,12 @@ def _bw_elementwise(ct: Any, node: tuple, out: Any) -> Any:
     args = node[4]
     partials = rule.partials
     unit = ct.__class__ is float and ct == 1.0  # the seed of a sum: skip multiplying by it
-    out_shape = out.shape if type(out) is _ndarray else ()
+    if type(out) is _ndarray:
+        out_shape = out.shape
+        cplx = out.dtype.kind == "c"
+    else:
+        out_shape = ()
+        cplx = out.__class__ in _COMPLEX_SCALARS
     if len(parents) == 1:
         d = partials[0]
         if d is None:
@@ -60,6 +65,8 @@ def _bw_elementwise(ct: Any, node: tuple, out: Any) -> Any:
         a_shape = a.shape if type(a) is _ndarray else shape_of(a)
         if a_shape != out_shape:
             bar = unbroadcast(bar, a_shape, out_shape)
+        if cplx and _real_valued(a):
+            bar = bar.real
         return (bar,)
     res: list[Any] = []
     for i, p in enumerate(parents):
@@ -88,8 +95,17 @@ def _bw_elementwise(ct: Any, node: tuple, out: Any) -> Any:
         a_shape = a.shape if type(a) is _ndarray else shape_of(a)
         if a_shape != out_shape:
             bar = unbroadcast(bar, a_shape, out_shape)
+        if cplx and _real_valued(a):
+            bar = bar.real  # a real argument of a complex result (x * 1j): Re(out_bar * partial)
         res.append(bar)
     return res
+
+
+_COMPLEX_SCALARS = frozenset({complex, np.complex64, np.complex128, np.clongdouble})
+
+
+def _real_valued(a: Any) -> bool:
+    return a.dtype.kind != "c" if type(a) is _ndarray else a.__class__ not in _COMPLEX_SCALARS
 
 
 def _bw_unary(ct: Any, node: tuple, out: Any) -> Any:

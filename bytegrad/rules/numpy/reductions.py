@@ -103,8 +103,8 @@ class _Reduction:
             x_bar = np.where(self.where, x_bar, 0)
         x_bar = _spread(x_bar, self.xa.shape)
         x = self.x
-        if type(x) is np.ndarray:
-            return x_bar if x_bar.dtype == x.dtype or x.dtype.kind not in "fc" else x_bar.astype(x.dtype)
+        if type(x) is np.ndarray and (x_bar.dtype == x.dtype or x.dtype.kind not in "fc"):
+            return x_bar
         return project(x_bar, x)
 
     def uniform(self, value: Any) -> Any:

@@ -271,9 +271,34 @@ def imag_rrule(x: np.ndarray) -> tuple[np.ndarray, Callable[..., Any]]:
     def imag_pullback(out_bar: Any) -> tuple[Any]:
         if x.dtype.kind != "c":
             return (ZERO,)  # the imaginary part of a real array is a constant zero
-        return (project(1j * np.asarray(out_bar), x),)
+        return (project(-1j * np.asarray(out_bar), x),)  # Re(-1j * out_bar * x_dot) = out_bar * Im(x_dot)
 
     return out, imag_pullback
+
+
+@rrule(np.generic.real)
+def scalar_real_rrule(x: np.generic) -> tuple[np.generic, Callable[..., Any]]:
+    """`.real` of a NumPy scalar (`np.sum(z).real`); a real scalar's is a fresh copy of itself."""
+    out = x.real
+    if out is x:
+        out = x.dtype.type(x)
+
+    def scalar_real_pullback(out_bar: Any) -> tuple[Any]:
+        return (project(out_bar, x),)
+
+    return out, scalar_real_pullback
+
+
+@rrule(np.generic.imag)
+def scalar_imag_rrule(x: np.generic) -> tuple[np.generic, Callable[..., Any]]:
+    out = x.imag
+
+    def scalar_imag_pullback(out_bar: Any) -> tuple[Any]:
+        if x.dtype.kind != "c":
+            return (ZERO,)
+        return (project(-1j * out_bar, x),)
+
+    return out, scalar_imag_pullback
 
 
 # ---- sequences of arrays in, one array out (and back) --------------------------------------------------

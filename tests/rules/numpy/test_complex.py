@@ -8,6 +8,7 @@ Only the functions in these tables are claimed complex-safe.
 from __future__ import annotations
 
 import operator
+import warnings
 
 import numpy as np
 import pytest
@@ -23,6 +24,24 @@ COMPLEX_DTYPES = ("complex128", "complex64")
 def C(*shape):
     """A random complex array of `shape` in the case's dtype."""
     return Gen(lambda rng, dtype: (rng.uniform(-1.5, 1.5, shape) + 1j * rng.uniform(-1.5, 1.5, shape)).astype(dtype))
+
+
+def R(*shape):
+    """A random real array of `shape`, of the real dtype matching the case's complex dtype."""
+    return Gen(lambda rng, dtype: rng.uniform(-1.5, 1.5, shape).astype(REAL_OF[dtype]))
+
+
+def CS():
+    """A random complex NumPy scalar of the case's dtype."""
+    return Gen(lambda rng, dtype: np.dtype(dtype).type(complex(rng.uniform(-1.5, 1.5), rng.uniform(-1.5, 1.5))))
+
+
+def RS():
+    """A random real NumPy scalar, of the real dtype matching the case's complex dtype."""
+    return Gen(lambda rng, dtype: np.dtype(REAL_OF[dtype]).type(rng.uniform(-1.5, 1.5)))
+
+
+REAL_OF = {"complex128": "float64", "complex64": "float32"}
 
 
 def ccase(fn, *args, **kwargs):
@@ -54,10 +73,25 @@ PRODUCTS = [
     ccase(np.linalg.matrix_power, C(3, 3), 2),
     ccase(np.linalg.inv, C(3, 3)), ccase(np.linalg.solve, C(3, 3), C(3, 2)), ccase(np.linalg.det, C(3, 3)),
 ]
-TABLES = [ELEMENTWISE, REDUCTIONS_AND_SHAPES, PRODUCTS]
+ATTRIBUTES = [
+    ccase(np.ndarray.real, C(2, 3)), ccase(np.ndarray.imag, C(2, 3)),
+    ccase(np.generic.real, CS(), name="scalar-real"), ccase(np.generic.imag, CS(), name="scalar-imag"),
+    ccase(np.generic.real, RS(), name="real-scalar-real"), ccase(np.generic.imag, RS(), name="real-scalar-imag"),
+]
+#: a real argument with a complex one: its cotangent is real, the real part of what a complex
+#: argument in its place would get
+MIXED = [
+    ccase(np.add, R(2, 3), C(3)), ccase(np.add, C(2, 3), R(2, 3), name="add-complex-first"),
+    ccase(np.subtract, R(2, 3), C(2, 3)), ccase(np.multiply, R(2, 3), C(2, 3)),
+    ccase(np.multiply, C(3), R(2, 3), name="multiply-broadcast"), ccase(operator.mul, RS(), C(3), name="mul-real-scalar"),
+    ccase(np.divide, R(2, 3), C(2, 3)), ccase(np.divide, C(2, 3), R(2, 3), name="divide-by-real"),
+    ccase(np.matmul, R(2, 3), C(3, 2)), ccase(np.dot, C(2, 3), R(3, 2)),
+    ccase(np.einsum, "ij,jk->ik", R(2, 3), C(3, 2), name="einsum"), ccase(np.sum, R(2, 3)),
+]
+TABLES = [ELEMENTWISE, REDUCTIONS_AND_SHAPES, PRODUCTS, ATTRIBUTES, MIXED]
 
 
-@pytest.mark.parametrize("case,dtype", params(ELEMENTWISE + REDUCTIONS_AND_SHAPES + PRODUCTS))
+@pytest.mark.parametrize("case,dtype", params(ELEMENTWISE + REDUCTIONS_AND_SHAPES + PRODUCTS + ATTRIBUTES + MIXED))
 def test_complex_rule(case, dtype):
     case.check(dtype)
 
@@ -91,7 +125,46 @@ def test_the_gradient_of_abs_squared_is_twice_the_conjugate():
     assert bytegrad.grad(lambda z: np.sum(np.abs(z) ** 2))(z)[0] == 6.0 - 8.0j
 
 
-@pytest.mark.xfail(strict=True, reason="elementwise pullbacks give a real argument the complex product "
-                   "out_bar * partial; it needs its real part (runtime/backward.py and rules/_apply.py)")
 def test_a_real_argument_of_a_complex_product_gets_a_real_cotangent():
     check_rule(np.multiply, np.array([0.5, 1.5]), np.array([1.0 + 2.0j, -0.5j]))
+
+
+def test_the_gradient_of_the_imaginary_part():
+    """dIm(z)/dRe(z) = 0 and dIm(z)/dIm(z) = 1: the gradient of sum(Im z) is -1j everywhere."""
+    z = np.array([0.3 + 0.4j, -1.1 + 0.2j])
+    for f in (lambda z: np.sum(z.imag), lambda z: np.sum(np.imag(z)), lambda z: np.sum(z).imag):
+        np.testing.assert_array_equal(bytegrad.grad(f)(z), [-1j, -1j])
+
+
+_Z = np.array([[1.0 + 2.0j], [-0.5j]])
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: np.abs(np.sum(x @ _Z)) ** 2,
+    lambda x: np.abs(np.sum(np.dot(x[0], _Z[:, 0]))) ** 2,
+    lambda x: np.abs(np.sum(np.einsum("ij,jk->ik", x, _Z))) ** 2,
+    lambda x: np.abs(np.sum(x + _Z.T)) ** 2,
+    lambda x: np.abs(np.sum(np.sin(x) * _Z.T)) ** 2,
+    lambda x: np.abs(np.sum(x[0, 0] * _Z)) ** 2,
+    lambda x: np.abs(np.sum(float(x[0, 0]) * _Z)) ** 2,
+    lambda x: np.abs(x[0, 0] * (1 + 2j)) ** 2,
+    lambda x: np.abs(np.sum(np.mean(x) * _Z)) ** 2,
+    lambda x: np.abs(np.sum(np.tanh(x * _Z.T))) ** 2,
+    lambda x: np.real(np.sum(x.T * _Z * np.exp(x.T * 1j))),
+    lambda x: np.sum(np.exp(1j * x)).imag,
+], ids=["matmul", "dot", "einsum", "add", "sin-times", "index-times", "float-times", "scalar-times", "mean-times",
+        "tanh", "real", "imag"])
+def test_real_input_through_complex_values(f):
+    """A real input's gradient is real and right, and no step warns that it dropped an imaginary part
+    (warnings are errors here)."""
+    x = np.array([[0.5, 1.5]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g = bytegrad.grad(f)(x)
+    want = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[i] = 1e-6
+        want[i] = (f(x + e) - f(x - e)) / 2e-6
+    assert g.dtype == np.float64
+    np.testing.assert_allclose(g, want, rtol=1e-6, atol=1e-8)
