@@ -278,14 +278,52 @@ def test_gradient_through_a_vectorize_call_spelled_out():
     np.testing.assert_allclose(g, 2 * vf(x) * d, rtol=1e-12)
 
 
-@pytest.mark.xfail(strict=True, raises=NoRuleError,
-                   reason="runtime/abi._dispatch calls __call__ of a callable object through "
-                          "_call_python without looking up a rule for type(fn).__call__")
 def test_gradient_through_a_vectorize_object_called_directly():
     vf = np.vectorize(_piecewise)
     x = np.array([0.7, -1.3, 2.1])
     g = bytegrad.grad(lambda x: np.sum(vf(x)))(x)
     np.testing.assert_allclose(g, np.where(x > 0, 2 * x, np.cos(x)), rtol=1e-12)
+
+
+# ---- rules on methods: they apply however the method is called --------------------------------------------
+
+class _Scaled:
+    """Methods whose registered rules give a recognizably different (scaled) derivative: a call that
+    ran the method's code instead of its rule would give cos(x)."""
+
+    def sin(self, x):
+        return np.sin(x)
+
+    def __call__(self, x):
+        return np.sin(x)
+
+
+class _ScaledChild(_Scaled):
+    pass
+
+
+def _scaled_rrule(scale):
+    def method_rrule(self, x):
+        return np.sin(x), lambda out_bar: (NO_TANGENT, scale * out_bar * np.cos(x))
+    return method_rrule
+
+
+rrule(_Scaled.sin)(_scaled_rrule(100.0))
+rrule(_Scaled.__call__)(_scaled_rrule(10.0))
+
+
+@pytest.mark.parametrize("call,scale", [
+    (lambda m, x: m.sin(x), 100.0),                 # a bound method
+    (lambda m, x: _Scaled.sin(m, x), 100.0),        # the function, spelled out
+    (lambda m, x: m(x), 10.0),                      # a callable object: type(m).__call__
+    (lambda m, x: m.__call__(x), 10.0),
+    (lambda m, x: _ScaledChild().sin(x), 100.0),    # an inherited method is the same function
+], ids=["bound", "spelled-out", "call", "dunder-call", "inherited"])
+def test_a_rule_on_a_python_method_applies_to_every_way_of_calling_it(call, scale):
+    m = _Scaled()
+    x = np.array([0.3, -0.8])
+    g = bytegrad.grad(lambda x: np.sum(call(m, x)))(x)
+    np.testing.assert_allclose(g, scale * np.cos(x), rtol=1e-12)
 
 
 # ---- plugins ---------------------------------------------------------------------------------------------

@@ -348,9 +348,9 @@ def _dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dic
     t = type(fn)
     if t is _FunctionType:
         return _call_python(tape, site, fn, tuple(args), kwargs)
-    if t is _MethodType:
+    if t is _MethodType:  # `obj.method(x)`: a rule registered on the class's function applies
         f = fn.__func__
-        if type(f) is _FunctionType:
+        if type(f) is _FunctionType and _rules_get(f) is None:
             return _call_python(tape, site, f, (fn.__self__,) + tuple(args), kwargs)
         return _dispatch(tape, site, f, (fn.__self__,) + tuple(args), kwargs)
     if t is functools.partial:
@@ -367,7 +367,9 @@ def _dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dic
         # a NumPy function written in Python (np.diff, np.pad...): differentiate through its code
         return _call_python(tape, site, fn._implementation, tuple(args), kwargs)
     dunder_call = getattr(t, "__call__", None)
-    if type(dunder_call) is _FunctionType:
+    if type(dunder_call) is _FunctionType:  # a callable object (`np.vectorize(f)(x)`): its rule, or its code
+        if _rules_get(dunder_call) is not None:
+            return _dispatch(tape, site, dunder_call, (fn,) + tuple(args), kwargs)
         return _call_python(tape, site, dunder_call, (fn,) + tuple(args), kwargs)
     args = _drain_generators(tape, tuple(args))  # a C function: look inside generator arguments
     if _any_tracked(tape.ids, tuple(args), kwargs) or (type(fn) is _BuiltinMethod and
