@@ -367,6 +367,36 @@ def scaled(x, scale=1.0, *, power=2):
     return scale * np.sum(x ** power)
 
 
+def _first_of_args(*args):
+    return args[0] * 2.0
+
+
+def _a_of_kwargs(**kw):
+    return kw["a"] * 2.0
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: np.sum(_first_of_args(x, np.ones(3))),        # an untracked array beside it in *args
+    lambda x: np.sum(_first_of_args(x, 1.0, "s")),
+    lambda x: np.sum(_a_of_kwargs(a=x, b=np.ones(3))),      # and in **kwargs
+], ids=["args-with-array", "args-with-scalars", "kwargs-with-array"])
+def test_a_differentiated_value_in_star_args_or_kwargs(f):
+    x = rng(12).normal(size=3)
+    np.testing.assert_allclose(bytegrad.grad(f)(x), 2.0 * np.ones(3), rtol=1e-12)
+    check_grad(f, (x,), 0)
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: np.dot([x[0], x[1]], [1.0, 2.0]),
+    lambda x: np.sum(np.outer([x[0], 1.0], x)),
+    lambda x: np.sum(np.matmul([[x[0], x[1]]], x[1:])),
+    lambda x: np.einsum("i,i->", [x[0], x[2]], x[:2]),
+], ids=["dot", "outer", "matmul", "einsum"])
+def test_a_list_of_differentiated_scalars_into_a_product(f):
+    """These rules give a list argument's cotangent lazily (a thunk); it reaches each scalar."""
+    check_grad(f, (rng(13).normal(size=3),), 0)
+
+
 def test_kwargs_passed_through():
     f = bytegrad.differentiate(scaled)
     x = rng(10).normal(size=3)

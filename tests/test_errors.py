@@ -364,7 +364,40 @@ def overwrite_saved_output(x):
     return t + np.sum(e)
 
 
-@pytest.mark.parametrize("fn", [overwrite_saved_input, overwrite_saved_by_setitem, overwrite_saved_output],
+def normalize_exp_in_place(x):
+    e = np.exp(x)
+    e /= np.sum(e)  # overwrites np.exp's output, which only exp's own pullback reads
+    return e[0] + 2.0 * e[1]
+
+
+def scale_tanh_through_out(x):
+    a = np.tanh(x)
+    np.multiply(a, 2.0, out=a)  # overwrites tanh's output through `out=`
+    return np.sum(a * a)
+
+
+def shift_by_max(x):
+    y = x.copy()
+    y -= y.max()  # overwrites the input max's pullback compares with the maximum
+    return np.sum(np.exp(y))
+
+
+def scale_by_std(x):
+    y = x.copy()
+    y /= y.std()  # overwrites the input std's pullback reads
+    return np.sum(y * np.arange(4.0))
+
+
+def scale_after_prod(x):
+    y = x.copy()
+    p = np.prod(y)
+    y *= 1.7  # overwrites the input prod's pullback divides by
+    return p
+
+
+@pytest.mark.parametrize("fn", [overwrite_saved_input, overwrite_saved_by_setitem, overwrite_saved_output,
+                                normalize_exp_in_place, scale_tanh_through_out, shift_by_max, scale_by_std,
+                                scale_after_prod],
                          ids=lambda f: f.__name__)
 def test_overwritten_saved_value_is_never_a_wrong_gradient(fn):
     """Either the right gradient or a MutationError citing the overwriting line; never a wrong gradient."""

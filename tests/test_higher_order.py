@@ -3,6 +3,7 @@ differences, known closed forms, and each other; perturbation confusion; errors.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -352,3 +353,16 @@ def test_jvp_inside_a_gradient() -> None:
 def test_hessian_errors() -> None:
     with pytest.raises(bytegrad.WrtError, match="one argument"):
         bytegrad.hessian(lambda x, y: x * y, wrt=(0, 1))
+
+
+@pytest.mark.parametrize("f,t,want", [
+    (lambda t: math.exp(t) * math.sin(t), 0.0, 2.0),      # sin's cotangent exp(0) is exactly 1.0
+    (lambda t: t * t * math.log(t), 1.0, 3.0),
+    (lambda t: np.exp(t) * np.sin(t), 0.0, 2.0),
+], ids=["math-exp-sin", "math-log", "numpy-exp-sin"])
+def test_second_derivative_where_a_cotangent_is_exactly_one(f, t, want):
+    """A reverse step skips multiplying by a cotangent of 1.0 only when no nested derivative records
+    it: recorded, that 1.0 is a differentiated value whose derivative the product carries."""
+    assert bytegrad.grad(bytegrad.grad(f))(t) == pytest.approx(want, rel=1e-12)
+    assert bytegrad.hvp(f, (t,), (1.0,)) == pytest.approx(want, rel=1e-12)
+

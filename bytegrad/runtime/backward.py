@@ -36,7 +36,9 @@ def _bw_elementwise(ct: Any, node: tuple, out: Any) -> Any:
     rule = node[3]
     args = node[4]
     partials = rule.partials
-    unit = ct.__class__ is float and ct == 1.0  # the seed of a sum: skip multiplying by it
+    # the seed of a sum: skip multiplying by it, unless a nested derivative records this step (its
+    # ct is then a differentiated value that happens to be 1.0, and the product carries its derivative)
+    unit = ct.__class__ is float and ct == 1.0 and _unrecorded()
     if type(out) is _ndarray:
         out_shape = out.shape
         cplx = out.dtype.kind == "c"
@@ -119,7 +121,8 @@ def _bw_unary(ct: Any, node: tuple, out: Any) -> Any:
         v = d(a, out)
     except ZeroDivisionError:
         v = singular_partial(d, (a,), out)
-    if ct.__class__ is float and ct == 1.0 and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float):
+    if ct.__class__ is float and ct == 1.0 and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float) \
+            and _unrecorded():
         return v
     if type(v) is _ndarray and v.size >= INPLACE_MIN_SIZE and _unrecorded() and _getrefcount(v) == 2 \
             and _scalable(ct, v):
@@ -203,10 +206,15 @@ def _saved_elementwise(node: tuple) -> list[np.ndarray]:
     return [a for i, a in enumerate(node[4]) if i in used and type(a) is _ndarray]
 
 
+def _reads_out_elementwise(node: tuple) -> bool:
+    return len(node[4]) in _read_by_partials(node)
+
+
 _bw_elementwise.saved = _saved_elementwise  # type: ignore[attr-defined]
-
-
 _bw_unary.saved = _saved_elementwise  # type: ignore[attr-defined]
+# whether the reverse step reads the node's own output (tape.check_write: writing into it is refused)
+_bw_elementwise.reads_out = _reads_out_elementwise  # type: ignore[attr-defined]
+_bw_unary.reads_out = _reads_out_elementwise  # type: ignore[attr-defined]
 
 
 # ---- slimming: what a tape swept once keeps of a record (see tape.sweep) -------------------------

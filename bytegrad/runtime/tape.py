@@ -109,8 +109,8 @@ class Tape:
                     "this in-place write overwrites a value that an earlier operation saved for the "
                     f"reverse pass (saved at {where}).",
                     site.loc() if site is not None else None,
-                    "write into a copy (`y = x.copy()`), or compute a new array instead of "
-                    "modifying this one.")
+                    "compute a new array instead of modifying this one (`y = y - m` rather than "
+                    "`y -= m`), or write into a copy taken after that operation.")
             self.stale[node_idx] = site.loc() if site is not None else None
 
     def _update_index(self) -> None:
@@ -119,10 +119,12 @@ class Tape:
         index = self._index
         for i in range(self._indexed, len(nodes)):
             v = values[i]
+            node = nodes[i]
             if type(v) is _ndarray:
                 owner = v.base if v.base is not None else v
-                index.setdefault(id(owner), []).append((v, i, False))
-            node = nodes[i]
+                # an output its own reverse step reads (exp's partial is `out`) is saved like an input
+                reads_out = getattr(node[0], "reads_out", None) if node is not None else None
+                index.setdefault(id(owner), []).append((v, i, reads_out is not None and reads_out(node)))
             if node is None:
                 continue
             for arr in saved_arrays(node):
@@ -163,6 +165,10 @@ def _collect(item: Any, found: list[np.ndarray], depth: int) -> None:
                 _collect(cell.cell_contents, found, depth - 1)
             except ValueError:  # empty cell
                 pass
+    elif depth and getattr(t, "__slots__", None) and t.__module__.startswith("bytegrad."):
+        # a rule's record of its arguments (rules/numpy/reductions.py, `_Reduction`): its arrays
+        for name in t.__slots__:
+            _collect(getattr(item, name, None), found, depth - 1)
 
 
 # ---- reverse sweep ------------------------------------------------------------------------
@@ -274,6 +280,8 @@ def _slim(tape: Tape) -> None:
 
 def _route(cts: list[Any], p: Any, bar: Any, node: tuple) -> None:
     """Distribute a structured cotangent (for a list/tuple/dict argument) to its tracked leaves."""
+    if type(bar) is _FunctionType:  # a thunk: the rule computes this argument's cotangent on demand
+        bar = bar()
     if isinstance(bar, (NoTangent, Zero)) or bar is None:
         return
     if type(p) is dict:

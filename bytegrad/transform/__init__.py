@@ -76,6 +76,15 @@ def _value_activity(v: Any, ids: dict[int, int]) -> int:
     return ACTIVE  # containers and objects may hold differentiated values
 
 
+def _pooled_activity(bits: list[int]) -> int:
+    """The activity of a `*args` tuple or `**kwargs` dict: active if any value in it is (an untracked
+    array beside a differentiated one must not make the whole tuple look inactive), else the
+    strongest of the rest."""
+    if ACTIVE in bits:
+        return ACTIVE
+    return max(bits, default=MUTABLE)
+
+
 def _activity(f: types.FunctionType, args: tuple, kwargs: Optional[dict], ids: dict[int, int]) -> tuple[int, ...]:
     code = f.__code__
     argc = code.co_argcount
@@ -101,10 +110,10 @@ def _activity(f: types.FunctionType, args: tuple, kwargs: Optional[dict], ids: d
         bits.append(_value_activity(v, ids))
     flags = code.co_flags
     if flags & 0x04:  # *args
-        bits.append(max((_value_activity(v, ids) for v in args[argc:]), default=MUTABLE))
+        bits.append(_pooled_activity([_value_activity(v, ids) for v in args[argc:]]))
     if flags & 0x08:  # **kwargs
-        bits.append(max((_value_activity(v, ids) for k, v in (kwargs or {}).items()
-                         if k not in names[:argc + nkw]), default=MUTABLE))
+        bits.append(_pooled_activity([_value_activity(v, ids) for k, v in (kwargs or {}).items()
+                                      if k not in names[:argc + nkw]]))
     if f.__closure__:
         for cell in f.__closure__:
             try:
