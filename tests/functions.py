@@ -1171,6 +1171,46 @@ def user_operator_overloading(x, y):
     return total + sum([u, v], 0.0) @ Vec(np.ones(len(x)))
 
 
+class Acc:
+    """A user accumulator whose `+=` is written in Python."""
+
+    def __init__(self, data):
+        self.data = data
+
+    def __iadd__(self, other):
+        self.data = self.data + other
+        return self
+
+
+def user_operators_with_arrays(x, y):
+    """A user class's operators with a differentiated array or NumPy scalar on the other side."""
+    u = Vec(x) * y            # Vec.__mul__ with an array
+    v = y[0] * Vec(x)         # a NumPy scalar's operator hands Vec to Vec.__rmul__
+    w = u + y                 # Vec.__add__ with an array
+    acc = Acc(np.zeros(len(x)))
+    acc += x * y              # Acc.__iadd__ with an array
+    acc += y
+    return np.sum(u.data * v.data) + np.sum(w.data) + np.sum(acc.data ** 2)
+
+
+def _four(a, b, c, d):
+    return a * b + c * d
+
+
+def star_unpacking(x):
+    """A differentiated array unpacked into calls, lists, tuples and sets."""
+    total = _four(*x) + math.hypot(*x) + sum([*x]) + _four(1.0, *x[1:])
+    total = total + np.sum(np.array((*x, 1.0)) ** 2) + np.sum(np.add(*x.reshape(2, 2)))
+    return total + sum({*x[:2]})
+
+
+def list_operands(x):
+    """NumPy arithmetic between an array and a list or tuple holding differentiated scalars."""
+    total = np.sum(np.ones(2) * [x[2], x[3]]) + np.sum(x[:2] + [x[2], x[3] ** 2])
+    total = total + x[2:] @ [x[0], x[1]] + np.sum(x[:2] * (x[2], 1.0)) + np.sum([x[0], 2.0] - x[2:])
+    return total + np.sum(x[0] - [x[1], x[2] ** 2]) + np.sum(x[1] / (x[2], 2.0))
+
+
 class Signal:
     """A user container: indexing, iteration, float() and `with` run the user's own methods."""
 
@@ -1484,6 +1524,9 @@ CASES: list[Case] = [
     Case(loop_else, lambda rng: (rng.normal(size=4),)),
     Case(yield_from),
     Case(user_operator_overloading, lambda rng: (rng.normal(size=3), rng.normal(size=3)), wrt=(0, 1)),
+    Case(user_operators_with_arrays, lambda rng: (rng.normal(size=3), rng.normal(size=3)), wrt=(0, 1)),
+    Case(star_unpacking, lambda rng: (rng.normal(size=4),)),
+    Case(list_operands, lambda rng: (rng.normal(size=4),)),
     Case(user_container_protocols, lambda rng: (rng.normal(size=3),)),
     Case(user_attribute_hooks, lambda rng: (rng.normal(size=3), rng.normal(size=2)), wrt=(0, 1)),
     Case(itertools_and_collections, lambda rng: (rng.normal(size=4),)),

@@ -592,6 +592,8 @@ def call_kw(tape: Optional[Tape], site: Site, fn: Any, packed: tuple) -> Any:
 def call_ex(tape: Optional[Tape], site: Site, fn: Any, args: Any, kwargs: Optional[dict]) -> Any:
     if tape is None:
         return fn(*args, **kwargs) if kwargs else fn(*args)
+    if type(args) is not tuple:  # `f(*x)`: a differentiated array unpacks into its rows
+        args = unpack(tape, site, args)
     return _dispatch(tape, site, fn, tuple(args), dict(kwargs) if kwargs else None)
 
 
@@ -635,14 +637,24 @@ _REFLECTED = {operator.add: "__radd__", operator.sub: "__rsub__", operator.mul: 
               operator.rshift: "__rrshift__"}
 
 
+def _python_operator(op: Any, ta: type, tb: type) -> bool:
+    """Whether `a op b` would run an operator method written in Python (a's, or b's reflected one)."""
+    if type(getattr(ta, f"__{op.__name__.strip('_')}__", None)) is _FunctionType:
+        return True
+    reflected = _REFLECTED.get(op)
+    return reflected is not None and type(getattr(tb, reflected, None)) is _FunctionType
+
+
 def _user_binary(tape: Tape, site: Site, op: Any, a: Any, b: Any) -> Any:
     """`a op b` where an operand's class implements the operator in Python: run that code rewritten."""
     name = f"__{op.__name__.strip('_')}__"
     ta, tb = type(a), type(b)
     reflected = _REFLECTED.get(op)
     # Python tries b's reflected method first when b's class is a subclass of a's
-    order = [(tb, reflected, b, a), (ta, name, a, b)] if (tb is not ta and issubclass(tb, ta)) else \
-        [(ta, name, a, b), (tb, reflected, b, a)]
+    # (and a NumPy scalar's operator hands an unknown operand to that operand's reflected method)
+    b_first = (tb is not ta and issubclass(tb, ta)) or (
+        issubclass(ta, np.generic) and reflected is not None and type(getattr(tb, reflected, None)) is _FunctionType)
+    order = [(tb, reflected, b, a), (ta, name, a, b)] if b_first else [(ta, name, a, b), (tb, reflected, b, a)]
     for cls, meth_name, x, y in order:
         if meth_name is None or (cls is tb and ta is tb and meth_name == reflected):
             continue
@@ -658,6 +670,20 @@ def _user_binary(tape: Tape, site: Site, op: Any, a: Any, b: Any) -> Any:
     return op(a, b)  # nobody took it: the plain operator raises the usual TypeError
 
 
+def _list_as_array(ids: dict[int, int], op: Any, a: Any, b: Any) -> bool:
+    """Whether `a op b` is NumPy arithmetic on a list or tuple that holds differentiated values
+    (`x[:2] * [x[2], 1.0]`): the other operand is an array, or a NumPy scalar in an operator other
+    than `*` (which is sequence repetition there, as two lists would concatenate)."""
+    ta = type(a)
+    if ta is list or ta is tuple:
+        seq, other = a, b
+    else:
+        seq, other = b, a
+    if type(other) is not _ndarray and (op is operator.mul or not isinstance(other, np.generic)):
+        return False
+    return _parent_of(ids, seq) is not None
+
+
 def _as_array(v: Any) -> Any:
     return np.asarray(v) if type(v) is list or type(v) is tuple else v
 
@@ -668,7 +694,12 @@ def _make_binary(op: Any) -> Callable[..., Any]:
             ids = tape.ids
             ia = ids.get(id(a))
             ib = ids.get(id(b))
+            ta, tb = type(a), type(b)
+            if (ta is list or ta is tuple or tb is list or tb is tuple) and _list_as_array(ids, op, a, b):
+                return _dispatch(tape, site, op, (a, b), None)  # records the list's scalars too
             if ia is not None or ib is not None:
+                if (ta not in _PLAIN or tb not in _PLAIN) and _python_operator(op, ta, tb):
+                    return _user_binary(tape, site, op, a, b)  # `V(x) * x`: V's operator, rewritten
                 rule = _rules_get(op)
                 if rule is None or tape.stale:
                     return _binary_tracked(tape, site, op, a, b, ia, ib)
@@ -687,7 +718,6 @@ def _make_binary(op: Any) -> Callable[..., Any]:
                 out = op(a, b)
                 to = type(out)
                 if to is _ndarray or to is float or to is _float64 or _trackable(out):
-                    ta, tb = type(a), type(b)
                     if ta is list or ta is tuple or tb is list or tb is tuple:  # `x * [2.0]`: the
                         a, b = _as_array(a), _as_array(b)                       # partials need arrays
                     values = tape.values
@@ -699,8 +729,7 @@ def _make_binary(op: Any) -> Callable[..., Any]:
                 ia, ib = _untracked_views(tape, site, (a, b), (None, None))
                 if ia is not None or ib is not None:
                     return _binary_tracked(tape, site, op, a, b, ia, ib)
-            ta = type(a)
-            if ta not in _PLAIN or type(b) not in _PLAIN:
+            if ta not in _PLAIN or tb not in _PLAIN:
                 return _user_binary(tape, site, op, a, b)
         return op(a, b)
 
@@ -716,17 +745,20 @@ def _make_inplace(iop: Any, op: Any) -> Callable[..., Any]:
             ib = ids.get(id(b))
             if type(a) is _ndarray:
                 return _inplace_array(tape, site, iop, op, a, b, ia, ib)
-            if ia is not None or ib is not None:
-                return _binary_tracked(tape, site, op, a, b, ia, ib)
-            if type(a) not in _PLAIN:
-                meth = getattr(type(a), f"__i{op.__name__.strip('_')}__", None)
+            ta, tb = type(a), type(b)
+            untracked = ia is None and ib is None
+            if ta not in _PLAIN:
+                meth = getattr(ta, f"__i{op.__name__.strip('_')}__", None)
                 if type(meth) is _FunctionType:
                     out = _call_python(tape, site, meth, (a, b), None)
                     if out is not NotImplemented:
                         return out
+                if untracked or _python_operator(op, ta, tb):
+                    return _user_binary(tape, site, op, a, b)
+            elif tb not in _PLAIN and (untracked or _python_operator(op, ta, tb)):
                 return _user_binary(tape, site, op, a, b)
-            if type(b) not in _PLAIN:
-                return _user_binary(tape, site, op, a, b)
+            if not untracked:
+                return _binary_tracked(tape, site, op, a, b, ia, ib)
         return iop(a, b)
 
     inplace_hook.__name__ = f"inplace_{op.__name__}"

@@ -163,6 +163,12 @@ def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]
             else:
                 out.append(ins)
             continue
+        if kind is OpKind.CONTAINER_ADD and ins.name in ("LIST_EXTEND", "SET_UPDATE"):
+            if st[-1][0]:  # `[*x]`, `f(a, *x)`, `{*x}`: a differentiated array unpacks into its rows
+                out += opcodes.call_hook(1, abi.unpack, TAPE_LOCAL, _site(loc, ins, "unpacking"), iloc)
+                hooked += 1
+            out.append(ins)
+            continue
         if kind is OpKind.UNPACK or kind is OpKind.UNPACK_EX:
             if st[-1][0]:
                 out += opcodes.call_hook(1, abi.unpack, TAPE_LOCAL, _site(loc, ins, "unpacking"), iloc)
