@@ -7,6 +7,7 @@ are valid. `CASES` is the whole catalogue; `FLOAT32_CASES` the subset also run i
 """
 from __future__ import annotations
 
+import abc
 import collections
 import dataclasses
 import functools
@@ -1211,6 +1212,105 @@ def list_operands(x):
     return total + np.sum(x[0] - [x[1], x[2] ** 2]) + np.sum(x[1] / (x[2], 2.0))
 
 
+class _Base(abc.ABC):
+    """An abstract base class: its subclasses are built by ABCMeta, which keeps type.__call__."""
+
+    def __init__(self, w):
+        self.w = w * 2.0
+
+    @abc.abstractmethod
+    def apply(self, v): ...
+
+
+class _Scale(_Base):
+    def apply(self, v):
+        return self.w * v
+
+
+class _Halves:
+    """An iterator class written in Python."""
+
+    def __init__(self, data):
+        self.data = data
+        self.i = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.i >= len(self.data):
+            raise StopIteration
+        self.i += 1
+        return self.data[self.i - 1] * 0.5
+
+
+class _Setters:
+    """A property setter and a `__setitem__` written in Python."""
+
+    def __init__(self):
+        self.store = {}
+
+    @property
+    def w(self):
+        return self._w
+
+    @w.setter
+    def w(self, v):
+        self._w = v * 2.0
+
+    def __setitem__(self, k, v):
+        self.store[k] = v * 3.0
+
+    def __getitem__(self, k):
+        return self.store[k]
+
+
+class _Doubling:
+    def __setattr__(self, k, v):
+        object.__setattr__(self, k, v * 2.0)
+
+
+class _Made:
+    def __new__(cls, a):
+        obj = super().__new__(cls)
+        obj.b = a * 4.0
+        return obj
+
+
+def implicit_dunders(x):
+    """Methods the interpreter calls implicitly: an ABC subclass's `__init__`, a Python `__next__`
+    (a for loop and next()), a property setter, `__setitem__`, `__setattr__`, `__new__`."""
+    total = np.sum(_Scale(x).apply(x))
+    for h in _Halves(x):
+        total = total + h ** 2
+    total = total + next(_Halves(x)) * 3.0
+    s = _Setters()
+    s.w = x
+    s["k"] = x ** 2
+    total = total + np.sum(s.w * s["k"])
+    d = _Doubling()
+    d.a = x
+    return total + np.sum(d.a) + np.sum(_Made(x).b ** 2)
+
+
+class _Registry:
+    latest = None
+
+
+_SCRATCH = np.zeros(3)
+
+
+def module_level_state(x):
+    """Module-level objects written and read back in one call: a class attribute, a module array,
+    a function attribute; and a write through `.flat` (of a transposed array: C order of the view)."""
+    _Registry.latest = x * 3.0
+    _SCRATCH[:] = x ** 2
+    module_level_state.cache = np.sin(x)
+    grid = np.zeros((3, 2))
+    grid.T.flat[:3] = x * 5.0
+    return np.sum(_Registry.latest * _SCRATCH) + np.sum(module_level_state.cache) + np.sum(grid * np.arange(6.0).reshape(3, 2))
+
+
 class Signal:
     """A user container: indexing, iteration, float() and `with` run the user's own methods."""
 
@@ -1527,6 +1627,8 @@ CASES: list[Case] = [
     Case(user_operators_with_arrays, lambda rng: (rng.normal(size=3), rng.normal(size=3)), wrt=(0, 1)),
     Case(star_unpacking, lambda rng: (rng.normal(size=4),)),
     Case(list_operands, lambda rng: (rng.normal(size=4),)),
+    Case(implicit_dunders, lambda rng: (rng.normal(size=3),)),
+    Case(module_level_state, lambda rng: (rng.normal(size=3),)),
     Case(user_container_protocols, lambda rng: (rng.normal(size=3),)),
     Case(user_attribute_hooks, lambda rng: (rng.normal(size=3), rng.normal(size=2)), wrt=(0, 1)),
     Case(itertools_and_collections, lambda rng: (rng.normal(size=4),)),

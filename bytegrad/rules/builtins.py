@@ -221,6 +221,8 @@ differentiate_through(collections.deque, _impls.py_deque)
 transparent(collections.deque.append, collections.deque.appendleft, collections.deque.pop,
             collections.deque.popleft)
 transparent(builtins.set, builtins.frozenset)  # containers: the items keep their identity
+transparent(tuple.__new__)  # a namedtuple's generated `__new__` (run rewritten) builds its tuple with it
+transparent(object.__setattr__)  # stores a reference (a user `__setattr__`, a frozen dataclass's `__init__`)
 transparent(types.GeneratorType.close)  # `send` is the runtime's: it checks the generator was rewritten
 differentiate_through(list.extend, _impls.py_list_extend)
 

@@ -308,7 +308,8 @@ def _resolve(fn: Any) -> tuple[Any, Any]:
 
 
 #: builtins that call a dunder of their argument
-_DUNDER_BUILTINS = {float: "__float__", complex: "__complex__", abs: "__abs__", len: None, int: "__int__"}
+_DUNDER_BUILTINS = {float: "__float__", complex: "__complex__", abs: "__abs__", len: None, int: "__int__",
+                    next: "__next__"}
 
 
 def _dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
@@ -394,13 +395,27 @@ def _construct(tape: Tape, site: Site, cls: type, args: tuple, kwargs: Optional[
             return _dispatch(tape, site, cls, args, kwargs)
         raise NoRuleError(cls, site.loc())
     init = cls.__init__
-    if type(init) is not _FunctionType or type(cls) is not type:
+    meta = type(cls)
+    # a metaclass that keeps type.__call__ (abc.ABCMeta) constructs as `type` does
+    if meta is not type and getattr(meta, "__call__", None) is not _type_call:
         return cls(*args, **kwargs) if kwargs else cls(*args)
     new = cls.__new__
-    obj = object.__new__(cls) if new is object.__new__ else new(cls, *args, **(kwargs or {}))
-    if isinstance(obj, cls):
+    if new is object.__new__:
+        if type(init) is not _FunctionType:
+            return cls(*args, **kwargs) if kwargs else cls(*args)
+        obj = object.__new__(cls)  # raises as `cls(...)` would for an abstract class
+    elif type(new) is _FunctionType:  # a `__new__` written in Python, rewritten
+        obj = _call_python(tape, site, new, (cls,) + args, kwargs)
+    else:
+        obj = new(cls, *args, **(kwargs or {}))
+    if isinstance(obj, cls) and type(init) is _FunctionType:
         _call_python(tape, site, init, (obj,) + args, kwargs)
+    elif isinstance(obj, cls) and init is not object.__init__:
+        init(obj, *args, **(kwargs or {}))
     return obj
+
+
+_type_call = type.__call__
 
 
 # ---- in-place functions and methods: recorded as writes ---------------------------------------------
@@ -885,9 +900,43 @@ def _write(tape: Tape, site: Site, obj: np.ndarray, key: Any, value: Any) -> Non
 
 def setitem(tape: Optional[Tape], site: Site, value: Any, obj: Any, key: Any) -> None:
     if tape is None or type(obj) is not _ndarray:
+        if tape is not None and type(obj) not in _PLAIN:
+            meth = _class_attr(type(obj), "__setitem__")
+            if type(meth) is _FunctionType:  # a user container's `__setitem__`, rewritten
+                _call_python(tape, site, meth, (obj, key, value), None)
+                return
+            if type(obj) is _FlatIter and type(obj.base) is _ndarray:  # `a.flat[k] = v`: flat positions
+                base = obj.base                                          # as indices into `a`
+                _write(tape, site, base, np.unravel_index(np.arange(base.size)[key], base.shape), value)
+                return
         obj[key] = value
         return
     _write(tape, site, obj, key, value)
+
+
+_FlatIter = np.flatiter
+
+
+def setattr_(tape: Optional[Tape], site: Site, value: Any, obj: Any, name: str) -> None:
+    """`obj.name = value` where value may be differentiated: a property setter, a descriptor's
+    `__set__` or a `__setattr__` written in Python runs rewritten, like any callee."""
+    if tape is not None:
+        cls = type(obj)
+        if cls not in _PLAIN:
+            desc = _class_attr(cls, name)
+            td = type(desc)
+            if td is property:
+                if type(desc.fset) is _FunctionType:
+                    _call_python(tape, site, desc.fset, (obj, value), None)
+                    return
+            elif desc is not None and type(getattr(td, "__set__", None)) is _FunctionType:
+                _call_python(tape, site, td.__set__, (desc, obj, value), None)
+                return
+            hook = _class_attr(cls, "__setattr__")
+            if type(hook) is _FunctionType:
+                _call_python(tape, site, hook, (obj, name, value), None)
+                return
+    setattr(obj, name, value)
 
 
 def setslice(tape: Optional[Tape], site: Site, value: Any, obj: Any, start: Any, stop: Any) -> None:
@@ -975,10 +1024,24 @@ def iter_(tape: Optional[Tape], site: Site, obj: Any) -> Any:
         elif to not in _PLAIN:
             meth = getattr(to, "__iter__", None)
             if type(meth) is _FunctionType:
-                return _call_python(tape, site, meth, (obj,), None)
+                it = _call_python(tape, site, meth, (obj,), None)
+                step = getattr(type(it), "__next__", None)
+                if type(step) is _FunctionType:  # an iterator class written in Python
+                    return _python_steps(tape, site, it, step)
+                return it
             if meth is None and type(getattr(to, "__getitem__", None)) is _FunctionType:
                 return _iter_rows(tape, site, obj)
     return iter(obj)
+
+
+def _python_steps(tape: Tape, site: Site, it: Any, step: Any) -> Any:
+    """The items of an iterator whose `__next__` is written in Python, each step run rewritten."""
+    while True:
+        try:
+            item = _call_python(tape, site, step, (it,), None)
+        except StopIteration:
+            return
+        yield item
 
 
 def unpack(tape: Optional[Tape], site: Site, obj: Any) -> Any:

@@ -40,6 +40,9 @@ _INERT_TYPES = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctio
                 types.MethodType, types.MethodDescriptorType, types.WrapperDescriptorType)
 
 
+_WRITABLE_GLOBALS = (type, types.FunctionType, np.ndarray)
+
+
 @dataclass
 class Activity:
     """Result of the analysis."""
@@ -154,6 +157,10 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
         if isinstance(value, _INERT_TYPES):
             # builtins (rarely rebound) and modules are remembered, to see through `len(x)`, `np.shape(x)`
             known = value if (not in_module or isinstance(value, types.ModuleType)) else None
+            # a module-level class, function or array may be written into (`K.v = x`, `f.cache = x`,
+            # `BUF[:] = x`) and read back: its name is an alias source, inactive until tainted
+            if in_module and isinstance(value, _WRITABLE_GLOBALS):
+                return (False, False, frozenset({"G:" + name}), known)
             # no alias source: a call's result never aliases the module or function it came from
             return (False, False, frozenset(), known)
         return (True, False, frozenset({"G:" + name}), None)

@@ -131,6 +131,15 @@ def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]
             else:
                 out.append(ins)
             continue
+        if kind is OpKind.STORE_ATTR:
+            if st[-2][0]:  # `obj.name = value`: a property setter or `__setattr__` in Python runs rewritten
+                out.append(opcodes.load_const(ins.arg, iloc))
+                out += opcodes.call_hook(3, abi.setattr_, TAPE_LOCAL, _site(loc, ins, f".{ins.arg} ="), iloc)
+                out.append(Instr("POP_TOP", location=iloc))
+                hooked += 1
+            else:
+                out.append(ins)
+            continue
         if kind is OpKind.STORE_SLICE:
             if st[-4][0] or st[-3][0]:
                 out += opcodes.call_hook(4, abi.setslice, TAPE_LOCAL, _site(loc, ins, "[:]="), iloc)
