@@ -395,9 +395,35 @@ def scale_after_prod(x):
     return p
 
 
+def decay_constant_in_place(x):
+    w = np.ones(4)  # never differentiated, but `x * w` saved it for x's cotangent
+    s = 0.0
+    for _ in range(3):
+        s = s + np.sum(x * w)
+        w *= 0.5  # overwrites the constant multiply saved
+    return s
+
+
+def slide_index_in_place(x):
+    idx = np.array([0, 1])
+    s = 0.0
+    for t in range(2):
+        s = s + np.sum(x[idx] ** 2) * (t + 1)
+        idx[:] = idx + 1  # overwrites the index the indexing saved
+    return s
+
+
+def refill_constant_by_slice(x):
+    w = np.arange(4.0)
+    s = np.sum(np.sin(x) * w)
+    w[1:3] = 0.0  # overwrites part of the constant multiply saved
+    return s + np.sum(w)
+
+
 @pytest.mark.parametrize("fn", [overwrite_saved_input, overwrite_saved_by_setitem, overwrite_saved_output,
                                 normalize_exp_in_place, scale_tanh_through_out, shift_by_max, scale_by_std,
-                                scale_after_prod],
+                                scale_after_prod, decay_constant_in_place, slide_index_in_place,
+                                refill_constant_by_slice],
                          ids=lambda f: f.__name__)
 def test_overwritten_saved_value_is_never_a_wrong_gradient(fn):
     """Either the right gradient or a MutationError citing the overwriting line; never a wrong gradient."""

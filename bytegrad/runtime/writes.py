@@ -207,16 +207,17 @@ def write(tape: Tape, site: Any, obj: np.ndarray, key: Any, value: Any, iv: Any)
         tape.push((_bw_setitem, (io, iv), site, key, np.shape(value)), obj)
         tape.owners[id(obj)] = obj
         return
-    pos = _positions(obj, owner, site, "this write goes through a view")
-    written = pos[key]
     io = current(tape, site, owner)
     if obj is not owner:
         j = tape.ids.get(id(obj))
         if j is not None:  # the view's own record is now out of date: re-derived when next read
             tape.stale[j] = site.loc() if site is not None else None
-    obj[key] = value
-    if io is None and iv is None:
+    if io is None and iv is None:  # nothing differentiated on either side: a plain store
+        obj[key] = value
         return
+    pos = _positions(obj, owner, site, "this write goes through a view")
+    written = pos[key]
+    obj[key] = value
     last = None
     if not _is_basic(key):
         flat = written.ravel()

@@ -19,6 +19,8 @@ from bytegrad.transform.activity import NONDIFF_ATTRS, Activity, _nondiff_callab
 from bytegrad.transform.opcodes import OpKind
 
 TAPE_LOCAL = "__bg_tape__"
+#: the first in-place operator of BINARY_OP's argument (NB_INPLACE_ADD): `+=` and the rest
+INPLACE_OP_FIRST = 13
 
 
 
@@ -102,7 +104,9 @@ def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]
             continue
 
         if kind is OpKind.BINARY:
-            if st[-1][0] or st[-2][0]:
+            # an in-place operator is hooked even on inactive operands: `w *= 0.5` may overwrite an
+            # array the tape saved (`x * w` earlier), which the hook refuses (tape.check_write)
+            if st[-1][0] or st[-2][0] or opcodes.binary_op(ins) >= INPLACE_OP_FIRST:
                 op = opcodes.binary_op(ins)
                 out += opcodes.call_hook(2, abi.BINARY_HOOKS[op], TAPE_LOCAL, _site(loc, ins, abi.BINARY_NAMES[op]), iloc)
                 hooked += 1
@@ -124,12 +128,10 @@ def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]
                 out.append(ins)
             continue
         if kind is OpKind.STORE_SUBSCR:
-            if st[-3][0] or st[-2][0]:
-                out += opcodes.call_hook(3, abi.setitem, TAPE_LOCAL, _site(loc, ins, "[]="), iloc)
-                out.append(Instr("POP_TOP", location=iloc))
-                hooked += 1
-            else:
-                out.append(ins)
+            # inactive stores too: they may overwrite an array the tape saved (as above)
+            out += opcodes.call_hook(3, abi.setitem, TAPE_LOCAL, _site(loc, ins, "[]="), iloc)
+            out.append(Instr("POP_TOP", location=iloc))
+            hooked += 1
             continue
         if kind is OpKind.STORE_ATTR:
             if st[-2][0]:  # `obj.name = value`: a property setter or `__setattr__` in Python runs rewritten
@@ -141,12 +143,9 @@ def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]
                 out.append(ins)
             continue
         if kind is OpKind.STORE_SLICE:
-            if st[-4][0] or st[-3][0]:
-                out += opcodes.call_hook(4, abi.setslice, TAPE_LOCAL, _site(loc, ins, "[:]="), iloc)
-                out.append(Instr("POP_TOP", location=iloc))
-                hooked += 1
-            else:
-                out.append(ins)
+            out += opcodes.call_hook(4, abi.setslice, TAPE_LOCAL, _site(loc, ins, "[:]="), iloc)
+            out.append(Instr("POP_TOP", location=iloc))
+            hooked += 1
             continue
         if kind is OpKind.UNARY_NEG or kind is OpKind.UNARY_POS or (
                 kind is OpKind.INTRINSIC_1 and opcodes.is_unary_positive_intrinsic(ins)):
