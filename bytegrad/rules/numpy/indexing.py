@@ -138,6 +138,30 @@ def take_rrule(x: Any, indices: Any, *args: Any, **kwargs: Any) -> tuple[Any, Ca
     return out, take_pullback
 
 
+@rrule(np.bincount)
+def bincount_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    """Linear in its weights: a weight's cotangent is its bin's (the bins themselves are integers)."""
+    out = np.bincount(x, *args, **kwargs)
+    weights = args[0] if args else kwargs.get("weights")
+
+    def bincount_pullback(out_bar: Any) -> tuple[Any, ...]:
+        bars: list[Any] = [NO_TANGENT] * (1 + len(args))
+        if args and weights is not None:
+            bars[1] = project(np.asarray(out_bar)[np.asarray(x)], weights)
+        return tuple(bars)
+
+    return out, bincount_pullback
+
+
+@frule(np.bincount)
+def bincount_frule(args_dot: tuple[Any, ...], x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+    out = np.bincount(x, *args, **kwargs)
+    w_dot = args_dot[1] if len(args_dot) > 1 else ZERO
+    if not args or args[0] is None or is_zero(w_dot):
+        return out, ZERO
+    return out, np.bincount(x, filled(w_dot, args[0]), *args[1:], **kwargs)
+
+
 @rrule(np.sort)
 def sort_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
     out = np.sort(x, *args, **kwargs)

@@ -18,7 +18,7 @@ def _present(*names: str) -> list[object]:
 non_differentiable(*_present(
     "argmax", "argmin", "argsort", "argwhere", "nonzero", "flatnonzero", "count_nonzero", "searchsorted",
     "digitize", "unravel_index", "ravel_multi_index", "indices", "ix_", "tril_indices", "triu_indices",
-    "diag_indices", "bincount",
+    "diag_indices",
 ))
 # Rounding, signs and other piecewise-constant elementwise functions.
 non_differentiable(*_present(

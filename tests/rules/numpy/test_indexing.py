@@ -6,6 +6,8 @@ import operator
 import numpy as np
 import pytest
 
+import bytegrad
+
 from bytegrad.rules._apply import as_rrule
 from bytegrad.rules.registry import NO_TANGENT, ZERO, lookup
 
@@ -48,6 +50,8 @@ OTHER = [
     case(np.take_along_axis, X, np.array([[[0, 4, 4]]]), 2, name="take_along_axis-repeats"),
     case(np.take_along_axis, X, np.array([[[2]], [[0]], [[-1]]]), axis=1, name="take_along_axis-broadcast"),
     case(np.take_along_axis, X, np.array([59, 0, 0, 7]), None, name="take_along_axis-flat"),
+    case(np.bincount, np.array([0, 2, 2, 5]), Arr((4,)), name="bincount-weights"),
+    case(np.bincount, np.array([1, 1, 0]), Arr((3,)), 6, name="bincount-minlength"),
     case(np.diagonal, Arr((3, 4))), case(np.diagonal, X, 1, name="diagonal-offset"),
     case(np.diagonal, X, -1, 2, 0, name="diagonal-axes"), case(np.diagonal, X, axis1=-1, axis2=1, name="diagonal-keywords"),
     case(np.ndarray.diagonal, Arr((4, 3)), -2),
@@ -85,3 +89,10 @@ def test_basic_index_result_is_a_fresh_object():
     x = np.ones((2, 2))
     out, _ = as_rrule(lookup(operator.getitem))(x, Ellipsis)
     assert out is not x
+
+
+def test_bincount_weights_by_keyword_are_differentiated():
+    """np.bincount is linear in its weights (it was declared non-differentiable: a zero gradient)."""
+    x, idx = np.array([1.0, 2.0, 3.0]), np.array([0, 2, 2])
+    g = bytegrad.grad(lambda x: np.sum(np.bincount(idx, weights=x ** 2) ** 2))(x)
+    np.testing.assert_allclose(g, [4.0, 104.0, 156.0], rtol=1e-12)
