@@ -71,7 +71,7 @@ def vectorize_call_rrule(vf: np.vectorize, *args: Any, **kwargs: Any) -> tuple[A
                 if c is not None and c is not NO_TANGENT and c is not ZERO:
                     dense[k, j] = c
         for k, i in enumerate(positions):
-            if is_float(args[i]):
+            if is_float(args[i]) or type(args[i]) in (list, tuple):  # a list: each float element's share
                 cotangents[i + 1] = project(unbroadcast(dense[k].reshape(shape), np.shape(args[i])), args[i])
         return tuple(cotangents)
 

@@ -385,9 +385,10 @@ def ptp_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any
 
     def ptp_pullback(out_bar: Any) -> tuple[Any, ...]:
         # max - min: ptp's (axis, out, keepdims) are max's and min's first three parameters
-        max_bar = _max_rrule(x, *args, **kwargs)[1](out_bar)[0]
-        min_bar = _min_rrule(x, *args, **kwargs)[1](out_bar)[0]
-        return (max_bar - min_bar,) + (NO_TANGENT,) * len(args)
+        xa = np.asarray(x)  # as an array (a list's two cotangents would be lists), projected back
+        max_bar = _max_rrule(xa, *args, **kwargs)[1](out_bar)[0]
+        min_bar = _min_rrule(xa, *args, **kwargs)[1](out_bar)[0]
+        return (project(max_bar - min_bar, x),) + (NO_TANGENT,) * len(args)
 
     return out, ptp_pullback
 

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from ..cases import Arr, case, params
+from ..cases import Arr, Num, case, params
 
 
 def _piecewise(t):
@@ -19,6 +19,7 @@ def _scaled_exp(a, b):
 
 VECTORIZE = [
     case(np.vectorize.__call__, np.vectorize(_piecewise), Arr((2, 3), signed=True, lo=0.2), name="vectorize"),
+    case(np.vectorize.__call__, np.vectorize(_scaled_exp), [Num(), Num()], Arr((2,)), name="vectorize-list"),
     case(np.vectorize.__call__, np.vectorize(_scaled_exp), Arr((2, 3)), Arr((3,)), name="vectorize-broadcast"),
     case(np.vectorize.__call__, np.vectorize(_scaled_exp), Arr((2, 1)), 0.5, name="vectorize-constant"),
     case(np.vectorize.__call__, np.vectorize(lambda a, n: a ** n, excluded={1}), Arr((3,), lo=0.5), 3,

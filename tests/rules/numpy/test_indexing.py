@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 import bytegrad
-
 from bytegrad.rules._apply import as_rrule
 from bytegrad.rules.registry import NO_TANGENT, ZERO, lookup
 

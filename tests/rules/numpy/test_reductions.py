@@ -7,7 +7,7 @@ import pytest
 from bytegrad.rules._apply import as_rrule
 from bytegrad.rules.registry import NO_TANGENT, lookup
 
-from ..cases import Arr, Gen, case, params
+from ..cases import Arr, Gen, Num, case, params
 
 X = Arr((2, 3, 4))
 DISTINCT = Arr((2, 3, 4), distinct=True)
@@ -85,6 +85,7 @@ NAN = [
     case(np.nanmin, NANS, -1, keepdims=True, name="nanmin-keepdims"),
     case(np.ptp, DISTINCT), case(np.ptp, DISTINCT, 1, name="ptp-axis"),
     case(np.ptp, DISTINCT, (0, 2), keepdims=True, name="ptp-axes"),
+    case(np.ptp, [Num(), Num(lo=2.5, hi=3.0), Num(lo=-3.0, hi=-2.5)], name="ptp-list"),
 ]
 TABLES = [SUM, METHODS, FUNCTIONS, NAN]
 
