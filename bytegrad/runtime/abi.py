@@ -227,10 +227,15 @@ def _with_out(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> Any
     buf = kwargs.pop("out")
     if type(buf) is tuple and len(buf) == 1:
         buf = buf[0]
-    value = _dispatch(tape, site, fn, args, kwargs)
     if type(buf) is not _ndarray:
         raise DifferentiationError(f"bytegrad supports out= only with a single array, got {type(buf).__name__}.",
                                    site.loc(), "drop out= and assign the result instead.")
+    tape.check_protected(buf, site)
+    # an argument that is (a view of) the output buffer enters as a recorded copy of its current
+    # value (`np.multiply(a, x, out=a)`): what the operation saves is not then overwritten
+    args = tuple(_snapshot(tape, site, v) if type(v) is _ndarray and np.may_share_memory(v, buf) else v
+                 for v in args)
+    value = _dispatch(tape, site, fn, args, kwargs)
     _write(tape, site, buf, Ellipsis, value)
     return buf
 
@@ -788,10 +793,22 @@ def _inplace_array(tape: Tape, site: Site, iop: Any, op: Any, a: np.ndarray, b: 
         return iop(a, b)
     if tape.stale:
         ia, ib = _refresh(tape, (ia, ib), site)
-    tape.check_write(a, a, site)  # refuse before computing anything
-    # The new value is computed out of place (from a copy when the rule reads the old value),
-    # then written back into `a` as a recorded assignment.
-    res = _binary_tracked(tape, site, op, a.copy(), b, ia, ib)
+    tape.check_protected(a, site)  # refuse writing into the caller's data before computing anything
+    # The new value is computed out of place, from copies of the old value (and of an operand that
+    # shares its memory: `y *= y`, `a += a.T`), then written back into `a` as a recorded assignment,
+    # which refuses to overwrite what an earlier operation saved.
+    # (recorded copies, `_snapshot`: a nested derivative differentiates the rule's use of them too)
+    old = _snapshot(tape, site, a)
+    ids = tape.ids
+    if ia is not None:
+        ia = ids[id(old)]
+    if b is a:
+        b, ib = old, ia
+    elif type(b) is _ndarray and np.may_share_memory(a, b):
+        b = _snapshot(tape, site, b)
+        if ib is not None:
+            ib = ids[id(b)]
+    res = _binary_tracked(tape, site, op, old, b, ia, ib)
     writes.write(tape, site, a, Ellipsis, res, tape.ids.get(id(res)))
     return a
 

@@ -79,19 +79,25 @@ class Tape:
 
     # ---- mutation bookkeeping ------------------------------------------------------------
 
-    def check_write(self, target: np.ndarray, region: np.ndarray, site: Any) -> None:
-        """Before writing `region` (a view of `target`): refuse if it would change saved values."""
+    def check_protected(self, target: np.ndarray, site: Any) -> None:
+        """Refuse a write into the caller's data (a differentiated input or its base)."""
         owner = target.base if target.base is not None else target
         if id(owner) in self.protected or id(target) in self.protected:
             raise MutationError(
                 "this in-place write would modify an array being differentiated (the caller's data).",
                 site.loc() if site is not None else None,
                 "compute a new array instead (for example `x = x + v`, or `y = x.copy()` and write into y).")
+
+    def check_write(self, target: np.ndarray, region: np.ndarray, site: Any) -> None:
+        """Before writing `region` (a view of `target`): refuse if it would change saved values, and
+        mark the other records whose memory it changes as stale (re-derived when next read)."""
+        self.check_protected(target, site)
+        owner = target.base if target.base is not None else target
         self._update_index()
         entries = self._index.get(id(owner))
         if not entries:
             return
-        for arr, node_idx, saved in entries:
+        for arr, node_idx, saved in list(entries):  # `_keep_saved` edits the index
             if arr is target and not saved:
                 continue
             if not np.may_share_memory(arr, region):
@@ -103,15 +109,30 @@ class Tape:
             if not overlap:
                 continue
             if saved:
-                node = self.nodes[node_idx]
-                where = node[2].loc() if node is not None and node[2] is not None else None
-                raise MutationError(
-                    "this in-place write overwrites a value that an earlier operation saved for the "
-                    f"reverse pass (saved at {where}).",
-                    site.loc() if site is not None else None,
-                    "compute a new array instead of modifying this one (`y = y - m` rather than "
-                    "`y -= m`), or write into a copy taken after that operation.")
+                self._keep_saved(arr, node_idx, site)
+                continue
             self.stale[node_idx] = site.loc() if site is not None else None
+
+    def _keep_saved(self, arr: np.ndarray, node_idx: int, site: Any) -> None:
+        """Copy-on-write: node `node_idx` saved `arr` for its reverse step, and `arr`'s memory is
+        about to be overwritten. The node is given a copy of `arr` as it is now (a recorded copy,
+        so that a nested derivative still sees where it came from) in every place it holds it."""
+        from bytegrad.runtime import writes  # both import this module
+        from bytegrad.runtime.backward import _bw_identity
+
+        node = self.nodes[node_idx]
+        copy = arr.copy()
+        i = writes.current(self, site, arr)
+        if i is not None:
+            self.push((_bw_identity, (i,), site), copy)
+        if self.values[node_idx] is arr:  # an output its own reverse step reads (exp's)
+            self.values[node_idx] = copy
+        if node is not None:
+            self.nodes[node_idx] = node[:3] + tuple(_replaced(item, arr, copy, 3) for item in node[3:])
+        index = self._index
+        for entries in index.values():  # the node's entries now name the copy, which nothing writes
+            entries[:] = [e for e in entries if not (e[0] is arr and e[1] == node_idx)]
+        index.setdefault(id(copy), []).append((copy, node_idx, True))
 
     def _update_index(self) -> None:
         nodes = self.nodes
@@ -169,6 +190,39 @@ def _collect(item: Any, found: list[np.ndarray], depth: int) -> None:
         # a rule's record of its arguments (rules/numpy/reductions.py, `_Reduction`): its arrays
         for name in t.__slots__:
             _collect(getattr(item, name, None), found, depth - 1)
+
+
+def _replaced(item: Any, arr: np.ndarray, copy: np.ndarray, depth: int) -> Any:
+    """`item` with every reference to `arr` that `_collect` (at this depth, or less) would find
+    replaced by `copy`: tuples are rebuilt, lists, closure cells and bytegrad's slotted records are
+    updated in place."""
+    if item is arr:
+        return copy
+    if not depth:
+        return item
+    t = type(item)
+    if t is tuple:
+        new = tuple(_replaced(x, arr, copy, depth - 1) for x in item)
+        return new if any(a is not b for a, b in zip(new, item)) else item
+    if t is list:
+        for k, x in enumerate(item):
+            item[k] = _replaced(x, arr, copy, depth - 1)
+    elif t is _FunctionType and item.__closure__:
+        for cell in item.__closure__:
+            try:
+                v = cell.cell_contents
+            except ValueError:  # empty cell
+                continue
+            nv = _replaced(v, arr, copy, depth - 1)
+            if nv is not v:
+                cell.cell_contents = nv
+    elif getattr(t, "__slots__", None) and t.__module__.startswith("bytegrad."):
+        for name in t.__slots__:
+            v = getattr(item, name, None)
+            nv = _replaced(v, arr, copy, depth - 1)
+            if nv is not v:
+                setattr(item, name, nv)
+    return item
 
 
 # ---- reverse sweep ------------------------------------------------------------------------

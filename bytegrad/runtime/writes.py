@@ -197,17 +197,16 @@ def region(obj: np.ndarray, key: Any) -> np.ndarray:
 
 def write(tape: Tape, site: Any, obj: np.ndarray, key: Any, value: Any, iv: Any) -> None:
     """`obj[key] = value`, recorded as a new version of the memory's owner."""
-    tape.check_write(obj, region(obj, key), site)
     owner = owner_of(obj)
+    io = current(tape, site, owner)  # the owner's value before this write (check_write marks it stale)
+    tape.check_write(obj, region(obj, key), site)
     if owner is obj and _is_basic(key):
-        io = current(tape, site, obj)
         obj[key] = value
         if io is None and iv is None:
             return
         tape.push((_bw_setitem, (io, iv), site, key, np.shape(value)), obj)
         tape.owners[id(obj)] = obj
         return
-    io = current(tape, site, owner)
     if obj is not owner:
         j = tape.ids.get(id(obj))
         if j is not None:  # the view's own record is now out of date: re-derived when next read
@@ -230,10 +229,10 @@ def write(tape: Tape, site: Any, obj: np.ndarray, key: Any, value: Any, iv: Any)
 
 def add_at(tape: Tape, site: Any, obj: np.ndarray, indices: Any, value: Any, iv: Any, sign: int) -> None:
     """`np.add.at(obj, indices, value)` (or subtract.at): repeated indices accumulate."""
-    tape.check_write(obj, obj, site)
     owner = owner_of(obj)
-    pos = _positions(obj, owner, site, "this in-place accumulation goes through a view")
     io = current(tape, site, owner)
+    tape.check_write(obj, obj, site)
+    pos = _positions(obj, owner, site, "this in-place accumulation goes through a view")
     (np.add if sign > 0 else np.subtract).at(obj, indices, value)
     if io is None and iv is None:
         return
