@@ -4,6 +4,7 @@ differences, known closed forms, and each other; perturbation confusion; errors.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -418,3 +419,34 @@ def test_hessian_vector_products_through_in_place_writes(f):
     h = 1e-5
     want = (g(x + h * v) - g(x - h * v)) / (2 * h)
     np.testing.assert_allclose(bytegrad.hvp(f, (x,), (v,)), want, rtol=1e-6, atol=1e-7)
+
+
+_M = np.arange(9.0).reshape(3, 3) / 5
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: np.sum(np.outer(x, x) * _M),
+    lambda x: np.dot(x, x),
+    lambda x: np.dot([x[0], x[1]], x[1:]) ** 2,
+    lambda x: np.sum(np.matmul([x[0], x[1], x[2]], _M) ** 2),
+    lambda x: np.inner(x, x * x),
+    lambda x: np.prod([x[0], x[1]]),
+    lambda x: np.std([x[0], x[1], x[2]]),
+    lambda x: np.nanprod(x),
+    lambda x: np.sum(np.cross(x, x[::-1]) * np.array([1.0, 2.0, 3.0])),
+    lambda x: np.sum(np.correlate(x, x, "full") * np.arange(5.0)),
+    lambda x: np.polyval([1.0, 0.0, 0.0, 0.0], x[0]) + np.polyval(x, 1.5),
+    lambda x: np.sum(np.linalg.multi_dot([np.outer(x, x), _M, x])),
+], ids=["outer", "dot", "dot-list", "matmul-list", "inner", "prod-list", "std-list", "nanprod", "cross",
+        "correlate", "polyval", "multi_dot"])
+def test_hessian_vector_products_of_rules_whose_pullbacks_derive_arrays(f):
+    """These pullbacks read arrays derived from their arguments (raveled, reversed, made from a list);
+    derived in the forward pass they were constants to a nested derivative (zero or half the
+    second derivative), and np.dot of two vectors raised (np.multiply.outer has no rule)."""
+    x, v = np.array([0.5, -1.0, 2.0]), np.array([0.3, -0.2, 0.5])
+    g = bytegrad.grad(f)
+    h = 1e-5
+    want = (g(x + h * v) - g(x - h * v)) / (2 * h)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bytegrad.PerformanceWarning)  # tangents formed from pullbacks
+        np.testing.assert_allclose(bytegrad.hvp(f, (x,), (v,)), want, rtol=1e-6, atol=1e-7)

@@ -42,9 +42,11 @@ def matmul_rrule(a: Any, b: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]
         return a @ b, matrix_matmul_pullback
     _no_out("matmul", kwargs)
     out = np.matmul(a, b, **kwargs)
-    A, B = np.asarray(a), np.asarray(b)
 
     def matmul_pullback(out_bar: Any) -> tuple[Any, Any]:
+        # (arrays made from list arguments here, not in the forward pass: a nested derivative
+        # records what a pullback computes, and must see them made from the list's values)
+        A, B = np.asarray(a), np.asarray(b)
         # Vectors become matrices (a row for a, a column for b), as matmul itself treats them.
         A2 = A[None, :] if A.ndim == 1 else A
         B2 = B[:, None] if B.ndim == 1 else B
@@ -72,7 +74,7 @@ def _dot_cotangents(A: np.ndarray, B: np.ndarray, out_bar: Any) -> tuple[Callabl
         return lambda: out_bar @ _mT(B), lambda: _mT(A) @ out_bar
     free_a = tuple(range(na - 1))
     if nb == 1:
-        return (lambda: np.multiply.outer(out_bar, B),
+        return (lambda: np.multiply(np.expand_dims(out_bar, -1), B),
                 lambda: np.tensordot(out_bar, A, axes=(free_a, free_a)))
     # out axes: A's free axes, then B's leading axes, then B's last axis.
     out_axes_of_b = tuple(range(na - 1, na - 1 + nb - 2)) + (na - 1 + nb - 2,)
@@ -86,10 +88,9 @@ def _dot_cotangents(A: np.ndarray, B: np.ndarray, out_bar: Any) -> tuple[Callabl
 def dot_rrule(a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
     _no_out("dot", kwargs, args, 0)
     out = np.dot(a, b)
-    A, B = np.asarray(a), np.asarray(b)
 
     def dot_pullback(out_bar: Any) -> tuple[Any, ...]:
-        a_bar, b_bar = _dot_cotangents(A, B, out_bar)
+        a_bar, b_bar = _dot_cotangents(np.asarray(a), np.asarray(b), out_bar)  # (as in matmul_pullback)
         return (lambda: project(a_bar(), a), lambda: project(b_bar(), b)) + (NO_TANGENT,) * len(args)
 
     return out, dot_pullback
@@ -99,11 +100,10 @@ def dot_rrule(a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[
 def outer_rrule(a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
     _no_out("outer", kwargs, args, 0)
     out = np.outer(a, b)
-    A, B = np.ravel(a), np.ravel(b)
 
-    def outer_pullback(out_bar: Any) -> tuple[Any, ...]:
-        a_bar = lambda: project(np.reshape(out_bar @ B, np.shape(a)), a)  # noqa: E731
-        b_bar = lambda: project(np.reshape(A @ out_bar, np.shape(b)), b)  # noqa: E731
+    def outer_pullback(out_bar: Any) -> tuple[Any, ...]:  # (a and b raveled here: see matmul_pullback)
+        a_bar = lambda: project(np.reshape(out_bar @ np.ravel(b), np.shape(a)), a)  # noqa: E731
+        b_bar = lambda: project(np.reshape(np.ravel(a) @ out_bar, np.shape(b)), b)  # noqa: E731
         return (a_bar, b_bar) + (NO_TANGENT,) * len(args)
 
     return out, outer_pullback
@@ -112,10 +112,10 @@ def outer_rrule(a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callabl
 @rrule(np.inner)
 def inner_rrule(a: Any, b: Any) -> tuple[Any, Callable[..., Any]]:
     out = np.inner(a, b)
-    A, B = np.asarray(a), np.asarray(b)
-    na, nb = A.ndim, B.ndim
 
     def inner_pullback(out_bar: Any) -> tuple[Any, Any]:
+        A, B = np.asarray(a), np.asarray(b)  # (here: see matmul_pullback)
+        na, nb = A.ndim, B.ndim
         if na == 0 or nb == 0:
             a_bar, b_bar = _dot_cotangents(A, B, out_bar)
         else:

@@ -112,6 +112,9 @@ def cross_rrule(a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callabl
     out = np.cross(a, b, *args, **kwargs)
 
     def cross_pullback(out_bar: Any) -> tuple[Any, ...]:
+        # A and B made again here from a and b: a nested derivative records what a pullback
+        # computes, and must see them made from the arguments
+        A, B = np.moveaxis(np.asarray(a), axisa, -1), np.moveaxis(np.asarray(b), axisb, -1)
         c_bar = np.moveaxis(np.asarray(out_bar), axisc, -1)
         shape = np.broadcast_shapes(A.shape, B.shape)
 
@@ -132,14 +135,14 @@ def cross_rrule(a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callabl
 def multi_dot_rrule(arrays: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
     _no_out("linalg.multi_dot", kwargs)
     out = np.linalg.multi_dot(arrays, **kwargs)
-    mats = [np.asarray(x) for x in arrays]
-    if mats[0].ndim == 1:   # a first vector is a row, a last one a column
-        mats[0] = mats[0][None, :]
-    if mats[-1].ndim == 1:
-        mats[-1] = mats[-1][:, None]
     likes = [stand_in(x) for x in arrays]
 
     def multi_dot_pullback(out_bar: Any) -> tuple[Any]:
+        mats = [np.asarray(x) for x in arrays]  # made here: see cross_pullback
+        if mats[0].ndim == 1:   # a first vector is a row, a last one a column
+            mats[0] = mats[0][None, :]
+        if mats[-1].ndim == 1:
+            mats[-1] = mats[-1][:, None]
         g = np.reshape(out_bar, (mats[0].shape[0], mats[-1].shape[1]))
         lefts = [g]  # lefts[i] = (M_0 ... M_{i-1})^T g
         for m in mats[:-1]:

@@ -47,7 +47,7 @@ def _spread(value: Any, shape: tuple[int, ...]) -> Any:
 class _Reduction:
     """A reduction's arguments, bound by name: the input as an array, its axes, keepdims, where."""
 
-    __slots__ = ("x", "xa", "axes", "keepdims", "where", "params")
+    __slots__ = ("x", "axes", "keepdims", "where", "params")
 
     def __init__(self, fn_name: str, names: tuple[str, ...], x: Any, args: tuple[Any, ...],
                  kwargs: dict[str, Any]) -> None:
@@ -60,7 +60,7 @@ class _Reduction:
                 f"differentiate; assign the result to a new name instead."
             )
         self.x = x
-        self.xa = xa = x if type(x) is np.ndarray else np.asarray(x)
+        xa = self.xa
         axis = params.get("axis")
         # The primal call has already validated the axes.
         if axis is None:
@@ -74,6 +74,14 @@ class _Reduction:
         where = params.get("where", True)
         self.where = True if where is _NOVALUE else where
         self.params = params
+
+    @property
+    def xa(self) -> np.ndarray:
+        """The input as an array. Made again on each use for a list input, not kept from the forward
+        pass: a nested derivative records what a pullback computes, and must see it made from the
+        list's values."""
+        x = self.x
+        return x if type(x) is np.ndarray else np.asarray(x)
 
     @property
     def full(self) -> bool:
@@ -360,12 +368,13 @@ def nanmean_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[...,
 @rrule(np.nanprod)
 def nanprod_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
     out = np.nanprod(x, *args, **kwargs)
-    xa = np.asarray(x)
-    nan = np.isnan(xa)
     like = stand_in(x)
-    _, prod_pullback = prod_rrule(np.where(nan, xa.dtype.type(1), xa), *args, **kwargs)  # NaNs count as ones
 
     def nanprod_pullback(out_bar: Any) -> tuple[Any, ...]:
+        # prod's pullback with NaNs counted as ones, made here from x (see _Reduction.xa)
+        xa = np.asarray(x)
+        nan = np.isnan(xa)
+        _, prod_pullback = prod_rrule(np.where(nan, xa.dtype.type(1), xa), *args, **kwargs)
         x_bar, *rest = prod_pullback(out_bar)
         return (project(np.where(nan, 0, x_bar), like), *rest)
 

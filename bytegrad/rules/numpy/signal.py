@@ -39,12 +39,14 @@ def _convolution_rule(fn: Callable[..., Any], correlate: bool) -> Callable[..., 
         _real(fn.__name__, a, v)
         out = fn(a, v, *args, **kwargs)
         mode = kwargs.get("mode", args[0] if args else ("valid" if correlate else "full"))
-        A, V = np.asarray(a), np.asarray(v)
-        n, m = A.shape[0], V.shape[0]
+        n, m = np.shape(a)[0], np.shape(v)[0]
         start, length = _window(n, m, mode, correlate)
-        kernel = V[::-1] if correlate else V  # correlate(a, v) is convolve(a, v[::-1]) in full
 
         def convolution_pullback(out_bar: Any) -> tuple[Any, ...]:
+            # made here from a and v, not in the forward pass: a nested derivative records what a
+            # pullback computes, and must see these made from the arguments
+            A, V = np.asarray(a), np.asarray(v)
+            kernel = V[::-1] if correlate else V  # correlate(a, v) is convolve(a, v[::-1]) in full
             full = np.zeros(n + m - 1, dtype=np.result_type(out_bar, A, V, 0.0))
             full[start: start + length] = out_bar
 
@@ -170,10 +172,10 @@ if hasattr(np, "trapezoid"):
 def polyval_rrule(p: Any, x: Any) -> tuple[Any, Callable[..., Any]]:
     """p[0] x^(n-1) + ... + p[n-1], differentiable in the coefficients and in x."""
     out = np.polyval(p, x)
-    P, X = np.asarray(p), np.asarray(x)
     out_shape = np.shape(out)
 
     def polyval_pullback(out_bar: Any) -> tuple[Any, Any]:
+        P, X = np.asarray(p), np.asarray(x)  # made here: see convolution_pullback
         n = P.shape[0]
 
         def p_bar() -> Any:
