@@ -55,17 +55,61 @@ def qualname(fn: Any) -> str:
 class DifferentiationError(Exception):
     """Base class: something prevented a correct derivative. The message cites the user's line."""
 
+    #: raised while the user's code runs (not during the reverse pass), so the stack holds its caller
+    _cites_caller = True
+
     def __init__(self, message: str, loc: Optional[SourceLoc] = None, fix: Optional[str] = None) -> None:
         self.loc = loc
         self.problem = message
         self.fix = fix
+        self.caller: Optional[SourceLoc] = None  # the user's line that reached `loc`, when loc is a library's
         parts = []
         if loc is not None:
             parts.append(loc.format())
+            # inside NumPy's or Python's own code, on the forward pass: say where the user's code called it
+            if self._cites_caller and _library_file(loc.filename):
+                caller = _user_caller()
+                if caller is not None:
+                    self.caller = caller
+                    parts.append("  reached from your code at " + caller.format().replace("\n", "\n  "))
         parts.append(message)
         if fix:
             parts.append(f"  Fix: {fix}")
         super().__init__("\n".join(parts))
+
+
+_LIBRARY_DIRS: Optional[tuple[str, ...]] = None
+
+
+def _library_file(filename: str) -> bool:
+    """Whether `filename` is NumPy's, the standard library's or bytegrad's own code."""
+    global _LIBRARY_DIRS
+    if _LIBRARY_DIRS is None:
+        import os
+        import sysconfig  # only when an error is being reported
+
+        dirs = [os.path.dirname(os.path.abspath(__file__)), sysconfig.get_paths()["stdlib"]]
+        import sys
+
+        numpy = sys.modules.get("numpy")
+        if numpy is not None and getattr(numpy, "__file__", None):
+            dirs.append(os.path.dirname(os.path.abspath(numpy.__file__)))
+        _LIBRARY_DIRS = tuple(d.rstrip(os.sep) + os.sep for d in dirs)
+    return filename.startswith(_LIBRARY_DIRS)
+
+
+def _user_caller() -> Optional[SourceLoc]:
+    """The innermost frame on the current stack that runs the user's code (not NumPy's, Python's
+    or bytegrad's), as a SourceLoc; None if there is none."""
+    import sys
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if not _library_file(code.co_filename) and not code.co_filename.startswith("<frozen"):
+            return SourceLoc(code.co_filename, frame.f_lineno, code.co_name)
+        frame = frame.f_back
+    return None
 
 
 class NoRuleError(DifferentiationError):
@@ -101,6 +145,8 @@ class UnsupportedOpcodeError(DifferentiationError):
 
 class PullbackError(DifferentiationError):
     """A rule's pullback failed or returned something of the wrong shape during the reverse pass."""
+
+    _cites_caller = False
 
 
 class DuplicateRuleError(DifferentiationError):

@@ -473,6 +473,24 @@ def test_writes_through_views_and_into_their_own_operands(fn):
     check_grad(fn, (np.random.default_rng(7).normal(size=4),), 0)
 
 
+def _unique_values(x):
+    u = np.unique(x)  # np.unique is Python code in NumPy; a C helper inside it has no rule
+    return np.sum(u)
+
+
+def test_an_error_inside_numpys_python_code_names_the_users_line():
+    """The failing operation is in NumPy's own source: the message also says which line of the
+    user's code reached it (the whole call chain is not in the message, that one line is)."""
+    with pytest.raises(bytegrad.NoRuleError) as info:
+        bytegrad.grad(_unique_values)(np.array([1.0, 2.0, 2.0]))
+    message = str(info.value)
+    assert message.startswith('File "') and "numpy" in message.splitlines()[0]
+    lineno, text = line_of(_unique_values, "np.unique(x)")
+    assert f'reached from your code at File "{__file__}", line {lineno}, in _unique_values' in message
+    assert text in message
+    assert info.value.caller.lineno == lineno
+
+
 # ---- NonScalarOutputError ---------------------------------------------------------------------------
 
 
