@@ -1194,6 +1194,18 @@ def user_operators_with_arrays(x, y):
     return np.sum(u.data * v.data) + np.sum(w.data) + np.sum(acc.data ** 2)
 
 
+def refused_before_now(x):
+    """Code that runs fine undifferentiated and was refused: str.format of a value, x.view(), a
+    builtin exception holding a value."""
+    v = x.view()
+    label = "{:.2f}".format(x[0])
+    try:
+        raise ValueError(x * 2.0)
+    except ValueError as e:
+        y = e.args[0]
+    return np.sum(v * y) + len(label)
+
+
 def _four(a, b, c, d):
     return a * b + c * d
 
@@ -1626,6 +1638,7 @@ CASES: list[Case] = [
     Case(user_operator_overloading, lambda rng: (rng.normal(size=3), rng.normal(size=3)), wrt=(0, 1)),
     Case(user_operators_with_arrays, lambda rng: (rng.normal(size=3), rng.normal(size=3)), wrt=(0, 1)),
     Case(star_unpacking, lambda rng: (rng.normal(size=4),)),
+    Case(refused_before_now, lambda rng: (rng.normal(size=3),)),
     Case(list_operands, lambda rng: (rng.normal(size=4),)),
     Case(implicit_dunders, lambda rng: (rng.normal(size=3),)),
     Case(module_level_state, lambda rng: (rng.normal(size=3),)),

@@ -230,7 +230,7 @@ non_differentiable(
     builtins.len, builtins.int, builtins.bool, builtins.round, builtins.range, builtins.isinstance,
     builtins.issubclass, builtins.type, builtins.id, builtins.hash, builtins.repr, builtins.str,
     builtins.format, builtins.callable, builtins.hasattr, builtins.any, builtins.all,
-    builtins.ord, builtins.chr, builtins.slice, list.index, list.count,
+    builtins.ord, builtins.chr, builtins.slice, list.index, list.count, str.format,
 )
 transparent(
     builtins.print, builtins.dict, builtins.getattr, builtins.setattr, builtins.next, functools.partial,

@@ -396,6 +396,8 @@ def _construct(tape: Tape, site: Site, cls: type, args: tuple, kwargs: Optional[
     if not tracked:
         return cls(*args, **kwargs) if kwargs else cls(*args)
     if not cls.__flags__ & _HEAPTYPE:
+        if issubclass(cls, BaseException):  # `raise ValueError(x)`: it only holds its arguments
+            return cls(*args, **kwargs) if kwargs else cls(*args)
         if registry.load_plugins():
             return _dispatch(tape, site, cls, args, kwargs)
         raise NoRuleError(cls, site.loc())
@@ -715,10 +717,11 @@ def _make_binary(op: Any) -> Callable[..., Any]:
             ia = ids.get(id(a))
             ib = ids.get(id(b))
             ta, tb = type(a), type(b)
-            if (ta is list or ta is tuple or tb is list or tb is tuple) and _list_as_array(ids, op, a, b):
+            mixed = ta is not _ndarray or tb is not _ndarray  # (two arrays skip the next two checks)
+            if mixed and (ta is list or ta is tuple or tb is list or tb is tuple) and _list_as_array(ids, op, a, b):
                 return _dispatch(tape, site, op, (a, b), None)  # records the list's scalars too
             if ia is not None or ib is not None:
-                if (ta not in _PLAIN or tb not in _PLAIN) and _python_operator(op, ta, tb):
+                if mixed and (ta not in _PLAIN or tb not in _PLAIN) and _python_operator(op, ta, tb):
                     return _user_binary(tape, site, op, a, b)  # `V(x) * x`: V's operator, rewritten
                 rule = _rules_get(op)
                 if rule is None or tape.stale:

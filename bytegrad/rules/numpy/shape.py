@@ -190,6 +190,18 @@ _register((np.tile,), np.tile, _tile_back)
 _register((np.repeat, np.ndarray.repeat), np.repeat, _repeat_back)
 _register((np.copy,), np.copy, _copy_back)
 _register((np.ndarray.copy,), np.ndarray.copy, _copy_back)
+
+
+def _plain_view(x: np.ndarray, *args: Any, **kwargs: Any) -> np.ndarray:
+    """`x.view()`: the same values under a new array object. A dtype or type argument reinterprets
+    the memory, which has no derivative."""
+    if args or kwargs:
+        raise TypeError("x.view(dtype) reinterprets the array's memory and cannot be differentiated; "
+                        "use x.astype(dtype) to convert values")
+    return x.view()
+
+
+_register((np.ndarray.view,), _plain_view, _copy_back)
 _register((np.array,), np.array, _array_back)
 _register((np.asarray,), np.asarray, _array_back)
 _register((np.asanyarray,), np.asanyarray, _array_back)

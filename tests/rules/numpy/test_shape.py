@@ -77,6 +77,7 @@ ARRAYS = [
     case(np.asarray, M, dtype=np.float64, name="asarray-to-float64"),
     case(np.asanyarray, M), case(np.ascontiguousarray, Gen(_fortran)),
     case(np.copy, M), case(np.ndarray.copy, M), case(np.ndarray.copy, M, "F", name="x.copy(F)"),
+    case(np.ndarray.view, M),
     case(np.ndarray.astype, M, np.float64), case(np.ndarray.astype, M, np.float32, name="astype-float32"),
     case(np.ndarray.astype, M, np.int64, name="astype-int"),
     case(np.float64, M), case(np.float64, Num(), name="float64-scalar"), case(np.float32, M),
@@ -101,7 +102,8 @@ def test_shape_rule(case, dtype):
     case.check(dtype)
 
 
-@pytest.mark.parametrize("fn", [np.asarray, np.asanyarray, np.ascontiguousarray, np.ndarray.T, np.ndarray.real])
+@pytest.mark.parametrize("fn", [np.asarray, np.asanyarray, np.ascontiguousarray, np.ndarray.T, np.ndarray.real,
+                                np.ndarray.view])
 def test_identity_results_are_fresh_views(fn):
     x = np.ones(3)
     out, _ = as_rrule(lookup(fn))(x)
