@@ -41,7 +41,8 @@ def _bw_elementwise(ct: Any, node: tuple, out: Any) -> Any:
     unit = ct.__class__ is float and ct == 1.0 and _unrecorded()
     if type(out) is _ndarray:
         out_shape = out.shape
-        cplx = out.dtype.kind == "c"
+        dt = out.dtype
+        cplx = dt is not _F64 and dt is not _F32 and dt.kind == "c"  # (the common dtypes by identity)
     else:
         out_shape = ()
         cplx = out.__class__ in _COMPLEX_SCALARS
@@ -104,6 +105,7 @@ def _bw_elementwise(ct: Any, node: tuple, out: Any) -> Any:
 
 
 _COMPLEX_SCALARS = frozenset({complex, np.complex64, np.complex128, np.clongdouble})
+_F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
 
 
 def _real_valued(a: Any) -> bool:
