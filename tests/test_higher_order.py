@@ -450,3 +450,20 @@ def test_hessian_vector_products_of_rules_whose_pullbacks_derive_arrays(f):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", bytegrad.PerformanceWarning)  # tangents formed from pullbacks
         np.testing.assert_allclose(bytegrad.hvp(f, (x,), (v,)), want, rtol=1e-6, atol=1e-7)
+
+
+def test_second_derivatives_through_np_vectorize_are_refused_not_zero():
+    """Its per-element pullbacks run in the forward pass, where a nested derivative cannot record
+    them: hvp and hessian gave zeros. First order and jvp stay right."""
+    vf = np.vectorize(lambda a: a ** 3)
+    x = np.array([1.0, 2.0, 3.0])
+
+    def f(x):
+        return np.sum(vf(x))
+
+    np.testing.assert_allclose(bytegrad.grad(f)(x), 3 * x ** 2, rtol=1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bytegrad.PerformanceWarning)
+        assert bytegrad.jvp(f, (x,), (np.ones(3),))[1] == pytest.approx(42.0)
+        with pytest.raises(bytegrad.DifferentiationError, match="second derivatives through np.vectorize"):
+            bytegrad.hvp(f, (x,), (np.ones(3),))

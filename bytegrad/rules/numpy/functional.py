@@ -61,6 +61,14 @@ def vectorize_call_rrule(vf: np.vectorize, *args: Any, **kwargs: Any) -> tuple[A
     out = np.array(values, dtype=_output_type(vf, element, arrays)).reshape(shape)
 
     def vectorize_call_pullback(out_bar: Any) -> tuple[Any, ...]:
+        from bytegrad.runtime.tape import current_tape  # (rules do not import the runtime at load)
+
+        if current_tape() is not None:
+            # a nested derivative records this pullback, but the per-element pullbacks ran in the
+            # forward pass, unrecorded: their dependence on the arguments would be lost (zeros)
+            raise NotImplementedRuleError(
+                f"second derivatives through np.vectorize({qualname(vf.pyfunc)}) are not supported.", None,
+                "write the elementwise function with NumPy operations (np.where for branches), or loop in Python.")
         cotangents: list[Any] = [NO_TANGENT] * (len(args) + 1)
         if out_bar is ZERO or out.dtype.kind not in "fc":
             return tuple(cotangents)
