@@ -1206,6 +1206,11 @@ def refused_before_now(x):
     return np.sum(v * y) + len(label)
 
 
+def covariance_and_correlation(X):
+    """np.cov and np.corrcoef run through NumPy's own code (X_T.conj(), np.average, in-place centring)."""
+    return np.sum(np.cov(X) ** 2) + np.sum(np.corrcoef(X) * np.arange(9.0).reshape(3, 3))
+
+
 def _four(a, b, c, d):
     return a * b + c * d
 
@@ -1639,6 +1644,7 @@ CASES: list[Case] = [
     Case(user_operators_with_arrays, lambda rng: (rng.normal(size=3), rng.normal(size=3)), wrt=(0, 1)),
     Case(star_unpacking, lambda rng: (rng.normal(size=4),)),
     Case(refused_before_now, lambda rng: (rng.normal(size=3),)),
+    Case(covariance_and_correlation, lambda rng: (rng.normal(size=(3, 5)),)),
     Case(list_operands, lambda rng: (rng.normal(size=4),)),
     Case(implicit_dunders, lambda rng: (rng.normal(size=3),)),
     Case(module_level_state, lambda rng: (rng.normal(size=3),)),

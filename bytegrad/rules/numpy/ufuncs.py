@@ -215,6 +215,29 @@ def conjugate_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..
     return out, conjugate_pullback
 
 
+@rrule(np.ndarray.conj)
+@rrule(np.ndarray.conjugate)
+def conj_method_rrule(x: Any) -> tuple[Any, Callable[..., tuple[Any, ...]]]:
+    """`x.conj()`: a real array's is the array itself (a fresh view of it here, so that it is a
+    new value on the tape and writes through it still reach x, as in NumPy)."""
+    out = x.conj()
+    if out is x:
+        out = x.view()
+
+    def conj_method_pullback(out_bar: Any) -> tuple[Any, ...]:
+        return (np.conjugate(out_bar),)
+
+    return out, conj_method_pullback
+
+
+@frule(np.ndarray.conj)
+@frule(np.ndarray.conjugate)
+def conj_method_frule(args_dot: tuple[Any, ...], x: Any) -> tuple[Any, Any]:
+    out, _ = conj_method_rrule(x)
+    x_dot = args_dot[0]
+    return out, (ZERO if x_dot is None or x_dot is NO_TANGENT or x_dot is ZERO else np.conjugate(x_dot))
+
+
 @frule(np.conjugate)
 def conjugate_frule(args_dot: tuple[Any, ...], x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
     x_dot = args_dot[0]

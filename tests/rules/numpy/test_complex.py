@@ -75,6 +75,7 @@ PRODUCTS = [
 ]
 ATTRIBUTES = [
     ccase(np.ndarray.real, C(2, 3)), ccase(np.ndarray.imag, C(2, 3)),
+    ccase(np.ndarray.conj, C(2, 3)), ccase(np.ndarray.conjugate, C(3)), ccase(np.ndarray.conj, R(3), name="conj-real"),
     ccase(np.generic.real, CS(), name="scalar-real"), ccase(np.generic.imag, CS(), name="scalar-imag"),
     ccase(np.generic.real, RS(), name="real-scalar-real"), ccase(np.generic.imag, RS(), name="real-scalar-imag"),
 ]
