@@ -500,6 +500,7 @@ def vjp(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, Callabl
 
 
 registry.set_ad_backend(vjp)  # rrule_via_ad: rules call back into bytegrad through this slot
+registry.set_tape_probe(lambda: getattr(_tls, "tape", None) is not None)  # registry.recording
 
 
 # ---- forward mode, Jacobians and Hessians ---------------------------------------------------------

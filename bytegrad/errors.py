@@ -132,7 +132,9 @@ class NotImplementedRuleError(DifferentiationError):
 
 
 class MutationError(DifferentiationError):
-    """An in-place write that would change the caller's data or a value saved for the reverse pass."""
+    """An in-place write into the caller's data, or a read of a value whose memory was overwritten
+    since it was computed and cannot be re-derived. (Overwriting a value an operation saved for the
+    reverse pass is not an error: the operation is given a copy first.)"""
 
 
 class NonScalarOutputError(DifferentiationError):

@@ -1325,7 +1325,8 @@ def module_level_state(x):
     module_level_state.cache = np.sin(x)
     grid = np.zeros((3, 2))
     grid.T.flat[:3] = x * 5.0
-    return np.sum(_Registry.latest * _SCRATCH) + np.sum(module_level_state.cache) + np.sum(grid * np.arange(6.0).reshape(3, 2))
+    total = np.sum(_Registry.latest * _SCRATCH) + np.sum(module_level_state.cache)
+    return total + np.sum(grid * np.arange(6.0).reshape(3, 2))
 
 
 class Signal:

@@ -19,6 +19,7 @@ __all__ = [
     "Zero", "NoTangent", "ZERO", "NO_TANGENT", "RuleKind", "Rule", "register", "lookup", "version",
     "scalar_rule", "rrule", "frule", "non_differentiable", "transparent", "not_implemented",
     "differentiate_through", "opt_out", "opted_out", "all_rules", "load_plugins", "rrule_via_ad", "set_ad_backend",
+    "set_tape_probe", "recording",
 ]
 
 
@@ -262,6 +263,21 @@ def set_ad_backend(vjp: Callable[..., tuple[Any, Callable[[Any], tuple[Any, ...]
     """
     global _ad_backend
     _ad_backend = vjp
+
+
+_tape_probe: Callable[[], bool] = lambda: False  # noqa: E731  (installed by bytegrad.api)
+
+
+def set_tape_probe(probe: Callable[[], bool]) -> None:
+    """Install what `recording` asks: whether a tape records this thread's operations now."""
+    global _tape_probe
+    _tape_probe = probe
+
+
+def recording() -> bool:
+    """Whether a tape records what runs now: inside a pullback, that a nested derivative is
+    differentiating it (a rule whose pullback cannot be differentiated can refuse clearly)."""
+    return _tape_probe()
 
 
 def rrule_via_ad(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:

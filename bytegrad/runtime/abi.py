@@ -799,8 +799,8 @@ def _inplace_array(tape: Tape, site: Site, iop: Any, op: Any, a: np.ndarray, b: 
     tape.check_protected(a, site)  # refuse writing into the caller's data before computing anything
     # The new value is computed out of place, from copies of the old value (and of an operand that
     # shares its memory: `y *= y`, `a += a.T`), then written back into `a` as a recorded assignment,
-    # which refuses to overwrite what an earlier operation saved.
-    # (recorded copies, `_snapshot`: a nested derivative differentiates the rule's use of them too)
+    # which first gives any operation that saved the old value a copy of it (tape.check_write).
+    # (Recorded copies, `_snapshot`: a nested derivative differentiates the rule's use of them too.)
     old = _snapshot(tape, site, a)
     ids = tape.ids
     if ia is not None:

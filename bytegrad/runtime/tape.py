@@ -130,7 +130,9 @@ class Tape:
         if node is not None:
             self.nodes[node_idx] = node[:3] + tuple(_replaced(item, arr, copy, 3) for item in node[3:])
         index = self._index
-        for entries in index.values():  # the node's entries now name the copy, which nothing writes
+        owner = arr.base if arr.base is not None else arr
+        entries = index.get(id(owner))
+        if entries:  # the node's entries now name the copy, which nothing else holds or writes
             entries[:] = [e for e in entries if not (e[0] is arr and e[1] == node_idx)]
         index.setdefault(id(copy), []).append((copy, node_idx, True))
 

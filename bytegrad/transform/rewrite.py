@@ -105,7 +105,8 @@ def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]
 
         if kind is OpKind.BINARY:
             # an in-place operator is hooked even on inactive operands: `w *= 0.5` may overwrite an
-            # array the tape saved (`x * w` earlier), which the hook refuses (tape.check_write)
+            # array the tape saved (`x * w` earlier), which must first be copied for the operation
+            # that saved it (tape.check_write)
             if st[-1][0] or st[-2][0] or opcodes.binary_op(ins) >= INPLACE_OP_FIRST:
                 op = opcodes.binary_op(ins)
                 out += opcodes.call_hook(2, abi.BINARY_HOOKS[op], TAPE_LOCAL, _site(loc, ins, abi.BINARY_NAMES[op]), iloc)
@@ -128,7 +129,7 @@ def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]
                 out.append(ins)
             continue
         if kind is OpKind.STORE_SUBSCR:
-            # inactive stores too: they may overwrite an array the tape saved (as above)
+            # inactive stores too: they may overwrite an array the tape saved (as with `+=` above)
             out += opcodes.call_hook(3, abi.setitem, TAPE_LOCAL, _site(loc, ins, "[]="), iloc)
             out.append(Instr("POP_TOP", location=iloc))
             hooked += 1

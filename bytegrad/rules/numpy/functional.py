@@ -12,7 +12,7 @@ import numpy as np
 from bytegrad.errors import NotImplementedRuleError, qualname
 from bytegrad.rules._project import is_float, project
 from bytegrad.rules._shape import unbroadcast
-from bytegrad.rules.registry import NO_TANGENT, ZERO, rrule, rrule_via_ad
+from bytegrad.rules.registry import NO_TANGENT, ZERO, recording, rrule, rrule_via_ad
 
 
 def _vectorized_positions(vf: np.vectorize, args: tuple[Any, ...]) -> list[int]:
@@ -61,9 +61,7 @@ def vectorize_call_rrule(vf: np.vectorize, *args: Any, **kwargs: Any) -> tuple[A
     out = np.array(values, dtype=_output_type(vf, element, arrays)).reshape(shape)
 
     def vectorize_call_pullback(out_bar: Any) -> tuple[Any, ...]:
-        from bytegrad.runtime.tape import current_tape  # (rules do not import the runtime at load)
-
-        if current_tape() is not None:
+        if recording():
             # a nested derivative records this pullback, but the per-element pullbacks ran in the
             # forward pass, unrecorded: their dependence on the arguments would be lost (zeros)
             raise NotImplementedRuleError(

@@ -84,7 +84,8 @@ ATTRIBUTES = [
 MIXED = [
     ccase(np.add, R(2, 3), C(3)), ccase(np.add, C(2, 3), R(2, 3), name="add-complex-first"),
     ccase(np.subtract, R(2, 3), C(2, 3)), ccase(np.multiply, R(2, 3), C(2, 3)),
-    ccase(np.multiply, C(3), R(2, 3), name="multiply-broadcast"), ccase(operator.mul, RS(), C(3), name="mul-real-scalar"),
+    ccase(np.multiply, C(3), R(2, 3), name="multiply-broadcast"),
+    ccase(operator.mul, RS(), C(3), name="mul-real-scalar"),
     ccase(np.divide, R(2, 3), C(2, 3)), ccase(np.divide, C(2, 3), R(2, 3), name="divide-by-real"),
     ccase(np.matmul, R(2, 3), C(3, 2)), ccase(np.dot, C(2, 3), R(3, 2)),
     ccase(np.einsum, "ij,jk->ik", R(2, 3), C(3, 2), name="einsum"), ccase(np.sum, R(2, 3)),
