@@ -86,11 +86,10 @@ def _library_file(filename: str) -> bool:
     global _LIBRARY_DIRS
     if _LIBRARY_DIRS is None:
         import os
+        import sys
         import sysconfig  # only when an error is being reported
 
         dirs = [os.path.dirname(os.path.abspath(__file__)), sysconfig.get_paths()["stdlib"]]
-        import sys
-
         numpy = sys.modules.get("numpy")
         if numpy is not None and getattr(numpy, "__file__", None):
             dirs.append(os.path.dirname(os.path.abspath(numpy.__file__)))
