@@ -9,11 +9,12 @@
 #   make bench-full  all cases, time to first gradient, plots (bench/results/; long)
 #   make bench-hotpath  fused kernels, precompile, TTFG, memory, import (bench/results/hotpath.md)
 #   make bench-instructions  instructions per gradient under valgrind (bench/results/instructions.md)
+#   make bench-compiled  every tier (general path, compiled programs, auto) beside the peers (bench/results/compiled.md)
 #   make docs        regenerate docs/rules.md from the rule registry (.venv-3.11)
 #   make clean       caches, egg-info, bench scratch;  make distclean: also the venvs
 #
 # Variables: PYENV_VERSIONS (where to look for CPythons), PYTHON_VERSIONS, PYTEST_ARGS,
-# BENCH_ARGS (bench.core), TTFG_ARGS (bench.ttfg), HOTPATH_ARGS, INSTRUCTIONS_ARGS,
+# BENCH_ARGS (bench.core), TTFG_ARGS (bench.ttfg), HOTPATH_ARGS, INSTRUCTIONS_ARGS, COMPILED_ARGS,
 # PIP_QUIET (set it empty to see pip's output).
 
 SHELL := /bin/bash
@@ -58,10 +59,10 @@ $(1)/bin/python -m pip install $(PIP_QUIET) -e '.[$(3)]'; \
 touch $@
 endef
 
-.PHONY: help demo test test-long check-pythons bench bench-full bench-hotpath bench-instructions docs clean distclean
+.PHONY: help demo test test-long check-pythons bench bench-full bench-hotpath bench-instructions bench-compiled docs clean distclean
 
 help:
-	@sed -n '1,18s/^# \{0,1\}//p' Makefile
+	@sed -n '1,19s/^# \{0,1\}//p' Makefile
 
 # ---------------------------------------------------------------------------------------- demo
 .venv/.stamp-demo: pyproject.toml
@@ -128,6 +129,10 @@ bench-hotpath: .venv-bench/.stamp-bench
 # Work per gradient without a clock: instruction counts under valgrind (needs valgrind on PATH).
 bench-instructions: .venv-bench/.stamp-bench
 	$(BENCH_PY) -m bench.instructions $(INSTRUCTIONS_ARGS)
+
+# The compiled-programs report (bytegrad/compiled.py): each tier as its own system, one run.
+bench-compiled: .venv-bench/.stamp-bench
+	$(BENCH_PY) -m bench.compiled $(COMPILED_ARGS)
 
 # ---------------------------------------------------------------------------------------- docs
 DOCS_PYTHON ?= 3.11

@@ -43,7 +43,7 @@ from bench.ttfg import child_env  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT_CASES = ["sum4", "dense2", "dense20", "dense200", "mlp", "elem10", "sin100", "loop50"]
-SYSTEMS = ["numpy (hand-written)", "bytegrad (no numba)", "autograd"]
+SYSTEMS = ["numpy (hand-written)", "bytegrad (general)", "bytegrad (numpy program)", "autograd"]
 REFERENCE = SYSTEMS[0]
 WARMUP = 20
 #: each counted run does about this many seconds of the system's own calls (natively)
@@ -97,7 +97,7 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
     name = config["system"]
     if name == "bytegrad (no numba)":  # in this process: the environment already disables Numba
         prepare = systems.prepare_bytegrad
-    else:
+    else:  # "bytegrad (general)": the general path, per operation (no fusion: Numba is disabled)
         prepare = next(s for s in systems.SYSTEMS if s.name == name).prepare
     fn = prepare(case, params, data, "reverse")
     for _ in range(config["warmup"]):
@@ -167,8 +167,10 @@ def markdown(rows: list[dict[str, Any]], systems: list[str], meta: dict[str, Any
         f"{meta['valgrind']}, Python {meta['python']}, NumPy {meta['numpy']}. Each count: the instructions of "
         f"a process that makes N calls after {WARMUP} warm-up calls, minus those of the same process without "
         "the N calls, over N (PYTHONHASHSEED=0, one BLAS thread, no disk cache). bytegrad runs with "
-        "BYTEGRAD_DISABLE_NUMBA=1: its per-operation tier. Instructions are work, not time: see core.md and "
-        "hotpath.md for time ratios, and this module's docstring for what the count leaves out.",
+        "BYTEGRAD_DISABLE_NUMBA=1: `bytegrad (general)` is its per-operation tier (the general path, "
+        "`tier=\"general\"`), `bytegrad (numpy program)` the compiled program's NumPy back end "
+        "(`tier=\"numpy\"`). Instructions are work, not time: see core.md, compiled.md and hotpath.md for "
+        "time ratios, and this module's docstring for what the count leaves out.",
         "",
         "| case | " + " | ".join(systems) + " | bytegrad minus NumPy |",
         "|---|" + "---|" * (len(systems) + 1),
@@ -180,7 +182,7 @@ def markdown(rows: list[dict[str, Any]], systems: list[str], meta: dict[str, Any
             v = by.get((case, s))
             ratio = f" ({v / ref:.2f}x)" if v is not None and ref and s != REFERENCE else ""
             cells.append(_fmt(v) + ratio)
-        bg = by.get((case, "bytegrad (no numba)"))
+        bg = by.get((case, "bytegrad (general)"))
         extra = _fmt(bg - ref) if bg is not None and ref is not None else "n/a"
         lines.append(f"| {_case(case).name} | " + " | ".join(cells) + f" | {extra} |")
     return "\n".join(lines) + "\n"

@@ -77,6 +77,18 @@ def prepare_bytegrad(case: Case, params: Any, data: tuple[Any, ...], direction: 
     return lambda: fn(params, *data)
 
 
+def _prepare_tier(tier: str) -> Callable[[Case, Any, tuple[Any, ...], str], Prepared]:
+    """bytegrad with its tier pinned (bytegrad/compiled.py): "general" (a hook per operation and a
+    tape, every call) or "numpy" (a compiled program, NumPy back end)."""
+    def prepare(case: Case, params: Any, data: tuple[Any, ...], direction: str) -> Prepared:
+        import bytegrad
+
+        f = bytegrad.differentiate(case.loss, tier=tier)
+        fn = f.grad if direction == "reverse" else f
+        return lambda: fn(params, *data)
+    return prepare
+
+
 def prepare_numba_fused(case: Case, params: Any, data: tuple[Any, ...], direction: str) -> Prepared:
     if case.numba_grad is None or direction != "reverse":
         raise Unavailable("no hand-fused Numba reference for this case")
@@ -181,6 +193,8 @@ SYSTEMS: tuple[System, ...] = (
     System("numpy (hand-written)", prepare_numpy),
     System("bytegrad", prepare_bytegrad, "bytegrad"),
     System("bytegrad (no numba)", prepare_bytegrad_no_numba, "bytegrad"),
+    System("bytegrad (general)", _prepare_tier("general"), "bytegrad"),
+    System("bytegrad (numpy program)", _prepare_tier("numpy"), "bytegrad"),
     System("numba (hand-fused)", prepare_numba_fused, "numba"),
     System("autograd", prepare_autograd, "autograd"),
     System("jax-jit", prepare_jax_jit, "jax"),

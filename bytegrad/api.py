@@ -14,13 +14,14 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
-from bytegrad import transform
+from bytegrad import compiled, transform
 from bytegrad.errors import NonScalarOutputError, SourceLoc, UnsupportedOpcodeError, WrtError
 from bytegrad.rules import registry
 from bytegrad.runtime import abi, nested as _nested_sweep, pytree, writes
 from bytegrad.runtime.backward import _bw_identity
 from bytegrad.runtime.forward import push_forward
-from bytegrad.runtime.tape import Tape, _tls, call_site, sweep
+from bytegrad.runtime.program import MISS, Ineligible, Program, build as build_program
+from bytegrad.runtime.tape import CaptureTape, Tape, _tls, call_site, sweep
 from bytegrad.transform import cache
 
 __all__ = ["differentiate", "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp", "Differentiated"]
@@ -30,6 +31,23 @@ Wrt = Union[int, str, Sequence[Union[int, str]]]
 abi.set_rewriter(transform.rewritten_function)
 _ndarray = np.ndarray
 _float64 = np.float64
+
+
+def _constant_arg(value: Any) -> bool:
+    """An argument whose value a compiled program guards (an int, string, flag or None)."""
+    return type(value) in compiled.CONSTANT_TYPES
+
+
+def _complete(spec: Any) -> bool:
+    """Whether every leaf of a differentiated argument's spec is differentiable."""
+    if spec is None:
+        return False
+    if type(spec) is pytree.Leaf:
+        return True
+    if spec[0] == "dataclass":
+        return all(_complete(s) for s in spec[2].values())
+    subs = spec[1]
+    return all(_complete(s) for s in (subs.values() if isinstance(subs, dict) else subs))
 _perf = time.perf_counter
 
 #: code flags of functions whose call returns a generator or coroutine instead of running the body
@@ -39,8 +57,9 @@ _SUSPENDING = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GEN
 class Differentiated:
     """A function with derivatives: call it as usual, or ask for `.grad`, `.value_and_grad`, `.pullback`."""
 
-    def __init__(self, fn: Callable[..., Any], wrt: Wrt = 0) -> None:
+    def __init__(self, fn: Callable[..., Any], wrt: Wrt = 0, tier: Optional[str] = None) -> None:
         if isinstance(fn, Differentiated):
+            tier = fn._tier if tier is None else tier
             fn = fn.fn
         if not isinstance(fn, types.FunctionType):
             call = getattr(type(fn), "__call__", None)
@@ -53,6 +72,9 @@ class Differentiated:
         self._target, self._bound_self = self._python_target(fn)
         self._offset = 1 if self._bound_self is not None else 0
         self._wrt_spec = wrt
+        self._tier = tier
+        # compiled programs of this function (bytegrad/compiled.py): plain functions only
+        self._tiers = compiled.tiers_for(self._target, wrt, tier) if self._bound_self is None else None
         self._use_code(self._target.__code__)
         self._hits = 0
         self._first_s: Optional[float] = None   # wall time of the first gradient (for stats())
@@ -62,11 +84,15 @@ class Differentiated:
         """Take `code` as the function's body: everything derived from the previous body goes
         (a body replaced in place, `f.__code__ = ...` as IPython's autoreload does, is honoured)."""
         self._code = code
+        # the rewritten functions copy the defaults: replacing them (`f.__defaults__ = ...`) starts again
+        self._defaults = self._target.__defaults__
+        self._kwdefaults = self._target.__kwdefaults__
         self._params = transform.param_names(code)
         self._positional = code.co_varnames[: code.co_argcount]
         self._wrt, self._wrt_tuple = self._resolve_wrt(self._wrt_spec)
         self._fns: dict[Any, types.FunctionType] = {}
         self._plans: dict[Any, Any] = {}
+        self._eligible: dict[Any, tuple[list[str], list[tuple]]] = {}
 
     def _suspending_error(self) -> UnsupportedOpcodeError:
         flags = self._code.co_flags
@@ -118,7 +144,7 @@ class Differentiated:
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         if obj is None:
             return self
-        return Differentiated(types.MethodType(self.fn, obj), self._wrt_spec)
+        return Differentiated(types.MethodType(self.fn, obj), self._wrt_spec, self._tier)
 
     def __repr__(self) -> str:
         return f"<bytegrad.differentiate {getattr(self.fn, '__qualname__', self.fn)!r} wrt={self._wrt_spec!r}>"
@@ -194,11 +220,13 @@ class Differentiated:
         return tuple(new_args), kwargs
 
     def _forward(self, args: tuple, kwargs: dict, positions: Sequence[int], strict: bool,
-                 lean: bool = False) -> tuple[Any, Tape, list, Optional["_Nested"]]:
+                 lean: bool = False, capture: bool = False) -> tuple[Any, Tape, list, Optional["_Nested"]]:
         """Run the function with a tape: (output, tape, leaf specs, the nested record or None).
 
-        `lean`: the caller sweeps the tape once and drops it (see `Tape.lean`)."""
-        if self._target.__code__ is not self._code:
+        `lean`: the caller sweeps the tape once and drops it (see `Tape.lean`); `capture`: record
+        on a `CaptureTape` (see `_capture`)."""
+        if self._target.__code__ is not self._code or self._target.__defaults__ is not self._defaults \
+                or self._target.__kwdefaults__ is not self._kwdefaults:
             old_wrt = self._wrt
             self._use_code(self._target.__code__)
             if positions is old_wrt:  # `wrt` named a parameter of the old body: resolved anew
@@ -212,7 +240,7 @@ class Differentiated:
         outer = getattr(_tls, "tape", None)
         if outer is not None:
             return self._forward_nested(outer, args, kwargs, norm, strict)
-        tape = Tape()
+        tape = CaptureTape() if capture else Tape()
         tape.lean = lean
         args = list(args)
         specs = []
@@ -300,14 +328,75 @@ class Differentiated:
     def _grad(self, args: tuple, kwargs: dict) -> tuple[Any, Any]:
         if self._first_s is None:
             t0 = time.perf_counter()
-            result = self._grad_now(args, kwargs)
+            result = self._grad_tiered(args, kwargs)
             self._first_s = time.perf_counter() - t0
             return result
+        return self._grad_tiered(args, kwargs)
+
+    def _grad_tiered(self, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+        """A compiled program's result when one applies (bytegrad/compiled.py), else the general path's."""
+        tiers = self._tiers
+        if tiers is not None and not kwargs and getattr(_tls, "tape", None) is None:
+            result = tiers.call(self._target, args, self._capture)
+            if result is not MISS:
+                return result
         return self._grad_now(args, kwargs)
 
-    def _grad_now(self, args: tuple, kwargs: dict) -> tuple[Any, Any]:
-        t0 = _perf()
-        out, tape, specs, nested = self._forward(args, kwargs, self._wrt, True, True)  # strict, lean
+    def _capture(self, args: tuple) -> tuple[tuple[Any, Any], Union[Program, str]]:
+        """One gradient by a capture run: (its (value, gradient), the program made from it, or why
+        none could be). A function the capture cannot take runs on the general path instead."""
+        norm_wrt, _ = self._plan(len(args), self._wrt)
+        positions = compiled.capture_positions(args)
+        if any(p not in positions for p in norm_wrt):
+            return self._grad_now(args, {}), "a differentiated argument is an int, a string or None"
+        reasons, guards = self.eligibility(args)
+        if reasons:
+            more = f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else ""
+            return self._grad_now(args, {}), reasons[0] + more
+        try:
+            out, tape, specs, _ = self._forward(args, {}, positions, strict=False, capture=True)
+        except Exception as exc:  # noqa: BLE001 - tracking every argument can refuse what the general path takes
+            return self._grad_now(args, {}), f"the capture run raised {type(exc).__name__}: {exc}"
+        self._check_scalar(out)
+        spec_at = dict(zip(positions, specs))
+        wrt_specs = [spec_at[p] for p in norm_wrt]
+        if not all(_complete(s) for s in wrt_specs):  # the general path's strict check refuses these
+            return self._grad_now(args, {}), "a differentiated argument holds values with no derivative"
+        idx = tape.ids.get(id(out))
+        cts = sweep(tape, {idx: 1.0}) if idx is not None else [None] * len(tape.nodes)
+        grads = tuple(pytree.gradient(s, cts) for s in wrt_specs)
+        if len(grads) > 1:
+            grads = pytree.unalias(grads)
+        result = (out, grads if self._wrt_tuple else grads[0])
+        if tape.refusals:
+            why, site = tape.refusals[0]
+            return result, str(Ineligible(why, site))
+        try:
+            prog = build_program(tape, args, [spec_at.get(p) for p in range(len(args))], norm_wrt, out,
+                                 self._wrt_tuple, guards, self._code)
+        except Ineligible as exc:
+            return result, str(exc)
+        del tape, cts
+        disagreement = self._tiers.agree(prog, args, result) if self._tiers is not None else None
+        return result, disagreement or prog
+
+    def eligibility(self, args: tuple) -> tuple[list[str], list[tuple]]:
+        """(reasons this function cannot be a compiled program for arguments like `args`, guards on
+        the globals it reads): see transform/eligibility.py."""
+        from bytegrad.rules import registry as _registry
+        from bytegrad.transform import eligibility
+
+        positions = compiled.capture_positions(args)
+        _, active = self._plan(len(args), positions)
+        names = self._params[self._offset:]
+        immutable = frozenset(n for n, a in zip(names, args) if _constant_arg(a))
+        key = (active, immutable, _registry.version())
+        found = self._eligible.get(key)
+        if found is None:
+            found = self._eligible[key] = eligibility.check(self._code, active, self._target.__globals__, immutable)
+        return found
+
+    def _check_scalar(self, out: Any) -> None:
         t = type(out)
         if not (t is _float64 or t is float or t is int or (t is _ndarray and out.ndim == 0)
                 or isinstance(out, np.generic)):
@@ -318,13 +407,18 @@ class Differentiated:
                 self._return_loc(),
                 "reduce the output (for example `.sum()` or `np.mean(...)`), or use .pullback / "
                 "bytegrad.vjp for vector-valued functions.")
+
+    def _grad_now(self, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+        t0 = _perf()
+        out, tape, specs, nested = self._forward(args, kwargs, self._wrt, True, True)  # strict, lean
+        self._check_scalar(out)
         idx = tape.ids.get(id(out))
         if nested is None:
             cts = sweep(tape, {idx: 1.0}) if idx is not None else [None] * len(tape.nodes)
             grads = tuple([pytree.project(cts[s.idx], s.primal) if type(s) is pytree.Leaf else pytree.gradient(s, cts)
                            for s in specs])
             if len(grads) > 1:
-                grads = _unalias(grads)
+                grads = pytree.unalias(grads)
             if tape.trials:  # fused sites comparing their tiers: the whole gradient's time
                 from bytegrad.runtime import fused  # loaded: its sites put the trials there
                 fused.report(tape.trials, _perf() - t0)
@@ -352,6 +446,8 @@ class Differentiated:
         result: dict[str, Any] = {"hits": self._hits + s["hits"], "misses": s["misses"], "entries": s["entries"]}
         from bytegrad import introspect
         result.update(introspect.function_stats(self))
+        if self._tiers is not None:
+            result["compiled"] = self._tiers.describe()
         return result
 
     def grad(self, *args: Any, **kwargs: Any) -> Any:
@@ -377,7 +473,7 @@ class Differentiated:
             if nested is not None:
                 return nested.gradients(specs, nested.sweep(seeds), force_tuple=True)
             cts = sweep(tape, seeds)
-            return _unalias(tuple(pytree.gradient(s, cts) for s in specs))
+            return pytree.unalias(tuple(pytree.gradient(s, cts) for s in specs))
 
         return out, back
 
@@ -421,7 +517,7 @@ class _Nested:
     def gradients(self, specs: list, cts: list[Any], force_tuple: bool = False) -> tuple[Any, ...]:
         grads = tuple(self.gradient(s, cts) for s in specs)
         if len(grads) > 1 or force_tuple:
-            grads = _unalias(grads, lambda g: self.call(np.copy, (g,)))
+            grads = pytree.unalias(grads, lambda g: self.call(np.copy, (g,)))
         return grads
 
     def gradient(self, spec: Any, cts: list[Any]) -> Any:
@@ -451,24 +547,13 @@ class _Nested:
         return fn(*args, **kwargs)
 
 
-def _unalias(grads: tuple[Any, ...], copy: Optional[Callable[[Any], Any]] = None) -> tuple[Any, ...]:
-    """Gradients handed to the user never share memory with each other."""
-    ids = [id(g) for g in grads if type(g) is _ndarray]
-    if len(set(ids)) == len(ids):
-        return grads
-    seen: set[int] = set()
-    out = []
-    for g in grads:
-        if type(g) is _ndarray:
-            if id(g) in seen:
-                g = g.copy() if copy is None else copy(g)
-            seen.add(id(g))
-        out.append(g)
-    return tuple(out)
-
-
-def differentiate(fn: Optional[Callable[..., Any]] = None, *, wrt: Wrt = 0) -> Any:
+def differentiate(fn: Optional[Callable[..., Any]] = None, *, wrt: Wrt = 0, tier: Optional[str] = None) -> Any:
     """Decorator: `fn` keeps working as before and gains `.grad`, `.value_and_grad` and `.pullback`.
+
+    `tier` pins how gradients run: "general" (the rewritten code and a tape, always), "numpy" (a
+    compiled program from the first call that can be compiled) or "auto" (a compiled program once
+    the function has run a few gradients); default: the BYTEGRAD_TIER environment variable, else
+    "auto". See bytegrad/compiled.py.
 
     >>> import numpy as np
     >>> @differentiate
@@ -479,8 +564,8 @@ def differentiate(fn: Optional[Callable[..., Any]] = None, *, wrt: Wrt = 0) -> A
     True
     """
     if fn is None:
-        return lambda f: Differentiated(f, wrt)
-    return Differentiated(fn, wrt)
+        return lambda f: Differentiated(f, wrt, tier)
+    return Differentiated(fn, wrt, tier)
 
 
 def grad(fn: Callable[..., Any], wrt: Wrt = 0) -> Callable[..., Any]:

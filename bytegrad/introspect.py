@@ -90,9 +90,30 @@ def explain(fn: Any, *args: Any, wrt: Any = 0, file: Optional[TextIO] = None, **
               f"{target.__code__.co_firstlineno}), differentiating {', '.join(sorted(active))}\n")
     for co in _codes(rewritten.__code__):
         _explain_code(co, out)
+    _explain_tier(d, args, out)
     text = out.getvalue()
     print(text, end="", file=file if file is not None else sys.stdout)
     return text
+
+
+def _explain_tier(d: Any, args: tuple, out: io.StringIO) -> None:
+    """Whether gradients of these arguments can run as a compiled program, and the programs made."""
+    tiers = d._tiers
+    if tiers is None:
+        out.write("\ncompiled program: none (tier: general)\n")
+        return
+    reasons, _ = d.eligibility(args)
+    if reasons:
+        out.write(f"\ncompiled program: not eligible (tier: {tiers.tier}); the general path runs, because it\n")
+        for why in reasons:
+            out.write(f"  - {why}\n")
+    else:
+        out.write(f"\ncompiled program: eligible (tier: {tiers.tier}); the capture run may still find a reason not "
+                  "to compile (see stats()['compiled'])\n")
+    for k, p in enumerate(tiers.programs):
+        out.write(f"  program {k}: {p.backend} back end, {p.records} operations; guards: {'; '.join(p.guards)}\n")
+    for sig, why in tiers.describe()["not_compiled"].items():
+        out.write(f"  not compiled for ({sig}): {why}\n")
 
 
 def _explain_code(co: types.CodeType, out: io.StringIO) -> None:

@@ -22,3 +22,23 @@ import tempfile  # noqa: E402
 _TEST_CACHE_DIR = tempfile.mkdtemp(prefix="bytegrad-test-cache-")
 os.environ["BYTEGRAD_CACHE_DIR"] = _TEST_CACHE_DIR
 atexit.register(shutil.rmtree, _TEST_CACHE_DIR, True)
+
+
+# Tests of the general path's own machinery (rewrite and kernel caches, fused sites tiering up,
+# what a warm process imports) pin the general path: under BYTEGRAD_TIER=numpy a compiled program
+# would take their gradients after the first. Mark them `general_path` (also for subprocesses).
+import pytest  # noqa: E402
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "general_path: run with BYTEGRAD_TIER=general (tests of the general path's own machinery)")
+
+
+@pytest.fixture(autouse=True)
+def _pin_general_path(request, monkeypatch):
+    if request.node.get_closest_marker("general_path") is not None:
+        from bytegrad import compiled
+
+        monkeypatch.setattr(compiled, "_DEFAULT", "general")
+        monkeypatch.setenv("BYTEGRAD_TIER", "general")
+    yield

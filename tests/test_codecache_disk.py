@@ -17,6 +17,8 @@ import bytegrad
 from bytegrad.runtime import abi, diskcache
 from bytegrad.transform import cache
 
+pytestmark = pytest.mark.general_path  # the general path's own machinery (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -11,6 +11,8 @@ import pytest
 import bytegrad
 from bytegrad.runtime import fused, kernels
 
+pytestmark = pytest.mark.general_path  # the general path's own machinery (tests/conftest.py)
+
 REPO = Path(__file__).resolve().parent.parent
 needs_numba = pytest.mark.skipif(kernels.disabled(), reason="Numba disabled")
 

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -53,6 +55,7 @@ def test_first_gradient_loads_only_what_it_needs() -> None:
     assert listed == "True"
 
 
+@pytest.mark.general_path  # a forced compiled tier captures on the first call (which analyses bytecode)
 def test_a_warm_first_gradient_loads_no_rewriter_json_or_threading(tmp_path) -> None:
     """With the rewrite on disk, a new process's first gradient loads the stored code: it imports
     neither the rewriter (nor the `bytecode` package) nor json (entry headers are marshalled) nor

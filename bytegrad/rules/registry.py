@@ -212,6 +212,12 @@ def register(rule: Rule, *, override: bool = False) -> Rule:
         return merged
 
 
+def version() -> int:
+    """The registry's version: it grows with every rule registered or opted out, so anything derived
+    from the rules (rewritten code, compiled programs) can tell that it is out of date."""
+    return _version
+
+
 def lookup(fn: Any) -> Optional[Rule]:
     """The rule for `fn`, or None (also for functions opted out with `opt_out`, and unhashable ones)."""
     try:

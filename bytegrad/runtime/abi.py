@@ -119,6 +119,8 @@ def _record_elementwise(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple,
         parents = tuple(ids.get(id(a)) for a in args[:n])
     if kwargs and "out" in kwargs:
         return _with_out(tape, site, fn, args, kwargs)
+    if tape.__class__ is not Tape and (kwargs or len(args) > n):  # the record keeps args[:n] only
+        tape.refuse(f"passes options to {qualname(fn)} (a compiled program replays its positional arguments)", site)
     if tape.owners:
         parents = _untracked_views(tape, site, args, parents)
     if tape.stale:
@@ -210,6 +212,8 @@ def _push_output(tape: Tape, node: tuple, out: Any) -> Any:
                 tape.push((_bw_tuple_item, (idx,), node[2], k, n), item)
         return out
     if t is int or t is bool or out is None:
+        if tape.__class__ is not Tape and out is not None:
+            tape.refuse(f"computes a {t.__name__} from a differentiated value with {qualname(node[5])}", node[2])
         return out
     return tape.push(node, out)
 
@@ -241,6 +245,8 @@ def _with_out(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> Any
 
 
 def _call_python(tape: Tape, site: Site, f: Any, args: tuple, kwargs: Optional[dict]) -> Any:
+    if tape.__class__ is not Tape:
+        tape.refuse(f"calls the Python function {qualname(f)}, which compiled programs do not follow yet", site)
     if f.__module__ == "bytegrad.api" and f.__name__ != "__call__":
         return _call_api(site, f, args, kwargs)
     rewritten = _rewriter(f, args, kwargs, tape.ids) if _rewriter is not None else None
@@ -340,6 +346,9 @@ def _dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dic
         if kind is RRULE and rule.rrule is not None:
             return _record_rrule(tape, site, rule, call_fn, tuple(args), kwargs)
         if kind is NONDIFF or kind is TRANSPARENT:
+            if tape.__class__ is not Tape and rule.fn not in CAPTURE_SAFE and _any_tracked(tape.ids, tuple(args), kwargs):
+                tape.refuse(f"computes {qualname(rule.fn)} of a differentiated value: Python code may "
+                            "decide on its result", site)
             return fn(*args[1:] if owner is not None else args, **kwargs) if kwargs else \
                 fn(*(args[1:] if owner is not None else args))
         if kind is THROUGH:
@@ -387,6 +396,12 @@ def _dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dic
 
 
 _Dispatcher = type(np.concatenate)
+
+#: functions without a derivative that a capture run may meet on differentiated values: their
+#: results depend on shapes and container structure only, which a compiled program's guards fix
+CAPTURE_SAFE = frozenset({len, isinstance, type, np.shape, np.ndim, np.size, list.append, list.copy,
+                          list.__getitem__, tuple.__getitem__, dict.get, dict.items, dict.keys, dict.values,
+                          dict.__getitem__})
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
 
 
@@ -395,6 +410,8 @@ def _construct(tape: Tape, site: Site, cls: type, args: tuple, kwargs: Optional[
     tracked = _any_tracked(tape.ids, args, kwargs)
     if not tracked:
         return cls(*args, **kwargs) if kwargs else cls(*args)
+    if tape.__class__ is not Tape:
+        tape.refuse(f"builds a {qualname(cls)} from a differentiated value", site)
     if not cls.__flags__ & _HEAPTYPE:
         if issubclass(cls, BaseException):  # `raise ValueError(x)`: it only holds its arguments
             return cls(*args, **kwargs) if kwargs else cls(*args)
@@ -644,6 +661,8 @@ def _binary_tracked(tape: Tape, site: Site, op: Any, a: Any, b: Any, ia: Any, ib
         node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, (ia, ib), site, pullback, (a, b), op)
         return _push_output(tape, node, out)
     if kind is NONDIFF or kind is TRANSPARENT:
+        if tape.__class__ is not Tape:
+            tape.refuse(f"computes {qualname(op)} of a differentiated value (no derivative)", site)
         return op(a, b)
     return _dispatch(tape, site, op, (a, b), None)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -179,6 +179,22 @@ def gradient(spec: Any, cts: list[Any]) -> Any:
     if hasattr(t, "_fields"):
         return t(*values)
     return t(values) if t is not tuple else tuple(values)
+
+
+def unalias(grads: tuple[Any, ...], copy: Optional[Callable[[Any], Any]] = None) -> tuple[Any, ...]:
+    """Gradients handed to the user never share memory with each other."""
+    ids = [id(g) for g in grads if type(g) is _ndarray]
+    if len(set(ids)) == len(ids):
+        return grads
+    seen: set[int] = set()
+    out = []
+    for g in grads:
+        if type(g) is _ndarray:
+            if id(g) in seen:
+                g = g.copy() if copy is None else copy(g)
+            seen.add(id(g))
+        out.append(g)
+    return tuple(out)
 
 
 def leaves(spec: Any) -> list[Leaf]:

@@ -164,6 +164,22 @@ class Tape:
             "take a copy before overwriting (`v = x[i].copy()`), or avoid writing into the array.")
 
 
+class CaptureTape(Tape):
+    """The tape of a capture run (bytegrad/compiled.py): every float argument is tracked, and the
+    hooks report here what would make the recorded graph differ from the computation on other
+    values of the same signature (a Python callee, a value computed from data that Python code then
+    uses). The first such reason makes the capture fail; the gradient itself is unaffected."""
+
+    __slots__ = ("refusals",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refusals: list[tuple[str, Any]] = []
+
+    def refuse(self, why: str, site: Any) -> None:
+        self.refusals.append((why, site))
+
+
 def saved_arrays(node: tuple) -> list[np.ndarray]:
     """The arrays a node's backward pass will read (for mutation checks)."""
     saver = getattr(node[0], "saved", None)

@@ -292,6 +292,23 @@ def predicate_pops(instr: Instr) -> int:
     return 1 if instr.name in ("UNARY_NOT", "UNARY_INVERT", "TO_BOOL") else 2
 
 
+#: OTHER instructions that only build values from their operands or do nothing (a compiled program
+#: replays them as they are); every other OTHER instruction keeps a function on the general path
+_PLAIN_BUILDERS: Final = frozenset({
+    "NOP", "RESUME", "CACHE", "EXTENDED_ARG", "BUILD_TUPLE", "BUILD_LIST", "BUILD_MAP", "BUILD_CONST_KEY_MAP",
+    "BUILD_SLICE", "LIST_TO_TUPLE", "END_FOR", "POP_ITER",
+})
+#: CALL_INTRINSIC_1 operands that are plain value operations: unary `+` (5), list to tuple (6)
+_PLAIN_INTRINSICS: Final = frozenset({5, 6})
+
+
+def is_plain_builder(instr: Instr) -> bool:
+    """Whether an OTHER or CALL_INTRINSIC_1 instruction only builds a value from its operands."""
+    if instr.name == "CALL_INTRINSIC_1":
+        return int(instr.arg) in _PLAIN_INTRINSICS
+    return instr.name in _PLAIN_BUILDERS
+
+
 def container_add_parts(instr: Instr) -> tuple[int, int]:
     """(values popped, depth of the container below them) for LIST_APPEND & co."""
     popped = 2 if instr.name == "MAP_ADD" else 1

@@ -9,6 +9,8 @@ import bytegrad
 from bytegrad import transform
 from bytegrad.runtime import fused
 
+pytestmark = pytest.mark.general_path  # the general path's own machinery (tests/conftest.py)
+
 
 def _sites(code):
     found = []

@@ -1,0 +1,193 @@
+"""Tiers: when a gradient runs the general path, and when a compiled program.
+
+The general path (the rewritten function, a hook per operation, a tape) is the reference and the
+fallback for everything. Once a signature has run there often enough, one gradient call is a
+*capture*: the rewritten function runs with every float argument tracked (so the tape holds every
+operation on the arguments, differentiated or not), the bytecode is checked for what a replay
+cannot reproduce (transform/eligibility.py), and runtime/program.py turns the tape into one
+generated function with guards. The program is then run once on the capture's own arguments and
+must agree with the capture's gradient; from the next call on, calls whose guards hold run it.
+
+`BYTEGRAD_TIER` (read at import) or `differentiate(tier=...)` pins the tier:
+
+- `general`: never compile;
+- `numpy`: the NumPy back end, compiled on the first call that can be (no warm-up);
+- `auto` (the default): the NumPy back end after `AUTO_AFTER` general-path gradients of a
+  signature, so a function called once never pays for a capture.
+
+Only `grad` and `value_and_grad` calls with positional arguments, outside other derivatives, use
+programs; `pullback`, forward mode and higher order stay on the general path.
+"""
+from __future__ import annotations
+
+import os
+import time
+import types
+import weakref
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from bytegrad.runtime.program import MISS, Program
+
+__all__ = ["TIERS", "Tiers", "default_tier", "tiers_for"]
+
+TIERS = ("general", "numpy", "auto")
+#: general-path gradients of a signature before `auto` captures it
+AUTO_AFTER = 2
+#: programs per function (each for other shapes, dtypes or int values); then no more captures
+MAX_PROGRAMS = 8
+CONSTANT_TYPES = (int, bool, str, bytes, type(None))
+
+
+def _check_tier(tier: str, where: str) -> str:
+    if tier not in TIERS:
+        raise ValueError(f"{where} must be one of {', '.join(TIERS)}, got {tier!r}")
+    return tier
+
+
+def default_tier() -> str:
+    """The tier of functions that do not pin one: BYTEGRAD_TIER, else `auto`."""
+    return _DEFAULT
+
+
+_DEFAULT = _check_tier(os.environ.get("BYTEGRAD_TIER", "auto") or "auto", "BYTEGRAD_TIER")
+
+
+class _Signature:
+    """What the tiers know of one argument signature (the types of the positional arguments)."""
+
+    __slots__ = ("calls", "reason")
+
+    def __init__(self) -> None:
+        self.calls = 0                       # general-path gradients so far
+        self.reason: Optional[str] = None    # why it is not compiled, once known
+
+
+class Tiers:
+    """The compiled programs of one function and wrt, and the policy that makes them."""
+
+    def __init__(self, fn: types.FunctionType, tier: str) -> None:
+        self.tier = tier
+        self.code = fn.__code__
+        self.defaults = fn.__defaults__
+        self.kwdefaults = fn.__kwdefaults__
+        self.programs: list[Program] = []
+        self.signatures: dict[tuple, _Signature] = {}
+        self.compiled_calls = 0
+        self.general_calls = 0
+        self.capture_s = 0.0
+        self.disagreements = 0
+
+    def call(self, fn: types.FunctionType, args: tuple, capture: Callable[[tuple], Any]) -> Any:
+        """`(value, gradient)` from a program, from a capture (`capture(args)`), or MISS: the caller
+        runs the general path."""
+        if fn.__code__ is not self.code or fn.__defaults__ is not self.defaults \
+                or fn.__kwdefaults__ is not self.kwdefaults:
+            self.__init__(fn, self.tier)  # the body or defaults were replaced: start again
+        for prog in self.programs:
+            try:
+                result = prog.fn(args)
+            except Exception:  # noqa: BLE001 - the general path raises it again, with the user's line
+                self.general_calls += 1
+                return MISS
+            if result is not MISS:
+                self.compiled_calls += 1
+                return result
+        key = tuple(map(type, args))
+        sig = self.signatures.get(key)
+        if sig is None:
+            sig = self.signatures[key] = _Signature()
+        if sig.reason is None and len(self.programs) < MAX_PROGRAMS and \
+                (self.tier == "numpy" or sig.calls >= AUTO_AFTER):
+            return self._capture(sig, args, capture)
+        sig.calls += 1
+        self.general_calls += 1
+        return MISS
+
+    def _capture(self, sig: _Signature, args: tuple, capture: Callable[[tuple], Any]) -> Any:
+        t0 = time.perf_counter()
+        try:
+            result, program = capture(args)
+        finally:
+            self.capture_s += time.perf_counter() - t0
+        if isinstance(program, Program):
+            self.programs.append(program)
+            self.compiled_calls += 1
+        else:
+            sig.reason = program
+            sig.calls += 1
+            self.general_calls += 1
+        return result
+
+    def agree(self, program: Program, args: tuple, reference: tuple[Any, Any]) -> Optional[str]:
+        """None when `program` gives `reference` (value, gradient) on `args`, else why not."""
+        try:
+            got = program.fn(args)
+        except Exception as exc:  # noqa: BLE001
+            return f"the program raised {type(exc).__name__}: {exc}"
+        if got is MISS:
+            return "the program's guards refused the arguments it was captured from"
+        try:
+            same = _same(got, reference)
+        except Exception:  # noqa: BLE001 - a result the comparison cannot read is not the same
+            same = False
+        if not same:
+            self.disagreements += 1
+            return "the program disagreed with the general path on the capture's own arguments"
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "tier": self.tier,
+            "programs": [{"backend": p.backend, "operations": p.records, "guards": list(p.guards)}
+                         for p in self.programs],
+            "not_compiled": {", ".join(t.__name__ for t in key): s.reason
+                             for key, s in self.signatures.items() if s.reason is not None},
+            "compiled_calls": self.compiled_calls,
+            "general_calls": self.general_calls,
+            "capture_s": round(self.capture_s, 6),
+        }
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Results equal to 1e-12 relative (the same operations in the same order: usually bit for bit)."""
+    ta = type(a)
+    if ta is not type(b):
+        return False
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if a is None:
+        return True
+    x, y = np.asarray(a), np.asarray(b)
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return False
+    return bool(np.allclose(x, y, rtol=1e-12, atol=0.0, equal_nan=True))
+
+
+#: function -> {(wrt, tier): Tiers}; functions are weakly held (programs die with them)
+_BY_FUNCTION: "weakref.WeakKeyDictionary[types.FunctionType, dict[Any, Tiers]]" = weakref.WeakKeyDictionary()
+
+
+def tiers_for(fn: types.FunctionType, wrt: Any, tier: Optional[str]) -> Optional[Tiers]:
+    """The programs of `fn` differentiated at `wrt`, shared by every `grad(fn)` of it; None when the
+    tier is `general`."""
+    tier = _DEFAULT if tier is None else _check_tier(tier, "tier")
+    if tier == "general":
+        return None
+    table = _BY_FUNCTION.get(fn)
+    if table is None:
+        table = _BY_FUNCTION[fn] = {}
+    key = (wrt if not isinstance(wrt, list) else tuple(wrt), tier)
+    t = table.get(key)
+    if t is None:
+        t = table[key] = Tiers(fn, tier)
+    return t
+
+
+def capture_positions(args: tuple) -> tuple[int, ...]:
+    """The arguments a capture tracks: everything but ints, strings, flags and None (their values
+    are guarded instead)."""
+    return tuple(p for p, a in enumerate(args) if type(a) not in CONSTANT_TYPES)

@@ -1,0 +1,677 @@
+"""Compiled gradient programs, NumPy back end: a capture tape becomes one generated Python function.
+
+A capture run (bytegrad/compiled.py) executes the rewritten function with every float argument
+tracked, on a `CaptureTape`, so the tape holds every operation whose result depends on any
+argument. `build` turns that tape into straight-line Python source:
+
+- guards on the arguments (container types and lengths, dict keys, array types, shapes and
+  dtypes, the values of ints, strings, flags), on the globals and module attributes the code
+  reads, and on the rule registry's version; any guard that fails returns `MISS` and the call
+  goes to the general path;
+- the forward operations: each record's primal (`np.tanh(v3)`, `v1 @ v2`), or its rrule where
+  the reverse pass needs the pullback; records no output depends on are dropped;
+- the reverse pass the records imply, for the differentiated arguments only: cotangents are
+  local variables, accumulated in the order the tape's sweep accumulates them (so results are
+  the general path's, bit for bit), broadcasting is undone with the shapes seen at capture
+  (fixed by the guards), and every value is deleted after its last use.
+
+Anything such a program cannot reproduce raises `Ineligible` with the reason, and the signature
+stays on the general path. The program has no hooks, no tape and no identity lookups.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import operator
+import re
+import sys
+import types
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from bytegrad.errors import qualname
+from bytegrad.rules import registry
+from bytegrad.rules._apply import shape_of
+from bytegrad.rules._shape import materialize, stand_in, unbroadcast
+from bytegrad.rules.registry import NO_TANGENT, ZERO
+from bytegrad.runtime import pytree
+from bytegrad.runtime.backward import (
+    INPLACE_MIN_SIZE, _bw_elementwise, _bw_rrule, _bw_rrule_trusted, _bw_unary, _partial_uses, _scalable,
+    singular_partial,
+)
+from bytegrad.runtime.tape import Tape
+
+__all__ = ["MISS", "Ineligible", "Program", "build"]
+
+_ndarray = np.ndarray
+_FunctionType = types.FunctionType
+
+
+class _Miss:
+    def __repr__(self) -> str:
+        return "MISS"
+
+
+#: what a program returns when a guard fails: the call runs on the general path
+MISS = _Miss()
+_MISSING = object()
+#: the kinds of guards a program checks
+GUARD_KINDS = ("type", "shape", "dtype", "value", "global", "attr", "version")
+#: guard kinds left out of programs built now: only tests set it (each kind must be needed)
+_OMITTED: frozenset[str] = frozenset()
+
+
+class Ineligible(Exception):
+    """This computation cannot be a compiled program; the message says why (for explain/stats)."""
+
+    def __init__(self, why: str, site: Any = None) -> None:
+        where = f" (line {site.lineno} of {site.function})" if site is not None and site.lineno else ""
+        super().__init__(why + where)
+
+
+class Program:
+    """A compiled gradient program: `fn(args)` is `(value, gradient)` or `MISS`."""
+
+    __slots__ = ("fn", "source", "guards", "records", "backend")
+
+    def __init__(self, fn: Callable[[tuple], Any], source: str, guards: list[str], records: int) -> None:
+        self.fn = fn
+        self.source = source
+        self.guards = guards      # one line per guard, for explain
+        self.records = records    # forward operations in the program
+        self.backend = "numpy"
+
+    def __repr__(self) -> str:
+        return f"<bytegrad program ({self.backend}, {self.records} operations, {len(self.guards)} guards)>"
+
+
+#: operators written inline in the generated code (`v1 * v2` costs less than `operator.mul(v1, v2)`)
+_INLINE_BINARY = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/",
+                  operator.pow: "**", operator.matmul: "@", operator.floordiv: "//", operator.mod: "%"}
+_INLINE_UNARY = {operator.neg: "-", operator.pos: "+"}
+_FLOAT_TYPES = (float, np.float64, np.float32)
+_SCALAR_CONSTS = (int, float, bool, str, bytes, type(None), complex, slice, type(Ellipsis), np.generic, np.dtype,
+                  type, types.FunctionType, types.BuiltinFunctionType, np.ufunc, types.ModuleType,
+                  types.MethodDescriptorType, types.WrapperDescriptorType, types.MethodWrapperType,
+                  types.GetSetDescriptorType, types.BuiltinMethodType)
+
+
+#: the generated code's variables: x (arguments), v (values), p (pullbacks), g (cotangents),
+#: q (gradients);
+#: temporaries (`_t`) live within one reverse step, constants have other names
+_VARIABLE = re.compile(r"\b[xvpgq][0-9]+\b")
+
+
+class _Source:
+    """The generated function: statements with the names each reads, constants by name."""
+
+    def __init__(self) -> None:
+        self.consts: dict[str, Any] = {}
+        self._by_id: dict[int, str] = {}
+        self.stmts: list[tuple[list[str], set[str]]] = []   # (lines, names read or written)
+        self.lines: list[Optional[int]] = []                # the user's line of each statement
+        self.guards: list[str] = []
+
+    def const(self, value: Any, hint: str = "c") -> str:
+        name = self._by_id.get(id(value))
+        if name is None:
+            name = f"{hint}{len(self.consts)}"
+            self.consts[name] = value
+            self._by_id[id(value)] = name
+        return name
+
+    def emit(self, lines: list[str] | str, line: Optional[int] = None) -> None:
+        """Add a statement; `line`: the user's source line it stands for (tracebacks show it)."""
+        lines = [lines] if isinstance(lines, str) else lines
+        self.stmts.append((lines, set(_VARIABLE.findall("\n".join(lines)))))
+        self.lines.append(line)
+
+    def guard(self, kind: str, cond: str, what: str) -> None:
+        """A check of kind `kind` (one of GUARD_KINDS): the program returns MISS when it fails."""
+        if kind in _OMITTED:  # tests only: proves each kind of guard is needed
+            return
+        self.emit(f"if not ({cond}): return MISS")
+        self.guards.append(what)
+
+    def array_guard(self, expr: str, value: np.ndarray) -> None:
+        dt = self.const(value.dtype, "dt")
+        self.guard("type", f"{expr}.__class__ is ndarray", f"{expr}: ndarray")
+        self.guard("shape", f"{expr}.shape == {value.shape!r}", f"{expr}.shape == {value.shape!r}")
+        self.guard("dtype", f"{expr}.dtype is {dt}", f"{expr}.dtype is {value.dtype}")
+
+    def render(self, name: str, first_line: int) -> tuple[str, list[int]]:
+        """The function's source, every variable deleted after its last use, and the user's line of
+        each line of it (the first line of the user's function for guards and bookkeeping)."""
+        last: dict[str, int] = {}
+        for k, (_, names) in enumerate(self.stmts):
+            for n in names:
+                last[n] = k
+        out = [f"def {name}(args):"]
+        user = [first_line]
+        for k, (lines, _) in enumerate(self.stmts):
+            out += ["    " + ln for ln in lines]
+            user += [self.lines[k] or first_line] * len(lines)
+            if k == len(self.stmts) - 1:
+                break  # the return
+            dead = sorted(n for n, at in last.items() if at == k)
+            if dead:
+                out.append(f"    del {', '.join(dead)}")
+                user.append(user[-1])
+        return "\n".join(out) + "\n", user
+
+
+# ---- arguments: guards and bindings ------------------------------------------------------------
+
+
+class _Inputs:
+    """Walks the call's arguments beside their capture specs: guards, and a variable per leaf."""
+
+    def __init__(self, src: _Source) -> None:
+        self.src = src
+        self.leaf_var: dict[int, str] = {}      # tape index of a tracked leaf -> variable
+        self.untracked: dict[int, str] = {}     # id of an untracked argument array -> variable
+        self._n = 0
+
+    def temp(self) -> str:
+        self._n += 1
+        return f"x{self._n}"
+
+    def walk(self, expr: str, value: Any, spec: Any, fresh: bool) -> None:
+        """`expr` reads `value` (the caller's object) whose capture spec is `spec`. `fresh`: the
+        argument is differentiated, its arrays enter as fresh views as on the general path."""
+        src = self.src
+        t = type(value)
+        if type(spec) is pytree.Leaf:
+            var = f"x{self._n + 1}"
+            self._n += 1
+            if t is _ndarray:
+                src.array_guard(expr, value)
+                src.emit(f"{var} = {expr}.view()" if fresh else f"{var} = {expr}")
+            elif t in _FLOAT_TYPES:
+                src.guard("type", f"{expr}.__class__ is {src.const(t, 'T')}", f"{expr}: {t.__name__}")
+                src.emit(f"{var} = {expr}")
+            else:
+                raise Ineligible(f"a differentiated argument of type {t.__name__} (complex values stay on the "
+                                 "general path)")
+            self.leaf_var[spec.idx] = var
+            return
+        if spec is None:
+            self._untracked(expr, value)
+            return
+        if spec[0] == "dataclass":
+            raise Ineligible("a dataclass argument (compiled programs take arrays, floats and dicts, lists "
+                             "and tuples of them)")
+        kind, subs = spec
+        if kind is not t:
+            raise Ineligible(f"an argument of type {t.__name__}")
+        tn = src.const(t, "T")
+        src.guard("type", f"{expr}.__class__ is {tn} and len({expr}) == {len(subs)}",
+                  f"{expr}: {t.__name__} of {len(subs)}")
+        items = subs.items() if isinstance(subs, dict) else enumerate(subs)
+        for key, sub in items:
+            if not isinstance(key, (str, int)) or isinstance(key, bool):
+                raise Ineligible(f"a dict argument with a key of type {type(key).__name__}")
+            var = self.temp()
+            if isinstance(subs, dict):
+                src.emit(f"{var} = {expr}.get({key!r}, MISS)")
+            else:
+                src.emit(f"{var} = {expr}[{key!r}]")
+            self.walk(var, value[key], sub, fresh)
+
+    def _untracked(self, expr: str, value: Any) -> None:
+        src = self.src
+        t = type(value)
+        if t is _ndarray:
+            if value.dtype.kind == "O":
+                raise Ineligible("an object array argument")
+            var = self.temp()
+            src.array_guard(expr, value)
+            src.emit(f"{var} = {expr}")
+            self.untracked[id(value)] = var
+        elif value is None:
+            src.guard("value", f"{expr} is None", f"{expr} is None")
+        elif t in (int, bool, str, bytes) or (isinstance(value, np.generic) and value.dtype.kind in "biu"):
+            c = src.const(value)
+            src.guard("value", f"{expr}.__class__ is {src.const(t, 'T')} and {expr} == {c}", f"{expr} == {value!r}")
+        elif t is tuple or t is list:
+            src.guard("type", f"{expr}.__class__ is {src.const(t, 'T')} and len({expr}) == {len(value)}",
+                      f"{expr}: {t.__name__} of {len(value)}")
+            for k, item in enumerate(value):
+                var = self.temp()
+                src.emit(f"{var} = {expr}[{k}]")
+                self._untracked(var, item)
+        else:
+            raise Ineligible(f"an argument of type {t.__name__} (compiled programs take arrays, numbers, "
+                             "strings and dicts, lists and tuples of them)")
+
+
+# ---- the records -------------------------------------------------------------------------------
+
+
+class _Record:
+    """One tape record, read into the form code generation needs."""
+
+    __slots__ = ("idx", "kind", "parents", "args", "fn", "rule", "kwargs", "site", "out", "trusted")
+
+    def __init__(self, idx: int, node: tuple, out: Any) -> None:
+        bw = node[0]
+        self.idx = idx
+        self.out = out
+        self.site = node[2]
+        if bw is _bw_elementwise or bw is _bw_unary:
+            self.kind = "elementwise"
+            self.parents = (node[1],) if bw is _bw_unary else node[1]
+            self.rule = node[3]
+            self.args = node[4]
+            self.fn = node[5]
+            self.kwargs = None
+        elif bw is _bw_rrule or bw is _bw_rrule_trusted:
+            self.kind = "rrule"
+            self.parents = tuple(node[1])
+            self.args = node[4]
+            self.fn = node[5]
+            self.rule = _rule_of(self.fn)
+            self.kwargs = node[6] if len(node) > 6 else None
+            self.trusted = bw is _bw_rrule_trusted
+            if self.rule is None or self.rule.rrule is None:
+                raise Ineligible(f"no reverse rule found again for {qualname(self.fn)}", self.site)
+        else:
+            raise Ineligible(f"a {getattr(bw, '__name__', bw).lstrip('_bw_').replace('_', ' ')} record "
+                             "(in-place writes, fused kernels and nested derivatives stay on the general path)",
+                             self.site)
+        to = type(out)
+        if not (to in _FLOAT_TYPES or (to is _ndarray and out.dtype.kind == "f")):
+            what = f"ndarray of {out.dtype}" if to is _ndarray else to.__name__
+            raise Ineligible(f"{qualname(self.fn)} gives a {what} (compiled programs handle real float "
+                             "values)", self.site)
+        for p in self.parents:
+            if p is not None and type(p) is not int:
+                raise Ineligible(f"a list of differentiated values passed to {qualname(self.fn)}", self.site)
+
+
+def _rule_of(fn: Any) -> Any:
+    rule = registry.lookup(fn)
+    if rule is None and type(fn) is types.MethodWrapperType:  # `desc.__get__` of `.T`, `.real`
+        rule = registry.lookup(fn.__self__)
+    return rule
+
+
+#: functions whose output shape depends on the values of their input (a program fixes shapes)
+_DATA_SHAPED = {np.nonzero, np.flatnonzero, np.argwhere, np.unique, np.compress, np.extract, np.trim_zeros,
+                np.ndarray.nonzero, np.ndarray.compress}
+
+
+def _check_shapes(rec: _Record) -> None:
+    if rec.fn in _DATA_SHAPED:
+        raise Ineligible(f"{qualname(rec.fn)} (its output's shape depends on data)", rec.site)
+    if rec.fn is operator.getitem:
+        key = rec.args[1]
+        keys = key if type(key) is tuple else (key,)
+        for k in keys:
+            if (type(k) is _ndarray and k.dtype.kind == "b") or type(k) is list:
+                raise Ineligible("indexing with a boolean mask or a list (its shape depends on data)", rec.site)
+
+
+# ---- code generation ---------------------------------------------------------------------------
+
+
+_UNSET, _SET, _MAYBE = 0, 1, 2
+
+
+class _Builder:
+    def __init__(self, tape: Tape, src: _Source, inputs: _Inputs, wrt_leaves: set[int]) -> None:
+        self.tape = tape
+        self.src = src
+        self.inputs = inputs
+        self.var: dict[int, str] = dict(inputs.leaf_var)
+        self.wrt_leaves = wrt_leaves
+        self.records: dict[int, _Record] = {}
+        self.state: dict[int, int] = {}
+        self._t = 0
+
+    # -- forward --
+
+    def read(self, out_idx: int) -> tuple[list[int], set[int]]:
+        """The records the output needs, in tape order, and the tape indices that depend on a
+        differentiated leaf."""
+        tape = self.tape
+        nodes, values = tape.nodes, tape.values
+        for i, node in enumerate(nodes):
+            if node is None:
+                if i not in self.var:
+                    raise Ineligible("a value entered the tape without an operation (a nested derivative)")
+                continue
+            rec = _Record(i, node, values[i])
+            for p, a in zip(rec.parents, rec.args):
+                if p is not None and values[p] is not a:
+                    raise Ineligible(f"an argument of {qualname(rec.fn)} was overwritten in place", rec.site)
+            self.records[i] = rec
+        needed: set[int] = set()
+        todo = [out_idx]
+        while todo:
+            i = todo.pop()
+            if i in needed:
+                continue
+            needed.add(i)
+            rec = self.records.get(i)
+            if rec is not None:
+                todo.extend(p for p in rec.parents if p is not None)
+        depends = set(self.wrt_leaves)
+        order = sorted(needed)
+        for i in order:
+            rec = self.records.get(i)
+            if rec is not None and any(p in depends for p in rec.parents if p is not None):
+                depends.add(i)
+        return order, depends
+
+    def operand(self, a: Any, p: Optional[int], rec: _Record) -> str:
+        if p is not None:
+            return self.var[p]
+        t = type(a)
+        if t is _ndarray:
+            var = self.inputs.untracked.get(id(a))
+            if var is None:
+                raise Ineligible(f"{qualname(rec.fn)} reads an array that is not an argument (made inside the "
+                                 "function, or read from a global, a closure or an attribute)", rec.site)
+            return var
+        if t is tuple and any(type(x) is _ndarray for x in a):  # an index `x[:, idx]` with an argument array
+            return "(" + "".join(self.operand(x, None, rec) + ", " for x in a) + ")"
+        self._check_const(a, rec)
+        return self.src.const(a)
+
+    def _check_const(self, a: Any, rec: _Record) -> None:
+        t = type(a)
+        if t is tuple or t is list:
+            for x in a:
+                self._check_const(x, rec)
+        elif t is dict:
+            for x in a.values():
+                self._check_const(x, rec)
+        elif t is _ndarray:
+            raise Ineligible(f"{qualname(rec.fn)} reads an array that is not an argument", rec.site)
+        elif not isinstance(a, _SCALAR_CONSTS):
+            raise Ineligible(f"{qualname(rec.fn)} reads a {t.__name__} that is not an argument", rec.site)
+
+    def forward(self, i: int, depends: set[int]) -> None:
+        rec = self.records[i]
+        _check_shapes(rec)
+        ops = [self.operand(a, p, rec) for a, p in zip(rec.args, rec.parents + (None,) * len(rec.args))]
+        v = self.var[i] = f"v{i}"
+        fn = rec.fn
+        if rec.kind == "elementwise":
+            if fn in _INLINE_BINARY and len(ops) == 2:
+                expr = f"{ops[0]} {_INLINE_BINARY[fn]} {ops[1]}"
+            elif fn in _INLINE_UNARY and len(ops) == 1:
+                expr = f"{_INLINE_UNARY[fn]}{ops[0]}"
+            else:
+                expr = f"{self.src.const(fn, 'f')}({', '.join(ops)})"
+            self.src.emit(f"{v} = {expr}", rec.site.lineno)
+            return
+        kw = ""
+        if rec.kwargs:
+            for x in rec.kwargs.values():
+                if type(x) is _ndarray and id(x) in self.inputs.untracked:
+                    raise Ineligible(f"an argument array passed by keyword to {qualname(fn)}", rec.site)
+                self._check_const(x, rec)
+            kw = f", **{self.src.const(rec.kwargs, 'kw')}"
+        call_args = ", ".join(ops) + kw
+        if i in depends:
+            pb = f"p{i}"
+            self.src.emit(f"{v}, {pb} = {self.src.const(rec.rule.rrule, 'r')}({call_args})", rec.site.lineno)
+        elif fn in _INLINE_BINARY and len(ops) == 2 and not kw:
+            self.src.emit(f"{v} = {ops[0]} {_INLINE_BINARY[fn]} {ops[1]}", rec.site.lineno)
+        else:
+            self.src.emit(f"{v} = {self.src.const(fn, 'f')}({call_args})", rec.site.lineno)
+
+    # -- reverse --
+
+    def reverse(self, i: int, depends: set[int]) -> None:
+        """The reverse step of record i: cotangents for its parents that depend on a leaf."""
+        st = self.state.get(i, _UNSET)
+        if st == _UNSET:
+            return
+        rec = self.records[i]
+        g = f"g{i}"
+        targets = [(k, p) for k, p in enumerate(rec.parents) if p is not None and p in depends]
+        pre: list[str] = []
+        body: list[str] = []
+        cond = st == _MAYBE
+        if rec.kind == "elementwise":
+            self._elementwise_step(rec, g, targets, body, pre, cond)
+        else:
+            self._rrule_step(rec, g, targets, body, pre, cond)
+        if not body:
+            return
+        temps = sorted(set(re.findall(r"\b_t[0-9]+\b", "\n".join(body))))
+        if temps:  # a step's temporaries (partials, pullback results) go when it ends
+            body.append(f"del {', '.join(temps)}")
+        lines = pre + ([f"if {g} is not None:"] + ["    " + b for b in body] if cond else body)
+        self.src.emit(lines, rec.site.lineno)
+
+    def _contribute(self, p: int, bar: str, may_be_none: bool, body: list[str], pre: list[str], cond: bool) -> None:
+        g = f"g{p}"
+        st = self.state.get(p, _UNSET)
+        if cond and st == _UNSET:
+            pre.append(f"{g} = None")
+            st = _MAYBE
+        if may_be_none:
+            if st == _UNSET:
+                body.append(f"{g} = {bar}")
+                new = _MAYBE
+            elif st == _SET:
+                body.append(f"if {bar} is not None: {g} = {g} + {bar}")
+                new = _SET
+            else:
+                body.append(f"{g} = _acc({g}, {bar})")
+                new = _MAYBE
+        else:
+            if st == _UNSET:
+                body.append(f"{g} = {bar}")
+                new = _SET
+            elif st == _SET:
+                body.append(f"{g} = {g} + {bar}")
+                new = _SET
+            else:
+                body.append(f"{g} = {bar} if {g} is None else {g} + {bar}")
+                new = _SET
+        self.state[p] = _MAYBE if cond and new == _SET and self.state.get(p, _UNSET) != _SET else new
+
+    def _elementwise_step(self, rec: _Record, g: str, targets: list, body: list[str], pre: list[str],
+                          cond: bool) -> None:
+        partials = rec.rule.partials
+        out = rec.out
+        out_shape = out.shape if type(out) is _ndarray else ()
+        ops = [self.operand(a, p, rec) for a, p in zip(rec.args, rec.parents)]
+        v = self.var[rec.idx]
+        for k, p in targets:
+            d = partials[k] if k < len(partials) else None
+            if d is None:
+                continue
+            if d.__class__ is int or d.__class__ is float:
+                bar = g if d == 1 else (f"-{g}" if d == -1 else f"{g} * {d!r}")
+            else:
+                dn = self.src.const(d, "d")
+                t = self._tmp()
+                # what the partial does not read is not kept alive for it (`1 - out**2` reads out only)
+                reads = _partial_uses(d, len(ops))
+                read = [o if k in reads else "None" for k, o in enumerate(ops + [v])]
+                body += ["try:", f"    {t} = {dn}({', '.join(read)})", "except ZeroDivisionError:",
+                         f"    {t} = _singular({dn}, ({''.join(o + ', ' for o in read[:-1])}), {read[-1]})"]
+                bar = self._tmp()
+                # a partial only this step holds is scaled in place from INPLACE_MIN_SIZE elements, as
+                # runtime/backward.py does (the same products: results stay bit for bit the same)
+                big = type(out) is _ndarray and out.size >= INPLACE_MIN_SIZE
+                body.append(f"{bar} = _multiply({g}, {t}, out={t}) if {t}.__class__ is ndarray and "
+                            f"_getrefcount({t}) == 2 and _scalable({g}, {t}) else {g} * {t}" if big
+                            else f"{bar} = {g} * {t}")
+            a = rec.args[k]
+            a_shape = a.shape if type(a) is _ndarray else shape_of(a)
+            if a_shape != out_shape:
+                b = self._tmp()
+                body.append(f"{b} = _unbroadcast({bar}, {a_shape!r}, {out_shape!r})")
+                bar = b
+            elif bar != g and not bar.startswith("_t"):  # `-g`, `g * 2.0`
+                b = self._tmp()
+                body.append(f"{b} = {bar}")
+                bar = b
+            self._contribute(p, bar, False, body, pre, cond)
+
+    def _rrule_step(self, rec: _Record, g: str, targets: list, body: list[str], pre: list[str],
+                    cond: bool) -> None:
+        if not targets:
+            return
+        pb = f"p{rec.idx}"
+        bars = self._tmp()
+        if rec.trusted:
+            if type(rec.out) is _ndarray:
+                like = self.src.const(stand_in(rec.out), "like")
+                body.append(f"if {g}.__class__ is not ndarray or {g}.shape != {rec.out.shape!r}: "
+                            f"{g} = _materialize({g}, {like})")
+            body.append(f"{bars} = {pb}({g})")
+        else:
+            like = stand_in(rec.out) if type(rec.out) is _ndarray else rec.out
+            shaped = tuple(stand_in(a) if type(a) is _ndarray else a for a in rec.args)
+            node = self.src.const((None, rec.parents, rec.site, None, shaped, rec.fn), "node")
+            body.append(f"{bars} = _untrusted({g}, {node}, {pb}, {self.src.const(like, 'like')})")
+        for k, p in targets:
+            b = self._tmp()
+            body += [f"{b} = {bars}[{k}]", f"if {b}.__class__ is FunctionType: {b} = {b}()",
+                     f"if {b} is ZERO or {b} is NO_TANGENT: {b} = None"]
+            self._contribute(p, b, True, body, pre, cond)
+
+    def _tmp(self) -> str:
+        self._t += 1
+        return f"_t{self._t}"
+
+
+def _acc(old: Any, new: Any) -> Any:
+    if old is None:
+        return new
+    if new is None:
+        return old
+    return old + new
+
+
+def _untrusted(ct: Any, node: tuple, pullback: Any, like: Any) -> Any:
+    """A plugin rule's reverse step, checked as the general path checks it (runtime/backward.py)."""
+    return _bw_rrule(ct, node[:3] + (pullback,) + node[4:], like)
+
+
+def _gradient_code(src: _Source, spec: Any, state: dict[int, int], lines: list[str]) -> str:
+    """The expression of one argument's gradient, mirroring its spec as `pytree.gradient` does; each
+    array leaf's cotangent is handed over as it is when `pytree.project` would (a fresh array of the
+    primal's shape and dtype), else projected."""
+    if type(spec) is pytree.Leaf:
+        g = f"g{spec.idx}" if state.get(spec.idx, _UNSET) != _UNSET else "None"
+        primal = spec.primal
+        name = f"q{spec.idx}"
+        if type(primal) is _ndarray:
+            like = src.const(stand_in(primal), "like")
+            dt = src.const(primal.dtype, "dt")
+            lines.append(f"{name} = {g} if {g}.__class__ is ndarray and {g}.base is None and {g}.dtype is {dt} and "
+                         f"{g}.shape == {primal.shape!r} and {g}.flags.writeable else _project({g}, {like})")
+        else:
+            lines.append(f"{name} = _project({g}, {src.const(primal)})")
+        return name
+    t, subs = spec
+    if isinstance(subs, dict):
+        items = ", ".join(f"{k!r}: {_gradient_code(src, v, state, lines)}" for k, v in subs.items())
+        return f"{{{items}}}" if t is dict else f"{src.const(t, 'T')}({{{items}}}.items())"
+    items = [_gradient_code(src, v, state, lines) for v in subs]
+    if t is list:
+        return f"[{', '.join(items)}]"
+    if t is tuple:
+        return f"({''.join(i + ', ' for i in items)})"
+    return f"{src.const(t, 'T')}({', '.join(items)})" if hasattr(t, "_fields") else \
+        f"{src.const(t, 'T')}(({''.join(i + ', ' for i in items)}))"
+
+
+def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: Any, wrt_tuple: bool,
+          static_guards: list[tuple], code: types.CodeType) -> Program:
+    """The program for the computation recorded on `tape` (a capture run of `call_args`, every
+    positional argument `p` with a spec in `specs[p]`), differentiated with respect to positions
+    `wrt`. `static_guards`: ("global", globals dict, name, value) and ("attr", module, name, value)
+    entries the code's reads were resolved against; `code`: the user's function, whose file and
+    lines the program's operations carry (an error raised in one shows the user's line). Raises
+    `Ineligible`."""
+    src = _Source()
+    inputs = _Inputs(src)
+    src.guard("type", f"len(args) == {len(call_args)}", f"{len(call_args)} positional arguments")
+    for p, value in enumerate(call_args):
+        var = inputs.temp()
+        src.emit(f"{var} = args[{p}]")
+        inputs.walk(var, value, specs[p], fresh=p in wrt)
+    _static_guards(src, static_guards)
+    src.guard("version", f"_version() == {registry.version()}", f"rule registry version {registry.version()}")
+    out_idx = tape.ids.get(id(out))
+    if out_idx is None or tape.values[out_idx] is not out:
+        raise Ineligible("the output does not depend on the arguments")
+    wrt_leaves = {leaf.idx for p in wrt for leaf in pytree.leaves(specs[p])}
+    b = _Builder(tape, src, inputs, wrt_leaves)
+    order, depends = b.read(out_idx)
+    for i in order:
+        if i in b.records:
+            b.forward(i, depends)
+    forward_records = sum(1 for i in order if i in b.records)
+    if out_idx in depends:
+        src.emit(f"g{out_idx} = 1.0")
+        b.state[out_idx] = _SET
+        for i in reversed(order):
+            if i in b.records and i in depends:
+                b.reverse(i, depends)
+    lines: list[str] = []
+    grads = [_gradient_code(src, specs[p], b.state, lines) for p in wrt]
+    if len(grads) > 1:
+        lines.append(f"grads = _unalias(({', '.join(grads)},))")
+        result = "grads" if wrt_tuple else "grads[0]"
+    else:
+        result = f"({grads[0]},)" if wrt_tuple else grads[0]
+    src.emit(lines + [f"return {b.var[out_idx]}, {result}"])
+    source, user_lines = src.render("program", code.co_firstlineno)
+    namespace = dict(src.consts)
+    namespace.update(MISS=MISS, ndarray=_ndarray, FunctionType=_FunctionType, ZERO=ZERO, NO_TANGENT=NO_TANGENT,
+                     _acc=_acc, _singular=singular_partial, _unbroadcast=unbroadcast, _materialize=materialize,
+                     _untrusted=_untrusted, _project=pytree.project, _multiply=np.multiply,
+                     _getrefcount=sys.getrefcount, _scalable=_scalable, _unalias=pytree.unalias,
+                     _version=registry.version, _MISSING=_MISSING)
+    tree = ast.parse(source)
+    for node in ast.walk(tree):  # each statement at the user's line it replays
+        if hasattr(node, "lineno"):
+            node.lineno = user_lines[node.lineno - 1]
+            node.end_lineno = user_lines[(node.end_lineno or node.lineno) - 1] if node.end_lineno else node.lineno
+            if node.end_lineno < node.lineno:
+                node.end_lineno = node.lineno
+    exec(compile(tree, code.co_filename, "exec"), namespace)  # noqa: S102
+    return Program(namespace["program"], source, src.guards, forward_records)
+
+
+def _static_guards(src: _Source, entries: list[tuple]) -> None:
+    for kind, owner, name, value in entries:
+        if kind == "global":
+            g = src.const(owner, "G")
+            if name in owner:
+                read = f"{g}.get({name!r}, _MISSING)"
+            else:  # a builtin: it must stay unshadowed
+                b = src.const(_builtins_of(owner), "B")
+                read = f"({g}.get({name!r}, _MISSING) is _MISSING and {b}.get({name!r}))"
+        else:
+            m = src.const(owner.__dict__, "M")
+            read = f"{m}.get({name!r}, _MISSING)"
+        if isinstance(value, (int, float, str, bytes, bool, complex)) or value is None:
+            c = src.const(value)
+            src.guard(kind, f"{read} == {c} and {read}.__class__ is {src.const(type(value), 'T')}",
+                      f"{name} == {value!r}")
+        else:
+            src.guard(kind, f"{read} is {src.const(value)}", f"{name} is {_describe(value)}")
+
+
+def _builtins_of(fn_globals: dict[str, Any]) -> dict[str, Any]:
+    b = fn_globals.get("__builtins__", builtins)
+    return b.__dict__ if isinstance(b, types.ModuleType) else b
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, types.ModuleType):
+        return f"module {value.__name__}"
+    return qualname(value) if callable(value) else type(value).__name__

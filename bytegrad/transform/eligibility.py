@@ -1,0 +1,196 @@
+"""Which functions can become compiled gradient programs, read from their bytecode.
+
+A compiled program (bytegrad/compiled.py, runtime/program.py) replays the operations one capture
+run recorded. That is the same computation on other argument values only if nothing the function
+decides depends on those values beyond what the program's guards fix (types, shapes, dtypes, the
+values of ints and strings, the globals read). `check` runs the activity analysis with every
+non-constant parameter active and refuses, with a reason per site:
+
+- comparisons and branches on values computed from the arguments (`if x.sum() > 0`);
+- calls of non-differentiable functions on such values whose results Python may decide on
+  (`np.argmax(x)`), except shape queries (`len`, `np.shape`);
+- calls, with no argument-derived operand, of anything but pure builtins and `math` (random
+  draws, I/O, user functions);
+- writes outside the function's locals, closures, inner functions, `with`, `try`, imports.
+
+What the analysis cannot see (which Python function an active call reaches, a non-differentiable
+method of an array) the capture run reports (runtime/tape.py, `CaptureTape`). The globals and
+module attributes the code reads come back as guards.
+"""
+from __future__ import annotations
+
+import builtins
+import inspect
+import math
+import operator
+import sys
+import types
+from typing import Any
+
+import numpy as np
+
+from bytegrad.errors import DifferentiationError, SourceLoc, qualname
+from bytegrad.transform import opcodes
+from bytegrad.transform.opcodes import OpKind
+
+__all__ = ["check"]
+
+#: callables a compiled program may call on constants and guarded values: no state, no I/O
+_PURE = frozenset({range, len, int, float, bool, abs, min, max, round, tuple, list, dict, slice, enumerate, zip,
+                   reversed, sum, isinstance, divmod, pow, type, complex, str}) \
+    | frozenset(v for v in vars(math).values() if callable(v)) \
+    | frozenset(v for k, v in vars(operator).items() if callable(v) and not k.startswith("_"))
+#: non-differentiable functions whose result on a differentiated value depends on its shape only
+SHAPE_ONLY = frozenset({len, isinstance, type, np.shape, np.ndim, np.size})
+
+_SUSPENDING = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
+_REFUSED_KINDS = {
+    OpKind.STORE_GLOBAL: "writes a global variable",
+    OpKind.STORE_ATTR: "writes an attribute",
+    OpKind.STORE_SUBSCR: "writes into a container or array (`a[i] = v`)",
+    OpKind.STORE_SLICE: "writes into a slice",
+    OpKind.STORE_CELL: "writes a closure variable",
+    OpKind.LOAD_NAME: "reads a name the compiler could not resolve",
+    OpKind.IMPORT: "imports a module",
+    OpKind.WITH: "uses a `with` block",
+    OpKind.MAKE_FUNCTION: "defines a function inside",
+    OpKind.LOAD_SUPER_ATTR: "calls super()",
+}
+
+
+def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, Any],
+          immutable: frozenset[str]) -> tuple[list[str], list[tuple]]:
+    """(reasons the function cannot be a compiled program, guards on what it reads).
+
+    No reasons: the function's operations on the arguments depend on data only through recorded
+    operations. The guards are ("global", fn_globals, name, value) and ("attr", module, name,
+    value) entries; `runtime.program` checks them on every call."""
+    reasons = _code_reasons(code)
+    if reasons:
+        return reasons, []
+    from bytecode import Bytecode
+
+    from bytegrad.transform.activity import analyze
+    from bytegrad.transform.cache import Assumptions
+
+    loc = SourceLoc(code.co_filename, code.co_firstlineno, code.co_name)
+    bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
+    assumed = Assumptions()
+    try:
+        act = analyze(bc, set(active), fn_globals, loc, immutable_params=immutable, assumed=assumed)
+    except DifferentiationError as exc:
+        return [f"the general path refuses it too: {exc.args[0] if exc.args else exc}"], []
+    for ins, stack in zip(bc, act.stacks):
+        if stack is None or not hasattr(ins, "name"):
+            continue
+        why = _instruction_reason(ins, stack)
+        if why is not None:
+            reasons.append(f"{why} (line {ins.lineno})")
+    guards = _guards(assumed, fn_globals, reasons)
+    return reasons, guards
+
+
+def _code_reasons(code: types.CodeType) -> list[str]:
+    reasons = []
+    if code.co_flags & _SUSPENDING:
+        reasons.append("a generator or coroutine")
+    if code.co_freevars:
+        reasons.append(f"a closure (it reads {', '.join(code.co_freevars)} from an enclosing function)")
+    if code.co_cellvars:
+        reasons.append(f"inner functions read its variables ({', '.join(code.co_cellvars)})")
+    if any(isinstance(c, types.CodeType) for c in code.co_consts):
+        reasons.append("it defines a function, lambda or comprehension inside (compiled programs do not "
+                       "follow Python callees yet)")
+    return reasons
+
+
+def _instruction_reason(ins: Any, stack: tuple) -> str | None:
+    try:
+        kind = opcodes.kind_of(ins)
+    except KeyError:
+        return f"uses {ins.name}"
+    refused = _REFUSED_KINDS.get(kind)
+    if refused is not None:
+        return refused
+    if kind is OpKind.PREDICATE:
+        if any(s[0] for s in stack[len(stack) - opcodes.predicate_pops(ins):]):
+            return "compares or tests a value computed from the arguments (the branch taken would depend on data)"
+    elif kind is OpKind.POP_JUMP or kind is OpKind.JUMP_OR_POP:
+        if stack[-1][0]:
+            return "branches on a value computed from the arguments"
+    elif kind is OpKind.LOAD_ATTR or kind is OpKind.LOAD_METHOD:
+        obj = stack[-1]
+        name, _ = opcodes.attr_parts(ins)
+        if not obj[0] and not isinstance(obj[3], types.ModuleType) and obj[3] is None:
+            return f"reads the attribute .{name} of an object that is not an argument"
+    elif kind is OpKind.CALL or kind is OpKind.CALL_KW:
+        return _call_reason(ins, stack, kind)
+    elif kind is OpKind.CALL_EX:
+        if not any(s[0] for s in stack[len(stack) - opcodes.call_ex_pops(ins):]):
+            return "calls a function with unpacked constant arguments"
+    elif kind is OpKind.OTHER or kind is OpKind.INTRINSIC_1:
+        if not opcodes.is_plain_builder(ins):
+            return f"uses {ins.name}"
+    return None
+
+
+def _call_reason(ins: Any, stack: tuple, kind: OpKind) -> str | None:
+    nargs = int(ins.arg)
+    if kind is OpKind.CALL_KW:
+        stack = stack[:-1]  # the names tuple
+    fn_slot = opcodes.callable_slot(nargs, stack)
+    operands = [s for s in stack[len(stack) - nargs - 2:] if not s[1]]
+    known = fn_slot[3] if fn_slot is not None else None
+    if any(s[0] for s in operands):
+        if known is not None and _nondiff(known) and known not in SHAPE_ONLY:
+            return (f"calls {qualname(known)} on a value computed from the arguments (no derivative: Python "
+                    "code may decide on its result)")
+        return None
+    if known is None:
+        return "calls a function that is not known statically, on constants"
+    try:
+        pure = known in _PURE
+    except TypeError:
+        pure = False
+    if not pure:
+        return f"calls {qualname(known)} without differentiated operands (it may depend on state: random draws, I/O)"
+    return None
+
+
+def _nondiff(fn: Any) -> bool:
+    from bytegrad.rules import registry
+
+    rule = registry.lookup(fn)
+    return rule is not None and rule.kind is registry.RuleKind.NONDIFF
+
+
+_GUARDED_BY_IDENTITY = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, np.ufunc,
+                        types.MethodDescriptorType, types.WrapperDescriptorType)
+_GUARDED_BY_VALUE = (int, float, str, bytes, bool, complex, type(None))
+
+
+def _guards(assumed: Any, fn_globals: dict[str, Any], reasons: list[str]) -> list[tuple]:
+    guards: list[tuple] = []
+    bltns = fn_globals.get("__builtins__", builtins)
+    if isinstance(bltns, types.ModuleType):
+        bltns = bltns.__dict__
+    for name, (in_module, value) in assumed.globals.items():
+        if _guardable(value, f"the global {name}", reasons):
+            guards.append(("global", fn_globals, name, value))
+    for (modname, name), value in assumed.attrs.items():
+        module = sys.modules.get(modname)
+        if module is None:
+            reasons.append(f"reads {modname}.{name} from a module no longer imported")
+        elif _guardable(value, f"{modname}.{name}", reasons):
+            guards.append(("attr", module, name, value))
+    return guards
+
+
+def _guardable(value: Any, what: str, reasons: list[str]) -> bool:
+    if isinstance(value, _GUARDED_BY_IDENTITY) or type(value) in _GUARDED_BY_VALUE or callable(value):
+        return True
+    if isinstance(value, np.ndarray):
+        reasons.append(f"reads {what}, an array (compiled programs take arrays as arguments only, for now)")
+    else:
+        reasons.append(f"reads {what}, a {type(value).__name__} that a guard cannot fix")
+    return False

@@ -1,0 +1,444 @@
+"""Compiled gradient programs (bytegrad/compiled.py, runtime/program.py) against the general path.
+
+Every program must give what the general path gives: on the benchmark cases and the catalogue
+over repeated calls with new values, and across everything its guards are there for. Each kind of
+guard has a test that passes with the guard and fails without it (`omit_guard`); each refusal of
+the eligibility check has a test that the function stays on the general path, with its reason.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import types
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import functions as catalogue  # noqa: E402
+from gradcheck import assert_trees_close  # noqa: E402
+
+import bytegrad  # noqa: E402
+from bytegrad import compiled  # noqa: E402
+from bytegrad.rules import registry  # noqa: E402
+from bytegrad.runtime import program  # noqa: E402
+
+from bench import cases as bench_cases  # noqa: E402
+
+
+def fresh(fn):
+    """A copy of `fn` (same code, globals and defaults): programs are kept per function object, so a
+    copy starts with none."""
+    return types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
+def compiled_and_general(fn, wrt=0):
+    return bytegrad.differentiate(fresh(fn), wrt=wrt, tier="numpy"), bytegrad.differentiate(fn, wrt=wrt, tier="general")
+
+
+def info(d) -> dict:
+    return d.stats()["compiled"]
+
+
+def assert_same(a, b, rtol=1e-12):
+    assert_trees_close(a, b, rtol=rtol, atol=0.0)
+
+
+# ---- agreement ---------------------------------------------------------------------------------
+
+
+BENCH = [c for c in bench_cases.CASES if c.key in
+         ("dense2", "dense20", "mlp", "sin10", "loop50", "loop50f", "elem10", "conv1", "mlpf32", "dense2f32")]
+
+
+@pytest.mark.parametrize("case", BENCH, ids=lambda c: c.key)
+def test_bench_cases_compile_and_agree_with_the_general_path(case):
+    fast, general = compiled_and_general(case.loss)
+    rng = np.random.default_rng(0)
+    for _ in range(3):  # new values each call: the program is reused, not re-captured
+        params, data = case.inputs(rng)
+        v1, g1 = fast.value_and_grad(params, *data)
+        v2, g2 = general.value_and_grad(params, *data)
+        assert_same(v1, v2)
+        assert_same(g1, g2)
+        assert type(v1) is type(v2)
+    s = info(fast)
+    assert len(s["programs"]) == 1, s["not_compiled"]
+    assert s["compiled_calls"] == 3 and s["general_calls"] == 0
+
+
+def test_catalogue_compiled_fraction_and_agreement():
+    """Every catalogue case under the numpy tier: programs agree with the general path to 1e-12 over
+    calls with new values; the others fall back with a reason. Prints the fraction compiled."""
+    from test_catalogue import make_inputs
+
+    compiled_ids, reasons = [], {}
+    for case in catalogue.CASES:
+        fast = bytegrad.differentiate(case.fn, wrt=case.wrt, tier="numpy")
+        general = bytegrad.differentiate(case.fn, wrt=case.wrt, tier="general")
+        for call in range(3):
+            args, kwargs = make_inputs(case, call)
+            try:
+                expected = general.value_and_grad(*args, **kwargs)
+            except bytegrad.DifferentiationError:
+                break
+            got = fast.value_and_grad(*args, **kwargs)
+            assert_trees_close(got, expected, rtol=1e-12, atol=1e-300)
+        s = info(fast)
+        if s["programs"]:
+            compiled_ids.append(case.id)
+            assert s["compiled_calls"] >= 2, (case.id, s)
+        else:
+            reasons[case.id] = next(iter(s["not_compiled"].values()), "kwargs or error")
+    print(f"\ncompiled {len(compiled_ids)} of {len(catalogue.CASES)} catalogue cases")
+    for cid, why in sorted(reasons.items()):
+        print(f"  {cid}: {why}")
+    assert len(compiled_ids) >= 10
+
+
+def test_auto_tier_compiles_after_warm_up_and_never_on_the_first_call():
+    def f(x):
+        return np.sum(np.sin(x) * x)
+
+    d = bytegrad.differentiate(f, tier="auto")
+    x = np.linspace(0.1, 1.0, 5)
+    for k in range(compiled.AUTO_AFTER):
+        d.grad(x)
+        assert info(d)["programs"] == [] and info(d)["general_calls"] == k + 1
+    d.grad(x)  # the capture
+    d.grad(x)
+    s = info(d)
+    assert len(s["programs"]) == 1 and s["compiled_calls"] == 2
+
+
+def test_general_tier_never_compiles():
+    d = bytegrad.differentiate(lambda x: np.sum(x * x), tier="general")
+    for _ in range(5):
+        d.grad(np.ones(3))
+    assert "compiled" not in d.stats()
+
+
+def test_tier_argument_is_checked():
+    with pytest.raises(ValueError, match="general, numpy, auto"):
+        bytegrad.differentiate(lambda x: x, tier="fast")
+
+
+@pytest.mark.skipif(compiled.default_tier() == "general", reason="BYTEGRAD_TIER=general: no programs")
+def test_grad_objects_share_programs_of_one_function():
+    def f(x):
+        return np.sum(np.tanh(x))
+
+    x = np.ones(4)
+    for _ in range(4):
+        bytegrad.grad(f)(x)  # a new Differentiated each time, as in a training loop written this way
+    d = bytegrad.differentiate(f)
+    assert d._tiers is bytegrad.differentiate(f)._tiers
+    assert info(d)["compiled_calls"] >= 1
+
+
+def test_wrt_tuple_and_dict_params_and_untracked_int_array():
+    def f(params, x, idx):
+        h = np.tanh(params["W"] @ x[:, idx] + params["b"][:, None])
+        return np.sum(h * h) + params["s"] * 2.0
+
+    rng = np.random.default_rng(1)
+    fast, general = compiled_and_general(f, wrt=(0, 1))
+    for _ in range(3):
+        params = {"W": rng.standard_normal((3, 4)), "b": rng.standard_normal(3), "s": float(rng.standard_normal())}
+        x = rng.standard_normal((4, 6))
+        idx = rng.integers(0, 6, 5)
+        assert_same(fast.value_and_grad(params, x, idx), general.value_and_grad(params, x, idx))
+    assert len(info(fast)["programs"]) == 1
+
+
+def test_float32_gradients_stay_float32():
+    fast, general = compiled_and_general(lambda x, w: np.sum(np.exp(x * w)))
+    x = np.linspace(0, 1, 6, dtype=np.float32)
+    w = np.float32(0.5) * np.ones(6, np.float32)
+    for _ in range(2):
+        g = fast.grad(x, w)
+        assert g.dtype == np.float32
+        assert_same(g, general.grad(x, w))
+
+
+def test_gradient_never_aliases_the_callers_array():
+    fast = bytegrad.differentiate(lambda x, w: np.sum(x * w), wrt=1, tier="numpy")
+    x = np.arange(3.0)
+    for _ in range(2):
+        g = fast.grad(x, np.ones(3))
+        assert not np.shares_memory(g, x)
+
+
+def test_programs_are_reentrant_across_threads():
+    fast, general = compiled_and_general(bench_cases.mlp_loss)
+    make = bench_cases.mlp_inputs((20, 16, 16, 5), batch=8)
+    params, data = make(np.random.default_rng(0))
+    fast.grad(params, *data)
+    inputs = [make(np.random.default_rng(s)) for s in range(8)]
+    expected = [general.grad(p, *d) for p, d in inputs]
+    results: list = [None] * len(inputs)
+
+    def work(k: int) -> None:
+        for _ in range(20):
+            results[k] = fast.grad(inputs[k][0], *inputs[k][1])
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for got, want in zip(results, expected):
+        assert_same(got, want)
+    assert info(fast)["general_calls"] == 0
+
+
+def test_program_peak_memory_at_most_the_general_paths():
+    import tracemalloc
+
+    def loss(x):
+        for _ in range(20):
+            x = np.tanh(x * 1.01 + 0.1)
+        return np.sum(x)
+
+    x = np.linspace(-1, 1, 200_000)
+    fast, general = compiled_and_general(loss)
+    fast.grad(x)
+    peaks = []
+    for d in (general, fast):
+        d.grad(x)
+        tracemalloc.start()
+        d.grad(x)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+    assert info(fast)["compiled_calls"] >= 2
+    assert peaks[1] <= peaks[0] * 1.05, peaks
+
+
+def test_nested_derivatives_and_kwargs_use_the_general_path():
+    f = bytegrad.differentiate(lambda x, scale=1.0: np.sum(np.sin(x)) * scale, tier="numpy")
+    h = bytegrad.hessian(lambda x: f.grad(x).sum())(np.ones(2))
+    assert h.shape == (2, 2)
+    f.grad(np.ones(2), scale=2.0)
+    assert info(f)["compiled_calls"] == 0
+
+
+def test_a_program_that_raises_hands_the_call_to_the_general_path():
+    def f(A, b):
+        return np.sum(np.linalg.solve(A, b))
+
+    fast = bytegrad.differentiate(f, tier="numpy")
+    fast.grad(np.eye(2) * 2.0, np.ones(2))
+    with pytest.raises(np.linalg.LinAlgError):
+        fast.grad(np.zeros((2, 2)), np.ones(2))
+
+
+# ---- guards: each kind is needed ----------------------------------------------------------------
+
+
+def scale_by_length(x):
+    return np.sum(x * x) / x.shape[0]
+
+
+def scale_by_other_length(x, y):
+    return np.sum(x * x) / y.shape[0]
+
+
+def repeat_n(x, n):
+    for _ in range(n):
+        x = np.sin(x)
+    return np.sum(x)
+
+
+SCALE = 2.0
+
+
+def times_global(x):
+    return np.sum(x * SCALE)
+
+
+_mod = types.ModuleType("bytegrad_test_mod")
+_mod.act = np.sin
+sys.modules[_mod.__name__] = _mod
+
+
+def module_attribute(x):
+    return np.sum(_mod.act(x))
+
+
+def guard_case(kind):
+    """(function, first call's args, a later call's args, a change made between them, undo)."""
+    x = np.linspace(0.1, 1.0, 4)
+    if kind == "shape":
+        return scale_by_other_length, (x, np.ones(3)), (x, np.ones(5)), None
+    if kind == "dtype":
+        return scale_by_length, (x,), (x.astype(np.float32),), None
+    if kind == "type":
+        return lambda t: np.sum(t[0] * t[1]), ((x, x),), ([x, x],), None
+    if kind == "value":
+        return repeat_n, (x, 3), (x, 5), None
+    if kind == "global":
+        def change():
+            globals()["SCALE"] = 3.0
+        return times_global, (x,), (x,), change
+    if kind == "attr":
+        def change():
+            _mod.act = np.cos
+        return module_attribute, (x,), (x,), change
+    if kind == "version":
+        def change():
+            _SAVED_RULES.append(registry.lookup(np.sin))
+            bytegrad.scalar_rule(np.sin, lambda x, out: 2.0 * np.cos(x), override=True)
+        return module_attribute, (x,), (x,), change
+    raise AssertionError(kind)
+
+
+_SAVED_RULES: list = []
+
+
+def restore_guard_case(kind):
+    globals()["SCALE"] = 2.0
+    _mod.act = np.sin
+    while _SAVED_RULES:
+        registry.register(_SAVED_RULES.pop(), override=True)
+
+
+@pytest.mark.parametrize("omit", [False, True], ids=["guarded", "guard-omitted"])
+@pytest.mark.parametrize("kind", program.GUARD_KINDS)
+def test_each_guard_kind_is_needed(kind, omit, monkeypatch):
+    if omit:
+        monkeypatch.setattr(program, "_OMITTED", frozenset({kind}))
+    fn, first, later, change = guard_case(kind)
+    fast = bytegrad.differentiate(fresh(fn), tier="numpy")
+    try:
+        fast.grad(*first)
+        assert len(info(fast)["programs"]) == 1
+        if change is not None:
+            change()
+        general = bytegrad.differentiate(fn, tier="general")
+        expected = general.value_and_grad(*later)
+        try:
+            got = fast.value_and_grad(*later)
+            same = _trees_same(got, expected)
+        except Exception:  # noqa: BLE001 - a program run past its guard may fail instead
+            same = False
+    finally:
+        restore_guard_case(kind)
+    if omit:
+        assert not same, f"without the {kind} guard the program still gave the general path's result"
+    else:
+        assert same
+
+
+def _trees_same(a, b) -> bool:
+    try:
+        assert_trees_close(a, b, rtol=1e-12, atol=0.0)
+    except AssertionError:
+        return False
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (tuple, list)):
+        return all(_trees_same(x, y) for x, y in zip(a, b))
+    return not isinstance(a, np.ndarray) or a.dtype == b.dtype
+
+
+def test_a_replaced_body_or_default_drops_the_programs():
+    def f(x, n=2):
+        return np.sum(x * n)
+
+    def g(x, n=2):
+        return np.sum(x * x * n)
+
+    d = bytegrad.differentiate(f, tier="numpy")
+    x = np.arange(3.0)
+    assert_same(d.grad(x), 2 * np.ones(3))
+    f.__defaults__ = (5,)
+    assert_same(d.grad(x), 5 * np.ones(3))
+    f.__code__ = g.__code__
+    assert_same(d.grad(x), 10 * x)
+
+
+# ---- eligibility: what stays on the general path, and why -------------------------------------
+
+
+def branch_on_data(x):
+    if np.sum(x) > 0:
+        return np.sum(x * x)
+    return np.sum(np.sin(x))
+
+
+def uses_argmax(x):
+    return x[np.argmax(x)] * 2.0
+
+
+def draws_random(x):
+    return np.sum(x * np.random.random())
+
+
+def prints(x):
+    y = np.sum(x * x)
+    print("loss", y)
+    return y
+
+
+def calls_helper(x):
+    return np.sum(scale_by_length(x) * x)  # a Python callee
+
+
+W_GLOBAL = np.ones(3)
+
+
+def reads_global_array(x):
+    return np.sum(x * W_GLOBAL)
+
+
+def writes_into_array(x):
+    y = x * 2.0
+    y[0] = x[1]
+    return np.sum(y * x)
+
+
+def with_closure():
+    w = 2.0
+
+    def f(x):
+        return np.sum(x * w)
+    return f
+
+
+def makes_array(x):
+    return np.sum(x * np.arange(3.0))
+
+
+@pytest.mark.parametrize("fn, why", [
+    (branch_on_data, "compares or tests a value computed from the arguments"),
+    (uses_argmax, "argmax"),
+    (draws_random, "random"),
+    (prints, "print"),
+    (calls_helper, "Python function"),
+    (reads_global_array, "an array"),
+    (writes_into_array, "writes into"),
+    (with_closure(), "closure"),
+    (makes_array, "arange"),
+], ids=lambda v: getattr(v, "__name__", None) or "")
+def test_ineligible_functions_stay_on_the_general_path_with_a_reason(fn, why):
+    fast, general = compiled_and_general(fn)
+    for s in (1.0, -1.0, 2.0):  # the branch flips between calls
+        x = s * np.array([0.3, 0.5, 0.9])
+        np.random.seed(0)
+        got = fast.grad(x)
+        np.random.seed(0)
+        assert_same(got, general.grad(x))
+    st = info(fast)
+    assert st["programs"] == []
+    (reason,) = st["not_compiled"].values()
+    assert why in reason
+
+
+def test_explain_shows_the_tier_and_reasons(capsys):
+    text = bytegrad.explain(branch_on_data, np.ones(3))
+    assert "compiled program" in text and "compares or tests" in text
+    text = bytegrad.explain(scale_by_length, np.ones(3))
+    assert "compiled program: eligible" in text
