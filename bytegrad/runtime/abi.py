@@ -201,17 +201,26 @@ def _record_rrule(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, kwarg
 def _push_output(tape: Tape, node: tuple, out: Any) -> Any:
     t = type(out)
     if t is tuple or t is list or (isinstance(out, tuple) and hasattr(out, "_fields")):
-        holder = _TupleOut(out)
         idx = len(tape.values)
-        tape.push(node, holder)
-        n = len(out)
-        for k, item in enumerate(out):
-            if _trackable(item):
-                tape.push((_bw_tuple_item, (idx,), node[2], k, n), item)
+        tape.push(node, _TupleOut(out))
+        _push_items(tape, idx, out, node[2])
         return out
     if t is int or t is bool or out is None:
         return out
     return tape.push(node, out)
+
+
+def _push_items(tape: Tape, idx: int, out: Any, site: Site) -> None:
+    """Record each float element of the sequence `out` (held on the tape at `idx`); a nested list
+    (`M.tolist()` of a matrix: rows of floats) stands on the tape as its own holder, recursively."""
+    n = len(out)
+    for k, item in enumerate(out):
+        if _trackable(item):
+            tape.push((_bw_tuple_item, (idx,), site, k, n), item)
+        elif type(item) is list and item:
+            sub = len(tape.values)
+            tape.push((_bw_tuple_item, (idx,), site, k, n), _TupleOut(item))
+            _push_items(tape, sub, item, site)
 
 
 def _trackable(v: Any) -> bool:
