@@ -269,7 +269,8 @@ for _fns, _name, _primal in (((np.max, np.amax, np.ndarray.max), "max", np.max),
 
 
 def _var_parts(r: _Reduction, out_bar: Any) -> tuple[Any, Any]:
-    """(x - mean) and out_bar / (N - ddof), both broadcastable to the input's shape."""
+    """conj(x - mean) and out_bar / (N - ddof), both broadcastable to the input's shape (var is
+    mean(|x - mean|**2): its cotangent pairs with the conjugate, docs/plugins.md)."""
     params = r.params
     ddof = params.get("ddof", 0)
     correction = params.get("correction", _NOVALUE)
@@ -279,6 +280,8 @@ def _var_parts(r: _Reduction, out_bar: Any) -> tuple[Any, Any]:
     mean = np.mean(r.xa, axis=r.axes, keepdims=True, where=where) if where is not True else (
         np.mean(r.xa, axis=r.axes, keepdims=True))
     centered = r.xa - mean
+    if centered.dtype.kind == "c":
+        centered = centered.conj()
     count = r.count()
     denom = np.maximum(count - ddof, 0)
     if type(denom) is np.ndarray:
