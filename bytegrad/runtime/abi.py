@@ -244,9 +244,33 @@ def _with_out(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> Any
     # value (`np.multiply(a, x, out=a)`): what the operation saves is not then overwritten
     args = tuple(_snapshot(tape, site, v) if type(v) is _ndarray and np.may_share_memory(v, buf) else v
                  for v in args)
+    where = kwargs.pop("where", True)
+    if where is not True and type(fn) is np.ufunc:
+        _masked_ufunc(tape, site, fn, args, kwargs, buf, where)
+        return buf
+    if where is not True:
+        kwargs["where"] = where
     value = _dispatch(tape, site, fn, args, kwargs)
     _write(tape, site, buf, Ellipsis, value)
     return buf
+
+
+def _masked_ufunc(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict, buf: np.ndarray, where: Any) -> None:
+    """`ufunc(*args, out=buf, where=mask)`: the ufunc runs on the selected elements only, and they
+    are written into `buf`; the other slots keep buf's value and its derivative. (Computed whole, the
+    masked-out slots would hold uninitialised memory, and the partials there, 1 / b at b == 0 for the
+    safe-division idiom, would turn the zero cotangent into NaN.)"""
+    mask = np.broadcast_to(np.asarray(where, dtype=bool), buf.shape)
+    picked = []
+    for a in args[:fn.nin]:
+        if np.ndim(a) == 0:
+            picked.append(a)
+            continue
+        if np.shape(a) != buf.shape:
+            a = _dispatch(tape, site, np.broadcast_to, (a, buf.shape), None)
+        picked.append(getitem(tape, site, a, mask))
+    value = _dispatch(tape, site, fn, tuple(picked) + args[fn.nin:], kwargs or None)
+    _write(tape, site, buf, mask, value)
 
 
 def _call_python(tape: Tape, site: Site, f: Any, args: tuple, kwargs: Optional[dict]) -> Any:
