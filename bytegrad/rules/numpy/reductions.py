@@ -311,9 +311,11 @@ def std_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any
     def std_pullback(out_bar: Any) -> tuple[Any, ...]:
         centered, scale = _var_parts(r, out_bar)
         out_e = r.expand(out)
-        # d std = d var / (2 std); where std == 0 (all equal) the subgradient 0 is taken.
-        with np.errstate(divide="ignore", invalid="ignore"):
-            x_bar = np.where(out_e == 0, 0, centered * scale / out_e)
+        # d std = d var / (2 std); where std == 0 (all equal) the subgradient 0 is taken. The
+        # division is by a safe denominator, not masked after: a nested derivative differentiates
+        # this step, and 0 * d(1/std) at std == 0 would be NaN.
+        zero = out_e == 0
+        x_bar = np.where(zero, 0, centered * scale / np.where(zero, 1, out_e))
         return _pullback_result(r.finish(x_bar), args)
 
     return out, std_pullback
