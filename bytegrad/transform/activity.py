@@ -107,6 +107,22 @@ def _refuse_invisible_code(instrs: list[Any], watched: set[str], loc: SourceLoc)
                 "define the class outside the differentiated function.")
 
 
+def _attr_slot(module: types.ModuleType, name: str, tainted_globals: set[str], assumed: Any) -> Slot:
+    """`mod.attr`: a global of another module, held to the rules of `global_slot` in `analyze`: an
+    object that may hold (or be written) a differentiated value is active (`np.r_[x, x]` and
+    `mod.table[x]` then run their Python `__getitem__` rewritten), and a store into it taints it."""
+    key = f"{module.__name__}.{name}"
+    value = getattr(module, name, None)
+    if assumed is not None:
+        assumed.note_attr(module, name, value)
+    if key in tainted_globals:
+        return (True, False, frozenset({"G:" + key}), None)
+    if isinstance(value, _INERT_TYPES):
+        return (False, False, frozenset({"G:" + key}) if isinstance(value, _WRITABLE_GLOBALS) else frozenset(),
+                value)
+    return (True, False, frozenset({"G:" + key}), value)
+
+
 def _join_all(slots: Any) -> Slot:
     active = False
     srcs: frozenset = frozenset()
@@ -165,21 +181,6 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
             # no alias source: a call's result never aliases the module or function it came from
             return (False, False, frozenset(), known)
         return (True, False, frozenset({"G:" + name}), None)
-
-    def attr_slot(module: types.ModuleType, name: str) -> Slot:
-        # `mod.attr` is a global of another module, held to the same rules as `global_slot`: an
-        # object that may hold (or be written) a differentiated value is active (`np.r_[x, x]`,
-        # `mod.table[x]` run their Python `__getitem__` rewritten), and a store into it taints it
-        key = f"{module.__name__}.{name}"
-        value = getattr(module, name, None)
-        if assumed is not None:
-            assumed.note_attr(module, name, value)
-        if key in tainted_globals:
-            return (True, False, frozenset({"G:" + key}), None)
-        if isinstance(value, _INERT_TYPES):
-            return (False, False, frozenset({"G:" + key}) if isinstance(value, _WRITABLE_GLOBALS) else frozenset(),
-                    value)
-        return (True, False, frozenset({"G:" + key}), value)
 
     def local_slot(name: str) -> Slot:
         if name in module_locals:
@@ -302,7 +303,7 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
                 obj = stack.pop()
                 name, method = opcodes.attr_parts(ins)
                 if isinstance(obj[3], types.ModuleType):
-                    value = attr_slot(obj[3], name)
+                    value = _attr_slot(obj[3], name, tainted_globals, assumed)
                 elif name in NONDIFF_ATTRS and not method:
                     value = (False, False, frozenset(), None)
                 else:
