@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 from bytegrad import compiled, transform
-from bytegrad.errors import NonScalarOutputError, SourceLoc, UnsupportedOpcodeError, WrtError
+from bytegrad.errors import ComplexOutputError, NonScalarOutputError, SourceLoc, UnsupportedOpcodeError, WrtError
 from bytegrad.rules import registry
 from bytegrad.runtime import abi, nested as _nested_sweep, pytree, writes
 from bytegrad.runtime.backward import _bw_identity
@@ -48,6 +48,8 @@ def _complete(spec: Any) -> bool:
         return all(_complete(s) for s in spec[2].values())
     subs = spec[1]
     return all(_complete(s) for s in (subs.values() if isinstance(subs, dict) else subs))
+
+
 _perf = time.perf_counter
 
 #: code flags of functions whose call returns a generator or coroutine instead of running the body
@@ -398,6 +400,8 @@ class Differentiated:
 
     def _check_scalar(self, out: Any) -> None:
         t = type(out)
+        if t is not _float64 and t is not float and _is_complex(out):
+            raise self._complex_output_error(out)
         if not (t is _float64 or t is float or t is int or (t is _ndarray and out.ndim == 0)
                 or isinstance(out, np.generic)):
             shape = getattr(out, "shape", None)
@@ -425,6 +429,14 @@ class Differentiated:
         else:
             grads = nested.gradients(specs, nested.sweep({idx: 1.0} if idx is not None else {}))
         return out, grads if self._wrt_tuple else grads[0]
+
+    def _complex_output_error(self, out: Any) -> ComplexOutputError:
+        return ComplexOutputError(
+            f"grad needs a function that returns a real scalar, but {self._code.co_name} returned the complex "
+            f"value {out!r}: a complex value has no gradient, and bytegrad will not silently "
+            "differentiate its real part.", self._return_loc(),
+            "return the real quantity you mean (`np.real(...)`, `np.abs(...) ** 2`), or use bytegrad.vjp "
+            "with the cotangent of your choice.")
 
     def _return_loc(self) -> SourceLoc:
         from bytecode import Bytecode, Instr
@@ -545,6 +557,14 @@ class _Nested:
         if self.recording():
             return abi._dispatch(self.tape, self.site, fn, args, kwargs or None)
         return fn(*args, **kwargs)
+
+
+def _is_complex(out: Any) -> bool:
+    """A complex scalar output of `grad` (a Python complex, a NumPy complex scalar or 0-d array; a
+    complex array of more elements is refused as non-scalar)."""
+    if type(out) is complex:
+        return True
+    return getattr(getattr(out, "dtype", None), "kind", "") == "c" and getattr(out, "ndim", 0) == 0
 
 
 def differentiate(fn: Optional[Callable[..., Any]] = None, *, wrt: Wrt = 0, tier: Optional[str] = None) -> Any:

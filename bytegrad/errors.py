@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 __all__ = [
-    "SourceLoc", "DifferentiationError", "NoRuleError", "MutationError", "NonScalarOutputError",
+    "SourceLoc", "DifferentiationError", "NoRuleError", "MutationError", "NonScalarOutputError", "ComplexOutputError",
     "UnsupportedOpcodeError", "PullbackError", "DuplicateRuleError", "WrtError", "NotImplementedRuleError",
 ]
 
@@ -138,6 +138,11 @@ class MutationError(DifferentiationError):
 
 class NonScalarOutputError(DifferentiationError):
     """`grad` needs a function whose output is a scalar."""
+
+
+class ComplexOutputError(NonScalarOutputError):
+    """`grad` needs a real output: the gradient of a complex value is not defined (JAX and PyTorch
+    refuse it too); differentiate its real part, its absolute value, or use `bytegrad.vjp`."""
 
 
 class UnsupportedOpcodeError(DifferentiationError):

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Union
 import numpy as np
 
 __all__ = [
-    "check_grad", "numerical_grad", "bytegrad_grad", "assert_mirrors", "assert_trees_equal",
+    "check_grad", "check_jvp", "numerical_grad", "bytegrad_grad", "assert_mirrors", "assert_trees_equal",
     "assert_trees_close", "tree_paths", "tree_replace", "tree_map_arrays", "is_diff_leaf",
     "resolve_wrt", "scalar_value", "format_path",
 ]
@@ -375,3 +375,14 @@ def check_grad(
         _compare_leaves(bar, num, arg, rtol=rtol, atol=atol, label=label)
     assert_trees_equal((args, kwargs), before, what="caller's argument after the finite differences")
     return x_bar
+
+
+def check_jvp(f: Callable[..., Any], x: np.ndarray, x_dot: np.ndarray, *, rtol: float = 1e-6) -> Any:
+    """Check `bytegrad.jvp` of scalar `f` at array `x` along `x_dot` against <central differences, x_dot>;
+    return bytegrad's tangent."""
+    import bytegrad
+
+    _, out_dot = bytegrad.jvp(f, (x,), (x_dot,))
+    np.testing.assert_allclose(out_dot, np.sum(numerical_grad(f, [x]) * x_dot), rtol=rtol,
+                               err_msg="bytegrad.jvp (actual) != central differences along x_dot (desired)")
+    return out_dot

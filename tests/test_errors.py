@@ -20,6 +20,7 @@ from gradcheck import check_grad  # noqa: E402
 
 import bytegrad  # noqa: E402
 from bytegrad.rules import rrule  # noqa: E402
+from bytegrad.errors import ComplexOutputError  # noqa: E402
 
 try:
     from bytegrad.rules.registry import lookup as _lookup_rule
@@ -516,6 +517,35 @@ def test_non_scalar_output_error(fn):
         assert_cites_within(info.value, fn, {return_line, def_line})
     if fn is vector_valued:
         assert "(3,)" in str(info.value), f"the output's shape is not shown:\n{info.value}"
+
+
+def complex_sum(z):
+    return np.sum(z ** 2)  # complex
+
+
+def complex_from_real(x):
+    return np.sum(x * 1j) + 0.5  # complex from a real input
+
+
+def complex_python_scalar(x):
+    return complex(1.0, 2.0) * float(np.sum(x))  # a Python complex
+
+
+@pytest.mark.parametrize("fn,x", [
+    (complex_sum, np.array([1.0 + 2.0j, 3.0 - 1.0j])), (complex_sum, np.array([1.0 + 2.0j], dtype=np.complex64)),
+    (complex_from_real, np.array([1.0, 2.0])), (complex_from_real, np.array([1.0, 2.0], dtype=np.float32)),
+    (complex_python_scalar, np.array([1.0, 2.0])),
+], ids=["complex128", "complex64", "real-input", "float32-input", "python-complex"])
+def test_complex_output_is_refused_not_its_real_part_differentiated(fn, x):
+    for make in (lambda: bytegrad.grad(fn)(x), lambda: bytegrad.value_and_grad(fn)(x)):
+        with pytest.raises(ComplexOutputError) as info:
+            make()
+        assert isinstance(info.value, bytegrad.NonScalarOutputError)
+        assert "np.real" in str(info.value) and "bytegrad.vjp" in str(info.value)
+        return_line, _ = line_of(fn, "return ")
+        assert_cites_within(info.value, fn, {return_line, fn.__code__.co_firstlineno})
+    # the real part is what the user may mean, and it differentiates
+    bytegrad.grad(lambda v: np.real(fn(v)))(x)
 
 
 def test_vjp_of_vector_valued_is_fine_after_non_scalar_error():

@@ -437,12 +437,22 @@ _M = np.arange(9.0).reshape(3, 3) / 5
     lambda x: np.sum(np.correlate(x, x, "full") * np.arange(5.0)),
     lambda x: np.polyval([1.0, 0.0, 0.0, 0.0], x[0]) + np.polyval(x, 1.5),
     lambda x: np.sum(np.linalg.multi_dot([np.outer(x, x), _M, x])),
+    lambda x: np.sum(np.kron([x[0], x[1]], x) ** 2),
+    lambda x: np.sum(np.kron(x[0], x) * np.arange(3.0)),
+    lambda x: np.sum(np.kron(x, x[1]) ** 2),
+    lambda x: np.sum(np.tensordot(x[0], x, 0) ** 2),
+    lambda x: np.sum(np.tensordot(x * x, x[2], axes=0) * _M[0]),
+    lambda x: np.std(x * 0.0 + 1.0) + np.sum(x ** 3),
+    lambda x: np.sum(np.std(np.stack([x, x * 0.0]), axis=1)),
+    lambda x: np.sum(np.linalg.norm(np.stack([x, x * 0.0]), axis=1)),
 ], ids=["outer", "dot", "dot-list", "matmul-list", "inner", "prod-list", "std-list", "nanprod", "cross",
-        "correlate", "polyval", "multi_dot"])
+        "correlate", "polyval", "multi_dot", "kron-list", "kron-scalar", "kron-scalar-b", "tensordot-scalar",
+        "tensordot-scalar-b", "std-at-zero", "std-axis-at-zero", "norm-axis-at-zero"])
 def test_hessian_vector_products_of_rules_whose_pullbacks_derive_arrays(f):
-    """These pullbacks read arrays derived from their arguments (raveled, reversed, made from a list);
-    derived in the forward pass they were constants to a nested derivative (zero or half the
-    second derivative), and np.dot of two vectors raised (np.multiply.outer has no rule)."""
+    """These pullbacks read arrays derived from their arguments (raveled, reversed, made from a list
+    or a scalar); derived in the forward pass they were constants to a nested derivative (zero or
+    half the second derivative), and np.dot of two vectors raised (np.multiply.outer has no rule).
+    std and norm at 0 divided by 0 inside a masked branch, which a nested derivative turned to NaN."""
     x, v = np.array([0.5, -1.0, 2.0]), np.array([0.3, -0.2, 0.5])
     g = bytegrad.grad(f)
     h = 1e-5

@@ -233,6 +233,10 @@ def py_chain(*iterables: Any) -> Iterator[Any]:
     return _chain_items(iterables)
 
 
+def py_chain_from_iterable(iterables: Any, /) -> Iterator[Any]:
+    return _chain_items(iterables)
+
+
 def _islice_items(iterable: Any, start: int, stop: Any, step: int) -> Iterator[Any]:
     nxt = start
     for i, item in enumerate(iterable):

@@ -203,19 +203,28 @@ def _record_rrule(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, kwarg
 def _push_output(tape: Tape, node: tuple, out: Any) -> Any:
     t = type(out)
     if t is tuple or t is list or (isinstance(out, tuple) and hasattr(out, "_fields")):
-        holder = _TupleOut(out)
         idx = len(tape.values)
-        tape.push(node, holder)
-        n = len(out)
-        for k, item in enumerate(out):
-            if _trackable(item):
-                tape.push((_bw_tuple_item, (idx,), node[2], k, n), item)
+        tape.push(node, _TupleOut(out))
+        _push_items(tape, idx, out, node[2])
         return out
     if t is int or t is bool or out is None:
         if tape.__class__ is not Tape and out is not None:
             tape.refuse(f"computes a {t.__name__} from a differentiated value with {qualname(node[5])}", node[2])
         return out
     return tape.push(node, out)
+
+
+def _push_items(tape: Tape, idx: int, out: Any, site: Site) -> None:
+    """Record each float element of the sequence `out` (held on the tape at `idx`); a nested list
+    (`M.tolist()` of a matrix: rows of floats) stands on the tape as its own holder, recursively."""
+    n = len(out)
+    for k, item in enumerate(out):
+        if _trackable(item):
+            tape.push((_bw_tuple_item, (idx,), site, k, n), item)
+        elif type(item) is list and item:
+            sub = len(tape.values)
+            tape.push((_bw_tuple_item, (idx,), site, k, n), _TupleOut(item))
+            _push_items(tape, sub, item, site)
 
 
 def _trackable(v: Any) -> bool:
@@ -239,9 +248,33 @@ def _with_out(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> Any
     # value (`np.multiply(a, x, out=a)`): what the operation saves is not then overwritten
     args = tuple(_snapshot(tape, site, v) if type(v) is _ndarray and np.may_share_memory(v, buf) else v
                  for v in args)
+    where = kwargs.pop("where", True)
+    if where is not True and type(fn) is np.ufunc:
+        _masked_ufunc(tape, site, fn, args, kwargs, buf, where)
+        return buf
+    if where is not True:
+        kwargs["where"] = where
     value = _dispatch(tape, site, fn, args, kwargs)
     _write(tape, site, buf, Ellipsis, value)
     return buf
+
+
+def _masked_ufunc(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict, buf: np.ndarray, where: Any) -> None:
+    """`ufunc(*args, out=buf, where=mask)`: the ufunc runs on the selected elements only, and they
+    are written into `buf`; the other slots keep buf's value and its derivative. (Computed whole, the
+    masked-out slots would hold uninitialised memory, and the partials there, 1 / b at b == 0 for the
+    safe-division idiom, would turn the zero cotangent into NaN.)"""
+    mask = np.broadcast_to(np.asarray(where, dtype=bool), buf.shape)
+    picked = []
+    for a in args[:fn.nin]:
+        if np.ndim(a) == 0:
+            picked.append(a)
+            continue
+        if np.shape(a) != buf.shape:
+            a = _dispatch(tape, site, np.broadcast_to, (a, buf.shape), None)
+        picked.append(getitem(tape, site, a, mask))
+    value = _dispatch(tape, site, fn, tuple(picked) + args[fn.nin:], kwargs or None)
+    _write(tape, site, buf, mask, value)
 
 
 def _call_python(tape: Tape, site: Site, f: Any, args: tuple, kwargs: Optional[dict]) -> Any:

@@ -69,6 +69,8 @@ def _value_activity(v: Any, ids: dict[int, int]) -> int:
     t = type(v)
     if id(v) in ids:
         return ACTIVE
+    if t is slice:  # `obj[x0:x1]` hands a user `__getitem__` a slice of differentiated bounds
+        return ACTIVE if (id(v.start) in ids or id(v.stop) in ids or id(v.step) in ids) else INERT
     if t in _INERT:
         return INERT
     if t.__module__ == "numpy":  # untracked arrays, scalars, dtypes

@@ -37,7 +37,8 @@ NONDIFF_ATTRS = frozenset({"shape", "ndim", "dtype", "size", "itemsize", "nbytes
 # Global values that can never hold a differentiated value nor be mutated into holding one.
 _INERT_TYPES = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, np.ufunc,
                 int, float, complex, str, bytes, bool, type(None), np.ndarray, np.generic, np.dtype,
-                types.MethodType, types.MethodDescriptorType, types.WrapperDescriptorType)
+                types.MethodType, types.MethodDescriptorType, types.WrapperDescriptorType,
+                type(np.sum))  # NumPy 2's `_ArrayFunctionDispatcher` (np.sum, np.linalg.norm...)
 
 
 _WRITABLE_GLOBALS = (type, types.FunctionType, np.ndarray)
@@ -104,6 +105,22 @@ def _refuse_invisible_code(instrs: list[Any], watched: set[str], loc: SourceLoc)
                 SourceLoc(loc.filename, ins.lineno or body.co_firstlineno, loc.function),
                 f"compute the value in the function and set it afterwards (`{body.co_name}.attr = ...`), or "
                 "define the class outside the differentiated function.")
+
+
+def _attr_slot(module: types.ModuleType, name: str, tainted_globals: set[str], assumed: Any) -> Slot:
+    """`mod.attr`: a global of another module, held to the rules of `global_slot` in `analyze`: an
+    object that may hold (or be written) a differentiated value is active (`np.r_[x, x]` and
+    `mod.table[x]` then run their Python `__getitem__` rewritten), and a store into it taints it."""
+    key = f"{module.__name__}.{name}"
+    value = getattr(module, name, None)
+    if assumed is not None:
+        assumed.note_attr(module, name, value)
+    if key in tainted_globals:
+        return (True, False, frozenset({"G:" + key}), None)
+    if isinstance(value, _INERT_TYPES):
+        return (False, False, frozenset({"G:" + key}) if isinstance(value, _WRITABLE_GLOBALS) else frozenset(),
+                value)
+    return (True, False, frozenset({"G:" + key}), value)
 
 
 def _join_all(slots: Any) -> Slot:
@@ -285,13 +302,12 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
             elif kind in (OpKind.LOAD_ATTR, OpKind.LOAD_METHOD):
                 obj = stack.pop()
                 name, method = opcodes.attr_parts(ins)
-                known = getattr(obj[3], name, None) if isinstance(obj[3], types.ModuleType) else None
-                if assumed is not None and isinstance(obj[3], types.ModuleType):
-                    assumed.note_attr(obj[3], name, known)
-                if name in NONDIFF_ATTRS and not method:
+                if isinstance(obj[3], types.ModuleType):
+                    value = _attr_slot(obj[3], name, tainted_globals, assumed)
+                elif name in NONDIFF_ATTRS and not method:
                     value = (False, False, frozenset(), None)
                 else:
-                    value = (obj[0], False, obj[2], known)
+                    value = (obj[0], False, obj[2], None)
                 if method:  # normalised by the rewrite to a fixed [NULL, attr] / [attr, NULL] layout
                     stack += [NULL, value] if opcodes.NULL_BELOW_CALLABLE else [value, NULL]
                 else:
@@ -337,7 +353,9 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
             elif kind is OpKind.STORE_ATTR:
                 obj = stack.pop()
                 v = stack.pop()
-                if v[0] and taint(obj[2]):
+                if v[0] and isinstance(obj[3], types.ModuleType):  # `mod.attr = x`: a global elsewhere
+                    changed_vars = taint(frozenset({f"G:{obj[3].__name__}.{ins.arg}"})) or changed_vars
+                elif v[0] and taint(obj[2]):
                     changed_vars = True
             elif kind is OpKind.STORE_SUBSCR or kind is OpKind.STORE_SLICE:
                 nkeys = 1 if kind is OpKind.STORE_SUBSCR else 2

@@ -115,14 +115,16 @@ def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]
                 out.append(ins)
             continue
         if kind is OpKind.SUBSCR:
-            if st[-2][0]:
+            # the key counts too: `np.r_[x, x]` hands a differentiated tuple to NumPy's Python
+            # `__getitem__`, which must run rewritten
+            if st[-2][0] or st[-1][0]:
                 out += opcodes.call_hook(2, abi.getitem, TAPE_LOCAL, _site(loc, ins, "[]"), iloc)
                 hooked += 1
             else:
                 out.append(ins)
             continue
         if kind is OpKind.SLICE:
-            if st[-3][0]:
+            if st[-3][0] or st[-2][0] or st[-1][0]:
                 out += opcodes.call_hook(3, abi.getslice, TAPE_LOCAL, _site(loc, ins, "[:]"), iloc)
                 hooked += 1
             else:
@@ -135,7 +137,9 @@ def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]
             hooked += 1
             continue
         if kind is OpKind.STORE_ATTR:
-            if st[-2][0]:  # `obj.name = value`: a property setter or `__setattr__` in Python runs rewritten
+            # `obj.name = value`: a property setter or `__setattr__` in Python runs rewritten, and it
+            # may compute with the object's own differentiated values when the value is a constant
+            if st[-2][0] or st[-1][0]:
                 out.append(opcodes.load_const(ins.arg, iloc))
                 out += opcodes.call_hook(3, abi.setattr_, TAPE_LOCAL, _site(loc, ins, f".{ins.arg} ="), iloc)
                 out.append(Instr("POP_TOP", location=iloc))

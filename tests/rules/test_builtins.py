@@ -110,6 +110,9 @@ THROUGH = [case(fn, *args, dtypes=F64, name=name, **kw) for name, fn, args, kw i
     ("filter", builtins.filter, (None, [Num(), 0.0, Num()]), {}), ("filter-fn", builtins.filter, (bool, FLOATS), {}),
     ("pairwise", itertools.pairwise, (FLOATS,), {}), ("pairwise-rows", itertools.pairwise, (Gen(_rows),), {}),
     ("chain", itertools.chain, (FLOATS, [Num()]), {}), ("chain-rows", itertools.chain, (Gen(_rows), FLOATS), {}),
+    # the registered bound classmethod itself: each attribute access makes an equal, new object
+    ("chain.from_iterable", lookup(itertools.chain.from_iterable).fn, ([FLOATS, [Num()]],), {}),
+    ("chain.from_iterable-rows", lookup(itertools.chain.from_iterable).fn, (Gen(_rows),), {}),
     ("islice", itertools.islice, (FLOATS, 2), {}), ("islice-step", itertools.islice, (FLOATS, 1, None, 2), {}),
     ("accumulate", itertools.accumulate, (FLOATS,), {}),
     ("accumulate-fn", itertools.accumulate, (FLOATS, operator.mul), {"initial": 2.0}),

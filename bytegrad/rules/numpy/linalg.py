@@ -298,8 +298,10 @@ def _extreme_share(values: np.ndarray, extreme: np.ndarray, axes: tuple[int, ...
 def _vector_norm_cotangent(xa: np.ndarray, ord_: Any, axes: tuple[int, ...], out_e: Any, ob: Any) -> Any:
     """The cotangent of ||x||_ord taken over `axes` as one vector; out_e and ob keep x's rank."""
     if ord_ is None or ord_ == 2:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(out_e == 0, 0, ob * xa / out_e)  # subgradient 0 at x == 0
+        # d||z|| pairs with conj(z) / ||z|| (docs/plugins.md, complex numbers), as abs does; the
+        # subgradient 0 at x == 0, divided safely (a nested derivative would get 0 * inf there)
+        zero = out_e == 0
+        return np.where(zero, 0, ob * (xa.conj() if xa.dtype.kind == "c" else xa) / np.where(zero, 1, out_e))
     if ord_ == 0:  # the number of nonzero elements: piecewise constant
         return np.zeros(xa.shape, dtype=np.result_type(xa, ob, 0.0))
     sign = np.sign(xa)

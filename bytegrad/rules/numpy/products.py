@@ -45,22 +45,24 @@ def _tensordot_axes(axes: Any, na: int, nb: int) -> tuple[list[int], list[int]]:
 @rrule(np.tensordot)
 def tensordot_rrule(a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
     out = np.tensordot(a, b, *args, **kwargs)
-    A, B = np.asarray(a), np.asarray(b)
-    axes_a, axes_b = _tensordot_axes(kwargs.get("axes", args[0] if args else 2), A.ndim, B.ndim)
-    free_a = [i for i in range(A.ndim) if i not in axes_a]
-    free_b = [i for i in range(B.ndim) if i not in axes_b]
+    na, nb = np.ndim(a), np.ndim(b)
+    axes_a, axes_b = _tensordot_axes(kwargs.get("axes", args[0] if args else 2), na, nb)
+    free_a = [i for i in range(na) if i not in axes_a]
+    free_b = [i for i in range(nb) if i not in axes_b]
     out_a = list(range(len(free_a)))                       # out's axes: a's free axes, then b's
     out_b = list(range(len(free_a), len(free_a) + len(free_b)))
 
     def tensordot_pullback(out_bar: Any) -> tuple[Any, ...]:
+        # a and b made arrays here, not in the forward pass, where a nested derivative would see a
+        # scalar or list operand's array as a constant (see matmul_pullback)
         def a_bar() -> Any:
             # tensordot(out_bar, b) has a's free axes, then b's contracted axes in b's order.
-            g = np.tensordot(out_bar, B, axes=(out_b, free_b))
+            g = np.tensordot(out_bar, np.asarray(b), axes=(out_b, free_b))
             labels = free_a + [axes_a[axes_b.index(j)] for j in sorted(axes_b)]
             return project(np.transpose(g, np.argsort(labels)), a)
 
         def b_bar() -> Any:
-            g = np.tensordot(A, out_bar, axes=(free_a, out_a))
+            g = np.tensordot(np.asarray(a), out_bar, axes=(free_a, out_a))
             labels = [axes_b[axes_a.index(i)] for i in sorted(axes_a)] + free_b
             return project(np.transpose(g, np.argsort(labels)), b)
 
@@ -74,23 +76,24 @@ def tensordot_rrule(a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[Any, Cal
 @rrule(np.kron)
 def kron_rrule(a: Any, b: Any) -> tuple[Any, Callable[..., Any]]:
     out = np.kron(a, b)
-    A, B = np.asarray(a), np.asarray(b)
-    d = max(A.ndim, B.ndim)
-    sa = (1,) * (d - A.ndim) + A.shape
-    sb = (1,) * (d - B.ndim) + B.shape
+    shape_a, shape_b = np.shape(a), np.shape(b)
+    d = max(len(shape_a), len(shape_b))
+    sa = (1,) * (d - len(shape_a)) + shape_a
+    sb = (1,) * (d - len(shape_b)) + shape_b
 
     def kron_pullback(out_bar: Any) -> tuple[Any, Any]:
-        # out[i*q + k] = a[i] b[k] on each axis: split every axis of out_bar into (a's, b's).
+        # out[i*q + k] = a[i] b[k] on each axis: split every axis of out_bar into (a's, b's). The
+        # operands are reshaped here, where a nested derivative records it (see matmul_pullback).
         g = np.reshape(out_bar, tuple(n for pair in zip(sa, sb) for n in pair))
         even, odd = tuple(range(0, 2 * d, 2)), tuple(range(1, 2 * d, 2))
 
         def a_bar() -> Any:
-            bb = B.reshape(tuple(n for s in sb for n in (1, s)))
-            return project(np.sum(g * bb, axis=odd).reshape(A.shape), a)
+            bb = np.reshape(b, tuple(n for s in sb for n in (1, s)))
+            return project(np.sum(g * bb, axis=odd).reshape(shape_a), a)
 
         def b_bar() -> Any:
-            aa = A.reshape(tuple(n for s in sa for n in (s, 1)))
-            return project(np.sum(g * aa, axis=even).reshape(B.shape), b)
+            aa = np.reshape(a, tuple(n for s in sa for n in (s, 1)))
+            return project(np.sum(g * aa, axis=even).reshape(shape_b), b)
 
         return a_bar, b_bar
 

@@ -269,7 +269,8 @@ for _fns, _name, _primal in (((np.max, np.amax, np.ndarray.max), "max", np.max),
 
 
 def _var_parts(r: _Reduction, out_bar: Any) -> tuple[Any, Any]:
-    """(x - mean) and out_bar / (N - ddof), both broadcastable to the input's shape."""
+    """conj(x - mean) and out_bar / (N - ddof), both broadcastable to the input's shape (var is
+    mean(|x - mean|**2): its cotangent pairs with the conjugate, docs/plugins.md)."""
     params = r.params
     ddof = params.get("ddof", 0)
     correction = params.get("correction", _NOVALUE)
@@ -279,6 +280,8 @@ def _var_parts(r: _Reduction, out_bar: Any) -> tuple[Any, Any]:
     mean = np.mean(r.xa, axis=r.axes, keepdims=True, where=where) if where is not True else (
         np.mean(r.xa, axis=r.axes, keepdims=True))
     centered = r.xa - mean
+    if centered.dtype.kind == "c":
+        centered = centered.conj()
     count = r.count()
     denom = np.maximum(count - ddof, 0)
     if type(denom) is np.ndarray:
@@ -308,9 +311,11 @@ def std_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any
     def std_pullback(out_bar: Any) -> tuple[Any, ...]:
         centered, scale = _var_parts(r, out_bar)
         out_e = r.expand(out)
-        # d std = d var / (2 std); where std == 0 (all equal) the subgradient 0 is taken.
-        with np.errstate(divide="ignore", invalid="ignore"):
-            x_bar = np.where(out_e == 0, 0, centered * scale / out_e)
+        # d std = d var / (2 std); where std == 0 (all equal) the subgradient 0 is taken. The
+        # division is by a safe denominator, not masked after: a nested derivative differentiates
+        # this step, and 0 * d(1/std) at std == 0 would be NaN.
+        zero = out_e == 0
+        x_bar = np.where(zero, 0, centered * scale / np.where(zero, 1, out_e))
         return _pullback_result(r.finish(x_bar), args)
 
     return out, std_pullback

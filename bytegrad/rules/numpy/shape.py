@@ -406,6 +406,11 @@ def tolist_rrule(x: np.ndarray) -> tuple[Any, Callable[..., Any]]:
     return out, tolist_pullback
 
 
+# linear: the tangent of `x.tolist()` is `x_dot.tolist()`, nested lists for a matrix (forward mode
+# reads the rows of rows through the runtime's item records)
+frule(np.ndarray.tolist)(linear_frule(np.ndarray.tolist, "tolist"))
+
+
 @rrule(np.ndarray.item)
 def item_rrule(x: np.ndarray, *args: Any) -> tuple[Any, Callable[..., Any]]:
     out = x.item(*args)

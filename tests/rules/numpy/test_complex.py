@@ -73,6 +73,16 @@ PRODUCTS = [
     ccase(np.linalg.matrix_power, C(3, 3), 2),
     ccase(np.linalg.inv, C(3, 3)), ccase(np.linalg.solve, C(3, 3), C(3, 2)), ccase(np.linalg.det, C(3, 3)),
 ]
+#: real-valued functions of complex input that once returned the conjugate of the convention's gradient
+NORMS_AND_SPREAD = [
+    ccase(np.linalg.norm, C(4)), ccase(np.linalg.norm, C(2, 3), name="norm-fro"),
+    ccase(np.linalg.norm, C(2, 3), "fro", name="norm-fro-explicit"),
+    ccase(np.linalg.norm, C(2, 3), None, 1, name="norm-axis"), ccase(np.linalg.norm, C(2, 3), 2, 0, name="norm-ord2-axis"),
+    ccase(np.linalg.norm, C(2, 3, 2), None, (1, 2), name="norm-fro-batched"),
+    ccase(np.var, C(2, 3)), ccase(np.var, C(2, 3), 1, name="var-axis"), ccase(np.std, C(2, 3)),
+    ccase(np.std, C(2, 3), 0, name="std-axis"), ccase(np.ndarray.var, C(4)), ccase(np.ndarray.std, C(4)),
+] + ([ccase(np.linalg.vector_norm, C(2, 3)), ccase(np.linalg.matrix_norm, C(2, 3))]
+     if hasattr(np.linalg, "vector_norm") else [])
 ATTRIBUTES = [
     ccase(np.ndarray.real, C(2, 3)), ccase(np.ndarray.imag, C(2, 3)),
     ccase(np.ndarray.conj, C(2, 3)), ccase(np.ndarray.conjugate, C(3)), ccase(np.ndarray.conj, R(3), name="conj-real"),
@@ -90,10 +100,11 @@ MIXED = [
     ccase(np.matmul, R(2, 3), C(3, 2)), ccase(np.dot, C(2, 3), R(3, 2)),
     ccase(np.einsum, "ij,jk->ik", R(2, 3), C(3, 2), name="einsum"), ccase(np.sum, R(2, 3)),
 ]
-TABLES = [ELEMENTWISE, REDUCTIONS_AND_SHAPES, PRODUCTS, ATTRIBUTES, MIXED]
+TABLES = [ELEMENTWISE, REDUCTIONS_AND_SHAPES, PRODUCTS, ATTRIBUTES, MIXED, NORMS_AND_SPREAD]
 
 
-@pytest.mark.parametrize("case,dtype", params(ELEMENTWISE + REDUCTIONS_AND_SHAPES + PRODUCTS + ATTRIBUTES + MIXED))
+@pytest.mark.parametrize("case,dtype", params(ELEMENTWISE + REDUCTIONS_AND_SHAPES + PRODUCTS + ATTRIBUTES + MIXED +
+                                              NORMS_AND_SPREAD))
 def test_complex_rule(case, dtype):
     case.check(dtype)
 
@@ -116,7 +127,11 @@ def _fd_gradient(f, z, h=1e-6):
     lambda z: np.abs(np.sum(z.reshape(2, 2) @ z.reshape(2, 2))),
     lambda z: np.sum(np.abs(np.linalg.inv(z.reshape(2, 2)))),
     lambda z: np.abs(np.sum(np.conjugate(z) * np.sin(z))),
-], ids=["abs2", "abs-exp", "abs-matmul", "abs-inv", "abs-conj"])
+    lambda z: np.linalg.norm(z) ** 2,
+    lambda z: np.sum(np.linalg.norm(z.reshape(2, 2), axis=0) * [1.0, 2.0]),
+    lambda z: np.linalg.norm(z.reshape(2, 2), "fro"),
+    lambda z: np.var(z) + np.std(z * z),
+], ids=["abs2", "abs-exp", "abs-matmul", "abs-inv", "abs-conj", "norm2", "norm-axis", "norm-fro", "var-std"])
 def test_gradient_of_a_real_function_of_complex_input(f):
     z = np.array([0.3 + 0.4j, -1.1 + 0.2j, 0.7 - 0.9j, 1.2 + 0.5j])
     np.testing.assert_allclose(bytegrad.grad(f)(z), _fd_gradient(f, z), rtol=1e-6, atol=1e-8)
@@ -125,6 +140,13 @@ def test_gradient_of_a_real_function_of_complex_input(f):
 def test_the_gradient_of_abs_squared_is_twice_the_conjugate():
     z = np.array([3.0 + 4.0j])
     assert bytegrad.grad(lambda z: np.sum(np.abs(z) ** 2))(z)[0] == 6.0 - 8.0j
+
+
+def test_norm_squared_agrees_with_abs_squared():
+    z = np.array([1.0 + 2.0j, 3.0 - 1.0j])
+    want = [2.0 - 4.0j, 6.0 + 2.0j]
+    np.testing.assert_allclose(bytegrad.grad(lambda z: np.linalg.norm(z) ** 2)(z), want)
+    np.testing.assert_allclose(bytegrad.grad(lambda z: np.sum(np.abs(z) ** 2))(z), want)
 
 
 def test_a_real_argument_of_a_complex_product_gets_a_real_cotangent():
