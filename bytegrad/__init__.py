@@ -10,6 +10,7 @@ from bytegrad.api import (
     vjp as vjp,
 )
 from bytegrad.errors import (
+    AuxOutputError as AuxOutputError,
     DifferentiationError as DifferentiationError,
     DuplicateRuleError as DuplicateRuleError,
     MutationError as MutationError,
@@ -55,7 +56,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "differentiate", "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp", "PerformanceWarning",
     "explain", "precompile",
-    "DifferentiationError", "DuplicateRuleError", "MutationError", "NonScalarOutputError", "NoRuleError",
+    "AuxOutputError", "DifferentiationError", "DuplicateRuleError", "MutationError", "NonScalarOutputError", "NoRuleError",
     "PullbackError", "UnsupportedOpcodeError", "WrtError",
     "NO_TANGENT", "ZERO", "differentiate_through", "frule", "non_differentiable", "not_implemented",
     "opt_out", "rrule", "scalar_rule",

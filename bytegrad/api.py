@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 from bytegrad import transform
-from bytegrad.errors import NonScalarOutputError, SourceLoc, UnsupportedOpcodeError, WrtError
+from bytegrad.errors import AuxOutputError, NonScalarOutputError, SourceLoc, UnsupportedOpcodeError, WrtError
 from bytegrad.rules import registry
 from bytegrad.runtime import abi, nested as _nested_sweep, pytree, writes
 from bytegrad.runtime.backward import _bw_identity
@@ -37,9 +37,13 @@ _SUSPENDING = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GEN
 
 
 class Differentiated:
-    """A function with derivatives: call it as usual, or ask for `.grad`, `.value_and_grad`, `.pullback`."""
+    """A function with derivatives: call it as usual, or ask for `.grad`, `.value_and_grad`, `.pullback`.
 
-    def __init__(self, fn: Callable[..., Any], wrt: Wrt = 0) -> None:
+    With `has_aux=True` the function returns `(value, aux)`: only `value` is differentiated, and
+    `aux` comes back as it was returned (see `differentiate`).
+    """
+
+    def __init__(self, fn: Callable[..., Any], wrt: Wrt = 0, has_aux: bool = False) -> None:
         if isinstance(fn, Differentiated):
             fn = fn.fn
         if not isinstance(fn, types.FunctionType):
@@ -53,6 +57,7 @@ class Differentiated:
         self._target, self._bound_self = self._python_target(fn)
         self._offset = 1 if self._bound_self is not None else 0
         self._wrt_spec = wrt
+        self._has_aux = bool(has_aux)
         self._use_code(self._target.__code__)
         self._hits = 0
         self._first_s: Optional[float] = None   # wall time of the first gradient (for stats())
@@ -118,7 +123,7 @@ class Differentiated:
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         if obj is None:
             return self
-        return Differentiated(types.MethodType(self.fn, obj), self._wrt_spec)
+        return Differentiated(types.MethodType(self.fn, obj), self._wrt_spec, self._has_aux)
 
     def __repr__(self) -> str:
         return f"<bytegrad.differentiate {getattr(self.fn, '__qualname__', self.fn)!r} wrt={self._wrt_spec!r}>"
@@ -308,6 +313,8 @@ class Differentiated:
     def _grad_now(self, args: tuple, kwargs: dict) -> tuple[Any, Any]:
         t0 = _perf()
         out, tape, specs, nested = self._forward(args, kwargs, self._wrt, True, True)  # strict, lean
+        if self._has_aux:
+            out, aux = self._split_aux(out)
         t = type(out)
         if not (t is _float64 or t is float or t is int or (t is _ndarray and out.ndim == 0)
                 or isinstance(out, np.generic)):
@@ -330,7 +337,18 @@ class Differentiated:
                 fused.report(tape.trials, _perf() - t0)
         else:
             grads = nested.gradients(specs, nested.sweep({idx: 1.0} if idx is not None else {}))
-        return out, grads if self._wrt_tuple else grads[0]
+        return (out, aux) if self._has_aux else out, grads if self._wrt_tuple else grads[0]
+
+    def _split_aux(self, out: Any) -> tuple[Any, Any]:
+        """`(value, aux)` from the output of a function declared `has_aux=True`."""
+        if type(out) is tuple and len(out) == 2:
+            return out
+        found = f"a tuple of {len(out)}" if isinstance(out, tuple) else f"a {type(out).__name__}"
+        raise AuxOutputError(
+            f"{self._code.co_name} was declared has_aux=True, so it must return a pair (value, aux), but it "
+            f"returned {found}.", self._return_loc(),
+            "return `value, aux` (a tuple of two: the value to differentiate and anything else), or drop "
+            "has_aux=True.")
 
     def _return_loc(self) -> SourceLoc:
         from bytecode import Bytecode, Instr
@@ -355,17 +373,25 @@ class Differentiated:
         return result
 
     def grad(self, *args: Any, **kwargs: Any) -> Any:
-        """The gradient of the scalar output with respect to the `wrt` argument(s)."""
+        """The gradient of the scalar output with respect to the `wrt` argument(s);
+        `(gradient, aux)` with `has_aux=True`."""
+        if self._has_aux:
+            (_, aux), grads = self._grad(args, kwargs)
+            return grads, aux
         return self._grad(args, kwargs)[1]
 
     def value_and_grad(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        """(output, gradient) from one forward and one reverse pass."""
+        """(output, gradient) from one forward and one reverse pass; `((output, aux), gradient)`
+        with `has_aux=True`."""
         return self._grad(args, kwargs)
 
-    def pullback(self, *args: Any, **kwargs: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
-        """(output, back): `back(out_bar)` returns one cotangent per positional argument."""
+    def pullback(self, *args: Any, **kwargs: Any) -> Any:
+        """(output, back): `back(out_bar)` returns one cotangent per positional argument;
+        `(output, back, aux)` with `has_aux=True`."""
         positions = tuple(range(len(args)))
         out, tape, specs, nested = self._forward(args, kwargs, positions, strict=False)
+        if self._has_aux:
+            out, aux = self._split_aux(out)
 
         def back(out_bar: Any) -> tuple[Any, ...]:
             pairs: list[tuple[int, Any]] = []
@@ -379,7 +405,7 @@ class Differentiated:
             cts = sweep(tape, seeds)
             return _unalias(tuple(pytree.gradient(s, cts) for s in specs))
 
-        return out, back
+        return (out, back, aux) if self._has_aux else (out, back)
 
 
 class _Nested:
@@ -467,9 +493,30 @@ def _unalias(grads: tuple[Any, ...], copy: Optional[Callable[[Any], Any]] = None
     return tuple(out)
 
 
-def differentiate(fn: Optional[Callable[..., Any]] = None, *, wrt: Wrt = 0) -> Any:
+def differentiate(fn: Optional[Callable[..., Any]] = None, *, wrt: Wrt = 0, has_aux: bool = False) -> Any:
     """Decorator: `fn` keeps working as before and gains `.grad`, `.value_and_grad` and `.pullback`.
 
+    Parameters
+    ----------
+    fn : callable, optional
+        The function. Without it, `differentiate(wrt=..., has_aux=...)` returns the decorator.
+    wrt : int, str or tuple of them, default 0
+        The argument(s) to differentiate with respect to, by position or parameter name; a tuple
+        gives a tuple of gradients.
+    has_aux : bool, default False
+        `fn` returns a pair `(value, aux)`: `value` is differentiated, `aux` (anything) comes back
+        as it was returned, undifferentiated. Then `.grad` returns `(gradient, aux)`,
+        `.value_and_grad` returns `((value, aux), gradient)` and `.pullback` returns
+        `(value, back, aux)`, as in JAX. A function that returns something else raises
+        `bytegrad.AuxOutputError`.
+
+    Returns
+    -------
+    Differentiated
+        Calling it runs `fn` unchanged.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> @differentiate
     ... def f(x):
@@ -477,25 +524,101 @@ def differentiate(fn: Optional[Callable[..., Any]] = None, *, wrt: Wrt = 0) -> A
     >>> x = np.array([0.1, 0.2])
     >>> bool(np.allclose(f.grad(x), 2 * np.sin(x) * np.cos(x)))
     True
+    >>> @differentiate(has_aux=True)
+    ... def loss(w):
+    ...     err = w - 1.0
+    ...     return np.sum(err ** 2), {"max_err": float(np.max(np.abs(err)))}
+    >>> g, aux = loss.grad(np.array([0.0, 3.0]))
+    >>> g.tolist(), aux
+    ([-2.0, 4.0], {'max_err': 2.0})
     """
     if fn is None:
-        return lambda f: Differentiated(f, wrt)
-    return Differentiated(fn, wrt)
+        return lambda f: Differentiated(f, wrt, has_aux)
+    return Differentiated(fn, wrt, has_aux)
 
 
-def grad(fn: Callable[..., Any], wrt: Wrt = 0) -> Callable[..., Any]:
-    """The gradient function of scalar-valued `fn` with respect to `wrt`."""
-    return Differentiated(fn, wrt).grad
+def grad(fn: Callable[..., Any], wrt: Wrt = 0, has_aux: bool = False) -> Callable[..., Any]:
+    """The gradient function of scalar-valued `fn` with respect to `wrt`.
+
+    Parameters
+    ----------
+    fn : callable
+        A Python function returning a scalar (or `(scalar, aux)` with `has_aux=True`).
+    wrt : int, str or tuple of them, default 0
+        The argument(s) to differentiate with respect to; a tuple gives a tuple of gradients.
+    has_aux : bool, default False
+        `fn` returns `(value, aux)`; the gradient function then returns `(gradient, aux)`.
+
+    Returns
+    -------
+    callable
+        Takes `fn`'s arguments; returns the gradient, shaped like the `wrt` argument (arrays,
+        floats, and dicts, lists, tuples, dataclasses and registered pytrees of them).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> grad(lambda x: np.sum(x ** 3))(np.array([1.0, 2.0])).tolist()
+    [3.0, 12.0]
+    >>> grad(lambda x: (x ** 2, "aux"), has_aux=True)(3.0)
+    (6.0, 'aux')
+    """
+    return Differentiated(fn, wrt, has_aux).grad
 
 
-def value_and_grad(fn: Callable[..., Any], wrt: Wrt = 0) -> Callable[..., tuple[Any, Any]]:
-    """A function returning `(fn(...), gradient)`."""
-    return Differentiated(fn, wrt).value_and_grad
+def value_and_grad(fn: Callable[..., Any], wrt: Wrt = 0, has_aux: bool = False) -> Callable[..., tuple[Any, Any]]:
+    """A function returning `(fn(...), gradient)`, from one forward and one reverse pass.
+
+    Parameters
+    ----------
+    fn : callable
+        A Python function returning a scalar (or `(scalar, aux)` with `has_aux=True`).
+    wrt : int, str or tuple of them, default 0
+        The argument(s) to differentiate with respect to.
+    has_aux : bool, default False
+        `fn` returns `(value, aux)`; the function then returns `((value, aux), gradient)`.
+
+    Returns
+    -------
+    callable
+        Takes `fn`'s arguments; returns `(value, gradient)` or `((value, aux), gradient)`.
+
+    Examples
+    --------
+    >>> value_and_grad(lambda x: (x ** 2, x + 1.0), has_aux=True)(3.0)
+    ((9.0, 4.0), 6.0)
+    """
+    return Differentiated(fn, wrt, has_aux).value_and_grad
 
 
-def vjp(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
-    """`(fn(*args), back)` where `back(out_bar)` returns one cotangent per positional argument."""
-    return Differentiated(fn).pullback(*args, **kwargs)
+def vjp(fn: Callable[..., Any], *args: Any, has_aux: bool = False, **kwargs: Any) -> Any:
+    """Reverse mode by hand: `(fn(*args), back)`, where `back(out_bar)` returns one cotangent per
+    positional argument.
+
+    Parameters
+    ----------
+    fn : callable
+        A Python function; its output may be an array, a float or a tree of them.
+    *args, **kwargs
+        The arguments of `fn`; every positional argument is differentiated.
+    has_aux : bool, default False
+        `fn` returns `(value, aux)`: only `value` is differentiated, and the result is
+        `(value, back, aux)`.
+
+    Returns
+    -------
+    tuple
+        `(value, back)`, or `(value, back, aux)` with `has_aux=True`. `back(out_bar)` takes a
+        cotangent shaped like `value` and returns a tuple of cotangents shaped like `args`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> value, back, aux = vjp(lambda x: (x * 2.0, "note"), np.array([1.0, 2.0]), has_aux=True)
+    >>> back(np.array([1.0, 1.0]))[0].tolist(), aux
+    ([2.0, 2.0], 'note')
+    """
+    return Differentiated(fn, has_aux=has_aux).pullback(*args, **kwargs)
 
 
 

@@ -10,6 +10,7 @@ from typing import Any, Optional
 __all__ = [
     "SourceLoc", "DifferentiationError", "NoRuleError", "MutationError", "NonScalarOutputError",
     "UnsupportedOpcodeError", "PullbackError", "DuplicateRuleError", "WrtError", "NotImplementedRuleError",
+    "AuxOutputError",
 ]
 
 
@@ -138,6 +139,10 @@ class MutationError(DifferentiationError):
 
 class NonScalarOutputError(DifferentiationError):
     """`grad` needs a function whose output is a scalar."""
+
+
+class AuxOutputError(DifferentiationError):
+    """A function declared `has_aux=True` did not return a pair `(value, aux)`."""
 
 
 class UnsupportedOpcodeError(DifferentiationError):
