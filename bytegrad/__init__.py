@@ -31,6 +31,7 @@ from bytegrad.rules import (
     rrule as rrule,
     scalar_rule as scalar_rule,
 )
+from bytegrad.rules.control import stop_gradient as stop_gradient
 from bytegrad.runtime.forward import PerformanceWarning as PerformanceWarning
 
 __version__ = "0.1.0"
@@ -54,7 +55,7 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
-    "differentiate", "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp", "PerformanceWarning",
+    "differentiate", "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp", "stop_gradient", "PerformanceWarning",
     "explain", "precompile",
     "AuxOutputError", "DifferentiationError", "DuplicateRuleError", "MutationError", "NonScalarOutputError", "NoRuleError",
     "PullbackError", "UnsupportedOpcodeError", "WrtError",
