@@ -32,6 +32,7 @@ from bytegrad.rules import (
     scalar_rule as scalar_rule,
 )
 from bytegrad.rules.control import stop_gradient as stop_gradient
+from bytegrad.rules.pytrees import register_pytree as register_pytree
 from bytegrad.runtime.forward import PerformanceWarning as PerformanceWarning
 
 __version__ = "0.1.0"
@@ -55,7 +56,8 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
-    "differentiate", "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp", "stop_gradient", "PerformanceWarning",
+    "differentiate", "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp", "stop_gradient", "register_pytree",
+    "PerformanceWarning",
     "explain", "precompile",
     "AuxOutputError", "DifferentiationError", "DuplicateRuleError", "MutationError", "NonScalarOutputError", "NoRuleError",
     "PullbackError", "UnsupportedOpcodeError", "WrtError",

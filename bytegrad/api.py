@@ -5,7 +5,6 @@ arguments, runs it with a tape, sweeps the tape backwards and mirrors the gradie
 """
 from __future__ import annotations
 
-import copy
 import functools
 import inspect
 import time
@@ -16,7 +15,7 @@ import numpy as np
 
 from bytegrad import transform
 from bytegrad.errors import AuxOutputError, NonScalarOutputError, SourceLoc, UnsupportedOpcodeError, WrtError
-from bytegrad.rules import registry
+from bytegrad.rules import pytrees, registry
 from bytegrad.runtime import abi, nested as _nested_sweep, pytree, writes
 from bytegrad.runtime.backward import _bw_identity
 from bytegrad.runtime.forward import push_forward
@@ -299,6 +298,7 @@ class Differentiated:
     def _wrt_type_error(self, p: int, exc: Exception) -> WrtError:
         name = self._positional[self._offset + p] if self._offset + p < len(self._positional) else f"#{p}"
         return WrtError(f"argument {name!r} (wrt={p}) cannot be differentiated: {exc}.", self._loc(),
+                        getattr(exc, "fix", None) or
                         "differentiate with respect to float arrays, floats, or containers of them; "
                         "leave ints, strings and flags out of wrt.")
 
@@ -452,23 +452,7 @@ class _Nested:
 
     def gradient(self, spec: Any, cts: list[Any]) -> Any:
         """`pytree.gradient`, with each leaf projected by `self.project`."""
-        if spec is None:
-            return None
-        if type(spec) is pytree.Leaf:
-            return self.project(cts[spec.idx], spec.primal)
-        if spec[0] == "dataclass":
-            out = copy.copy(spec[1])
-            for name, sub in spec[2].items():
-                object.__setattr__(out, name, self.gradient(sub, cts))
-            return out
-        t, subs = spec
-        if isinstance(subs, dict):
-            values = {k: self.gradient(v, cts) for k, v in subs.items()}
-            return values if t is dict else t(values.items())
-        items = [self.gradient(v, cts) for v in subs]
-        if t is list:
-            return items
-        return t(*items) if hasattr(t, "_fields") else (t(items) if t is not tuple else tuple(items))
+        return pytree.gradient(spec, cts, self.project)
 
     def op(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """A NumPy call on (possibly) tracked values, recorded while the tape is current."""
@@ -686,6 +670,15 @@ def _seed(spec: Any, tangent: Any, seeds: dict[int, Any], tape: Tape, d: Differe
         for name, sub in spec[2].items():
             _seed(sub, getattr(tangent, name), seeds, tape, d, k)
         return
+    if spec[0] == "pytree":
+        node = spec[1]
+        if type(tangent) is not node.cls:
+            raise WrtError(f"the tangent of argument {k} is a {type(tangent).__name__}, but the argument is a "
+                           f"{node.cls.__qualname__} (a registered pytree).", d._loc(),
+                           f"pass a {node.cls.__qualname__} holding the tangents of its children.")
+        for sub, item in zip(spec[3], pytrees.flatten(node, tangent)[0]):
+            _seed(sub, item, seeds, tape, d, k)
+        return
     t, subs = spec
     if isinstance(subs, dict):
         for key, sub in subs.items():
@@ -714,6 +707,10 @@ def _tangent_out(value: Any, dots: list[Any], ids: dict[int, int], start: int, n
             if isinstance(value, np.generic):
                 return value.dtype.type(d)
         return d
+    node = pytrees.node_for(value)
+    if node is not None:
+        children, aux = pytrees.flatten(node, value)
+        return pytrees.unflatten(node, aux, [_tangent_out(v, dots, ids, start, nested) for v in children])
     if isinstance(value, dict):
         return type(value)((k, _tangent_out(v, dots, ids, start, nested)) for k, v in value.items())
     if isinstance(value, tuple) and hasattr(value, "_fields"):

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from bytegrad.rules import pytrees
 from bytegrad.rules.registry import non_differentiable
 
 __all__ = ["stop_gradient"]
@@ -19,7 +20,6 @@ __all__ = ["stop_gradient"]
 T = TypeVar("T")
 
 _ndarray = np.ndarray
-_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
 
 
 def stop_gradient(x: T) -> T:
@@ -27,7 +27,7 @@ def stop_gradient(x: T) -> T:
 
     Parameters
     ----------
-    x : array, float, complex, or a dict / list / tuple / namedtuple / dataclass of them
+    x : array, float, complex, or a dict / list / tuple / namedtuple / dataclass / registered pytree of them
         The value to treat as a constant. Ints, bools, strings and None pass through.
 
     Returns
@@ -40,8 +40,8 @@ def stop_gradient(x: T) -> T:
     Raises
     ------
     TypeError
-        For an instance of a user class (other than a dataclass or namedtuple): bytegrad cannot
-        tell which of its attributes to detach.
+        For an instance of a user class that is not a dataclass, a namedtuple or registered with
+        `bytegrad.register_pytree`: bytegrad cannot tell which of its attributes to detach.
 
     Notes
     -----
@@ -72,6 +72,10 @@ def _detach(x: Any) -> Any:
         if isinstance(x, np.generic):
             return x.copy()
         return complex(x.real, x.imag) if isinstance(x, complex) else float(x) * 1.0
+    node = pytrees.node_for(x)
+    if node is not None:
+        children, aux = pytrees.flatten(node, x)
+        return pytrees.unflatten(node, aux, [_detach(v) for v in children])
     if t is list:
         return [_detach(v) for v in x]
     if t is tuple:
@@ -95,11 +99,11 @@ def _detach(x: Any) -> Any:
         for f in dataclasses.fields(x):
             object.__setattr__(out, f.name, _detach(getattr(x, f.name)))
         return out
-    if t.__flags__ & _HEAPTYPE and not isinstance(x, type):
+    if pytrees.user_object(x):
         raise TypeError(
             f"stop_gradient cannot take apart an instance of {t.__qualname__}: bytegrad does not know which "
-            f"of its attributes hold values to detach. Apply stop_gradient to the arrays themselves, or "
-            f"make the class a dataclass.")
+            f"of its attributes hold values to detach. Register the class with bytegrad.register_pytree, "
+            f"apply stop_gradient to the arrays themselves, or make the class a dataclass.")
     return x  # ints, bools, strings, None, functions: nothing to detach
 
 
