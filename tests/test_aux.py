@@ -4,6 +4,7 @@ g)`, `vjp` / `.pullback` -> `(value, back, aux)`.
 """
 from __future__ import annotations
 
+import io
 import os
 import sys
 
@@ -178,3 +179,12 @@ def test_has_aux_without_a_pair_is_a_clear_error(fn, found, line, api):
     assert isinstance(info.value, bytegrad.DifferentiationError)
     assert "has_aux=True" in message and found in message and line in message, message
     assert "test_aux.py" in message
+
+
+def test_precompile_and_explain_take_a_has_aux_function():
+    x = np.linspace(-1.0, 1.0, 5)
+    scalar = bytegrad.differentiate(has_aux=True)(lambda x: (np.sum(np.tanh(x)), "aux"))
+    vector = bytegrad.differentiate(has_aux=True)(lambda x: (np.tanh(x) * 2.0, "aux"))
+    for d in (scalar, vector):
+        assert bytegrad.precompile(d, x)["misses"] >= 0
+    assert "tanh" in bytegrad.explain(vector, x, file=io.StringIO())
