@@ -224,7 +224,7 @@ def test_grad_of_an_unregistered_instance_is_a_clear_error(make):
     with pytest.raises(bytegrad.WrtError) as info:
         bytegrad.grad(lambda m: 0.0)(make(w))
     message = str(info.value)
-    assert "Unregistered" in message and "bytegrad.register_pytree(Unregistered" in message, message
+    assert "Unregistered" in message and "bytegrad.register_pytree(Unregistered, fields=('w',))" in message, message
 
 
 def test_vjp_and_jvp_refuse_an_unregistered_instance_that_holds_floats():

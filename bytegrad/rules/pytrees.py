@@ -14,7 +14,8 @@ import numpy as np
 
 from bytegrad.errors import SourceLoc
 
-__all__ = ["PytreeNode", "register_pytree", "node_for", "flatten", "unflatten", "holds_floats", "user_object"]
+__all__ = ["PytreeNode", "register_pytree", "node_for", "flatten", "unflatten", "holds_floats", "user_object",
+           "float_attributes"]
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
 #: types bytegrad already takes apart (or treats as leaves) itself: registering them would change
@@ -193,12 +194,22 @@ def holds_floats(value: Any, depth: int = 0) -> bool:
         return any(holds_floats(v, depth + 1) for v in value.values())
     if not user_object(value):
         return False
-    attrs = list(getattr(value, "__dict__", {}).values())
-    for klass in t.__mro__:
-        for name in getattr(klass, "__slots__", ()):
-            if isinstance(name, str) and name not in ("__dict__", "__weakref__"):
-                attrs.append(getattr(value, name, None))
-    return any(holds_floats(v, depth + 1) for v in attrs)
+    return any(holds_floats(v, depth + 1) for v in _attributes(value).values())
+
+
+def float_attributes(value: Any) -> list[str]:
+    """The names of an object's attributes that hold float data (for an error's suggested fix)."""
+    return [name for name, v in _attributes(value).items() if holds_floats(v, 1)]
+
+
+def _attributes(value: Any) -> dict[str, Any]:
+    attrs = dict(getattr(value, "__dict__", {}))
+    for klass in type(value).__mro__:
+        slots = getattr(klass, "__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            if isinstance(name, str) and name not in ("__dict__", "__weakref__") and hasattr(value, name):
+                attrs[name] = getattr(value, name)
+    return attrs
 
 
 def _short(value: Any) -> str:

@@ -95,11 +95,12 @@ def prepare(value: Any, tape: Tape, strict: bool = False) -> tuple[Any, Any]:
         raise NotDifferentiable(f"a {t.__name__} cannot be differentiated")
     if pytrees.user_object(value) and (strict or pytrees.holds_floats(value)):
         name = t.__qualname__
+        fields = tuple(pytrees.float_attributes(value)) or ("...",)
         raise NotDifferentiable(
             f"it is (or holds) an instance of {name}, a class bytegrad does not know how to take apart, so "
             f"its gradient would be lost",
-            f"register the class: bytegrad.register_pytree({name}, fields=(...names of its array/float "
-            f"attributes...)) when its __init__ takes them by keyword, else bytegrad.register_pytree({name}, "
+            f"register the class: bytegrad.register_pytree({name}, fields={fields!r}) (the attributes "
+            f"to differentiate, when its __init__ takes them by keyword), else bytegrad.register_pytree({name}, "
             f"flatten, unflatten); or make it a dataclass.")
     return value, None
 
