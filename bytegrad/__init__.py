@@ -10,6 +10,7 @@ from bytegrad.api import (
     vjp as vjp,
 )
 from bytegrad.errors import (
+    AuxOutputError as AuxOutputError,
     DifferentiationError as DifferentiationError,
     DuplicateRuleError as DuplicateRuleError,
     MutationError as MutationError,
@@ -30,6 +31,8 @@ from bytegrad.rules import (
     rrule as rrule,
     scalar_rule as scalar_rule,
 )
+from bytegrad.rules.control import stop_gradient as stop_gradient
+from bytegrad.rules.pytrees import register_pytree as register_pytree
 from bytegrad.runtime.forward import PerformanceWarning as PerformanceWarning
 
 __version__ = "0.1.0"
@@ -53,9 +56,10 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
-    "differentiate", "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp", "PerformanceWarning",
+    "differentiate", "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp", "stop_gradient", "register_pytree",
+    "PerformanceWarning",
     "explain", "precompile",
-    "DifferentiationError", "DuplicateRuleError", "MutationError", "NonScalarOutputError", "NoRuleError",
+    "AuxOutputError", "DifferentiationError", "DuplicateRuleError", "MutationError", "NonScalarOutputError", "NoRuleError",
     "PullbackError", "UnsupportedOpcodeError", "WrtError",
     "NO_TANGENT", "ZERO", "differentiate_through", "frule", "non_differentiable", "not_implemented",
     "opt_out", "rrule", "scalar_rule",

@@ -5,7 +5,6 @@ arguments, runs it with a tape, sweeps the tape backwards and mirrors the gradie
 """
 from __future__ import annotations
 
-import copy
 import functools
 import inspect
 import time
@@ -15,8 +14,10 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 from bytegrad import compiled, transform
-from bytegrad.errors import ComplexOutputError, NonScalarOutputError, SourceLoc, UnsupportedOpcodeError, WrtError
-from bytegrad.rules import registry
+from bytegrad.errors import (
+    AuxOutputError, ComplexOutputError, NonScalarOutputError, SourceLoc, UnsupportedOpcodeError, WrtError,
+)
+from bytegrad.rules import pytrees, registry
 from bytegrad.runtime import abi, nested as _nested_sweep, pytree, writes
 from bytegrad.runtime.backward import _bw_identity
 from bytegrad.runtime.forward import push_forward
@@ -39,13 +40,14 @@ def _constant_arg(value: Any) -> bool:
 
 
 def _complete(spec: Any) -> bool:
-    """Whether every leaf of a differentiated argument's spec is differentiable."""
+    """Whether a differentiated argument's spec is a plain tree (dicts, lists, tuples) of
+    differentiable leaves."""
     if spec is None:
         return False
     if type(spec) is pytree.Leaf:
         return True
-    if spec[0] == "dataclass":
-        return all(_complete(s) for s in spec[2].values())
+    if isinstance(spec[0], str):  # a dataclass or registered pytree: compiled programs do not take them yet
+        return False
     subs = spec[1]
     return all(_complete(s) for s in (subs.values() if isinstance(subs, dict) else subs))
 
@@ -57,9 +59,14 @@ _SUSPENDING = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GEN
 
 
 class Differentiated:
-    """A function with derivatives: call it as usual, or ask for `.grad`, `.value_and_grad`, `.pullback`."""
+    """A function with derivatives: call it as usual, or ask for `.grad`, `.value_and_grad`, `.pullback`.
 
-    def __init__(self, fn: Callable[..., Any], wrt: Wrt = 0, tier: Optional[str] = None) -> None:
+    With `has_aux=True` the function returns `(value, aux)`: only `value` is differentiated, and
+    `aux` comes back as it was returned (see `differentiate`).
+    """
+
+    def __init__(self, fn: Callable[..., Any], wrt: Wrt = 0, has_aux: bool = False,
+                 tier: Optional[str] = None) -> None:
         if isinstance(fn, Differentiated):
             tier = fn._tier if tier is None else tier
             fn = fn.fn
@@ -74,9 +81,11 @@ class Differentiated:
         self._target, self._bound_self = self._python_target(fn)
         self._offset = 1 if self._bound_self is not None else 0
         self._wrt_spec = wrt
+        self._has_aux = bool(has_aux)
         self._tier = tier
-        # compiled programs of this function (bytegrad/compiled.py): plain functions only
-        self._tiers = compiled.tiers_for(self._target, wrt, tier) if self._bound_self is None else None
+        # compiled programs of this function (bytegrad/compiled.py): plain functions without aux
+        self._tiers = compiled.tiers_for(self._target, wrt, tier) \
+            if self._bound_self is None and not self._has_aux else None
         self._use_code(self._target.__code__)
         self._hits = 0
         self._first_s: Optional[float] = None   # wall time of the first gradient (for stats())
@@ -146,7 +155,7 @@ class Differentiated:
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         if obj is None:
             return self
-        return Differentiated(types.MethodType(self.fn, obj), self._wrt_spec, self._tier)
+        return Differentiated(types.MethodType(self.fn, obj), self._wrt_spec, self._has_aux, self._tier)
 
     def __repr__(self) -> str:
         return f"<bytegrad.differentiate {getattr(self.fn, '__qualname__', self.fn)!r} wrt={self._wrt_spec!r}>"
@@ -324,6 +333,7 @@ class Differentiated:
     def _wrt_type_error(self, p: int, exc: Exception) -> WrtError:
         name = self._positional[self._offset + p] if self._offset + p < len(self._positional) else f"#{p}"
         return WrtError(f"argument {name!r} (wrt={p}) cannot be differentiated: {exc}.", self._loc(),
+                        getattr(exc, "fix", None) or
                         "differentiate with respect to float arrays, floats, or containers of them; "
                         "leave ints, strings and flags out of wrt.")
 
@@ -362,8 +372,9 @@ class Differentiated:
         self._check_scalar(out)
         spec_at = dict(zip(positions, specs))
         wrt_specs = [spec_at[p] for p in norm_wrt]
-        if not all(_complete(s) for s in wrt_specs):  # the general path's strict check refuses these
-            return self._grad_now(args, {}), "a differentiated argument holds values with no derivative"
+        if not all(_complete(s) for s in wrt_specs):  # (the general path's strict check refuses some of these)
+            return self._grad_now(args, {}), ("a differentiated argument holds values with no derivative, a "
+                                              "dataclass or a registered pytree")
         idx = tape.ids.get(id(out))
         cts = sweep(tape, {idx: 1.0}) if idx is not None else [None] * len(tape.nodes)
         grads = tuple(pytree.gradient(s, cts) for s in wrt_specs)
@@ -415,6 +426,8 @@ class Differentiated:
     def _grad_now(self, args: tuple, kwargs: dict) -> tuple[Any, Any]:
         t0 = _perf()
         out, tape, specs, nested = self._forward(args, kwargs, self._wrt, True, True)  # strict, lean
+        if self._has_aux:
+            out, aux = self._split_aux(out)
         self._check_scalar(out)
         idx = tape.ids.get(id(out))
         if nested is None:
@@ -428,7 +441,18 @@ class Differentiated:
                 fused.report(tape.trials, _perf() - t0)
         else:
             grads = nested.gradients(specs, nested.sweep({idx: 1.0} if idx is not None else {}))
-        return out, grads if self._wrt_tuple else grads[0]
+        return (out, aux) if self._has_aux else out, grads if self._wrt_tuple else grads[0]
+
+    def _split_aux(self, out: Any) -> tuple[Any, Any]:
+        """`(value, aux)` from the output of a function declared `has_aux=True`."""
+        if type(out) is tuple and len(out) == 2:
+            return out
+        found = f"a tuple of {len(out)}" if isinstance(out, tuple) else f"a {type(out).__name__}"
+        raise AuxOutputError(
+            f"{self._code.co_name} was declared has_aux=True, so it must return a pair (value, aux), but it "
+            f"returned {found}.", self._return_loc(),
+            "return `value, aux` (a tuple of two: the value to differentiate and anything else), or drop "
+            "has_aux=True.")
 
     def _complex_output_error(self, out: Any) -> ComplexOutputError:
         return ComplexOutputError(
@@ -463,17 +487,25 @@ class Differentiated:
         return result
 
     def grad(self, *args: Any, **kwargs: Any) -> Any:
-        """The gradient of the scalar output with respect to the `wrt` argument(s)."""
+        """The gradient of the scalar output with respect to the `wrt` argument(s);
+        `(gradient, aux)` with `has_aux=True`."""
+        if self._has_aux:
+            (_, aux), grads = self._grad(args, kwargs)
+            return grads, aux
         return self._grad(args, kwargs)[1]
 
     def value_and_grad(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        """(output, gradient) from one forward and one reverse pass."""
+        """(output, gradient) from one forward and one reverse pass; `((output, aux), gradient)`
+        with `has_aux=True`."""
         return self._grad(args, kwargs)
 
-    def pullback(self, *args: Any, **kwargs: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
-        """(output, back): `back(out_bar)` returns one cotangent per positional argument."""
+    def pullback(self, *args: Any, **kwargs: Any) -> Any:
+        """(output, back): `back(out_bar)` returns one cotangent per positional argument;
+        `(output, back, aux)` with `has_aux=True`."""
         positions = tuple(range(len(args)))
         out, tape, specs, nested = self._forward(args, kwargs, positions, strict=False)
+        if self._has_aux:
+            out, aux = self._split_aux(out)
 
         def back(out_bar: Any) -> tuple[Any, ...]:
             pairs: list[tuple[int, Any]] = []
@@ -487,7 +519,7 @@ class Differentiated:
             cts = sweep(tape, seeds)
             return pytree.unalias(tuple(pytree.gradient(s, cts) for s in specs))
 
-        return out, back
+        return (out, back, aux) if self._has_aux else (out, back)
 
 
 class _Nested:
@@ -534,23 +566,7 @@ class _Nested:
 
     def gradient(self, spec: Any, cts: list[Any]) -> Any:
         """`pytree.gradient`, with each leaf projected by `self.project`."""
-        if spec is None:
-            return None
-        if type(spec) is pytree.Leaf:
-            return self.project(cts[spec.idx], spec.primal)
-        if spec[0] == "dataclass":
-            out = copy.copy(spec[1])
-            for name, sub in spec[2].items():
-                object.__setattr__(out, name, self.gradient(sub, cts))
-            return out
-        t, subs = spec
-        if isinstance(subs, dict):
-            values = {k: self.gradient(v, cts) for k, v in subs.items()}
-            return values if t is dict else t(values.items())
-        items = [self.gradient(v, cts) for v in subs]
-        if t is list:
-            return items
-        return t(*items) if hasattr(t, "_fields") else (t(items) if t is not tuple else tuple(items))
+        return pytree.gradient(spec, cts, self.project)
 
     def op(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """A NumPy call on (possibly) tracked values, recorded while the tape is current."""
@@ -567,14 +583,36 @@ def _is_complex(out: Any) -> bool:
     return getattr(getattr(out, "dtype", None), "kind", "") == "c" and getattr(out, "ndim", 0) == 0
 
 
-def differentiate(fn: Optional[Callable[..., Any]] = None, *, wrt: Wrt = 0, tier: Optional[str] = None) -> Any:
+def differentiate(fn: Optional[Callable[..., Any]] = None, *, wrt: Wrt = 0, has_aux: bool = False,
+                  tier: Optional[str] = None) -> Any:
     """Decorator: `fn` keeps working as before and gains `.grad`, `.value_and_grad` and `.pullback`.
 
-    `tier` pins how gradients run: "general" (the rewritten code and a tape, always), "numpy" (a
-    compiled program from the first call that can be compiled) or "auto" (a compiled program once
-    the function has run a few gradients); default: the BYTEGRAD_TIER environment variable, else
-    "auto". See bytegrad/compiled.py.
+    Parameters
+    ----------
+    fn : callable, optional
+        The function. Without it, `differentiate(wrt=..., has_aux=...)` returns the decorator.
+    wrt : int, str or tuple of them, default 0
+        The argument(s) to differentiate with respect to, by position or parameter name; a tuple
+        gives a tuple of gradients.
+    has_aux : bool, default False
+        `fn` returns a pair `(value, aux)`: `value` is differentiated, `aux` (anything) comes back
+        as it was returned, undifferentiated. Then `.grad` returns `(gradient, aux)`,
+        `.value_and_grad` returns `((value, aux), gradient)` and `.pullback` returns
+        `(value, back, aux)`, as in JAX. A function that returns something else raises
+        `bytegrad.AuxOutputError`.
+    tier : {"general", "numpy", "auto"}, optional
+        How gradients run: "general" (the rewritten code and a tape, every call), "numpy" (a
+        compiled program from the first call that can be compiled) or "auto" (a compiled program
+        once the function has run a few gradients). Default: the BYTEGRAD_TIER environment
+        variable, else "auto". See bytegrad/compiled.py.
 
+    Returns
+    -------
+    Differentiated
+        Calling it runs `fn` unchanged.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> @differentiate
     ... def f(x):
@@ -582,25 +620,101 @@ def differentiate(fn: Optional[Callable[..., Any]] = None, *, wrt: Wrt = 0, tier
     >>> x = np.array([0.1, 0.2])
     >>> bool(np.allclose(f.grad(x), 2 * np.sin(x) * np.cos(x)))
     True
+    >>> @differentiate(has_aux=True)
+    ... def loss(w):
+    ...     err = w - 1.0
+    ...     return np.sum(err ** 2), {"max_err": float(np.max(np.abs(err)))}
+    >>> g, aux = loss.grad(np.array([0.0, 3.0]))
+    >>> g.tolist(), aux
+    ([-2.0, 4.0], {'max_err': 2.0})
     """
     if fn is None:
-        return lambda f: Differentiated(f, wrt, tier)
-    return Differentiated(fn, wrt, tier)
+        return lambda f: Differentiated(f, wrt, has_aux, tier)
+    return Differentiated(fn, wrt, has_aux, tier)
 
 
-def grad(fn: Callable[..., Any], wrt: Wrt = 0) -> Callable[..., Any]:
-    """The gradient function of scalar-valued `fn` with respect to `wrt`."""
-    return Differentiated(fn, wrt).grad
+def grad(fn: Callable[..., Any], wrt: Wrt = 0, has_aux: bool = False) -> Callable[..., Any]:
+    """The gradient function of scalar-valued `fn` with respect to `wrt`.
+
+    Parameters
+    ----------
+    fn : callable
+        A Python function returning a scalar (or `(scalar, aux)` with `has_aux=True`).
+    wrt : int, str or tuple of them, default 0
+        The argument(s) to differentiate with respect to; a tuple gives a tuple of gradients.
+    has_aux : bool, default False
+        `fn` returns `(value, aux)`; the gradient function then returns `(gradient, aux)`.
+
+    Returns
+    -------
+    callable
+        Takes `fn`'s arguments; returns the gradient, shaped like the `wrt` argument (arrays,
+        floats, and dicts, lists, tuples, dataclasses and registered pytrees of them).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> grad(lambda x: np.sum(x ** 3))(np.array([1.0, 2.0])).tolist()
+    [3.0, 12.0]
+    >>> grad(lambda x: (x ** 2, "aux"), has_aux=True)(3.0)
+    (6.0, 'aux')
+    """
+    return Differentiated(fn, wrt, has_aux).grad
 
 
-def value_and_grad(fn: Callable[..., Any], wrt: Wrt = 0) -> Callable[..., tuple[Any, Any]]:
-    """A function returning `(fn(...), gradient)`."""
-    return Differentiated(fn, wrt).value_and_grad
+def value_and_grad(fn: Callable[..., Any], wrt: Wrt = 0, has_aux: bool = False) -> Callable[..., tuple[Any, Any]]:
+    """A function returning `(fn(...), gradient)`, from one forward and one reverse pass.
+
+    Parameters
+    ----------
+    fn : callable
+        A Python function returning a scalar (or `(scalar, aux)` with `has_aux=True`).
+    wrt : int, str or tuple of them, default 0
+        The argument(s) to differentiate with respect to.
+    has_aux : bool, default False
+        `fn` returns `(value, aux)`; the function then returns `((value, aux), gradient)`.
+
+    Returns
+    -------
+    callable
+        Takes `fn`'s arguments; returns `(value, gradient)` or `((value, aux), gradient)`.
+
+    Examples
+    --------
+    >>> value_and_grad(lambda x: (x ** 2, x + 1.0), has_aux=True)(3.0)
+    ((9.0, 4.0), 6.0)
+    """
+    return Differentiated(fn, wrt, has_aux).value_and_grad
 
 
-def vjp(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
-    """`(fn(*args), back)` where `back(out_bar)` returns one cotangent per positional argument."""
-    return Differentiated(fn).pullback(*args, **kwargs)
+def vjp(fn: Callable[..., Any], *args: Any, has_aux: bool = False, **kwargs: Any) -> Any:
+    """Reverse mode by hand: `(fn(*args), back)`, where `back(out_bar)` returns one cotangent per
+    positional argument.
+
+    Parameters
+    ----------
+    fn : callable
+        A Python function; its output may be an array, a float or a tree of them.
+    *args, **kwargs
+        The arguments of `fn`; every positional argument is differentiated.
+    has_aux : bool, default False
+        `fn` returns `(value, aux)`: only `value` is differentiated, and the result is
+        `(value, back, aux)`.
+
+    Returns
+    -------
+    tuple
+        `(value, back)`, or `(value, back, aux)` with `has_aux=True`. `back(out_bar)` takes a
+        cotangent shaped like `value` and returns a tuple of cotangents shaped like `args`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> value, back, aux = vjp(lambda x: (x * 2.0, "note"), np.array([1.0, 2.0]), has_aux=True)
+    >>> back(np.array([1.0, 1.0]))[0].tolist(), aux
+    ([2.0, 2.0], 'note')
+    """
+    return Differentiated(fn, has_aux=has_aux).pullback(*args, **kwargs)
 
 
 
@@ -668,6 +782,15 @@ def _seed(spec: Any, tangent: Any, seeds: dict[int, Any], tape: Tape, d: Differe
         for name, sub in spec[2].items():
             _seed(sub, getattr(tangent, name), seeds, tape, d, k)
         return
+    if spec[0] == "pytree":
+        node = spec[1]
+        if type(tangent) is not node.cls:
+            raise WrtError(f"the tangent of argument {k} is a {type(tangent).__name__}, but the argument is a "
+                           f"{node.cls.__qualname__} (a registered pytree).", d._loc(),
+                           f"pass a {node.cls.__qualname__} holding the tangents of its children.")
+        for sub, item in zip(spec[3], pytrees.flatten(node, tangent)[0]):
+            _seed(sub, item, seeds, tape, d, k)
+        return
     t, subs = spec
     if isinstance(subs, dict):
         for key, sub in subs.items():
@@ -696,6 +819,10 @@ def _tangent_out(value: Any, dots: list[Any], ids: dict[int, int], start: int, n
             if isinstance(value, np.generic):
                 return value.dtype.type(d)
         return d
+    node = pytrees.node_for(value)
+    if node is not None:
+        children, aux = pytrees.flatten(node, value)
+        return pytrees.unflatten(node, aux, [_tangent_out(v, dots, ids, start, nested) for v in children])
     if isinstance(value, dict):
         return type(value)((k, _tangent_out(v, dots, ids, start, nested)) for k, v in value.items())
     if isinstance(value, tuple) and hasattr(value, "_fields"):

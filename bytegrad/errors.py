@@ -10,6 +10,7 @@ from typing import Any, Optional
 __all__ = [
     "SourceLoc", "DifferentiationError", "NoRuleError", "MutationError", "NonScalarOutputError", "ComplexOutputError",
     "UnsupportedOpcodeError", "PullbackError", "DuplicateRuleError", "WrtError", "NotImplementedRuleError",
+    "AuxOutputError",
 ]
 
 
@@ -143,6 +144,10 @@ class NonScalarOutputError(DifferentiationError):
 class ComplexOutputError(NonScalarOutputError):
     """`grad` needs a real output: the gradient of a complex value is not defined (JAX and PyTorch
     refuse it too); differentiate its real part, its absolute value, or use `bytegrad.vjp`."""
+
+
+class AuxOutputError(DifferentiationError):
+    """A function declared `has_aux=True` did not return a pair `(value, aux)`."""
 
 
 class UnsupportedOpcodeError(DifferentiationError):

@@ -52,7 +52,7 @@ def precompile(fn: Any, *example_args: Any, wrt: Any = 0, **example_kwargs: Any)
             try:
                 d.grad(*example_args, **example_kwargs)
             except NonScalarOutputError:
-                out, back = d.pullback(*example_args, **example_kwargs)
+                out, back = d.pullback(*example_args, **example_kwargs)[:2]  # (out, back, aux) with has_aux
                 back(_ones_like(out))
     result = d.stats()
     result["precompile_s"] = time.perf_counter() - t0

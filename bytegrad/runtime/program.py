@@ -199,8 +199,8 @@ class _Inputs:
         if spec is None:
             self._untracked(expr, value)
             return
-        if spec[0] == "dataclass":
-            raise Ineligible("a dataclass argument (compiled programs take arrays, floats and dicts, lists "
+        if isinstance(spec[0], str):  # "dataclass", "pytree"
+            raise Ineligible(f"a {spec[0]} argument (compiled programs take arrays, floats and dicts, lists "
                              "and tuples of them)")
         kind, subs = spec
         if kind is not t:

@@ -2,6 +2,8 @@
 
 Every differentiated leaf enters the function as a fresh object (a view of an array, a copy of a
 float) so a closure or global that holds the caller's array is never mistaken for the input.
+Trees are dicts, lists, tuples, namedtuples, dataclasses and classes registered with
+`bytegrad.register_pytree` (whose spec is `("pytree", node, aux, child specs)`).
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from bytegrad.rules import pytrees
 from bytegrad.rules._shape import filled
 from bytegrad.runtime.tape import Tape
 
@@ -29,7 +32,12 @@ class Leaf:
 
 
 class NotDifferentiable(TypeError):
-    """An argument to differentiate holds something that has no derivative."""
+    """An argument to differentiate holds something that has no derivative (`fix`: what to do, if
+    not the usual advice)."""
+
+    def __init__(self, message: str, fix: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.fix = fix
 
 
 def prepare(value: Any, tape: Tape, strict: bool = False) -> tuple[Any, Any]:
@@ -59,6 +67,9 @@ def prepare(value: Any, tape: Tape, strict: bool = False) -> tuple[Any, Any]:
     if isinstance(value, (np.floating, np.complexfloating)):
         fresh = value * 1
         return fresh, Leaf(tape.leaf(fresh), value)
+    node = pytrees.node_for(value)
+    if node is not None:
+        return _prepare_registered(node, value, tape)
     if t is dict or isinstance(value, dict):
         items = {k: prepare(v, tape) for k, v in value.items()}
         fresh = type(value)((k, v[0]) for k, v in items.items()) if t is not dict else {k: v[0] for k, v in items.items()}
@@ -82,7 +93,35 @@ def prepare(value: Any, tape: Tape, strict: bool = False) -> tuple[Any, Any]:
         return fresh, ("dataclass", value, {k: v[1] for k, v in items.items()})
     if strict and (t is int or t is bool or t is str or value is None):
         raise NotDifferentiable(f"a {t.__name__} cannot be differentiated")
+    if pytrees.user_object(value) and (strict or pytrees.holds_floats(value)):
+        name = t.__qualname__
+        fields = tuple(pytrees.float_attributes(value)) or ("...",)
+        raise NotDifferentiable(
+            f"it is (or holds) an instance of {name}, a class bytegrad does not know how to take apart, so "
+            f"its gradient would be lost",
+            f"register the class: bytegrad.register_pytree({name}, fields={fields!r}) (the attributes "
+            f"to differentiate, when its __init__ takes them by keyword), else bytegrad.register_pytree({name}, "
+            f"flatten, unflatten); or make it a dataclass.")
     return value, None
+
+
+def _prepare_registered(node: pytrees.PytreeNode, value: Any, tape: Tape) -> tuple[Any, Any]:
+    """`prepare` of an instance of a class registered with `bytegrad.register_pytree`."""
+    children, aux = pytrees.flatten(node, value)
+    items = [prepare(c, tape) for c in children]
+    fresh_children = [v[0] for v in items]
+    fresh = pytrees.unflatten(node, aux, fresh_children)
+    stored, _ = pytrees.flatten(node, fresh)
+    if len(stored) != len(items) or any(sub is not None and a is not b
+                                        for a, b, (_, sub) in zip(stored, fresh_children, items)):
+        name = node.cls.__qualname__
+        raise NotDifferentiable(
+            f"the unflatten registered for {name} did not keep the children it was given (flattening what "
+            f"it built gives other objects): bytegrad could not follow them to their gradient",
+            f"make unflatten store its children as they are, without copies or conversions (for a class "
+            f"whose __init__ converts its arguments, build the instance with {name}.__new__({name}) and "
+            f"set the attributes).")
+    return fresh, ("pytree", node, aux, [v[1] for v in items])
 
 
 def _all_float_arrays(items: Any) -> bool:
@@ -156,8 +195,8 @@ def project(ct: Any, primal: Any) -> Any:
     return ct
 
 
-def gradient(spec: Any, cts: list[Any]) -> Any:
-    """Build the gradient tree that mirrors `spec` from per-node cotangents."""
+def gradient(spec: Any, cts: list[Any], project: Callable[[Any, Any], Any] = project) -> Any:
+    """Build the gradient tree that mirrors `spec` from per-node cotangents, each leaf's by `project`."""
     if spec is None:
         return None
     if type(spec) is Leaf:
@@ -167,13 +206,16 @@ def gradient(spec: Any, cts: list[Any]) -> Any:
         original, fields = spec[1], spec[2]
         out = copy.copy(original)
         for name, sub in fields.items():
-            object.__setattr__(out, name, gradient(sub, cts))
+            object.__setattr__(out, name, gradient(sub, cts, project))
         return out
+    if kind == "pytree":
+        return pytrees.unflatten(spec[1], spec[2], [gradient(sub, cts, project) for sub in spec[3]])
     t, subs = spec
     if isinstance(subs, dict):
-        values = {k: project(cts[v.idx], v.primal) if type(v) is Leaf else gradient(v, cts) for k, v in subs.items()}
+        values = {k: project(cts[v.idx], v.primal) if type(v) is Leaf else gradient(v, cts, project)
+                  for k, v in subs.items()}
         return values if t is dict else t(values.items())
-    values = [project(cts[v.idx], v.primal) if type(v) is Leaf else gradient(v, cts) for v in subs]
+    values = [project(cts[v.idx], v.primal) if type(v) is Leaf else gradient(v, cts, project) for v in subs]
     if t is list:
         return values
     if hasattr(t, "_fields"):
@@ -204,6 +246,8 @@ def leaves(spec: Any) -> list[Leaf]:
         return [spec]
     if spec[0] == "dataclass":
         return [l for sub in spec[2].values() for l in leaves(sub)]
+    if spec[0] == "pytree":
+        return [l for sub in spec[3] for l in leaves(sub)]
     subs = spec[1]
     items = subs.values() if isinstance(subs, dict) else subs
     return [l for sub in items for l in leaves(sub)]
@@ -224,7 +268,11 @@ def _walk_out(value: Any, ids: dict[int, int], found: list, depth: int) -> None:
         return
     if depth > 32:
         return
-    if isinstance(value, dict):
+    node = pytrees.node_for(value)
+    if node is not None:
+        for v in pytrees.flatten(node, value)[0]:
+            _walk_out(v, ids, found, depth + 1)
+    elif isinstance(value, dict):
         for v in value.values():
             _walk_out(v, ids, found, depth + 1)
     elif isinstance(value, (list, tuple)):
@@ -244,7 +292,14 @@ def cotangent_leaves(value: Any, cotangent: Any, ids: dict[int, int], out: list)
         return
     if cotangent is None:
         return
-    if isinstance(value, dict):
+    node = pytrees.node_for(value)
+    if node is not None:
+        if type(cotangent) is not node.cls:
+            raise TypeError(f"the cotangent of a {node.cls.__qualname__} output must be a "
+                            f"{node.cls.__qualname__} too (a registered pytree), not a {type(cotangent).__name__}")
+        for v, c in zip(pytrees.flatten(node, value)[0], pytrees.flatten(node, cotangent)[0]):
+            cotangent_leaves(v, c, ids, out)
+    elif isinstance(value, dict):
         for k, v in value.items():
             cotangent_leaves(v, cotangent[k], ids, out)
     elif isinstance(value, (list, tuple)):
