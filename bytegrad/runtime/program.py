@@ -111,6 +111,7 @@ class _Source:
         self._by_id: dict[int, str] = {}
         self.stmts: list[tuple[list[str], set[str]]] = []   # (lines, names read or written)
         self.lines: list[Optional[int]] = []                # the user's line of each statement
+        self.scalars: set[str] = set()  # variables that hold floats: not worth a `del`
         self.guards: list[str] = []
 
     def const(self, value: Any, hint: str = "c") -> str:
@@ -154,7 +155,7 @@ class _Source:
             user += [self.lines[k] or first_line] * len(lines)
             if k == len(self.stmts) - 1:
                 break  # the return
-            dead = sorted(n for n, at in last.items() if at == k)
+            dead = sorted(n for n, at in last.items() if at == k and n not in self.scalars)
             if dead:
                 out.append(f"    del {', '.join(dead)}")
                 user.append(user[-1])
@@ -171,6 +172,7 @@ class _Inputs:
         self.src = src
         self.leaf_var: dict[int, str] = {}      # tape index of a tracked leaf -> variable
         self.untracked: dict[int, str] = {}     # id of an untracked argument array -> variable
+        self.fresh: dict[int, str] = {}         # tape index of a differentiated argument array -> variable
         self._n = 0
 
     def temp(self) -> str:
@@ -187,10 +189,13 @@ class _Inputs:
             self._n += 1
             if t is _ndarray:
                 src.array_guard(expr, value)
-                src.emit(f"{var} = {expr}.view()" if fresh else f"{var} = {expr}")
+                src.emit(f"{var} = {expr}")
+                if fresh:  # a gradient is never the caller's array itself (see `_gradient_code`)
+                    self.fresh[spec.idx] = var
             elif t in _FLOAT_TYPES:
                 src.guard("type", f"{expr}.__class__ is {src.const(t, 'T')}", f"{expr}: {t.__name__}")
                 src.emit(f"{var} = {expr}")
+                src.scalars.update((var, f"g{spec.idx}"))
             else:
                 raise Ineligible(f"a differentiated argument of type {t.__name__} (complex values stay on the "
                                  "general path)")
@@ -398,6 +403,8 @@ class _Builder:
         _check_shapes(rec)
         ops = [self.operand(a, p, rec) for a, p in zip(rec.args, rec.parents + (None,) * len(rec.args))]
         v = self.var[i] = f"v{i}"
+        if type(rec.out) is not _ndarray:
+            self.src.scalars.update((v, f"g{i}"))
         fn = rec.fn
         if rec.kind == "elementwise":
             if fn in _INLINE_BINARY and len(ops) == 2:
@@ -444,7 +451,8 @@ class _Builder:
         if not body:
             return
         temps = sorted(set(re.findall(r"\b_t[0-9]+\b", "\n".join(body))))
-        if temps:  # a step's temporaries (partials, pullback results) go when it ends
+        if temps and (type(rec.out) is _ndarray or rec.kind == "rrule"):  # a step's temporaries (partials,
+            # pullback results) go when it ends; an elementwise step on floats has only floats
             body.append(f"del {', '.join(temps)}")
         lines = pre + ([f"if {g} is not None:"] + ["    " + b for b in body] if cond else body)
         self.src.emit(lines, rec.site.lineno)
@@ -492,19 +500,24 @@ class _Builder:
                 bar = g if d == 1 else (f"-{g}" if d == -1 else f"{g} * {d!r}")
             else:
                 dn = self.src.const(d, "d")
-                t = self._tmp()
                 # what the partial does not read is not kept alive for it (`1 - out**2` reads out only)
                 reads = _partial_uses(d, len(ops))
                 read = [o if k in reads else "None" for k, o in enumerate(ops + [v])]
-                body += ["try:", f"    {t} = {dn}({', '.join(read)})", "except ZeroDivisionError:",
-                         f"    {t} = _singular({dn}, ({''.join(o + ', ' for o in read[:-1])}), {read[-1]})"]
+                inline = _inline(d, read, self.src)  # the partial's expression itself, when it is a lambda
+                expr = inline[0] if inline is not None else f"{dn}({', '.join(read)})"
                 bar = self._tmp()
                 # a partial only this step holds is scaled in place from INPLACE_MIN_SIZE elements, as
                 # runtime/backward.py does (the same products: results stay bit for bit the same)
                 big = type(out) is _ndarray and out.size >= INPLACE_MIN_SIZE
-                body.append(f"{bar} = _multiply({g}, {t}, out={t}) if {t}.__class__ is ndarray and "
-                            f"_getrefcount({t}) == 2 and _scalable({g}, {t}) else {g} * {t}" if big
-                            else f"{bar} = {g} * {t}")
+                if inline is not None and not inline[1] and not big:
+                    body.append(f"{bar} = {g} * {expr}")  # no division, no call: no ZeroDivisionError
+                else:
+                    t = self._tmp()
+                    body += ["try:", f"    {t} = {expr}", "except ZeroDivisionError:",
+                             f"    {t} = _singular({dn}, ({''.join(o + ', ' for o in read[:-1])}), {read[-1]})"]
+                    body.append(f"{bar} = _multiply({g}, {t}, out={t}) if {t}.__class__ is ndarray and "
+                                f"_getrefcount({t}) == 2 and _scalable({g}, {t}) else {g} * {t}" if big
+                                else f"{bar} = {g} * {t}")
             a = rec.args[k]
             a_shape = a.shape if type(a) is _ndarray else shape_of(a)
             if a_shape != out_shape:
@@ -545,6 +558,95 @@ class _Builder:
         return f"_t{self._t}"
 
 
+# ---- partials inlined: a lambda's expression in place of a call to it ----------------------------
+
+
+_LAMBDAS: dict[Any, Optional[tuple[ast.expr, tuple[str, ...], dict[str, Any]]]] = {}
+_FILE_LAMBDAS: dict[str, list[ast.Lambda]] = {}
+
+
+def _lambda_ast(d: Any) -> Optional[tuple[ast.expr, tuple[str, ...], dict[str, Any]]]:
+    """(body, parameter names, the values of its other names) of a partial written as a one-line
+    lambda in a rules file, found in the file by the columns its instructions come from; None
+    when it is anything else."""
+    if d in _LAMBDAS:
+        return _LAMBDAS[d]
+    found = None
+    code = getattr(d, "__code__", None)
+    if code is not None and code.co_name == "<lambda>" and not code.co_freevars and not code.co_flags & 0x0C:
+        cols = [(c0, c1) for ln, _, c0, c1 in code.co_positions() if ln == code.co_firstlineno and c0 and c1]
+        if cols:
+            lo, hi = min(c for c, _ in cols), max(c for _, c in cols)
+            for node in _lambdas_of(code.co_filename):
+                body = node.body
+                if body.lineno == code.co_firstlineno == body.end_lineno and body.col_offset <= lo and \
+                        body.end_col_offset >= hi and node.col_offset < body.col_offset:
+                    found = _resolved(node, d)
+                    break
+    _LAMBDAS[d] = found
+    return found
+
+
+def _lambdas_of(filename: str) -> list[ast.Lambda]:
+    nodes = _FILE_LAMBDAS.get(filename)
+    if nodes is None:
+        import linecache
+
+        try:
+            tree = ast.parse("".join(linecache.getlines(filename)))
+            nodes = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)]
+        except (SyntaxError, ValueError):
+            nodes = []
+        _FILE_LAMBDAS[filename] = nodes
+    return nodes
+
+
+def _resolved(node: ast.Lambda, d: Any) -> Optional[tuple[ast.expr, tuple[str, ...], dict[str, Any]]]:
+    a = node.args
+    if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs or a.defaults:
+        return None
+    params = tuple(x.arg for x in a.args)
+    if params != d.__code__.co_varnames[:d.__code__.co_argcount]:
+        return None  # not this lambda after all
+    names: dict[str, Any] = {}
+    bltns = vars(builtins)
+    for n in ast.walk(node.body):
+        if isinstance(n, (ast.Lambda, ast.comprehension, ast.NamedExpr)):
+            return None
+        if isinstance(n, ast.Name) and n.id not in params:
+            if n.id in d.__globals__:
+                names[n.id] = d.__globals__[n.id]
+            elif n.id in bltns:
+                names[n.id] = bltns[n.id]
+            else:
+                return None
+    return node.body, params, names
+
+
+def _inline(d: Any, operands: list[str], src: _Source) -> Optional[tuple[str, bool]]:
+    """(the expression of partial `d` applied to `operands`, whether evaluating it may raise
+    ZeroDivisionError): the same operations in the same order as calling `d`, without the call.
+    `operands` are variables, or "None" for what `d` does not read. None: `d` is not a lambda."""
+    found = _lambda_ast(d)
+    if found is None:
+        return None
+    body, params, names = found
+    subst = {p: o for p, o in zip(params, operands)}
+    subst.update({n: src.const(v) for n, v in names.items()})
+
+    class _Rename(ast.NodeTransformer):
+        def visit_Name(self, n: ast.Name) -> ast.AST:
+            return ast.copy_location(ast.Name(id=subst[n.id], ctx=n.ctx), n)
+
+    expr = _Rename().visit(ast.parse(ast.unparse(body), mode="eval").body)
+    risky = any(isinstance(n, ast.Call) or (isinstance(n, ast.BinOp) and isinstance(n.op, _DIVIDING))
+                for n in ast.walk(expr))
+    return "(" + ast.unparse(expr) + ")", risky
+
+
+_DIVIDING = (ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
+
+
 def _acc(old: Any, new: Any) -> Any:
     if old is None:
         return new
@@ -558,7 +660,7 @@ def _untrusted(ct: Any, node: tuple, pullback: Any, like: Any) -> Any:
     return _bw_rrule(ct, node[:3] + (pullback,) + node[4:], like)
 
 
-def _gradient_code(src: _Source, spec: Any, state: dict[int, int], lines: list[str]) -> str:
+def _gradient_code(src: _Source, spec: Any, state: dict[int, int], lines: list[str], fresh: dict[int, str]) -> str:
     """The expression of one argument's gradient, mirroring its spec as `pytree.gradient` does; each
     array leaf's cotangent is handed over as it is when `pytree.project` would (a fresh array of the
     primal's shape and dtype), else projected."""
@@ -571,14 +673,16 @@ def _gradient_code(src: _Source, spec: Any, state: dict[int, int], lines: list[s
             dt = src.const(primal.dtype, "dt")
             lines.append(f"{name} = {g} if {g}.__class__ is ndarray and {g}.base is None and {g}.dtype is {dt} and "
                          f"{g}.shape == {primal.shape!r} and {g}.flags.writeable else _project({g}, {like})")
+            if spec.idx in fresh:  # the general path differentiates a fresh view of the caller's array
+                lines.append(f"if {name} is {fresh[spec.idx]}: {name} = {name}.copy()")
         else:
             lines.append(f"{name} = _project({g}, {src.const(primal)})")
         return name
     t, subs = spec
     if isinstance(subs, dict):
-        items = ", ".join(f"{k!r}: {_gradient_code(src, v, state, lines)}" for k, v in subs.items())
+        items = ", ".join(f"{k!r}: {_gradient_code(src, v, state, lines, fresh)}" for k, v in subs.items())
         return f"{{{items}}}" if t is dict else f"{src.const(t, 'T')}({{{items}}}.items())"
-    items = [_gradient_code(src, v, state, lines) for v in subs]
+    items = [_gradient_code(src, v, state, lines, fresh) for v in subs]
     if t is list:
         return f"[{', '.join(items)}]"
     if t is tuple:
@@ -621,7 +725,7 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
             if i in b.records and i in depends:
                 b.reverse(i, depends)
     lines: list[str] = []
-    grads = [_gradient_code(src, specs[p], b.state, lines) for p in wrt]
+    grads = [_gradient_code(src, specs[p], b.state, lines, inputs.fresh) for p in wrt]
     if len(grads) > 1:
         lines.append(f"grads = _unalias(({', '.join(grads)},))")
         result = "grads" if wrt_tuple else "grads[0]"
@@ -651,13 +755,13 @@ def _static_guards(src: _Source, entries: list[tuple]) -> None:
         if kind == "global":
             g = src.const(owner, "G")
             if name in owner:
-                read = f"{g}.get({name!r}, _MISSING)"
+                read = f"{g}[{name!r}]"  # (a KeyError fails the call over to the general path)
             else:  # a builtin: it must stay unshadowed
                 b = src.const(_builtins_of(owner), "B")
                 read = f"({g}.get({name!r}, _MISSING) is _MISSING and {b}.get({name!r}))"
         else:
             m = src.const(owner.__dict__, "M")
-            read = f"{m}.get({name!r}, _MISSING)"
+            read = f"{m}[{name!r}]"
         if isinstance(value, (int, float, str, bytes, bool, complex)) or value is None:
             c = src.const(value)
             src.guard(kind, f"{read} == {c} and {read}.__class__ is {src.const(type(value), 'T')}",
