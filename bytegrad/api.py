@@ -120,6 +120,11 @@ class Differentiated:
             return self
         return Differentiated(types.MethodType(self.fn, obj), self._wrt_spec)
 
+    def __reduce__(self) -> Any:
+        """Pickles by reference, or by value through cloudpickle: see bytegrad/_pickle.py."""
+        from bytegrad import _pickle
+        return _pickle.reduce_differentiated(self, Differentiated)
+
     def __repr__(self) -> str:
         return f"<bytegrad.differentiate {getattr(self.fn, '__qualname__', self.fn)!r} wrt={self._wrt_spec!r}>"
 
