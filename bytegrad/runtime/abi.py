@@ -17,7 +17,7 @@ from bytegrad.errors import DifferentiationError, NoRuleError, NotImplementedRul
 from bytegrad.rules import registry
 from bytegrad.rules.registry import RuleKind
 from bytegrad.runtime import tape as _tape
-from bytegrad.runtime import writes
+from bytegrad.runtime import writes, zerosafe
 from bytegrad.runtime.backward import (
     _bw_elementwise, _bw_identity, _bw_rrule, _bw_rrule_trusted, _bw_tuple_item, _bw_unary, _TupleOut,
 )
@@ -28,6 +28,7 @@ __all__ = ["Site", "current_tape", "BINARY_HOOKS", "BINARY_NAMES", "call", "call
            "iter_", "unpack", "before_with", "set_rewriter"]
 
 _ndarray = np.ndarray
+_np_where = np.where
 _float64 = np.float64
 _FunctionType = types.FunctionType
 _MethodType = types.MethodType
@@ -126,7 +127,10 @@ def _record_elementwise(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple,
     out = fn(*args, **kwargs) if kwargs else fn(*args)
     if all(p is None for p in parents):
         return out
-    return tape.push((_bw_elementwise, parents, site, rule, tuple(_as_array(a) for a in args[:n]), fn), out)
+    node = (_bw_elementwise, parents, site, rule, tuple(_as_array(a) for a in args[:n]), fn)
+    if fn is _np_where:  # a mask: the branch it did not select contributes exact zeros
+        return zerosafe.record_where(tape, node, out)
+    return tape.push(node, out)
 
 
 def _bind_positional(fn: Any, args: tuple, kwargs: dict, site: Site) -> tuple[tuple, dict]:
@@ -907,6 +911,8 @@ def getslice(tape: Optional[Tape], site: Site, obj: Any, start: Any, stop: Any) 
 
 
 def _write(tape: Tape, site: Site, obj: np.ndarray, key: Any, value: Any) -> None:
+    if type(key) is _ndarray and key.dtype.kind == "b":  # `y[mask] = v`: what it overwrote contributes zeros
+        zerosafe.guard(tape)
     iv = _parent_of(tape.ids, value)
     if iv is None and tape.owners and type(value) is _ndarray:
         iv = writes.view_parent(tape, site, value)

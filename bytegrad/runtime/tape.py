@@ -46,7 +46,7 @@ class Tape:
     """A record of one forward pass."""
 
     __slots__ = ("values", "nodes", "ids", "protected", "stale", "owners", "_index", "_indexed", "lean",
-                 "trials", "trial_clock", "__weakref__")
+                 "trials", "trial_clock", "guarded", "__weakref__")
 
     def __init__(self) -> None:
         self.values: list[Any] = []       # node outputs, kept alive so their ids stay unique
@@ -63,6 +63,8 @@ class Tape:
         # fused sites comparing their tiers in this gradient (runtime/fused.py, `Trial`), or None;
         # `trial_clock`, set with it, is this gradient's tick of the trials' clock
         self.trials: Optional[list] = None
+        # records before this index were made zero-safe when a mask was recorded (runtime/zerosafe.py)
+        self.guarded = 0
 
     def push(self, node: Any, out: Any) -> Any:
         ids = self.ids
