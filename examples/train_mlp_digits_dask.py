@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 from bytegrad import differentiate
+from train_mlp_digits import init_params, load_data, predict  # the model and data of the one-process demo
 
 
 @differentiate
@@ -50,39 +51,14 @@ def distributed_value_and_grad(client, params, x, y):
     return value, grads
 
 
-def predict(params, x):
-    h = np.tanh(x @ params["W1"] + params["b1"])
-    return np.argmax(h @ params["W2"] + params["b2"], axis=1)
-
-
-def init_params(rng, sizes=(64, 64, 10)):
-    params = {}
-    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:]), start=1):
-        params[f"W{i}"] = rng.standard_normal((n_in, n_out)) / np.sqrt(n_in)
-        params[f"b{i}"] = np.zeros(n_out)
-    return params
-
-
-def load_data(rng, test_fraction=0.2):
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    x = digits.data / 16.0
-    y = np.eye(10)[digits.target]
-    order = rng.permutation(len(x))
-    n_test = int(len(x) * test_fraction)
-    test, train = order[:n_test], order[n_test:]
-    return x[train], y[train], x[test], y[test]
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--lr", type=float, default=0.5)
     parser.add_argument("--momentum", type=float, default=0.9)
-    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
     from dask.distributed import Client, LocalCluster
@@ -90,7 +66,6 @@ def main(argv=None):
     rng = np.random.default_rng(args.seed)
     x_train, y_train, x_test, y_test = load_data(rng)
     params = init_params(rng)
-    velocity = {k: np.zeros_like(v) for k, v in params.items()}
 
     t0 = time.perf_counter()
     with LocalCluster(n_workers=args.workers, processes=True, threads_per_worker=1,
@@ -106,6 +81,7 @@ def main(argv=None):
 
         t0 = time.perf_counter()
         steps = 0
+        velocity = {k: np.zeros_like(v) for k, v in params.items()}  # momentum SGD
         for epoch in range(args.epochs):
             order = rng.permutation(len(x_train))
             losses = []
