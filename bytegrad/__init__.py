@@ -9,10 +9,12 @@ from bytegrad.api import (
     value_and_grad as value_and_grad,
     vjp as vjp,
 )
+from bytegrad._config import config as config
 from bytegrad.errors import (
     DifferentiationError as DifferentiationError,
     DuplicateRuleError as DuplicateRuleError,
     MutationError as MutationError,
+    NaNError as NaNError,
     NonScalarOutputError as NonScalarOutputError,
     NoRuleError as NoRuleError,
     PullbackError as PullbackError,
@@ -55,7 +57,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "differentiate", "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp", "PerformanceWarning",
     "explain", "precompile",
-    "DifferentiationError", "DuplicateRuleError", "MutationError", "NonScalarOutputError", "NoRuleError",
+    "config", "DifferentiationError", "DuplicateRuleError", "MutationError", "NaNError", "NonScalarOutputError", "NoRuleError",
     "PullbackError", "UnsupportedOpcodeError", "WrtError",
     "NO_TANGENT", "ZERO", "differentiate_through", "frule", "non_differentiable", "not_implemented",
     "opt_out", "rrule", "scalar_rule",

@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 from bytegrad import transform
+from bytegrad._config import config as _config
 from bytegrad.errors import NonScalarOutputError, SourceLoc, UnsupportedOpcodeError, WrtError
 from bytegrad.rules import registry
 from bytegrad.runtime import abi, nested as _nested_sweep, pytree, writes
@@ -217,7 +218,7 @@ class Differentiated:
         outer = getattr(_tls, "tape", None)
         if outer is not None:
             return self._forward_nested(outer, args, kwargs, norm, strict)
-        tape = Tape()
+        tape = Tape() if not _config.debug_nans else _checking_tape()
         tape.lean = lean
         args = list(args)
         specs = []
@@ -454,6 +455,11 @@ class _Nested:
         if self.recording():
             return abi._dispatch(self.tape, self.site, fn, args, kwargs or None)
         return fn(*args, **kwargs)
+
+
+def _checking_tape() -> Tape:
+    from bytegrad.runtime.nancheck import CheckingTape  # only in debug mode
+    return CheckingTape()
 
 
 def _unalias(grads: tuple[Any, ...], copy: Optional[Callable[[Any], Any]] = None) -> tuple[Any, ...]:

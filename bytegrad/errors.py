@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 __all__ = [
     "SourceLoc", "DifferentiationError", "NoRuleError", "MutationError", "NonScalarOutputError",
-    "UnsupportedOpcodeError", "PullbackError", "DuplicateRuleError", "WrtError", "NotImplementedRuleError",
+    "UnsupportedOpcodeError", "PullbackError", "DuplicateRuleError", "WrtError", "NotImplementedRuleError", "NaNError",
 ]
 
 
@@ -148,6 +148,11 @@ class PullbackError(DifferentiationError):
     """A rule's pullback failed or returned something of the wrong shape during the reverse pass."""
 
     _cites_caller = False
+
+
+class NaNError(DifferentiationError):
+    """Debug mode (`bytegrad.config.debug_nans`, BYTEGRAD_DEBUG_NANS=1): an operation produced the
+    first NaN or inf of the forward or reverse pass."""
 
 
 class DuplicateRuleError(DifferentiationError):

@@ -45,6 +45,9 @@ def set_tape(tape: Optional["Tape"]) -> Optional["Tape"]:
 class Tape:
     """A record of one forward pass."""
 
+    #: a tape that checks for NaNs (runtime/nancheck.py, `CheckingTape`) sweeps through its own method
+    nan_check = False
+
     __slots__ = ("values", "nodes", "ids", "protected", "stale", "owners", "_index", "_indexed", "lean",
                  "trials", "trial_clock", "guarded", "__weakref__")
 
@@ -252,6 +255,8 @@ def sweep(tape: Tape, seeds: dict[int, Any], stop: int = -1) -> list[Any]:
     `stop` and below are not visited: a nested derivative shares its outer tape, and the nodes
     before its own leaves belong to the outer computation (constants for the inner one).
     """
+    if tape.nan_check:  # BYTEGRAD_DEBUG_NANS: each reverse step checked (runtime/nancheck.py)
+        return tape.checked_sweep(seeds, stop)
     nodes = tape.nodes
     values = tape.values
     cts: list[Any] = [None] * len(nodes)
