@@ -43,7 +43,8 @@ def guard(tape: Tape) -> None:
         node = nodes[i]
         if node is not None:
             twin = safe.get(node[0])
-            if twin is not None:
+            # constant partials (x + y, -x) are finite: zero times them is zero already
+            if twin is not None and not getattr(node[3], "constant_partials", False):
                 nodes[i] = (twin,) + node[1:]
     tape.guarded = len(nodes)
 
