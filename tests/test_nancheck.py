@@ -126,3 +126,14 @@ def test_a_nan_in_an_unselected_branch_is_reported_too(debug_nans):
     # as jax_debug_nans: the forward pass computes np.sqrt(-1); the gradient itself would be finite
     with pytest.raises(bytegrad.NaNError, match="numpy.sqrt produced NaN"):
         bytegrad.grad(lambda x: np.sum(np.where(x >= 0, x, np.sqrt(-x))))(np.array([1.0]))
+
+
+def test_second_order_names_the_line_that_recorded_the_operation(debug_nans):
+    def cube_of_root(v):
+        return np.sum(np.sqrt(v) ** 3)
+
+    for mode in ("fwd", "rev"):
+        with pytest.raises(bytegrad.NaNError) as info:
+            bytegrad.hessian(cube_of_root, mode=mode)(np.array([0.0, 1.0]))
+        assert info.value.loc.lineno == _line_of(cube_of_root, "np.sqrt(v)"), str(info.value)
+    assert np.isfinite(bytegrad.hessian(cube_of_root)(np.array([4.0, 1.0]))).all()

@@ -72,8 +72,8 @@ class _CheckedNodes(list):
                 list.append(self, node)
                 site = node[2]
                 raise NaNError(
-                    f"{_operation(node)} produced {_count(value, what)} (the first non-finite value of the forward "
-                    "pass: its inputs were finite or came from outside the differentiated computation).",
+                    f"{_operation(node)} produced {_count(value, what)} from inputs that were finite or came from "
+                    "outside the differentiated computation: the first non-finite value of the forward pass.",
                     site.loc() if site is not None else None, _FIX)
         list.append(self, node)
 
