@@ -68,12 +68,28 @@ def _sum4_inputs(rng: Any) -> Any:
     return rng.standard_normal(4), ()
 
 
+def where_loss(x):
+    return np.sum(np.where(x >= 0, x, np.sqrt(-x)) * np.tanh(x))
+
+
+def where_grad(x):
+    with np.errstate(invalid="ignore", divide="ignore"):
+        branch = np.where(x >= 0, 1.0, -0.5 / np.sqrt(-x))
+    return branch * np.tanh(x) + np.where(x >= 0, x, np.sqrt(np.abs(x))) * (1 - np.tanh(x) ** 2)
+
+
+def _where_inputs(rng: Any) -> Any:
+    return rng.standard_normal(1000), ()
+
+
 def _extra_cases() -> dict[str, Any]:
     """Cases of this report only: `sum4` is a gradient's fixed cost (one operation, four elements)."""
     from bench.cases import Case
 
     return {"sum4": Case("sum4", "np.sum(x), x: array[4] (a gradient's fixed cost)", sum4_loss, sum4_grad,
-                         _sum4_inputs)}
+                         _sum4_inputs),
+            "where1000": Case("where1000", "np.sum(np.where(x >= 0, x, np.sqrt(-x)) * np.tanh(x)), x: array[1000]",
+                              where_loss, where_grad, _where_inputs)}
 
 
 def _case(key: str) -> Any:

@@ -9,11 +9,13 @@ from bytegrad.api import (
     value_and_grad as value_and_grad,
     vjp as vjp,
 )
+from bytegrad._config import config as config
 from bytegrad.errors import (
     AuxOutputError as AuxOutputError,
     DifferentiationError as DifferentiationError,
     DuplicateRuleError as DuplicateRuleError,
     MutationError as MutationError,
+    NaNError as NaNError,
     NonScalarOutputError as NonScalarOutputError,
     NoRuleError as NoRuleError,
     PullbackError as PullbackError,
@@ -59,7 +61,8 @@ __all__ = [
     "differentiate", "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp", "stop_gradient", "register_pytree",
     "PerformanceWarning",
     "explain", "precompile",
-    "AuxOutputError", "DifferentiationError", "DuplicateRuleError", "MutationError", "NonScalarOutputError", "NoRuleError",
+    "AuxOutputError", "config", "DifferentiationError", "DuplicateRuleError", "MutationError", "NaNError",
+    "NonScalarOutputError", "NoRuleError",
     "PullbackError", "UnsupportedOpcodeError", "WrtError",
     "NO_TANGENT", "ZERO", "differentiate_through", "frule", "non_differentiable", "not_implemented",
     "opt_out", "rrule", "scalar_rule",

@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 from bytegrad import compiled, transform
+from bytegrad._config import config as _config
 from bytegrad.errors import (
     AuxOutputError, ComplexOutputError, NonScalarOutputError, SourceLoc, UnsupportedOpcodeError, WrtError,
 )
@@ -157,6 +158,11 @@ class Differentiated:
             return self
         return Differentiated(types.MethodType(self.fn, obj), self._wrt_spec, self._has_aux, self._tier)
 
+    def __reduce__(self) -> Any:
+        """Pickles by reference, or by value through cloudpickle: see bytegrad/_pickle.py."""
+        from bytegrad import _pickle
+        return _pickle.reduce_differentiated(self, Differentiated)
+
     def __repr__(self) -> str:
         return f"<bytegrad.differentiate {getattr(self.fn, '__qualname__', self.fn)!r} wrt={self._wrt_spec!r}>"
 
@@ -251,7 +257,7 @@ class Differentiated:
         outer = getattr(_tls, "tape", None)
         if outer is not None:
             return self._forward_nested(outer, args, kwargs, norm, strict)
-        tape = CaptureTape() if capture else Tape()
+        tape = CaptureTape() if capture else (Tape() if not _config.debug_nans else _checking_tape())
         tape.lean = lean
         args = list(args)
         specs = []
@@ -339,7 +345,8 @@ class Differentiated:
 
     def _grad(self, args: tuple, kwargs: dict) -> tuple[Any, Any]:
         tiers = self._tiers
-        if tiers is not None and tiers.programs and not kwargs and getattr(_tls, "tape", None) is None:
+        if tiers is not None and tiers.programs and not kwargs and getattr(_tls, "tape", None) is None \
+                and not _config.debug_nans:
             result = tiers.call(self._target, args, self._capture)  # (the common case, inline)
             if result is not MISS:
                 return result
@@ -353,7 +360,7 @@ class Differentiated:
     def _grad_tiered(self, args: tuple, kwargs: dict) -> tuple[Any, Any]:
         """A compiled program's result when one applies (bytegrad/compiled.py), else the general path's."""
         tiers = self._tiers
-        if tiers is not None and not kwargs and getattr(_tls, "tape", None) is None:
+        if tiers is not None and not kwargs and getattr(_tls, "tape", None) is None and not _config.debug_nans:
             result = tiers.call(self._target, args, self._capture)
             if result is not MISS:
                 return result
@@ -586,6 +593,11 @@ def _is_complex(out: Any) -> bool:
     if type(out) is complex:
         return True
     return getattr(getattr(out, "dtype", None), "kind", "") == "c" and getattr(out, "ndim", 0) == 0
+
+
+def _checking_tape() -> Tape:
+    from bytegrad.runtime.nancheck import CheckingTape  # only in debug mode
+    return CheckingTape()
 
 
 def differentiate(fn: Optional[Callable[..., Any]] = None, *, wrt: Wrt = 0, has_aux: bool = False,

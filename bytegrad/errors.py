@@ -10,7 +10,7 @@ from typing import Any, Optional
 __all__ = [
     "SourceLoc", "DifferentiationError", "NoRuleError", "MutationError", "NonScalarOutputError", "ComplexOutputError",
     "UnsupportedOpcodeError", "PullbackError", "DuplicateRuleError", "WrtError", "NotImplementedRuleError",
-    "AuxOutputError",
+    "AuxOutputError", "NaNError",
 ]
 
 
@@ -158,6 +158,11 @@ class PullbackError(DifferentiationError):
     """A rule's pullback failed or returned something of the wrong shape during the reverse pass."""
 
     _cites_caller = False
+
+
+class NaNError(DifferentiationError):
+    """Debug mode (`bytegrad.config.debug_nans`, BYTEGRAD_DEBUG_NANS=1): an operation produced the
+    first NaN or inf of the forward or reverse pass."""
 
 
 class DuplicateRuleError(DifferentiationError):

@@ -17,17 +17,18 @@ from bytegrad.errors import DifferentiationError, NoRuleError, NotImplementedRul
 from bytegrad.rules import registry
 from bytegrad.rules.registry import RuleKind
 from bytegrad.runtime import tape as _tape
-from bytegrad.runtime import writes
+from bytegrad.runtime import writes, zerosafe
 from bytegrad.runtime.backward import (
     _bw_elementwise, _bw_identity, _bw_rrule, _bw_rrule_trusted, _bw_tuple_item, _bw_unary, _TupleOut,
 )
-from bytegrad.runtime.tape import Tape, current_tape
+from bytegrad.runtime.tape import CaptureTape, Tape, current_tape
 
 __all__ = ["Site", "current_tape", "BINARY_HOOKS", "BINARY_NAMES", "call", "call0", "call1", "call2",
            "call_kw", "call_ex", "getitem", "getslice", "setitem", "setslice", "getattr_", "neg", "pos",
            "iter_", "unpack", "before_with", "set_rewriter"]
 
 _ndarray = np.ndarray
+_np_where = np.where
 _float64 = np.float64
 _FunctionType = types.FunctionType
 _MethodType = types.MethodType
@@ -119,7 +120,7 @@ def _record_elementwise(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple,
         parents = tuple(ids.get(id(a)) for a in args[:n])
     if kwargs and "out" in kwargs:
         return _with_out(tape, site, fn, args, kwargs)
-    if tape.__class__ is not Tape and (kwargs or len(args) > n):  # the record keeps args[:n] only
+    if tape.__class__ is CaptureTape and (kwargs or len(args) > n):  # the record keeps args[:n] only
         tape.refuse(f"passes options to {qualname(fn)} (a compiled program replays its positional arguments)", site)
     if tape.owners:
         parents = _untracked_views(tape, site, args, parents)
@@ -128,7 +129,10 @@ def _record_elementwise(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple,
     out = fn(*args, **kwargs) if kwargs else fn(*args)
     if all(p is None for p in parents):
         return out
-    return tape.push((_bw_elementwise, parents, site, rule, tuple(_as_array(a) for a in args[:n]), fn), out)
+    node = (_bw_elementwise, parents, site, rule, tuple(_as_array(a) for a in args[:n]), fn)
+    if fn is _np_where:  # a mask: the branch it did not select contributes exact zeros
+        return zerosafe.record_where(tape, node, out)
+    return tape.push(node, out)
 
 
 def _bind_positional(fn: Any, args: tuple, kwargs: dict, site: Site) -> tuple[tuple, dict]:
@@ -208,7 +212,7 @@ def _push_output(tape: Tape, node: tuple, out: Any) -> Any:
         _push_items(tape, idx, out, node[2])
         return out
     if t is int or t is bool or out is None:
-        if tape.__class__ is not Tape and out is not None:
+        if tape.__class__ is CaptureTape and out is not None:
             tape.refuse(f"computes a {t.__name__} from a differentiated value with {qualname(node[5])}", node[2])
         return out
     return tape.push(node, out)
@@ -278,7 +282,7 @@ def _masked_ufunc(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict, bu
 
 
 def _call_python(tape: Tape, site: Site, f: Any, args: tuple, kwargs: Optional[dict]) -> Any:
-    if tape.__class__ is not Tape:
+    if tape.__class__ is CaptureTape:
         tape.refuse(f"calls the Python function {qualname(f)}, which compiled programs do not follow yet", site)
     if f.__module__ == "bytegrad.api" and f.__name__ != "__call__":
         return _call_api(site, f, args, kwargs)
@@ -379,7 +383,7 @@ def _dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dic
         if kind is RRULE and rule.rrule is not None:
             return _record_rrule(tape, site, rule, call_fn, tuple(args), kwargs)
         if kind is NONDIFF or kind is TRANSPARENT:
-            if tape.__class__ is not Tape and rule.fn not in CAPTURE_SAFE and _any_tracked(tape.ids, tuple(args), kwargs):
+            if tape.__class__ is CaptureTape and rule.fn not in CAPTURE_SAFE and _any_tracked(tape.ids, tuple(args), kwargs):
                 tape.refuse(f"computes {qualname(rule.fn)} of a differentiated value: Python code may "
                             "decide on its result", site)
             return fn(*args[1:] if owner is not None else args, **kwargs) if kwargs else \
@@ -443,7 +447,7 @@ def _construct(tape: Tape, site: Site, cls: type, args: tuple, kwargs: Optional[
     tracked = _any_tracked(tape.ids, args, kwargs)
     if not tracked:
         return cls(*args, **kwargs) if kwargs else cls(*args)
-    if tape.__class__ is not Tape:
+    if tape.__class__ is CaptureTape:
         tape.refuse(f"builds a {qualname(cls)} from a differentiated value", site)
     if not cls.__flags__ & _HEAPTYPE:
         if issubclass(cls, BaseException):  # `raise ValueError(x)`: it only holds its arguments
@@ -694,7 +698,7 @@ def _binary_tracked(tape: Tape, site: Site, op: Any, a: Any, b: Any, ia: Any, ib
         node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, (ia, ib), site, pullback, (a, b), op)
         return _push_output(tape, node, out)
     if kind is NONDIFF or kind is TRANSPARENT:
-        if tape.__class__ is not Tape:
+        if tape.__class__ is CaptureTape:
             tape.refuse(f"computes {qualname(op)} of a differentiated value (no derivative)", site)
         return op(a, b)
     return _dispatch(tape, site, op, (a, b), None)
@@ -959,6 +963,8 @@ def getslice(tape: Optional[Tape], site: Site, obj: Any, start: Any, stop: Any) 
 
 
 def _write(tape: Tape, site: Site, obj: np.ndarray, key: Any, value: Any) -> None:
+    if type(key) is _ndarray and key.dtype.kind == "b":  # `y[mask] = v`: what it overwrote contributes zeros
+        zerosafe.guard(tape)
     iv = _parent_of(tape.ids, value)
     if iv is None and tape.owners and type(value) is _ndarray:
         iv = writes.view_parent(tape, site, value)

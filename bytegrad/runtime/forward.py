@@ -26,7 +26,7 @@ import numpy as np
 from bytegrad.errors import DifferentiationError, NotImplementedRuleError, qualname
 from bytegrad.rules import registry
 from bytegrad.rules.registry import NO_TANGENT, ZERO, NoTangent, Zero
-from bytegrad.runtime import writes
+from bytegrad.runtime import writes, zerosafe
 from bytegrad.runtime.backward import (
     _bw_elementwise, _bw_identity, _bw_rrule, _bw_rrule_trusted, _bw_tuple_item, _bw_unary, _TupleOut,
     singular_partial,
@@ -367,4 +367,7 @@ PUSHFORWARDS: dict[Any, Callable[[tuple, Any, Any], Any]] = {
     writes._bw_owner_write: pf_owner_write,
     writes._bw_view: pf_view,
     writes._bw_add_at: pf_add_at,
+    zerosafe.bw_where: zerosafe.pf_where,
+    zerosafe.SAFE_ELEMENTWISE: pf_elementwise,
+    zerosafe.SAFE_UNARY: pf_elementwise,
 }

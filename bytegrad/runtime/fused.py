@@ -37,7 +37,8 @@ import numpy as np
 
 from bytegrad.rules._shape import stand_in, unbroadcast
 from bytegrad.runtime.backward import INPLACE_MIN_SIZE, _scalable, _unrecorded
-from bytegrad.runtime.tape import SLIM_MIN_SIZE, Tape, sweep
+from bytegrad.runtime import zerosafe
+from bytegrad.runtime.tape import SLIM_MIN_SIZE, CaptureTape, Tape, sweep
 
 if TYPE_CHECKING:
     from bytegrad.runtime import kernels
@@ -153,7 +154,7 @@ def _expr(nodes: tuple[Node, ...], names: tuple[str, ...]) -> str:
 
 def fused_hook(tape: Optional[Tape], fs: FusedSite, ops: tuple) -> Any:
     state = fs.state
-    if tape is None or state == "disabled" or tape.__class__ is not Tape:  # (a capture records each op)
+    if tape is None or state == "disabled" or tape.__class__ is CaptureTape:  # (a capture records each op)
         return run_numpy(tape, fs, ops)
     if state == "kernel":
         dtype = _kernel_dtype(fs, ops)
@@ -596,6 +597,20 @@ def _saved_fused(node: tuple) -> list[np.ndarray]:
 
 
 _bw_fused.saved = _saved_fused  # type: ignore[attr-defined]
+
+
+# Zero-safe twins (runtime/zerosafe.py), for a site recorded before a mask. Seen at the output's
+# shape, the step returns full-shape cotangents; a one-pass record is never scaled in place there.
+def _full_fused(node: tuple, out_shape: tuple) -> tuple:
+    return node[:5] + ((out_shape,) * len(node[5]),) + node[6:]
+
+
+def _full_partials(node: tuple, out_shape: tuple) -> tuple:
+    return node[:5] + ((out_shape,) * len(node[5]), False)
+
+
+zerosafe.register(_bw_fused, _full_fused, lambda node: node[5])
+zerosafe.register(_bw_partials, _full_partials, lambda node: node[5], plain=lambda node: node[:6] + (False,))
 
 
 # ---- the twins, for tests and for the choice between tiers ---------------------------------------

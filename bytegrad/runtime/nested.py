@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from bytegrad.errors import DifferentiationError, PullbackError
+from bytegrad.errors import DifferentiationError, NaNError, PullbackError, qualname
 from bytegrad.rules.registry import NO_TANGENT, ZERO, NoTangent, Zero
 from bytegrad.runtime import abi
 from bytegrad.runtime.tape import Tape
@@ -84,6 +84,10 @@ def sweep_recorded(tape: Tape, seeds: dict[int, Any], stop: int) -> list[Any]:
             _distribute(tape, site, cts, node, bars)
         except PullbackError:
             raise
+        except NaNError as exc:  # debug mode: named at the line that recorded this operation
+            op = qualname(node[5] if len(node) > 5 and callable(node[5]) else node[0])
+            raise NaNError(f"while a nested derivative ran the reverse pass of {op} (recorded at this line), "
+                           f"{exc.problem}", site.loc() if node[2] is not None else exc.loc, exc.fix) from exc
         except DifferentiationError as exc:
             raise _failed(node, exc) from exc
         except Exception as exc:

@@ -45,8 +45,11 @@ def set_tape(tape: Optional["Tape"]) -> Optional["Tape"]:
 class Tape:
     """A record of one forward pass."""
 
+    #: a tape that checks for NaNs (runtime/nancheck.py, `CheckingTape`) sweeps through its own method
+    nan_check = False
+
     __slots__ = ("values", "nodes", "ids", "protected", "stale", "owners", "_index", "_indexed", "lean",
-                 "trials", "trial_clock", "__weakref__")
+                 "trials", "trial_clock", "guarded", "__weakref__")
 
     def __init__(self) -> None:
         self.values: list[Any] = []       # node outputs, kept alive so their ids stay unique
@@ -63,6 +66,8 @@ class Tape:
         # fused sites comparing their tiers in this gradient (runtime/fused.py, `Trial`), or None;
         # `trial_clock`, set with it, is this gradient's tick of the trials' clock
         self.trials: Optional[list] = None
+        # records before this index were made zero-safe when a mask was recorded (runtime/zerosafe.py)
+        self.guarded = 0
 
     def push(self, node: Any, out: Any) -> Any:
         ids = self.ids
@@ -266,6 +271,8 @@ def sweep(tape: Tape, seeds: dict[int, Any], stop: int = -1) -> list[Any]:
     `stop` and below are not visited: a nested derivative shares its outer tape, and the nodes
     before its own leaves belong to the outer computation (constants for the inner one).
     """
+    if tape.nan_check:  # BYTEGRAD_DEBUG_NANS: each reverse step checked (runtime/nancheck.py)
+        return tape.checked_sweep(seeds, stop)
     nodes = tape.nodes
     values = tape.values
     cts: list[Any] = [None] * len(nodes)

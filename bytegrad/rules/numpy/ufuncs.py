@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from bytegrad.rules.registry import NO_TANGENT, ZERO, frule, rrule, scalar_rule
+from bytegrad.rules.registry import NO_TANGENT, ZERO, differentiate_through, frule, rrule, scalar_rule
 
 _LN2 = float(np.log(2.0))
 _LN10 = float(np.log(10.0))
@@ -117,6 +117,22 @@ def _where_dy(condition: Any, x: Any, y: Any, out: Any) -> Any:
     return np.logical_not(condition)
 
 
+def select_as_where(condlist: Any, choicelist: Any, default: Any = 0) -> Any:
+    """np.select as a chain of np.where, the first true condition winning, so the choices it did not
+    select contribute exact zeros as np.where's do (runtime/zerosafe.py). NumPy's checks are kept."""
+    if len(condlist) != len(choicelist):
+        raise ValueError("list of cases must be same length as list of conditions")
+    if len(condlist) == 0:
+        raise ValueError("select with an empty condition list is not possible")
+    for i, cond in enumerate(condlist):
+        if np.asarray(cond).dtype != np.bool_:
+            raise TypeError(f"invalid entry {i} in condlist: should be boolean ndarray")
+    out = default
+    for cond, choice in zip(condlist[::-1], choicelist[::-1]):
+        out = np.where(cond, choice, out)  # broadcasts every condition and choice, as np.select does
+    return out
+
+
 def _sinc_dx(x: Any, out: Any) -> Any:
     zero = np.equal(x, 0)  # sinc is flat at 0
     with _errstate():
@@ -185,6 +201,7 @@ scalar_rule(np.fmin, _fmin_dx, _fmin_dy)
 scalar_rule(np.clip, _clip_dx, _clip_dmin, _clip_dmax)
 scalar_rule(np.ndarray.clip, _clip_dx, _clip_dmin, _clip_dmax)   # x.clip(min, max)
 scalar_rule(np.where, None, _where_dx, _where_dy)
+differentiate_through(np.select, select_as_where)
 
 
 # ---- complex-aware rules (the convention: docs/plugins.md, "Complex numbers") -------------------------
