@@ -108,7 +108,7 @@ def test_ten_thousand_mlp_gradients_keep_resident_memory_flat():
     assert one_time < 256 * MIB, f"a one-time growth of {one_time / MIB:.1f} MiB"
     s = f.stats()
     captured = int(bool(s.get("compiled", {}).get("programs")))  # a capture rewrites for every argument
-    assert s["entries"] == 1 + captured and s["misses"] == 1 + captured, s
+    assert s["entries"] == s["misses"] and 1 <= s["entries"] <= 1 + captured, s
     assert (len(cache._CACHES), len(transform._FN_CACHE)) == caches_before
     assert current_tape() is None
 
