@@ -1,4 +1,6 @@
-"""`python -m bytegrad`: command-line tools (`cache info`, `cache clear`, `precompile`).
+"""bytegrad's command-line tools: `cache info`, `cache clear`, `precompile`.
+
+Run as the console script `bytegrad` (installed with the package) or as `python -m bytegrad`.
 
 Each command is a subparser with a handler in `set_defaults(run=...)`; to add one, write an
 `add_<name>(subparsers)` function and list it in `COMMANDS`.
@@ -7,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, Callable, Optional, Sequence
 
@@ -109,7 +112,11 @@ COMMANDS: list[Callable[[Any], None]] = [add_cache, add_precompile]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m bytegrad", description=__doc__.splitlines()[0])
+    # The console script `bytegrad` and `python -m bytegrad` (argv[0] is this file) run the same main.
+    prog = "python -m bytegrad" if os.path.basename(sys.argv[0]) == "__main__.py" else "bytegrad"
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    from bytegrad import __version__
+    parser.add_argument("--version", action="version", version=f"bytegrad {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for add in COMMANDS:
         add(subparsers)
