@@ -23,7 +23,8 @@ from bytegrad.runtime.forward import push_forward
 from bytegrad.runtime.tape import Tape, _tls, call_site, sweep
 from bytegrad.transform import cache
 
-__all__ = ["differentiate", "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp", "Differentiated"]
+__all__ = ["differentiate", "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp", "Differentiated",
+           "GradFunction"]
 
 Wrt = Union[int, str, Sequence[Union[int, str]]]
 
@@ -483,14 +484,46 @@ def differentiate(fn: Optional[Callable[..., Any]] = None, *, wrt: Wrt = 0) -> A
     return Differentiated(fn, wrt)
 
 
+class GradFunction:
+    """What `grad` and `value_and_grad` return: call it with `fn`'s arguments.
+
+    `stats()` reports on the differentiated function, as `Differentiated.stats` does for a
+    function decorated with `differentiate`; `differentiated` is that `Differentiated`.
+    """
+
+    def __init__(self, method: Callable[..., Any]) -> None:
+        self._method = method                    # a bound method of a Differentiated
+        self.differentiated: Differentiated = method.__self__  # type: ignore[attr-defined]
+        # the name and docstring, not the __dict__ (another GradFunction's would replace ours)
+        functools.update_wrapper(self, self.differentiated.fn, updated=())
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._method(*args, **kwargs)
+
+    def stats(self) -> dict[str, Any]:
+        """The differentiated function's `Differentiated.stats()`."""
+        return self.differentiated.stats()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _grad_function, (self.differentiated, self._method.__name__)
+
+    def __repr__(self) -> str:
+        name = getattr(self.differentiated.fn, "__qualname__", self.differentiated.fn)
+        return f"<bytegrad.{self._method.__name__} of {name!r} wrt={self.differentiated._wrt_spec!r}>"
+
+
+def _grad_function(d: Differentiated, name: str) -> GradFunction:
+    return GradFunction(getattr(d, name))
+
+
 def grad(fn: Callable[..., Any], wrt: Wrt = 0) -> Callable[..., Any]:
     """The gradient function of scalar-valued `fn` with respect to `wrt`."""
-    return Differentiated(fn, wrt).grad
+    return GradFunction(Differentiated(fn, wrt).grad)
 
 
 def value_and_grad(fn: Callable[..., Any], wrt: Wrt = 0) -> Callable[..., tuple[Any, Any]]:
     """A function returning `(fn(...), gradient)`."""
-    return Differentiated(fn, wrt).value_and_grad
+    return GradFunction(Differentiated(fn, wrt).value_and_grad)
 
 
 def vjp(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
