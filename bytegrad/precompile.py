@@ -40,8 +40,27 @@ def _policy(policy: str) -> Iterator[None]:
 def precompile(fn: Any, *example_args: Any, wrt: Any = 0, **example_kwargs: Any) -> dict[str, Any]:
     """Rewrite `fn` for these example arguments and compile the fused kernels its gradient uses.
 
-    Returns the function's `stats()` after the run. A function whose output is not a scalar is
-    run through `.pullback` with a cotangent of ones (all positional arguments differentiated).
+    The rewritten code goes into the disk cache of rewritten code and the kernels into Numba's
+    disk cache, so that a later process loads them instead of rewriting and compiling. A
+    function whose output is not a scalar is run through `.pullback` with a cotangent of ones
+    (all positional arguments differentiated). The command line does the same:
+    `bytegrad precompile module:function --example EXPR ...`.
+
+    Parameters
+    ----------
+    fn : callable or Differentiated
+        The function, plain or decorated with `differentiate` (its `wrt` is then used).
+    *example_args : Any
+        Example positional arguments, of the types, dtypes and shapes the real calls will have.
+    wrt : int, str or tuple of them, default 0
+        The argument(s) the gradients will differentiate, when `fn` is a plain function.
+    **example_kwargs : Any
+        Example keyword arguments.
+
+    Returns
+    -------
+    dict
+        The function's `stats()` after the run, with `precompile_s` (seconds it took).
     """
     d = fn if isinstance(fn, Differentiated) else differentiate(fn, wrt=wrt)
     t0 = time.perf_counter()
