@@ -400,23 +400,23 @@ def frule(fn: Any, *, override: bool = False) -> Callable[[Callable[..., Any]], 
     Parameters
     ----------
     fn : callable
-        The function the rule differentiates.
+        The function whose tangents the rule pushes forward.
     override : bool, default False
-        Replace an existing forward rule for `fn` instead of raising `DuplicateRuleError`.
+        Replace an existing forward rule for `fn` (a duplicate is a `DuplicateRuleError`).
 
     Returns
     -------
     callable
-        The decorator; it returns the rule function unchanged.
+        A decorator that registers the rule function and returns it as it was.
 
     Examples
     --------
-    >>> def cube(x):
-    ...     return x ** 3
-    >>> @frule(cube)
-    ... def cube_frule(args_dot, x):
+    >>> def square(x):
+    ...     return x * x
+    >>> @frule(square)
+    ... def square_frule(args_dot, x):
     ...     (x_dot,) = args_dot
-    ...     return cube(x), 3.0 * x ** 2 * x_dot
+    ...     return square(x), 2.0 * x * x_dot
     """
 
     def deco(f: Callable[..., Any]) -> Callable[..., Any]:
