@@ -22,7 +22,7 @@ from mkdocs.structure.files import File, Files
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPORTS = "bench/results"
 #: repository files that become site files under the same path (the reports' previous and quick runs do not)
-EXTRA_GLOBS = (".md", ".png")
+REPORT_SUFFIXES = (".md", ".png")
 RENAMED = {"CHANGELOG.md": "changelog.md"}
 
 # a fenced code block or an inline code span (kept as they are), or a link or image
@@ -36,7 +36,7 @@ def _site_path(repo_path: str) -> str | None:
         return RENAMED[repo_path]
     if repo_path.startswith("docs/"):
         return repo_path[len("docs/"):]
-    if repo_path.startswith(REPORTS + "/") and repo_path.endswith(EXTRA_GLOBS):
+    if repo_path.startswith(REPORTS + "/") and repo_path.endswith(REPORT_SUFFIXES):
         return repo_path
     return None
 
@@ -44,7 +44,7 @@ def _site_path(repo_path: str) -> str | None:
 def _reports() -> list[str]:
     folder = os.path.join(ROOT, REPORTS)
     return sorted(f"{REPORTS}/{name}" for name in os.listdir(folder)
-                  if name.endswith(EXTRA_GLOBS) and ".previous." not in name and not name.startswith("quick."))
+                  if name.endswith(REPORT_SUFFIXES) and ".previous." not in name and not name.startswith("quick."))
 
 
 def on_files(files: Files, config: Any) -> Files:
