@@ -21,7 +21,7 @@ from mkdocs.structure.files import File, Files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPORTS = "bench/results"
-#: repository files that become site files under the same path (the reports' previous and quick runs do not)
+#: the kinds of file in REPORTS that the site shows under the same path
 REPORT_SUFFIXES = (".md", ".png")
 RENAMED = {"CHANGELOG.md": "changelog.md"}
 
@@ -41,14 +41,24 @@ def _site_path(repo_path: str) -> str | None:
     return None
 
 
-def _reports() -> list[str]:
+def _nav_paths(nav: Any) -> set[str]:
+    if isinstance(nav, str):
+        return {nav}
+    items = nav.values() if isinstance(nav, dict) else (nav or [])
+    return set().union(*(_nav_paths(item) for item in items))
+
+
+def _reports(nav: Any) -> list[str]:
+    """The plots, and the reports the nav names (a report a local run wrote, such as quick.md or a
+    named run, is left out: a page missing from the nav would fail the strict build)."""
     folder = os.path.join(ROOT, REPORTS)
+    named = _nav_paths(nav)
     return sorted(f"{REPORTS}/{name}" for name in os.listdir(folder)
-                  if name.endswith(REPORT_SUFFIXES) and ".previous." not in name and not name.startswith("quick."))
+                  if name.endswith(".png") or f"{REPORTS}/{name}" in named)
 
 
 def on_files(files: Files, config: Any) -> Files:
-    for repo_path in [*_reports(), *RENAMED]:
+    for repo_path in [*_reports(config["nav"]), *RENAMED]:
         files.append(File.generated(config, _site_path(repo_path), abs_src_path=os.path.join(ROOT, repo_path)))
     return files
 
