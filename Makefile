@@ -10,10 +10,11 @@
 #   make bench-hotpath  fused kernels, precompile, TTFG, memory, import (bench/results/hotpath.md)
 #   make bench-instructions  instructions per gradient under valgrind (bench/results/instructions.md)
 #   make bench-compiled  every tier (general path, compiled programs, auto) beside the peers (bench/results/compiled.md)
-#   make docs        regenerate docs/rules.md from the rule registry (.venv-3.11)
+#   make docs        regenerate docs/rules.md from the rule registry and build the site into site/
+#                    (mkdocs build --strict: any warning fails; .venv-3.11)
 #   make clean       caches, egg-info, bench scratch;  make distclean: also the venvs
 #
-# Variables: PYENV_VERSIONS (where to look for CPythons), PYTHON_VERSIONS, PYTEST_ARGS,
+# Variables: PYENV_VERSIONS (where to look for CPythons), PYTHON_VERSIONS, PYTEST_ARGS, TEST_EXTRAS,
 # BENCH_ARGS (bench.core), TTFG_ARGS (bench.ttfg), HOTPATH_ARGS, INSTRUCTIONS_ARGS, COMPILED_ARGS,
 # PIP_QUIET (set it empty to see pip's output).
 
@@ -28,6 +29,8 @@ BENCH_PYTHON ?= 3.11
 LONG_PYTHON ?= 3.11
 LONG_EXAMPLES ?= 10000
 PYTEST_ARGS ?=
+# the test venvs install the docs extra too: tests/test_docs.py builds the site
+TEST_EXTRAS ?= test,docs
 BENCH_ARGS ?=
 TTFG_ARGS ?=
 PIP_QUIET ?= -qq
@@ -73,7 +76,7 @@ demo: .venv/.stamp-demo
 
 # ---------------------------------------------------------------------------------------- test
 .venv-%/.stamp-test: pyproject.toml
-	@$(call venv_install,.venv-$*,$*,test)
+	@$(call venv_install,.venv-$*,$*,$(TEST_EXTRAS))
 
 # Every supported CPython must be there: a missing one is an error, never a skip.
 check-pythons:
@@ -137,14 +140,16 @@ bench-compiled: .venv-bench/.stamp-bench
 # ---------------------------------------------------------------------------------------- docs
 DOCS_PYTHON ?= 3.11
 
-# Written to a temporary file first, so a failure leaves the committed table as it was.
+# The rules table is written to a temporary file first, so a failure leaves the committed table as
+# it was. The site (mkdocs.yml) goes to site/; --strict turns every warning into a failure.
 docs: .venv-$(DOCS_PYTHON)/.stamp-test
 	.venv-$(DOCS_PYTHON)/bin/python -m bytegrad.rules.docs > docs/rules.md.tmp
 	mv docs/rules.md.tmp docs/rules.md
+	NO_MKDOCS_2_WARNING=1 .venv-$(DOCS_PYTHON)/bin/python -m mkdocs build --strict
 
 # --------------------------------------------------------------------------------------- clean
 clean:
-	rm -rf build dist *.egg-info .hypothesis .pytest_cache bench/out
+	rm -rf build dist *.egg-info .hypothesis .pytest_cache bench/out site
 	find . -path ./.git -prune -o -path './.venv*' -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean

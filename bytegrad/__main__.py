@@ -1,4 +1,6 @@
-"""`python -m bytegrad`: command-line tools (`cache info`, `cache clear`, `precompile`).
+"""bytegrad's command-line tools: `cache info`, `cache clear`, `precompile`.
+
+Run as the console script `bytegrad` (installed with the package) or as `python -m bytegrad`.
 
 Each command is a subparser with a handler in `set_defaults(run=...)`; to add one, write an
 `add_<name>(subparsers)` function and list it in `COMMANDS`.
@@ -7,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, Callable, Optional, Sequence
 
@@ -22,25 +25,34 @@ def _size(n: int) -> str:
 
 
 def cache_info(args: argparse.Namespace) -> int:
-    """Print where the cache is, its size against the cap, and its entries per namespace and function."""
+    """Print where the cache is, its size against the cap and its entries by kind; with --list,
+    the entries per function too."""
     data = diskcache.info()
     if args.json:
         print(json.dumps(data, indent=2, sort_keys=True))
         return 0
     if data["dir"] is None:
-        print("disk cache: off (BYTEGRAD_DISABLE_DISK_CACHE is set, or the directory was refused; "
-              "see the warning above)")
+        print("disk cache: off (BYTEGRAD_DISABLE_DISK_CACHE is set, or the directory was refused: "
+              "see the warning)")
         return 0
+    namespaces = data["namespaces"]
     print(f"cache directory: {data['dir']}")
     print(f"size: {_size(data['total_bytes'])} of {_size(data['max_bytes'])} "
           f"(cap: BYTEGRAD_CACHE_MAX_MB, default {diskcache.DEFAULT_MAX_MB})")
-    if not data["namespaces"]:
+    if not namespaces:
         print("empty")
-    for name, ns in sorted(data["namespaces"].items()):
-        print(f"{name}: {ns['entries']} entries, {ns['sources']} generated sources, "
+        return 0
+    entries = sum(ns["entries"] for ns in namespaces.values())
+    files = sum(ns["sources"] + ns["kernel_files"] for ns in namespaces.values())
+    print(f"{entries} entries and {files} kernel files, by kind:")
+    for name, ns in sorted(namespaces.items()):
+        print(f"  {name}: {ns['entries']} entries, {ns['sources']} generated sources, "
               f"{ns['kernel_files']} Numba cache files, {_size(ns['bytes'])}")
-        for label, count in sorted(ns["functions"].items()):
-            print(f"  {count:4d}  {label}")
+        if args.list:
+            for label, count in sorted(ns["functions"].items()):
+                print(f"    {count:4d}  {label}")
+    if not args.list:
+        print(f"(`{args.prog} cache info --list` lists them per function)")
     return 0
 
 
@@ -57,36 +69,47 @@ def cache_clear(args: argparse.Namespace) -> int:
 
 def add_cache(subparsers: Any) -> None:
     cache = subparsers.add_parser("cache", help="inspect or empty the on-disk cache")
-    commands = cache.add_subparsers(dest="cache_command", required=True)
+    commands = cache.add_subparsers(dest="cache_command", metavar="{info,clear}", required=True)
     info = commands.add_parser("info", help="where the cache is, its size, entries per function")
+    info.add_argument("--list", action="store_true", help="list the entries per function too")
     info.add_argument("--json", action="store_true", help="print the details as JSON")
     info.set_defaults(run=cache_info)
     clear = commands.add_parser("clear", help="delete everything in the cache")
     clear.set_defaults(run=cache_clear)
 
 
+class UsageError(Exception):
+    """A mistake on the command line: printed as one line on stderr, exit code 2."""
+
+
 def run_precompile(args: argparse.Namespace) -> int:
     """Fill the disk caches: a function's rewritten code and kernels, and/or the standard kernels."""
-    import numpy as np
+    from bytegrad.errors import DifferentiationError, WrtError
 
-    import importlib
+    import bytegrad
 
-    pc = importlib.import_module("bytegrad.precompile")  # `bytegrad.precompile` is also the function
+    # Through the package's lazy attribute, which keeps `bytegrad.precompile` the function: a first
+    # `import bytegrad.precompile` would leave the package attribute bound to the module.
+    bytegrad.precompile  # noqa: B018
+    pc = sys.modules["bytegrad.precompile"]
 
     if not args.target and not args.standard:
-        print("nothing to do: give module:function (with --example), or --standard", file=sys.stderr)
-        return 2
+        raise UsageError("nothing to do: give module:function (with one --example per argument), or --standard")
+    if args.target:  # every mistake in the target is reported before anything is compiled
+        fn = _import_target(pc, args.target)
+        examples = _examples(fn, args.target, args.example)
+        wrt = tuple(_wrt_item(w) for w in args.wrt.split(",")) if "," in args.wrt else _wrt_item(args.wrt)
     if args.standard:
         for expr, seconds in pc.precompile_standard().items():
             print(f"standard kernel {expr}: {seconds:.2f} s")
     if args.target:
-        fn = pc.resolve(args.target)
-        namespace = {"np": np, "numpy": np}
-        examples = [eval(e, namespace) for e in args.example]  # noqa: S307 - the user's own command line
-        wrt: Any = args.wrt
-        wrt = tuple(int(w) if w.isdigit() else w for w in wrt.split(",")) if "," in wrt else (
-            int(wrt) if wrt.isdigit() else wrt)
-        result = pc.precompile(fn, *examples, wrt=wrt)
+        try:
+            result = pc.precompile(fn, *examples, wrt=wrt)
+        except WrtError as exc:
+            raise UsageError(f"--wrt {args.wrt}: {exc.problem}") from None
+        except DifferentiationError as exc:  # a problem in the function itself: its line, the fix
+            print(f"{args.prog} precompile: {args.target} cannot be differentiated:\n{exc}", file=sys.stderr)
+            return 1
         print(f"precompiled {args.target} in {result['precompile_s']:.2f} s")
         for site in result.get("fused_sites", []):
             print(f"  fused site line {site['line']}: {site['expr']} ({site['state']}, "
@@ -94,9 +117,59 @@ def run_precompile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _wrt_item(text: str) -> Any:
+    text = text.strip()
+    return int(text) if text.lstrip("-").isdigit() else text
+
+
+def _import_target(pc: Any, target: str) -> Any:
+    """`module:function`, imported from the current directory first (as `python -m` would)."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        fn, module = pc.resolve(target)
+    except LookupError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"precompiling {target} from {getattr(module, '__file__', None) or module.__name__}")
+    if not callable(fn):
+        raise UsageError(f"{target} is a {type(fn).__name__}, not a function")
+    return fn
+
+
+def _examples(fn: Any, target: str, expressions: list[str]) -> list[Any]:
+    """Evaluate each --example (NumPy as `np`) and check that they fit `fn`'s signature."""
+    import inspect
+
+    import numpy as np
+
+    namespace = {"np": np, "numpy": np}
+    examples = []
+    for text in expressions:
+        try:
+            examples.append(eval(text, namespace))  # noqa: S307 - the user's own command line
+        except Exception as exc:  # noqa: BLE001 - any failure of the user's expression is reported
+            raise UsageError(f"--example {text!r} does not evaluate (numpy is `np`): "
+                             f"{type(exc).__name__}: {exc}") from None
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return examples
+    try:
+        signature.bind(*examples)
+    except TypeError as exc:
+        raise UsageError(f"{target}{signature} got {len(examples)} --example (one per positional "
+                         f"argument): {exc}") from None
+    return examples
+
+
 def add_precompile(subparsers: Any) -> None:
-    p = subparsers.add_parser("precompile", help="rewrite and compile ahead of time into the disk cache")
-    p.add_argument("target", nargs="?", help="module:function to precompile")
+    p = subparsers.add_parser("precompile", help="rewrite and compile ahead of time into the disk cache",
+                              description="Take one gradient of module:function on the example arguments, "
+                              "compiling its fused kernels at once, so that later processes load them from the "
+                              "disk cache. The module is imported from the current directory first, then from "
+                              "the installed packages.")
+    p.add_argument("target", nargs="?", help="module:function (or module:Class.method) to precompile")
     p.add_argument("--example", action="append", default=[],
                    help="a Python expression (numpy as np) for each positional example argument")
     p.add_argument("--wrt", default="0", help="position(s) or name(s) to differentiate, comma separated")
@@ -109,7 +182,11 @@ COMMANDS: list[Callable[[Any], None]] = [add_cache, add_precompile]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m bytegrad", description=__doc__.splitlines()[0])
+    # The console script `bytegrad` and `python -m bytegrad` (argv[0] is this file) run the same main.
+    prog = "python -m bytegrad" if os.path.basename(sys.argv[0]) == "__main__.py" else "bytegrad"
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    from bytegrad import __version__
+    parser.add_argument("--version", action="version", version=f"bytegrad {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for add in COMMANDS:
         add(subparsers)
@@ -117,8 +194,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.run(args) or 0)
+    """Run one command; returns the exit code (2: a mistake on the command line, said in one line)."""
+    import warnings
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.prog = parser.prog
+    formatwarning = warnings.formatwarning  # a warning (the cache refused) is one line too
+    warnings.formatwarning = lambda message, category, *_, **__: f"{parser.prog}: {category.__name__}: {message}\n"
+    try:
+        return int(args.run(args) or 0)
+    except UsageError as exc:
+        print(f"{parser.prog} {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        warnings.formatwarning = formatwarning
 
 
 if __name__ == "__main__":

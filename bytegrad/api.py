@@ -26,7 +26,8 @@ from bytegrad.runtime.program import MISS, Ineligible, Program, build as build_p
 from bytegrad.runtime.tape import CaptureTape, Tape, _tls, call_site, sweep
 from bytegrad.transform import cache
 
-__all__ = ["differentiate", "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp", "Differentiated"]
+__all__ = ["differentiate", "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp", "Differentiated",
+           "GradFunction"]
 
 Wrt = Union[int, str, Sequence[Union[int, str]]]
 
@@ -484,11 +485,15 @@ class Differentiated:
     def stats(self) -> dict[str, Any]:
         """What a user who measures wants to know about this function.
 
-        `hits` (gradients that reused rewritten code), `misses` (rewrites), `entries`;
-        `first_gradient_s`, `rewrite_s` (time spent rewriting, incl. disk-cache loads),
-        `compile_s` (kernel compile/load time of its fused sites), `fused_sites` (one dict per
-        fused site: line, expression, tier, calls per tier, compile time, choices per size class)
-        and `disk` (this process's disk-cache counters).
+        Returns
+        -------
+        dict
+            `hits` (gradients that reused rewritten code), `misses` (rewrites), `entries`;
+            `first_gradient_s` (wall time of the first gradient), `rewrite_s` (time spent
+            rewriting, disk-cache loads included), `compile_s` (kernel compile or load time of
+            its fused sites), `fused_sites` (one dict per fused site: line, expression, tier,
+            calls per tier, compile time, choices per size class) and `disk` (this process's
+            disk-cache counters).
         """
         s = cache.stats(self._code)
         result: dict[str, Any] = {"hits": self._hits + s["hits"], "misses": s["misses"], "entries": s["entries"]}
@@ -650,6 +655,38 @@ def differentiate(fn: Optional[Callable[..., Any]] = None, *, wrt: Wrt = 0, has_
     return Differentiated(fn, wrt, has_aux, tier)
 
 
+class GradFunction:
+    """What `grad` and `value_and_grad` return: call it with `fn`'s arguments.
+
+    `stats()` reports on the differentiated function, as `Differentiated.stats` does for a
+    function decorated with `differentiate`; `differentiated` is that `Differentiated`.
+    """
+
+    def __init__(self, method: Callable[..., Any]) -> None:
+        self._method = method                    # a bound method of a Differentiated
+        self.differentiated: Differentiated = method.__self__  # type: ignore[attr-defined]
+        # the name and docstring, not the __dict__ (another GradFunction's would replace ours)
+        functools.update_wrapper(self, self.differentiated.fn, updated=())
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._method(*args, **kwargs)
+
+    def stats(self) -> dict[str, Any]:
+        """The differentiated function's `Differentiated.stats()`."""
+        return self.differentiated.stats()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _grad_function, (self.differentiated, self._method.__name__)
+
+    def __repr__(self) -> str:
+        name = getattr(self.differentiated.fn, "__qualname__", self.differentiated.fn)
+        return f"<bytegrad.{self._method.__name__} of {name!r} wrt={self.differentiated._wrt_spec!r}>"
+
+
+def _grad_function(d: Differentiated, name: str) -> GradFunction:
+    return GradFunction(getattr(d, name))
+
+
 def grad(fn: Callable[..., Any], wrt: Wrt = 0, has_aux: bool = False) -> Callable[..., Any]:
     """The gradient function of scalar-valued `fn` with respect to `wrt`.
 
@@ -676,7 +713,7 @@ def grad(fn: Callable[..., Any], wrt: Wrt = 0, has_aux: bool = False) -> Callabl
     >>> grad(lambda x: (x ** 2, "aux"), has_aux=True)(3.0)
     (6.0, 'aux')
     """
-    return Differentiated(fn, wrt, has_aux).grad
+    return GradFunction(Differentiated(fn, wrt, has_aux).grad)
 
 
 def value_and_grad(fn: Callable[..., Any], wrt: Wrt = 0, has_aux: bool = False) -> Callable[..., tuple[Any, Any]]:
@@ -701,7 +738,7 @@ def value_and_grad(fn: Callable[..., Any], wrt: Wrt = 0, has_aux: bool = False) 
     >>> value_and_grad(lambda x: (x ** 2, x + 1.0), has_aux=True)(3.0)
     ((9.0, 4.0), 6.0)
     """
-    return Differentiated(fn, wrt, has_aux).value_and_grad
+    return GradFunction(Differentiated(fn, wrt, has_aux).value_and_grad)
 
 
 def vjp(fn: Callable[..., Any], *args: Any, has_aux: bool = False, **kwargs: Any) -> Any:
@@ -743,13 +780,32 @@ registry.set_tape_probe(lambda: getattr(_tls, "tape", None) is not None)  # regi
 
 
 def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, Any]:
-    """`(fn(*primals), J @ tangents)`: forward mode, through the same rewritten code as `grad`.
+    """Forward mode: `(fn(*primals), J @ tangents)`, through the same rewritten code as `grad`.
 
-    `primals` are the positional arguments; `tangents` has one entry per primal, shaped like it
-    (containers mirrored; None or a non-float argument's entry means "no tangent"). The output
-    tangent mirrors `fn`'s output: an array of the output's shape and dtype for each float leaf.
-    Forward rules come from `frule`s, and from `scalar_rule` partials; see runtime/forward.py.
+    Forward rules come from `frule`s and from `scalar_rule` partials; through a rule with only a
+    reverse form, the tangent is formed from its pullback (one call per output element), with a
+    `PerformanceWarning`.
 
+    Parameters
+    ----------
+    fn : callable
+        A Python function; its output may be an array, a float, or a dict / list / tuple of them.
+    primals : tuple or list
+        The positional arguments of `fn`.
+    tangents : tuple or list
+        One tangent per primal, shaped like it (containers mirrored); None, or the entry of a
+        non-float argument, means "no tangent".
+
+    Returns
+    -------
+    out : Any
+        `fn(*primals)`.
+    out_dot : Any
+        The Jacobian-vector product, mirroring `out`: an array of the output's shape and dtype
+        for each float leaf (zeros where the output does not depend on the inputs).
+
+    Examples
+    --------
     >>> import numpy as np
     >>> out, out_dot = jvp(lambda x: np.sin(x) * 2.0, (np.array([0.0, 1.0]),), (np.array([1.0, 0.5]),))
     >>> bool(np.allclose(out_dot, 2.0 * np.cos([0.0, 1.0]) * [1.0, 0.5]))
@@ -855,11 +911,27 @@ _MODES = ("auto", "rev", "fwd")
 def jacobian(fn: Callable[..., Any], wrt: Wrt = 0, mode: str = "auto") -> Callable[..., Any]:
     """The Jacobian function of `fn` with respect to argument(s) `wrt` (float arrays or floats).
 
-    For an output of shape `out.shape` and an argument of shape `x.shape` the Jacobian has shape
-    `out.shape + x.shape` (as `jax.jacobian`); a tuple `wrt` gives a tuple of Jacobians. `mode`:
-    "rev" (one reverse sweep per output element), "fwd" (one tangent sweep per input element) or
-    "auto" (fwd when the inputs have fewer elements than the output). The function runs once.
+    The function runs once; the Jacobian is assembled from sweeps of its tape.
 
+    Parameters
+    ----------
+    fn : callable
+        A Python function returning a float array or a float.
+    wrt : int, str or tuple of them, default 0
+        The argument(s) to differentiate with respect to, by position or parameter name; a tuple
+        gives a tuple of Jacobians.
+    mode : {"auto", "rev", "fwd"}, default "auto"
+        "rev": one reverse sweep per output element; "fwd": one tangent sweep per input element;
+        "auto": "fwd" when the inputs have fewer elements than the output, else "rev".
+
+    Returns
+    -------
+    callable
+        Takes `fn`'s arguments and returns the Jacobian, of shape `out.shape + x.shape` for an
+        output of shape `out.shape` and an argument of shape `x.shape` (as `jax.jacobian`).
+
+    Examples
+    --------
     >>> import numpy as np
     >>> J = jacobian(lambda x: np.sin(x) * x[0])(np.array([1.0, 2.0]))
     >>> J.shape
@@ -967,11 +1039,27 @@ def _assemble(parts: list[Any], out_shape: tuple[int, ...], in_shape: tuple[int,
 def hessian(fn: Callable[..., Any], wrt: Union[int, str] = 0, mode: str = "fwd") -> Callable[..., Any]:
     """The Hessian function of scalar-valued `fn` with respect to one argument `wrt`.
 
-    Shape `x.shape + x.shape`. The gradient is computed by a nested reverse pass recorded on the
-    outer tape; `mode` "fwd" then pushes one tangent per input element through it
-    (forward-over-reverse, the default), "rev" sweeps it backwards once per element
-    (reverse-over-reverse).
+    The gradient is computed by a nested reverse pass recorded on the outer tape, and
+    differentiated again.
 
+    Parameters
+    ----------
+    fn : callable
+        A Python function returning a scalar.
+    wrt : int or str, default 0
+        The one argument to differentiate with respect to (for blocks of several, use
+        `jacobian(grad(f, wrt=i), wrt=j)`).
+    mode : {"fwd", "rev"}, default "fwd"
+        "fwd" pushes one tangent per input element through the gradient (forward-over-reverse);
+        "rev" sweeps it backwards once per element (reverse-over-reverse).
+
+    Returns
+    -------
+    callable
+        Takes `fn`'s arguments and returns the Hessian, of shape `x.shape + x.shape`.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> A = np.array([[2.0, 1.0], [1.0, 3.0]])
     >>> H = hessian(lambda x: 0.5 * x @ A @ x)(np.array([1.0, -1.0]))
@@ -988,10 +1076,26 @@ def hessian(fn: Callable[..., Any], wrt: Union[int, str] = 0, mode: str = "fwd")
 def hvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]) -> Any:
     """The Hessian-vector product `H @ v` of scalar-valued `fn` at `primals`, along `tangents`.
 
-    Forward-over-reverse: `jvp` of the gradient with respect to all positional arguments. With one
-    primal the result is shaped like it; with several, a tuple with one entry per primal (the
-    rows of the block Hessian applied to all the tangents).
+    Forward-over-reverse: `jvp` of the gradient with respect to all positional arguments, without
+    forming the Hessian.
 
+    Parameters
+    ----------
+    fn : callable
+        A Python function returning a scalar.
+    primals : tuple or list
+        The positional arguments of `fn`.
+    tangents : tuple or list
+        The vector `v`: one entry per primal, shaped like it.
+
+    Returns
+    -------
+    Any
+        With one primal, `H @ v` shaped like it; with several, a tuple with one entry per primal
+        (the rows of the block Hessian applied to all the tangents).
+
+    Examples
+    --------
     >>> import numpy as np
     >>> A = np.array([[2.0, 1.0], [1.0, 3.0]])
     >>> v = np.array([1.0, 0.0])

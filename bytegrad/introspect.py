@@ -1,6 +1,6 @@
 """Introspection for users who measure: `Differentiated.stats()` details and `bytegrad.explain`.
 
-`explain(fn, *args, wrt=0)` rewrites `fn` for those arguments (as a gradient would) and prints the
+`explain(fn, *args, wrt=0)` rewrites `fn` for those arguments (as a gradient would) and returns the
 rewritten bytecode, grouped under the user's source lines, with each hooked site named: the rule
 that an operator or a statically known callable (`np.tanh`, `math.exp`, recorded on the site by
 the rewrite) has, or the fused expression with its tier and kernel. Calls whose callee is only known
@@ -11,7 +11,6 @@ from __future__ import annotations
 import dis
 import io
 import linecache
-import sys
 import types
 from typing import Any, Iterator, Optional, TextIO
 
@@ -19,7 +18,7 @@ from bytegrad.rules import registry
 from bytegrad.runtime import abi, fused
 from bytegrad.transform import cache
 
-__all__ = ["explain", "function_stats", "fused_sites"]
+__all__ = ["explain", "Explanation", "function_stats", "fused_sites"]
 
 
 def _codes(code: types.CodeType) -> Iterator[types.CodeType]:
@@ -77,8 +76,51 @@ def _rule_text(obj: Any) -> str:
     return f"{rule.kind.name.lower()} rule of {getattr(obj, '__qualname__', getattr(obj, '__name__', obj))}{where}"
 
 
-def explain(fn: Any, *args: Any, wrt: Any = 0, file: Optional[TextIO] = None, **kwargs: Any) -> str:
-    """Print (and return) the rewritten code of `fn` for these arguments, annotated per site."""
+class Explanation(str):
+    """The listing `explain` returns: a `str` whose repr is the listing itself, so that a REPL or a
+    notebook shows it once, laid out, and `print()` prints it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def explain(fn: Any, *args: Any, wrt: Any = 0, file: Optional[TextIO] = None, **kwargs: Any) -> Optional[Explanation]:
+    """The rewritten code of `fn` for these arguments, annotated per site.
+
+    `fn` is rewritten as a gradient with respect to `wrt` would rewrite it (nothing runs), and
+    its bytecode is listed under the user's source lines, each hooked site with the rule it calls
+    or the fused expression with its tier and kernel. Calls whose callee is only known at run
+    time show no rule.
+
+    Parameters
+    ----------
+    fn : callable or Differentiated
+        The function, plain or decorated with `differentiate` (its `wrt` is then used).
+    *args : Any
+        Example positional arguments: their types decide what the rewrite differentiates.
+    wrt : int, str or tuple of them, default 0
+        The argument(s) a gradient would differentiate, when `fn` is a plain function.
+    file : file-like, optional
+        Write the listing there and return None, instead of returning it.
+    **kwargs : Any
+        Unused; accepted so that a call can mirror the function's.
+
+    Returns
+    -------
+    Explanation or None
+        The listing: a `str` whose `repr` is the text itself, so that typing
+        `bytegrad.explain(f, x)` in a REPL or a notebook shows it once, laid out. In a script,
+        `print(bytegrad.explain(f, x))`. None when `file` is given.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> text = explain(lambda x: np.sum(np.sin(x)), np.ones(3))
+    >>> "rule of sum" in text
+    True
+    """
     from bytegrad.api import Differentiated, differentiate
 
     d = fn if isinstance(fn, Differentiated) else differentiate(fn, wrt=wrt)
@@ -91,8 +133,10 @@ def explain(fn: Any, *args: Any, wrt: Any = 0, file: Optional[TextIO] = None, **
     for co in _codes(rewritten.__code__):
         _explain_code(co, out)
     _explain_tier(d, args, out)
-    text = out.getvalue()
-    print(text, end="", file=file if file is not None else sys.stdout)
+    text = Explanation(out.getvalue())
+    if file is not None:
+        file.write(text)
+        return None
     return text
 
 

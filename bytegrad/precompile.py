@@ -40,8 +40,27 @@ def _policy(policy: str) -> Iterator[None]:
 def precompile(fn: Any, *example_args: Any, wrt: Any = 0, **example_kwargs: Any) -> dict[str, Any]:
     """Rewrite `fn` for these example arguments and compile the fused kernels its gradient uses.
 
-    Returns the function's `stats()` after the run. A function whose output is not a scalar is
-    run through `.pullback` with a cotangent of ones (all positional arguments differentiated).
+    The rewritten code goes into the disk cache of rewritten code and the kernels into Numba's
+    disk cache, so that a later process loads them instead of rewriting and compiling. A
+    function whose output is not a scalar is run through `.pullback` with a cotangent of ones
+    (all positional arguments differentiated). The command line does the same:
+    `bytegrad precompile module:function --example EXPR ...`.
+
+    Parameters
+    ----------
+    fn : callable or Differentiated
+        The function, plain or decorated with `differentiate` (its `wrt` is then used).
+    *example_args : Any
+        Example positional arguments, of the types, dtypes and shapes the real calls will have.
+    wrt : int, str or tuple of them, default 0
+        The argument(s) the gradients will differentiate, when `fn` is a plain function.
+    **example_kwargs : Any
+        Example keyword arguments.
+
+    Returns
+    -------
+    dict
+        The function's `stats()` after the run, with `precompile_s` (seconds it took).
     """
     d = fn if isinstance(fn, Differentiated) else differentiate(fn, wrt=wrt)
     t0 = time.perf_counter()
@@ -109,12 +128,30 @@ def precompile_standard(dtypes: tuple[str, ...] = ("float64", "float32")) -> dic
     return times
 
 
-def resolve(target: str) -> Any:
-    """`package.module:function` (or `module:Class.method`) to the object."""
+def resolve(target: str) -> tuple[Any, Any]:
+    """`package.module:function` (or `module:Class.method`) to `(the object, its module)`.
+
+    Raises LookupError with a one-line message when the target is malformed, its module cannot be
+    found, or the module has no such attribute. An error raised by the module's own code while it
+    is imported propagates as it is.
+    """
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
-        raise ValueError(f"expected module:function, got {target!r}")
-    obj: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
+        raise LookupError(f"expected module:function (for example mymodel:loss), got {target!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise  # the module was found, and an import inside it failed: its own traceback says where
+        raise LookupError(f"no module named {module_name!r} (looked in the current directory, then the "
+                          "installed packages)") from None
+    obj: Any = module
+    for depth, part in enumerate(attr.split(".")):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            where = module_name if depth == 0 else f"{module_name}:{'.'.join(attr.split('.')[:depth])}"
+            names = [n for n in dir(obj) if not n.startswith("_") and callable(getattr(obj, n, None))]
+            hint = f"; it has {', '.join(names[:8])}{', ...' if len(names) > 8 else ''}" if names else ""
+            raise LookupError(f"{where} ({getattr(module, '__file__', module_name)}) has no {part!r}{hint}") from None
+    return obj, module

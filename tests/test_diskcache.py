@@ -409,7 +409,7 @@ def test_cli_info_and_clear(cache):
     pyc.mkdir()
     (pyc / "fused_tanh.kernel-1.py311.nbi").write_bytes(b"i")
     (pyc / "fused_tanh.kernel-1.py311.1.nbc").write_bytes(b"c")
-    out = _cli(cache, "info")
+    out = _cli(cache, "info", "--list")
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert str(cache.resolve()) in text

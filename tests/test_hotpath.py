@@ -49,7 +49,15 @@ def test_explain_names_the_fused_site_and_rules(capsys):
     assert "fused site: tanh(<binary_op> + b)" in text
     assert "x @ W + b" in text                      # the user's source line
     assert "rule of sum" in text                    # the call hook of np.sum, with its rule
-    assert capsys.readouterr().out == text
+    # returned, not printed as well: a REPL shows the listing once, laid out (its repr is itself)
+    assert capsys.readouterr().out == ""
+    assert repr(text) == text and isinstance(text, str)
+
+
+def test_explain_writes_to_a_file_and_returns_nothing(tmp_path):
+    with open(tmp_path / "listing.txt", "w") as f:
+        assert bytegrad.explain(layer, *_inputs(), wrt=(0, 2), file=f) is None
+    assert "fused site: tanh(<binary_op> + b)" in (tmp_path / "listing.txt").read_text()
 
 
 def _run(code, env):

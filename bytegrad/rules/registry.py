@@ -287,11 +287,27 @@ def recording() -> bool:
 
 
 def rrule_via_ad(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
-    """Differentiate `fn(*args, **kwargs)` with bytegrad itself, from inside a rule: `(out, pullback)`.
+    """Differentiate `fn(*args, **kwargs)` with bytegrad itself, from inside a rule.
 
-    For rules of higher-order functions (np.vectorize, user map-like functions) that apply a
-    user's function: the pullback returns one cotangent per positional argument of `fn`.
+    For rules of higher-order functions (`np.vectorize`, user map-like functions) that apply a
+    user's function.
 
+    Parameters
+    ----------
+    fn : callable
+        The function to differentiate (a Python function, or anything with a rule).
+    *args, **kwargs : Any
+        Its arguments; every positional argument is differentiated.
+
+    Returns
+    -------
+    out : Any
+        `fn(*args, **kwargs)`.
+    pullback : callable
+        `pullback(out_bar)` returns one cotangent per positional argument of `fn`.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> out, pullback = rrule_via_ad(lambda x, y: x * np.sin(y), 2.0, 0.0)
     >>> pullback(1.0)
@@ -309,6 +325,26 @@ def rrule_via_ad(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any
 def scalar_rule(fn: Any, *partials: Partial, override: bool = False) -> Rule:
     """Declare an elementwise function by its partial derivatives, written in terms of inputs and `out`.
 
+    bytegrad derives the reverse rule (`x_bar = out_bar * partial`, broadcasting undone), the
+    forward rule and the formula a fused kernel inlines from the partials.
+
+    Parameters
+    ----------
+    fn : callable
+        The function (a ufunc, a C function, a Python function).
+    *partials : callable, float or None
+        One per positional argument: a function `(*args, out) -> d out / d arg`, a constant, or
+        None for an argument with no derivative.
+    override : bool, default False
+        Replace an existing rule for `fn` instead of raising `DuplicateRuleError`.
+
+    Returns
+    -------
+    Rule
+        The registered rule.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> _ = scalar_rule(np.cbrt, lambda x, out: 1.0 / (3.0 * out**2), override=True)
     """
@@ -321,11 +357,35 @@ def scalar_rule(fn: Any, *partials: Partial, override: bool = False) -> Rule:
 
 
 def rrule(fn: Any, *, override: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: a reverse rule `f_rrule(*args, **kwargs) -> (out, f_pullback)`.
+    """Decorator: register a reverse rule `f_rrule(*args, **kwargs) -> (out, f_pullback)` for `fn`.
 
     The pullback takes the output's cotangent and returns one cotangent per positional argument
-    (NO_TANGENT or None for arguments with no derivative). An entry may be a zero-argument function
-    (a thunk), which bytegrad calls only if that argument is being differentiated.
+    (`NO_TANGENT` or None for arguments with no derivative). An entry may be a zero-argument
+    function (a thunk), which bytegrad calls only if that argument is being differentiated.
+
+    Parameters
+    ----------
+    fn : callable
+        The function the rule differentiates.
+    override : bool, default False
+        Replace an existing reverse rule for `fn` instead of raising `DuplicateRuleError`.
+
+    Returns
+    -------
+    callable
+        The decorator; it returns the rule function unchanged.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> def cube(x):
+    ...     return x ** 3
+    >>> @rrule(cube)
+    ... def cube_rrule(x):
+    ...     out = cube(x)
+    ...     def cube_pullback(out_bar):
+    ...         return (3.0 * x ** 2 * out_bar,)
+    ...     return out, cube_pullback
     """
 
     def deco(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -337,7 +397,33 @@ def rrule(fn: Any, *, override: bool = False) -> Callable[[Callable[..., Any]], 
 
 
 def frule(fn: Any, *, override: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: a forward rule `f_frule(args_dot, *args, **kwargs) -> (out, out_dot)`."""
+    """Decorator: register a forward rule `f_frule(args_dot, *args, **kwargs) -> (out, out_dot)`.
+
+    `args_dot` holds one tangent per positional argument (None for "no tangent"). Used by
+    `jvp`, `jacobian(mode="fwd")` and forward-over-reverse Hessians; a `scalar_rule` gives one
+    for free.
+
+    Parameters
+    ----------
+    fn : callable
+        The function whose tangents the rule pushes forward.
+    override : bool, default False
+        Replace an existing forward rule for `fn` (a duplicate is a `DuplicateRuleError`).
+
+    Returns
+    -------
+    callable
+        A decorator that registers the rule function and returns it as it was.
+
+    Examples
+    --------
+    >>> def square(x):
+    ...     return x * x
+    >>> @frule(square)
+    ... def square_frule(args_dot, x):
+    ...     (x_dot,) = args_dot
+    ...     return square(x), 2.0 * x * x_dot
+    """
 
     def deco(f: Callable[..., Any]) -> Callable[..., Any]:
         loc = _caller_loc(1)
@@ -348,7 +434,15 @@ def frule(fn: Any, *, override: bool = False) -> Callable[[Callable[..., Any]], 
 
 
 def non_differentiable(*fns: Any, override: bool = False) -> None:
-    """Declare functions whose outputs carry no derivative (argmax, shape queries, floor...)."""
+    """Declare functions whose outputs carry no derivative (argmax, shape queries, floor...).
+
+    Parameters
+    ----------
+    *fns : callable
+        The functions.
+    override : bool, default False
+        Replace existing rules for them instead of raising `DuplicateRuleError`.
+    """
     loc = _caller_loc(1)
     for fn in fns:
         register(Rule(fn, RuleKind.NONDIFF, defined_at=loc), override=override)
@@ -362,12 +456,35 @@ def transparent(*fns: Any, override: bool = False) -> None:
 
 
 def not_implemented(fn: Any, reason: str, *, override: bool = False) -> None:
-    """Declare a known gap: differentiating `fn` raises a clear error giving `reason`."""
+    """Declare a known gap: differentiating `fn` raises a clear error giving `reason`.
+
+    Parameters
+    ----------
+    fn : callable
+        The function.
+    reason : str
+        Why it has no rule yet; the error shows it.
+    override : bool, default False
+        Replace an existing rule for `fn` instead of raising `DuplicateRuleError`.
+    """
     register(Rule(fn, RuleKind.NOT_IMPLEMENTED, reason=reason, defined_at=_caller_loc(1)), override=override)
 
 
 def differentiate_through(fn: Any, impl: Callable[..., Any], *, override: bool = False) -> None:
-    """Differentiate calls to `fn` by running the Python function `impl` (same signature) through bytegrad."""
+    """Differentiate calls to `fn` by running the Python function `impl` through bytegrad.
+
+    For C functions whose arithmetic is easy to write in Python (`sum`, `zip`,
+    `functools.reduce`): bytegrad's own rules for them are written this way.
+
+    Parameters
+    ----------
+    fn : callable
+        The function.
+    impl : callable
+        A Python function with `fn`'s signature and result.
+    override : bool, default False
+        Replace an existing rule for `fn` instead of raising `DuplicateRuleError`.
+    """
     register(Rule(fn, RuleKind.THROUGH, impl=impl, defined_at=_caller_loc(1)), override=override)
 
 
@@ -378,6 +495,18 @@ def opt_out(fn: Any) -> None:
     any Python function it has no rule for. Use it to bypass a plugin's rule, or to check a rule
     against differentiating the implementation.
 
+    Parameters
+    ----------
+    fn : callable
+        A function written in Python.
+
+    Raises
+    ------
+    TypeError
+        When `fn` has no Python code to differentiate through.
+
+    Examples
+    --------
     >>> def square(x):
     ...     return x * x
     >>> opt_out(square)

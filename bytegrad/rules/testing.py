@@ -31,6 +31,27 @@ def check_rule(fn: Any, *args: Any, rtol: Optional[float] = None, atol: Optional
     for a random `out_bar` and a random direction `v` over every float argument (also floats
     inside lists). Tolerances follow the lowest float precision involved.
 
+    Parameters
+    ----------
+    fn : callable
+        The function whose rule is checked (a plugin's rules are loaded if it has none yet).
+    *args, **kwargs : Any
+        The point: `fn(*args, **kwargs)`. Complex inputs are checked with the convention in the
+        plugin guide.
+    rtol, atol : float, optional
+        Tolerances of the finite-difference comparison (defaults from the precision).
+    eps : float, optional
+        The finite-difference step (default from the precision).
+    seed : int, default 0
+        Seed of the random cotangent and direction.
+
+    Raises
+    ------
+    AssertionError
+        With a message saying what is wrong.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> check_rule(np.sin, np.linspace(-1.0, 1.0, 5))
     """
