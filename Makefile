@@ -3,7 +3,7 @@
 # only when pyproject.toml changed (a stamp file inside the venv records the last install).
 #
 #   make demo        train a small MLP on scikit-learn's digits (.venv, CPython 3.11)
-#   make test        the test suite on CPython 3.11, 3.12 and 3.13 (.venv-3.11, ...)
+#   make test        the test suite on CPython 3.11, 3.12 and 3.13 (.venv-3.11, ...), and on 3.11 under BYTEGRAD_TIER=numpy
 #   make test-long   the random-program test with many examples (LONG_EXAMPLES; ~10 min, CPython 3.11)
 #   make bench       the core benchmark, quick: small cases, a few minutes (.venv-bench, CPython 3.11)
 #   make bench-full  all cases, time to first gradient, plots (bench/results/; long)
@@ -14,7 +14,7 @@
 #                    (mkdocs build --strict: any warning fails; .venv-3.11)
 #   make clean       caches, egg-info, bench scratch;  make distclean: also the venvs
 #
-# Variables: PYENV_VERSIONS (where to look for CPythons), PYTHON_VERSIONS, PYTEST_ARGS, TEST_EXTRAS,
+# Variables: PYENV_VERSIONS (where to look for CPythons), PYTHON_VERSIONS, PYTEST_ARGS, TEST_EXTRAS, TIER_RUNS,
 # BENCH_ARGS (bench.core), TTFG_ARGS (bench.ttfg), HOTPATH_ARGS, INSTRUCTIONS_ARGS, COMPILED_ARGS,
 # PIP_QUIET (set it empty to see pip's output).
 
@@ -31,6 +31,9 @@ LONG_EXAMPLES ?= 10000
 PYTEST_ARGS ?=
 # the test venvs install the docs extra too: tests/test_docs.py builds the site
 TEST_EXTRAS ?= test,docs
+# `make test` also runs the suite on one CPython under each of these compiled tiers (bytegrad/compiled.py)
+TIER_RUNS ?= numpy
+TIER_PYTHON ?= 3.11
 BENCH_ARGS ?=
 TTFG_ARGS ?=
 PIP_QUIET ?= -qq
@@ -95,8 +98,13 @@ test: check-pythons
 	  echo "=== pytest on CPython $$v ($$(.venv-$$v/bin/python -c 'import platform; print(platform.python_version())')) ==="; \
 	  .venv-$$v/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) || failed="$$failed $$v"; \
 	done; \
+	for t in $(TIER_RUNS); do \
+	  echo "=== pytest on CPython $(TIER_PYTHON) with BYTEGRAD_TIER=$$t (every gradient that can be a compiled program is one) ==="; \
+	  BYTEGRAD_TIER=$$t .venv-$(TIER_PYTHON)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) \
+	    || failed="$$failed $(TIER_PYTHON)/BYTEGRAD_TIER=$$t"; \
+	done; \
 	if [ -n "$$failed" ]; then echo "make test: FAILED on CPython$$failed" >&2; exit 1; fi; \
-	echo "make test: passed on CPython $(PYTHON_VERSIONS)"
+	echo "make test: passed on CPython $(PYTHON_VERSIONS) (default tier), and on $(TIER_PYTHON) with BYTEGRAD_TIER=$(TIER_RUNS)"
 
 # The hypothesis profile `long` (tests/conftest.py) replaces the bounded CI run; the statistics
 # printed at the end say how many programs were tried and how many failed.

@@ -79,9 +79,9 @@ class Tiers:
         self.capture_s = 0.0
         self.disagreements = 0
 
-    def call(self, fn: types.FunctionType, args: tuple, capture: Callable[[tuple], Any]) -> Any:
+    def call(self, fn: types.FunctionType, args: tuple, capture: Callable[[tuple], Any], now: bool = False) -> Any:
         """`(value, gradient)` from a program, from a capture (`capture(args)`), or MISS: the caller
-        runs the general path."""
+        runs the general path. `now`: capture without waiting for the warm-up (precompile)."""
         if fn.__code__ is not self.code or fn.__defaults__ is not self.defaults \
                 or fn.__kwdefaults__ is not self.kwdefaults:
             self.__init__(fn, self.tier)  # the body or defaults were replaced: start again
@@ -99,7 +99,7 @@ class Tiers:
         if sig is None:
             sig = self.signatures[key] = _Signature()
         if sig.reason is None and len(self.programs) < MAX_PROGRAMS and \
-                (self.tier == "numpy" or sig.calls >= AUTO_AFTER):
+                (now or self.tier == "numpy" or sig.calls >= AUTO_AFTER):
             return self._capture(sig, args, capture)
         sig.calls += 1
         self.general_calls += 1

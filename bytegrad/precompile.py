@@ -3,6 +3,8 @@
 `precompile(f, *example_args, wrt=...)` takes one gradient of `f` with every fused site compiling
 its kernels at once (instead of when ski rental says so): the rewritten code goes into the disk
 cache of rewritten code and the kernels into Numba's disk cache, both under `BYTEGRAD_CACHE_DIR`.
+It then captures the compiled program (bytegrad/compiled.py) of those arguments: the capture's
+rewrite is cached on disk too, and the calling process keeps the program.
 `precompile_standard()` compiles bytegrad's own standard kernels: the dense patterns
 `act(z + b)` for tanh, sigmoid, relu and softplus, in float32 and float64. The command line:
 
@@ -73,6 +75,13 @@ def precompile(fn: Any, *example_args: Any, wrt: Any = 0, **example_kwargs: Any)
             except NonScalarOutputError:
                 out, back = d.pullback(*example_args, **example_kwargs)[:2]  # (out, back, aux) with has_aux
                 back(_ones_like(out))
+        if d._tiers is not None and not example_kwargs:
+            # the compiled program (bytegrad/compiled.py): its capture's rewrite goes into the disk
+            # cache too, and this process has the program from now on
+            try:
+                d._tiers.call(d._target, example_args, d._capture, now=True)
+            except NonScalarOutputError:
+                pass
     result = d.stats()
     result["precompile_s"] = time.perf_counter() - t0
     return result

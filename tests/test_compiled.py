@@ -442,3 +442,15 @@ def test_explain_shows_the_tier_and_reasons(capsys):
     assert "compiled program" in text and "compares or tests" in text
     text = bytegrad.explain(scale_by_length, np.ones(3))
     assert "compiled program: eligible" in text
+
+
+def test_precompile_captures_the_program():
+    def f(x):
+        return np.sum(np.sin(x) * x)
+
+    d = bytegrad.differentiate(fresh(f), tier="auto")
+    stats = bytegrad.precompile(d, np.linspace(0, 1, 3))
+    assert len(stats["compiled"]["programs"]) == 1
+    x = np.linspace(1, 2, 3)
+    assert_same(d.grad(x), bytegrad.differentiate(f, tier="general").grad(x))
+    assert info(d)["general_calls"] == 2  # precompile's own two gradients; the rest ran the program

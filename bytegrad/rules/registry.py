@@ -356,6 +356,33 @@ def scalar_rule(fn: Any, *partials: Partial, override: bool = False) -> Rule:
     )
 
 
+@dataclass(frozen=True)
+class ProgramForm:
+    """A reverse rule's primal and pullback as code, for compiled programs (runtime/program.py).
+
+    Templates over `{0}`, `{1}`... (the arguments), `{g}` (the output's cotangent, an array of the
+    output's shape when the output is an array) and `{shape0}`, `{shape1}`... (the arguments'
+    shapes, fixed by the program's guards). `when(*args, **kwargs)` says on which arguments the
+    form is the rule: the same operations in the same order as the rule and its pullback, so that
+    a program gives the general path's result. A cotangent template of None: the argument has none.
+    """
+
+    when: Callable[..., bool]
+    forward: str
+    cotangents: tuple[Optional[str], ...]
+
+
+def program_form(when: Callable[..., bool], forward: str,
+                 *cotangents: Optional[str]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator for an rrule function: attach its `ProgramForm` (written beside the rule, so the
+    two are read and changed together; the program's check against the general path at capture,
+    and tests/test_compiled.py, hold them to the same result)."""
+    def attach(rrule_fn: Callable[..., Any]) -> Callable[..., Any]:
+        rrule_fn.program_form = ProgramForm(when, forward, tuple(cotangents))  # type: ignore[attr-defined]
+        return rrule_fn
+    return attach
+
+
 def rrule(fn: Any, *, override: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: register a reverse rule `f_rrule(*args, **kwargs) -> (out, f_pullback)` for `fn`.
 

@@ -333,6 +333,7 @@ class _Builder:
         self.wrt_leaves = wrt_leaves
         self.records: dict[int, _Record] = {}
         self.state: dict[int, int] = {}
+        self.forms: dict[int, Any] = {}  # records written as their rule's ProgramForm
         self._t = 0
 
     # -- forward --
@@ -423,7 +424,11 @@ class _Builder:
                 self._check_const(x, rec)
             kw = f", **{self.src.const(rec.kwargs, 'kw')}"
         call_args = ", ".join(ops) + kw
-        if i in depends:
+        form = self._form(rec, depends)
+        if form is not None:  # the rule as code (its ProgramForm): no rule call, no pullback closure
+            self.forms[i] = form
+            self.src.emit(f"{v} = {self._fill(form.forward, rec, ops)}", rec.site.lineno)
+        elif i in depends:
             pb = f"p{i}"
             self.src.emit(f"{v}, {pb} = {self.src.const(rec.rule.rrule, 'r')}({call_args})", rec.site.lineno)
         elif fn in _INLINE_BINARY and len(ops) == 2 and not kw:
@@ -530,17 +535,40 @@ class _Builder:
                 bar = b
             self._contribute(p, bar, False, body, pre, cond)
 
+    def _form(self, rec: _Record, depends: set[int]) -> Any:
+        """The rule's ProgramForm when it holds for these arguments and gives every needed cotangent."""
+        form = getattr(rec.rule.rrule, "program_form", None)
+        if form is None or not rec.trusted or not form.when(*rec.args, **(rec.kwargs or {})):
+            return None
+        for k, p in enumerate(rec.parents):
+            if p is not None and p in depends and (k >= len(form.cotangents) or form.cotangents[k] is None):
+                return None
+        return form
+
+    def _fill(self, template: str, rec: _Record, ops: list[str], g: str = "") -> str:
+        shapes = {f"shape{k}": repr(a.shape if type(a) is _ndarray else shape_of(a)) for k, a in enumerate(rec.args)}
+        return "(" + template.format(*ops, g=g, **shapes) + ")"
+
     def _rrule_step(self, rec: _Record, g: str, targets: list, body: list[str], pre: list[str],
                     cond: bool) -> None:
         if not targets:
             return
-        pb = f"p{rec.idx}"
-        bars = self._tmp()
-        if rec.trusted:
-            if type(rec.out) is _ndarray:
+        form = self.forms.get(rec.idx)
+        if form is not None or rec.trusted:
+            if type(rec.out) is _ndarray:  # as runtime/backward.py gives a trusted rule's pullback
                 like = self.src.const(stand_in(rec.out), "like")
                 body.append(f"if {g}.__class__ is not ndarray or {g}.shape != {rec.out.shape!r}: "
                             f"{g} = _materialize({g}, {like})")
+        if form is not None:
+            ops = [self.operand(a, p, rec) for a, p in zip(rec.args, rec.parents)]
+            for k, p in targets:
+                b = self._tmp()
+                body.append(f"{b} = {self._fill(form.cotangents[k], rec, ops, g)}")
+                self._contribute(p, b, False, body, pre, cond)
+            return
+        pb = f"p{rec.idx}"
+        bars = self._tmp()
+        if rec.trusted:
             body.append(f"{bars} = {pb}({g})")
         else:
             like = stand_in(rec.out) if type(rec.out) is _ndarray else rec.out

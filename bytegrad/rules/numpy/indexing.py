@@ -14,7 +14,7 @@ from numpy.lib.array_utils import normalize_axis_index
 
 from bytegrad.rules._project import project, stand_in
 from bytegrad.rules._tangents import filled, is_zero
-from bytegrad.rules.registry import NO_TANGENT, ZERO, frule, rrule
+from bytegrad.rules.registry import NO_TANGENT, ZERO, frule, program_form, rrule
 
 _BASIC_TYPES = frozenset((int, slice, type(None), type(Ellipsis), bool))
 
@@ -70,7 +70,12 @@ def _structural_getitem_cotangent(x: Any, index: Any, out_bar: Any) -> Any:
     )
 
 
+def _array_new_axes(x: Any, index: Any) -> bool:
+    return type(x) is np.ndarray and _only_new_axes(index)
+
+
 @rrule(operator.getitem)
+@program_form(_array_new_axes, "{0}[{1}]", "{g}.reshape({shape0})", None)  # new_axes_getitem_pullback's
 def getitem_rrule(x: Any, index: Any) -> tuple[Any, Callable[..., Any]]:
     out = x[index]
     if type(x) is not np.ndarray:

@@ -12,7 +12,7 @@ import numpy as np
 
 from bytegrad.rules._project import project, stand_in
 from bytegrad.rules._shape import unbroadcast
-from bytegrad.rules.registry import NO_TANGENT, ZERO, rrule
+from bytegrad.rules.registry import NO_TANGENT, ZERO, program_form, rrule
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"  # string.ascii_letters
 
@@ -30,11 +30,16 @@ def _no_out(name: str, kwargs: dict[str, Any], args: tuple[Any, ...] = (), pos: 
 
 # ---- products ---------------------------------------------------------------------------------------
 
+def _real_matrices(a: Any, b: Any, **kwargs: Any) -> bool:
+    return (not kwargs and type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == 2 and b.ndim == 2
+            and a.dtype.kind == "f" and b.dtype.kind == "f")
+
+
 @rrule(operator.matmul)
 @rrule(np.matmul)
+@program_form(_real_matrices, "{0} @ {1}", "{g} @ {1}.T", "{0}.T @ {g}")  # matrix_matmul_pullback's
 def matmul_rrule(a: Any, b: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
-    if (not kwargs and type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == 2 and b.ndim == 2
-            and a.dtype.kind == "f" and b.dtype.kind == "f"):
+    if _real_matrices(a, b, **kwargs):
         # the common real matrix product, without the general case's reshaping
         def matrix_matmul_pullback(out_bar: Any) -> tuple[Any, Any]:
             return (lambda: out_bar @ b.T), (lambda: a.T @ out_bar)

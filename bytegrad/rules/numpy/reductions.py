@@ -14,7 +14,7 @@ import numpy as np
 from bytegrad.errors import NoRuleError
 from bytegrad.rules._project import project, stand_in
 from bytegrad.rules._tangents import add_tangents, filled, is_zero, linear_frule
-from bytegrad.rules.registry import NO_TANGENT, ZERO, frule, rrule
+from bytegrad.rules.registry import NO_TANGENT, ZERO, frule, program_form, rrule
 
 _NOVALUE = getattr(np, "_NoValue", None)
 
@@ -141,10 +141,15 @@ def _float_dtype(r: _Reduction, out_bar: Any) -> Any:
     return dtype if dtype.kind in "fc" else np.result_type(out_bar, np.float64)
 
 
+def _full_float_sum(x: Any, *args: Any, **kwargs: Any) -> bool:
+    return not args and not kwargs and type(x) is np.ndarray and x.dtype.kind == "f"
+
+
 @rrule(np.ndarray.sum)
 @rrule(np.sum)
+@program_form(_full_float_sum, "{0}.sum()", "{g}")  # _full_sum_pullback's uniform cotangent
 def sum_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
-    if not args and not kwargs and type(x) is np.ndarray and x.dtype.kind == "f":
+    if _full_float_sum(x, *args, **kwargs):
         return x.sum(), _full_sum_pullback  # the common `np.sum(x)`: no argument parsing
     out = np.sum(x, *args, **kwargs)
     r = _Reduction("sum", _SUM_PARAMS, x, args, kwargs)
