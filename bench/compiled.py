@@ -4,9 +4,12 @@ Every tier of bytegrad as its own system, beside hand-written NumPy (the referen
 ratio), hand-fused Numba where a case has it, and the peers, all timed in one run by bench.core:
 
 - `bytegrad`: the default, automatic tier (a compiled program after a few general-path
-  gradients: the harness's calibration calls are that warm-up);
+  gradients, moved to Numba when it has run long enough to pay for the compile and the kernel is
+  faster: the harness's calibration calls are that warm-up);
 - `bytegrad (general)`: the general path on every call (a hook per operation, a tape);
-- `bytegrad (numpy program)`: the compiled program's NumPy back end, from the first call.
+- `bytegrad (numpy program)`: the compiled program's NumPy back end, from the first call;
+- `bytegrad (numba program)`: its Numba back end where a kernel can be written (elementwise
+  programs ending in a sum become one loop over the elements), else the NumPy back end.
 
     python -m bench.compiled                 # the cases below, full batches
     python -m bench.compiled --cases dense2  # any bench.core option passes through
@@ -23,8 +26,8 @@ from bench import core
 
 CASES = ["dense2", "dense20", "dense200", "dense2000", "conv16", "mlp", "elem10", "sin100", "loop50", "loop50f",
          "dense2f32", "dense20f32", "mlpf32", "elem10f32", "sin100f32", "loop50f32"]
-SYSTEMS = ["bytegrad", "bytegrad (general)", "bytegrad (numpy program)", "numba (hand-fused)", "autograd",
-           "jax-jit", "torch"]
+SYSTEMS = ["bytegrad", "bytegrad (general)", "bytegrad (numpy program)", "bytegrad (numba program)",
+           "numba (hand-fused)", "autograd", "jax-jit", "torch"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -79,7 +79,8 @@ def prepare_bytegrad(case: Case, params: Any, data: tuple[Any, ...], direction: 
 
 def _prepare_tier(tier: str) -> Callable[[Case, Any, tuple[Any, ...], str], Prepared]:
     """bytegrad with its tier pinned (bytegrad/compiled.py): "general" (a hook per operation and a
-    tape, every call) or "numpy" (a compiled program, NumPy back end)."""
+    tape, every call), "numpy" or "numba" (a compiled program from the first call, by that back
+    end where it can be written; the Numba tier falls back to the NumPy back end elsewhere)."""
     def prepare(case: Case, params: Any, data: tuple[Any, ...], direction: str) -> Prepared:
         import bytegrad
 
@@ -195,6 +196,7 @@ SYSTEMS: tuple[System, ...] = (
     System("bytegrad (no numba)", prepare_bytegrad_no_numba, "bytegrad"),
     System("bytegrad (general)", _prepare_tier("general"), "bytegrad"),
     System("bytegrad (numpy program)", _prepare_tier("numpy"), "bytegrad"),
+    System("bytegrad (numba program)", _prepare_tier("numba"), "bytegrad"),
     System("numba (hand-fused)", prepare_numba_fused, "numba"),
     System("autograd", prepare_autograd, "autograd"),
     System("jax-jit", prepare_jax_jit, "jax"),

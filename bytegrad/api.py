@@ -367,9 +367,10 @@ class Differentiated:
                 return result
         return self._grad_now(args, kwargs)
 
-    def _capture(self, args: tuple) -> tuple[tuple[Any, Any], Union[Program, str]]:
-        """One gradient by a capture run: (its (value, gradient), the program made from it, or why
-        none could be). A function the capture cannot take runs on the general path instead."""
+    def _capture(self, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[tuple[Any, Any], Union[Program, str]]:
+        """One gradient by a capture run: (its (value, gradient), the program made from it by the
+        first of `backends` that can, or why none could). A function the capture cannot take runs
+        on the general path instead."""
         norm_wrt, _ = self._plan(len(args), self._wrt)
         positions = compiled.capture_positions(args)
         if any(p not in positions for p in norm_wrt):
@@ -397,14 +398,18 @@ class Differentiated:
         if tape.refusals:
             why, site = tape.refusals[0]
             return result, str(Ineligible(why, site))
-        try:
-            prog = build_program(tape, args, [spec_at.get(p) for p in range(len(args))], norm_wrt, out,
-                                 self._wrt_tuple, guards, self._code)
-        except Ineligible as exc:
-            return result, str(exc)
-        del tape, cts
-        disagreement = self._tiers.agree(prog, args, result) if self._tiers is not None else None
-        return result, disagreement or prog
+        why = "no back end"
+        for backend in backends:  # the first that builds and agrees with the capture's gradient
+            try:
+                prog = build_program(tape, args, [spec_at.get(p) for p in range(len(args))], norm_wrt, out,
+                                     self._wrt_tuple, guards, self._code, backend)
+            except Ineligible as exc:
+                why = str(exc)
+                continue
+            why = self._tiers.agree(prog, args, result) if self._tiers is not None else None
+            if why is None:
+                return result, prog
+        return result, why
 
     def eligibility(self, args: tuple) -> tuple[list[str], list[tuple]]:
         """(reasons this function cannot be a compiled program for arguments like `args`, guards on

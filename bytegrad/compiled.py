@@ -30,9 +30,11 @@ import numpy as np
 
 from bytegrad.runtime.program import MISS, Program
 
+_perf = time.perf_counter
+
 __all__ = ["TIERS", "Tiers", "default_tier", "tiers_for"]
 
-TIERS = ("general", "numpy", "auto")
+TIERS = ("general", "numpy", "numba", "auto")
 #: general-path gradients of a signature before `auto` captures it
 AUTO_AFTER = 2
 #: programs per function (each for other shapes, dtypes or int values); then no more captures
@@ -86,6 +88,9 @@ class Tiers:
                 or fn.__kwdefaults__ is not self.kwdefaults:
             self.__init__(fn, self.tier)  # the body or defaults were replaced: start again
         for prog in self.programs:
+            calls = prog.calls = prog.calls + 1
+            timed = calls & 15 == 0 and prog.backend == "numpy" and self.tier == "auto"
+            t0 = _perf() if timed else 0.0
             try:
                 result = prog.fn(args)
             except Exception:  # noqa: BLE001 - the general path raises it again, with the user's line
@@ -93,22 +98,27 @@ class Tiers:
                 return MISS
             if result is not MISS:
                 self.compiled_calls += 1
+                if timed:  # one call in 16 is timed: the ski-rental meter of the Numba back end
+                    prog.seconds += 16 * (_perf() - t0)
+                    if prog.seconds >= numba_price(prog) and not prog.upgraded:
+                        return self._upgrade(prog, args, capture) or result
                 return result
+            prog.calls -= 1
         key = tuple(map(type, args))
         sig = self.signatures.get(key)
         if sig is None:
             sig = self.signatures[key] = _Signature()
         if sig.reason is None and len(self.programs) < MAX_PROGRAMS and \
-                (now or self.tier == "numpy" or sig.calls >= AUTO_AFTER):
+                (now or self.tier in ("numpy", "numba") or sig.calls >= AUTO_AFTER):
             return self._capture(sig, args, capture)
         sig.calls += 1
         self.general_calls += 1
         return MISS
 
-    def _capture(self, sig: _Signature, args: tuple, capture: Callable[[tuple], Any]) -> Any:
+    def _capture(self, sig: _Signature, args: tuple, capture: Callable[..., Any]) -> Any:
         t0 = time.perf_counter()
         try:
-            result, program = capture(args)
+            result, program = capture(args, ("numba", "numpy") if self.tier == "numba" else ("numpy",))
         finally:
             self.capture_s += time.perf_counter() - t0
         if isinstance(program, Program):
@@ -118,6 +128,29 @@ class Tiers:
             sig.reason = program
             sig.calls += 1
             self.general_calls += 1
+        return result
+
+    def _upgrade(self, prog: Program, args: tuple, capture: Callable[..., Any]) -> Any:
+        """The NumPy program `prog` has run long enough to pay for compiling its Numba twin: capture
+        again for the Numba back end (this call's result comes from that capture), time both
+        programs on these arguments, and keep the faster (a tie goes to NumPy, which compiles
+        nothing more and keeps no Numba state)."""
+        prog.upgraded = True
+        t0 = _perf()
+        try:
+            result, twin = capture(args, ("numba",))
+        finally:
+            self.capture_s += _perf() - t0
+        if not isinstance(twin, Program):
+            prog.why_not_numba = twin
+            return result
+        mine, theirs = _time(prog.fn, args), _time(twin.fn, args)
+        prog.why_not_numba = f"Numba's program took {theirs * 1e6:.1f} us against NumPy's {mine * 1e6:.1f} us"
+        if theirs < 0.95 * mine:
+            twin.upgraded = True
+            twin.calls = prog.calls
+            self.programs[self.programs.index(prog)] = twin
+        self.compiled_calls += 1
         return result
 
     def agree(self, program: Program, args: tuple, reference: tuple[Any, Any]) -> Optional[str]:
@@ -140,7 +173,8 @@ class Tiers:
     def describe(self) -> dict[str, Any]:
         return {
             "tier": self.tier,
-            "programs": [{"backend": p.backend, "operations": p.records, "guards": list(p.guards)}
+            "programs": [{"backend": p.backend, "operations": p.records, "guards": list(p.guards), "calls": p.calls,
+                          **({"numba": p.why_not_numba} if p.why_not_numba else {})}
                          for p in self.programs],
             "not_compiled": {", ".join(t.__name__ for t in key): s.reason
                              for key, s in self.signatures.items() if s.reason is not None},
@@ -148,6 +182,26 @@ class Tiers:
             "general_calls": self.general_calls,
             "capture_s": round(self.capture_s, 6),
         }
+
+
+def numba_price(prog: Program) -> float:
+    """What compiling `prog`'s Numba twin is expected to cost here, in seconds: importing Numba
+    when no kernel has yet, and compiling about 2.5 ms per operation (0.5-1.4 s for the
+    100-250-operation programs of bench/cases.py on a 2-core machine)."""
+    from bytegrad.runtime import kernels
+
+    if kernels.disabled():
+        return float("inf")
+    return (0.0 if kernels.numba_loaded() else 0.4) + 0.2 + 0.0025 * prog.records
+
+
+def _time(fn: Callable[[tuple], Any], args: tuple, repeat: int = 5) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = _perf()
+        fn(args)
+        best = min(best, _perf() - t0)
+    return best
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -24,7 +24,7 @@ from gradcheck import assert_trees_close  # noqa: E402
 import bytegrad  # noqa: E402
 from bytegrad import compiled  # noqa: E402
 from bytegrad.rules import registry  # noqa: E402
-from bytegrad.runtime import program  # noqa: E402
+from bytegrad.runtime import kernels, program  # noqa: E402
 
 from bench import cases as bench_cases  # noqa: E402
 
@@ -122,7 +122,7 @@ def test_general_tier_never_compiles():
 
 
 def test_tier_argument_is_checked():
-    with pytest.raises(ValueError, match="general, numpy, auto"):
+    with pytest.raises(ValueError, match="general, numpy, numba, auto"):
         bytegrad.differentiate(lambda x: x, tier="fast")
 
 
@@ -454,3 +454,99 @@ def test_precompile_captures_the_program():
     x = np.linspace(1, 2, 3)
     assert_same(d.grad(x), bytegrad.differentiate(f, tier="general").grad(x))
     assert info(d)["general_calls"] == 2  # precompile's own two gradients; the rest ran the program
+
+
+@pytest.mark.parametrize("fn, args", [
+    (np.matmul, (np.arange(6.0).reshape(2, 3), np.linspace(-1, 1, 12).reshape(3, 4))),
+    (__import__("operator").matmul, (np.arange(4.0).reshape(2, 2), np.ones((2, 5), np.float32))),
+    (np.sum, (np.linspace(0, 1, 7),)),
+    (np.ndarray.sum, (np.linspace(0, 1, 6).reshape(2, 3).astype(np.float32),)),
+    (__import__("operator").getitem, (np.arange(3.0), (slice(None), None))),
+], ids=["matmul", "operator.matmul", "sum", "ndarray.sum", "getitem-new-axes"])
+def test_program_forms_are_their_rules(fn, args):
+    """A rule's ProgramForm computes what the rule and its pullback compute, exactly."""
+    rule = registry.lookup(fn)
+    form = rule.rrule.program_form
+    assert form.when(*args)
+    out, pullback = rule.rrule(*args)
+    names = [f"a{k}" for k in range(len(args))]
+    shapes = {f"shape{k}": repr(np.shape(a)) for k, a in enumerate(args)}
+    env = dict(zip(names, args))
+    got = eval(form.forward.format(*names, g="g", **shapes), env)  # noqa: S307
+    np.testing.assert_array_equal(got, out)
+    g = np.linspace(0.5, 1.5, np.size(out)).reshape(np.shape(out)).astype(np.result_type(out))
+    bars = pullback(g)
+    for k, template in enumerate(form.cotangents):
+        if template is None:
+            continue
+        want = bars[k]() if callable(bars[k]) else bars[k]
+        got = eval(template.format(*names, g="g", **shapes), dict(env, g=g))  # noqa: S307
+        np.testing.assert_array_equal(got, want)
+
+
+# ---- the Numba back end -----------------------------------------------------------------------
+
+needs_numba = pytest.mark.skipif(kernels.disabled(), reason="Numba disabled (BYTEGRAD_DISABLE_NUMBA)")
+
+
+@needs_numba
+@pytest.mark.parametrize("case", [c for c in bench_cases.CASES if c.key in ("sin10", "loop50", "loop50f", "elem10")],
+                         ids=lambda c: c.key)
+def test_numba_programs_agree_with_the_general_path(case):
+    fast = bytegrad.differentiate(fresh(case.loss), tier="numba")
+    general = bytegrad.differentiate(case.loss, tier="general")
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        params, data = case.inputs(rng)
+        got, want = fast.value_and_grad(params, *data), general.value_and_grad(params, *data)
+        assert_same(got, want, rtol=1e-12)  # libm and NumPy may differ in the last bit, not more
+        assert type(got[0]) is type(want[0])
+    s = info(fast)
+    assert [p["backend"] for p in s["programs"]] == ["numba"], s
+    assert s["compiled_calls"] == 3
+
+
+@needs_numba
+def test_numba_tier_falls_back_to_numpy_where_the_kernel_cannot_be_written():
+    fast = bytegrad.differentiate(fresh(bench_cases.mlp_loss), tier="numba")  # max/sum over axes: no forms
+    params, data = bench_cases.mlp_inputs((6, 5, 4, 3), batch=4)(np.random.default_rng(0))
+    assert_same(fast.grad(params, *data), bytegrad.differentiate(bench_cases.mlp_loss, tier="general").grad(params, *data))
+    assert [p["backend"] for p in info(fast)["programs"]] == ["numpy"]
+
+
+@needs_numba
+@pytest.mark.parametrize("kind", program.GUARD_KINDS)
+def test_numba_programs_keep_every_guard(kind):
+    fn, first, later, change = guard_case(kind)
+    fast = bytegrad.differentiate(fresh(fn), tier="numba")
+    try:
+        fast.grad(*first)
+        assert [p["backend"] for p in info(fast)["programs"]] == ["numba"]
+        if change is not None:
+            change()
+        expected = bytegrad.differentiate(fn, tier="general").value_and_grad(*later)
+        assert _trees_same(fast.value_and_grad(*later), expected)
+    finally:
+        restore_guard_case(kind)
+
+
+@needs_numba
+def test_auto_tier_moves_a_hot_program_to_numba_when_it_is_faster(monkeypatch):
+    monkeypatch.setattr(compiled, "numba_price", lambda prog: 0.0)  # any time spent pays for the compile
+    fast = bytegrad.differentiate(fresh(bench_cases.loop_loss), tier="auto")
+    general = bytegrad.differentiate(bench_cases.loop_loss, tier="general")
+    x = np.linspace(0.5, 1.5, 10)
+    for _ in range(compiled.AUTO_AFTER + 1 + 16):
+        got = fast.grad(x, 20)
+    assert_same(got, general.grad(x, 20))
+    (prog,) = info(fast)["programs"]
+    assert prog["backend"] == "numba", prog  # 20 iterations on array[10]: the kernel is many times faster
+    x = np.linspace(0.2, 0.9, 10)
+    assert_same(fast.grad(x, 20), general.grad(x, 20))
+
+
+def test_numba_back_end_refused_when_numba_is_disabled(monkeypatch):
+    monkeypatch.setattr(kernels, "disabled", lambda: True)
+    fast = bytegrad.differentiate(fresh(bench_cases.sin_chain_loss), tier="numba")
+    fast.grad(np.ones(2), 3)
+    assert [p["backend"] for p in info(fast)["programs"]] == ["numpy"]

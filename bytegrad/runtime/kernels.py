@@ -422,3 +422,22 @@ def _write_source(p: Plan, path: str) -> None:
     written = diskcache.write_source("kernels", os.path.basename(path), p.source)
     if written is None:
         raise OSError("cache directory not writable")
+
+
+# ---- compiled programs' kernels (runtime/program_numba.py) -------------------------------------
+
+
+def jit_program(source: str, namespace: dict[str, Any], name: str) -> Optional[Any]:
+    """A program kernel (`def name(...)` in `source`, its globals in `namespace`) as a Numba `njit`
+    function with NumPy's error model (a float division by zero gives inf or NaN, as NumPy's does);
+    compiled on its first call. None when Numba is disabled or cannot be imported."""
+    global _numba_failed
+    if disabled():
+        return None
+    try:
+        numba = importlib.import_module("numba")
+    except Exception as exc:  # noqa: BLE001
+        _numba_failed = f"{type(exc).__name__}: {exc}"
+        return None
+    exec(compile(source, f"<bytegrad program kernel {name}>", "exec"), namespace)  # noqa: S102
+    return numba.njit(error_model="numpy")(namespace[name])

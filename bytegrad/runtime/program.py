@@ -73,7 +73,7 @@ class Ineligible(Exception):
 class Program:
     """A compiled gradient program: `fn(args)` is `(value, gradient)` or `MISS`."""
 
-    __slots__ = ("fn", "source", "guards", "records", "backend")
+    __slots__ = ("fn", "source", "guards", "records", "backend", "calls", "seconds", "upgraded", "why_not_numba")
 
     def __init__(self, fn: Callable[[tuple], Any], source: str, guards: list[str], records: int) -> None:
         self.fn = fn
@@ -81,6 +81,10 @@ class Program:
         self.guards = guards      # one line per guard, for explain
         self.records = records    # forward operations in the program
         self.backend = "numpy"
+        self.calls = 0            # calls it answered
+        self.seconds = 0.0        # time spent in it (estimated from a sample), for the tier policy
+        self.upgraded = False     # whether its Numba twin was tried (bytegrad/compiled.py)
+        self.why_not_numba = ""   # what came of that
 
     def __repr__(self) -> str:
         return f"<bytegrad program ({self.backend}, {self.records} operations, {len(self.guards)} guards)>"
@@ -103,7 +107,7 @@ _SCALAR_CONSTS = (int, float, bool, str, bytes, type(None), complex, slice, type
 _VARIABLE = re.compile(r"\b[xvpgq][0-9]+\b")
 
 
-class _Source:
+class Source:
     """The generated function: statements with the names each reads, constants by name."""
 
     def __init__(self) -> None:
@@ -165,10 +169,10 @@ class _Source:
 # ---- arguments: guards and bindings ------------------------------------------------------------
 
 
-class _Inputs:
+class Inputs:
     """Walks the call's arguments beside their capture specs: guards, and a variable per leaf."""
 
-    def __init__(self, src: _Source) -> None:
+    def __init__(self, src: Source) -> None:
         self.src = src
         self.leaf_var: dict[int, str] = {}      # tape index of a tracked leaf -> variable
         self.untracked: dict[int, str] = {}     # id of an untracked argument array -> variable
@@ -190,7 +194,7 @@ class _Inputs:
             if t is _ndarray:
                 src.array_guard(expr, value)
                 src.emit(f"{var} = {expr}")
-                if fresh:  # a gradient is never the caller's array itself (see `_gradient_code`)
+                if fresh:  # a gradient is never the caller's array itself (see `gradient_code`)
                     self.fresh[spec.idx] = var
             elif t in _FLOAT_TYPES:
                 src.guard("type", f"{expr}.__class__ is {src.const(t, 'T')}", f"{expr}: {t.__name__}")
@@ -254,7 +258,7 @@ class _Inputs:
 # ---- the records -------------------------------------------------------------------------------
 
 
-class _Record:
+class Record:
     """One tape record, read into the form code generation needs."""
 
     __slots__ = ("idx", "kind", "parents", "args", "fn", "rule", "kwargs", "site", "out", "trusted")
@@ -307,7 +311,7 @@ _DATA_SHAPED = {np.nonzero, np.flatnonzero, np.argwhere, np.unique, np.compress,
                 np.ndarray.nonzero, np.ndarray.compress}
 
 
-def _check_shapes(rec: _Record) -> None:
+def _check_shapes(rec: Record) -> None:
     if rec.fn in _DATA_SHAPED:
         raise Ineligible(f"{qualname(rec.fn)} (its output's shape depends on data)", rec.site)
     if rec.fn is operator.getitem:
@@ -324,14 +328,14 @@ def _check_shapes(rec: _Record) -> None:
 _UNSET, _SET, _MAYBE = 0, 1, 2
 
 
-class _Builder:
-    def __init__(self, tape: Tape, src: _Source, inputs: _Inputs, wrt_leaves: set[int]) -> None:
+class Builder:
+    def __init__(self, tape: Tape, src: Source, inputs: Inputs, wrt_leaves: set[int]) -> None:
         self.tape = tape
         self.src = src
         self.inputs = inputs
         self.var: dict[int, str] = dict(inputs.leaf_var)
         self.wrt_leaves = wrt_leaves
-        self.records: dict[int, _Record] = {}
+        self.records: dict[int, Record] = {}
         self.state: dict[int, int] = {}
         self.forms: dict[int, Any] = {}  # records written as their rule's ProgramForm
         self._t = 0
@@ -348,7 +352,7 @@ class _Builder:
                 if i not in self.var:
                     raise Ineligible("a value entered the tape without an operation (a nested derivative)")
                 continue
-            rec = _Record(i, node, values[i])
+            rec = Record(i, node, values[i])
             for p, a in zip(rec.parents, rec.args):
                 if p is not None and values[p] is not a:
                     raise Ineligible(f"an argument of {qualname(rec.fn)} was overwritten in place", rec.site)
@@ -371,7 +375,7 @@ class _Builder:
                 depends.add(i)
         return order, depends
 
-    def operand(self, a: Any, p: Optional[int], rec: _Record) -> str:
+    def operand(self, a: Any, p: Optional[int], rec: Record) -> str:
         if p is not None:
             return self.var[p]
         t = type(a)
@@ -386,7 +390,7 @@ class _Builder:
         self._check_const(a, rec)
         return self.src.const(a)
 
-    def _check_const(self, a: Any, rec: _Record) -> None:
+    def _check_const(self, a: Any, rec: Record) -> None:
         t = type(a)
         if t is tuple or t is list:
             for x in a:
@@ -424,10 +428,10 @@ class _Builder:
                 self._check_const(x, rec)
             kw = f", **{self.src.const(rec.kwargs, 'kw')}"
         call_args = ", ".join(ops) + kw
-        form = self._form(rec, depends)
+        form = self.form(rec, depends)
         if form is not None:  # the rule as code (its ProgramForm): no rule call, no pullback closure
             self.forms[i] = form
-            self.src.emit(f"{v} = {self._fill(form.forward, rec, ops)}", rec.site.lineno)
+            self.src.emit(f"{v} = {self.fill(form.forward, rec, ops)}", rec.site.lineno)
         elif i in depends:
             pb = f"p{i}"
             self.src.emit(f"{v}, {pb} = {self.src.const(rec.rule.rrule, 'r')}({call_args})", rec.site.lineno)
@@ -490,7 +494,7 @@ class _Builder:
                 new = _SET
         self.state[p] = _MAYBE if cond and new == _SET and self.state.get(p, _UNSET) != _SET else new
 
-    def _elementwise_step(self, rec: _Record, g: str, targets: list, body: list[str], pre: list[str],
+    def _elementwise_step(self, rec: Record, g: str, targets: list, body: list[str], pre: list[str],
                           cond: bool) -> None:
         partials = rec.rule.partials
         out = rec.out
@@ -508,16 +512,16 @@ class _Builder:
                 # what the partial does not read is not kept alive for it (`1 - out**2` reads out only)
                 reads = _partial_uses(d, len(ops))
                 read = [o if k in reads else "None" for k, o in enumerate(ops + [v])]
-                inline = _inline(d, read, self.src)  # the partial's expression itself, when it is a lambda
+                inline = inline_partial(d, read, self.src)  # the partial's expression itself, when it is a lambda
                 expr = inline[0] if inline is not None else f"{dn}({', '.join(read)})"
-                bar = self._tmp()
+                bar = self.tmp()
                 # a partial only this step holds is scaled in place from INPLACE_MIN_SIZE elements, as
                 # runtime/backward.py does (the same products: results stay bit for bit the same)
                 big = type(out) is _ndarray and out.size >= INPLACE_MIN_SIZE
                 if inline is not None and not inline[1] and not big:
                     body.append(f"{bar} = {g} * {expr}")  # no division, no call: no ZeroDivisionError
                 else:
-                    t = self._tmp()
+                    t = self.tmp()
                     body += ["try:", f"    {t} = {expr}", "except ZeroDivisionError:",
                              f"    {t} = _singular({dn}, ({''.join(o + ', ' for o in read[:-1])}), {read[-1]})"]
                     body.append(f"{bar} = _multiply({g}, {t}, out={t}) if {t}.__class__ is ndarray and "
@@ -526,16 +530,16 @@ class _Builder:
             a = rec.args[k]
             a_shape = a.shape if type(a) is _ndarray else shape_of(a)
             if a_shape != out_shape:
-                b = self._tmp()
+                b = self.tmp()
                 body.append(f"{b} = _unbroadcast({bar}, {a_shape!r}, {out_shape!r})")
                 bar = b
             elif bar != g and not bar.startswith("_t"):  # `-g`, `g * 2.0`
-                b = self._tmp()
+                b = self.tmp()
                 body.append(f"{b} = {bar}")
                 bar = b
             self._contribute(p, bar, False, body, pre, cond)
 
-    def _form(self, rec: _Record, depends: set[int]) -> Any:
+    def form(self, rec: Record, depends: set[int]) -> Any:
         """The rule's ProgramForm when it holds for these arguments and gives every needed cotangent."""
         form = getattr(rec.rule.rrule, "program_form", None)
         if form is None or not rec.trusted or not form.when(*rec.args, **(rec.kwargs or {})):
@@ -545,11 +549,11 @@ class _Builder:
                 return None
         return form
 
-    def _fill(self, template: str, rec: _Record, ops: list[str], g: str = "") -> str:
+    def fill(self, template: str, rec: Record, ops: list[str], g: str = "") -> str:
         shapes = {f"shape{k}": repr(a.shape if type(a) is _ndarray else shape_of(a)) for k, a in enumerate(rec.args)}
         return "(" + template.format(*ops, g=g, **shapes) + ")"
 
-    def _rrule_step(self, rec: _Record, g: str, targets: list, body: list[str], pre: list[str],
+    def _rrule_step(self, rec: Record, g: str, targets: list, body: list[str], pre: list[str],
                     cond: bool) -> None:
         if not targets:
             return
@@ -562,12 +566,12 @@ class _Builder:
         if form is not None:
             ops = [self.operand(a, p, rec) for a, p in zip(rec.args, rec.parents)]
             for k, p in targets:
-                b = self._tmp()
-                body.append(f"{b} = {self._fill(form.cotangents[k], rec, ops, g)}")
+                b = self.tmp()
+                body.append(f"{b} = {self.fill(form.cotangents[k], rec, ops, g)}")
                 self._contribute(p, b, False, body, pre, cond)
             return
         pb = f"p{rec.idx}"
-        bars = self._tmp()
+        bars = self.tmp()
         if rec.trusted:
             body.append(f"{bars} = {pb}({g})")
         else:
@@ -576,12 +580,12 @@ class _Builder:
             node = self.src.const((None, rec.parents, rec.site, None, shaped, rec.fn), "node")
             body.append(f"{bars} = _untrusted({g}, {node}, {pb}, {self.src.const(like, 'like')})")
         for k, p in targets:
-            b = self._tmp()
+            b = self.tmp()
             body += [f"{b} = {bars}[{k}]", f"if {b}.__class__ is FunctionType: {b} = {b}()",
                      f"if {b} is ZERO or {b} is NO_TANGENT: {b} = None"]
             self._contribute(p, b, True, body, pre, cond)
 
-    def _tmp(self) -> str:
+    def tmp(self) -> str:
         self._t += 1
         return f"_t{self._t}"
 
@@ -651,7 +655,7 @@ def _resolved(node: ast.Lambda, d: Any) -> Optional[tuple[ast.expr, tuple[str, .
     return node.body, params, names
 
 
-def _inline(d: Any, operands: list[str], src: _Source) -> Optional[tuple[str, bool]]:
+def inline_partial(d: Any, operands: list[str], src: Source) -> Optional[tuple[str, bool]]:
     """(the expression of partial `d` applied to `operands`, whether evaluating it may raise
     ZeroDivisionError): the same operations in the same order as calling `d`, without the call.
     `operands` are variables, or "None" for what `d` does not read. None: `d` is not a lambda."""
@@ -688,7 +692,7 @@ def _untrusted(ct: Any, node: tuple, pullback: Any, like: Any) -> Any:
     return _bw_rrule(ct, node[:3] + (pullback,) + node[4:], like)
 
 
-def _gradient_code(src: _Source, spec: Any, state: dict[int, int], lines: list[str], fresh: dict[int, str]) -> str:
+def gradient_code(src: Source, spec: Any, state: dict[int, int], lines: list[str], fresh: dict[int, str]) -> str:
     """The expression of one argument's gradient, mirroring its spec as `pytree.gradient` does; each
     array leaf's cotangent is handed over as it is when `pytree.project` would (a fresh array of the
     primal's shape and dtype), else projected."""
@@ -708,9 +712,9 @@ def _gradient_code(src: _Source, spec: Any, state: dict[int, int], lines: list[s
         return name
     t, subs = spec
     if isinstance(subs, dict):
-        items = ", ".join(f"{k!r}: {_gradient_code(src, v, state, lines, fresh)}" for k, v in subs.items())
+        items = ", ".join(f"{k!r}: {gradient_code(src, v, state, lines, fresh)}" for k, v in subs.items())
         return f"{{{items}}}" if t is dict else f"{src.const(t, 'T')}({{{items}}}.items())"
-    items = [_gradient_code(src, v, state, lines, fresh) for v in subs]
+    items = [gradient_code(src, v, state, lines, fresh) for v in subs]
     if t is list:
         return f"[{', '.join(items)}]"
     if t is tuple:
@@ -720,46 +724,66 @@ def _gradient_code(src: _Source, spec: Any, state: dict[int, int], lines: list[s
 
 
 def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: Any, wrt_tuple: bool,
-          static_guards: list[tuple], code: types.CodeType) -> Program:
+          static_guards_: list[tuple], code: types.CodeType, backend: str = "numpy") -> Program:
     """The program for the computation recorded on `tape` (a capture run of `call_args`, every
     positional argument `p` with a spec in `specs[p]`), differentiated with respect to positions
-    `wrt`. `static_guards`: ("global", globals dict, name, value) and ("attr", module, name, value)
+    `wrt`. `static_guards_`: ("global", globals dict, name, value) and ("attr", module, name, value)
     entries the code's reads were resolved against; `code`: the user's function, whose file and
-    lines the program's operations carry (an error raised in one shows the user's line). Raises
-    `Ineligible`."""
-    src = _Source()
-    inputs = _Inputs(src)
+    lines the program's operations carry (an error raised in one shows the user's line).
+    `backend`: "numpy" (this module) or "numba" (runtime/program_numba.py). Raises `Ineligible`."""
+    src = Source()
+    inputs = Inputs(src)
     src.guard("type", f"len(args) == {len(call_args)}", f"{len(call_args)} positional arguments")
     for p, value in enumerate(call_args):
         var = inputs.temp()
         src.emit(f"{var} = args[{p}]")
         inputs.walk(var, value, specs[p], fresh=p in wrt)
-    _static_guards(src, static_guards)
+    static_guards(src, static_guards_)
     src.guard("version", f"_version() == {registry.version()}", f"rule registry version {registry.version()}")
     out_idx = tape.ids.get(id(out))
     if out_idx is None or tape.values[out_idx] is not out:
         raise Ineligible("the output does not depend on the arguments")
     wrt_leaves = {leaf.idx for p in wrt for leaf in pytree.leaves(specs[p])}
-    b = _Builder(tape, src, inputs, wrt_leaves)
+    b = Builder(tape, src, inputs, wrt_leaves)
     order, depends = b.read(out_idx)
-    for i in order:
-        if i in b.records:
-            b.forward(i, depends)
-    forward_records = sum(1 for i in order if i in b.records)
-    if out_idx in depends:
-        src.emit(f"g{out_idx} = 1.0")
-        b.state[out_idx] = _SET
-        for i in reversed(order):
-            if i in b.records and i in depends:
-                b.reverse(i, depends)
+    if backend == "numba":
+        from bytegrad.runtime import program_numba
+
+        result_var, state, forward_records = program_numba.emit(b, order, depends, out_idx)
+    else:
+        result_var, state, forward_records = _emit_numpy(b, order, depends, out_idx)
     lines: list[str] = []
-    grads = [_gradient_code(src, specs[p], b.state, lines, inputs.fresh) for p in wrt]
+    grads = [gradient_code(src, specs[p], state, lines, inputs.fresh) for p in wrt]
     if len(grads) > 1:
         lines.append(f"grads = _unalias(({', '.join(grads)},))")
         result = "grads" if wrt_tuple else "grads[0]"
     else:
         result = f"({grads[0]},)" if wrt_tuple else grads[0]
-    src.emit(lines + [f"return {b.var[out_idx]}, {result}"])
+    src.emit(lines + [f"return {result_var}, {result}"])
+    fn, source = _compile(src, code)
+    kernel = getattr(src, "kernel_source", None)
+    if kernel is not None:
+        source += "\n# the Numba kernel it calls\n" + kernel
+    prog = Program(fn, source, src.guards, forward_records)
+    prog.backend = backend
+    return prog
+
+
+def _emit_numpy(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple[str, dict[int, int], int]:
+    """The NumPy back end: each record's primal, then the reverse steps, as Python statements."""
+    for i in order:
+        if i in b.records:
+            b.forward(i, depends)
+    if out_idx in depends:
+        b.src.emit(f"g{out_idx} = 1.0")
+        b.state[out_idx] = _SET
+        for i in reversed(order):
+            if i in b.records and i in depends:
+                b.reverse(i, depends)
+    return b.var[out_idx], b.state, sum(1 for i in order if i in b.records)
+
+
+def _compile(src: Source, code: types.CodeType) -> tuple[Callable[[tuple], Any], str]:
     source, user_lines = src.render("program", code.co_firstlineno)
     namespace = dict(src.consts)
     namespace.update(MISS=MISS, ndarray=_ndarray, FunctionType=_FunctionType, ZERO=ZERO, NO_TANGENT=NO_TANGENT,
@@ -775,10 +799,10 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
             if node.end_lineno < node.lineno:
                 node.end_lineno = node.lineno
     exec(compile(tree, code.co_filename, "exec"), namespace)  # noqa: S102
-    return Program(namespace["program"], source, src.guards, forward_records)
+    return namespace["program"], source
 
 
-def _static_guards(src: _Source, entries: list[tuple]) -> None:
+def static_guards(src: Source, entries: list[tuple]) -> None:
     for kind, owner, name, value in entries:
         if kind == "global":
             g = src.const(owner, "G")

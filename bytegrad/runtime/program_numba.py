@@ -1,0 +1,380 @@
+"""Compiled programs, Numba back end: a program's forward and reverse pass as one `@njit` call.
+
+runtime/program.py writes the program's Python wrapper (guards, argument bindings, gradients in
+the caller's structure); this module writes the computation in between as a kernel that Numba
+compiles (through runtime/kernels.py, the one module that imports Numba). It takes programs
+whose every record is an elementwise operation (an operator, a ufunc or a `math` function) whose
+partials are one-line lambdas, written inline, or a reverse rule with a `ProgramForm`, so that
+the kernel holds no Python objects. Each cotangent is statically an array or a uniform float (the
+seed of a sum stays a float, as on the general path), so the reverse pass needs no run-time type
+checks. Anything else raises `Ineligible`, and the NumPy back end serves the signature.
+
+Numba's transcendental functions are scalar libm calls, not NumPy's SIMD loops, and may differ
+from NumPy's in the last bit: a kernel is kept only when its first result agrees with the general
+path's to 1e-12 relative (bytegrad/compiled.py), and on large arrays NumPy is often faster, which
+the automatic tier measures rather than assumes.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any
+
+import numpy as np
+
+from bytegrad.errors import qualname
+from bytegrad.rules._apply import shape_of
+from bytegrad.runtime import kernels
+from bytegrad.runtime.backward import _partial_uses, singular_partial
+from bytegrad.runtime.program import Builder, Ineligible, Record, inline_partial
+
+__all__ = ["emit"]
+
+_ndarray = np.ndarray
+_BINARY = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/", operator.pow: "**",
+           operator.matmul: "@"}
+_UNARY = {operator.neg: "-", operator.pos: "+"}
+_MATH = frozenset(v for v in vars(math).values() if callable(v))
+_SET = 1  # program.py's state of a cotangent that is assigned (this back end has no other)
+
+
+class _Names:
+    """The kernel's globals: each constant once, by name (Numba freezes them at compile time)."""
+
+    def __init__(self) -> None:
+        self.ns: dict[str, Any] = {"np": np, "math": math}
+        self._by_id: dict[int, str] = {}
+
+    def const(self, value: Any, hint: str = "k") -> str:
+        name = self._by_id.get(id(value))
+        if name is None:
+            name = f"{hint}{len(self.ns)}"
+            self.ns[name] = value
+            self._by_id[id(value)] = name
+        return name
+
+
+class _Kernel:
+    def __init__(self, b: Builder, depends: set[int]) -> None:
+        self.b = b
+        self.depends = depends
+        self.names = _Names()
+        self.lines: list[str] = []
+        self.var: dict[int, str] = {}          # tape index -> kernel variable of its value
+        self.params: list[str] = []            # the kernel's arguments (wrapper variables)
+        self.array: dict[str, tuple] = {}      # kernel variable -> shape, for arrays (others are floats)
+        self.set: set[int] = set()             # tape indices whose cotangent is assigned
+
+    # -- values --
+
+    def value(self, p: int) -> str:
+        var = self.var.get(p)
+        if var is None:  # an argument leaf: a parameter of the kernel
+            var = self.b.var[p]
+            self.params.append(var)
+            self.var[p] = var
+            v = self.b.tape.values[p]
+            if type(v) is _ndarray:
+                self.array[var] = v.shape
+        return var
+
+    def operand(self, a: Any, p: Any, rec: Record) -> str:
+        if p is not None:
+            return self.value(p)
+        if type(a) is _ndarray:
+            var = self.b.inputs.untracked.get(id(a))
+            if var is None:
+                raise Ineligible(f"{qualname(rec.fn)} reads an array that is not an argument", rec.site)
+            if var not in self.params:
+                self.params.append(var)
+                self.array[var] = a.shape
+            return var
+        if type(a) is int or (type(a) is float and math.isfinite(a)):
+            return repr(a)
+        if type(a) is float or isinstance(a, (np.floating, np.integer)):
+            return self.names.const(a)
+        raise Ineligible(f"the Numba back end does not take a {type(a).__name__} operand of {qualname(rec.fn)}",
+                         rec.site)
+
+    def forward(self, i: int) -> None:
+        rec = self.b.records[i]
+        out = rec.out
+        if type(out) is _ndarray and out.dtype not in (np.float64, np.float32):
+            raise Ineligible(f"{qualname(rec.fn)} gives {out.dtype} values", rec.site)
+        ops = [self.operand(a, p, rec) for a, p in zip(rec.args, rec.parents + (None,) * len(rec.args))]
+        fn = rec.fn
+        if rec.kind == "elementwise":
+            if fn in _BINARY and len(ops) == 2:
+                expr = f"{ops[0]} {_BINARY[fn]} {ops[1]}"
+            elif fn in _UNARY and len(ops) == 1:
+                expr = f"{_UNARY[fn]}{ops[0]}"
+            elif isinstance(fn, np.ufunc) or fn in _MATH:
+                expr = f"{self.names.const(fn, 'f')}({', '.join(ops)})"
+            else:
+                raise Ineligible(f"the Numba back end does not take {qualname(fn)}", rec.site)
+        else:
+            form = self.b.form(rec, self.depends)
+            if form is None:
+                raise Ineligible(f"{qualname(fn)} has no program form for these arguments (Numba back end)",
+                                 rec.site)
+            self.b.forms[i] = form
+            ops = [_index_source(a, rec) if k == 1 and fn is operator.getitem else o
+                   for k, (a, o) in enumerate(zip(rec.args, ops))]
+            expr = self.b.fill(form.forward, rec, ops)
+        v = f"v{i}"
+        self.lines.append(f"{v} = {expr}")
+        self.var[i] = v
+        if type(out) is _ndarray:
+            self.array[v] = out.shape
+
+    # -- cotangents --
+
+    def contribute(self, p: int, bar: str, shape: Any) -> None:
+        g = f"g{p}"
+        if p in self.set:
+            self.lines.append(f"{g} = {g} + {bar}")
+            if shape is not None:
+                self.array[g] = shape
+        else:
+            self.lines.append(f"{g} = {bar}")
+            self.set.add(p)
+            if shape is not None:
+                self.array[g] = shape
+
+    def reverse(self, i: int) -> None:
+        if i not in self.set:
+            return
+        rec = self.b.records[i]
+        g = f"g{i}"
+        targets = [(k, p) for k, p in enumerate(rec.parents) if p is not None and p in self.depends]
+        if rec.kind == "elementwise":
+            self._elementwise(rec, g, targets)
+        else:
+            self._form(rec, g, targets)
+
+    def _elementwise(self, rec: Record, g: str, targets: list) -> None:
+        out = rec.out
+        out_shape = out.shape if type(out) is _ndarray else ()
+        ops = [self.operand(a, p, rec) for a, p in zip(rec.args, rec.parents)]
+        g_shape = self.array.get(g)
+        for k, p in targets:
+            d = rec.rule.partials[k] if k < len(rec.rule.partials) else None
+            if d is None:
+                continue
+            if d.__class__ is int or d.__class__ is float:
+                bar, shape = (g if d == 1 else (f"-{g}" if d == -1 else f"{g} * {d!r}")), g_shape
+            else:
+                reads = _partial_uses(d, len(ops))
+                read = [o if j in reads else "None" for j, o in enumerate(ops + [self.var[rec.idx]])]
+                inline = inline_partial(d, read, self.names)
+                if inline is None:
+                    raise Ineligible(f"a partial of {qualname(rec.fn)} that is not a one-line lambda", rec.site)
+                pv = _partial_value(d, rec)
+                p_shape = pv.shape if type(pv) is _ndarray else None
+                shape = g_shape if g_shape is not None else p_shape
+                if shape is not None and shape != out_shape:
+                    raise Ineligible(f"a partial of {qualname(rec.fn)} smaller than its output", rec.site)
+                bar = f"{g} * {inline[0]}"
+            a = rec.args[k]
+            a_shape = a.shape if type(a) is _ndarray else shape_of(a)
+            t = f"t{self.b.tmp()[2:]}"
+            self.lines.append(f"{t} = {bar}")
+            self.contribute(p, *_reduce(self.lines, t, shape, out_shape, a_shape))
+
+    def _form(self, rec: Record, g: str, targets: list) -> None:
+        form = self.b.forms[rec.idx]
+        out = rec.out
+        if type(out) is _ndarray and g not in self.array:  # a uniform cotangent, as a full array
+            dt = self.names.const(np.float64 if out.dtype == np.float64 else np.float32, "dt")
+            self.lines.append(f"{g} = np.full({out.shape!r}, {g}, {dt})")
+            self.array[g] = out.shape
+        ops = [_index_source(a, rec) if k == 1 and rec.fn is operator.getitem else self.operand(a, p, rec)
+               for k, (a, p) in enumerate(zip(rec.args, rec.parents))]
+        for k, p in targets:
+            template = form.cotangents[k]
+            t = f"t{self.b.tmp()[2:]}"
+            self.lines.append(f"{t} = {self.b.fill(template, rec, ops, g)}")
+            a = rec.args[k]
+            shape = self.array.get(g) if template == "{g}" else (a.shape if type(a) is _ndarray else None)
+            self.contribute(p, t, shape)
+
+
+def _partial_value(d: Any, rec: Record) -> Any:
+    try:
+        return d(*rec.args, rec.out)
+    except ZeroDivisionError:
+        return singular_partial(d, rec.args, rec.out)
+
+
+def _reduce(lines: list[str], t: str, shape: Any, out_shape: tuple, a_shape: tuple) -> tuple[str, Any]:
+    """`unbroadcast` of runtime/_shape.py written out: (the expression, its shape or None for a float)."""
+    if shape is None:  # a uniform float: scaled by how many output elements each input fed
+        if a_shape == out_shape:
+            return t, None
+        n_out, n_in = math.prod(out_shape), math.prod(a_shape)
+        return f"{t} * {n_out // n_in if n_in else 0}", None
+    if shape == a_shape:
+        return t, shape
+    if a_shape == ():
+        return f"{t}.sum()", None
+    lead = len(shape) - len(a_shape)
+    kept = shape[lead:]
+    axes = [j + lead for j, n in enumerate(a_shape) if n == 1 and kept[j] != 1] + list(range(lead))
+    expr = t
+    for ax in sorted(axes, reverse=True):
+        expr = f"{expr}.sum(axis={ax})"
+    return f"np.ascontiguousarray({expr}).reshape({a_shape!r})", a_shape
+
+
+def _index_source(key: Any, rec: Record) -> str:
+    items = key if type(key) is tuple else (key,)
+    parts = []
+    for item in items:
+        if item is None:
+            parts.append("None")
+        elif item is Ellipsis:
+            parts.append("...")
+        elif type(item) is slice and item.step is None and all(v is None or type(v) is int for v in (item.start, item.stop)):
+            parts.append(f"{'' if item.start is None else item.start}:{'' if item.stop is None else item.stop}")
+        elif type(item) is int:
+            parts.append(repr(item))
+        else:
+            raise Ineligible("an index the Numba back end cannot write", rec.site)
+    return ", ".join(parts) + ("," if len(parts) == 1 and type(key) is tuple else "")
+
+
+# ---- elementwise programs, one loop over the elements ------------------------------------------
+
+
+def _loop_shape(b: Builder, records: list[int], out_idx: int) -> Any:
+    """The one shape of every array of an elementwise float64 program that ends in a full sum (or
+    on a float): the program can then be one loop over the elements, every value a float in it.
+    None when it cannot."""
+    values = b.tape.values
+    shape = None
+    for i in records:
+        rec = b.records[i]
+        last = i == out_idx
+        if rec.kind != "elementwise" and not (last and rec.fn in _SUMS and len(rec.args) == 1):
+            return None
+        for v in list(rec.args) + [rec.out]:
+            if type(v) is _ndarray:
+                if v.dtype != np.float64 or (shape is not None and v.shape != shape):
+                    return None
+                shape = v.shape
+            elif not (type(v) in (int, float) or isinstance(v, np.float64)):
+                return None
+    out = values[out_idx]
+    if shape is not None and type(out) is _ndarray:
+        return None  # an array output: the loop would have to return it whole
+    return shape if shape is not None else ()
+
+
+_SUMS = (np.sum, np.ndarray.sum)
+
+
+def _emit_loop(b: Builder, records: list[int], depends: set[int], out_idx: int, shape: tuple) -> Any:
+    k = _Kernel(b, depends)
+    values = b.tape.values
+    body: list[str] = []
+    k.lines = body
+    summed = b.records[out_idx].kind != "elementwise" if out_idx in b.records else False
+    arrays: list[str] = []
+    for i in records:
+        rec = b.records[i]
+        if i == out_idx and summed:
+            continue
+        for a, p in zip(rec.args, rec.parents + (None,) * len(rec.args)):
+            if type(a) is _ndarray and (p is None or b.records.get(p) is None) and p not in k.var:
+                var = k.operand(a, p, rec)
+                if var not in arrays:
+                    arrays.append(var)
+        k.forward(i)
+    k.array.clear()  # inside the loop every value is a float
+    scalar = {v: v for v in k.params if v not in arrays}
+    for v in arrays:  # each array argument's element i
+        k.var.update({p: f"{v}_i" for p, var in k.var.items() if var == v})
+    body[:] = [_elements(line, arrays) for line in body]
+    top = summed and b.records[out_idx].parents[0]
+    result = f"v{top}" if summed else k.var.get(out_idx, k.value(out_idx))
+    if out_idx in depends:
+        seed = top if summed else out_idx
+        body.append(f"g{seed} = 1.0")
+        k.set.add(seed)
+        for i in reversed(records):
+            if i in depends and not (summed and i == out_idx):
+                k.reverse(i)
+    leaves = sorted(p for p in b.wrt_leaves if p in k.set)
+    pre, post = [], []
+    for p in leaves:
+        if type(values[p]) is _ndarray:
+            pre.append(f"r{p} = np.empty({shape!r})")
+            pre.append(f"f{p} = r{p}.reshape(-1)")
+            body.append(f"f{p}[i] = {_elements(f'g{p}', arrays)}")
+        else:
+            pre.append(f"r{p} = 0.0")
+            body.append(f"r{p} += {_elements(f'g{p}', arrays)}")
+    lines = list(pre)
+    if shape == ():  # floats only: no loop
+        lines += body + [f"total = {result}"]
+    else:
+        lines += ["total = 0.0", f"for i in range({math.prod(shape)}):"]
+        lines += [f"    {a}_i = {a}[i]" for a in arrays]
+        lines += ["    " + ln for ln in body] + [f"    total += {_elements(result, arrays)}"]
+    ret = ["total"] + [f"r{p}" for p in leaves]
+    params = list(dict.fromkeys(k.params))
+    flat = [f"{v}.reshape(-1)" if v in arrays else v for v in params]
+    return k, lines, ret, params, flat, leaves, scalar
+
+
+def _elements(line: str, arrays: list[str]) -> str:
+    """`line` with each array argument replaced by its element `x_i`."""
+    import re
+
+    for a in arrays:
+        line = re.sub(rf"\b{a}\b(?!_i)", f"{a}_i", line)
+    return line
+
+
+def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple[str, dict[int, int], int]:
+    """Write the kernel and the wrapper's call of it into `b.src`: (the wrapper's variable holding
+    the output, the state of each cotangent for the gradient code, the number of records)."""
+    records = [i for i in order if i in b.records]
+    shape = _loop_shape(b, records, out_idx)
+    if shape is not None:
+        k, lines, ret, params, flat, leaves, _ = _emit_loop(b, records, depends, out_idx, shape)
+        return _finish(b, k, lines, ret, params, flat, leaves, out_idx, len(records))
+    k = _Kernel(b, depends)
+    for i in records:
+        k.forward(i)
+    out_var = k.value(out_idx)
+    if out_idx in depends:
+        k.lines.append(f"g{out_idx} = 1.0")
+        k.set.add(out_idx)
+        for i in reversed(records):
+            if i in depends:
+                k.reverse(i)
+    leaves = sorted(p for p in b.wrt_leaves if p in k.set)
+    params = list(dict.fromkeys(k.params))
+    return _finish(b, k, k.lines, [out_var] + [f"g{p}" for p in leaves], params, params, leaves, out_idx,
+                   len(records))
+
+
+def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params: list[str], call: list[str],
+            leaves: list[int], out_idx: int, n_records: int) -> tuple[str, dict[int, int], int]:
+    records = range(n_records)
+    source = "\n".join([f"def kernel({', '.join(params)}):"] + ["    " + ln for ln in lines]
+                       + [f"    return {', '.join(returns)}"]) + "\n"
+    fn = kernels.jit_program(source, k.names.ns, "kernel")
+    if fn is None:
+        raise Ineligible("Numba is disabled (BYTEGRAD_DISABLE_NUMBA) or cannot be imported")
+    src = b.src
+    name = src.const(fn, "K")
+    result = f"v{out_idx}_out"
+    src.emit(f"{result}, {''.join(f'g{p}, ' for p in leaves)}= {name}({', '.join(call)})")
+    out = b.tape.values[out_idx]
+    if type(out) is not _ndarray:  # the general path's scalar type (np.float64 from a sum)
+        src.emit(f"{result} = {src.const(type(out), 'T')}({result})")
+    src.kernel_source = source
+    return result, {p: _SET for p in leaves}, len(records)
+
