@@ -135,12 +135,18 @@ class Tiers:
         again for the Numba back end (this call's result comes from that capture), time both
         programs on these arguments, and keep the faster (a tie goes to NumPy, which compiles
         nothing more and keeps no Numba state)."""
+        from bytegrad.runtime import kernels
+
         prog.upgraded = True
+        had_numba = kernels.numba_loaded()
         t0 = _perf()
         try:
             result, twin = capture(args, ("numba",))
         finally:
-            self.capture_s += _perf() - t0
+            spent = _perf() - t0
+            self.capture_s += spent
+        if isinstance(twin, Program):  # what compiling cost, for the next program's price
+            _learn_price(spent - (0.0 if had_numba else _PRICE["import"]), twin.records)
         if not isinstance(twin, Program):
             prog.why_not_numba = twin
             return result
@@ -184,15 +190,24 @@ class Tiers:
         }
 
 
+#: the price of a Numba twin, in seconds: importing Numba, then a fixed part and a part per
+#: operation. Defaults from this 2-core machine kind (0.4-1.4 s for the 100-250-operation loops
+#: of bench/cases.py); each compile in this process corrects the per-operation part.
+_PRICE = {"import": 0.4, "fixed": 0.2, "per_op": 0.0025}
+
+
 def numba_price(prog: Program) -> float:
-    """What compiling `prog`'s Numba twin is expected to cost here, in seconds: importing Numba
-    when no kernel has yet, and compiling about 2.5 ms per operation (0.5-1.4 s for the
-    100-250-operation programs of bench/cases.py on a 2-core machine)."""
+    """What compiling `prog`'s Numba twin is expected to cost here, in seconds."""
     from bytegrad.runtime import kernels
 
     if kernels.disabled():
         return float("inf")
-    return (0.0 if kernels.numba_loaded() else 0.4) + 0.2 + 0.0025 * prog.records
+    return (0.0 if kernels.numba_loaded() else _PRICE["import"]) + _PRICE["fixed"] + _PRICE["per_op"] * prog.records
+
+
+def _learn_price(seconds: float, records: int) -> None:
+    per_op = max(0.0, seconds - _PRICE["fixed"]) / max(records, 1)
+    _PRICE["per_op"] = max(0.0005, 0.5 * _PRICE["per_op"] + 0.5 * per_op)
 
 
 def _time(fn: Callable[[tuple], Any], args: tuple, repeat: int = 5) -> float:

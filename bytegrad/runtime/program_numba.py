@@ -96,12 +96,17 @@ class _Kernel:
         raise Ineligible(f"the Numba back end does not take a {type(a).__name__} operand of {qualname(rec.fn)}",
                          rec.site)
 
+    def operands(self, rec: Record) -> list[str]:
+        """The record's arguments as kernel source; an index (`x[:, None]`) written out."""
+        return [_index_source(a, rec) if k == 1 and rec.fn is operator.getitem else self.operand(a, p, rec)
+                for k, (a, p) in enumerate(zip(rec.args, rec.parents + (None,) * len(rec.args)))]
+
     def forward(self, i: int) -> None:
         rec = self.b.records[i]
         out = rec.out
         if type(out) is _ndarray and out.dtype not in (np.float64, np.float32):
             raise Ineligible(f"{qualname(rec.fn)} gives {out.dtype} values", rec.site)
-        ops = [self.operand(a, p, rec) for a, p in zip(rec.args, rec.parents + (None,) * len(rec.args))]
+        ops = self.operands(rec)
         fn = rec.fn
         if rec.kind == "elementwise":
             if fn in _BINARY and len(ops) == 2:
@@ -118,8 +123,6 @@ class _Kernel:
                 raise Ineligible(f"{qualname(fn)} has no program form for these arguments (Numba back end)",
                                  rec.site)
             self.b.forms[i] = form
-            ops = [_index_source(a, rec) if k == 1 and fn is operator.getitem else o
-                   for k, (a, o) in enumerate(zip(rec.args, ops))]
             expr = self.b.fill(form.forward, rec, ops)
         v = f"v{i}"
         self.lines.append(f"{v} = {expr}")
@@ -188,8 +191,7 @@ class _Kernel:
             dt = self.names.const(np.float64 if out.dtype == np.float64 else np.float32, "dt")
             self.lines.append(f"{g} = np.full({out.shape!r}, {g}, {dt})")
             self.array[g] = out.shape
-        ops = [_index_source(a, rec) if k == 1 and rec.fn is operator.getitem else self.operand(a, p, rec)
-               for k, (a, p) in enumerate(zip(rec.args, rec.parents))]
+        ops = self.operands(rec)
         for k, p in targets:
             template = form.cotangents[k]
             t = f"t{self.b.tmp()[2:]}"
