@@ -107,24 +107,31 @@ _SCALAR_CONSTS = (int, float, bool, str, bytes, type(None), complex, slice, type
 _VARIABLE = re.compile(r"\b[xvpgq][0-9]+\b")
 
 
-class Source:
-    """The generated function: statements with the names each reads, constants by name."""
+class Constants:
+    """The globals of a generated function: each value once, by name."""
 
-    def __init__(self) -> None:
-        self.consts: dict[str, Any] = {}
+    def __init__(self, ns: Optional[dict[str, Any]] = None) -> None:
+        self.ns: dict[str, Any] = dict(ns or {})
         self._by_id: dict[int, str] = {}
-        self.stmts: list[tuple[list[str], set[str]]] = []   # (lines, names read or written)
-        self.lines: list[Optional[int]] = []                # the user's line of each statement
-        self.scalars: set[str] = set()  # variables that hold floats: not worth a `del`
-        self.guards: list[str] = []
 
     def const(self, value: Any, hint: str = "c") -> str:
         name = self._by_id.get(id(value))
         if name is None:
-            name = f"{hint}{len(self.consts)}"
-            self.consts[name] = value
+            name = f"{hint}{len(self.ns)}"
+            self.ns[name] = value
             self._by_id[id(value)] = name
         return name
+
+
+class Source(Constants):
+    """The generated function: statements with the names each reads, constants by name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stmts: list[tuple[list[str], set[str]]] = []   # (lines, names read or written)
+        self.lines: list[Optional[int]] = []                # the user's line of each statement
+        self.scalars: set[str] = set()  # variables that hold floats: not worth a `del`
+        self.guards: list[str] = []
 
     def emit(self, lines: list[str] | str, line: Optional[int] = None) -> None:
         """Add a statement; `line`: the user's source line it stands for (tracebacks show it)."""
@@ -326,6 +333,15 @@ def _check_shapes(rec: Record) -> None:
 
 
 _UNSET, _SET, _MAYBE = 0, 1, 2
+#: how a contribution `bar` joins cotangent `g`: (bar may be None, g's state) -> (statement, new state)
+_ACCUMULATE = {
+    (False, _UNSET): ("{g} = {bar}", _SET),
+    (False, _SET): ("{g} = {g} + {bar}", _SET),
+    (False, _MAYBE): ("{g} = {bar} if {g} is None else {g} + {bar}", _SET),
+    (True, _UNSET): ("{g} = {bar}", _MAYBE),
+    (True, _SET): ("if {bar} is not None: {g} = {g} + {bar}", _SET),
+    (True, _MAYBE): ("{g} = _acc({g}, {bar})", _MAYBE),
+}
 
 
 class Builder:
@@ -472,26 +488,8 @@ class Builder:
         if cond and st == _UNSET:
             pre.append(f"{g} = None")
             st = _MAYBE
-        if may_be_none:
-            if st == _UNSET:
-                body.append(f"{g} = {bar}")
-                new = _MAYBE
-            elif st == _SET:
-                body.append(f"if {bar} is not None: {g} = {g} + {bar}")
-                new = _SET
-            else:
-                body.append(f"{g} = _acc({g}, {bar})")
-                new = _MAYBE
-        else:
-            if st == _UNSET:
-                body.append(f"{g} = {bar}")
-                new = _SET
-            elif st == _SET:
-                body.append(f"{g} = {g} + {bar}")
-                new = _SET
-            else:
-                body.append(f"{g} = {bar} if {g} is None else {g} + {bar}")
-                new = _SET
+        statement, new = _ACCUMULATE[may_be_none, st]
+        body.append(statement.format(g=g, bar=bar))
         self.state[p] = _MAYBE if cond and new == _SET and self.state.get(p, _UNSET) != _SET else new
 
     def _elementwise_step(self, rec: Record, g: str, targets: list, body: list[str], pre: list[str],
@@ -785,7 +783,7 @@ def _emit_numpy(b: Builder, order: list[int], depends: set[int], out_idx: int) -
 
 def _compile(src: Source, code: types.CodeType) -> tuple[Callable[[tuple], Any], str]:
     source, user_lines = src.render("program", code.co_firstlineno)
-    namespace = dict(src.consts)
+    namespace = dict(src.ns)
     namespace.update(MISS=MISS, ndarray=_ndarray, FunctionType=_FunctionType, ZERO=ZERO, NO_TANGENT=NO_TANGENT,
                      _acc=_acc, _singular=singular_partial, _unbroadcast=unbroadcast, _materialize=materialize,
                      _untrusted=_untrusted, _project=pytree.project, _multiply=np.multiply,

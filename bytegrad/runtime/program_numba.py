@@ -26,7 +26,7 @@ from bytegrad.errors import qualname
 from bytegrad.rules._apply import shape_of
 from bytegrad.runtime import kernels
 from bytegrad.runtime.backward import _partial_uses, singular_partial
-from bytegrad.runtime.program import Builder, Ineligible, Record, inline_partial
+from bytegrad.runtime.program import Builder, Constants, Ineligible, Record, inline_partial
 
 __all__ = ["emit"]
 
@@ -38,27 +38,11 @@ _MATH = frozenset(v for v in vars(math).values() if callable(v))
 _SET = 1  # program.py's state of a cotangent that is assigned (this back end has no other)
 
 
-class _Names:
-    """The kernel's globals: each constant once, by name (Numba freezes them at compile time)."""
-
-    def __init__(self) -> None:
-        self.ns: dict[str, Any] = {"np": np, "math": math}
-        self._by_id: dict[int, str] = {}
-
-    def const(self, value: Any, hint: str = "k") -> str:
-        name = self._by_id.get(id(value))
-        if name is None:
-            name = f"{hint}{len(self.ns)}"
-            self.ns[name] = value
-            self._by_id[id(value)] = name
-        return name
-
-
 class _Kernel:
     def __init__(self, b: Builder, depends: set[int]) -> None:
         self.b = b
         self.depends = depends
-        self.names = _Names()
+        self.names = Constants({"np": np, "math": math})  # (Numba freezes them at compile time)
         self.lines: list[str] = []
         self.var: dict[int, str] = {}          # tape index -> kernel variable of its value
         self.params: list[str] = []            # the kernel's arguments (wrapper variables)
