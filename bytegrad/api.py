@@ -424,7 +424,10 @@ class Differentiated:
         key = (active, immutable, _registry.version())
         found = self._eligible.get(key)
         if found is None:
-            found = self._eligible[key] = eligibility.check(self._code, active, self._target.__globals__, immutable)
+            target = self._target
+            defaults = (target.__defaults__ or ()) + tuple((target.__kwdefaults__ or {}).values())
+            found = self._eligible[key] = eligibility.check(self._code, active, target.__globals__, immutable,
+                                                            defaults)
         return found
 
     def _check_scalar(self, out: Any) -> None:

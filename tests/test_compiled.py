@@ -412,6 +412,10 @@ def makes_array(x):
     return np.sum(x * np.arange(3.0))
 
 
+def mutable_default(x, scale={"k": 2.0}):  # noqa: B006 - the point: it can change between calls
+    return np.sum(x * scale["k"])
+
+
 @pytest.mark.parametrize("fn, why", [
     (branch_on_data, "compares or tests a value computed from the arguments"),
     (uses_argmax, "argmax"),
@@ -422,6 +426,7 @@ def makes_array(x):
     (writes_into_array, "writes into"),
     (with_closure(), "closure"),
     (makes_array, "arange"),
+    (mutable_default, "default argument"),
 ], ids=lambda v: getattr(v, "__name__", None) or "")
 def test_ineligible_functions_stay_on_the_general_path_with_a_reason(fn, why):
     fast, general = compiled_and_general(fn)

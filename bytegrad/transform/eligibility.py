@@ -59,13 +59,16 @@ _REFUSED_KINDS = {
 
 
 def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, Any],
-          immutable: frozenset[str]) -> tuple[list[str], list[tuple]]:
+          immutable: frozenset[str], defaults: tuple = ()) -> tuple[list[str], list[tuple]]:
     """(reasons the function cannot be a compiled program, guards on what it reads).
 
     No reasons: the function's operations on the arguments depend on data only through recorded
     operations. The guards are ("global", fn_globals, name, value) and ("attr", module, name,
-    value) entries; `runtime.program` checks them on every call."""
+    value) entries; `runtime.program` checks them on every call. `defaults`: the function's default
+    argument values (a replaced tuple drops its programs; their contents must be constants)."""
     reasons = _code_reasons(code)
+    if not all(_constant(v) for v in defaults):  # read as locals, never guarded: they must not change
+        reasons.append("a default argument value that can change in place (a list, dict, array or object)")
     if reasons:
         return reasons, []
     from bytecode import Bytecode
@@ -88,6 +91,12 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
             reasons.append(f"{why} (line {ins.lineno})")
     guards = _guards(assumed, fn_globals, reasons)
     return reasons, guards
+
+
+def _constant(value: Any) -> bool:
+    if type(value) is tuple:
+        return all(_constant(v) for v in value)
+    return type(value) in _GUARDED_BY_VALUE
 
 
 def _code_reasons(code: types.CodeType) -> list[str]:
