@@ -324,10 +324,13 @@ class Differentiated:
         nested.stop = len(tape.nodes) - 1
         added = tape.protected - protected  # the inner inputs are protected while the inner code runs
         call_args = tuple(args) if self._bound_self is None else (self._bound_self, *args)
+        tls = _tls
+        tls.nesting = getattr(tls, "nesting", 0) + 1  # checkpointed calls record as usual (runtime/checkpoint.py)
         try:
             out = abi._call_python(tape, site, self._target, call_args, kwargs or None)
         finally:
             tape.protected -= added
+            tls.nesting -= 1
         return out, tape, specs, nested
 
     def _call_site(self) -> abi.Site:
@@ -567,7 +570,12 @@ class _Nested:
         if not seeds:
             return [None] * len(self.tape.nodes)
         if self.recording():
-            return _nested_sweep.sweep_recorded(self.tape, seeds, self.stop)
+            tls = _tls
+            tls.nesting = getattr(tls, "nesting", 0) + 1
+            try:
+                return _nested_sweep.sweep_recorded(self.tape, seeds, self.stop)
+            finally:
+                tls.nesting -= 1
         return sweep(self.tape, seeds, self.stop)
 
     def project(self, ct: Any, primal: Any) -> Any:

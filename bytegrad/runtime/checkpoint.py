@@ -1,0 +1,381 @@
+"""Checkpointing: `bytegrad.checkpoint(fn)`, whose intermediates the reverse pass recomputes.
+
+A call of a checkpointed function on a tape runs `fn` recorded as usual, then collapses what it
+recorded (the segment) into one record: its parents are the values from outside the segment
+that the segment's records read (arguments, but also closures, globals and attributes: whatever
+the rewritten code found tracked), its outputs are the tracked leaves of the returned tree. Its
+reverse step runs `fn` again on a fresh tape on which those outside values are the leaves, and
+sweeps it; its forward step (jvp) pushes tangents through such a rerun. So the tape keeps the
+inputs and outputs of each call and nothing in between.
+
+What is recorded as usual instead (correct, no memory saved): a call inside a nested derivative
+(grad of grad, hvp; the rerun would have to be recorded too), on a compiled program's capture
+tape, and a call whose `fn` writes into arrays in place (the writes' bookkeeping spans the tape);
+the last gives a `PerformanceWarning`. `fn` must be deterministic and return what it computes: a
+value it computed and kept elsewhere (a global list, an attribute) is an error.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+import types
+import warnings
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from bytegrad.errors import DifferentiationError, qualname
+from bytegrad.rules.registry import ZERO, transparent
+from bytegrad.runtime import abi, forward, pytree, writes, zerosafe
+from bytegrad.runtime.backward import _bw_tuple_item, _TupleOut
+from bytegrad.runtime.forward import PerformanceWarning
+from bytegrad.runtime.tape import CaptureTape, Tape, _tls, sweep
+
+__all__ = ["checkpoint", "Checkpointed"]
+
+_ndarray = np.ndarray
+_getrefcount = sys.getrefcount
+#: records that write memory or re-derive views of written memory: their bookkeeping (owners,
+#: versions, stale marks) spans the whole tape, so a segment holding one is kept as recorded
+_WRITES = frozenset({writes._bw_setitem, writes._bw_owner_write, writes._bw_view, writes._bw_add_at})
+
+
+class Checkpointed:
+    """What `checkpoint(fn)` returns: call it as `fn`; on a tape, its intermediates are recomputed."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        """A checkpointed method: bound like the function it wraps."""
+        if obj is None:
+            return self
+        return Checkpointed(types.MethodType(self.fn, obj))
+
+    def __reduce__(self) -> Any:
+        """By reference when the module holds this object under its name (a decorated function)."""
+        module = sys.modules.get(getattr(self, "__module__", None) or "")
+        name = getattr(self, "__qualname__", "")
+        found: Any = module
+        for part in name.split("."):
+            found = getattr(found, part, None)
+        if found is self:
+            return name
+        return Checkpointed, (self.fn,)
+
+    def __repr__(self) -> str:
+        return f"<bytegrad.checkpoint of {qualname(self.fn)}>"
+
+
+def checkpoint(fn: Callable[..., Any]) -> Checkpointed:
+    """Differentiate `fn` without keeping its intermediates: the reverse pass recomputes them.
+
+    Use it as a decorator on a helper or a loop body. When a gradient is taken, each call keeps
+    its inputs and outputs on the tape and nothing in between; the reverse pass runs `fn` again
+    to get them back. Memory falls from all the intermediates to those of one call at a time, for
+    about one more forward pass. Gradients are the same as without it. Outside a gradient it just
+    calls `fn`.
+
+    Parameters
+    ----------
+    fn : callable
+        A function whose result depends only on its arguments and on values that do not change
+        until the gradient is computed (closures, globals and attributes are followed, arguments
+        may be arrays, floats, containers of them, ints and flags). It must be deterministic (the
+        rerun must compute the same thing) and return what it computes: a value it stores
+        elsewhere (an outer list, an attribute) is refused with an error.
+
+    Returns
+    -------
+    Checkpointed
+        A callable with `fn`'s name and docstring; `.fn` is `fn`.
+
+    Notes
+    -----
+    Recorded as usual instead (same gradients, no memory saved): calls inside a nested
+    derivative (grad of grad, `hvp`, `hessian`), calls in the capture of a compiled program, and
+    calls whose `fn` writes into arrays in place (with a `PerformanceWarning`). Forward mode
+    (`jvp`, `jacobian(mode="fwd")`) reruns `fn` to push tangents through.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import bytegrad
+    >>> @bytegrad.checkpoint
+    ... def step(x, w):
+    ...     return x + 0.1 * np.sin(x) * w
+    >>> def loss(w, x):
+    ...     for _ in range(100):
+    ...         x = step(x, w)
+    ...     return np.sum(x ** 2)
+    >>> g = bytegrad.grad(loss)(np.ones(3), np.linspace(0.0, 1.0, 3))
+    >>> g.shape
+    (3,)
+    """
+    if isinstance(fn, Checkpointed):
+        return fn
+    if not callable(fn):
+        raise TypeError(f"checkpoint needs a callable, got {type(fn).__name__}")
+    return Checkpointed(fn)
+
+
+checkpoint.__module__ = "bytegrad"  # its public name, in error messages and docs/rules.md
+transparent(checkpoint)  # `checkpoint(inner)` inside differentiated code: called as it is
+
+
+# ---- on a tape ------------------------------------------------------------------------------------
+
+
+def call(tape: Tape, site: abi.Site, cp: Checkpointed, args: tuple, kwargs: Optional[dict]) -> Any:
+    """`cp(*args, **kwargs)` from rewritten code: recorded, then collapsed into one record."""
+    fn = cp.fn
+    if tape.__class__ is CaptureTape:
+        tape.refuse("calls a checkpointed function (a compiled program keeps every value)", site)
+        return abi._dispatch(tape, site, fn, args, kwargs)
+    if getattr(_tls, "nesting", 0):  # a nested derivative differentiates its own sweep: see module doc
+        return abi._dispatch(tape, site, fn, args, kwargs)
+    i0 = len(tape.nodes)
+    n_stale, n_owners, indexed = len(tape.stale), len(tape.owners), tape._indexed
+    out = abi._dispatch(tape, site, fn, args, kwargs)
+    if len(tape.nodes) == i0:
+        return out
+    why = _why_kept(tape, i0, n_stale, n_owners)
+    if why is not None:
+        _keep(site, fn, why)
+        return out
+    why = _collapse(tape, site, fn, args, kwargs, out, i0, indexed)
+    if why is not None:
+        _keep(site, fn, why)
+    return out
+
+
+_WARNED: dict[Any, Any] = {}  # the warnings registry of these warnings: once per call site
+
+
+def _keep(site: abi.Site, fn: Any, why: str) -> None:
+    warnings.warn_explicit(
+        f"bytegrad.checkpoint: the call of {qualname(fn)} is kept on the tape (no memory saved): it "
+        f"{why}. Checkpoint a function that computes new arrays instead.", PerformanceWarning,
+        site.filename, site.lineno or 0, registry=_WARNED)
+
+
+def _why_kept(tape: Tape, i0: int, n_stale: int, n_owners: int) -> Optional[str]:
+    """Why the segment from `i0` cannot be collapsed, or None."""
+    if len(tape.stale) != n_stale or len(tape.owners) != n_owners:
+        return "writes into an array in place"
+    nodes = tape.nodes
+    for k in range(i0, len(nodes)):
+        node = nodes[k]
+        if node is not None and node[0] in _WRITES:
+            return "writes into an array in place"
+    return None
+
+
+def _externals(parents: Any, i0: int, found: dict[int, None]) -> None:
+    """Collect the node indices below `i0` in a record's parents (ints, None, nested containers)."""
+    if parents is None:
+        return
+    if parents.__class__ is int:
+        if parents < i0:
+            found[parents] = None
+        return
+    for p in (parents.values() if type(parents) is dict else parents):
+        _externals(p, i0, found)
+
+
+class _Segment:
+    """What a collapsed segment's record keeps: how to rerun it and match the rerun to the tape."""
+
+    __slots__ = ("fn", "args", "kwargs", "inputs", "positions", "n_leaves", "tape_cls", "site")
+
+    def __init__(self, fn: Any, args: tuple, kwargs: Optional[dict], inputs: list, positions: tuple,
+                 n_leaves: int, tape_cls: type, site: abi.Site) -> None:
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.inputs = inputs          # the outside values the segment read, one per parent
+        self.positions = positions    # for each output: its place among the output tree's tracked leaves
+        self.n_leaves = n_leaves      # how many tracked leaves the output tree has
+        self.tape_cls = tape_cls
+        self.site = site
+
+
+def _collapse(tape: Tape, site: abi.Site, fn: Any, args: tuple, kwargs: Optional[dict], out: Any,
+              i0: int, indexed: int) -> Optional[str]:
+    """Replace the records from `i0` on by one (and one per output beyond the first); or say why
+    not, having changed nothing."""
+    nodes, values, ids = tape.nodes, tape.values, tape.ids
+    found: dict[int, None] = {}
+    for k in range(i0, len(nodes)):
+        if nodes[k] is not None:  # (no local name for the record: it would keep its values alive)
+            _externals(nodes[k][1], i0, found)
+    parents = tuple(found)
+    inputs = [values[e] for e in parents]
+    outer = {id(v): e for v, e in zip(inputs, parents)}
+    if len(outer) != len(parents):  # (the rerun finds its inputs by identity)
+        return "reads two versions of an array that was written in place"
+    for k in range(i0, len(values)):  # an outside value handed back as it is (np.asarray(x)): still itself
+        e = outer.get(id(values[k]))
+        if e is not None:
+            ids[id(values[k])] = e
+    leaves = pytree.output_nodes(out, ids)
+    positions, produced, seen = [], [], set()
+    for pos, (leaf, idx) in enumerate(leaves):
+        if idx >= i0 and id(leaf) not in seen:
+            seen.add(id(leaf))
+            positions.append(pos)
+            produced.append(leaf)
+    segment_values = values[i0:]
+    sites = [node[2] if node is not None else None for node in nodes[i0:]]
+    del values[i0:], nodes[i0:]
+    for v in segment_values:
+        j = ids.get(id(v))
+        if j is not None and j >= i0:
+            del ids[id(v)]
+    if indexed > i0 or tape._indexed > i0:  # (the write index: only written arrays are in it)
+        tape._indexed = min(tape._indexed, i0)
+    tape.guarded = min(tape.guarded, i0)
+    _check_kept(segment_values, sites, out, fn, {id(leaf) for leaf, _ in leaves})
+    if not produced:
+        return None
+    record = _Segment(fn, args, kwargs, inputs, tuple(positions), len(leaves), type(tape), site)
+    node = (_bw_checkpoint, parents, site, record)
+    if len(produced) == 1:
+        tape.push(node, produced[0])
+        return None
+    holder = len(values)
+    tape.push(node, _TupleOut(tuple(produced)))
+    n = len(produced)
+    for k, leaf in enumerate(produced):
+        tape.push((_bw_tuple_item, (holder,), site, k, n), leaf)
+    return None
+
+
+def _check_kept(segment_values: list, sites: list, out: Any, fn: Any, outputs: set[int]) -> None:
+    """Refuse an intermediate of the segment that something besides the output still holds: once the
+    segment is collapsed it is no longer tracked, so using it later would lose its derivative."""
+    expected: dict[int, int] = {}
+    _count_holders(out, expected, set())
+    for v in segment_values:
+        t = type(v)
+        if t is _TupleOut:
+            _count_holders(v.value, expected, set())
+        elif t is _ndarray and v.base is not None:
+            expected[id(v.base)] = expected.get(id(v.base), 0) + 1
+        expected[id(v)] = expected.get(id(v), 0) + 1
+    for k in range(len(segment_values)):  # (not enumerate: its reused pair would hold a reference)
+        v = segment_values[k]
+        if type(v) is not _ndarray or v.dtype.kind not in "fc" or id(v) in outputs:
+            continue
+        # references: the list, `v` here, getrefcount's argument, and the holders counted above
+        if _getrefcount(v) - 2 > expected.get(id(v), 0):
+            site = sites[k]
+            raise DifferentiationError(
+                f"the checkpointed function {qualname(fn)} computed this value and kept it somewhere besides "
+                "its return value (an outer list, an attribute, a global): its derivative would be lost, "
+                "since checkpointing keeps only what the function returns.",
+                site.loc() if site is not None else None,
+                "return the value from the function (and take it from the result), or do not checkpoint it.")
+
+
+def _count_holders(value: Any, expected: dict[int, int], seen: set[int]) -> None:
+    """Count the references a tree's containers (and array bases) hold to each object, once per container."""
+    t = type(value)
+    if t is _ndarray:
+        if value.base is not None and id(value) not in seen:
+            seen.add(id(value))
+            expected[id(value.base)] = expected.get(id(value.base), 0) + 1
+        return
+    if t is tuple or t is list or t is dict or isinstance(value, (tuple, list, dict)):
+        if id(value) in seen:
+            return
+        seen.add(id(value))
+        for v in (value.values() if isinstance(value, dict) else value):
+            expected[id(v)] = expected.get(id(v), 0) + 1
+            _count_holders(v, expected, seen)
+
+
+# ---- the rerun ------------------------------------------------------------------------------------
+
+
+def _rerun(record: _Segment) -> tuple[Tape, list[int], list[int]]:
+    """Run the segment again on a fresh tape whose leaves are its outside inputs: (tape, the leaves'
+    indices, the outputs' indices)."""
+    tape = record.tape_cls()
+    tape.lean = True
+    leaf_idx = [tape.leaf(v) for v in record.inputs]
+    old = getattr(_tls, "tape", None)
+    _tls.tape = tape
+    try:
+        out = abi._dispatch(tape, record.site, record.fn, record.args, record.kwargs)
+    finally:
+        _tls.tape = old
+    leaves = pytree.output_nodes(out, tape.ids)
+    if len(leaves) != record.n_leaves:
+        raise _nondeterministic(record)
+    return tape, leaf_idx, [leaves[p][1] for p in record.positions]
+
+
+def _nondeterministic(record: _Segment) -> DifferentiationError:
+    return DifferentiationError(
+        f"the checkpointed function {qualname(record.fn)} returned differently shaped results when the "
+        "reverse pass ran it again: checkpointing needs a function that computes the same thing each time.",
+        record.site.loc(), "make the function deterministic (no random numbers, no state it changes), or do "
+        "not checkpoint it.")
+
+
+def _bw_checkpoint(ct: Any, node: tuple, out: Any) -> tuple[Any, ...]:
+    """The reverse step of a collapsed segment: rerun it and sweep the rerun."""
+    return _pull(ct, node, out, False)
+
+
+def _bw_checkpoint_safe(ct: Any, node: tuple, out: Any) -> tuple[Any, ...]:
+    """Its zero-safe twin (a mask was recorded after it: runtime/zerosafe.py), for the rerun's records too."""
+    return _pull(ct, node, out, True)
+
+
+def _pull(ct: Any, node: tuple, out: Any, safe: bool) -> tuple[Any, ...]:
+    record = node[3]
+    tape, leaf_idx, out_idx = _rerun(record)
+    if safe:
+        zerosafe.guard(tape)
+    seeds: dict[int, Any] = {}
+    for j, c in zip(out_idx, ct if type(out) is _TupleOut else (ct,)):
+        if c is None or c is ZERO:
+            continue
+        seeds[j] = c if j not in seeds else seeds[j] + c
+    if not seeds:
+        return (None,) * len(leaf_idx)
+    bars = sweep(tape, seeds)
+    return tuple(bars[i] for i in leaf_idx)
+
+
+def _saved_checkpoint(node: tuple) -> list[np.ndarray]:
+    """The arrays the rerun reads: the outside inputs (copied by the tape before being overwritten)."""
+    found: list[np.ndarray] = []
+    for v in node[3].inputs:
+        if type(v) is _ndarray:
+            found.append(v)
+    return found
+
+
+def pf_checkpoint(node: tuple, out: Any, parent_dots: Any) -> Any:
+    """Forward mode through a collapsed segment: push the inputs' tangents through a rerun."""
+    record = node[3]
+    tape, leaf_idx, out_idx = _rerun(record)
+    seeds = {i: d for i, d in zip(leaf_idx, parent_dots) if d is not None}
+    dots = forward.push_forward(tape, seeds)
+    result = tuple(forward.fit_tangent(dots[j], tape.values[j]) for j in out_idx)
+    return result if type(out) is _TupleOut else result[0]
+
+
+_bw_checkpoint.saved = _saved_checkpoint  # type: ignore[attr-defined]
+_bw_checkpoint_safe.saved = _saved_checkpoint  # type: ignore[attr-defined]
+zerosafe.SAFE[_bw_checkpoint] = _bw_checkpoint_safe
+forward.PUSHFORWARDS[_bw_checkpoint] = pf_checkpoint
+forward.PUSHFORWARDS[_bw_checkpoint_safe] = pf_checkpoint
+abi.CALL_HANDLERS[Checkpointed] = call
