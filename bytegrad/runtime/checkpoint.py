@@ -232,14 +232,16 @@ def _collapse(tape: Tape, site: abi.Site, fn: Any, args: tuple, kwargs: Optional
     segment_values = values[i0:]
     sites = [node[2] if node is not None else None for node in nodes[i0:]]
     del values[i0:], nodes[i0:]
+    tracked = set()  # (not the stand-ins a released value leaves behind: shared, and untracked)
     for v in segment_values:
         j = ids.get(id(v))
         if j is not None and j >= i0:
             del ids[id(v)]
+            tracked.add(id(v))
     if indexed > i0 or tape._indexed > i0:  # (the write index: only written arrays are in it)
         tape._indexed = min(tape._indexed, i0)
     tape.guarded = min(tape.guarded, i0)
-    _check_kept(segment_values, sites, out, fn, {id(leaf) for leaf, _ in leaves})
+    _check_kept(segment_values, sites, out, fn, tracked - {id(leaf) for leaf, _ in leaves})
     if not produced:
         return None
     record = _Segment(fn, args, kwargs, inputs, tuple(positions), len(leaves), type(tape), site)
@@ -255,9 +257,10 @@ def _collapse(tape: Tape, site: abi.Site, fn: Any, args: tuple, kwargs: Optional
     return None
 
 
-def _check_kept(segment_values: list, sites: list, out: Any, fn: Any, outputs: set[int]) -> None:
-    """Refuse an intermediate of the segment that something besides the output still holds: once the
-    segment is collapsed it is no longer tracked, so using it later would lose its derivative."""
+def _check_kept(segment_values: list, sites: list, out: Any, fn: Any, intermediates: set[int]) -> None:
+    """Refuse an intermediate of the segment (`intermediates`: ids of values it tracked that are not
+    outputs) that something besides the output still holds: once the segment is collapsed it is no
+    longer tracked, so using it later would lose its derivative."""
     expected: dict[int, int] = {}
     _count_holders(out, expected, set())
     for v in segment_values:
@@ -269,7 +272,7 @@ def _check_kept(segment_values: list, sites: list, out: Any, fn: Any, outputs: s
         expected[id(v)] = expected.get(id(v), 0) + 1
     for k in range(len(segment_values)):  # (not enumerate: its reused pair would hold a reference)
         v = segment_values[k]
-        if type(v) is not _ndarray or v.dtype.kind not in "fc" or id(v) in outputs:
+        if type(v) is not _ndarray or id(v) not in intermediates:
             continue
         # references: the list, `v` here, getrefcount's argument, and the holders counted above
         if _getrefcount(v) - 2 > expected.get(id(v), 0):
