@@ -178,14 +178,18 @@ def report(rows: list[dict[str, Any]], info: dict[str, Any], repeats: int) -> st
         "",
         table,
         "",
-        "Without checkpointing the tape keeps what each step's reverse step reads (here the step's input "
-        "and `sin(x)`'s partial inputs: two arrays of 8 KB per step). With each step checkpointed it keeps "
-        "each step's output only, and the reverse pass recomputes the step; with blocks of about "
-        "sqrt(N) steps checkpointed it keeps the blocks' outputs, and while one block is recomputed, its "
-        "steps' outputs. The time is one more forward pass (two for blocks, whose steps are rerun once "
-        "per block and once per step), plus the cost of recording and collapsing each call. The MLP's "
-        "tape holds little beyond the layers' outputs, which checkpointing keeps too: it saves the "
-        "pre-activations and the softmax temporaries.",
+        "Without checkpointing the tape keeps what each step's reverse step reads: several arrays of "
+        "8 KB per step (the fused site `x + dt * np.sin(x) * w` keeps its output and its partials), so "
+        "the peak grows with the number of steps. With each step checkpointed the tape keeps each "
+        "step's output only (16 MB for 2,000 steps), and the reverse pass recomputes the step; with "
+        "blocks of about sqrt(N) steps checkpointed it keeps the blocks' outputs, and while one block "
+        "is recomputed, that block's steps' outputs. The time is about one more forward pass (the call "
+        "is recorded, then collapsed, and recorded again in the reverse pass), and one more again for "
+        "blocks, whose steps are rerun once for the block and once each. The MLP has nothing to gain: "
+        "its tape holds little beyond the layers' outputs (the fused `tanh(W @ h + b)` sites keep only "
+        "their outputs), which checkpointing keeps too, and recomputing a layer during the reverse "
+        "pass holds its temporaries beside the cotangents: a higher peak and a slower gradient. "
+        "Checkpoint where intermediates outnumber the values passed between calls.",
         "",
         "## Machine",
         "",

@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from bytegrad.errors import DifferentiationError, qualname
-from bytegrad.rules.registry import ZERO, transparent
+from bytegrad.rules.registry import ZERO
 from bytegrad.runtime import abi, forward, pytree, writes, zerosafe
 from bytegrad.runtime.backward import _bw_tuple_item, _TupleOut
 from bytegrad.runtime.forward import PerformanceWarning
@@ -123,8 +123,7 @@ def checkpoint(fn: Callable[..., Any]) -> Checkpointed:
     return Checkpointed(fn)
 
 
-checkpoint.__module__ = "bytegrad"  # its public name, in error messages and docs/rules.md
-transparent(checkpoint)  # `checkpoint(inner)` inside differentiated code: called as it is
+checkpoint.__module__ = "bytegrad"  # its public name, in error messages
 
 
 # ---- on a tape ------------------------------------------------------------------------------------
