@@ -4,16 +4,24 @@ ints and flags, closures, methods, nested checkpoints, float32, forward mode and
 """
 from __future__ import annotations
 
+import inspect
+import os
 import pickle
+import sys
 import tracemalloc
 import warnings
 
 import numpy as np
 import pytest
 
-import bytegrad
-from bytegrad import checkpoint
-from tests.gradcheck import check_grad
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import functions as catalogue  # noqa: E402
+from gradcheck import assert_trees_close, check_grad  # noqa: E402
+from test_catalogue import make_inputs  # noqa: E402
+
+import bytegrad  # noqa: E402
+from bytegrad import checkpoint  # noqa: E402
 
 R = np.random.default_rng(0)
 X = R.normal(size=6)
@@ -285,22 +293,61 @@ def test_compiled_tiers_fall_back_to_the_general_path():
             assert_same(expected, d.grad(X, W))
 
 
-def test_in_place_writes_inside_are_kept_on_the_tape_with_a_warning():
+def stencil_loop(x, wrap):
+    @wrap
+    def stencil(x):  # allocate-then-fill, and in-place operators, on arrays the function made
+        new = np.empty_like(x)
+        new[1:-1] = x[:-2] - 2.0 * x[1:-1] + x[2:]
+        new[0] = new[-1] = 0.0
+        new *= 0.1
+        return x + new
+    for _ in range(3):
+        x = stencil(x)
+    return np.sum(np.sin(x))
+
+
+def test_writes_into_arrays_the_function_made_are_collapsed_with_it():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g0, g1 = both(stencil_loop, X)
+    assert_same(g0, g1)
+    check_grad(lambda x: stencil_loop(x, checkpoint), (X,))
+
+
+def test_writes_into_an_outside_array_keep_the_call_with_a_warning():
     def f(x, wrap):
+        buf = x * 1.0  # tracked, made outside the checkpointed function
+
         @wrap
-        def stencil(x):
-            new = np.empty_like(x)
-            new[1:-1] = x[:-2] - 2.0 * x[1:-1] + x[2:]
-            new[0] = new[-1] = 0.0
-            return x + 0.1 * new
-        for _ in range(3):
-            x = stencil(x)
-        return np.sum(np.sin(x))
+        def bump(y):
+            buf[1:3] = y[:2] ** 2  # writes into buf
+            return np.sum(buf * y)
+
+        return bump(np.cos(x)) + np.sum(buf ** 3)
 
     g0 = general(lambda x: f(x, plain)).grad(X)
-    with pytest.warns(bytegrad.PerformanceWarning, match="writes into an array in place"):
+    with pytest.warns(bytegrad.PerformanceWarning, match="kept on the tape"):
         g1 = general(lambda x: f(x, checkpoint)).grad(X)
     assert_same(g0, g1)
+
+
+TRAJECTORY = np.zeros((3, 6))
+
+
+def test_writing_into_an_untracked_outside_array_is_an_error_naming_the_line():
+    @checkpoint
+    def step(x, i):
+        y = x + np.sin(x)
+        TRAJECTORY[i] = y  # the line the error names
+        return y
+
+    def f(x):
+        for i in range(3):
+            x = step(x, i)
+        return np.sum(TRAJECTORY ** 2)
+
+    with pytest.raises(bytegrad.DifferentiationError, match=r"TRAJECTORY\[i\] = y"):
+        general(f).grad(X)
 
 
 KEPT = []
@@ -412,3 +459,45 @@ def test_layers_with_fused_sites_over_many_calls():
     d1 = general(lambda p, x: mlp(p, x, checkpoint))
     for _ in range(6):
         assert_same(d0.grad(params, x), d1.grad(params, x))
+
+
+def _positional(fn, wrt):
+    """`wrt` with parameter names replaced by positions (the wrapper below has no named parameters)."""
+    names = list(inspect.signature(fn).parameters)
+    if isinstance(wrt, tuple):
+        return tuple(_positional(fn, w) for w in wrt)
+    return names.index(wrt) if isinstance(wrt, str) else wrt
+
+
+def _calling(wrapped):
+    """A differentiated function that calls `wrapped` (a fresh code object per case: no recompile warning)."""
+    namespace = {"wrapped": wrapped}
+    exec("def calls(*args, **kwargs):\n    return wrapped(*args, **kwargs)\n", namespace)
+    return namespace["calls"]
+
+
+def catalogue_cases():
+    return [pytest.param(c, f32, id=f"{c.id}{'-f32' if f32 else ''}")
+            for f32, cases in ((False, catalogue.CASES), (True, catalogue.FLOAT32_CASES)) for c in cases]
+
+
+@pytest.mark.parametrize("case, float32", catalogue_cases())
+def test_every_catalogue_program_checkpointed_whole(case, float32):
+    """Each program of tests/functions.py called through checkpoint from a differentiated wrapper:
+    the plain gradient, with no call kept on the tape (module_level_state leaves values in module
+    attributes, which is refused)."""
+    wrapped = checkpoint(case.fn)
+    wrt = _positional(case.fn, case.wrt)
+    d0 = general(case.fn, case.wrt)
+    d1 = general(_calling(wrapped), wrt)
+    args, kwargs = make_inputs(case, 0, float32)
+    g0 = d0.grad(*args, **kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", bytegrad.PerformanceWarning)
+        if case.id == "module_level_state":
+            with pytest.raises(bytegrad.DifferentiationError, match="left it somewhere besides"):
+                d1.grad(*args, **kwargs)
+            return
+        g1 = d1.grad(*args, **kwargs)
+    tol = 1e-6 if float32 else 1e-10
+    assert_trees_close(g1, g0, rtol=tol, atol=tol)

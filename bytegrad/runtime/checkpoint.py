@@ -8,11 +8,14 @@ reverse step runs `fn` again on a fresh tape on which those outside values are t
 sweeps it; its forward step (jvp) pushes tangents through such a rerun. So the tape keeps the
 inputs and outputs of each call and nothing in between.
 
-What is recorded as usual instead (correct, no memory saved): a call inside a nested derivative
-(grad of grad, hvp; the rerun would have to be recorded too), on a compiled program's capture
-tape, and a call whose `fn` writes into arrays in place (the writes' bookkeeping spans the tape);
-the last gives a `PerformanceWarning`. `fn` must be deterministic and return what it computes: a
-value it computed and kept elsewhere (a global list, an attribute) is an error.
+Writes into arrays `fn` made (allocate-then-fill, in-place operators) collapse with it: their
+bookkeeping (owners, stale marks, the index of saved arrays) is dropped with the segment. What is
+recorded as usual instead (correct, no memory saved): a call inside a nested derivative (grad of
+grad, hvp; the rerun would have to be recorded too), on a compiled program's capture tape, and a
+call whose `fn` writes into an array written before the call (with a `PerformanceWarning`).
+`fn` must be deterministic and return what it computes: a value it computed and left elsewhere
+(a global list, an attribute, an outside array it wrote into) is an error, found by reference
+counts once the segment's records are gone.
 """
 from __future__ import annotations
 
@@ -87,7 +90,8 @@ def checkpoint(fn: Callable[..., Any]) -> Checkpointed:
         until the gradient is computed (closures, globals and attributes are followed, arguments
         may be arrays, floats, containers of them, ints and flags). It must be deterministic (the
         rerun must compute the same thing) and return what it computes: a value it stores
-        elsewhere (an outer list, an attribute) is refused with an error.
+        elsewhere (an outer list, an attribute, an outside array) is refused with an error.
+        Writing into arrays it made itself is fine.
 
     Returns
     -------
@@ -98,7 +102,8 @@ def checkpoint(fn: Callable[..., Any]) -> Checkpointed:
     -----
     Recorded as usual instead (same gradients, no memory saved): calls inside a nested
     derivative (grad of grad, `hvp`, `hessian`), calls in the capture of a compiled program, and
-    calls whose `fn` writes into arrays in place (with a `PerformanceWarning`). Forward mode
+    calls whose `fn` writes into an array written before the call (with a `PerformanceWarning`).
+    Forward mode
     (`jvp`, `jacobian(mode="fwd")`) reruns `fn` to push tangents through.
 
     Examples
@@ -138,39 +143,37 @@ def call(tape: Tape, site: abi.Site, cp: Checkpointed, args: tuple, kwargs: Opti
     if getattr(_tls, "nesting", 0):  # a nested derivative differentiates its own sweep: see module doc
         return abi._dispatch(tape, site, fn, args, kwargs)
     i0 = len(tape.nodes)
-    n_stale, n_owners, indexed = len(tape.stale), len(tape.owners), tape._indexed
+    before = (set(tape.stale), set(tape.owners)) if tape.stale or tape.owners else ((), ())
     out = abi._dispatch(tape, site, fn, args, kwargs)
     if len(tape.nodes) == i0:
         return out
-    why = _why_kept(tape, i0, n_stale, n_owners)
+    why = _why_kept(tape, i0, before[0])
+    if why is None:
+        why = _collapse(tape, site, fn, args, kwargs, out, i0, before[1])
     if why is not None:
-        _keep(site, fn, why)
-        return out
-    why = _collapse(tape, site, fn, args, kwargs, out, i0, indexed)
-    if why is not None:
-        _keep(site, fn, why)
+        warnings.warn_explicit(
+            f"bytegrad.checkpoint: the call of {qualname(fn)} is kept on the tape (no memory saved): it "
+            f"{why}. Checkpoint a function that computes its own arrays from its inputs instead.",
+            PerformanceWarning, site.filename, site.lineno or 0, registry=_WARNED)
     return out
 
 
 _WARNED: dict[Any, Any] = {}  # the warnings registry of these warnings: once per call site
 
 
-def _keep(site: abi.Site, fn: Any, why: str) -> None:
-    warnings.warn_explicit(
-        f"bytegrad.checkpoint: the call of {qualname(fn)} is kept on the tape (no memory saved): it "
-        f"{why}. Checkpoint a function that computes new arrays instead.", PerformanceWarning,
-        site.filename, site.lineno or 0, registry=_WARNED)
-
-
-def _why_kept(tape: Tape, i0: int, n_stale: int, n_owners: int) -> Optional[str]:
-    """Why the segment from `i0` cannot be collapsed, or None."""
-    if len(tape.stale) != n_stale or len(tape.owners) != n_owners:
-        return "writes into an array in place"
+def _why_kept(tape: Tape, i0: int, stale_before: Any) -> Optional[str]:
+    """Why the segment from `i0` cannot be collapsed, or None. Writes into arrays the function
+    made are collapsed with it; a write that reaches a value from before the call is not."""
+    for k in tape.stale:
+        if k < i0 and k not in stale_before:
+            return "overwrites in place a value computed before the call"
     nodes = tape.nodes
     for k in range(i0, len(nodes)):
         node = nodes[k]
         if node is not None and node[0] in _WRITES:
-            return "writes into an array in place"
+            target = node[1][0]  # the written memory's previous version (the value written is node[1][1])
+            if target is not None and target < i0:
+                return "writes in place into (or reads a view of) an array written before the call"
     return None
 
 
@@ -204,7 +207,7 @@ class _Segment:
 
 
 def _collapse(tape: Tape, site: abi.Site, fn: Any, args: tuple, kwargs: Optional[dict], out: Any,
-              i0: int, indexed: int) -> Optional[str]:
+              i0: int, owners_before: Any) -> Optional[str]:
     """Replace the records from `i0` on by one (and one per output beyond the first); or say why
     not, having changed nothing."""
     nodes, values, ids = tape.nodes, tape.values, tape.ids
@@ -237,8 +240,7 @@ def _collapse(tape: Tape, site: abi.Site, fn: Any, args: tuple, kwargs: Optional
         if j is not None and j >= i0:
             del ids[id(v)]
             tracked.add(id(v))
-    if indexed > i0 or tape._indexed > i0:  # (the write index: only written arrays are in it)
-        tape._indexed = min(tape._indexed, i0)
+    _forget_writes(tape, i0, owners_before)
     tape.guarded = min(tape.guarded, i0)
     _check_kept(segment_values, sites, out, fn, tracked - {id(leaf) for leaf, _ in leaves})
     if not produced:
@@ -254,6 +256,30 @@ def _collapse(tape: Tape, site: abi.Site, fn: Any, args: tuple, kwargs: Optional
     for k, leaf in enumerate(produced):
         tape.push((_bw_tuple_item, (holder,), site, k, n), leaf)
     return None
+
+
+def _forget_writes(tape: Tape, i0: int, owners_before: Any) -> None:
+    """Drop the write bookkeeping of the segment's records (arrays the function made and wrote):
+    the owners it added, its stale marks and its entries in the index of saved arrays."""
+    owners = tape.owners
+    if len(owners) != len(owners_before):
+        for key in [key for key in owners if key not in owners_before]:
+            del owners[key]
+    stale = tape.stale
+    if stale:
+        for k in [k for k in stale if k >= i0]:
+            del stale[k]
+    if tape._indexed > i0:
+        # the segment's entries are the last of each list they are in (only its own arrays were
+        # written, so no entry from before it was edited): lists ending in one are filtered
+        index = tape._index
+        for key in [key for key, entries in index.items() if entries and entries[-1][1] >= i0]:
+            kept = [e for e in index[key] if e[1] < i0]
+            if kept:
+                index[key] = kept
+            else:
+                del index[key]
+        tape._indexed = i0
 
 
 def _check_kept(segment_values: list, sites: list, out: Any, fn: Any, intermediates: set[int]) -> None:
@@ -277,9 +303,9 @@ def _check_kept(segment_values: list, sites: list, out: Any, fn: Any, intermedia
         if _getrefcount(v) - 2 > expected.get(id(v), 0):
             site = sites[k]
             raise DifferentiationError(
-                f"the checkpointed function {qualname(fn)} computed this value and kept it somewhere besides "
-                "its return value (an outer list, an attribute, a global): its derivative would be lost, "
-                "since checkpointing keeps only what the function returns.",
+                f"the checkpointed function {qualname(fn)} computed this value and left it somewhere besides "
+                "its return value (an outer list, an attribute, a global, an array from outside written in "
+                "place): its derivative would be lost, since checkpointing keeps only what the function returns.",
                 site.loc() if site is not None else None,
                 "return the value from the function (and take it from the result), or do not checkpoint it.")
 
