@@ -501,3 +501,24 @@ def test_every_catalogue_program_checkpointed_whole(case, float32):
         g1 = d1.grad(*args, **kwargs)
     tol = 1e-6 if float32 else 1e-10
     assert_trees_close(g1, g0, rtol=tol, atol=tol)
+
+
+def test_an_exception_only_the_rerun_meets_names_its_line():
+    calls = []
+
+    @checkpoint
+    def once(x):
+        calls.append(1)
+        if len(calls) > 1:
+            raise RuntimeError("second call")  # the line the error names
+        return np.sin(x)
+
+    with pytest.raises(bytegrad.DifferentiationError, match=r"(?s)raise RuntimeError.*ran it again"):
+        general(lambda x: np.sum(once(x))).grad(X)
+
+
+def test_local_writes_free_their_memory():
+    x = np.linspace(0.0, 1.0, 2000)
+    full = peak_bytes(lambda x: stencil_loop(x, plain), x)
+    collapsed = peak_bytes(lambda x: stencil_loop(x, checkpoint), x)
+    assert collapsed < 0.8 * full

@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from bytegrad.errors import DifferentiationError, qualname
+from bytegrad.errors import DifferentiationError, SourceLoc, _library_file, qualname
 from bytegrad.rules.registry import ZERO
 from bytegrad.runtime import abi, forward, pytree, writes, zerosafe
 from bytegrad.runtime.backward import _bw_tuple_item, _TupleOut
@@ -340,12 +340,32 @@ def _rerun(record: _Segment) -> tuple[Tape, list[int], list[int]]:
     _tls.tape = tape
     try:
         out = abi._dispatch(tape, record.site, record.fn, record.args, record.kwargs)
+    except DifferentiationError:
+        raise
+    except Exception as exc:  # it ran without error the first time: name the line that raised now
+        raise DifferentiationError(
+            f"the checkpointed function {qualname(record.fn)} raised {type(exc).__name__}: {exc} when the "
+            "reverse pass ran it again (the first run did not).", _raising_line(exc) or record.site.loc(),
+            "make the function deterministic (no state it changes between calls), or do not checkpoint "
+            "it.") from exc
     finally:
         _tls.tape = old
     leaves = pytree.output_nodes(out, tape.ids)
     if len(leaves) != record.n_leaves:
         raise _nondeterministic(record)
     return tape, leaf_idx, [leaves[p][1] for p in record.positions]
+
+
+def _raising_line(exc: BaseException) -> Optional[SourceLoc]:
+    """The innermost line of the user's code in `exc`'s traceback (not NumPy's, Python's or bytegrad's)."""
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if not _library_file(code.co_filename):
+            found = SourceLoc(code.co_filename, tb.tb_lineno, code.co_name)
+        tb = tb.tb_next
+    return found
 
 
 def _nondeterministic(record: _Segment) -> DifferentiationError:
