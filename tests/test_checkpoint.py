@@ -522,3 +522,40 @@ def test_local_writes_free_their_memory():
     full = peak_bytes(lambda x: stencil_loop(x, plain), x)
     collapsed = peak_bytes(lambda x: stencil_loop(x, checkpoint), x)
     assert collapsed < 0.8 * full
+
+
+def test_an_argument_buffer_overwritten_after_each_call():
+    """A workspace passed to each step and refilled in place before the next one: the tape keeps a
+    copy for each call's rerun, as it does for the records it would have kept."""
+    forcing = np.linspace(-1.0, 1.0, 6)
+
+    def f(x, wrap):
+        step = wrap(lambda x, b: x + 0.1 * np.sin(x) * b)
+        buf = np.empty(6)
+        for k in range(4):
+            buf[:] = forcing * k  # untracked, overwritten after each call read it
+            x = step(x, buf)
+        return np.sum(x ** 2)
+
+    assert_same(*both(f, X))
+
+
+SHARED = np.linspace(0.5, 1.5, 6)
+
+
+def test_an_array_read_from_a_global_and_overwritten_after_the_call_is_an_error():
+    @checkpoint
+    def step(x):
+        return np.sin(x) * SHARED
+
+    def f(x):
+        y = step(x)
+        SHARED[:] = 2.0  # overwrites what step read, before the reverse pass
+        return np.sum(y)
+
+    before = SHARED.copy()
+    try:
+        with pytest.raises(bytegrad.DifferentiationError, match="overwritten in place after this call"):
+            general(f).grad(X)
+    finally:
+        SHARED[:] = before

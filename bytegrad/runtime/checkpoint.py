@@ -28,11 +28,12 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from bytegrad.errors import DifferentiationError, SourceLoc, _library_file, qualname
+from bytegrad.rules._shape import _STAND_INS
 from bytegrad.rules.registry import ZERO
 from bytegrad.runtime import abi, forward, pytree, writes, zerosafe
 from bytegrad.runtime.backward import _bw_tuple_item, _TupleOut
 from bytegrad.runtime.forward import PerformanceWarning
-from bytegrad.runtime.tape import CaptureTape, Tape, _tls, sweep
+from bytegrad.runtime.tape import CaptureTape, Tape, _tls, saved_arrays, sweep
 
 __all__ = ["checkpoint", "Checkpointed"]
 
@@ -192,10 +193,11 @@ def _externals(parents: Any, i0: int, found: dict[int, None]) -> None:
 class _Segment:
     """What a collapsed segment's record keeps: how to rerun it and match the rerun to the tape."""
 
-    __slots__ = ("fn", "args", "kwargs", "inputs", "positions", "n_leaves", "tape_cls", "site")
+    __slots__ = ("fn", "args", "kwargs", "inputs", "positions", "n_leaves", "tape_cls", "site", "watched",
+                 "identities")
 
     def __init__(self, fn: Any, args: tuple, kwargs: Optional[dict], inputs: list, positions: tuple,
-                 n_leaves: int, tape_cls: type, site: abi.Site) -> None:
+                 n_leaves: int, tape_cls: type, site: abi.Site, watched: tuple) -> None:
         self.fn = fn
         self.args = args
         self.kwargs = kwargs
@@ -204,6 +206,10 @@ class _Segment:
         self.n_leaves = n_leaves      # how many tracked leaves the output tree has
         self.tape_cls = tape_cls
         self.site = site
+        # the untracked outside arrays the segment's records read (constants, buffers): with the
+        # inputs, what the tape copies for this record before an in-place write overwrites it
+        self.watched = watched
+        self.identities = tuple(map(id, inputs)) + tuple(map(id, watched))  # (before any copy replaces one)
 
 
 def _collapse(tape: Tape, site: abi.Site, fn: Any, args: tuple, kwargs: Optional[dict], out: Any,
@@ -233,6 +239,7 @@ def _collapse(tape: Tape, site: abi.Site, fn: Any, args: tuple, kwargs: Optional
             produced.append(leaf)
     segment_values = values[i0:]
     sites = [node[2] if node is not None else None for node in nodes[i0:]]
+    read = _read_from_outside(nodes, values, ids, i0)
     del values[i0:], nodes[i0:]
     tracked = set()  # (not the stand-ins a released value leaves behind: shared, and untracked)
     for v in segment_values:
@@ -245,7 +252,8 @@ def _collapse(tape: Tape, site: abi.Site, fn: Any, args: tuple, kwargs: Optional
     _check_kept(segment_values, sites, out, fn, tracked - {id(leaf) for leaf, _ in leaves})
     if not produced:
         return None
-    record = _Segment(fn, args, kwargs, inputs, tuple(positions), len(leaves), type(tape), site)
+    watched = _held_outside(read, segment_values, out)
+    record = _Segment(fn, args, kwargs, inputs, tuple(positions), len(leaves), type(tape), site, watched)
     node = (_bw_checkpoint, parents, site, record)
     if len(produced) == 1:
         tape.push(node, produced[0])
@@ -256,6 +264,44 @@ def _collapse(tape: Tape, site: abi.Site, fn: Any, args: tuple, kwargs: Optional
     for k, leaf in enumerate(produced):
         tape.push((_bw_tuple_item, (holder,), site, k, n), leaf)
     return None
+
+
+def _read_from_outside(nodes: list, values: list, ids: dict[int, int], i0: int) -> dict[int, np.ndarray]:
+    """The memory owners of the arrays the records from `i0` on read in their reverse steps, except
+    values they produced: outside constants and buffers, and arrays the function made untracked."""
+    read: dict[int, np.ndarray] = {}
+    for k in range(i0, len(nodes)):
+        if nodes[k] is None:
+            continue
+        for arr in saved_arrays(nodes[k]):
+            owner = arr.base if type(arr.base) is _ndarray else arr
+            # (tracked outside values are the record's inputs; a stand-in holds no data)
+            if id(owner) not in read and id(owner) not in ids and not _is_stand_in(arr):
+                read[id(owner)] = owner
+    return read
+
+
+def _is_stand_in(arr: np.ndarray) -> bool:
+    return arr.base is not None and _STAND_INS.get((arr.shape, arr.dtype)) is arr
+
+
+def _held_outside(read: dict[int, np.ndarray], segment_values: list, out: Any) -> tuple:
+    """Of the arrays `read` (the segment's records are gone), those something outside still holds:
+    the tape must copy them for the rerun before an in-place write. (The function's own untracked
+    arrays, held by nothing else, are let go.)"""
+    bases: dict[int, int] = {}
+    _count_holders(out, bases, set())
+    for v in segment_values:
+        if type(v) is _ndarray and type(v.base) is _ndarray:
+            bases[id(v.base)] = bases.get(id(v.base), 0) + 1
+    held = []
+    for key in list(read):
+        owner = read.pop(key)
+        # references: `owner` here, getrefcount's argument, and the views and containers counted
+        if _getrefcount(owner) - 2 > bases.get(key, 0):
+            held.append(owner)
+        del owner
+    return tuple(held)
 
 
 def _forget_writes(tape: Tape, i0: int, owners_before: Any) -> None:
@@ -333,6 +379,14 @@ def _count_holders(value: Any, expected: dict[int, int], seen: set[int]) -> None
 def _rerun(record: _Segment) -> tuple[Tape, list[int], list[int]]:
     """Run the segment again on a fresh tape whose leaves are its outside inputs: (tape, the leaves'
     indices, the outputs' indices)."""
+    now = tuple(map(id, record.inputs)) + tuple(map(id, record.watched))
+    if now != record.identities and not _copies_reach_rerun(record, now):
+        raise DifferentiationError(
+            f"an array that the checkpointed function {qualname(record.fn)} read (not as an argument) was "
+            "overwritten in place after this call, before the reverse pass: running the function again "
+            "would read the new values.", record.site.loc(),
+            "pass the array as an argument (the tape then keeps a copy of it), copy it before overwriting "
+            "it, or do not checkpoint this call.")
     tape = record.tape_cls()
     tape.lean = True
     leaf_idx = [tape.leaf(v) for v in record.inputs]
@@ -354,6 +408,13 @@ def _rerun(record: _Segment) -> tuple[Tape, list[int], list[int]]:
     if len(leaves) != record.n_leaves:
         raise _nondeterministic(record)
     return tape, leaf_idx, [leaves[p][1] for p in record.positions]
+
+
+def _copies_reach_rerun(record: _Segment, now: tuple) -> bool:
+    """Whether every array the tape replaced by a copy (it was overwritten after the call) was an
+    argument of the call: the copy replaced it in the saved arguments too, so the rerun reads it."""
+    top = {id(a) for a in (*record.args, *(record.kwargs or {}).values()) if type(a) is _ndarray}
+    return all(a == b or b in top for a, b in zip(record.identities, now))
 
 
 def _raising_line(exc: BaseException) -> Optional[SourceLoc]:
@@ -403,12 +464,10 @@ def _pull(ct: Any, node: tuple, out: Any, safe: bool) -> tuple[Any, ...]:
 
 
 def _saved_checkpoint(node: tuple) -> list[np.ndarray]:
-    """The arrays the rerun reads: the outside inputs (copied by the tape before being overwritten)."""
-    found: list[np.ndarray] = []
-    for v in node[3].inputs:
-        if type(v) is _ndarray:
-            found.append(v)
-    return found
+    """The arrays the rerun reads: the outside inputs and the watched arrays (copied by the tape before
+    an in-place write overwrites them; `_rerun` tells whether the copy reaches the rerun)."""
+    record = node[3]
+    return [v for v in record.inputs if type(v) is _ndarray] + list(record.watched)
 
 
 def pf_checkpoint(node: tuple, out: Any, parent_dots: Any) -> Any:
