@@ -559,3 +559,14 @@ def test_an_array_read_from_a_global_and_overwritten_after_the_call_is_an_error(
             general(f).grad(X)
     finally:
         SHARED[:] = before
+
+
+def test_an_iterator_argument_keeps_the_call():
+    def f(x, wrap):
+        total = wrap(lambda items, w: np.sum(np.stack(list(items)) * w))
+        return total(iter([np.sin(x), x ** 2]), W)
+
+    g0 = general(lambda x: f(x, plain)).grad(X)
+    with pytest.warns(bytegrad.PerformanceWarning, match="iterator"):
+        g1 = general(lambda x: f(x, checkpoint)).grad(X)
+    assert_same(g0, g1)

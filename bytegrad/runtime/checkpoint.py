@@ -148,7 +148,10 @@ def call(tape: Tape, site: abi.Site, cp: Checkpointed, args: tuple, kwargs: Opti
     out = abi._dispatch(tape, site, fn, args, kwargs)
     if len(tape.nodes) == i0:
         return out
-    why = _why_kept(tape, i0, before[0])
+    if any(hasattr(type(a), "__next__") for a in (*args, *(kwargs or {}).values())):
+        why: Optional[str] = "takes an iterator, which a rerun could not read again"
+    else:
+        why = _why_kept(tape, i0, before[0])
     if why is None:
         why = _collapse(tape, site, fn, args, kwargs, out, i0, before[1])
     if why is not None:
