@@ -1,7 +1,7 @@
 """What `bytegrad.checkpoint` saves and costs: peak memory and time per gradient, with and without it.
 
     python -m bench.checkpoint            # writes bench/results/checkpoint.{md,json}
-    python -m bench.checkpoint --repeats 3 --out /tmp/ck   # quicker, elsewhere
+    python -m bench.checkpoint --batches 3 --out /tmp/ck   # quicker, elsewhere
 
 Cases: a 2,000-step time-stepping loop on array[1000] (`x = x + dt * np.sin(x) * w`, then
 `np.sum(x ** 2)`, gradient with respect to x and w) without checkpointing, with each step
@@ -11,14 +11,15 @@ and with each layer checkpointed. Every gradient runs on the general path
 (`differentiate(f, tier="general")`): a compiled program would keep every value, and the capture
 of one refuses checkpointed calls anyway. Peak memory is tracemalloc's peak during one gradient
 (NumPy reports its buffers to tracemalloc), measured after warm-up gradients; time is the median
-of `--repeats` gradients with tracemalloc off. Each checkpointed gradient is compared with the
-plain one.
+over `--batches` batches, the variants of a case interleaved, tracemalloc off, one BLAS thread.
+Each checkpointed gradient is compared with the plain one.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
-import statistics
 import sys
 import time
 import tracemalloc
@@ -97,8 +98,9 @@ def mlp_loss_checkpointed(params: dict, x: np.ndarray, y: np.ndarray) -> Any:
     return -np.sum(y * logp) / x.shape[1]
 
 
-def measure(fn: Callable[..., Any], args: tuple, wrt: Any, repeats: int) -> dict[str, Any]:
-    """Peak traced bytes of one gradient and the median time of `repeats`, after a warm-up."""
+def peak(fn: Callable[..., Any], args: tuple, wrt: Any) -> tuple[Any, Any, int]:
+    """(the differentiated function, its gradient, the peak traced bytes of one gradient), after
+    warm-up gradients."""
     d = bytegrad.differentiate(fn, wrt=wrt, tier="general")
     for _ in range(WARM_UP):  # rewrites, caches, and fused sites settled on their tier
         grad = d.grad(*args)
@@ -107,15 +109,9 @@ def measure(fn: Callable[..., Any], args: tuple, wrt: Any, repeats: int) -> dict
         tracemalloc.reset_peak()
         base = tracemalloc.get_traced_memory()[0]
         d.grad(*args)
-        peak = tracemalloc.get_traced_memory()[1] - base
+        return d, grad, tracemalloc.get_traced_memory()[1] - base
     finally:
         tracemalloc.stop()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        d.grad(*args)
-        times.append(time.perf_counter() - t0)
-    return {"peak_bytes": peak, "time_s": statistics.median(times), "times_s": times, "grad": grad}
 
 
 def cases() -> list[tuple[str, str, Callable[..., Any], Callable[..., Any], tuple, Any]]:
@@ -142,24 +138,33 @@ def max_relative_difference(a: Any, b: Any) -> float:
     return worst
 
 
-def run(repeats: int) -> list[dict[str, Any]]:
+def run(batches: int, batch_s: float) -> list[dict[str, Any]]:
+    """Each case's variants: peak memory one by one, then times interleaved (harness.time_interleaved:
+    rounds of one batch each, the order rotating), so that a busy moment of this shared machine
+    falls on all of them alike."""
     rows = []
-    plain: dict[str, dict[str, Any]] = {}
+    groups: dict[str, list] = {}
     for case, variant, fn, reference, args, wrt in cases():
-        m = measure(fn, args, wrt, repeats)
-        if fn is reference:
-            plain[case] = m
-        base = plain[case]
-        row = {"case": case, "variant": variant, "peak_bytes": m["peak_bytes"], "time_s": m["time_s"],
-               "times_s": m["times_s"], "memory_ratio": m["peak_bytes"] / base["peak_bytes"],
-               "time_ratio": m["time_s"] / base["time_s"],
-               "max_rel_diff": max_relative_difference(base["grad"], m["grad"])}
-        rows.append(row)
-        print(json.dumps({k: v for k, v in row.items() if k != "times_s"}), flush=True)
+        groups.setdefault(case, []).append((variant, fn, reference, args, wrt))
+    for case, variants in groups.items():
+        measured = {}
+        for variant, fn, reference, args, wrt in variants:
+            measured[variant] = peak(fn, args, wrt) + (args, fn is reference)
+        fns = {v: functools.partial(m[0].grad, *m[3]) for v, m in measured.items()}
+        timings = harness.time_interleaved(fns, batches=batches, batch_s=batch_s, pause_s=0.05)
+        plain = next(v for v, m in measured.items() if m[4])
+        for variant, (d, grad, peak_bytes, args, _) in measured.items():
+            row = {"case": case, "variant": variant, "peak_bytes": peak_bytes, "time_s": timings[variant].median,
+                   "times_s": timings[variant].per_call,
+                   "memory_ratio": peak_bytes / measured[plain][2],
+                   "time_ratio": timings[variant].median / timings[plain].median,
+                   "max_rel_diff": max_relative_difference(measured[plain][1], grad)}
+            rows.append(row)
+            print(json.dumps({k: v for k, v in row.items() if k != "times_s"}), flush=True)
     return rows
 
 
-def report(rows: list[dict[str, Any]], info: dict[str, Any], repeats: int) -> str:
+def report(rows: list[dict[str, Any]], info: dict[str, Any], batches: int) -> str:
     table = harness.markdown_table(
         ["case", "variant", "peak memory", "vs plain", "time per gradient", "vs plain", "gradient vs plain"],
         [(r["case"], r["variant"], f"{r['peak_bytes'] / 2**20:.2f} MiB", f"{r['memory_ratio']:.3f}x",
@@ -173,7 +178,8 @@ def report(rows: list[dict[str, Any]], info: dict[str, Any], repeats: int) -> st
         f"compiled program keeps every value. Peak memory: tracemalloc's peak during one gradient (after {WARM_UP} "
         "warm-up gradients, which settle the fused sites on their tier; NumPy reports its buffers to "
         "tracemalloc), above what was allocated before it. "
-        f"Time: median of {repeats} gradients, tracemalloc off. \"gradient vs plain\": the largest "
+        f"Time per gradient: median of {batches} batches, the variants of a case interleaved (the order "
+        "rotating), tracemalloc off, one BLAS thread (threadpoolctl). \"gradient vs plain\": the largest "
         "difference from the gradient without checkpointing, relative to the largest entry of each leaf.",
         "",
         table,
@@ -199,16 +205,28 @@ def report(rows: list[dict[str, Any]], info: dict[str, Any], repeats: int) -> st
     return "\n".join(lines)
 
 
+def _one_blas_thread() -> Any:
+    """One BLAS thread (threadpoolctl, when installed): two threads on a machine others share make
+    the MLP's matmuls vary tenfold from one gradient to the next."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7, help="gradients timed per case (median)")
+    parser.add_argument("--batches", type=int, default=9, help="timed batches per variant (median)")
+    parser.add_argument("--batch-s", type=float, default=0.3, help="seconds per batch (calibrated)")
     parser.add_argument("--out", type=Path, default=harness.REPO / "bench" / "results",
                         help="folder for checkpoint.md and checkpoint.json")
     ns = parser.parse_args(argv)
-    rows = run(ns.repeats)
+    with _one_blas_thread():
+        rows = run(ns.batches, ns.batch_s)
     info = harness.machine_info()
-    harness.write_json(ns.out / "checkpoint.json", {"machine": info, "repeats": ns.repeats, "rows": rows})
-    harness.write_atomic(ns.out / "checkpoint.md", report(rows, info, ns.repeats))
+    harness.write_json(ns.out / "checkpoint.json", {"machine": info, "batches": ns.batches, "rows": rows})
+    harness.write_atomic(ns.out / "checkpoint.md", report(rows, info, ns.batches))
     print(f"wrote {ns.out / 'checkpoint.md'}")
     return 0
 
