@@ -325,7 +325,9 @@ class Differentiated:
         added = tape.protected - protected  # the inner inputs are protected while the inner code runs
         call_args = tuple(args) if self._bound_self is None else (self._bound_self, *args)
         tls = _tls
-        tls.nesting = getattr(tls, "nesting", 0) + 1  # checkpointed calls record as usual (runtime/checkpoint.py)
+        # while it runs, checkpointed calls record as usual and fused sites run their NumPy tier (their
+        # kernels compute partials unrecorded): see runtime/checkpoint.py and runtime/fused.py
+        tls.nesting = getattr(tls, "nesting", 0) + 1
         try:
             out = abi._call_python(tape, site, self._target, call_args, kwargs or None)
         finally:
