@@ -66,7 +66,7 @@ endef
 .PHONY: help demo test test-long check-pythons bench bench-full bench-hotpath bench-instructions bench-compiled bench-checkpoint docs clean distclean
 
 help:
-	@sed -n '1,19s/^# \{0,1\}//p' Makefile
+	@sed -n '1,20s/^# \{0,1\}//p' Makefile
 
 # ---------------------------------------------------------------------------------------- demo
 .venv/.stamp-demo: pyproject.toml
