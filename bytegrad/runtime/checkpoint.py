@@ -39,8 +39,8 @@ __all__ = ["checkpoint", "Checkpointed"]
 
 _ndarray = np.ndarray
 _getrefcount = sys.getrefcount
-#: records that write memory or re-derive views of written memory: their bookkeeping (owners,
-#: versions, stale marks) spans the whole tape, so a segment holding one is kept as recorded
+#: records that write memory or re-derive views of written memory: a segment holding one whose
+#: target is an array from before the call is kept as recorded (the versions span the tape)
 _WRITES = frozenset({writes._bw_setitem, writes._bw_owner_write, writes._bw_view, writes._bw_add_at})
 
 
