@@ -10,12 +10,13 @@
 #   make bench-hotpath  fused kernels, precompile, TTFG, memory, import (bench/results/hotpath.md)
 #   make bench-instructions  instructions per gradient under valgrind (bench/results/instructions.md)
 #   make bench-compiled  every tier (general path, compiled programs, auto) beside the peers (bench/results/compiled.md)
+#   make bench-checkpoint  peak memory and time per gradient with and without bytegrad.checkpoint (bench/results/checkpoint.md)
 #   make docs        regenerate docs/rules.md from the rule registry and build the site into site/
 #                    (mkdocs build --strict: any warning fails; .venv-3.11)
 #   make clean       caches, egg-info, bench scratch;  make distclean: also the venvs
 #
 # Variables: PYENV_VERSIONS (where to look for CPythons), PYTHON_VERSIONS, PYTEST_ARGS, TEST_EXTRAS, TIER_RUNS,
-# BENCH_ARGS (bench.core), TTFG_ARGS (bench.ttfg), HOTPATH_ARGS, INSTRUCTIONS_ARGS, COMPILED_ARGS,
+# BENCH_ARGS (bench.core), TTFG_ARGS (bench.ttfg), HOTPATH_ARGS, INSTRUCTIONS_ARGS, COMPILED_ARGS, CHECKPOINT_ARGS,
 # PIP_QUIET (set it empty to see pip's output).
 
 SHELL := /bin/bash
@@ -65,10 +66,10 @@ $(1)/bin/python -m pip install $(PIP_QUIET) -e '.[$(3)]'; \
 touch $@
 endef
 
-.PHONY: help demo test test-long check-pythons bench bench-full bench-hotpath bench-instructions bench-compiled docs clean distclean
+.PHONY: help demo test test-long check-pythons bench bench-full bench-hotpath bench-instructions bench-compiled bench-checkpoint docs clean distclean
 
 help:
-	@sed -n '1,19s/^# \{0,1\}//p' Makefile
+	@sed -n '1,20s/^# \{0,1\}//p' Makefile
 
 # ---------------------------------------------------------------------------------------- demo
 .venv/.stamp-demo: pyproject.toml
@@ -144,6 +145,10 @@ bench-instructions: .venv-bench/.stamp-bench
 # The compiled-programs report (bytegrad/compiled.py): each tier as its own system, one run.
 bench-compiled: .venv-bench/.stamp-bench
 	$(BENCH_PY) -m bench.compiled $(COMPILED_ARGS)
+
+# The checkpointing report (bytegrad.checkpoint): the 2,000-step loop and the MLP, with and without.
+bench-checkpoint: .venv-bench/.stamp-bench
+	$(BENCH_PY) -m bench.checkpoint $(CHECKPOINT_ARGS)
 
 # ---------------------------------------------------------------------------------------- docs
 DOCS_PYTHON ?= 3.11

@@ -35,6 +35,7 @@ from bytegrad.rules import (
 )
 from bytegrad.rules.control import stop_gradient as stop_gradient
 from bytegrad.rules.pytrees import register_pytree as register_pytree
+from bytegrad.runtime.checkpoint import checkpoint as checkpoint
 from bytegrad.runtime.forward import PerformanceWarning as PerformanceWarning
 
 __version__ = "0.1.0"
@@ -59,6 +60,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "differentiate", "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp", "stop_gradient", "register_pytree",
+    "checkpoint",
     "PerformanceWarning",
     "explain", "precompile",
     "AuxOutputError", "config", "DifferentiationError", "DuplicateRuleError", "MutationError", "NaNError",

@@ -324,10 +324,15 @@ class Differentiated:
         nested.stop = len(tape.nodes) - 1
         added = tape.protected - protected  # the inner inputs are protected while the inner code runs
         call_args = tuple(args) if self._bound_self is None else (self._bound_self, *args)
+        tls = _tls
+        # while it runs, checkpointed calls record as usual and fused sites run their NumPy tier (their
+        # kernels compute partials unrecorded): see runtime/checkpoint.py and runtime/fused.py
+        tls.nesting = getattr(tls, "nesting", 0) + 1
         try:
             out = abi._call_python(tape, site, self._target, call_args, kwargs or None)
         finally:
             tape.protected -= added
+            tls.nesting -= 1
         return out, tape, specs, nested
 
     def _call_site(self) -> abi.Site:
@@ -575,7 +580,12 @@ class _Nested:
         if not seeds:
             return [None] * len(self.tape.nodes)
         if self.recording():
-            return _nested_sweep.sweep_recorded(self.tape, seeds, self.stop)
+            tls = _tls
+            tls.nesting = getattr(tls, "nesting", 0) + 1
+            try:
+                return _nested_sweep.sweep_recorded(self.tape, seeds, self.stop)
+            finally:
+                tls.nesting -= 1
         return sweep(self.tape, seeds, self.stop)
 
     def project(self, ct: Any, primal: Any) -> Any:

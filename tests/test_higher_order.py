@@ -477,3 +477,27 @@ def test_second_derivatives_through_np_vectorize_are_refused_not_zero():
         assert bytegrad.jvp(f, (x,), (np.ones(3),))[1] == pytest.approx(42.0)
         with pytest.raises(bytegrad.DifferentiationError, match="second derivatives through np.vectorize"):
             bytegrad.hvp(f, (x,), (np.ones(3),))
+
+
+@pytest.mark.parametrize("policy", ["always", "never"])
+def test_second_order_through_a_fused_kernel(policy, monkeypatch):
+    """A fused site on its Numba kernel computes its partials unrecorded: inside a nested derivative
+    it must run on the NumPy tier, or the outer derivative takes them for constants (grad of grad
+    and hvp were off by 0.2 once the site below had tiered up)."""
+    from bytegrad.runtime import fused
+
+    monkeypatch.setattr(fused, "POLICY", policy)
+    w = rng(3).normal(size=5)
+
+    def loop(x):
+        for _ in range(4):
+            x = x + 0.1 * np.sin(x) * w  # one fused site: "always" runs its kernel from the first call
+        return np.sum(x ** 2)
+
+    x, v = rng(4).normal(size=5), rng(5).normal(size=5)
+    H = fd_jacobian(bytegrad.grad(loop), (x,))
+    for _ in range(2):  # (the first call may still run the NumPy tier while the kernel compiles)
+        np.testing.assert_allclose(bytegrad.hvp(loop, (x,), (v,)), H @ v, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(bytegrad.hessian(loop)(x), H, rtol=1e-6, atol=1e-7)
+        squared = lambda x: np.sum(bytegrad.grad(loop)(x) ** 2)  # noqa: E731
+        np.testing.assert_allclose(bytegrad.grad(squared)(x), fd_jacobian(squared, (x,)), rtol=1e-6, atol=1e-7)

@@ -418,6 +418,9 @@ def _dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dic
     if t is _Dispatcher and type(fn._implementation) is _FunctionType:
         # a NumPy function written in Python (np.diff, np.pad...): differentiate through its code
         return _call_python(tape, site, fn._implementation, tuple(args), kwargs)
+    handler = CALL_HANDLERS.get(t)
+    if handler is not None:  # bytegrad's own callables (runtime/checkpoint.py)
+        return handler(tape, site, fn, tuple(args), kwargs)
     dunder_call = getattr(t, "__call__", None)
     if type(dunder_call) is _FunctionType:  # a callable object (`np.vectorize(f)(x)`): its rule, or its code
         if _rules_get(dunder_call) is not None:
@@ -433,6 +436,10 @@ def _dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dic
 
 
 _Dispatcher = type(np.concatenate)
+
+#: callable types that take over their own calls from rewritten code: `handler(tape, site, fn,
+#: args, kwargs)` (runtime/checkpoint.py registers `Checkpointed`; runtime never imports upward)
+CALL_HANDLERS: dict[type, Callable[..., Any]] = {}
 
 #: functions without a derivative that a capture run may meet on differentiated values: their
 #: results depend on shapes and container structure only, which a compiled program's guards fix

@@ -38,7 +38,7 @@ import numpy as np
 from bytegrad.rules._shape import stand_in, unbroadcast
 from bytegrad.runtime.backward import INPLACE_MIN_SIZE, _scalable, _unrecorded
 from bytegrad.runtime import zerosafe
-from bytegrad.runtime.tape import SLIM_MIN_SIZE, CaptureTape, Tape, sweep
+from bytegrad.runtime.tape import SLIM_MIN_SIZE, CaptureTape, Tape, _tls, sweep
 
 if TYPE_CHECKING:
     from bytegrad.runtime import kernels
@@ -158,7 +158,9 @@ def fused_hook(tape: Optional[Tape], fs: FusedSite, ops: tuple) -> Any:
         return run_numpy(tape, fs, ops)
     if state == "kernel":
         dtype = _kernel_dtype(fs, ops)
-        if dtype is not None and not tape.owners and not tape.stale:
+        # not inside a nested derivative's forward pass (grad of grad, hvp, hessian): the kernel's
+        # partials are computed unrecorded, so the outer derivative would take them for constants
+        if dtype is not None and not tape.owners and not tape.stale and not getattr(_tls, "nesting", 0):
             leaves = [ops[p] for p in fs.leaf_pos]
             ids = tape.ids
             parents = tuple(ids.get(id(v)) for v in leaves)
