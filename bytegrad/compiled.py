@@ -206,7 +206,11 @@ def numba_price(prog: Program) -> float:
 
 
 def _learn_price(seconds: float, records: int) -> None:
-    per_op = max(0.0, seconds - _PRICE["fixed"]) / max(records, 1)
+    """Correct the per-operation price by one compile's cost. A first compile in a process also
+    pays for Numba's own start (LLVM, BLAS bindings: a 5-operation Dense kernel took 7.8 s here),
+    which says nothing about the next program's size: one observation moves the estimate at
+    most to 10 ms per operation."""
+    per_op = min(0.01, max(0.0, seconds - _PRICE["fixed"]) / max(records, 1))
     _PRICE["per_op"] = max(0.0005, 0.5 * _PRICE["per_op"] + 0.5 * per_op)
 
 
