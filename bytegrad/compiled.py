@@ -12,8 +12,12 @@ must agree with the capture's gradient; from the next call on, calls whose guard
 
 - `general`: never compile;
 - `numpy`: the NumPy back end, compiled on the first call that can be (no warm-up);
+- `numba`: the Numba back end (runtime/program_numba.py) on the first call, where a kernel can
+  be written; the NumPy back end elsewhere;
 - `auto` (the default): the NumPy back end after `AUTO_AFTER` general-path gradients of a
-  signature, so a function called once never pays for a capture.
+  signature, so a function called once never pays for a capture; then, once the program has
+  taken longer than compiling its Numba twin is expected to (ski rental, `numba_price`), that
+  twin, kept if it is faster on the arguments of the call that made it.
 
 Only `grad` and `value_and_grad` calls with positional arguments, outside other derivatives, use
 programs; `pullback`, forward mode and higher order stay on the general path.
@@ -101,7 +105,7 @@ class Tiers:
                 if timed:  # one call in 16 is timed: the ski-rental meter of the Numba back end
                     prog.seconds += 16 * (_perf() - t0)
                     if prog.seconds >= numba_price(prog) and not prog.upgraded:
-                        return self._upgrade(prog, args, capture) or result
+                        return self._upgrade(prog, args, capture)
                 return result
             prog.calls -= 1
         key = tuple(map(type, args))
@@ -187,6 +191,7 @@ class Tiers:
             "compiled_calls": self.compiled_calls,
             "general_calls": self.general_calls,
             "capture_s": round(self.capture_s, 6),
+            "disagreements": self.disagreements,  # programs refused for not giving the capture's result
         }
 
 
