@@ -350,12 +350,6 @@ class Differentiated:
                         "leave ints, strings and flags out of wrt.")
 
     def _grad(self, args: tuple, kwargs: dict) -> tuple[Any, Any]:
-        tiers = self._tiers
-        if tiers is not None and tiers.programs and not kwargs and getattr(_tls, "tape", None) is None \
-                and not _config.debug_nans:
-            result = tiers.call(self._target, args, self._capture)  # (the common case, inline)
-            if result is not MISS:
-                return result
         if self._first_s is None:
             t0 = time.perf_counter()
             result = self._grad_tiered(args, kwargs)
