@@ -5,7 +5,7 @@ ratio), hand-fused Numba where a case has it, and the peers, all timed in one ru
 
 - `bytegrad`: the default, automatic tier (a compiled program after a few general-path
   gradients, moved to Numba when it has run long enough to pay for the compile and the kernel is
-  faster: the harness's calibration calls are that warm-up);
+  faster), after 2 s of warm-up gradients (bench.systems.WARM_UP_S);
 - `bytegrad (general)`: the general path on every call (a hook per operation, a tape);
 - `bytegrad (numpy program)`: the compiled program's NumPy back end, from the first call;
 - `bytegrad (numba program)`: its Numba back end where a kernel can be written (elementwise

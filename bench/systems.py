@@ -74,7 +74,23 @@ def prepare_bytegrad(case: Case, params: Any, data: tuple[Any, ...], direction: 
         # faster gradients (decided over the harness's calibration calls)
         bytegrad.precompile(f, params, *data)
     fn = f.grad if direction == "reverse" else f   # forward: the plain call of the decorated function
+    if direction == "reverse":
+        _warm_up(lambda: fn(params, *data))
     return lambda: fn(params, *data)
+
+
+#: seconds of gradients the default tier gets before it is timed: what a training loop's first
+#: steps give it (a capture on the third call, then a move to Numba once that pays: see
+#: bytegrad/compiled.py); without them the harness's calibration would time the capture itself
+WARM_UP_S = 2.0
+
+
+def _warm_up(call: Callable[[], Any]) -> None:
+    import time
+
+    deadline = time.perf_counter() + WARM_UP_S
+    while time.perf_counter() < deadline:
+        call()
 
 
 def _prepare_tier(tier: str) -> Callable[[Case, Any, tuple[Any, ...], str], Prepared]:
