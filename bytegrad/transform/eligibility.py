@@ -162,7 +162,8 @@ def _call_reason(ins: Any, stack: tuple, kind: OpKind) -> str | None:
     except TypeError:
         pure = False
     if not pure:
-        return f"calls {qualname(known)} without differentiated operands (it may depend on state: random draws, I/O)"
+        return (f"calls {qualname(known)} on constants (a compiled program takes only pure builtins and math "
+                "there: no arrays made inside yet, nothing that may depend on state such as random draws or I/O)")
     return None
 
 
