@@ -3,7 +3,7 @@
 # only when pyproject.toml changed (a stamp file inside the venv records the last install).
 #
 #   make demo        train a small MLP on scikit-learn's digits (.venv, CPython 3.11)
-#   make test        the test suite on CPython 3.11, 3.12 and 3.13 (.venv-3.11, ...), and on 3.11 under BYTEGRAD_TIER=numpy
+#   make test        the test suite on CPython 3.11, 3.12 and 3.13, and on 3.11 under BYTEGRAD_TIER=numpy and =numba
 #   make test-long   the random-program test with many examples (LONG_EXAMPLES; ~10 min, CPython 3.11)
 #   make bench       the core benchmark, quick: small cases, a few minutes (.venv-bench, CPython 3.11)
 #   make bench-full  all cases, time to first gradient, plots (bench/results/; long)
@@ -33,7 +33,7 @@ PYTEST_ARGS ?=
 # the test venvs install the docs extra too: tests/test_docs.py builds the site
 TEST_EXTRAS ?= test,docs
 # `make test` also runs the suite on one CPython under each of these compiled tiers (bytegrad/compiled.py)
-TIER_RUNS ?= numpy
+TIER_RUNS ?= numpy numba
 TIER_PYTHON ?= 3.11
 BENCH_ARGS ?=
 TTFG_ARGS ?=

@@ -28,6 +28,7 @@ def test_import_does_not_load_numba() -> None:
     assert not loaded, f"`import bytegrad` imported {loaded}"
 
 
+@pytest.mark.general_path  # BYTEGRAD_TIER=numba compiles a kernel on the first call, by design
 def test_first_gradient_loads_only_what_it_needs() -> None:
     """`import bytegrad` leaves out the kernel machinery (explain and precompile load it on first
     use), and a first gradient (rewrite, disk cache store) loads neither the kernel generator nor
