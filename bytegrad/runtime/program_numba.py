@@ -277,7 +277,6 @@ def _emit_loop(b: Builder, records: list[int], depends: set[int], out_idx: int, 
                     arrays.append(var)
         k.forward(i)
     k.array.clear()  # inside the loop every value is a float
-    scalar = {v: v for v in k.params if v not in arrays}
     for v in arrays:  # each array argument's element i
         k.var.update({p: f"{v}_i" for p, var in k.var.items() if var == v})
     body[:] = [_elements(line, arrays) for line in body]
@@ -291,7 +290,7 @@ def _emit_loop(b: Builder, records: list[int], depends: set[int], out_idx: int, 
             if i in depends and not (summed and i == out_idx):
                 k.reverse(i)
     leaves = sorted(p for p in b.wrt_leaves if p in k.set)
-    pre, post = [], []
+    pre: list[str] = []
     for p in leaves:
         if type(values[p]) is _ndarray:
             pre.append(f"r{p} = np.empty({shape!r})")
@@ -310,7 +309,7 @@ def _emit_loop(b: Builder, records: list[int], depends: set[int], out_idx: int, 
     ret = ["total"] + [f"r{p}" for p in leaves]
     params = list(dict.fromkeys(k.params))
     flat = [f"{v}.reshape(-1)" if v in arrays else v for v in params]
-    return k, lines, ret, params, flat, leaves, scalar
+    return k, lines, ret, params, flat, leaves
 
 
 def _elements(line: str, arrays: list[str]) -> str:
@@ -328,7 +327,7 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
     records = [i for i in order if i in b.records]
     shape = _loop_shape(b, records, out_idx)
     if shape is not None:
-        k, lines, ret, params, flat, leaves, _ = _emit_loop(b, records, depends, out_idx, shape)
+        k, lines, ret, params, flat, leaves = _emit_loop(b, records, depends, out_idx, shape)
         return _finish(b, k, lines, ret, params, flat, leaves, out_idx, len(records))
     k = _Kernel(b, depends)
     for i in records:
@@ -348,7 +347,6 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
 
 def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params: list[str], call: list[str],
             leaves: list[int], out_idx: int, n_records: int) -> tuple[str, dict[int, int], int]:
-    records = range(n_records)
     source = "\n".join([f"def kernel({', '.join(params)}):"] + ["    " + ln for ln in lines]
                        + [f"    return {', '.join(returns)}"]) + "\n"
     fn = kernels.jit_program(source, k.names.ns, "kernel")
@@ -362,5 +360,5 @@ def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params
     if type(out) is not _ndarray:  # the general path's scalar type (np.float64 from a sum)
         src.emit(f"{result} = {src.const(type(out), 'T')}({result})")
     src.kernel_source = source
-    return result, {p: _SET for p in leaves}, len(records)
+    return result, {p: _SET for p in leaves}, n_records
 
