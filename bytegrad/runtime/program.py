@@ -132,6 +132,7 @@ class Source(Constants):
         self.lines: list[Optional[int]] = []                # the user's line of each statement
         self.scalars: set[str] = set()  # variables that hold floats: not worth a `del`
         self.guards: list[str] = []
+        self.kernel_source: Optional[str] = None  # the Numba kernel the program calls (program_numba.py)
 
     def emit(self, lines: list[str] | str, line: Optional[int] = None) -> None:
         """Add a statement; `line`: the user's source line it stands for (tracebacks show it)."""
@@ -759,9 +760,8 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
         result = f"({grads[0]},)" if wrt_tuple else grads[0]
     src.emit(lines + [f"return {result_var}, {result}"])
     fn, source = _compile(src, code)
-    kernel = getattr(src, "kernel_source", None)
-    if kernel is not None:
-        source += "\n# the Numba kernel it calls\n" + kernel
+    if src.kernel_source is not None:
+        source += "\n# the Numba kernel it calls\n" + src.kernel_source
     prog = Program(fn, source, src.guards, forward_records)
     prog.backend = backend
     return prog

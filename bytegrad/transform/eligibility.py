@@ -19,7 +19,6 @@ module attributes the code reads come back as guards.
 """
 from __future__ import annotations
 
-import builtins
 import inspect
 import math
 import operator
@@ -181,10 +180,7 @@ _GUARDED_BY_VALUE = (int, float, str, bytes, bool, complex, type(None))
 
 def _guards(assumed: Any, fn_globals: dict[str, Any], reasons: list[str]) -> list[tuple]:
     guards: list[tuple] = []
-    bltns = fn_globals.get("__builtins__", builtins)
-    if isinstance(bltns, types.ModuleType):
-        bltns = bltns.__dict__
-    for name, (in_module, value) in assumed.globals.items():
+    for name, (_, value) in assumed.globals.items():
         if _guardable(value, f"the global {name}", reasons):
             guards.append(("global", fn_globals, name, value))
     for (modname, name), value in assumed.attrs.items():
