@@ -94,6 +94,15 @@ class Program:
 _INLINE_BINARY = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/",
                   operator.pow: "**", operator.matmul: "@", operator.floordiv: "//", operator.mod: "%"}
 _INLINE_UNARY = {operator.neg: "-", operator.pos: "+"}
+
+
+def operator_expr(fn: Any, ops: list[str], binary: dict[Any, str] = _INLINE_BINARY) -> Optional[str]:
+    """`fn` applied to `ops` written as its operator (`v1 * v2`, `-v1`), or None for other functions."""
+    if len(ops) == 2 and fn in binary:
+        return f"{ops[0]} {binary[fn]} {ops[1]}"
+    if len(ops) == 1 and fn in _INLINE_UNARY:
+        return f"{_INLINE_UNARY[fn]}{ops[0]}"
+    return None
 _FLOAT_TYPES = (float, np.float64, np.float32)
 _SCALAR_CONSTS = (int, float, bool, str, bytes, type(None), complex, slice, type(Ellipsis), np.generic, np.dtype,
                   type, types.FunctionType, types.BuiltinFunctionType, np.ufunc, types.ModuleType,
@@ -429,12 +438,7 @@ class Builder:
             self.src.scalars.update((v, f"g{i}"))
         fn = rec.fn
         if rec.kind == "elementwise":
-            if fn in _INLINE_BINARY and len(ops) == 2:
-                expr = f"{ops[0]} {_INLINE_BINARY[fn]} {ops[1]}"
-            elif fn in _INLINE_UNARY and len(ops) == 1:
-                expr = f"{_INLINE_UNARY[fn]}{ops[0]}"
-            else:
-                expr = f"{self.src.const(fn, 'f')}({', '.join(ops)})"
+            expr = operator_expr(fn, ops) or f"{self.src.const(fn, 'f')}({', '.join(ops)})"
             self.src.emit(f"{v} = {expr}", rec.site.lineno)
             return
         kw = ""
@@ -452,10 +456,9 @@ class Builder:
         elif i in depends:
             pb = f"p{i}"
             self.src.emit(f"{v}, {pb} = {self.src.const(rec.rule.rrule, 'r')}({call_args})", rec.site.lineno)
-        elif fn in _INLINE_BINARY and len(ops) == 2 and not kw:
-            self.src.emit(f"{v} = {ops[0]} {_INLINE_BINARY[fn]} {ops[1]}", rec.site.lineno)
         else:
-            self.src.emit(f"{v} = {self.src.const(fn, 'f')}({call_args})", rec.site.lineno)
+            expr = None if kw else operator_expr(fn, ops)
+            self.src.emit(f"{v} = {expr or self.src.const(fn, 'f') + '(' + call_args + ')'}", rec.site.lineno)
 
     # -- reverse --
 

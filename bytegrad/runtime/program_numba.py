@@ -26,14 +26,14 @@ from bytegrad.errors import qualname
 from bytegrad.rules._apply import shape_of
 from bytegrad.runtime import kernels
 from bytegrad.runtime.backward import _partial_uses, singular_partial
-from bytegrad.runtime.program import Builder, Constants, Ineligible, Record, inline_partial
+from bytegrad.runtime.program import Builder, Constants, Ineligible, Record, inline_partial, operator_expr
 
 __all__ = ["emit"]
 
 _ndarray = np.ndarray
+#: the operators a kernel writes inline (a program with `//` or `%` keeps the NumPy back end)
 _BINARY = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/", operator.pow: "**",
            operator.matmul: "@"}
-_UNARY = {operator.neg: "-", operator.pos: "+"}
 _MATH = frozenset(v for v in vars(math).values() if callable(v))
 _SET = 1  # program.py's state of a cotangent that is assigned (this back end has no other)
 
@@ -93,14 +93,11 @@ class _Kernel:
         ops = self.operands(rec)
         fn = rec.fn
         if rec.kind == "elementwise":
-            if fn in _BINARY and len(ops) == 2:
-                expr = f"{ops[0]} {_BINARY[fn]} {ops[1]}"
-            elif fn in _UNARY and len(ops) == 1:
-                expr = f"{_UNARY[fn]}{ops[0]}"
-            elif isinstance(fn, np.ufunc) or fn in _MATH:
+            expr = operator_expr(fn, ops, _BINARY)
+            if expr is None:
+                if not (isinstance(fn, np.ufunc) or fn in _MATH):
+                    raise Ineligible(f"the Numba back end does not take {qualname(fn)}", rec.site)
                 expr = f"{self.names.const(fn, 'f')}({', '.join(ops)})"
-            else:
-                raise Ineligible(f"the Numba back end does not take {qualname(fn)}", rec.site)
         else:
             form = self.b.form(rec, self.depends)
             if form is None:
