@@ -36,7 +36,7 @@ from bytegrad.rules import (
 from bytegrad.rules.control import stop_gradient as stop_gradient
 from bytegrad.rules.pytrees import register_pytree as register_pytree
 from bytegrad.runtime.checkpoint import checkpoint as checkpoint
-from bytegrad.runtime.forward import PerformanceWarning as PerformanceWarning
+from bytegrad.runtime.tangents import PerformanceWarning as PerformanceWarning
 
 __version__ = "0.1.0"
 

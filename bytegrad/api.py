@@ -20,10 +20,10 @@ from bytegrad.errors import (
 )
 from bytegrad.rules import pytrees, registry
 from bytegrad.runtime import abi, nested as _nested_sweep, pytree, writes
-from bytegrad.runtime.backward import _bw_identity
+from bytegrad.runtime.records import IDENTITY
 from bytegrad.runtime.forward import push_forward
 from bytegrad.runtime.program import MISS, Ineligible, Program, build as build_program
-from bytegrad.runtime.tape import CaptureTape, Tape, _tls, call_site, sweep
+from bytegrad.runtime.tape import CaptureTape, Tape, call_site, sweep, tls
 from bytegrad.transform import cache
 
 __all__ = ["differentiate", "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp", "Differentiated",
@@ -172,14 +172,14 @@ class Differentiated:
     def _rewritten(self, active: frozenset[str], args: tuple) -> types.FunctionType:
         # The rewrite depends on which parameters are active and on the argument types (an int
         # can never become active), not on dtypes or shapes: those stay out of the key.
-        key = (active, registry._version, tuple(map(type, args)))
+        key = (active, registry.version(), tuple(map(type, args)))
         fn = self._fns.get(key)
         if fn is not None:
             self._hits += 1
             return fn
         target = self._target
         names = self._params
-        immutable = frozenset(n for n, a in zip(names, args) if type(a) in transform._INERT and n not in active)
+        immutable = frozenset(n for n, a in zip(names, args) if type(a) in transform.INERT_TYPES and n not in active)
         t0 = time.perf_counter()
         code = cache.lookup(target.__code__, key,
                             lambda: transform.rewrite_code(target.__code__, active, target.__globals__, immutable),
@@ -255,7 +255,7 @@ class Differentiated:
             args, kwargs = self._normalize_call(args, kwargs)
         plan = self._plans.get((len(args), positions))
         norm, active = plan if plan is not None else self._plan(len(args), positions)
-        outer = getattr(_tls, "tape", None)
+        outer = getattr(tls, "tape", None)
         if outer is not None:
             return self._forward_nested(outer, args, kwargs, norm, strict)
         tape = CaptureTape() if capture else (Tape() if not _config.debug_nans else _checking_tape())
@@ -286,7 +286,6 @@ class Differentiated:
         call_args = tuple(args) if self._bound_self is None else (self._bound_self, *args)
         # bytegrad's own functions (hessian = jacobian of grad) run as they are: they find the tape
         fn = self._rewritten(active, call_args) if self._target.__module__ != __name__ else self._target
-        tls = _tls
         old = getattr(tls, "tape", None)
         tls.tape = tape
         try:
@@ -318,18 +317,17 @@ class Differentiated:
                 primal = leaf.primal
                 outer = writes.current(tape, site, primal) if type(primal) is _ndarray else tape.ids.get(id(primal))
                 if outer is not None:
-                    tape.nodes[leaf.idx] = (_bw_identity, (outer,), site)
+                    tape.nodes[leaf.idx] = (IDENTITY, (outer,), site)
             args[p] = fresh
             specs.append(spec)
         nested.stop = len(tape.nodes) - 1
         added = tape.protected - protected  # the inner inputs are protected while the inner code runs
         call_args = tuple(args) if self._bound_self is None else (self._bound_self, *args)
-        tls = _tls
         # while it runs, checkpointed calls record as usual and fused sites run their NumPy tier (their
         # kernels compute partials unrecorded): see runtime/checkpoint.py and runtime/fused.py
         tls.nesting = getattr(tls, "nesting", 0) + 1
         try:
-            out = abi._call_python(tape, site, self._target, call_args, kwargs or None)
+            out = abi.call_python(tape, site, self._target, call_args, kwargs or None)
         finally:
             tape.protected -= added
             tls.nesting -= 1
@@ -360,7 +358,7 @@ class Differentiated:
     def _grad_tiered(self, args: tuple, kwargs: dict) -> tuple[Any, Any]:
         """A compiled program's result when one applies (bytegrad/compiled.py), else the general path's."""
         tiers = self._tiers
-        if tiers is not None and not kwargs and getattr(_tls, "tape", None) is None and not _config.debug_nans:
+        if tiers is not None and not kwargs and getattr(tls, "tape", None) is None and not _config.debug_nans:
             result = tiers.call(self._target, args, self._capture)
             if result is not MISS:
                 return result
@@ -561,7 +559,7 @@ class _Nested:
         self.stop = start - 1
 
     def recording(self) -> bool:
-        return getattr(_tls, "tape", None) is self.tape
+        return getattr(tls, "tape", None) is self.tape
 
     def call(self, fn: Callable[..., Any], args: tuple) -> Any:
         """`fn(*args)`, recorded on the tape while it is current."""
@@ -574,7 +572,6 @@ class _Nested:
         if not seeds:
             return [None] * len(self.tape.nodes)
         if self.recording():
-            tls = _tls
             tls.nesting = getattr(tls, "nesting", 0) + 1
             try:
                 return _nested_sweep.sweep_recorded(self.tape, seeds, self.stop)
@@ -600,7 +597,7 @@ class _Nested:
     def op(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """A NumPy call on (possibly) tracked values, recorded while the tape is current."""
         if self.recording():
-            return abi._dispatch(self.tape, self.site, fn, args, kwargs or None)
+            return abi.dispatch(self.tape, self.site, fn, args, kwargs or None)
         return fn(*args, **kwargs)
 
 
@@ -785,7 +782,7 @@ def vjp(fn: Callable[..., Any], *args: Any, has_aux: bool = False, **kwargs: Any
 
 
 registry.set_ad_backend(vjp)  # rrule_via_ad: rules call back into bytegrad through this slot
-registry.set_tape_probe(lambda: getattr(_tls, "tape", None) is not None)  # registry.recording
+registry.set_tape_probe(lambda: getattr(tls, "tape", None) is not None)  # registry.recording
 
 
 # ---- forward mode, Jacobians and Hessians ---------------------------------------------------------

@@ -68,7 +68,7 @@ class DifferentiationError(Exception):
         if loc is not None:
             parts.append(loc.format())
             # inside NumPy's or Python's own code, on the forward pass: say where the user's code called it
-            if self._cites_caller and _library_file(loc.filename):
+            if self._cites_caller and library_file(loc.filename):
                 caller = _user_caller()
                 if caller is not None:
                     self.caller = caller
@@ -82,7 +82,7 @@ class DifferentiationError(Exception):
 _LIBRARY_DIRS: Optional[tuple[str, ...]] = None
 
 
-def _library_file(filename: str) -> bool:
+def library_file(filename: str) -> bool:
     """Whether `filename` is NumPy's, the standard library's or bytegrad's own code."""
     global _LIBRARY_DIRS
     if _LIBRARY_DIRS is None:
@@ -106,7 +106,7 @@ def _user_caller() -> Optional[SourceLoc]:
     frame = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
-        if not _library_file(code.co_filename) and not code.co_filename.startswith("<frozen"):
+        if not library_file(code.co_filename) and not code.co_filename.startswith("<frozen"):
             return SourceLoc(code.co_filename, frame.f_lineno, code.co_name)
         frame = frame.f_back
     return None

@@ -10,7 +10,7 @@ import pytest
 
 import bytegrad
 from bytegrad.runtime import fused
-from bytegrad.runtime.backward import _bw_unary
+from bytegrad.runtime.backward import UNARY
 
 from gradcheck import check_grad  # noqa: E402
 
@@ -93,7 +93,7 @@ def test_a_selected_inf_is_still_inf_and_a_gradient_without_a_mask_is_left_as_it
         assert np.isnan(bytegrad.grad(lambda x: np.sum(0.0 * np.sqrt(x)))(np.array([0.0]))[0])
     d = bytegrad.differentiate(lambda x: np.sum(np.sqrt(x) * 2.0))
     _, tape, _, _ = d._forward((np.array([1.0, 2.0]),), {}, d._wrt, True)
-    assert any(n is not None and n[0] is _bw_unary for n in tape.nodes) and tape.guarded == 0
+    assert any(n is not None and n[0] is UNARY for n in tape.nodes) and tape.guarded == 0
 
 
 @pytest.mark.parametrize("fn,x", [

@@ -94,3 +94,8 @@ def stand_in(v: np.ndarray) -> np.ndarray:
             _STAND_INS.clear()
         s = _STAND_INS[key] = np.broadcast_to(np.zeros((), v.dtype), v.shape)
     return s
+
+
+def is_stand_in(arr: np.ndarray) -> bool:
+    """Whether `arr` is a `stand_in` (it holds no data of its own)."""
+    return arr.base is not None and _STAND_INS.get((arr.shape, arr.dtype)) is arr

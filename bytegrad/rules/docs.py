@@ -10,7 +10,7 @@ from collections import defaultdict
 from typing import Any, Iterable
 
 from bytegrad.errors import qualname
-from bytegrad.rules.registry import _OWN_RULES_DIR, Rule, RuleKind, all_rules
+from bytegrad.rules.registry import OWN_RULES_DIR, Rule, RuleKind, all_rules
 
 __all__ = ["render", "main", "autograd_vjp_counts"]
 
@@ -67,7 +67,7 @@ def render() -> str:
     """The whole of docs/rules.md."""
     # bytegrad's own rules only: not those of installed plugins or of the program importing this
     named = [(qualname(fn), rule) for fn, rule in all_rules().items()
-             if rule.defined_at is not None and rule.defined_at.filename.startswith(_OWN_RULES_DIR)]
+             if rule.defined_at is not None and rule.defined_at.filename.startswith(OWN_RULES_DIR)]
     by_kind: dict[RuleKind, list[tuple[str, Rule]]] = defaultdict(list)
     for name, rule in named:
         by_kind[rule.kind].append((name, rule))

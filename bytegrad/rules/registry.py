@@ -115,7 +115,7 @@ class Rule:
 
     def __post_init__(self) -> None:
         loc = self.defined_at
-        self.trusted = loc is not None and loc.filename.startswith(_OWN_RULES_DIR)
+        self.trusted = loc is not None and loc.filename.startswith(OWN_RULES_DIR)
 
     def forms(self) -> tuple[str, ...]:
         """The forms this rule provides: 'reverse', 'forward', 'scalar'."""
@@ -131,8 +131,10 @@ class Rule:
         return tuple(out)
 
 
-_OWN_RULES_DIR = __file__.rsplit("registry.py", 1)[0]
+OWN_RULES_DIR = __file__.rsplit("registry.py", 1)[0]
 _RULES: dict[Any, Rule] = {}
+#: `_RULES.get` itself, for the hooks' hot path (they catch an unhashable callable's TypeError)
+get_rule = _RULES.get
 _LOCK = _thread.RLock()  # threading.RLock, without importing threading (2-3 ms)
 _version = 0
 _plugins_loaded = False

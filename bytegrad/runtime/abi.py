@@ -18,9 +18,10 @@ from bytegrad.rules import registry
 from bytegrad.rules.registry import RuleKind
 from bytegrad.runtime import tape as _tape
 from bytegrad.runtime import writes, zerosafe
-from bytegrad.runtime.backward import (
-    _bw_elementwise, _bw_identity, _bw_rrule, _bw_rrule_trusted, _bw_tuple_item, _bw_unary, _TupleOut,
+from bytegrad.runtime.backward import (  # the record kinds (runtime/records.py)
+    ELEMENTWISE as EW_RECORD, RULE as RULE_RECORD, RULE_TRUSTED as TRUSTED_RECORD, TUPLE_ITEM, UNARY as UNARY_RECORD,
 )
+from bytegrad.runtime.records import IDENTITY, TupleOut
 from bytegrad.runtime.tape import CaptureTape, Tape, current_tape
 
 __all__ = ["Site", "current_tape", "BINARY_HOOKS", "BINARY_NAMES", "call", "call0", "call1", "call2",
@@ -36,7 +37,7 @@ _BuiltinMethod = types.BuiltinMethodType
 _BuiltinFunction = types.BuiltinFunctionType
 _GetSetDescriptor = types.GetSetDescriptorType
 _ModuleType = types.ModuleType
-_rules_get = registry._RULES.get
+_rules_get = registry.get_rule
 ELEMENTWISE = RuleKind.ELEMENTWISE
 RRULE = RuleKind.RRULE
 NONDIFF = RuleKind.NONDIFF
@@ -115,7 +116,7 @@ def _record_elementwise(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple,
     n = len(rule.partials)
     parents = tuple(_parent_of(ids, a) for a in args[:n])
     if any(type(p) is list for p in parents):  # e.g. np.exp([a, b]): make the arrays first
-        args = tuple(_dispatch(tape, site, np.asarray, (a,), None) if type(p) is list else a
+        args = tuple(dispatch(tape, site, np.asarray, (a,), None) if type(p) is list else a
                      for a, p in zip(args, parents)) + args[n:]
         parents = tuple(ids.get(id(a)) for a in args[:n])
     if kwargs and "out" in kwargs:
@@ -129,7 +130,7 @@ def _record_elementwise(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple,
     out = fn(*args, **kwargs) if kwargs else fn(*args)
     if all(p is None for p in parents):
         return out
-    node = (_bw_elementwise, parents, site, rule, tuple(_as_array(a) for a in args[:n]), fn)
+    node = (EW_RECORD, parents, site, rule, tuple(_as_array(a) for a in args[:n]), fn)
     if fn is _np_where:  # a mask: the branch it did not select contributes exact zeros
         return zerosafe.record_where(tape, node, out)
     return tape.push(node, out)
@@ -192,7 +193,7 @@ def _record_rrule(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, kwarg
         parents = _refresh(tape, parents, site)
     out, pullback = rule.rrule(*args, **kwargs) if kwargs else rule.rrule(*args)
     # kwargs ride along (node[6]) for the forward sweep's frules; the reverse pass ignores them
-    node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, parents, site, pullback, args, fn, kwargs)
+    node = (TRUSTED_RECORD if rule.trusted else RULE_RECORD, parents, site, pullback, args, fn, kwargs)
     to = type(out)
     # Tape.push written out: the hooks inline it on their hot paths (a call costs ~0.1 us here)
     if to is _ndarray or to is float or to is _float64:
@@ -208,7 +209,7 @@ def _push_output(tape: Tape, node: tuple, out: Any) -> Any:
     t = type(out)
     if t is tuple or t is list or (isinstance(out, tuple) and hasattr(out, "_fields")):
         idx = len(tape.values)
-        tape.push(node, _TupleOut(out))
+        tape.push(node, TupleOut(out))
         _push_items(tape, idx, out, node[2])
         return out
     if t is int or t is bool or out is None:
@@ -224,10 +225,10 @@ def _push_items(tape: Tape, idx: int, out: Any, site: Site) -> None:
     n = len(out)
     for k, item in enumerate(out):
         if _trackable(item):
-            tape.push((_bw_tuple_item, (idx,), site, k, n), item)
+            tape.push((TUPLE_ITEM, (idx,), site, k, n), item)
         elif type(item) is list and item:
             sub = len(tape.values)
-            tape.push((_bw_tuple_item, (idx,), site, k, n), _TupleOut(item))
+            tape.push((TUPLE_ITEM, (idx,), site, k, n), TupleOut(item))
             _push_items(tape, sub, item, site)
 
 
@@ -258,7 +259,7 @@ def _with_out(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> Any
         return buf
     if where is not True:
         kwargs["where"] = where
-    value = _dispatch(tape, site, fn, args, kwargs)
+    value = dispatch(tape, site, fn, args, kwargs)
     _write(tape, site, buf, Ellipsis, value)
     return buf
 
@@ -275,13 +276,13 @@ def _masked_ufunc(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict, bu
             picked.append(a)
             continue
         if np.shape(a) != buf.shape:
-            a = _dispatch(tape, site, np.broadcast_to, (a, buf.shape), None)
+            a = dispatch(tape, site, np.broadcast_to, (a, buf.shape), None)
         picked.append(getitem(tape, site, a, mask))
-    value = _dispatch(tape, site, fn, tuple(picked) + args[fn.nin:], kwargs or None)
+    value = dispatch(tape, site, fn, tuple(picked) + args[fn.nin:], kwargs or None)
     _write(tape, site, buf, mask, value)
 
 
-def _call_python(tape: Tape, site: Site, f: Any, args: tuple, kwargs: Optional[dict]) -> Any:
+def call_python(tape: Tape, site: Site, f: Any, args: tuple, kwargs: Optional[dict]) -> Any:
     if tape.__class__ is CaptureTape:
         tape.refuse(f"calls the Python function {qualname(f)}, which compiled programs do not follow yet", site)
     if f.__module__ == "bytegrad.api" and f.__name__ != "__call__":
@@ -296,12 +297,12 @@ def _call_api(site: Site, f: Any, args: tuple, kwargs: Optional[dict]) -> Any:
     """A derivative taken inside differentiated code (`grad(f)(x)` within a loss): bytegrad's own API
     runs as it is, not rewritten; it finds the active tape and records its work there (see
     api.py, nested derivatives). The call site is kept so that its errors can name the user's line."""
-    old = getattr(_tape._tls, "site", None)
-    _tape._tls.site = site
+    old = getattr(_tape.tls, "site", None)
+    _tape.tls.site = site
     try:
         return f(*args, **kwargs) if kwargs else f(*args)
     finally:
-        _tape._tls.site = old
+        _tape.tls.site = old
 
 
 def _any_tracked(ids: dict[int, int], args: tuple, kwargs: Optional[dict]) -> bool:
@@ -360,14 +361,14 @@ _DUNDER_BUILTINS = {float: "__float__", complex: "__complex__", abs: "__abs__", 
                     next: "__next__"}
 
 
-def _dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
+def dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
     """A call with the tape active: rule, rewritten Python callee, or plain call."""
     if len(args) == 1 and not kwargs and type(args[0]) not in _PLAIN:
         dunder = _DUNDER_BUILTINS.get(fn) if type(fn) in (type, _BuiltinFunction) else None
         if dunder is not None:
             meth = _class_attr(type(args[0]), dunder)
             if type(meth) is _FunctionType:
-                return _call_python(tape, site, meth, (args[0],), None)
+                return call_python(tape, site, meth, (args[0],), None)
     rule, owner = _resolve(fn)
     if args and rule is not None and (rule.kind is ELEMENTWISE or rule.kind is RRULE):
         args = _drain_generators(tape, tuple(args))
@@ -389,7 +390,7 @@ def _dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dic
             return fn(*args[1:] if owner is not None else args, **kwargs) if kwargs else \
                 fn(*(args[1:] if owner is not None else args))
         if kind is THROUGH:
-            return _call_python(tape, site, rule.impl, tuple(args), kwargs)
+            return call_python(tape, site, rule.impl, tuple(args), kwargs)
         if kind is NOT_IMPLEMENTED and _any_tracked(tape.ids, tuple(args), kwargs):
             raise NotImplementedRuleError(
                 f"differentiating {qualname(rule.fn)} is not supported: {rule.reason}.", site.loc(),
@@ -399,17 +400,17 @@ def _dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dic
         return fn(*args[1:], **(kwargs or {})) if owner is not None else fn(*args, **(kwargs or {}))
     t = type(fn)
     if t is _FunctionType:
-        return _call_python(tape, site, fn, tuple(args), kwargs)
+        return call_python(tape, site, fn, tuple(args), kwargs)
     if t is _MethodType:  # `obj.method(x)`: a rule registered on the class's function applies
         f = fn.__func__
         if type(f) is _FunctionType and _rules_get(f) is None:
-            return _call_python(tape, site, f, (fn.__self__,) + tuple(args), kwargs)
-        return _dispatch(tape, site, f, (fn.__self__,) + tuple(args), kwargs)
+            return call_python(tape, site, f, (fn.__self__,) + tuple(args), kwargs)
+        return dispatch(tape, site, f, (fn.__self__,) + tuple(args), kwargs)
     if t is functools.partial:
         kw = dict(fn.keywords)
         if kwargs:
             kw.update(kwargs)
-        return _dispatch(tape, site, fn.func, fn.args + tuple(args), kw or None)
+        return dispatch(tape, site, fn.func, fn.args + tuple(args), kw or None)
     if isinstance(fn, type):
         return _construct(tape, site, fn, tuple(args), kwargs)
     inplace = _INPLACE.get(_method_key(fn))
@@ -417,20 +418,20 @@ def _dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dic
         return inplace(tape, site, fn, tuple(args), kwargs or {})
     if t is _Dispatcher and type(fn._implementation) is _FunctionType:
         # a NumPy function written in Python (np.diff, np.pad...): differentiate through its code
-        return _call_python(tape, site, fn._implementation, tuple(args), kwargs)
+        return call_python(tape, site, fn._implementation, tuple(args), kwargs)
     handler = CALL_HANDLERS.get(t)
     if handler is not None:  # bytegrad's own callables (runtime/checkpoint.py)
         return handler(tape, site, fn, tuple(args), kwargs)
     dunder_call = getattr(t, "__call__", None)
     if type(dunder_call) is _FunctionType:  # a callable object (`np.vectorize(f)(x)`): its rule, or its code
         if _rules_get(dunder_call) is not None:
-            return _dispatch(tape, site, dunder_call, (fn,) + tuple(args), kwargs)
-        return _call_python(tape, site, dunder_call, (fn,) + tuple(args), kwargs)
+            return dispatch(tape, site, dunder_call, (fn,) + tuple(args), kwargs)
+        return call_python(tape, site, dunder_call, (fn,) + tuple(args), kwargs)
     args = _drain_generators(tape, tuple(args))  # a C function: look inside generator arguments
     if _any_tracked(tape.ids, tuple(args), kwargs) or (type(fn) is _BuiltinMethod and
                                                        tape.ids.get(id(fn.__self__)) is not None):
         if registry.load_plugins():
-            return _dispatch(tape, site, fn, args, kwargs)
+            return dispatch(tape, site, fn, args, kwargs)
         raise NoRuleError(_method_key(fn), site.loc())
     return fn(*args, **kwargs) if kwargs else fn(*args)
 
@@ -460,7 +461,7 @@ def _construct(tape: Tape, site: Site, cls: type, args: tuple, kwargs: Optional[
         if issubclass(cls, BaseException):  # `raise ValueError(x)`: it only holds its arguments
             return cls(*args, **kwargs) if kwargs else cls(*args)
         if registry.load_plugins():
-            return _dispatch(tape, site, cls, args, kwargs)
+            return dispatch(tape, site, cls, args, kwargs)
         raise NoRuleError(cls, site.loc())
     init = cls.__init__
     meta = type(cls)
@@ -473,11 +474,11 @@ def _construct(tape: Tape, site: Site, cls: type, args: tuple, kwargs: Optional[
             return cls(*args, **kwargs) if kwargs else cls(*args)
         obj = object.__new__(cls)  # raises as `cls(...)` would for an abstract class
     elif type(new) is _FunctionType:  # a `__new__` written in Python, rewritten
-        obj = _call_python(tape, site, new, (cls,) + args, kwargs)
+        obj = call_python(tape, site, new, (cls,) + args, kwargs)
     else:
         obj = new(cls, *args, **(kwargs or {}))
     if isinstance(obj, cls) and type(init) is _FunctionType:
-        _call_python(tape, site, init, (obj,) + args, kwargs)
+        call_python(tape, site, init, (obj,) + args, kwargs)
     elif isinstance(obj, cls) and init is not object.__init__:
         init(obj, *args, **(kwargs or {}))
     return obj
@@ -494,14 +495,14 @@ def _snapshot(tape: Tape, site: Site, a: np.ndarray) -> np.ndarray:
     i = writes.current(tape, site, a)
     copy = a.copy()
     if i is not None:
-        tape.push((_bw_identity, (i,), site), copy)
+        tape.push((IDENTITY, (i,), site), copy)
     return copy
 
 
 def _inplace_sort(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> None:
     a = fn.__self__
     tape.check_write(a, a, site)
-    _write(tape, site, a, Ellipsis, _dispatch(tape, site, np.sort, (_snapshot(tape, site, a),) + args, kwargs or None))
+    _write(tape, site, a, Ellipsis, dispatch(tape, site, np.sort, (_snapshot(tape, site, a),) + args, kwargs or None))
 
 
 def _inplace_fill(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> None:
@@ -519,7 +520,7 @@ def _inplace_fill_diagonal(tape: Tape, site: Site, fn: Any, args: tuple, kwargs:
     else:
         i = np.arange(min(a.shape))
         key = (i,) * a.ndim
-    value = val if np.ndim(val) == 0 else _dispatch(tape, site, np.resize, (val, key[0].shape), None)
+    value = val if np.ndim(val) == 0 else dispatch(tape, site, np.resize, (val, key[0].shape), None)
     _write(tape, site, a, key, value)
 
 
@@ -527,7 +528,7 @@ def _inplace_copyto(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) 
     dst, src = args[0], args[1]
     where = kwargs.get("where", args[3] if len(args) > 3 else True)
     if where is not True:
-        src = _dispatch(tape, site, np.where, (where, src, dst), None)
+        src = dispatch(tape, site, np.where, (where, src, dst), None)
     _write(tape, site, dst, Ellipsis, src)
 
 
@@ -543,7 +544,7 @@ def _inplace_put(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> 
                                    "assign with a.reshape(-1)[ind] = v on a contiguous array instead.")
     ind = np.asarray(ind).ravel()
     n = ind.size
-    value = v if np.ndim(v) == 0 else _dispatch(tape, site, np.resize, (v, n), None)
+    value = v if np.ndim(v) == 0 else dispatch(tape, site, np.resize, (v, n), None)
     _write(tape, site, flat, ind, value)
 
 
@@ -603,7 +604,7 @@ def _method_key(fn: Any) -> Any:
 def call0(tape: Optional[Tape], site: Site, fn: Any) -> Any:
     if tape is None:
         return fn()
-    return _dispatch(tape, site, fn, (), None)
+    return dispatch(tape, site, fn, (), None)
 
 
 def call1(tape: Optional[Tape], site: Site, fn: Any, a: Any) -> Any:
@@ -617,7 +618,7 @@ def call1(tape: Optional[Tape], site: Site, fn: Any, a: Any) -> Any:
         i = tape.ids.get(id(a))
         if i is None:
             if tape.owners or type(a) not in _PLAIN or type(a) is list:
-                return _dispatch(tape, site, fn, (a,), None)
+                return dispatch(tape, site, fn, (a,), None)
             return fn(a)
         if tape.stale and i in tape.stale:
             i = writes.refresh(tape, site, i)
@@ -625,19 +626,19 @@ def call1(tape: Optional[Tape], site: Site, fn: Any, a: Any) -> Any:
         values = tape.values
         tape.ids[id(out)] = len(values)
         values.append(out)
-        tape.nodes.append((_bw_unary, i, site, rule, (a,), fn))
+        tape.nodes.append((UNARY_RECORD, i, site, rule, (a,), fn))
         return out
     if rule is not None and rule.kind is RRULE and rule.rrule is not None and type(a) is not list \
             and type(a) is not tuple:
         i = tape.ids.get(id(a))
         if i is None:
             if tape.owners or type(a) not in _PLAIN:
-                return _dispatch(tape, site, fn, (a,), None)
+                return dispatch(tape, site, fn, (a,), None)
             return fn(a)
         if tape.stale and i in tape.stale:
             i = writes.refresh(tape, site, i)
         out, pullback = rule.rrule(a)
-        node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, (i,), site, pullback, (a,), fn)
+        node = (TRUSTED_RECORD if rule.trusted else RULE_RECORD, (i,), site, pullback, (a,), fn)
         to = type(out)
         if to is _ndarray or to is float or to is _float64:
             values = tape.values
@@ -646,19 +647,19 @@ def call1(tape: Optional[Tape], site: Site, fn: Any, a: Any) -> Any:
             tape.nodes.append(node)
             return out
         return _push_output(tape, node, out)
-    return _dispatch(tape, site, fn, (a,), None)
+    return dispatch(tape, site, fn, (a,), None)
 
 
 def call2(tape: Optional[Tape], site: Site, fn: Any, a: Any, b: Any) -> Any:
     if tape is None:
         return fn(a, b)
-    return _dispatch(tape, site, fn, (a, b), None)
+    return dispatch(tape, site, fn, (a, b), None)
 
 
 def call(tape: Optional[Tape], site: Site, fn: Any, args: tuple) -> Any:
     if tape is None:
         return fn(*args)
-    return _dispatch(tape, site, fn, args, None)
+    return dispatch(tape, site, fn, args, None)
 
 
 def call_kw(tape: Optional[Tape], site: Site, fn: Any, packed: tuple) -> Any:
@@ -669,7 +670,7 @@ def call_kw(tape: Optional[Tape], site: Site, fn: Any, packed: tuple) -> Any:
     args = args[: len(args) - k]
     if tape is None:
         return fn(*args, **kwargs)
-    return _dispatch(tape, site, fn, args, kwargs)
+    return dispatch(tape, site, fn, args, kwargs)
 
 
 def call_ex(tape: Optional[Tape], site: Site, fn: Any, args: Any, kwargs: Optional[dict]) -> Any:
@@ -677,7 +678,7 @@ def call_ex(tape: Optional[Tape], site: Site, fn: Any, args: Any, kwargs: Option
         return fn(*args, **kwargs) if kwargs else fn(*args)
     if type(args) is not tuple:  # `f(*x)`: a differentiated array unpacks into its rows
         args = unpack(tape, site, args)
-    return _dispatch(tape, site, fn, tuple(args), dict(kwargs) if kwargs else None)
+    return dispatch(tape, site, fn, tuple(args), dict(kwargs) if kwargs else None)
 
 
 # ---- hooks: operators -----------------------------------------------------------------------
@@ -698,17 +699,17 @@ def _binary_tracked(tape: Tape, site: Site, op: Any, a: Any, b: Any, ia: Any, ib
         values = tape.values
         tape.ids[id(out)] = len(values)
         values.append(out)
-        tape.nodes.append((_bw_elementwise, (ia, ib), site, rule, (_as_array(a), _as_array(b)), op))
+        tape.nodes.append((EW_RECORD, (ia, ib), site, rule, (_as_array(a), _as_array(b)), op))
         return out
     if kind is RRULE and rule.rrule is not None:
         out, pullback = rule.rrule(a, b)
-        node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, (ia, ib), site, pullback, (a, b), op)
+        node = (TRUSTED_RECORD if rule.trusted else RULE_RECORD, (ia, ib), site, pullback, (a, b), op)
         return _push_output(tape, node, out)
     if kind is NONDIFF or kind is TRANSPARENT:
         if tape.__class__ is CaptureTape:
             tape.refuse(f"computes {qualname(op)} of a differentiated value (no derivative)", site)
         return op(a, b)
-    return _dispatch(tape, site, op, (a, b), None)
+    return dispatch(tape, site, op, (a, b), None)
 
 
 #: types whose operators never run user Python code
@@ -747,7 +748,7 @@ def _user_binary(tape: Tape, site: Site, op: Any, a: Any, b: Any) -> Any:
         if meth is None:
             continue
         if type(meth) is _FunctionType:
-            out = _call_python(tape, site, meth, (x, y), None)
+            out = call_python(tape, site, meth, (x, y), None)
         else:
             out = meth(x, y)  # a C implementation (float.__mul__...): it may decline
         if out is not NotImplemented:
@@ -782,7 +783,7 @@ def _make_binary(op: Any) -> Callable[..., Any]:
             ta, tb = type(a), type(b)
             mixed = ta is not _ndarray or tb is not _ndarray  # (two arrays skip the next two checks)
             if mixed and (ta is list or ta is tuple or tb is list or tb is tuple) and _list_as_array(ids, op, a, b):
-                return _dispatch(tape, site, op, (a, b), None)  # records the list's scalars too
+                return dispatch(tape, site, op, (a, b), None)  # records the list's scalars too
             if ia is not None or ib is not None:
                 if mixed and (ta not in _PLAIN or tb not in _PLAIN) and _python_operator(op, ta, tb):
                     return _user_binary(tape, site, op, a, b)  # `V(x) * x`: V's operator, rewritten
@@ -793,7 +794,7 @@ def _make_binary(op: Any) -> Callable[..., Any]:
                     if rule.kind is not RRULE or rule.rrule is None:
                         return _binary_tracked(tape, site, op, a, b, ia, ib)
                     out, pullback = rule.rrule(a, b)  # matmul and friends, recorded inline
-                    node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, (ia, ib), site, pullback, (a, b), op)
+                    node = (TRUSTED_RECORD if rule.trusted else RULE_RECORD, (ia, ib), site, pullback, (a, b), op)
                     if type(out) is _ndarray:
                         values = tape.values
                         ids[id(out)] = len(values)
@@ -809,7 +810,7 @@ def _make_binary(op: Any) -> Callable[..., Any]:
                     values = tape.values
                     ids[id(out)] = len(values)
                     values.append(out)
-                    tape.nodes.append((_bw_elementwise, (ia, ib), site, rule, (a, b), op))
+                    tape.nodes.append((EW_RECORD, (ia, ib), site, rule, (a, b), op))
                 return out
             if tape.owners:
                 ia, ib = _untracked_views(tape, site, (a, b), (None, None))
@@ -836,7 +837,7 @@ def _make_inplace(iop: Any, op: Any) -> Callable[..., Any]:
             if ta not in _PLAIN:
                 meth = getattr(ta, f"__i{op.__name__.strip('_')}__", None)
                 if type(meth) is _FunctionType:
-                    out = _call_python(tape, site, meth, (a, b), None)
+                    out = call_python(tape, site, meth, (a, b), None)
                     if out is not NotImplemented:
                         return out
                 if untracked or _python_operator(op, ta, tb):
@@ -904,7 +905,7 @@ def _make_unary(op: Any) -> Callable[..., Any]:
                 rule = _rules_get(op)
                 if rule is None:
                     raise NoRuleError(op, site.loc())
-                return _dispatch(tape, site, op, (a,), None)
+                return dispatch(tape, site, op, (a,), None)
         return op(a)
 
     unary_hook.__name__ = f"unary_{op.__name__}"
@@ -918,7 +919,7 @@ def _make_unary_user(op: Any, dunder: str) -> Callable[..., Any]:
         if tape is not None and type(a) not in _PLAIN and tape.ids.get(id(a)) is None:
             meth = getattr(type(a), dunder, None)
             if type(meth) is _FunctionType:
-                return _call_python(tape, site, meth, (a,), None)
+                return call_python(tape, site, meth, (a,), None)
         return plain(tape, site, a)
 
     unary_hook.__name__ = f"unary_{op.__name__}"
@@ -946,7 +947,7 @@ def getitem(tape: Optional[Tape], site: Site, obj: Any, key: Any) -> Any:
                 i = writes.refresh(tape, site, i)
             # an index never carries a derivative: only the container is a parent
             out, pullback = rule.rrule(obj, key)
-            node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, (i, None), site, pullback, (obj, key), _getitem)
+            node = (TRUSTED_RECORD if rule.trusted else RULE_RECORD, (i, None), site, pullback, (obj, key), _getitem)
             if type(out) is _ndarray or type(out) is _float64:
                 values = tape.values
                 tape.ids[id(out)] = len(values)
@@ -961,7 +962,7 @@ def getitem(tape: Optional[Tape], site: Site, obj: Any, key: Any) -> Any:
         elif to not in _PLAIN:
             method = getattr(to, "__getitem__", None)
             if type(method) is _FunctionType:
-                return _call_python(tape, site, method, (obj, key), None)
+                return call_python(tape, site, method, (obj, key), None)
     return obj[key]
 
 
@@ -976,7 +977,7 @@ def _write(tape: Tape, site: Site, obj: np.ndarray, key: Any, value: Any) -> Non
     if iv is None and tape.owners and type(value) is _ndarray:
         iv = writes.view_parent(tape, site, value)
     if iv is not None and type(iv) is not int:  # a list holding tracked values: make it an array
-        value = _dispatch(tape, site, np.asarray, (value,), None)
+        value = dispatch(tape, site, np.asarray, (value,), None)
         iv = tape.ids.get(id(value))
     elif iv is not None and tape.stale and iv in tape.stale:
         iv = writes.refresh(tape, site, iv)
@@ -988,7 +989,7 @@ def setitem(tape: Optional[Tape], site: Site, value: Any, obj: Any, key: Any) ->
         if tape is not None and type(obj) not in _PLAIN:
             meth = _class_attr(type(obj), "__setitem__")
             if type(meth) is _FunctionType:  # a user container's `__setitem__`, rewritten
-                _call_python(tape, site, meth, (obj, key, value), None)
+                call_python(tape, site, meth, (obj, key, value), None)
                 return
             if type(obj) is _FlatIter and type(obj.base) is _ndarray:  # `a.flat[k] = v`: flat positions
                 base = obj.base                                          # as indices into `a`
@@ -1012,14 +1013,14 @@ def setattr_(tape: Optional[Tape], site: Site, value: Any, obj: Any, name: str) 
             td = type(desc)
             if td is property:
                 if type(desc.fset) is _FunctionType:
-                    _call_python(tape, site, desc.fset, (obj, value), None)
+                    call_python(tape, site, desc.fset, (obj, value), None)
                     return
             elif desc is not None and type(getattr(td, "__set__", None)) is _FunctionType:
-                _call_python(tape, site, td.__set__, (desc, obj, value), None)
+                call_python(tape, site, td.__set__, (desc, obj, value), None)
                 return
             hook = _class_attr(cls, "__setattr__")
             if type(hook) is _FunctionType:
-                _call_python(tape, site, hook, (obj, name, value), None)
+                call_python(tape, site, hook, (obj, name, value), None)
                 return
     setattr(obj, name, value)
 
@@ -1047,26 +1048,26 @@ def getattr_(tape: Optional[Tape], site: Site, obj: Any, name: str) -> Any:
             td = type(desc)
             if td is property:
                 if type(desc.fget) is _FunctionType:
-                    return _call_python(tape, site, desc.fget, (obj,), None)
+                    return call_python(tape, site, desc.fget, (obj,), None)
             elif td is functools.cached_property:
                 d = getattr(obj, "__dict__", None)
                 if d is not None and desc.attrname in d:
                     return d[desc.attrname]
-                value = _call_python(tape, site, desc.func, (obj,), None)
+                value = call_python(tape, site, desc.func, (obj,), None)
                 if d is not None:
                     d[desc.attrname] = value
                 return value
             elif desc is not None and td not in (_FunctionType, staticmethod, classmethod) and \
                     type(getattr(td, "__get__", None)) is _FunctionType and \
                     (hasattr(td, "__set__") or name not in getattr(obj, "__dict__", {})):
-                return _call_python(tape, site, td.__get__, (desc, obj, to), None)
+                return call_python(tape, site, td.__get__, (desc, obj, to), None)
             elif desc is None and name not in getattr(obj, "__dict__", {}):
                 hook = getattr(to, "__getattr__", None)
                 if type(hook) is _FunctionType:
                     try:
                         return object.__getattribute__(obj, name)
                     except AttributeError:
-                        return _call_python(tape, site, hook, (obj, name), None)
+                        return call_python(tape, site, hook, (obj, name), None)
     return getattr(obj, name)
 
 
@@ -1109,7 +1110,7 @@ def iter_(tape: Optional[Tape], site: Site, obj: Any) -> Any:
         elif to not in _PLAIN:
             meth = getattr(to, "__iter__", None)
             if type(meth) is _FunctionType:
-                it = _call_python(tape, site, meth, (obj,), None)
+                it = call_python(tape, site, meth, (obj,), None)
                 step = getattr(type(it), "__next__", None)
                 if type(step) is _FunctionType:  # an iterator class written in Python
                     return _python_steps(tape, site, it, step)
@@ -1123,7 +1124,7 @@ def _python_steps(tape: Tape, site: Site, it: Any, step: Any) -> Any:
     """The items of an iterator whose `__next__` is written in Python, each step run rewritten."""
     while True:
         try:
-            item = _call_python(tape, site, step, (it,), None)
+            item = call_python(tape, site, step, (it,), None)
         except StopIteration:
             return
         yield item
@@ -1152,5 +1153,5 @@ def before_with(tape: Optional[Tape], site: Site, mgr: Any) -> tuple[Any, Any]:
         raise TypeError(f"'{cls.__name__}' object does not support the context manager protocol")
     bound_exit = exit_.__get__(mgr, cls)
     if tape is not None and type(enter) is _FunctionType:
-        return _call_python(tape, site, enter, (mgr,), None), bound_exit
+        return call_python(tape, site, enter, (mgr,), None), bound_exit
     return enter.__get__(mgr, cls)(), bound_exit

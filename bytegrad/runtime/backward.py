@@ -1,9 +1,11 @@
-"""Backward functions: `backward(out_bar, node, out)` returns one cotangent per parent of a node.
+"""The kinds of record the hooks make for functions with rules (runtime/records.py): their reverse
+steps `backward(out_bar, record, out)`, which return one cotangent per parent, and their forward
+steps `pushforward(record, out, parent_dots)`.
 
-Node layouts: elementwise `(bw, parents, site, rule, args, fn)`; unary `(bw, parent, site, rule,
-(x,), fn)` with a bare parent index; rule `(bw, parents, site, pullback, args, fn[, kwargs])` (the
-kwargs, when present, serve the forward sweep in runtime/forward.py). Each backward
-function's `saved(node)` lists the arrays its reverse pass reads (for the mutation checks).
+Layouts: `ELEMENTWISE` `(kind, parents, site, rule, args, fn)`; `UNARY` `(kind, parent, site,
+rule, (x,), fn)` with a bare parent index, its cotangent returned bare; `RULE` and
+`RULE_TRUSTED` `(kind, parents, site, pullback, args, fn, kwargs)` (the kwargs serve the frule in
+forward mode); `TUPLE_ITEM` `(kind, (whole,), site, k, n)`; `IDENTITY` `(kind, (parent,), site)`.
 """
 from __future__ import annotations
 
@@ -12,11 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from bytegrad.errors import DifferentiationError, qualname
+from bytegrad.errors import DifferentiationError, PullbackError, qualname
+from bytegrad.rules import registry
 from bytegrad.rules._apply import shape_of
 from bytegrad.rules._shape import materialize, stand_in, unbroadcast
 from bytegrad.rules.registry import ZERO
-from bytegrad.runtime import tape as _tape
+from bytegrad.runtime.records import IDENTITY, Kind, TupleOut
+from bytegrad.runtime.tangents import fit_tangent, pf_transpose
+from bytegrad.runtime.tape import collect, tls
 
 _ndarray = np.ndarray
 
@@ -38,7 +43,7 @@ def _bw_elementwise(ct: Any, node: tuple, out: Any) -> Any:
     partials = rule.partials
     # the seed of a sum: skip multiplying by it, unless a nested derivative records this step (its
     # ct is then a differentiated value that happens to be 1.0, and the product carries its derivative)
-    unit = ct.__class__ is float and ct == 1.0 and _unrecorded()
+    unit = ct.__class__ is float and ct == 1.0 and unrecorded()
     if type(out) is _ndarray:
         out_shape = out.shape
         dt = out.dtype
@@ -59,8 +64,8 @@ def _bw_elementwise(ct: Any, node: tuple, out: Any) -> Any:
                 v = singular_partial(d, args, out)
             if unit and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float):
                 bar = v
-            elif type(v) is _ndarray and v.size >= INPLACE_MIN_SIZE and _unrecorded() and _getrefcount(v) == 2 \
-                    and _scalable(ct, v):
+            elif type(v) is _ndarray and v.size >= INPLACE_MIN_SIZE and unrecorded() and _getrefcount(v) == 2 \
+                    and scalable(ct, v):
                 bar = _multiply(ct, v, out=v)  # a partial only this step holds: scaled in place
             else:
                 bar = ct * v
@@ -89,8 +94,8 @@ def _bw_elementwise(ct: Any, node: tuple, out: Any) -> Any:
                 v = singular_partial(d, args, out)
             if unit and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float):
                 bar = v
-            elif type(v) is _ndarray and v.size >= INPLACE_MIN_SIZE and _unrecorded() and _getrefcount(v) == 2 \
-                    and _scalable(ct, v):
+            elif type(v) is _ndarray and v.size >= INPLACE_MIN_SIZE and unrecorded() and _getrefcount(v) == 2 \
+                    and scalable(ct, v):
                 bar = _multiply(ct, v, out=v)
             else:
                 bar = ct * v
@@ -124,10 +129,10 @@ def _bw_unary(ct: Any, node: tuple, out: Any) -> Any:
     except ZeroDivisionError:
         v = singular_partial(d, (a,), out)
     if ct.__class__ is float and ct == 1.0 and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float) \
-            and _unrecorded():
+            and unrecorded():
         return v
-    if type(v) is _ndarray and v.size >= INPLACE_MIN_SIZE and _unrecorded() and _getrefcount(v) == 2 \
-            and _scalable(ct, v):
+    if type(v) is _ndarray and v.size >= INPLACE_MIN_SIZE and unrecorded() and _getrefcount(v) == 2 \
+            and scalable(ct, v):
         return _multiply(ct, v, out=v)  # a partial only this step holds: scaled in place
     return ct * v
 
@@ -143,16 +148,15 @@ _getrefcount = sys.getrefcount
 #: under valgrind), and with the checks before it more than a small allocation saves
 INPLACE_MIN_SIZE = 4096
 _multiply = np.multiply
-_tls = _tape._tls
 
 
-def _unrecorded() -> bool:
+def unrecorded() -> bool:
     """Whether this reverse step runs as itself, not recorded by a nested derivative (which runs it
     rewritten, on tracked values: those are never written in place)."""
-    return getattr(_tls, "tape", None) is None
+    return getattr(tls, "tape", None) is None
 
 
-def _scalable(ct: Any, v: np.ndarray) -> bool:
+def scalable(ct: Any, v: np.ndarray) -> bool:
     """Whether `ct * v` may be computed into v (whose references the caller counted): v owns its
     memory, and the product has v's shape and dtype."""
     if v.base is not None:
@@ -165,7 +169,7 @@ def _scalable(ct: Any, v: np.ndarray) -> bool:
 _USES: dict[Any, frozenset[int]] = {}
 
 
-def _partial_uses(d: Any, nargs: int) -> frozenset[int]:
+def partial_uses(d: Any, nargs: int) -> frozenset[int]:
     """Which of (*args, out) a partial reads: positions 0..nargs (out is nargs)."""
     uses = _USES.get(d)
     if uses is None:
@@ -199,7 +203,7 @@ def _read_by_partials(node: tuple) -> set[int]:
     parents = node[1] if type(node[1]) is tuple else (node[1],)  # a unary record has a bare index
     for i, p in enumerate(parents):
         if p is not None and i < len(rule.partials) and callable(rule.partials[i]):
-            used |= _partial_uses(rule.partials[i], n)
+            used |= partial_uses(rule.partials[i], n)
     return used
 
 
@@ -212,11 +216,6 @@ def _reads_out_elementwise(node: tuple) -> bool:
     return len(node[4]) in _read_by_partials(node)
 
 
-_bw_elementwise.saved = _saved_elementwise  # type: ignore[attr-defined]
-_bw_unary.saved = _saved_elementwise  # type: ignore[attr-defined]
-# whether the reverse step reads the node's own output (tape.check_write: writing into it is refused)
-_bw_elementwise.reads_out = _reads_out_elementwise  # type: ignore[attr-defined]
-_bw_unary.reads_out = _reads_out_elementwise  # type: ignore[attr-defined]
 
 
 # ---- slimming: what a tape swept once keeps of a record (see tape.sweep) -------------------------
@@ -235,17 +234,6 @@ def _slim_rrule_trusted(node: tuple, out: Any) -> tuple[tuple, Any]:
     return node, stand_in(out)  # the pullback keeps what it needs; `out` gives the shape
 
 
-_bw_elementwise.slim = _slim_elementwise  # type: ignore[attr-defined]
-_bw_unary.slim = _slim_elementwise  # type: ignore[attr-defined]
-
-
-class _TupleOut:
-    """Stands on the tape for a rule's tuple output; its elements are recorded one by one."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
 
 
 def _bw_rrule(ct: Any, node: tuple, out: Any) -> Any:
@@ -253,7 +241,7 @@ def _bw_rrule(ct: Any, node: tuple, out: Any) -> Any:
     if to is _ndarray:
         if type(ct) is not _ndarray or ct.shape != out.shape:
             ct = materialize(ct, out)
-    elif to is _TupleOut:
+    elif to is TupleOut:
         items = out.value
         ct = tuple(ZERO if c is None or c is ZERO else materialize(c, v) for c, v in zip(ct, items))
         if type(items) is not tuple:
@@ -280,13 +268,12 @@ def _bw_rrule_trusted(ct: Any, node: tuple, out: Any) -> Any:
         if type(ct) is not _ndarray or ct.shape != out.shape:
             ct = materialize(ct, out)
         return node[3](ct)
-    if to is _TupleOut:
+    if to is TupleOut:
         return _bw_rrule(ct, node, out)
     return node[3](ct)
 
 
 def _pullback_shape_error(node: tuple, what: str) -> DifferentiationError:
-    from bytegrad.errors import PullbackError
     site = node[2]
     return PullbackError(f"the pullback of {qualname(node[5])} {what}.",
                          site.loc() if site is not None else None,
@@ -301,20 +288,98 @@ def _bw_tuple_item(ct: Any, node: tuple, out: Any) -> tuple[Any, ...]:
     return (tuple(bars),)
 
 
-def _bw_identity(ct: Any, node: tuple, out: Any) -> tuple[Any, ...]:
-    return (ct,)
-
-
 def _saved_rrule(node: tuple) -> list[np.ndarray]:
     """What a rule's pullback captured (its closure); the recorded args serve only shape checks."""
     found: list[np.ndarray] = []
-    _tape._collect(node[3], found, 3)
+    collect(node[3], found, 3)
     return found
 
 
-_bw_rrule.saved = _saved_rrule  # type: ignore[attr-defined]
-_bw_rrule_trusted.saved = _saved_rrule  # type: ignore[attr-defined]
-_bw_rrule_trusted.slim = _slim_rrule_trusted  # type: ignore[attr-defined]
 
-for _bw in (_bw_tuple_item, _bw_identity):
-    _bw.saved = lambda node: []  # type: ignore[attr-defined]
+
+# ---- pushforwards: (record, out, parent_dots) -> out_dot -----------------------------------------
+
+
+def pf_elementwise(node: tuple, out: Any, parent_dots: Any) -> Any:
+    """`sum_i partial_i * x_dot_i` for a `scalar_rule` node (binary, n-ary or unary layout)."""
+    partials = node[3].partials
+    args = node[4]
+    out_dot = None
+    for i, x_dot in enumerate(parent_dots):
+        if x_dot is None or i >= len(partials):
+            continue
+        d = partials[i]
+        if d is None:
+            continue
+        if d.__class__ is int or d.__class__ is float:
+            term = x_dot if d == 1 else (-x_dot if d == -1 else x_dot * d)
+        else:
+            try:
+                term = x_dot * d(*args, out)
+            except ZeroDivisionError:
+                term = x_dot * singular_partial(d, args, out)
+        out_dot = term if out_dot is None else out_dot + term
+    return fit_tangent(out_dot, out)
+
+
+def _rule_of(fn: Any) -> Any:
+    rule = registry.lookup(fn)
+    if rule is None:
+        owner = getattr(fn, "__self__", None)  # `x.T` is recorded with the descriptor's __get__
+        if owner is not None and type(owner) is not np.ndarray:
+            rule = registry.lookup(owner)
+    return rule
+
+
+def _args_dot(parent_dots: Any, args: tuple) -> tuple[Any, ...]:
+    """One tangent per positional argument, ZERO where there is none (lists mirror list arguments)."""
+    out: list[Any] = []
+    for k, a in enumerate(args):
+        d = parent_dots[k] if k < len(parent_dots) else None
+        if d is None:
+            out.append(ZERO)
+        elif type(d) is list:
+            out.append(_zero_filled(d, a))
+        else:
+            out.append(d)
+    return tuple(out)
+
+
+def _zero_filled(dots: list[Any], arg: Any) -> Any:
+    items = [ZERO if d is None else (_zero_filled(d, a) if type(d) is list else d) for d, a in zip(dots, arg)]
+    return items if isinstance(arg, list) else tuple(items)
+
+
+def pf_rrule(node: tuple, out: Any, parent_dots: Any) -> Any:
+    """A rule node: its frule when it has one, else linear transposition of its pullback."""
+    rule = _rule_of(node[5])
+    frule = rule.frule if rule is not None else None
+    if frule is None:
+        return pf_transpose(node, out, parent_dots)
+    args = node[4]
+    kwargs = node[6] if len(node) > 6 else None
+    args_dot = _args_dot(parent_dots, args)
+    _, out_dot = frule(args_dot, *args, **kwargs) if kwargs else frule(args_dot, *args)
+    if type(out) is TupleOut:
+        return tuple(fit_tangent(d, v) for d, v in zip(out_dot, out.value))
+    return fit_tangent(out_dot, out)
+
+
+def pf_tuple_item(node: tuple, out: Any, parent_dots: Any) -> Any:
+    whole = parent_dots[0]
+    return None if whole is None else whole[node[3]]
+
+
+# ---- the kinds -------------------------------------------------------------------------------------
+
+_EW_FIELDS = ("rule", "args", "fn")
+ELEMENTWISE = Kind("elementwise", _EW_FIELDS, _bw_elementwise, pushforward=pf_elementwise, saved=_saved_elementwise,
+                   reads_out=_reads_out_elementwise, slim=_slim_elementwise, fn_at=5, args_at=4)
+UNARY = Kind("unary", _EW_FIELDS, _bw_unary, pushforward=pf_elementwise, saved=_saved_elementwise,
+             reads_out=_reads_out_elementwise, slim=_slim_elementwise, fn_at=5, args_at=4)
+_RULE_FIELDS = ("pullback", "args", "fn", "kwargs")
+RULE = Kind("rule", _RULE_FIELDS, _bw_rrule, pushforward=pf_rrule, saved=_saved_rrule, fn_at=5, args_at=4)
+#: bytegrad's own (table-tested) rules: the pullback's result is not re-checked
+RULE_TRUSTED = Kind("rule", _RULE_FIELDS, _bw_rrule_trusted, pushforward=pf_rrule, saved=_saved_rrule,
+                    slim=_slim_rrule_trusted, fn_at=5, args_at=4)
+TUPLE_ITEM = Kind("tuple item", ("k", "n"), _bw_tuple_item, pushforward=pf_tuple_item)

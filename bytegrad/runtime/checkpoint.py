@@ -27,21 +27,20 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from bytegrad.errors import DifferentiationError, SourceLoc, _library_file, qualname
-from bytegrad.rules._shape import _STAND_INS
+from bytegrad.errors import DifferentiationError, SourceLoc, library_file, qualname
+from bytegrad.rules._shape import is_stand_in
 from bytegrad.rules.registry import ZERO
-from bytegrad.runtime import abi, forward, pytree, writes, zerosafe
-from bytegrad.runtime.backward import _bw_tuple_item, _TupleOut
-from bytegrad.runtime.forward import PerformanceWarning
-from bytegrad.runtime.tape import CaptureTape, Tape, _tls, saved_arrays, sweep
+from bytegrad.runtime import abi, forward, pytree, zerosafe
+from bytegrad.runtime.backward import TUPLE_ITEM
+from bytegrad.runtime.records import Kind, TupleOut
+from bytegrad.runtime.tangents import PerformanceWarning
+from bytegrad.runtime.tape import CaptureTape, Tape, saved_arrays, sweep, tls
+from bytegrad.runtime.writes import WRITE_KINDS
 
 __all__ = ["checkpoint", "Checkpointed"]
 
 _ndarray = np.ndarray
 _getrefcount = sys.getrefcount
-#: records that write memory or re-derive views of written memory: a segment holding one whose
-#: target is an array from before the call is kept as recorded (the versions span the tape)
-_WRITES = frozenset({writes._bw_setitem, writes._bw_owner_write, writes._bw_view, writes._bw_add_at})
 
 
 class Checkpointed:
@@ -140,12 +139,12 @@ def call(tape: Tape, site: abi.Site, cp: Checkpointed, args: tuple, kwargs: Opti
     fn = cp.fn
     if tape.__class__ is CaptureTape:
         tape.refuse("calls a checkpointed function (a compiled program keeps every value)", site)
-        return abi._dispatch(tape, site, fn, args, kwargs)
-    if getattr(_tls, "nesting", 0):  # a nested derivative differentiates its own sweep: see module doc
-        return abi._dispatch(tape, site, fn, args, kwargs)
+        return abi.dispatch(tape, site, fn, args, kwargs)
+    if getattr(tls, "nesting", 0):  # a nested derivative differentiates its own sweep: see module doc
+        return abi.dispatch(tape, site, fn, args, kwargs)
     i0 = len(tape.nodes)
     before = (set(tape.stale), set(tape.owners)) if tape.stale or tape.owners else ((), ())
-    out = abi._dispatch(tape, site, fn, args, kwargs)
+    out = abi.dispatch(tape, site, fn, args, kwargs)
     if len(tape.nodes) == i0:
         return out
     if any(hasattr(type(a), "__next__") for a in (*args, *(kwargs or {}).values())):
@@ -174,7 +173,8 @@ def _why_kept(tape: Tape, i0: int, stale_before: Any) -> Optional[str]:
     nodes = tape.nodes
     for k in range(i0, len(nodes)):
         node = nodes[k]
-        if node is not None and node[0] in _WRITES:
+        # a write (or a view of written memory) whose target is from before the call: kept as recorded
+        if node is not None and node[0] in WRITE_KINDS:
             target = node[1][0]  # the written memory's previous version (the value written is node[1][1])
             if target is not None and target < i0:
                 return "writes in place into (or reads a view of) an array written before the call"
@@ -257,15 +257,15 @@ def _collapse(tape: Tape, site: abi.Site, fn: Any, args: tuple, kwargs: Optional
         return None
     watched = _held_outside(read, segment_values, out)
     record = _Segment(fn, args, kwargs, inputs, tuple(positions), len(leaves), type(tape), site, watched)
-    node = (_bw_checkpoint, parents, site, record)
+    node = (CHECKPOINT, parents, site, record)
     if len(produced) == 1:
         tape.push(node, produced[0])
         return None
     holder = len(values)
-    tape.push(node, _TupleOut(tuple(produced)))
+    tape.push(node, TupleOut(tuple(produced)))
     n = len(produced)
     for k, leaf in enumerate(produced):
-        tape.push((_bw_tuple_item, (holder,), site, k, n), leaf)
+        tape.push((TUPLE_ITEM, (holder,), site, k, n), leaf)
     return None
 
 
@@ -279,13 +279,9 @@ def _read_from_outside(nodes: list, values: list, ids: dict[int, int], i0: int) 
         for arr in saved_arrays(nodes[k]):
             owner = arr.base if type(arr.base) is _ndarray else arr
             # (tracked outside values are the record's inputs; a stand-in holds no data)
-            if id(owner) not in read and id(owner) not in ids and not _is_stand_in(arr):
+            if id(owner) not in read and id(owner) not in ids and not is_stand_in(arr):
                 read[id(owner)] = owner
     return read
-
-
-def _is_stand_in(arr: np.ndarray) -> bool:
-    return arr.base is not None and _STAND_INS.get((arr.shape, arr.dtype)) is arr
 
 
 def _held_outside(read: dict[int, np.ndarray], segment_values: list, out: Any) -> tuple:
@@ -339,7 +335,7 @@ def _check_kept(segment_values: list, sites: list, out: Any, fn: Any, intermedia
     _count_holders(out, expected, set())
     for v in segment_values:
         t = type(v)
-        if t is _TupleOut:
+        if t is TupleOut:
             _count_holders(v.value, expected, set())
         elif t is _ndarray and v.base is not None:
             expected[id(v.base)] = expected.get(id(v.base), 0) + 1
@@ -393,10 +389,10 @@ def _rerun(record: _Segment) -> tuple[Tape, list[int], list[int]]:
     tape = record.tape_cls()
     tape.lean = True
     leaf_idx = [tape.leaf(v) for v in record.inputs]
-    old = getattr(_tls, "tape", None)
-    _tls.tape = tape
+    old = getattr(tls, "tape", None)
+    tls.tape = tape
     try:
-        out = abi._dispatch(tape, record.site, record.fn, record.args, record.kwargs)
+        out = abi.dispatch(tape, record.site, record.fn, record.args, record.kwargs)
     except DifferentiationError:
         raise
     except Exception as exc:  # it ran without error the first time: name the line that raised now
@@ -406,7 +402,7 @@ def _rerun(record: _Segment) -> tuple[Tape, list[int], list[int]]:
             "make the function deterministic (no state it changes between calls), or do not checkpoint "
             "it.") from exc
     finally:
-        _tls.tape = old
+        tls.tape = old
     leaves = pytree.output_nodes(out, tape.ids)
     if len(leaves) != record.n_leaves:
         raise _nondeterministic(record)
@@ -426,7 +422,7 @@ def _raising_line(exc: BaseException) -> Optional[SourceLoc]:
     tb = exc.__traceback__
     while tb is not None:
         code = tb.tb_frame.f_code
-        if not _library_file(code.co_filename):
+        if not library_file(code.co_filename):
             found = SourceLoc(code.co_filename, tb.tb_lineno, code.co_name)
         tb = tb.tb_next
     return found
@@ -456,7 +452,7 @@ def _pull(ct: Any, node: tuple, out: Any, safe: bool) -> tuple[Any, ...]:
     if safe:
         zerosafe.guard(tape)
     seeds: dict[int, Any] = {}
-    for j, c in zip(out_idx, ct if type(out) is _TupleOut else (ct,)):
+    for j, c in zip(out_idx, ct if type(out) is TupleOut else (ct,)):
         if c is None or c is ZERO:
             continue
         seeds[j] = c if j not in seeds else seeds[j] + c
@@ -480,12 +476,10 @@ def pf_checkpoint(node: tuple, out: Any, parent_dots: Any) -> Any:
     seeds = {i: d for i, d in zip(leaf_idx, parent_dots) if d is not None}
     dots = forward.push_forward(tape, seeds)
     result = tuple(forward.fit_tangent(dots[j], tape.values[j]) for j in out_idx)
-    return result if type(out) is _TupleOut else result[0]
+    return result if type(out) is TupleOut else result[0]
 
 
-_bw_checkpoint.saved = _saved_checkpoint  # type: ignore[attr-defined]
-_bw_checkpoint_safe.saved = _saved_checkpoint  # type: ignore[attr-defined]
-zerosafe.SAFE[_bw_checkpoint] = _bw_checkpoint_safe
-forward.PUSHFORWARDS[_bw_checkpoint] = pf_checkpoint
-forward.PUSHFORWARDS[_bw_checkpoint_safe] = pf_checkpoint
+#: `(CHECKPOINT, parents, site, segment)`: a collapsed segment, rerun in its reverse step
+CHECKPOINT = Kind("checkpoint", ("segment",), _bw_checkpoint, pushforward=pf_checkpoint, saved=_saved_checkpoint)
+CHECKPOINT.safe = CHECKPOINT.twin("zero-safe checkpoint", _bw_checkpoint_safe)
 abi.CALL_HANDLERS[Checkpointed] = call

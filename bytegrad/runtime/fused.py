@@ -36,9 +36,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 import numpy as np
 
 from bytegrad.rules._shape import stand_in, unbroadcast
-from bytegrad.runtime.backward import INPLACE_MIN_SIZE, _scalable, _unrecorded
+from bytegrad.runtime.backward import INPLACE_MIN_SIZE, scalable, unrecorded
 from bytegrad.runtime import zerosafe
-from bytegrad.runtime.tape import SLIM_MIN_SIZE, CaptureTape, Tape, _tls, sweep
+from bytegrad.runtime.records import Kind
+from bytegrad.runtime.tape import SLIM_MIN_SIZE, CaptureTape, Tape, sweep, tls
 
 if TYPE_CHECKING:
     from bytegrad.runtime import kernels
@@ -160,7 +161,7 @@ def fused_hook(tape: Optional[Tape], fs: FusedSite, ops: tuple) -> Any:
         dtype = _kernel_dtype(fs, ops)
         # not inside a nested derivative's forward pass (grad of grad, hvp, hessian): the kernel's
         # partials are computed unrecorded, so the outer derivative would take them for constants
-        if dtype is not None and not tape.owners and not tape.stale and not getattr(_tls, "nesting", 0):
+        if dtype is not None and not tape.owners and not tape.stale and not getattr(tls, "nesting", 0):
             leaves = [ops[p] for p in fs.leaf_pos]
             ids = tape.ids
             parents = tuple(ids.get(id(v)) for v in leaves)
@@ -214,7 +215,7 @@ def _release_intermediates(tape: Tape, fs: FusedSite, ops: tuple, start: int) ->
     for k in range(last, start - 1, -1):
         node = nodes[k]
         v = values[k]
-        slim = getattr(node[0], "slim", None) if node is not None else None
+        slim = node[0].slim if node is not None else None
         if slim is None or v.__class__ is not _ndarray or v.size < SLIM_MIN_SIZE:
             continue  # (an elementwise tree's intermediates are no larger than its output)
         node, kept = slim(node, v)
@@ -469,7 +470,7 @@ def _run_kernel(tape: Tape, fs: FusedSite, dtype: str, active: tuple[bool, ...],
     fs.kernel_calls += 1
     if ks.onepass:  # the output and the partials, in one pass
         out, *partials = ks.forward(*leaves)
-        node = (_bw_partials, parents, fs.site, ks, partials, _shapes(leaves), tape.lean)
+        node = (PARTIALS, parents, fs.site, ks, partials, leaf_shapes(leaves), tape.lean)
         if tape.lean:
             _release_temporaries(tape, leaves, parents, ks.nothing_saved)
     else:
@@ -478,7 +479,7 @@ def _run_kernel(tape: Tape, fs: FusedSite, dtype: str, active: tuple[bool, ...],
             return out
         keep, _sources, needs_out = ks.backward_plan
         saved = tuple([v if k else None for v, k in zip(leaves, keep)])
-        node = (_bw_fused, parents, fs.site, ks, saved, _shapes(leaves), out if needs_out else None)
+        node = (FUSED, parents, fs.site, ks, saved, leaf_shapes(leaves), out if needs_out else None)
         if tape.lean:
             _release_temporaries(tape, leaves, parents, saved)
     values = tape.values
@@ -488,8 +489,9 @@ def _run_kernel(tape: Tape, fs: FusedSite, dtype: str, active: tuple[bool, ...],
     return out
 
 
-def _shapes(leaves: list[Any]) -> tuple:
-    return tuple([v.shape if type(v) is _ndarray else () for v in leaves])  # () for scalars
+def leaf_shapes(leaves: list[Any]) -> tuple:
+    """Each leaf's shape, () for a scalar."""
+    return tuple([v.shape if type(v) is _ndarray else () for v in leaves])
 
 
 #: references to a leaf that only this call holds: `leaves`, the `ops` tuple, the tape's `values`,
@@ -514,7 +516,7 @@ def _release_temporaries(tape: Tape, leaves: list[Any], parents: tuple, saved: t
             continue
         v = leaves[j]
         node = nodes[k]
-        slim = getattr(node[0], "slim", None) if node is not None else None
+        slim = node[0].slim if node is not None else None
         if (slim is None or type(v) is not _ndarray or values[k] is not v
                 or _getrefcount(v) != _TEMP_REFS + 1):  # + 1: `v` here
             continue
@@ -558,7 +560,7 @@ def _bw_partials(ct: Any, node: tuple, out: Any) -> Any:
     partials = node[4]
     shapes = node[5]
     parents = node[1]
-    once = node[6] and _unrecorded()  # (not when a nested derivative runs this step recorded)
+    once = node[6] and unrecorded()  # (not when a nested derivative runs this step recorded)
     out_shape = out.shape if type(out) is _ndarray else ()
     res: list[Any] = [None] * len(parents)
     for (leaves, _sources), partial in zip(ks.backward_plan[1], partials):
@@ -569,7 +571,7 @@ def _bw_partials(ct: Any, node: tuple, out: Any) -> Any:
             if bar is None:
                 if type(ct) is not float and getattr(ct, "dtype", ks.dtype) != ks.dtype:
                     ct = _narrow(ct, ks.dtype)
-                if once and type(partial) is _ndarray and _scalable(ct, partial):
+                if once and type(partial) is _ndarray and scalable(ct, partial):
                     if ct.__class__ is float and ct == 1.0:
                         bar = partial
                     elif partial.size >= INPLACE_MIN_SIZE:
@@ -587,8 +589,8 @@ def _slim_partials(node: tuple, out: Any) -> tuple[tuple, Any]:
     return node, stand_in(out) if type(out) is _ndarray else out  # the reverse step reads its shape
 
 
-_bw_partials.saved = lambda node: [p for p in node[4] if type(p) is _ndarray]  # type: ignore[attr-defined]
-_bw_partials.slim = _slim_partials  # type: ignore[attr-defined]
+def _saved_partials(node: tuple) -> list[np.ndarray]:
+    return [p for p in node[4] if type(p) is _ndarray]
 
 
 def _saved_fused(node: tuple) -> list[np.ndarray]:
@@ -598,7 +600,13 @@ def _saved_fused(node: tuple) -> list[np.ndarray]:
     return found
 
 
-_bw_fused.saved = _saved_fused  # type: ignore[attr-defined]
+#: `(FUSED, parents, site, kernels, saved leaves, leaf shapes, out or None)`: a kernel site whose
+#: reverse step recomputes from the saved leaves
+FUSED = Kind("fused", ("kernels", "saved", "shapes", "out"), _bw_fused, saved=_saved_fused)
+#: `(PARTIALS, parents, site, kernels, partials, leaf shapes, once)`: a one-pass kernel site, which
+#: saved its partials (scaled in place when `once`, on a tape swept once)
+PARTIALS = Kind("fused partials", ("kernels", "partials", "shapes", "once"), _bw_partials, saved=_saved_partials,
+                slim=_slim_partials)
 
 
 # Zero-safe twins (runtime/zerosafe.py), for a site recorded before a mask. Seen at the output's
@@ -611,8 +619,8 @@ def _full_partials(node: tuple, out_shape: tuple) -> tuple:
     return node[:5] + ((out_shape,) * len(node[5]), False)
 
 
-zerosafe.register(_bw_fused, _full_fused, lambda node: node[5])
-zerosafe.register(_bw_partials, _full_partials, lambda node: node[5], plain=lambda node: node[:6] + (False,))
+zerosafe.make_safe(FUSED, _full_fused, lambda node: node[5])
+zerosafe.make_safe(PARTIALS, _full_partials, lambda node: node[5], plain=lambda node: node[:6] + (False,))
 
 
 # ---- the twins, for tests and for the choice between tiers ---------------------------------------
@@ -649,12 +657,12 @@ def kernel_gradients(fs: FusedSite, ks: kernels.Kernels, leaves: list[Any], acti
     """Value and leaf cotangents by the kernel tier."""
     if ks.onepass:
         out, *partials = ks.forward(*leaves)
-        node = (_bw_partials, tuple(0 if a else None for a in active), fs.site, ks, partials, _shapes(leaves),
+        node = (PARTIALS, tuple(0 if a else None for a in active), fs.site, ks, partials, leaf_shapes(leaves),
                 False)
         return out, _bw_partials(ct, node, out)
     out = ks.forward(*leaves)
     keep, _sources, needs_out = ks.backward_plan
     saved = tuple(v if k else None for v, k in zip(leaves, keep))
-    node = (_bw_fused, tuple(0 if a else None for a in active), fs.site, ks, saved,
-            _shapes(leaves), out if needs_out else None)
+    node = (FUSED, tuple(0 if a else None for a in active), fs.site, ks, saved,
+            leaf_shapes(leaves), out if needs_out else None)
     return out, _bw_fused(ct, node, out)

@@ -7,18 +7,19 @@ changes, so a gradient with the mode off runs exactly the code it ran before. Fo
 is appended to the tape's `nodes` right after its value to `values`, and the checking tape's `nodes`
 list checks that value as the record arrives. Reverse: `tape.sweep` hands a checking tape to
 `CheckingTape.checked_sweep`, which swaps each record's reverse step for a checking twin for the
-length of the sweep (and puts the originals back after it).
+length of the sweep (and puts the originals back after it). Records whose kind only moves memory
+(`Kind.moves`: writes, views, identities) are not checked: what they hold was checked where it was
+computed (and an `np.empty` filled slot by slot holds garbage until it is full).
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import numpy as np
 
-from bytegrad.errors import NaNError, qualname
-from bytegrad.runtime import writes
-from bytegrad.runtime.backward import _bw_identity
+from bytegrad.errors import NaNError
+from bytegrad.runtime.records import Kind
 from bytegrad.runtime.tape import Tape, sweep
 
 __all__ = ["CheckingTape", "first_bad"]
@@ -26,9 +27,6 @@ __all__ = ["CheckingTape", "first_bad"]
 _ndarray = np.ndarray
 _FunctionType = type(lambda: None)
 
-#: records that only move or overwrite memory: what they hold was checked where it was computed
-#: (and an `np.empty` filled slot by slot holds garbage until it is full)
-_MOVES = frozenset({writes._bw_setitem, writes._bw_owner_write, writes._bw_view, writes._bw_add_at, _bw_identity})
 
 
 def first_bad(value: Any) -> Optional[str]:
@@ -47,8 +45,7 @@ def first_bad(value: Any) -> Optional[str]:
 
 
 def _operation(node: tuple) -> str:
-    fn = node[5] if len(node) > 5 and callable(node[5]) else node[0]
-    return qualname(fn)
+    return node[0].describe(node)
 
 
 def _count(value: Any, what: str) -> str:
@@ -65,7 +62,7 @@ class _CheckedNodes(list):
     __slots__ = ("values",)
 
     def append(self, node: Any) -> None:
-        if node is not None and node[0] not in _MOVES:
+        if node is not None and not node[0].moves:
             value = self.values[len(self)]
             what = first_bad(value)
             if what is not None:
@@ -105,7 +102,7 @@ class CheckingTape(Tape):
         originals: dict[int, tuple] = {}
         for i in range(max(seeds, default=-1), stop, -1):
             node = nodes[i]
-            if node is not None and node[0] not in _MOVES:
+            if node is not None and not node[0].moves:
                 originals[i] = node
                 nodes[i] = (_checking(node[0]),) + node[1:]
         self.nan_check = False  # the sweep below is the plain one
@@ -118,12 +115,14 @@ class CheckingTape(Tape):
                     nodes[i] = node
 
 
-_TWINS: dict[Any, Callable[..., Any]] = {}
+_TWINS: dict[Kind, Kind] = {}
 
 
-def _checking(backward: Callable[..., Any]) -> Callable[..., Any]:
-    twin = _TWINS.get(backward)
+def _checking(kind: Kind) -> Kind:
+    twin = _TWINS.get(kind)
     if twin is None:
+        backward = kind.backward
+
         def checked_step(ct: Any, node: tuple, out: Any) -> Any:
             bars = backward(ct, node, out)
             parents = node[1]
@@ -132,7 +131,7 @@ def _checking(backward: Callable[..., Any]) -> Callable[..., Any]:
             return type(bars)(_checked_bar(b, node, ct, k) for k, b in enumerate(bars)) \
                 if type(bars) in (tuple, list) else bars
 
-        twin = _TWINS[backward] = checked_step
+        twin = _TWINS[kind] = kind.twin(f"checked {kind.name}", checked_step)
     return twin
 
 

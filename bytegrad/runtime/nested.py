@@ -32,7 +32,7 @@ _FunctionType = type(lambda: None)
 
 def recorded_call(tape: Tape, site: abi.Site, fn: Callable[..., Any], args: tuple) -> Any:
     """`fn(*args)` run rewritten under `tape`, so that what it computes from tracked values is recorded."""
-    return abi._call_python(tape, site, fn, args, None)
+    return abi.call_python(tape, site, fn, args, None)
 
 
 def recorded_add(tape: Tape, site: abi.Site, old: Any, new: Any) -> Any:
@@ -80,12 +80,12 @@ def sweep_recorded(tape: Tape, seeds: dict[int, Any], stop: int) -> list[Any]:
         cts[i] = None
         site = node[2] if node[2] is not None else _NO_SITE
         try:
-            bars = recorded_call(tape, site, node[0], (ct, node, values[i]))
+            bars = recorded_call(tape, site, node[0].backward, (ct, node, values[i]))
             _distribute(tape, site, cts, node, bars)
         except PullbackError:
             raise
         except NaNError as exc:  # debug mode: named at the line that recorded this operation
-            op = qualname(node[5] if len(node) > 5 and callable(node[5]) else node[0])
+            op = node[0].describe(node)
             raise NaNError(f"while a nested derivative ran the reverse pass of {op} (recorded at this line), "
                            f"{exc.problem}", site.loc() if node[2] is not None else exc.loc, exc.fix) from exc
         except DifferentiationError as exc:

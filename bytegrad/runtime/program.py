@@ -37,7 +37,7 @@ from bytegrad.rules._shape import materialize, stand_in, unbroadcast
 from bytegrad.rules.registry import NO_TANGENT, ZERO
 from bytegrad.runtime import pytree
 from bytegrad.runtime.backward import (
-    INPLACE_MIN_SIZE, _bw_elementwise, _bw_rrule, _bw_rrule_trusted, _bw_unary, _partial_uses, _scalable,
+    ELEMENTWISE, INPLACE_MIN_SIZE, RULE, RULE_TRUSTED, UNARY, partial_uses, scalable,
     singular_partial,
 )
 from bytegrad.runtime.tape import Tape
@@ -281,29 +281,29 @@ class Record:
     __slots__ = ("idx", "kind", "parents", "args", "fn", "rule", "kwargs", "site", "out", "trusted")
 
     def __init__(self, idx: int, node: tuple, out: Any) -> None:
-        bw = node[0]
+        kind = node[0]
         self.idx = idx
         self.out = out
         self.site = node[2]
-        if bw is _bw_elementwise or bw is _bw_unary:
+        if kind is ELEMENTWISE or kind is UNARY:
             self.kind = "elementwise"
-            self.parents = (node[1],) if bw is _bw_unary else node[1]
+            self.parents = (node[1],) if kind is UNARY else node[1]
             self.rule = node[3]
             self.args = node[4]
             self.fn = node[5]
             self.kwargs = None
-        elif bw is _bw_rrule or bw is _bw_rrule_trusted:
+        elif kind is RULE or kind is RULE_TRUSTED:
             self.kind = "rrule"
             self.parents = tuple(node[1])
             self.args = node[4]
             self.fn = node[5]
             self.rule = _rule_of(self.fn)
             self.kwargs = node[6] if len(node) > 6 else None
-            self.trusted = bw is _bw_rrule_trusted
+            self.trusted = kind is RULE_TRUSTED
             if self.rule is None or self.rule.rrule is None:
                 raise Ineligible(f"no reverse rule found again for {qualname(self.fn)}", self.site)
         else:
-            raise Ineligible(f"a {getattr(bw, '__name__', bw).lstrip('_bw_').replace('_', ' ')} record "
+            raise Ineligible(f"a {kind.name} record "
                              "(in-place writes, fused kernels and nested derivatives stay on the general path)",
                              self.site)
         to = type(out)
@@ -512,7 +512,7 @@ class Builder:
             else:
                 dn = self.src.const(d, "d")
                 # what the partial does not read is not kept alive for it (`1 - out**2` reads out only)
-                reads = _partial_uses(d, len(ops))
+                reads = partial_uses(d, len(ops))
                 read = [o if k in reads else "None" for k, o in enumerate(ops + [v])]
                 inline = inline_partial(d, read, self.src)  # the partial's expression itself, when it is a lambda
                 expr = inline[0] if inline is not None else f"{dn}({', '.join(read)})"
@@ -691,7 +691,7 @@ def _acc(old: Any, new: Any) -> Any:
 
 def _untrusted(ct: Any, node: tuple, pullback: Any, like: Any) -> Any:
     """A plugin rule's reverse step, checked as the general path checks it (runtime/backward.py)."""
-    return _bw_rrule(ct, node[:3] + (pullback,) + node[4:], like)
+    return RULE.backward(ct, node[:3] + (pullback,) + node[4:], like)
 
 
 def gradient_code(src: Source, spec: Any, state: dict[int, int], lines: list[str], fresh: dict[int, str]) -> str:
@@ -790,7 +790,7 @@ def _compile(src: Source, code: types.CodeType) -> tuple[Callable[[tuple], Any],
     namespace.update(MISS=MISS, ndarray=_ndarray, FunctionType=_FunctionType, ZERO=ZERO, NO_TANGENT=NO_TANGENT,
                      _acc=_acc, _singular=singular_partial, _unbroadcast=unbroadcast, _materialize=materialize,
                      _untrusted=_untrusted, _project=pytree.project, _multiply=np.multiply,
-                     _getrefcount=sys.getrefcount, _scalable=_scalable, _unalias=pytree.unalias,
+                     _getrefcount=sys.getrefcount, _scalable=scalable, _unalias=pytree.unalias,
                      _version=registry.version, _MISSING=_MISSING)
     tree = ast.parse(source)
     for node in ast.walk(tree):  # each statement at the user's line it replays

@@ -25,7 +25,7 @@ import numpy as np
 from bytegrad.errors import qualname
 from bytegrad.rules._apply import shape_of
 from bytegrad.runtime import kernels
-from bytegrad.runtime.backward import _partial_uses, singular_partial
+from bytegrad.runtime.backward import partial_uses, singular_partial
 from bytegrad.runtime.program import Builder, Constants, Ineligible, Record, inline_partial, operator_expr
 
 __all__ = ["emit"]
@@ -148,7 +148,7 @@ class _Kernel:
             if d.__class__ is int or d.__class__ is float:
                 bar, shape = (g if d == 1 else (f"-{g}" if d == -1 else f"{g} * {d!r}")), g_shape
             else:
-                reads = _partial_uses(d, len(ops))
+                reads = partial_uses(d, len(ops))
                 read = [o if j in reads else "None" for j, o in enumerate(ops + [self.var[rec.idx]])]
                 inline = inline_partial(d, read, self.names)
                 if inline is None:

@@ -1,8 +1,8 @@
 """The tape: what a forward pass recorded, and the reverse sweep that turns it into cotangents.
 
 One tape per gradient request, per thread. Differentiated values are found by identity (`ids`)
-while the tape keeps them alive. A node is a tuple `(backward, parents, site, *payload)`;
-`backward(out_bar, node, out)` returns one cotangent per parent.
+while the tape keeps them alive. A node is a record `(kind, parents, site, *fields)`
+(runtime/records.py); `kind.backward(out_bar, node, out)` returns one cotangent per parent.
 """
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ from typing import Any, Optional
 
 import numpy as np
 
-from bytegrad.errors import DifferentiationError, MutationError, PullbackError, SourceLoc, qualname
-from bytegrad.rules._shape import materialize
+from bytegrad.errors import DifferentiationError, MutationError, PullbackError, SourceLoc
 from bytegrad.rules.registry import NO_TANGENT, ZERO, NoTangent, Zero
+from bytegrad.runtime.records import IDENTITY
 
-_tls = _thread._local()  # threading.local, without importing threading (2-3 ms)
+#: this thread's state: `tape` (the current tape), `site` (the call site through which user code
+#: entered an API function under a tape), `nesting` (depth of nested derivatives)
+tls = _thread._local()  # threading.local, without importing threading (2-3 ms)
 _FunctionType = types.FunctionType
 _ndarray = np.ndarray
 
@@ -24,7 +26,7 @@ _ndarray = np.ndarray
 def current_tape() -> Optional["Tape"]:
     """The innermost tape of this thread, or None outside a gradient."""
     try:
-        return _tls.tape
+        return tls.tape
     except AttributeError:
         return None
 
@@ -32,13 +34,13 @@ def current_tape() -> Optional["Tape"]:
 def call_site() -> Any:
     """The hooked call site (an `abi.Site`) through which user code entered a bytegrad API function
     while a tape was active (a nested derivative), or None."""
-    return getattr(_tls, "site", None)
+    return getattr(tls, "site", None)
 
 
 def set_tape(tape: Optional["Tape"]) -> Optional["Tape"]:
     """Make `tape` this thread's current tape; returns the previous one."""
-    old = getattr(_tls, "tape", None)
-    _tls.tape = tape
+    old = getattr(tls, "tape", None)
+    tls.tape = tape
     return old
 
 
@@ -122,14 +124,13 @@ class Tape:
         """Copy-on-write: node `node_idx` saved `arr` for its reverse step, and `arr`'s memory is
         about to be overwritten. The node is given a copy of `arr` as it is now (a recorded copy,
         so that a nested derivative still sees where it came from) in every place it holds it."""
-        from bytegrad.runtime import writes  # both import this module
-        from bytegrad.runtime.backward import _bw_identity
+        from bytegrad.runtime import writes  # (writes imports this module)
 
         node = self.nodes[node_idx]
         copy = arr.copy()
         i = writes.current(self, site, arr)
         if i is not None:
-            self.push((_bw_identity, (i,), site), copy)
+            self.push((IDENTITY, (i,), site), copy)
         if self.values[node_idx] is arr:  # an output its own reverse step reads (exp's)
             self.values[node_idx] = copy
         if node is not None:
@@ -151,7 +152,7 @@ class Tape:
             if type(v) is _ndarray:
                 owner = v.base if v.base is not None else v
                 # an output its own reverse step reads (exp's partial is `out`) is saved like an input
-                reads_out = getattr(node[0], "reads_out", None) if node is not None else None
+                reads_out = node[0].reads_out if node is not None else None
                 index.setdefault(id(owner), []).append((v, i, reads_out is not None and reads_out(node)))
             if node is None:
                 continue
@@ -187,36 +188,32 @@ class CaptureTape(Tape):
 
 def saved_arrays(node: tuple) -> list[np.ndarray]:
     """The arrays a node's backward pass will read (for mutation checks)."""
-    saver = getattr(node[0], "saved", None)
-    if saver is not None:
-        return saver(node)
-    found: list[np.ndarray] = []
-    for item in node[3:]:
-        _collect(item, found, 2)
-    return found
+    return node[0].saved(node)
 
 
-def _collect(item: Any, found: list[np.ndarray], depth: int) -> None:
+def collect(item: Any, found: list[np.ndarray], depth: int) -> None:
+    """Append to `found` the arrays `item` holds, `depth` levels down through tuples, lists, closure
+    cells and bytegrad's slotted records: what a rule's pullback captured (runtime/backward.py)."""
     t = type(item)
     if t is _ndarray:
         found.append(item)
     elif depth and (t is tuple or t is list):
         for x in item:
-            _collect(x, found, depth - 1)
+            collect(x, found, depth - 1)
     elif depth and t is _FunctionType and item.__closure__:
         for cell in item.__closure__:
             try:
-                _collect(cell.cell_contents, found, depth - 1)
+                collect(cell.cell_contents, found, depth - 1)
             except ValueError:  # empty cell
                 pass
     elif depth and getattr(t, "__slots__", None) and t.__module__.startswith("bytegrad."):
         # a rule's record of its arguments (rules/numpy/reductions.py, `_Reduction`): its arrays
         for name in t.__slots__:
-            _collect(getattr(item, name, None), found, depth - 1)
+            collect(getattr(item, name, None), found, depth - 1)
 
 
 def _replaced(item: Any, arr: np.ndarray, copy: np.ndarray, depth: int) -> Any:
-    """`item` with every reference to `arr` that `_collect` (at this depth, or less) would find
+    """`item` with every reference to `arr` that `collect` (at this depth, or less) would find
     replaced by `copy`: tuples are rebuilt, lists, closure cells and bytegrad's slotted records are
     updated in place."""
     if item is arr:
@@ -294,7 +291,7 @@ def sweep(tape: Tape, seeds: dict[int, Any], stop: int = -1) -> list[Any]:
             continue
         cts[i] = None
         try:
-            bars = node[0](ct, node, values[i])
+            bars = node[0].backward(ct, node, values[i])
         except DifferentiationError:
             raise
         except Exception as exc:
@@ -352,7 +349,7 @@ def _slim(tape: Tape) -> None:
         node = nodes[i]
         if node is None:
             continue
-        slim = getattr(node[0], "slim", None)
+        slim = node[0].slim
         if slim is not None:
             nodes[i], values[i] = slim(node, v)
 
@@ -384,12 +381,3 @@ def _route(cts: list[Any], p: Any, bar: Any, node: tuple) -> None:
         return
     old = cts[p]
     cts[p] = bar if old is None else accumulate(old, bar)
-
-
-def expand(ct: Any, like: Any) -> Any:
-    """A cotangent as a full value of `like`'s shape (uniform scalars become arrays)."""
-    return materialize(ct, like)
-
-
-def describe(fn: Any) -> str:
-    return qualname(fn)

@@ -3,6 +3,11 @@
 Writes are recorded on the array that owns the memory (the view's `.base`), as a new version of
 it. A view read after a write is re-derived from the owner's latest version, so `buf.reshape(...)`,
 `row = buf[2:]` and friends see the values that were written, with the right derivative.
+
+Record kinds (runtime/records.py), each `(kind, (old, value), site, *fields)` but `VIEW`'s
+`(kind, (owner,), site, ...)`: `SETITEM` (key, value shape), `OWNER_WRITE` (memory positions, value
+shape, which of repeated positions wrote last), `VIEW` (positions, owner shape, memory order),
+`ADD_AT` (positions, value shape, sign).
 """
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from bytegrad.errors import MutationError
 from bytegrad.rules._shape import materialize, unbroadcast
+from bytegrad.runtime.records import Kind
 from bytegrad.runtime.tape import Tape
 
 _ndarray = np.ndarray
@@ -59,7 +65,8 @@ def _positions(view: np.ndarray, owner: np.ndarray, site: Any, what: str) -> np.
     return pos
 
 
-def _order(owner: np.ndarray) -> str:
+def memory_order(owner: np.ndarray) -> str:
+    """The order ('C' or 'F') in which `owner`'s elements lie in memory."""
     return "C" if owner.flags.c_contiguous else "F"
 
 
@@ -86,7 +93,7 @@ def _bw_owner_write(ct: Any, node: tuple, out: Any) -> tuple[Any, Any]:
     """A write of `value` at memory positions `pos` of the owner (repeats: the last write wins)."""
     pos, v_shape, last = node[3], node[4], node[5]
     p_old, p_val = node[1]
-    order = _order(out)
+    order = memory_order(out)
     flat = materialize(ct, out).ravel(order=order)
     old_bar = None
     val_bar = None
@@ -118,7 +125,7 @@ def _bw_add_at(ct: Any, node: tuple, out: Any) -> tuple[Any, Any]:
     """`np.add.at(a, idx, b)` (sign -1 for subtract.at): a passes through, b gathers."""
     pos, v_shape, sign = node[3], node[4], node[5]
     ct = materialize(ct, out)
-    flat = ct.ravel(order=_order(out))
+    flat = ct.ravel(order=memory_order(out))
     part = flat[pos]
     if sign < 0:
         part = -part
@@ -126,8 +133,57 @@ def _bw_add_at(ct: Any, node: tuple, out: Any) -> tuple[Any, Any]:
     return ct, val_bar
 
 
-for _bw in (_bw_setitem, _bw_owner_write, _bw_view, _bw_add_at):
-    _bw.saved = lambda node: []  # type: ignore[attr-defined]
+# ---- pushforwards (forward mode) ----------------------------------------------------------------
+
+
+def _zeros_like(out: np.ndarray) -> np.ndarray:
+    return np.zeros(out.shape, out.dtype if out.dtype.kind in "fc" else np.float64)
+
+
+def pf_setitem(node: tuple, out: Any, parent_dots: Any) -> Any:
+    """`out[key] = value` (basic key): the old tangent with the value's tangent written in."""
+    old_dot, val_dot = parent_dots
+    out_dot = _zeros_like(out) if old_dot is None else np.array(old_dot, dtype=_zeros_like(out).dtype, copy=True)
+    out_dot[node[3]] = 0 if val_dot is None else val_dot
+    return out_dot
+
+
+def pf_owner_write(node: tuple, out: Any, parent_dots: Any) -> Any:
+    """A write at memory positions of the owner: the same positions of the tangent."""
+    old_dot, val_dot = parent_dots
+    order = memory_order(out)
+    base = _zeros_like(out) if old_dot is None else old_dot
+    flat = np.array(base.ravel(order=order), dtype=_zeros_like(out).dtype, copy=True)
+    pos = node[3]
+    flat[pos] = 0 if val_dot is None else np.broadcast_to(val_dot, pos.shape)
+    return flat.reshape(out.shape, order=order)
+
+
+def pf_view(node: tuple, out: Any, parent_dots: Any) -> Any:
+    """A view re-derived from its owner after a write: the owner's tangent at the same positions."""
+    owner_dot = parent_dots[0]
+    return np.asarray(owner_dot).ravel(order=node[5])[node[3]]
+
+
+def pf_add_at(node: tuple, out: Any, parent_dots: Any) -> Any:
+    """`np.add.at(a, idx, b)` (or subtract.at): the same accumulation on the tangents."""
+    old_dot, val_dot = parent_dots
+    order = memory_order(out)
+    base = _zeros_like(out) if old_dot is None else old_dot
+    flat = np.array(base.ravel(order=order), dtype=_zeros_like(out).dtype, copy=True)
+    if val_dot is not None:
+        pos = node[3]
+        (np.add if node[5] > 0 else np.subtract).at(flat, pos, np.broadcast_to(val_dot, pos.shape))
+    return flat.reshape(out.shape, order=order)
+
+
+SETITEM = Kind("setitem", ("key", "value_shape"), _bw_setitem, pushforward=pf_setitem, moves=True)
+OWNER_WRITE = Kind("owner write", ("positions", "value_shape", "last"), _bw_owner_write,
+                   pushforward=pf_owner_write, moves=True)
+VIEW = Kind("view", ("positions", "owner_shape", "order"), _bw_view, pushforward=pf_view, moves=True)
+ADD_AT = Kind("add at", ("positions", "value_shape", "sign"), _bw_add_at, pushforward=pf_add_at, moves=True)
+#: the kinds that record a write into memory: parents (previous version of the memory, value written)
+WRITE_KINDS = frozenset({SETITEM, OWNER_WRITE, VIEW, ADD_AT})
 
 
 # ---- views and versions ----------------------------------------------------------------------------
@@ -144,7 +200,7 @@ def view_parent(tape: Tape, site: Any, a: np.ndarray) -> Optional[int]:
     if owner is a:
         return io
     pos = _positions(a, owner, site, "this value is a view of an array that was written in place")
-    node = (_bw_view, (io,), site, pos, owner.shape, _order(owner))
+    node = (VIEW, (io,), site, pos, owner.shape, memory_order(owner))
     return _push(tape, node, a)
 
 
@@ -204,7 +260,7 @@ def write(tape: Tape, site: Any, obj: np.ndarray, key: Any, value: Any, iv: Any)
         obj[key] = value
         if io is None and iv is None:
             return
-        tape.push((_bw_setitem, (io, iv), site, key, np.shape(value)), obj)
+        tape.push((SETITEM, (io, iv), site, key, np.shape(value)), obj)
         tape.owners[id(obj)] = obj
         return
     if obj is not owner:
@@ -223,7 +279,7 @@ def write(tape: Tape, site: Any, obj: np.ndarray, key: Any, value: Any, iv: Any)
         uniq, first_rev = np.unique(flat[::-1], return_index=True)
         if uniq.size != flat.size:
             last = flat.size - 1 - first_rev
-    tape.push((_bw_owner_write, (io, iv), site, written, np.shape(value), last), owner)
+    tape.push((OWNER_WRITE, (io, iv), site, written, np.shape(value), last), owner)
     tape.owners[id(owner)] = owner
 
 
@@ -236,5 +292,5 @@ def add_at(tape: Tape, site: Any, obj: np.ndarray, indices: Any, value: Any, iv:
     (np.add if sign > 0 else np.subtract).at(obj, indices, value)
     if io is None and iv is None:
         return
-    tape.push((_bw_add_at, (io, iv), site, pos[indices], np.shape(value), sign), owner)
+    tape.push((ADD_AT, (io, iv), site, pos[indices], np.shape(value), sign), owner)
     tape.owners[id(owner)] = owner

@@ -6,12 +6,12 @@ exactly zero, and the reverse step of the operation that computed the unselected
 (`np.sqrt(-x)` at x = 1) multiplies that zero by its partial (NaN), and 0 * NaN is NaN. The rule
 bytegrad applies: once a mask is recorded, the elementwise reverse steps recorded before it (only
 they can receive its cotangent) give an exact zero wherever their cotangent is exactly zero. They
-do so by replacement: `guard(tape)` swaps each earlier elementwise record's backward function for
-its zero-safe twin, which runs the original and, only when a result is not finite and the
+do so by replacement: `guard(tape)` swaps each earlier elementwise record's kind for its
+zero-safe twin (`Kind.safe`, made by `make_safe`), which runs the original and, only when a result is not finite and the
 cotangent has exact zeros, recomputes it with those slots zeroed before any broadcast sum. A
 gradient that records no mask never reaches this module, and pays nothing for it.
 
-`np.where` itself is recorded with `bw_where` (selection, not multiplication by a 0/1 mask), and
+`np.where` itself is recorded as a `WHERE` record, with `bw_where` (selection, not multiplication by a 0/1 mask), and
 its forward-mode step selects the tangent of the chosen branch (`pf_where`), so `jvp` gives no NaN
 from the other branch either.
 """
@@ -23,26 +23,23 @@ import numpy as np
 
 from bytegrad.rules._apply import shape_of
 from bytegrad.rules._shape import unbroadcast
-from bytegrad.runtime import backward as _backward
+from bytegrad.runtime.backward import ELEMENTWISE, UNARY
+from bytegrad.runtime.records import Kind
 from bytegrad.runtime.tape import Tape
 
-__all__ = ["guard", "record_where", "bw_where", "pf_where", "register", "SAFE"]
+__all__ = ["guard", "record_where", "WHERE", "make_safe"]
 
 _ndarray = np.ndarray
 _where = np.where
-
-#: backward function -> its zero-safe twin (runtime/fused.py registers the fused kernels' own)
-SAFE: dict[Any, Any] = {}
 
 
 def guard(tape: Tape) -> None:
     """A mask is being recorded: make every elementwise record before it zero-safe (once each)."""
     nodes = tape.nodes
-    safe = SAFE
     for i in range(tape.guarded, len(nodes)):
         node = nodes[i]
         if node is not None:
-            twin = safe.get(node[0])
+            twin = node[0].safe
             # constant partials (x + y, -x) are finite: zero times them is zero already
             if twin is not None and not getattr(node[3], "constant_partials", False):
                 nodes[i] = (twin,) + node[1:]
@@ -50,9 +47,9 @@ def guard(tape: Tape) -> None:
 
 
 def record_where(tape: Tape, node: tuple, out: Any) -> Any:
-    """Push an `np.where` record `(bw, parents, site, rule, args, fn)`, guarding what came before."""
+    """Push an `np.where` record (an elementwise record's layout), guarding what came before."""
     guard(tape)
-    return tape.push((bw_where,) + node[1:], out)
+    return tape.push((WHERE,) + node[1:], out)
 
 
 # ---- the where record: selection in both directions ---------------------------------------------
@@ -91,21 +88,25 @@ def pf_where(node: tuple, out: Any, parent_dots: Any) -> Any:
     return out_dot
 
 
-for _attr in ("saved", "slim", "reads_out"):  # the record keeps what an elementwise one does (cond)
-    setattr(bw_where, _attr, getattr(_backward._bw_elementwise, _attr))
+#: the record keeps what an elementwise one does (cond)
+WHERE = Kind("where", ELEMENTWISE.fields, bw_where, pushforward=pf_where, saved=ELEMENTWISE.saved,
+             reads_out=ELEMENTWISE.reads_out, slim=ELEMENTWISE.slim, fn_at=ELEMENTWISE.fn_at,
+             args_at=ELEMENTWISE.args_at)
 
 
 # ---- zero-safe twins of the elementwise reverse steps -------------------------------------------
 
 
-def register(backward: Callable[..., Any], full: Callable[[tuple, tuple], tuple], shapes: Callable[[tuple], list],
-             unary: bool = False, plain: Callable[[tuple], tuple] = lambda node: node) -> Callable[..., Any]:
-    """Make and register the zero-safe twin of `backward` (an elementwise-like reverse step).
+def make_safe(kind: Kind, full: Callable[[tuple, tuple], tuple], shapes: Callable[[tuple], list],
+              unary: bool = False, plain: Callable[[tuple], tuple] = lambda node: node) -> Kind:
+    """Make the zero-safe twin of `kind` (an elementwise-like kind) and set it as `kind.safe`.
 
     `full(node, out_shape)`: the record with its arguments seen at the output's shape, so that the
     step returns full-shape cotangents (no broadcast sum yet); `shapes(node)`: each parent's shape;
     `plain(node)`: the record as the twin runs it first (one that may run twice).
     """
+    backward = kind.backward
+
     def zero_safe(ct: Any, node: tuple, out: Any) -> Any:
         bars = backward(ct, plain(node), out)
         if _finite(bars, unary):
@@ -130,11 +131,8 @@ def register(backward: Callable[..., Any], full: Callable[[tuple, tuple], tuple]
         return fixed
 
     zero_safe.__name__ = zero_safe.__qualname__ = f"zero_safe{backward.__name__}"
-    for attr in ("saved", "slim", "reads_out"):
-        if hasattr(backward, attr):
-            setattr(zero_safe, attr, getattr(backward, attr))
-    SAFE[backward] = zero_safe
-    return zero_safe
+    kind.safe = kind.twin(f"zero-safe {kind.name}", zero_safe)
+    return kind.safe
 
 
 def _finite(bars: Any, unary: bool) -> bool:
@@ -161,5 +159,5 @@ def _elementwise_shapes(node: tuple) -> list:
     return [shape_of(a) for a in node[4]]
 
 
-SAFE_ELEMENTWISE = register(_backward._bw_elementwise, _full_elementwise, _elementwise_shapes)
-SAFE_UNARY = register(_backward._bw_unary, _full_elementwise, _elementwise_shapes, unary=True)
+make_safe(ELEMENTWISE, _full_elementwise, _elementwise_shapes)
+make_safe(UNARY, _full_elementwise, _elementwise_shapes, unary=True)

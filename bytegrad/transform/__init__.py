@@ -60,6 +60,8 @@ def _rewrite_fresh(code: types.CodeType, active: frozenset[str], fn_globals: dic
 
 
 _INERT = (int, bool, str, bytes, type(None), range, slice, type(Ellipsis), float, complex)
+#: types whose values are never differentiated (api.py passes them as constants)
+INERT_TYPES = _INERT
 
 # activity of an argument: inert and immutable / may be (or hold) a differentiated value / neither
 INERT, ACTIVE, MUTABLE = 0, 1, 2

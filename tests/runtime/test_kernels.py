@@ -160,8 +160,8 @@ def test_scalar_cotangents_of_any_type_into_a_float32_kernel(f, ct):
         np.testing.assert_allclose(got[j], want[j], rtol=2e-5, atol=2e-5)
     if ks.onepass:  # the reverse step of a plain grad's tape, which may scale its partial in place
         out, *partials = ks.forward(*leaves)
-        node = (fused._bw_partials, (0, 0), fs.site, ks, partials, fused._shapes(leaves), True)
-        got = fused._bw_partials(ct, node, out)
+        node = (fused.PARTIALS, (0, 0), fs.site, ks, partials, fused.leaf_shapes(leaves), True)
+        got = fused.PARTIALS.backward(ct, node, out)
         for j in range(2):
             assert np.asarray(got[j]).dtype == np.float32
             np.testing.assert_allclose(got[j], want[j], rtol=2e-5, atol=2e-5)
