@@ -665,6 +665,35 @@ def test_pullback_error_for_a_wrong_shape():
     assert "(3, 2)" in str(info.value) and "(3,)" in str(info.value), f"shapes not shown:\n{info.value}"
 
 
+def _op_of_a_list(xs):
+    return xs[0] * xs[1]
+
+
+@rrule(_op_of_a_list)
+def _op_of_a_list_rrule(xs):
+    out = xs[0] * xs[1]
+
+    def op_of_a_list_pullback(out_bar):
+        return ([np.ones(4), np.ones(3)],)  # two cotangents for the same value that cannot be added
+
+    return out, op_of_a_list_pullback
+
+
+def calls_list_pullback(x):
+    y = x + 1.0
+    return np.sum(_op_of_a_list([y, y]))  # recorded here
+
+
+def test_a_cotangent_that_cannot_be_added_is_a_pullback_error():
+    """Routing a list argument's cotangents fails inside the sweep's step, and is reported as the
+    step's failure (before one sweep turned it into a PullbackError, the plain sweep let the
+    ValueError of the addition through)."""
+    with pytest.raises(bytegrad.PullbackError) as info:
+        bytegrad.grad(calls_list_pullback)(np.ones(3))
+    assert_cites(info.value, calls_list_pullback, "# recorded here")
+    assert isinstance(info.value.__cause__, ValueError)
+
+
 # ---- user exceptions ------------------------------------------------------------------------------
 
 

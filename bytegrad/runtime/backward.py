@@ -36,11 +36,28 @@ def singular_partial(d: Any, args: tuple, out: Any) -> Any:
         return d(*map(f64, args), f64(out))
 
 
+def times_partial(ct: Any, d: Any, args: tuple, out: Any, unit: bool) -> Any:
+    """`ct` times the partial `d` (a constant, or a function of `(*args, out)`): the one evaluation of
+    an elementwise partial, shared by the reverse steps (`ct` a cotangent) and the pushforward (`ct`
+    a tangent). `unit`: `ct` is the float 1.0 of an unrecorded step, so the product is the partial."""
+    if d.__class__ is int or d.__class__ is float:
+        return ct if d == 1 else (-ct if d == -1 else ct * d)
+    try:
+        v = d(*args, out)
+    except ZeroDivisionError:
+        v = singular_partial(d, args, out)
+    if unit and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float):
+        return v
+    if type(v) is _ndarray and v.size >= INPLACE_MIN_SIZE and _getrefcount(v) == 2 and unrecorded() \
+            and scalable(ct, v):
+        return _multiply(ct, v, out=v)  # a partial only this step holds: scaled in place
+    return ct * v
+
+
 def _bw_elementwise(ct: Any, node: tuple, out: Any) -> Any:
     parents = node[1]
-    rule = node[3]
     args = node[4]
-    partials = rule.partials
+    partials = node[3].partials
     # the seed of a sum: skip multiplying by it, unless a nested derivative records this step (its
     # ct is then a differentiated value that happens to be 1.0, and the product carries its derivative)
     unit = ct.__class__ is float and ct == 1.0 and unrecorded()
@@ -51,54 +68,13 @@ def _bw_elementwise(ct: Any, node: tuple, out: Any) -> Any:
     else:
         out_shape = ()
         cplx = out.__class__ in _COMPLEX_SCALARS
-    if len(parents) == 1:
-        d = partials[0]
-        if d is None:
-            return (None,)
-        if d.__class__ is int or d.__class__ is float:
-            bar = ct if d == 1 else (-ct if d == -1 else ct * d)
-        else:
-            try:
-                v = d(*args, out)
-            except ZeroDivisionError:
-                v = singular_partial(d, args, out)
-            if unit and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float):
-                bar = v
-            elif type(v) is _ndarray and v.size >= INPLACE_MIN_SIZE and unrecorded() and _getrefcount(v) == 2 \
-                    and scalable(ct, v):
-                bar = _multiply(ct, v, out=v)  # a partial only this step holds: scaled in place
-            else:
-                bar = ct * v
-        a = args[0]
-        a_shape = a.shape if type(a) is _ndarray else shape_of(a)
-        if a_shape != out_shape:
-            bar = unbroadcast(bar, a_shape, out_shape)
-        if cplx and _real_valued(a):
-            bar = bar.real
-        return (bar,)
     res: list[Any] = []
     for i, p in enumerate(parents):
-        if p is None:
-            res.append(None)
-            continue
-        d = partials[i]
+        d = partials[i] if p is not None else None
         if d is None:
             res.append(None)
             continue
-        if d.__class__ is int or d.__class__ is float:
-            bar = ct if d == 1 else (-ct if d == -1 else ct * d)
-        else:
-            try:
-                v = d(*args, out)
-            except ZeroDivisionError:
-                v = singular_partial(d, args, out)
-            if unit and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float):
-                bar = v
-            elif type(v) is _ndarray and v.size >= INPLACE_MIN_SIZE and unrecorded() and _getrefcount(v) == 2 \
-                    and scalable(ct, v):
-                bar = _multiply(ct, v, out=v)
-            else:
-                bar = ct * v
+        bar = times_partial(ct, d, args, out, unit)
         a = args[i]
         a_shape = a.shape if type(a) is _ndarray else shape_of(a)
         if a_shape != out_shape:
@@ -120,21 +96,7 @@ def _real_valued(a: Any) -> bool:
 def _bw_unary(ct: Any, node: tuple, out: Any) -> Any:
     """One-argument elementwise function (np.sin(x)): its parent is node[1], a bare index, and the
     cotangent is returned as is, not in a tuple."""
-    d = node[3].partials[0]
-    a = node[4][0]
-    if d.__class__ is int or d.__class__ is float:
-        return ct if d == 1 else (-ct if d == -1 else ct * d)
-    try:
-        v = d(a, out)
-    except ZeroDivisionError:
-        v = singular_partial(d, (a,), out)
-    if ct.__class__ is float and ct == 1.0 and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float) \
-            and unrecorded():
-        return v
-    if type(v) is _ndarray and v.size >= INPLACE_MIN_SIZE and unrecorded() and _getrefcount(v) == 2 \
-            and scalable(ct, v):
-        return _multiply(ct, v, out=v)  # a partial only this step holds: scaled in place
-    return ct * v
+    return times_partial(ct, node[3].partials[0], node[4], out, ct.__class__ is float and ct == 1.0 and unrecorded())
 
 
 #: A partial such as tanh's `1 - out**2` is a temporary of its reverse step: `sys.getrefcount(v) ==
@@ -311,13 +273,7 @@ def pf_elementwise(node: tuple, out: Any, parent_dots: Any) -> Any:
         d = partials[i]
         if d is None:
             continue
-        if d.__class__ is int or d.__class__ is float:
-            term = x_dot if d == 1 else (-x_dot if d == -1 else x_dot * d)
-        else:
-            try:
-                term = x_dot * d(*args, out)
-            except ZeroDivisionError:
-                term = x_dot * singular_partial(d, args, out)
+        term = times_partial(x_dot, d, args, out, False)
         out_dot = term if out_dot is None else out_dot + term
     return fit_tangent(out_dot, out)
 

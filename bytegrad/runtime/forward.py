@@ -21,9 +21,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from bytegrad.errors import DifferentiationError
 from bytegrad.runtime.tangents import TRANSPOSE_LIMIT, PerformanceWarning, fit_tangent, pf_transpose
-from bytegrad.runtime.tape import Tape
+from bytegrad.runtime.tape import Tape, step_error
 
 __all__ = ["PerformanceWarning", "push_forward", "fit_tangent", "TRANSPOSE_LIMIT"]
 
@@ -69,15 +68,11 @@ def push_forward(tape: Tape, seeds: dict[int, Any], start: int = 0, call: Option
         pushforward = node[0].pushforward or pf_transpose
         try:
             dots[i] = call(pushforward, (node, values[i], parent_dots))
-        except DifferentiationError:
-            raise
         except Exception as exc:
-            site = node[2]
-            raise DifferentiationError(
-                f"the forward pass (tangents) of this operation failed: {type(exc).__name__}: {exc}",
-                site.loc() if site is not None else None,
-                "if this operation uses a custom rule, check its frule with "
-                "bytegrad.rules.testing.check_rule.") from exc
+            error = step_error(node, exc, forward=True)
+            if error is None:
+                raise
+            raise error from exc
     return dots
 
 

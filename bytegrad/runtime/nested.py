@@ -13,21 +13,19 @@ a C function without a rule raises a PullbackError naming the user's line that r
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 
-from bytegrad.errors import DifferentiationError, NaNError, PullbackError, qualname
-from bytegrad.rules.registry import NO_TANGENT, ZERO, NoTangent, Zero
+from bytegrad.rules.registry import ZERO
 from bytegrad.runtime import abi
-from bytegrad.runtime.tape import Tape
+from bytegrad.runtime.tape import Recorder, Tape, sweep
 
 __all__ = ["sweep_recorded", "recorded_call", "recorded_add", "project_traced"]
 
 _ndarray = np.ndarray
 
 _add = abi.BINARY_HOOKS[0]  # operator.add's hook
-_FunctionType = type(lambda: None)
 
 
 def recorded_call(tape: Tape, site: abi.Site, fn: Callable[..., Any], args: tuple) -> Any:
@@ -46,98 +44,31 @@ def recorded_add(tape: Tape, site: abi.Site, old: Any, new: Any) -> Any:
     return _add(tape, site, old, new)
 
 
-def _failed(node: tuple, exc: BaseException) -> PullbackError:
-    site = node[2]
-    detail = str(exc).strip().splitlines()
-    return PullbackError(
-        "a nested derivative differentiates the reverse pass of this operation, and that failed: "
-        f"{type(exc).__name__}: {' / '.join(line.strip() for line in detail if line.strip())}",
-        site.loc() if site is not None else None,
-        "give the function a rule whose pullback uses only differentiable operations, or take the "
-        "inner derivative outside the differentiated function.")
-
-
 def sweep_recorded(tape: Tape, seeds: dict[int, Any], stop: int) -> list[Any]:
     """`tape.sweep(tape, seeds, stop)`, with every backward step recorded on `tape` itself.
 
     `tape` must be the thread's current tape (the rewritten pullbacks fetch it). Nodes appended
     while sweeping (the sweep's own record) are not visited.
     """
-    nodes = tape.nodes
-    values = tape.values
-    cts: list[Any] = [None] * len(nodes)
-    if not seeds:
-        return cts
-    for idx, seed in seeds.items():
-        cts[idx] = seed if cts[idx] is None else recorded_add(tape, None, cts[idx], seed)
-    for i in range(max(seeds), stop, -1):
-        ct = cts[i]
-        if ct is None:
-            continue
-        node = nodes[i]
-        if node is None:
-            continue
-        cts[i] = None
-        site = node[2] if node[2] is not None else _NO_SITE
-        try:
-            bars = recorded_call(tape, site, node[0].backward, (ct, node, values[i]))
-            _distribute(tape, site, cts, node, bars)
-        except PullbackError:
-            raise
-        except NaNError as exc:  # debug mode: named at the line that recorded this operation
-            op = node[0].describe(node)
-            raise NaNError(f"while a nested derivative ran the reverse pass of {op} (recorded at this line), "
-                           f"{exc.problem}", site.loc() if node[2] is not None else exc.loc, exc.fix) from exc
-        except DifferentiationError as exc:
-            raise _failed(node, exc) from exc
-        except Exception as exc:
-            raise _failed(node, exc) from exc
-    return cts
+    return sweep(tape, seeds, stop, _Recording(tape))
 
 
-def _distribute(tape: Tape, site: abi.Site, cts: list[Any], node: tuple, bars: Any) -> None:
-    parents = node[1]
-    if parents.__class__ is int:
-        _give(tape, site, cts, parents, bars)
-        return
-    for p, bar in zip(parents, bars):
-        if p is None or bar is None:
-            continue
-        if p.__class__ is int:
-            _give(tape, site, cts, p, bar)
-        else:
-            _route(tape, site, cts, p, bar)
+class _Recording(Recorder):
+    """Runs the sweep's steps rewritten and its additions through the add hook, on `tape`, at the
+    site of the node they serve."""
 
+    __slots__ = ("tape",)
 
-def _give(tape: Tape, site: abi.Site, cts: list[Any], p: int, bar: Any) -> None:
-    if bar.__class__ is _FunctionType:  # a thunk: computed only because p needs it
-        bar = recorded_call(tape, site, bar, ())
-    if bar is None or bar is NO_TANGENT or bar is ZERO:
-        return
-    old = cts[p]
-    cts[p] = bar if old is None else recorded_add(tape, site, old, bar)
+    def __init__(self, tape: Tape) -> None:
+        self.tape = tape
 
+    def call(self, node: Optional[tuple], fn: Callable[..., Any], args: tuple) -> Any:
+        site = node[2] if node is not None and node[2] is not None else _NO_SITE
+        return recorded_call(self.tape, site, fn, args)
 
-def _route(tape: Tape, site: abi.Site, cts: list[Any], p: Any, bar: Any) -> None:
-    """`tape._route` with recorded accumulation: a structured cotangent to its tracked leaves."""
-    if bar.__class__ is _FunctionType:
-        bar = recorded_call(tape, site, bar, ())
-    if isinstance(bar, (NoTangent, Zero)) or bar is None:
-        return
-    if type(p) is dict:
-        for k, sub in p.items():
-            _route(tape, site, cts, sub, bar[k])
-        return
-    if type(p) in (tuple, list):
-        if len(bar) != len(p):
-            raise PullbackError(
-                f"a pullback returned a cotangent with {len(bar)} entries for an argument with {len(p)}.",
-                site.loc() if site is not None else None)
-        for sub, b in zip(p, bar):
-            if sub is not None and b is not None:
-                _route(tape, site, cts, sub, b)
-        return
-    _give(tape, site, cts, p, bar)
+    def add(self, node: Optional[tuple], old: Any, new: Any) -> Any:
+        site = node[2] if node is not None and node[2] is not None else (_NO_SITE if node is not None else None)
+        return recorded_add(self.tape, site, old, new)
 
 
 def project_traced(ct: Any, primal: Any) -> Any:

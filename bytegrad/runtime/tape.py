@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import _thread
 import types
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
-from bytegrad.errors import DifferentiationError, MutationError, PullbackError, SourceLoc
+from bytegrad.errors import DifferentiationError, MutationError, NaNError, PullbackError, SourceLoc
 from bytegrad.rules.registry import NO_TANGENT, ZERO, NoTangent, Zero
 from bytegrad.runtime.records import IDENTITY
 
@@ -259,7 +259,19 @@ def accumulate(old: Any, new: Any) -> Any:
     return old + new
 
 
-def sweep(tape: Tape, seeds: dict[int, Any], stop: int = -1) -> list[Any]:
+class Recorder:
+    """How a nested derivative's sweep runs its steps (runtime/nested.py): `call(node, fn, args)`
+    runs a reverse step or a cotangent thunk of `node` rewritten, recorded on the tape, and
+    `add(node, old, new)` adds two cotangents with the addition recorded."""
+
+    def call(self, node: Optional[tuple], fn: Callable[..., Any], args: tuple) -> Any:
+        raise NotImplementedError
+
+    def add(self, node: Optional[tuple], old: Any, new: Any) -> Any:
+        raise NotImplementedError
+
+
+def sweep(tape: Tape, seeds: dict[int, Any], stop: int = -1, recorder: Optional[Recorder] = None) -> list[Any]:
     """Propagate output cotangents `seeds` (node index -> cotangent) back; returns one per node.
 
     Cotangents of intermediate nodes are dropped once used; leaves keep theirs. On a lean tape
@@ -267,8 +279,12 @@ def sweep(tape: Tape, seeds: dict[int, Any], stop: int = -1) -> list[Any]:
     during the sweep as it does in a hand-written backward pass. Nodes at index
     `stop` and below are not visited: a nested derivative shares its outer tape, and the nodes
     before its own leaves belong to the outer computation (constants for the inner one).
+
+    The plain sweep runs each reverse step and adds cotangents directly; a nested derivative's
+    sweep passes a `Recorder`, through which the steps and additions run recorded (the nodes that
+    record appends are not visited). Either way a failing step raises what `step_error` says.
     """
-    if tape.nan_check:  # BYTEGRAD_DEBUG_NANS: each reverse step checked (runtime/nancheck.py)
+    if tape.nan_check and recorder is None:  # BYTEGRAD_DEBUG_NANS: each step checked (runtime/nancheck.py)
         return tape.checked_sweep(seeds, stop)
     nodes = tape.nodes
     values = tape.values
@@ -276,12 +292,14 @@ def sweep(tape: Tape, seeds: dict[int, Any], stop: int = -1) -> list[Any]:
     if not seeds:
         return cts
     for idx, seed in seeds.items():
-        cts[idx] = seed if cts[idx] is None else accumulate(cts[idx], seed)
-    thunk = _FunctionType
-    no_tangent, zero = NO_TANGENT, ZERO
-    release = tape.lean
+        old = cts[idx]
+        cts[idx] = seed if old is None else (accumulate(old, seed) if recorder is None else
+                                             recorder.add(None, old, seed))
+    release = tape.lean and recorder is None
     if release:
         _slim(tape)
+    thunk = _FunctionType
+    no_tangent, zero = NO_TANGENT, ZERO
     for i in range(max(seeds), stop, -1):
         ct = cts[i]
         if ct is None:
@@ -291,46 +309,71 @@ def sweep(tape: Tape, seeds: dict[int, Any], stop: int = -1) -> list[Any]:
             continue
         cts[i] = None
         try:
-            bars = node[0].backward(ct, node, values[i])
-        except DifferentiationError:
-            raise
-        except Exception as exc:
-            site = node[2]
-            raise PullbackError(
-                f"the reverse pass of this operation failed: {type(exc).__name__}: {exc}",
-                site.loc() if site is not None else None,
-                "if this operation uses a custom rule, check its pullback with "
-                "bytegrad.rules.testing.check_rule.") from exc
-        if release:
-            nodes[i] = values[i] = None
-        p = node[1]
-        if p.__class__ is int:  # one parent, one cotangent (unary nodes)
-            bar = bars
-            if bar is None or bar is no_tangent or bar is zero:
-                continue
-            if bar.__class__ is thunk:
-                bar = bar()
-            old = cts[p]
-            cts[p] = bar if old is None else accumulate(old, bar)
-            continue
-        k = 0
-        for p in node[1]:
-            bar = bars[k]
-            k += 1
-            if p is None or bar is None:
-                continue
-            if p.__class__ is int:
+            bars = node[0].backward(ct, node, values[i]) if recorder is None else \
+                recorder.call(node, node[0].backward, (ct, node, values[i]))
+            if release:
+                nodes[i] = values[i] = None
+            parents = node[1]
+            if parents.__class__ is int:  # one parent, one cotangent (unary nodes)
+                parents, bars = (parents,), (bars,)
+            k = 0
+            for p in parents:
+                bar = bars[k]
+                k += 1
+                if p is None or bar is None:
+                    continue
+                if p.__class__ is not int:
+                    _route(cts, p, bar, node, recorder)
+                    continue
                 if bar.__class__ is thunk:  # computed only because p needs it
-                    bar = bar()
-                    if bar is None:
-                        continue
-                if bar is no_tangent or bar is zero:
+                    bar = bar() if recorder is None else recorder.call(node, bar, ())
+                if bar is None or bar is no_tangent or bar is zero:
                     continue
                 old = cts[p]
-                cts[p] = bar if old is None else accumulate(old, bar)
-            else:
-                _route(cts, p, bar, node)
+                cts[p] = bar if old is None else (accumulate(old, bar) if recorder is None else
+                                                  recorder.add(node, old, bar))
+        except Exception as exc:
+            error = step_error(node, exc, recorded=recorder is not None)
+            if error is None:
+                raise
+            raise error from exc
     return cts
+
+
+def step_error(node: tuple, exc: Exception, recorded: bool = False, forward: bool = False) -> Optional[Exception]:
+    """The error a failing step of a sweep raises in place of `exc` (None: `exc` itself).
+
+    The one place that says how a reverse step, a recorded one (a nested derivative runs it
+    rewritten, to differentiate it) or a forward step fails: a DifferentiationError passes through
+    as it is, any other exception becomes a PullbackError (a DifferentiationError in forward mode)
+    naming the line that recorded the operation. A recorded step's DifferentiationError (an
+    operation of a pullback that has no rule) is named as the nested derivative's failure.
+    """
+    site = node[2]
+    loc = site.loc() if site is not None else None
+    if forward:
+        if isinstance(exc, DifferentiationError):
+            return None
+        return DifferentiationError(
+            f"the forward pass (tangents) of this operation failed: {type(exc).__name__}: {exc}", loc,
+            "if this operation uses a custom rule, check its frule with bytegrad.rules.testing.check_rule.")
+    if not recorded:
+        if isinstance(exc, DifferentiationError):
+            return None
+        return PullbackError(
+            f"the reverse pass of this operation failed: {type(exc).__name__}: {exc}", loc,
+            "if this operation uses a custom rule, check its pullback with bytegrad.rules.testing.check_rule.")
+    if isinstance(exc, PullbackError):
+        return None
+    if isinstance(exc, NaNError):  # debug mode: named at the line that recorded this operation
+        return NaNError(f"while a nested derivative ran the reverse pass of {node[0].describe(node)} (recorded at "
+                        f"this line), {exc.problem}", loc if site is not None else exc.loc, exc.fix)
+    detail = " / ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip())
+    return PullbackError(
+        "a nested derivative differentiates the reverse pass of this operation, and that failed: "
+        f"{type(exc).__name__}: {detail}", loc,
+        "give the function a rule whose pullback uses only differentiable operations, or take the "
+        "inner derivative outside the differentiated function.")
 
 
 #: values smaller than this (elements) are not worth slimming
@@ -354,15 +397,15 @@ def _slim(tape: Tape) -> None:
             nodes[i], values[i] = slim(node, v)
 
 
-def _route(cts: list[Any], p: Any, bar: Any, node: tuple) -> None:
+def _route(cts: list[Any], p: Any, bar: Any, node: tuple, recorder: Optional[Recorder]) -> None:
     """Distribute a structured cotangent (for a list/tuple/dict argument) to its tracked leaves."""
     if type(bar) is _FunctionType:  # a thunk: the rule computes this argument's cotangent on demand
-        bar = bar()
+        bar = bar() if recorder is None else recorder.call(node, bar, ())
     if isinstance(bar, (NoTangent, Zero)) or bar is None:
         return
     if type(p) is dict:
         for k, sub in p.items():
-            _route(cts, sub, bar[k], node)
+            _route(cts, sub, bar[k], node, recorder)
         return
     if type(p) in (tuple, list):
         if len(bar) != len(p):
@@ -371,13 +414,10 @@ def _route(cts: list[Any], p: Any, bar: Any, node: tuple) -> None:
                 f"a pullback returned a cotangent with {len(bar)} entries for an argument with {len(p)}.",
                 site.loc() if site is not None else None)
         for sub, b in zip(p, bar):
-            if sub is None or b is None:
-                continue
-            if type(b) is _FunctionType:
-                b = b()
-            _route(cts, sub, b, node)
+            if sub is not None and b is not None:
+                _route(cts, sub, b, node, recorder)
         return
     if bar is NO_TANGENT or bar is ZERO:
         return
     old = cts[p]
-    cts[p] = bar if old is None else accumulate(old, bar)
+    cts[p] = bar if old is None else (accumulate(old, bar) if recorder is None else recorder.add(node, old, bar))
