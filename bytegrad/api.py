@@ -20,6 +20,7 @@ from bytegrad.errors import (
 )
 from bytegrad.rules import pytrees, registry
 from bytegrad.runtime import abi, nested as _nested_sweep, pytree, writes
+from bytegrad.runtime.dispatch import call_python, dispatch
 from bytegrad.runtime.records import IDENTITY
 from bytegrad.runtime.forward import push_forward
 from bytegrad.runtime.program import MISS, Ineligible, Program, build as build_program
@@ -327,7 +328,7 @@ class Differentiated:
         # kernels compute partials unrecorded): see runtime/checkpoint.py and runtime/fused.py
         tls.nesting = getattr(tls, "nesting", 0) + 1
         try:
-            out = abi.call_python(tape, site, self._target, call_args, kwargs or None)
+            out = call_python(tape, site, self._target, call_args, kwargs or None)
         finally:
             tape.protected -= added
             tls.nesting -= 1
@@ -597,7 +598,7 @@ class _Nested:
     def op(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """A NumPy call on (possibly) tracked values, recorded while the tape is current."""
         if self.recording():
-            return abi.dispatch(self.tape, self.site, fn, args, kwargs or None)
+            return dispatch(self.tape, self.site, fn, args, kwargs or None)
         return fn(*args, **kwargs)
 
 

@@ -19,7 +19,7 @@ from bytegrad.rules import registry
 from bytegrad.rules._apply import shape_of
 from bytegrad.rules._shape import materialize, stand_in, unbroadcast
 from bytegrad.rules.registry import ZERO
-from bytegrad.runtime.records import IDENTITY, Kind, TupleOut
+from bytegrad.runtime.records import Kind, TupleOut
 from bytegrad.runtime.tangents import fit_tangent, pf_transpose
 from bytegrad.runtime.tape import collect, tls
 

@@ -30,9 +30,10 @@ import numpy as np
 from bytegrad.errors import DifferentiationError, SourceLoc, library_file, qualname
 from bytegrad.rules._shape import is_stand_in
 from bytegrad.rules.registry import ZERO
-from bytegrad.runtime import abi, forward, pytree, zerosafe
+from bytegrad.runtime import forward, pytree, zerosafe
 from bytegrad.runtime.backward import TUPLE_ITEM
-from bytegrad.runtime.records import Kind, TupleOut
+from bytegrad.runtime.dispatch import CALL_HANDLERS, dispatch
+from bytegrad.runtime.records import Kind, Site, TupleOut
 from bytegrad.runtime.tangents import PerformanceWarning
 from bytegrad.runtime.tape import CaptureTape, Tape, saved_arrays, sweep, tls
 from bytegrad.runtime.writes import WRITE_KINDS
@@ -134,17 +135,17 @@ checkpoint.__module__ = "bytegrad"  # its public name, in error messages
 # ---- on a tape ------------------------------------------------------------------------------------
 
 
-def call(tape: Tape, site: abi.Site, cp: Checkpointed, args: tuple, kwargs: Optional[dict]) -> Any:
+def call(tape: Tape, site: Site, cp: Checkpointed, args: tuple, kwargs: Optional[dict]) -> Any:
     """`cp(*args, **kwargs)` from rewritten code: recorded, then collapsed into one record."""
     fn = cp.fn
     if tape.__class__ is CaptureTape:
         tape.refuse("calls a checkpointed function (a compiled program keeps every value)", site)
-        return abi.dispatch(tape, site, fn, args, kwargs)
+        return dispatch(tape, site, fn, args, kwargs)
     if getattr(tls, "nesting", 0):  # a nested derivative differentiates its own sweep: see module doc
-        return abi.dispatch(tape, site, fn, args, kwargs)
+        return dispatch(tape, site, fn, args, kwargs)
     i0 = len(tape.nodes)
     before = (set(tape.stale), set(tape.owners)) if tape.stale or tape.owners else ((), ())
-    out = abi.dispatch(tape, site, fn, args, kwargs)
+    out = dispatch(tape, site, fn, args, kwargs)
     if len(tape.nodes) == i0:
         return out
     if any(hasattr(type(a), "__next__") for a in (*args, *(kwargs or {}).values())):
@@ -200,7 +201,7 @@ class _Segment:
                  "identities")
 
     def __init__(self, fn: Any, args: tuple, kwargs: Optional[dict], inputs: list, positions: tuple,
-                 n_leaves: int, tape_cls: type, site: abi.Site, watched: tuple) -> None:
+                 n_leaves: int, tape_cls: type, site: Site, watched: tuple) -> None:
         self.fn = fn
         self.args = args
         self.kwargs = kwargs
@@ -215,7 +216,7 @@ class _Segment:
         self.identities = tuple(map(id, inputs)) + tuple(map(id, watched))  # (before any copy replaces one)
 
 
-def _collapse(tape: Tape, site: abi.Site, fn: Any, args: tuple, kwargs: Optional[dict], out: Any,
+def _collapse(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict], out: Any,
               i0: int, owners_before: Any) -> Optional[str]:
     """Replace the records from `i0` on by one (and one per output beyond the first); or say why
     not, having changed nothing."""
@@ -392,7 +393,7 @@ def _rerun(record: _Segment) -> tuple[Tape, list[int], list[int]]:
     old = getattr(tls, "tape", None)
     tls.tape = tape
     try:
-        out = abi.dispatch(tape, record.site, record.fn, record.args, record.kwargs)
+        out = dispatch(tape, record.site, record.fn, record.args, record.kwargs)
     except DifferentiationError:
         raise
     except Exception as exc:  # it ran without error the first time: name the line that raised now
@@ -482,4 +483,4 @@ def pf_checkpoint(node: tuple, out: Any, parent_dots: Any) -> Any:
 #: `(CHECKPOINT, parents, site, segment)`: a collapsed segment, rerun in its reverse step
 CHECKPOINT = Kind("checkpoint", ("segment",), _bw_checkpoint, pushforward=pf_checkpoint, saved=_saved_checkpoint)
 CHECKPOINT.safe = CHECKPOINT.twin("zero-safe checkpoint", _bw_checkpoint_safe)
-abi.CALL_HANDLERS[Checkpointed] = call
+CALL_HANDLERS[Checkpointed] = call

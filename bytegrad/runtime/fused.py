@@ -35,10 +35,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 import numpy as np
 
-from bytegrad.rules._shape import stand_in, unbroadcast
-from bytegrad.runtime.backward import INPLACE_MIN_SIZE, scalable, unrecorded
-from bytegrad.runtime import zerosafe
-from bytegrad.runtime.records import Kind
+from bytegrad.runtime.kernel_records import FUSED, PARTIALS
 from bytegrad.runtime.tape import SLIM_MIN_SIZE, CaptureTape, Tape, sweep, tls
 
 if TYPE_CHECKING:
@@ -47,7 +44,6 @@ if TYPE_CHECKING:
 _ndarray = np.ndarray
 _perf = time.perf_counter
 _getrefcount = sys.getrefcount
-_multiply = np.multiply
 BACKWARD_FACTOR = 3.0
 #: a kernel within this factor of the NumPy tier's time counts as a tie, and ties go to the kernel:
 #: the difference is below the timing noise, and the kernel keeps less memory alive (only what its
@@ -505,7 +501,7 @@ _INTERMEDIATE_REFS = 2
 def _release_temporaries(tape: Tape, leaves: list[Any], parents: tuple, saved: tuple) -> None:
     """Let go of leaf values nothing will read again: an expression's result that only this site
     consumed (`W @ x` in `tanh(W @ x + b)`), that the fused backward does not save, and whose own
-    record, slimmed (the `slim` protocol of runtime/backward.py, as `tape.sweep` does for large
+    record, slimmed (a record kind's `slim`, runtime/records.py, as `tape.sweep` does for large
     records), keeps only its shape. The tape keeps the slimmed record and forgets the value's id (so
     a new array reusing that id is not taken for it). On a tape swept once (`Tape.lean`) this frees
     the temporary before the reverse pass, as a hand-written gradient would."""
@@ -526,101 +522,6 @@ def _release_temporaries(tape: Tape, leaves: list[Any], parents: tuple, saved: t
         nodes[k], values[k] = node, kept
         if tape.ids.get(id(v)) == k:
             del tape.ids[id(v)]
-
-
-def _bw_fused(ct: Any, node: tuple, out: Any) -> Any:
-    ks = node[3]
-    saved = node[4]
-    shapes = node[5]
-    parents = node[1]
-    out_shape = out.shape if type(out) is _ndarray else ()
-    if type(ct) is not float and getattr(ct, "dtype", ks.dtype) != ks.dtype:
-        ct = _narrow(ct, ks.dtype)
-    res: list[Any] = [None] * len(parents)
-    for (leaves, sources), fn in zip(ks.backward_plan[1], ks.backward):
-        bar = fn(*[ct if i == -1 else out if i == -2 else saved[i] for i in sources])
-        for j in leaves:
-            if parents[j] is None:
-                continue
-            shape = shapes[j]
-            res[j] = bar if shape == out_shape else unbroadcast(bar, shape, out_shape)
-    return res
-
-
-def _narrow(ct: Any, dtype: np.dtype) -> Any:
-    """A wider cotangent (float64 reaching a float32 site through a promoting operation) at the
-    site's precision: the precision the kernels compute in, and its leaves' gradients are kept in."""
-    return np.asarray(ct, dtype=dtype)
-
-
-def _bw_partials(ct: Any, node: tuple, out: Any) -> Any:
-    """The reverse step of a one-pass kernel: the cotangent times each group's saved partial (in
-    the partial's memory on a tape swept once, which drops the record right after this step)."""
-    ks = node[3]
-    partials = node[4]
-    shapes = node[5]
-    parents = node[1]
-    once = node[6] and unrecorded()  # (not when a nested derivative runs this step recorded)
-    out_shape = out.shape if type(out) is _ndarray else ()
-    res: list[Any] = [None] * len(parents)
-    for (leaves, _sources), partial in zip(ks.backward_plan[1], partials):
-        bar = None
-        for j in leaves:
-            if parents[j] is None:
-                continue
-            if bar is None:
-                if type(ct) is not float and getattr(ct, "dtype", ks.dtype) != ks.dtype:
-                    ct = _narrow(ct, ks.dtype)
-                if once and type(partial) is _ndarray and scalable(ct, partial):
-                    if ct.__class__ is float and ct == 1.0:
-                        bar = partial
-                    elif partial.size >= INPLACE_MIN_SIZE:
-                        bar = _multiply(ct, partial, out=partial)
-                    else:
-                        bar = ct * partial
-                else:
-                    bar = ct * partial
-            shape = shapes[j]
-            res[j] = bar if shape == out_shape else unbroadcast(bar, shape, out_shape)
-    return res
-
-
-def _slim_partials(node: tuple, out: Any) -> tuple[tuple, Any]:
-    return node, stand_in(out) if type(out) is _ndarray else out  # the reverse step reads its shape
-
-
-def _saved_partials(node: tuple) -> list[np.ndarray]:
-    return [p for p in node[4] if type(p) is _ndarray]
-
-
-def _saved_fused(node: tuple) -> list[np.ndarray]:
-    found = [v for v in node[4] if type(v) is _ndarray]
-    if node[6] is not None and type(node[6]) is _ndarray:
-        found.append(node[6])
-    return found
-
-
-#: `(FUSED, parents, site, kernels, saved leaves, leaf shapes, out or None)`: a kernel site whose
-#: reverse step recomputes from the saved leaves
-FUSED = Kind("fused", ("kernels", "saved", "shapes", "out"), _bw_fused, saved=_saved_fused)
-#: `(PARTIALS, parents, site, kernels, partials, leaf shapes, once)`: a one-pass kernel site, which
-#: saved its partials (scaled in place when `once`, on a tape swept once)
-PARTIALS = Kind("fused partials", ("kernels", "partials", "shapes", "once"), _bw_partials, saved=_saved_partials,
-                slim=_slim_partials)
-
-
-# Zero-safe twins (runtime/zerosafe.py), for a site recorded before a mask. Seen at the output's
-# shape, the step returns full-shape cotangents; a one-pass record is never scaled in place there.
-def _full_fused(node: tuple, out_shape: tuple) -> tuple:
-    return node[:5] + ((out_shape,) * len(node[5]),) + node[6:]
-
-
-def _full_partials(node: tuple, out_shape: tuple) -> tuple:
-    return node[:5] + ((out_shape,) * len(node[5]), False)
-
-
-zerosafe.make_safe(FUSED, _full_fused, lambda node: node[5])
-zerosafe.make_safe(PARTIALS, _full_partials, lambda node: node[5], plain=lambda node: node[:6] + (False,))
 
 
 # ---- the twins, for tests and for the choice between tiers ---------------------------------------
@@ -659,10 +560,10 @@ def kernel_gradients(fs: FusedSite, ks: kernels.Kernels, leaves: list[Any], acti
         out, *partials = ks.forward(*leaves)
         node = (PARTIALS, tuple(0 if a else None for a in active), fs.site, ks, partials, leaf_shapes(leaves),
                 False)
-        return out, _bw_partials(ct, node, out)
+        return out, PARTIALS.backward(ct, node, out)
     out = ks.forward(*leaves)
     keep, _sources, needs_out = ks.backward_plan
     saved = tuple(v if k else None for v, k in zip(leaves, keep))
     node = (FUSED, tuple(0 if a else None for a in active), fs.site, ks, saved,
             leaf_shapes(leaves), out if needs_out else None)
-    return out, _bw_fused(ct, node, out)
+    return out, FUSED.backward(ct, node, out)

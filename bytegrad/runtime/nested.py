@@ -19,6 +19,8 @@ import numpy as np
 
 from bytegrad.rules.registry import ZERO
 from bytegrad.runtime import abi
+from bytegrad.runtime.dispatch import call_python
+from bytegrad.runtime.records import Site
 from bytegrad.runtime.tape import Recorder, Tape, sweep
 
 __all__ = ["sweep_recorded", "recorded_call", "recorded_add", "project_traced"]
@@ -28,12 +30,12 @@ _ndarray = np.ndarray
 _add = abi.BINARY_HOOKS[0]  # operator.add's hook
 
 
-def recorded_call(tape: Tape, site: abi.Site, fn: Callable[..., Any], args: tuple) -> Any:
+def recorded_call(tape: Tape, site: Site, fn: Callable[..., Any], args: tuple) -> Any:
     """`fn(*args)` run rewritten under `tape`, so that what it computes from tracked values is recorded."""
-    return abi.call_python(tape, site, fn, args, None)
+    return call_python(tape, site, fn, args, None)
 
 
-def recorded_add(tape: Tape, site: abi.Site, old: Any, new: Any) -> Any:
+def recorded_add(tape: Tape, site: Site, old: Any, new: Any) -> Any:
     """`tape.accumulate`, with the additions recorded."""
     if old is None or old is ZERO:
         return new
@@ -90,4 +92,4 @@ def project_traced(ct: Any, primal: Any) -> Any:
     return ct
 
 
-_NO_SITE = abi.Site("<bytegrad>", None, "<reverse pass>", "nested sweep")
+_NO_SITE = Site("<bytegrad>", None, "<reverse pass>", "nested sweep")

@@ -27,9 +27,28 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from bytegrad.errors import qualname
+from bytegrad.errors import SourceLoc, qualname
 
-__all__ = ["Kind", "TupleOut", "no_arrays", "IDENTITY"]
+__all__ = ["Kind", "Site", "TupleOut", "no_arrays", "IDENTITY"]
+
+
+class Site:
+    """One rewritten operation in the user's code (a constant of the rewritten code object)."""
+
+    __slots__ = ("filename", "lineno", "function", "what", "callee")
+
+    def __init__(self, filename: str, lineno: Optional[int], function: str, what: str, callee: Any = None) -> None:
+        self.filename = filename
+        self.lineno = lineno
+        self.function = function
+        self.what = what
+        self.callee = callee  # the callable the rewrite saw statically (np.sum), for explain; or None
+
+    def loc(self) -> SourceLoc:
+        return SourceLoc(self.filename, self.lineno, self.function)
+
+    def __repr__(self) -> str:
+        return f"<site {self.what} at {self.filename}:{self.lineno}>"
 
 
 def no_arrays(record: tuple) -> list:

@@ -383,7 +383,7 @@ SLIM_MIN_SIZE = 4096
 def _slim(tape: Tape) -> None:
     """Before the one sweep of a lean tape: let each large record drop what its reverse step reads
     only the shape of (its output, arguments its partials do not read), so that those arrays are
-    freed now rather than when the sweep reaches them (the `slim` protocol of runtime/backward.py)."""
+    freed now rather than when the sweep reaches them (a record kind's `slim`, runtime/records.py)."""
     nodes = tape.nodes
     values = tape.values
     for i, v in enumerate(values):

@@ -1,0 +1,445 @@
+"""Dispatch: what a call with the tape active becomes.
+
+A callable with a rule is recorded (runtime/recording.py); a Python function is run rewritten
+(the transform registers how, `set_rewriter`: the runtime never imports it); bound methods,
+`functools.partial`, classes (`construct`), callable objects and NumPy functions written in Python
+are followed to the code they run; an in-place function or method (`a.sort()`, `np.copyto`,
+`np.add.at`, `out=`) is recorded as a write of its new value (runtime/writes.py); a C function
+without a rule that meets a differentiated value raises NoRuleError.
+"""
+from __future__ import annotations
+
+import functools
+import operator
+import types
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from bytegrad.errors import DifferentiationError, NoRuleError, NotImplementedRuleError, qualname
+from bytegrad.rules import registry
+from bytegrad.rules.registry import RuleKind
+from bytegrad.runtime import tape as _tape
+from bytegrad.runtime import writes, zerosafe
+from bytegrad.runtime.records import Site
+from bytegrad.runtime.recording import parent_of, record_elementwise, record_rrule, snapshot
+from bytegrad.runtime.tape import CaptureTape, Tape
+
+__all__ = ["dispatch", "call_python", "set_rewriter", "construct", "with_out", "write_value", "any_tracked",
+           "method_key", "class_attr", "PLAIN", "CALL_HANDLERS", "CAPTURE_SAFE"]
+
+_ndarray = np.ndarray
+_FunctionType = types.FunctionType
+_MethodType = types.MethodType
+_BuiltinMethod = types.BuiltinMethodType
+_BuiltinFunction = types.BuiltinFunctionType
+_ModuleType = types.ModuleType
+_rules_get = registry.get_rule
+ELEMENTWISE = RuleKind.ELEMENTWISE
+RRULE = RuleKind.RRULE
+NONDIFF = RuleKind.NONDIFF
+TRANSPARENT = RuleKind.TRANSPARENT
+THROUGH = RuleKind.THROUGH
+NOT_IMPLEMENTED = RuleKind.NOT_IMPLEMENTED
+
+#: types whose operators never run user Python code
+PLAIN = frozenset({int, float, bool, complex, str, bytes, list, tuple, dict, set, type(None), np.ndarray,
+                    np.float64, np.float32, np.int64, np.int32, np.bool_, np.complex128, slice, range})
+
+
+# The transform registers how to get rewritten code for a Python callee (runtime never imports it).
+_rewriter: Optional[Callable[[Any, tuple, Optional[dict], dict], Optional[Callable[..., Any]]]] = None
+
+
+def set_rewriter(fn: Callable[[Any, tuple, Optional[dict], dict], Optional[Callable[..., Any]]]) -> None:
+    global _rewriter
+    _rewriter = fn
+
+
+def call_python(tape: Tape, site: Site, f: Any, args: tuple, kwargs: Optional[dict]) -> Any:
+    if tape.__class__ is CaptureTape:
+        tape.refuse(f"calls the Python function {qualname(f)}, which compiled programs do not follow yet", site)
+    if f.__module__ == "bytegrad.api" and f.__name__ != "__call__":
+        return _call_api(site, f, args, kwargs)
+    rewritten = _rewriter(f, args, kwargs, tape.ids) if _rewriter is not None else None
+    if rewritten is None:
+        return f(*args, **kwargs) if kwargs else f(*args)
+    return rewritten(*args, **kwargs) if kwargs else rewritten(*args)
+
+
+def _call_api(site: Site, f: Any, args: tuple, kwargs: Optional[dict]) -> Any:
+    """A derivative taken inside differentiated code (`grad(f)(x)` within a loss): bytegrad's own API
+    runs as it is, not rewritten; it finds the active tape and records its work there (see
+    api.py, nested derivatives). The call site is kept so that its errors can name the user's line."""
+    old = getattr(_tape.tls, "site", None)
+    _tape.tls.site = site
+    try:
+        return f(*args, **kwargs) if kwargs else f(*args)
+    finally:
+        _tape.tls.site = old
+
+
+def any_tracked(ids: dict[int, int], args: tuple, kwargs: Optional[dict]) -> bool:
+    for a in args:
+        if parent_of(ids, a) is not None:
+            return True
+    if kwargs:
+        for a in kwargs.values():
+            if parent_of(ids, a) is not None:
+                return True
+    return False
+
+
+_GeneratorType = types.GeneratorType
+
+
+def _drain_generators(tape: Tape, args: tuple) -> tuple:
+    """A generator argument hides the values it yields from the tape: run it now, so a rule sees
+    the items (as a list) and a function without a rule raises instead of dropping derivatives.
+    A generator that yields nothing differentiated is handed on as an iterator over its items."""
+    if not any(type(a) is _GeneratorType for a in args):
+        return args
+    out = []
+    for a in args:
+        if type(a) is _GeneratorType:
+            items = list(a)
+            a = items if parent_of(tape.ids, items) is not None else iter(items)
+        out.append(a)
+    return tuple(out)
+
+
+def resolve(fn: Any) -> tuple[Any, Any]:
+    """(rule, self) for a callable: bound C methods are looked up by their type's descriptor."""
+    try:
+        rule = _rules_get(fn)
+    except TypeError:
+        rule = None
+    if rule is not None:
+        return rule, None
+    if type(fn) is _BuiltinMethod:
+        owner = fn.__self__
+        if owner is not None and type(owner) is not _ModuleType:
+            desc = getattr(type(owner), fn.__name__, None)
+            if desc is not None:
+                try:
+                    rule = _rules_get(desc)
+                except TypeError:
+                    rule = None
+                if rule is not None:
+                    return rule, owner
+    return None, None
+
+
+#: builtins that call a dunder of their argument
+_DUNDER_BUILTINS = {float: "__float__", complex: "__complex__", abs: "__abs__", len: None, int: "__int__",
+                    next: "__next__"}
+
+
+def dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
+    """A call with the tape active: rule, rewritten Python callee, or plain call."""
+    if len(args) == 1 and not kwargs and type(args[0]) not in PLAIN:
+        dunder = _DUNDER_BUILTINS.get(fn) if type(fn) in (type, _BuiltinFunction) else None
+        if dunder is not None:
+            meth = class_attr(type(args[0]), dunder)
+            if type(meth) is _FunctionType:
+                return call_python(tape, site, meth, (args[0],), None)
+    rule, owner = resolve(fn)
+    if args and rule is not None and (rule.kind is ELEMENTWISE or rule.kind is RRULE):
+        args = _drain_generators(tape, tuple(args))
+    if rule is not None:
+        kind = rule.kind
+        if owner is not None:
+            call_fn = rule.fn
+            args = (owner,) + tuple(args)
+        else:
+            call_fn = fn
+        if (kind is ELEMENTWISE or (kind is RRULE and rule.rrule is not None)) and kwargs and "out" in kwargs:
+            return with_out(tape, site, call_fn, tuple(args), kwargs)
+        if kind is ELEMENTWISE:
+            return record_elementwise(tape, site, rule, call_fn, _lists_as_arrays(tape, site, len(rule.partials),
+                                                                                   tuple(args)), kwargs)
+        if kind is RRULE and rule.rrule is not None:
+            return record_rrule(tape, site, rule, call_fn, tuple(args), kwargs)
+        if kind is NONDIFF or kind is TRANSPARENT:
+            if tape.__class__ is CaptureTape and rule.fn not in CAPTURE_SAFE and any_tracked(tape.ids, tuple(args), kwargs):
+                tape.refuse(f"computes {qualname(rule.fn)} of a differentiated value: Python code may "
+                            "decide on its result", site)
+            return fn(*args[1:] if owner is not None else args, **kwargs) if kwargs else \
+                fn(*(args[1:] if owner is not None else args))
+        if kind is THROUGH:
+            return call_python(tape, site, rule.impl, tuple(args), kwargs)
+        if kind is NOT_IMPLEMENTED and any_tracked(tape.ids, tuple(args), kwargs):
+            raise NotImplementedRuleError(
+                f"differentiating {qualname(rule.fn)} is not supported: {rule.reason}.", site.loc(),
+                "compute this part without differentiating through it, or write a rule with @bytegrad.rrule.")
+        if kind is RRULE and any_tracked(tape.ids, tuple(args), kwargs):  # a frule alone
+            raise NoRuleError(rule.fn, site.loc(), " (it has only a forward rule)")
+        return fn(*args[1:], **(kwargs or {})) if owner is not None else fn(*args, **(kwargs or {}))
+    t = type(fn)
+    if t is _FunctionType:
+        return call_python(tape, site, fn, tuple(args), kwargs)
+    if t is _MethodType:  # `obj.method(x)`: a rule registered on the class's function applies
+        f = fn.__func__
+        if type(f) is _FunctionType and _rules_get(f) is None:
+            return call_python(tape, site, f, (fn.__self__,) + tuple(args), kwargs)
+        return dispatch(tape, site, f, (fn.__self__,) + tuple(args), kwargs)
+    if t is functools.partial:
+        kw = dict(fn.keywords)
+        if kwargs:
+            kw.update(kwargs)
+        return dispatch(tape, site, fn.func, fn.args + tuple(args), kw or None)
+    if isinstance(fn, type):
+        return construct(tape, site, fn, tuple(args), kwargs)
+    inplace = _INPLACE.get(method_key(fn))
+    if inplace is not None:
+        return inplace(tape, site, fn, tuple(args), kwargs or {})
+    if t is _Dispatcher and type(fn._implementation) is _FunctionType:
+        # a NumPy function written in Python (np.diff, np.pad...): differentiate through its code
+        return call_python(tape, site, fn._implementation, tuple(args), kwargs)
+    handler = CALL_HANDLERS.get(t)
+    if handler is not None:  # bytegrad's own callables (runtime/checkpoint.py)
+        return handler(tape, site, fn, tuple(args), kwargs)
+    dunder_call = getattr(t, "__call__", None)
+    if type(dunder_call) is _FunctionType:  # a callable object (`np.vectorize(f)(x)`): its rule, or its code
+        if _rules_get(dunder_call) is not None:
+            return dispatch(tape, site, dunder_call, (fn,) + tuple(args), kwargs)
+        return call_python(tape, site, dunder_call, (fn,) + tuple(args), kwargs)
+    args = _drain_generators(tape, tuple(args))  # a C function: look inside generator arguments
+    if any_tracked(tape.ids, tuple(args), kwargs) or (type(fn) is _BuiltinMethod and
+                                                       tape.ids.get(id(fn.__self__)) is not None):
+        if registry.load_plugins():
+            return dispatch(tape, site, fn, args, kwargs)
+        raise NoRuleError(method_key(fn), site.loc())
+    return fn(*args, **kwargs) if kwargs else fn(*args)
+
+
+_Dispatcher = type(np.concatenate)
+
+
+#: callable types that take over their own calls from rewritten code: `handler(tape, site, fn,
+#: args, kwargs)` (runtime/checkpoint.py registers `Checkpointed`; runtime never imports upward)
+CALL_HANDLERS: dict[type, Callable[..., Any]] = {}
+
+
+#: functions without a derivative that a capture run may meet on differentiated values: their
+#: results depend on shapes and container structure only, which a compiled program's guards fix
+CAPTURE_SAFE = frozenset({len, isinstance, type, np.shape, np.ndim, np.size, list.append, list.copy,
+                          list.__getitem__, tuple.__getitem__, dict.get, dict.items, dict.keys, dict.values,
+                          dict.__getitem__})
+
+
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
+
+
+def construct(tape: Tape, site: Site, cls: type, args: tuple, kwargs: Optional[dict]) -> Any:
+    """`cls(*args)`: a Python `__init__` is differentiated like any callee; a C class needs a rule."""
+    tracked = any_tracked(tape.ids, args, kwargs)
+    if not tracked:
+        return cls(*args, **kwargs) if kwargs else cls(*args)
+    if tape.__class__ is CaptureTape:
+        tape.refuse(f"builds a {qualname(cls)} from a differentiated value", site)
+    if not cls.__flags__ & _HEAPTYPE:
+        if issubclass(cls, BaseException):  # `raise ValueError(x)`: it only holds its arguments
+            return cls(*args, **kwargs) if kwargs else cls(*args)
+        if registry.load_plugins():
+            return dispatch(tape, site, cls, args, kwargs)
+        raise NoRuleError(cls, site.loc())
+    init = cls.__init__
+    meta = type(cls)
+    # a metaclass that keeps type.__call__ (abc.ABCMeta) constructs as `type` does
+    if meta is not type and getattr(meta, "__call__", None) is not _type_call:
+        return cls(*args, **kwargs) if kwargs else cls(*args)
+    new = cls.__new__
+    if new is object.__new__:
+        if type(init) is not _FunctionType:
+            return cls(*args, **kwargs) if kwargs else cls(*args)
+        obj = object.__new__(cls)  # raises as `cls(...)` would for an abstract class
+    elif type(new) is _FunctionType:  # a `__new__` written in Python, rewritten
+        obj = call_python(tape, site, new, (cls,) + args, kwargs)
+    else:
+        obj = new(cls, *args, **(kwargs or {}))
+    if isinstance(obj, cls) and type(init) is _FunctionType:
+        call_python(tape, site, init, (obj,) + args, kwargs)
+    elif isinstance(obj, cls) and init is not object.__init__:
+        init(obj, *args, **(kwargs or {}))
+    return obj
+
+
+_type_call = type.__call__
+
+
+def class_attr(cls: type, name: str) -> Any:
+    """`name` as stored on the class (without running a descriptor's __get__), or None."""
+    for c in cls.__mro__:
+        d = c.__dict__
+        if name in d:
+            return d[name]
+    return None
+
+
+def _lists_as_arrays(tape: Tape, site: Site, n: int, args: tuple) -> tuple:
+    """`args` with each of its first `n` that is a list or tuple holding tracked values made an
+    array (recorded), as NumPy would (`np.exp([a, b])`)."""
+    ids = tape.ids
+    return tuple(dispatch(tape, site, np.asarray, (a,), None)
+                 if (type(a) is list or type(a) is tuple) and parent_of(ids, a) is not None else a
+                 for a in args[:n]) + args[n:]
+
+
+# ---- in-place functions and methods, and out=: recorded as writes -------------------------------------
+
+
+def with_out(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> Any:
+    """`fn(..., out=buf)`: compute a new value, then write it into `buf` as a recorded assignment."""
+    kwargs = dict(kwargs)
+    buf = kwargs.pop("out")
+    if type(buf) is tuple and len(buf) == 1:
+        buf = buf[0]
+    if type(buf) is not _ndarray:
+        raise DifferentiationError(f"bytegrad supports out= only with a single array, got {type(buf).__name__}.",
+                                   site.loc(), "drop out= and assign the result instead.")
+    tape.check_protected(buf, site)
+    # an argument that is (a view of) the output buffer enters as a recorded copy of its current
+    # value (`np.multiply(a, x, out=a)`): what the operation saves is not then overwritten
+    args = tuple(snapshot(tape, site, v) if type(v) is _ndarray and np.may_share_memory(v, buf) else v
+                 for v in args)
+    where = kwargs.pop("where", True)
+    if where is not True and type(fn) is np.ufunc:
+        _masked_ufunc(tape, site, fn, args, kwargs, buf, where)
+        return buf
+    if where is not True:
+        kwargs["where"] = where
+    value = dispatch(tape, site, fn, args, kwargs)
+    write_value(tape, site, buf, Ellipsis, value)
+    return buf
+
+
+def _masked_ufunc(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict, buf: np.ndarray, where: Any) -> None:
+    """`ufunc(*args, out=buf, where=mask)`: the ufunc runs on the selected elements only, and they
+    are written into `buf`; the other slots keep buf's value and its derivative. (Computed whole, the
+    masked-out slots would hold uninitialised memory, and the partials there, 1 / b at b == 0 for the
+    safe-division idiom, would turn the zero cotangent into NaN.)"""
+    mask = np.broadcast_to(np.asarray(where, dtype=bool), buf.shape)
+    picked = []
+    for a in args[:fn.nin]:
+        if np.ndim(a) == 0:
+            picked.append(a)
+            continue
+        if np.shape(a) != buf.shape:
+            a = dispatch(tape, site, np.broadcast_to, (a, buf.shape), None)
+        picked.append(dispatch(tape, site, operator.getitem, (a, mask), None))
+    value = dispatch(tape, site, fn, tuple(picked) + args[fn.nin:], kwargs or None)
+    write_value(tape, site, buf, mask, value)
+
+
+def write_value(tape: Tape, site: Site, obj: np.ndarray, key: Any, value: Any) -> None:
+    if type(key) is _ndarray and key.dtype.kind == "b":  # `y[mask] = v`: what it overwrote contributes zeros
+        zerosafe.guard(tape)
+    iv = parent_of(tape.ids, value)
+    if iv is None and tape.owners and type(value) is _ndarray:
+        iv = writes.view_parent(tape, site, value)
+    if iv is not None and type(iv) is not int:  # a list holding tracked values: make it an array
+        value = dispatch(tape, site, np.asarray, (value,), None)
+        iv = tape.ids.get(id(value))
+    elif iv is not None and tape.stale and iv in tape.stale:
+        iv = writes.refresh(tape, site, iv)
+    writes.write(tape, site, obj, key, value, iv)
+
+
+def _inplace_sort(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> None:
+    a = fn.__self__
+    tape.check_write(a, a, site)
+    write_value(tape, site, a, Ellipsis, dispatch(tape, site, np.sort, (snapshot(tape, site, a),) + args, kwargs or None))
+
+
+def _inplace_fill(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> None:
+    write_value(tape, site, fn.__self__, Ellipsis, args[0] if args else kwargs["value"])
+
+
+def _inplace_fill_diagonal(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> None:
+    a, val = args[0], args[1]
+    wrap = args[2] if len(args) > 2 else kwargs.get("wrap", False)
+    if a.ndim == 2:
+        n = a.shape[1] + 1
+        end = None if wrap else a.shape[1] * a.shape[1]
+        flat_idx = np.arange(a.size)[:end:n]
+        key = np.unravel_index(flat_idx, a.shape)
+    else:
+        i = np.arange(min(a.shape))
+        key = (i,) * a.ndim
+    value = val if np.ndim(val) == 0 else dispatch(tape, site, np.resize, (val, key[0].shape), None)
+    write_value(tape, site, a, key, value)
+
+
+def _inplace_copyto(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> None:
+    dst, src = args[0], args[1]
+    where = kwargs.get("where", args[3] if len(args) > 3 else True)
+    if where is not True:
+        src = dispatch(tape, site, np.where, (where, src, dst), None)
+    write_value(tape, site, dst, Ellipsis, src)
+
+
+def _inplace_put(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> None:
+    if type(fn) is _BuiltinMethod and type(fn.__self__) is _ndarray:
+        a, rest = fn.__self__, args
+    else:
+        a, rest = args[0], args[1:]
+    ind, v = rest[0], rest[1]
+    flat = a.reshape(-1) if a.flags.c_contiguous else None
+    if flat is None or flat.base is not (a.base if a.base is not None else a) and flat.base is not a:
+        raise writes.MutationError("bytegrad supports np.put only on contiguous arrays.", site.loc(),
+                                   "assign with a.reshape(-1)[ind] = v on a contiguous array instead.")
+    ind = np.asarray(ind).ravel()
+    n = ind.size
+    value = v if np.ndim(v) == 0 else dispatch(tape, site, np.resize, (v, n), None)
+    write_value(tape, site, flat, ind, value)
+
+
+def _inplace_ufunc_at(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> None:
+    ufunc = fn.__self__
+    a, indices = args[0], args[1]
+    b = args[2] if len(args) > 2 else None
+    if ufunc not in (np.add, np.subtract) or b is None:
+        if writes.current(tape, site, a) is None and (b is None or parent_of(tape.ids, b) is None):
+            tape.check_write(a, a, site)
+            return fn(*args, **kwargs)
+        raise NoRuleError(method_key(fn), site.loc(), f" (only np.add.at and np.subtract.at are supported, "
+                                                       f"not {ufunc.__name__}.at)")
+    ib = parent_of(tape.ids, b)
+    if ib is None and tape.owners and type(b) is _ndarray:
+        ib = writes.view_parent(tape, site, b)
+    writes.add_at(tape, site, a, indices, b, ib, 1 if ufunc is np.add else -1)
+
+
+def _generator_send(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> Any:
+    """`gen.send(v)`: a differentiated value may only go into a generator whose code bytegrad rewrote."""
+    gen = fn.__self__
+    code = getattr(gen, "gi_code", None)
+    if any_tracked(tape.ids, args, kwargs) and (code is None or "__bg_tape__" not in code.co_varnames):
+        raise NoRuleError(method_key(fn), site.loc(),
+                          " (the generator was created before bytegrad could rewrite its code: pass the "
+                          "differentiated values to the generator function as arguments instead)")
+    return fn(*args, **kwargs)
+
+
+_INPLACE: dict[Any, Callable[..., Any]] = {
+    (types.GeneratorType, "send"): _generator_send,
+    (np.ndarray, "sort"): _inplace_sort,
+    (np.ndarray, "fill"): _inplace_fill,
+    (np.ndarray, "put"): _inplace_put,
+    np.fill_diagonal: _inplace_fill_diagonal,
+    np.copyto: _inplace_copyto,
+    np.put: _inplace_put,
+    (np.ufunc, "at"): _inplace_ufunc_at,
+}
+
+
+def method_key(fn: Any) -> Any:
+    """A hashable name for a callable: (type, name) for a bound C method, else the callable."""
+    if type(fn) is _BuiltinMethod and fn.__self__ is not None and type(fn.__self__) is not _ModuleType:
+        return (type(fn.__self__), fn.__name__)
+    try:
+        hash(fn)
+    except TypeError:
+        return id(fn)
+    return fn

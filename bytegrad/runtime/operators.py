@@ -1,0 +1,147 @@
+"""Binary operators with a differentiated operand, off the hooks' fast path (runtime/abi.py):
+operators without an elementwise rule or on out-of-date values (`binary_tracked`), operators a
+user class implements in Python (`user_binary`, run rewritten), NumPy arithmetic on lists that hold
+differentiated values, and in-place operators on arrays (`inplace_array`: recorded as a write).
+"""
+from __future__ import annotations
+
+import operator
+import types
+from typing import Any
+
+import numpy as np
+
+from bytegrad.errors import NoRuleError, qualname
+from bytegrad.rules import registry
+from bytegrad.rules.registry import RuleKind
+from bytegrad.runtime import writes
+from bytegrad.runtime.backward import (  # the record kinds (runtime/records.py)
+    ELEMENTWISE as EW_RECORD, RULE as RULE_RECORD, RULE_TRUSTED as TRUSTED_RECORD,
+)
+from bytegrad.runtime.dispatch import call_python, dispatch
+from bytegrad.runtime.records import Site
+from bytegrad.runtime.recording import (
+    as_array, parent_of, push_output, refresh_parents, snapshot, trackable, untracked_views,
+)
+from bytegrad.runtime.tape import CaptureTape, Tape
+
+__all__ = ["binary_tracked", "user_binary", "python_operator", "list_as_array", "inplace_array"]
+
+_ndarray = np.ndarray
+_float64 = np.float64
+_FunctionType = types.FunctionType
+_rules_get = registry.get_rule
+ELEMENTWISE = RuleKind.ELEMENTWISE
+RRULE = RuleKind.RRULE
+NONDIFF = RuleKind.NONDIFF
+TRANSPARENT = RuleKind.TRANSPARENT
+
+
+def binary_tracked(tape: Tape, site: Site, op: Any, a: Any, b: Any, ia: Any, ib: Any) -> Any:
+    rule = _rules_get(op)
+    if rule is None:
+        raise NoRuleError(op, site.loc())
+    kind = rule.kind
+    if kind is ELEMENTWISE:
+        if tape.stale:
+            ia, ib = refresh_parents(tape, (ia, ib), site)
+        out = op(a, b)
+        to = type(out)
+        if to is not _ndarray and to is not float and to is not _float64 and not trackable(out):
+            return out  # e.g. `"%s" % x`: nothing to differentiate
+        values = tape.values
+        tape.ids[id(out)] = len(values)
+        values.append(out)
+        tape.nodes.append((EW_RECORD, (ia, ib), site, rule, (as_array(a), as_array(b)), op))
+        return out
+    if kind is RRULE and rule.rrule is not None:
+        out, pullback = rule.rrule(a, b)
+        node = (TRUSTED_RECORD if rule.trusted else RULE_RECORD, (ia, ib), site, pullback, (a, b), op)
+        return push_output(tape, node, out)
+    if kind is NONDIFF or kind is TRANSPARENT:
+        if tape.__class__ is CaptureTape:
+            tape.refuse(f"computes {qualname(op)} of a differentiated value (no derivative)", site)
+        return op(a, b)
+    return dispatch(tape, site, op, (a, b), None)
+
+
+_REFLECTED = {operator.add: "__radd__", operator.sub: "__rsub__", operator.mul: "__rmul__",
+              operator.truediv: "__rtruediv__", operator.floordiv: "__rfloordiv__", operator.mod: "__rmod__",
+              operator.pow: "__rpow__", operator.matmul: "__rmatmul__", operator.and_: "__rand__",
+              operator.or_: "__ror__", operator.xor: "__rxor__", operator.lshift: "__rlshift__",
+              operator.rshift: "__rrshift__"}
+
+
+def python_operator(op: Any, ta: type, tb: type) -> bool:
+    """Whether `a op b` would run an operator method written in Python (a's, or b's reflected one)."""
+    if type(getattr(ta, f"__{op.__name__.strip('_')}__", None)) is _FunctionType:
+        return True
+    reflected = _REFLECTED.get(op)
+    return reflected is not None and type(getattr(tb, reflected, None)) is _FunctionType
+
+
+def user_binary(tape: Tape, site: Site, op: Any, a: Any, b: Any) -> Any:
+    """`a op b` where an operand's class implements the operator in Python: run that code rewritten."""
+    name = f"__{op.__name__.strip('_')}__"
+    ta, tb = type(a), type(b)
+    reflected = _REFLECTED.get(op)
+    # Python tries b's reflected method first when b's class is a subclass of a's
+    # (and a NumPy scalar's operator hands an unknown operand to that operand's reflected method)
+    b_first = (tb is not ta and issubclass(tb, ta)) or (
+        issubclass(ta, np.generic) and reflected is not None and type(getattr(tb, reflected, None)) is _FunctionType)
+    order = [(tb, reflected, b, a), (ta, name, a, b)] if b_first else [(ta, name, a, b), (tb, reflected, b, a)]
+    for cls, meth_name, x, y in order:
+        if meth_name is None or (cls is tb and ta is tb and meth_name == reflected):
+            continue
+        meth = getattr(cls, meth_name, None)
+        if meth is None:
+            continue
+        if type(meth) is _FunctionType:
+            out = call_python(tape, site, meth, (x, y), None)
+        else:
+            out = meth(x, y)  # a C implementation (float.__mul__...): it may decline
+        if out is not NotImplemented:
+            return out
+    return op(a, b)  # nobody took it: the plain operator raises the usual TypeError
+
+
+def list_as_array(ids: dict[int, int], op: Any, a: Any, b: Any) -> bool:
+    """Whether `a op b` is NumPy arithmetic on a list or tuple that holds differentiated values
+    (`x[:2] * [x[2], 1.0]`): the other operand is an array, or a NumPy scalar in an operator other
+    than `*` (which is sequence repetition there, as two lists would concatenate)."""
+    ta = type(a)
+    if ta is list or ta is tuple:
+        seq, other = a, b
+    else:
+        seq, other = b, a
+    if type(other) is not _ndarray and (op is operator.mul or not isinstance(other, np.generic)):
+        return False
+    return parent_of(ids, seq) is not None
+
+
+def inplace_array(tape: Tape, site: Site, iop: Any, op: Any, a: np.ndarray, b: Any, ia: Any, ib: Any) -> Any:
+    if ia is None and ib is None and tape.owners:
+        ia, ib = untracked_views(tape, site, (a, b), (None, None))
+    if ia is None and ib is None:
+        tape.check_write(a, a, site)
+        return iop(a, b)
+    if tape.stale:
+        ia, ib = refresh_parents(tape, (ia, ib), site)
+    tape.check_protected(a, site)  # refuse writing into the caller's data before computing anything
+    # The new value is computed out of place, from copies of the old value (and of an operand that
+    # shares its memory: `y *= y`, `a += a.T`), then written back into `a` as a recorded assignment,
+    # which first gives any operation that saved the old value a copy of it (tape.check_write).
+    # (Recorded copies, `snapshot`: a nested derivative differentiates the rule's use of them too.)
+    old = snapshot(tape, site, a)
+    ids = tape.ids
+    if ia is not None:
+        ia = ids[id(old)]
+    if b is a:
+        b, ib = old, ia
+    elif type(b) is _ndarray and np.may_share_memory(a, b):
+        b = snapshot(tape, site, b)
+        if ib is not None:
+            ib = ids[id(b)]
+    res = binary_tracked(tape, site, op, old, b, ia, ib)
+    writes.write(tape, site, a, Ellipsis, res, tape.ids.get(id(res)))
+    return a

@@ -1,0 +1,151 @@
+"""Restricted pickling for the disk cache (runtime/diskcache.py): what a cache entry's side table
+may hold, and how bytegrad's own module-level objects travel in it.
+
+`safe_dumps` writes bytegrad's module-level objects (hook functions made by factories, singletons,
+the callables of its public module-level tables) as references by (module, attribute[, key]), so
+they need not be picklable and keep their identity; `safe_loads` finds only bytegrad's own names,
+NumPy's ufuncs, types and reconstructors, `operator` and `math` functions, and plain builtins, and
+refuses every other global: loading an entry must not run code from elsewhere.
+"""
+from __future__ import annotations
+
+import io
+import pickle
+import _thread
+import sys
+from typing import Any
+
+__all__ = ["safe_dumps", "safe_loads"]
+
+_lock = _thread.allocate_lock()  # threading.Lock, without importing threading
+
+
+_SAFE_BUILTINS = frozenset({
+    "bool", "bytearray", "bytes", "complex", "dict", "float", "frozenset", "int", "list", "object",
+    "range", "set", "slice", "str", "tuple", "type", "Ellipsis", "NotImplemented",
+    "abs", "divmod", "len", "max", "min", "pow", "round", "sum", "all", "any", "sorted", "reversed",
+    "enumerate", "zip", "map", "filter", "iter", "next", "isinstance", "hash", "repr", "format",
+})
+
+
+_SAFE_STDLIB = {"functools": frozenset({"partial"}), "collections": frozenset({"OrderedDict"})}
+
+
+class _SafeUnpickler(pickle.Unpickler):
+    """Finds only bytegrad's own names, NumPy ufuncs, types and reconstructors, `operator` and `math`
+    functions, and plain builtins."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "builtins" and name in _SAFE_BUILTINS:
+            return super().find_class(module, name)
+        if module == "bytegrad" or module.startswith("bytegrad."):
+            return super().find_class(module, name)
+        if module == "numpy" or module.startswith("numpy."):
+            obj = super().find_class(module, name)
+            if _numpy_ok(obj, name):
+                return obj
+        if module in _SAFE_STDLIB and name in _SAFE_STDLIB[module]:
+            return super().find_class(module, name)
+        if module in ("operator", "_operator", "math") and not name.startswith("_"):
+            return super().find_class(module, name)  # pure functions: rules are attached to them
+        if module == "copyreg" and name in ("_reconstructor", "__newobj__", "__newobj_ex__"):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"bytegrad's cache does not load {module}.{name}")
+
+    def persistent_load(self, pid: Any) -> Any:
+        return _resolve_ref(pid)
+
+
+def _numpy_ok(obj: Any, name: str) -> bool:
+    import numpy as np
+
+    if isinstance(obj, (np.ufunc, np.dtype)) or (isinstance(obj, type) and issubclass(obj, (np.generic, np.ndarray, np.dtype))):
+        return True
+    if name in ("_reconstruct", "scalar", "_frombuffer", "_ufunc_reconstruct"):
+        return True
+    from bytegrad.rules import registry  # a NumPy function that has a rule is one rewritten code calls
+
+    return registry.lookup(obj) is not None
+
+
+def safe_loads(data: bytes) -> Any:
+    """pickle.loads that refuses every global outside bytegrad, NumPy's ufuncs/types and plain builtins."""
+    return _SafeUnpickler(io.BytesIO(data)).load()
+
+
+class _RefPickler(pickle.Pickler):
+    """Pickles objects that live at module level in bytegrad (hook functions made by factories,
+    singletons) as references by path, so they need not be picklable and keep their identity."""
+
+    def __init__(self, file: Any, index: dict[int, tuple]) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._index = index
+
+    def persistent_id(self, obj: Any) -> Any:
+        ref = self._index.get(id(obj))
+        if ref is not None and _lookup_ref(ref) is obj:
+            return ref
+        return None
+
+
+def safe_dumps(obj: Any) -> bytes:
+    """pickle.dumps for what `safe_loads` reads back: bytegrad's module-level objects become
+    references by (module, attribute[, key]). Raises pickle.PicklingError (or TypeError,
+    AttributeError) for an object that cannot be written."""
+    buf = io.BytesIO()
+    _RefPickler(buf, _ref_index()).dump(obj)
+    return buf.getvalue()
+
+
+_REF_INDEX: dict[int, tuple] = {}
+_REF_INDEXED: set[str] = set()
+
+
+def _refable(value: Any) -> bool:
+    return not isinstance(value, (type(None), bool, int, float, complex, str, bytes, tuple, frozenset,
+                                  type, type(sys)))
+
+
+def _ref_index() -> dict[int, tuple]:
+    """id -> (module, attribute, key or None) for bytegrad's module-level objects, and the
+    callables held in its public module-level dicts, lists and tuples (e.g. abi.BINARY_HOOKS)."""
+    with _lock:
+        for modname in sorted(m for m in list(sys.modules) if m == "bytegrad" or m.startswith("bytegrad.")):
+            if modname in _REF_INDEXED:
+                continue
+            _REF_INDEXED.add(modname)
+            for name, value in list(vars(sys.modules[modname]).items()):
+                if _refable(value):
+                    _REF_INDEX.setdefault(id(value), (modname, name, None))
+                if name.startswith("_") or not isinstance(value, (dict, list, tuple)):
+                    continue
+                items = value.items() if isinstance(value, dict) else enumerate(value)
+                for k, x in items:
+                    if type(k) in (int, str) and callable(x) and _refable(x):
+                        _REF_INDEX.setdefault(id(x), (modname, name, k))
+        return _REF_INDEX
+
+
+def _lookup_ref(ref: tuple) -> Any:
+    modname, name, key = ref
+    value = getattr(sys.modules.get(modname), name, None)
+    if key is not None:
+        try:
+            value = value[key]  # type: ignore[index]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return value
+
+
+def _resolve_ref(pid: Any) -> Any:
+    if not (isinstance(pid, tuple) and len(pid) == 3 and isinstance(pid[0], str) and isinstance(pid[1], str)
+            and (pid[0] == "bytegrad" or pid[0].startswith("bytegrad.")) and type(pid[2]) in (int, str, type(None))):
+        raise pickle.UnpicklingError(f"bytegrad's cache does not load the reference {pid!r}")
+    if pid[0] not in sys.modules:
+        import importlib
+
+        importlib.import_module(pid[0])
+    value = _lookup_ref(pid)
+    if value is None:
+        raise pickle.UnpicklingError(f"bytegrad's cache refers to {pid!r}, which this process lacks")
+    return value
