@@ -21,7 +21,6 @@ from bytegrad.errors import (
 from bytegrad.rules import pytrees, registry
 from bytegrad.runtime import abi, nested as _nested_sweep, pytree, writes
 from bytegrad.runtime.dispatch import call_python, dispatch
-from bytegrad.runtime.records import IDENTITY
 from bytegrad.runtime.forward import push_forward
 from bytegrad.runtime.program import MISS, Ineligible, Program, build as build_program
 from bytegrad.runtime.tape import CaptureTape, Tape, call_site, sweep, tls
@@ -263,7 +262,6 @@ class Differentiated:
         tape.lean = lean
         args = list(args)
         specs = []
-        values = tape.values
         for p in norm:
             v = args[p]
             if type(v) is _ndarray and v.dtype.kind == "f":  # the common case, inline
@@ -271,10 +269,7 @@ class Differentiated:
                 tape.protected.add(id(v))
                 if v.base is not None:
                     tape.protected.add(id(v.base))
-                spec = pytree.Leaf(len(values), v)
-                tape.ids[id(fresh)] = len(values)
-                values.append(fresh)
-                tape.nodes.append(None)
+                spec = pytree.Leaf(tape.leaf(fresh), v)
                 args[p] = fresh
                 specs.append(spec)
                 continue
@@ -318,7 +313,7 @@ class Differentiated:
                 primal = leaf.primal
                 outer = writes.current(tape, site, primal) if type(primal) is _ndarray else tape.ids.get(id(primal))
                 if outer is not None:
-                    tape.nodes[leaf.idx] = (IDENTITY, (outer,), site)
+                    tape.link(leaf.idx, outer, site)
             args[p] = fresh
             specs.append(spec)
         nested.stop = len(tape.nodes) - 1

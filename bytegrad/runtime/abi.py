@@ -88,11 +88,7 @@ def call1(tape: Optional[Tape], site: Site, fn: Any, a: Any) -> Any:
         node = (TRUSTED_RECORD if rule.trusted else RULE_RECORD, (i,), site, pullback, (a,), fn)
         to = type(out)
         if to is _ndarray or to is float or to is _float64:
-            values = tape.values
-            tape.ids[id(out)] = len(values)
-            values.append(out)
-            tape.nodes.append(node)
-            return out
+            return tape.push(node, out)
         return push_output(tape, node, out)
     return dispatch(tape, site, fn, (a,), None)
 
@@ -332,23 +328,24 @@ _FlatIter = np.flatiter
 def setattr_(tape: Optional[Tape], site: Site, value: Any, obj: Any, name: str) -> None:
     """`obj.name = value` where value may be differentiated: a property setter, a descriptor's
     `__set__` or a `__setattr__` written in Python runs rewritten, like any callee."""
-    if tape is not None:
-        cls = type(obj)
-        if cls not in _PLAIN:
-            desc = class_attr(cls, name)
-            td = type(desc)
-            if td is property:
-                if type(desc.fset) is _FunctionType:
-                    call_python(tape, site, desc.fset, (obj, value), None)
-                    return
-            elif desc is not None and type(getattr(td, "__set__", None)) is _FunctionType:
-                call_python(tape, site, td.__set__, (desc, obj, value), None)
-                return
-            hook = class_attr(cls, "__setattr__")
-            if type(hook) is _FunctionType:
-                call_python(tape, site, hook, (obj, name, value), None)
-                return
+    if tape is not None and type(obj) not in _PLAIN:
+        found = _python_setter(type(obj), obj, name, value)
+        if found is not None:
+            call_python(tape, site, found[0], found[1], None)
+            return
     setattr(obj, name, value)
+
+
+def _python_setter(cls: type, obj: Any, name: str, value: Any) -> Optional[tuple[Any, tuple]]:
+    """(function, arguments) of the Python code that `obj.name = value` runs, or None."""
+    desc = class_attr(cls, name)
+    if type(desc) is property:
+        if type(desc.fset) is _FunctionType:
+            return desc.fset, (obj, value)
+    elif desc is not None and type(getattr(type(desc), "__set__", None)) is _FunctionType:
+        return type(desc).__set__, (desc, obj, value)
+    hook = class_attr(cls, "__setattr__")
+    return (hook, (obj, name, value)) if type(hook) is _FunctionType else None
 
 
 def setslice(tape: Optional[Tape], site: Site, value: Any, obj: Any, start: Any, stop: Any) -> None:

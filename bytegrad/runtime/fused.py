@@ -215,12 +215,8 @@ def _release_intermediates(tape: Tape, fs: FusedSite, ops: tuple, start: int) ->
         if slim is None or v.__class__ is not _ndarray or v.size < SLIM_MIN_SIZE:
             continue  # (an elementwise tree's intermediates are no larger than its output)
         node, kept = slim(node, v)
-        nodes[k] = node
         # the tree's output stays: the code holds it; an intermediate only the tape holds goes
-        if k != last and kept is not v and _getrefcount(v) == _INTERMEDIATE_REFS + 1:
-            values[k] = kept
-            if ids.get(id(v)) == k:
-                del ids[id(v)]
+        tape.replace(k, node, kept if k != last and _getrefcount(v) == _INTERMEDIATE_REFS + 1 else v)
     v = None
     leaves = [ops[p] for p in fs.leaf_pos]
     _release_temporaries(tape, leaves, tuple(ids.get(id(v)) for v in leaves), (None,) * len(leaves))
@@ -478,11 +474,7 @@ def _run_kernel(tape: Tape, fs: FusedSite, dtype: str, active: tuple[bool, ...],
         node = (FUSED, parents, fs.site, ks, saved, leaf_shapes(leaves), out if needs_out else None)
         if tape.lean:
             _release_temporaries(tape, leaves, parents, saved)
-    values = tape.values
-    tape.ids[id(out)] = len(values)
-    values.append(out)
-    tape.nodes.append(node)
-    return out
+    return tape.push(node, out)
 
 
 def leaf_shapes(leaves: list[Any]) -> tuple:
@@ -517,11 +509,8 @@ def _release_temporaries(tape: Tape, leaves: list[Any], parents: tuple, saved: t
                 or _getrefcount(v) != _TEMP_REFS + 1):  # + 1: `v` here
             continue
         node, kept = slim(node, v)
-        if kept is v:  # its reverse step reads the value itself
-            continue
-        nodes[k], values[k] = node, kept
-        if tape.ids.get(id(v)) == k:
-            del tape.ids[id(v)]
+        if kept is not v:  # (else its reverse step reads the value itself)
+            tape.replace(k, node, kept)
 
 
 # ---- the twins, for tests and for the choice between tiers ---------------------------------------

@@ -134,9 +134,6 @@ def _all_float_arrays(items: Any) -> bool:
 def _prepare_arrays(value: Any, t: type, tape: Tape) -> tuple[Any, Any]:
     """`prepare` of a tuple, list or dict of float arrays (model parameters), in one loop: what the
     general case does for each of them, without its recursion."""
-    ids = tape.ids
-    values = tape.values
-    nodes = tape.nodes
     protected = tape.protected
     fresh_items = []
     specs = []
@@ -145,12 +142,8 @@ def _prepare_arrays(value: Any, t: type, tape: Tape) -> tuple[Any, Any]:
         protected.add(id(v))
         if v.base is not None:
             protected.add(id(v.base))
-        idx = len(values)
-        ids[id(fresh)] = idx
-        values.append(fresh)
-        nodes.append(None)
         fresh_items.append(fresh)
-        specs.append(Leaf(idx, v))
+        specs.append(Leaf(tape.leaf(fresh), v))
     if t is dict:
         keys = list(value)
         return dict(zip(keys, fresh_items)), (dict, dict(zip(keys, specs)))

@@ -140,13 +140,8 @@ def record_rrule(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, kwargs
     # kwargs ride along (node[6]) for the forward sweep's frules; the reverse pass ignores them
     node = (TRUSTED_RECORD if rule.trusted else RULE_RECORD, parents, site, pullback, args, fn, kwargs)
     to = type(out)
-    # Tape.push written out: the hooks inline it on their hot paths (a call costs ~0.1 us here)
     if to is _ndarray or to is float or to is _float64:
-        values = tape.values
-        ids[id(out)] = len(values)
-        values.append(out)
-        tape.nodes.append(node)
-        return out
+        return tape.push(node, out)
     return push_output(tape, node, out)
 
 

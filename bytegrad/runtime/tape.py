@@ -80,9 +80,24 @@ class Tape:
         return out
 
     def leaf(self, value: Any) -> int:
+        """Push a differentiated input (a record of its own: None); returns its index."""
         idx = len(self.values)
         self.push(None, value)
         return idx
+
+    def link(self, idx: int, parent: int, site: Any) -> None:
+        """Make leaf `idx` an identity of node `parent`: a nested derivative's input that is a value
+        of the enclosing computation, which differentiates through it."""
+        self.nodes[idx] = (IDENTITY, (parent,), site)
+
+    def replace(self, idx: int, node: Any, value: Any) -> None:
+        """Put a slimmed record and what it keeps of its value (`Kind.slim`) in place of record `idx`;
+        the old value's id no longer names it (a new array reusing that id is not taken for it)."""
+        old = self.values[idx]
+        self.nodes[idx] = node
+        self.values[idx] = value
+        if value is not old and self.ids.get(id(old)) == idx:
+            del self.ids[id(old)]
 
     # ---- mutation bookkeeping ------------------------------------------------------------
 
@@ -315,6 +330,11 @@ def sweep(tape: Tape, seeds: dict[int, Any], stop: int = -1, recorder: Optional[
                 nodes[i] = values[i] = None
             parents = node[1]
             if parents.__class__ is int:  # one parent, one cotangent (unary nodes)
+                if recorder is None and bars.__class__ is not thunk:  # the common case, inline
+                    if bars is not None and bars is not no_tangent and bars is not zero:
+                        old = cts[parents]
+                        cts[parents] = bars if old is None else accumulate(old, bars)
+                    continue
                 parents, bars = (parents,), (bars,)
             k = 0
             for p in parents:
