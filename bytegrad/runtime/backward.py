@@ -36,17 +36,22 @@ def singular_partial(d: Any, args: tuple, out: Any) -> Any:
         return d(*map(f64, args), f64(out))
 
 
-def times_partial(ct: Any, d: Any, args: tuple, out: Any, unit: bool) -> Any:
-    """`ct` times the partial `d` (a constant, or a function of `(*args, out)`): the one evaluation of
-    an elementwise partial, shared by the reverse steps (`ct` a cotangent) and the pushforward (`ct`
-    a tangent). `unit`: `ct` is the float 1.0 of an unrecorded step, so the product is the partial."""
+def partial_term(ct: Any, node: tuple, out: Any, i: int = 0, seed: bool = True) -> Any:
+    """`ct` times the partial of argument `i` of an elementwise record (a constant, or a function of
+    `(*args, out)`): the one evaluation of an elementwise partial. It is the reverse step of a
+    `UNARY` record itself (i = 0, a bare cotangent), and serves `_bw_elementwise` per argument and
+    the pushforward (`ct` a tangent, `seed` False). With `seed`, the float 1.0 of an unrecorded step
+    (the seed of a sum) is not multiplied by: the product is the partial."""
+    d = node[3].partials[i]
     if d.__class__ is int or d.__class__ is float:
         return ct if d == 1 else (-ct if d == -1 else ct * d)
+    args = node[4]
     try:
-        v = d(*args, out)
+        v = d(args[0], out) if len(args) == 1 else (d(args[0], args[1], out) if len(args) == 2 else d(*args, out))
     except ZeroDivisionError:
         v = singular_partial(d, args, out)
-    if unit and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float):
+    if seed and ct.__class__ is float and ct == 1.0 and (
+            (type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float) and unrecorded():
         return v
     if type(v) is _ndarray and v.size >= INPLACE_MIN_SIZE and _getrefcount(v) == 2 and unrecorded() \
             and scalable(ct, v):
@@ -58,9 +63,6 @@ def _bw_elementwise(ct: Any, node: tuple, out: Any) -> Any:
     parents = node[1]
     args = node[4]
     partials = node[3].partials
-    # the seed of a sum: skip multiplying by it, unless a nested derivative records this step (its
-    # ct is then a differentiated value that happens to be 1.0, and the product carries its derivative)
-    unit = ct.__class__ is float and ct == 1.0 and unrecorded()
     if type(out) is _ndarray:
         out_shape = out.shape
         dt = out.dtype
@@ -74,7 +76,7 @@ def _bw_elementwise(ct: Any, node: tuple, out: Any) -> Any:
         if d is None:
             res.append(None)
             continue
-        bar = times_partial(ct, d, args, out, unit)
+        bar = partial_term(ct, node, out, i)
         a = args[i]
         a_shape = a.shape if type(a) is _ndarray else shape_of(a)
         if a_shape != out_shape:
@@ -91,12 +93,6 @@ _F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
 
 def _real_valued(a: Any) -> bool:
     return a.dtype.kind != "c" if type(a) is _ndarray else a.__class__ not in _COMPLEX_SCALARS
-
-
-def _bw_unary(ct: Any, node: tuple, out: Any) -> Any:
-    """One-argument elementwise function (np.sin(x)): its parent is node[1], a bare index, and the
-    cotangent is returned as is, not in a tuple."""
-    return times_partial(ct, node[3].partials[0], node[4], out, ct.__class__ is float and ct == 1.0 and unrecorded())
 
 
 #: A partial such as tanh's `1 - out**2` is a temporary of its reverse step: `sys.getrefcount(v) ==
@@ -265,7 +261,6 @@ def _saved_rrule(node: tuple) -> list[np.ndarray]:
 def pf_elementwise(node: tuple, out: Any, parent_dots: Any) -> Any:
     """`sum_i partial_i * x_dot_i` for a `scalar_rule` node (binary, n-ary or unary layout)."""
     partials = node[3].partials
-    args = node[4]
     out_dot = None
     for i, x_dot in enumerate(parent_dots):
         if x_dot is None or i >= len(partials):
@@ -273,7 +268,7 @@ def pf_elementwise(node: tuple, out: Any, parent_dots: Any) -> Any:
         d = partials[i]
         if d is None:
             continue
-        term = times_partial(x_dot, d, args, out, False)
+        term = partial_term(x_dot, node, out, i, False)
         out_dot = term if out_dot is None else out_dot + term
     return fit_tangent(out_dot, out)
 
@@ -331,7 +326,7 @@ def pf_tuple_item(node: tuple, out: Any, parent_dots: Any) -> Any:
 _EW_FIELDS = ("rule", "args", "fn")
 ELEMENTWISE = Kind("elementwise", _EW_FIELDS, _bw_elementwise, pushforward=pf_elementwise, saved=_saved_elementwise,
                    reads_out=_reads_out_elementwise, slim=_slim_elementwise, fn_at=5, args_at=4)
-UNARY = Kind("unary", _EW_FIELDS, _bw_unary, pushforward=pf_elementwise, saved=_saved_elementwise,
+UNARY = Kind("unary", _EW_FIELDS, partial_term, pushforward=pf_elementwise, saved=_saved_elementwise,
              reads_out=_reads_out_elementwise, slim=_slim_elementwise, fn_at=5, args_at=4)
 _RULE_FIELDS = ("pullback", "args", "fn", "kwargs")
 RULE = Kind("rule", _RULE_FIELDS, _bw_rrule, pushforward=pf_rrule, saved=_saved_rrule, fn_at=5, args_at=4)
