@@ -3,8 +3,8 @@
 Each hook runs the plain operation when no tape is active or no operand is being differentiated;
 otherwise it looks up the rule, runs the primal and records a node. Emitted code calls these names
 and, for a fused elementwise expression, `runtime.fused.fused_hook`. The hot paths (one-argument
-calls, binary operators, subscripts) record inline, pushing onto the tape without a method call;
-everything else delegates: calls to runtime/dispatch.py, recording to runtime/recording.py,
+calls, binary operators, subscripts) record inline, their commonest cases pushing onto the tape
+without a method call; everything else delegates: calls to runtime/dispatch.py, recording to runtime/recording.py,
 operators off the fast path to runtime/operators.py, writes to runtime/writes.py.
 """
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 A derivative taken while a tape is active (`grad(f)` inside a loss that is being differentiated)
 shares that tape: its leaves are identity nodes linked to the outer values, its forward pass is
-recorded like any user code, and its reverse sweep runs the backward functions and the rules'
-pullbacks (plain Python + NumPy) through the rewriter, so every operation of the sweep is recorded
-too and the outer derivative differentiates through it. The sweep stops at the inner leaves:
+recorded like any user code, and its reverse sweep (`tape.sweep`, handed a `Recorder`) runs the
+records' backward functions and the rules' pullbacks (plain Python + NumPy) through the
+rewriter, so every operation of the sweep is recorded too and the outer derivative
+differentiates through it. The sweep stops at the inner leaves:
 values recorded before them are constants for the inner derivative, which is what keeps two
 levels from confusing their perturbations.
 

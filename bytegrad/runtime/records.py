@@ -3,10 +3,11 @@
 A record is a tuple `(kind, parents, site, *fields)`: `kind` is a `Kind` (below), `parents` says
 where each input's cotangent goes (a node index, None for an untracked input, or a nested tuple,
 list or dict of them for a container argument; a bare index for the one-argument kinds), `site`
-is the hooked call site (`abi.Site`, for error messages), and the fields are the kind's own,
+is the hooked call site (`Site`, below: for error messages), and the fields are the kind's own,
 named in `Kind.fields`. Records stay tuples, not objects, because building one is the hot path's
-one allocation per operation: a slotted instance costs about four times a tuple in CPython 3.11,
-several percent of a gradient of small operations (bench/results/instructions.md).
+one allocation per operation: a slotted instance with an `__init__` takes about four times as
+long to build as a tuple in CPython 3.11 (150 ns more, measured with timeit), several percent of
+a gradient made of small operations.
 
 A `Kind` is the typed half: one instance per kind of record (`ELEMENTWISE`, `RULE`, `SETITEM`,
 `FUSED`, ...), defined next to its reverse step, that carries:
@@ -15,12 +16,13 @@ A `Kind` is the typed half: one instance per kind of record (`ELEMENTWISE`, `RUL
 - `pushforward(record, out, parent_dots)`: the output's tangent (forward mode), or None when the
   kind has no exact pushforward and forward mode transposes its backward (runtime/tangents.py);
 - `saved(record)`: the arrays its reverse step reads (the mutation checks refuse or copy on
-  writes into them), `reads_out(record)`: whether it reads its own output, and `slim(record, out)`:
+  writes into them; for a rule's record, what its pullback's closure holds, found by
+  `tape.collect`: rules do not declare what they save), `reads_out(record)`: whether it reads its own output, and `slim(record, out)`:
   the record and output with what the reverse step reads only the shape of replaced by stand-ins
   (a tape swept once frees those early);
 - `moves`: the record only moves or overwrites memory (setitem, views, identities);
-- `fn_at`: the field index of the recorded Python callable, when it has one (rules, elementwise
-  functions): the compiled tier (runtime/program.py) reads the graph through `op`, `args`, `rule`;
+- `fn_at`, `args_at`: the field indices of the recorded callable and its positional arguments,
+  when it has them (rules, elementwise functions), read through `op(record)` and `args(record)`;
 - `safe`: its zero-safe twin (runtime/zerosafe.py), once one is made.
 """
 from __future__ import annotations
