@@ -172,7 +172,7 @@ class Differentiated:
     def _rewritten(self, active: frozenset[str], args: tuple) -> types.FunctionType:
         # The rewrite depends on which parameters are active and on the argument types (an int
         # can never become active), not on dtypes or shapes: those stay out of the key.
-        key = (active, registry.version(), tuple(map(type, args)))
+        key = (active, registry.current_version, tuple(map(type, args)))
         fn = self._fns.get(key)
         if fn is not None:
             self._hits += 1

@@ -33,7 +33,7 @@ def restore_registry():
             table.clear()
             table.update(before)
         registry._plugins_loaded = saved[3]
-        registry._version += 1
+        registry.current_version += 1
 
 
 def _cube(x):

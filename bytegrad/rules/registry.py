@@ -136,7 +136,8 @@ _RULES: dict[Any, Rule] = {}
 #: `_RULES.get` itself, for the hooks' hot path (they catch an unhashable callable's TypeError)
 get_rule = _RULES.get
 _LOCK = _thread.RLock()  # threading.RLock, without importing threading (2-3 ms)
-_version = 0
+#: grows with every rule registered or opted out (read it as `registry.current_version`, or `version()`)
+current_version = 0
 _plugins_loaded = False
 # Functions the user or a plugin opted out of their rule (opt_out), with where that was declared;
 # rules registered for them are kept aside in _SHADOWED, so lookup() finds no rule for them.
@@ -144,11 +145,6 @@ _OPTED_OUT: dict[Any, SourceLoc] = {}
 _SHADOWED: dict[Any, Rule] = {}
 # How rrule_via_ad calls back into bytegrad: `bytegrad.api` fills it in (rules never import upward).
 _ad_backend: Optional[Callable[..., tuple[Any, Callable[[Any], tuple[Any, ...]]]]] = None
-
-
-def version() -> int:
-    """The registry version: it changes whenever a rule is registered."""
-    return _version
 
 
 def _caller_loc(depth: int) -> SourceLoc:
@@ -202,7 +198,7 @@ def register(rule: Rule, *, override: bool = False) -> Rule:
     An frule combines with an rrule or scalar_rule of the same function; a second rule of the same
     form raises DuplicateRuleError naming both definition sites, unless it says `override=True`.
     """
-    global _version
+    global current_version
     if rule.frule is not None and rule.frule_defined_at is None:
         rule.frule_defined_at = rule.defined_at
     with _LOCK:
@@ -210,14 +206,14 @@ def register(rule: Rule, *, override: bool = False) -> Rule:
         old = table.get(rule.fn)
         merged = rule if old is None else _merge(old, rule, override)
         table[rule.fn] = merged
-        _version += 1
+        current_version += 1
         return merged
 
 
 def version() -> int:
     """The registry's version: it grows with every rule registered or opted out, so anything derived
     from the rules (rewritten code, compiled programs) can tell that it is out of date."""
-    return _version
+    return current_version
 
 
 def lookup(fn: Any) -> Optional[Rule]:
@@ -542,7 +538,7 @@ def opt_out(fn: Any) -> None:
     >>> lookup(square) is None
     True
     """
-    global _version
+    global current_version
     if not _has_python_code(fn):
         raise TypeError(f"opt_out({qualname(fn)}): bytegrad can only differentiate through a function "
                         f"written in Python, and {qualname(fn)} is not one; keep or override its rule instead")
@@ -551,7 +547,7 @@ def opt_out(fn: Any) -> None:
         rule = _RULES.pop(fn, None)
         if rule is not None:
             _SHADOWED[fn] = rule
-        _version += 1
+        current_version += 1
 
 
 def opted_out(fn: Any) -> bool:

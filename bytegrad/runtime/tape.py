@@ -81,8 +81,11 @@ class Tape:
 
     def leaf(self, value: Any) -> int:
         """Push a differentiated input (a record of its own: None); returns its index."""
-        idx = len(self.values)
-        self.push(None, value)
+        values = self.values
+        idx = len(values)
+        self.ids[id(value)] = idx
+        values.append(value)
+        self.nodes.append(None)
         return idx
 
     def link(self, idx: int, parent: int, site: Any) -> None:

@@ -137,7 +137,7 @@ def rewritten_function(f: types.FunctionType, args: tuple, kwargs: Optional[dict
     bits = _activity(f, args, kwargs, ids)
     if ACTIVE not in bits:
         return None
-    version = registry._version
+    version = registry.current_version
     key = (bits, version)
     entry = _FN_CACHE.get(id(f))
     if entry is not None and entry[0]() is f and entry[1] is f.__code__:
