@@ -49,7 +49,7 @@ def qualname(fn: Any) -> str:
     if mod in (None, "builtins"):
         return name
     if mod.startswith("numpy"):
-        mod = "numpy" if "linalg" not in mod else "numpy.linalg"
+        mod = next((m for m in ("numpy.linalg", "numpy.fft") if mod.startswith(m)), "numpy")
     return f"{mod}.{name}"
 
 

@@ -4,6 +4,7 @@ from bytegrad.rules import control as _control  # noqa: F401
 from bytegrad.rules.numpy import (  # noqa: F401
     building as _building,
     cumulative as _cumulative,
+    fft as _fft,
     functional as _functional,
     indexing as _indexing,
     linalg as _linalg,
