@@ -162,30 +162,25 @@ for _fn, _kind in ((np.fft.fftn, "fft"), (np.fft.ifftn, "ifft"), (np.fft.rfftn, 
 
 # ---- fftshift, ifftshift: permutations, each the other's transpose ---------------------------------
 
-@rrule(np.fft.fftshift)
-def fftshift_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
-    out = np.fft.fftshift(x, *args, **kwargs)
-    like = stand_in(x)
+def _shift_rule(fn: Any, inverse: Any) -> None:
+    name = fn.__name__
 
-    def fftshift_pullback(out_bar: Any) -> tuple[Any, ...]:
-        return (project(np.fft.ifftshift(out_bar, *args, **kwargs), like),) + (NO_TANGENT,) * len(args)
+    def shift_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+        out = fn(x, *args, **kwargs)
+        like = stand_in(x)
 
-    return out, fftshift_pullback
+        def shift_pullback(out_bar: Any) -> tuple[Any, ...]:
+            return (project(inverse(out_bar, *args, **kwargs), like),) + (NO_TANGENT,) * len(args)
 
+        return out, shift_pullback
 
-@rrule(np.fft.ifftshift)
-def ifftshift_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
-    out = np.fft.ifftshift(x, *args, **kwargs)
-    like = stand_in(x)
-
-    def ifftshift_pullback(out_bar: Any) -> tuple[Any, ...]:
-        return (project(np.fft.fftshift(out_bar, *args, **kwargs), like),) + (NO_TANGENT,) * len(args)
-
-    return out, ifftshift_pullback
+    shift_rrule.__name__ = shift_rrule.__qualname__ = f"{name}_rrule"
+    rrule(fn)(shift_rrule)
+    frule(fn)(linear_frule(fn))
 
 
-frule(np.fft.fftshift)(linear_frule(np.fft.fftshift))
-frule(np.fft.ifftshift)(linear_frule(np.fft.ifftshift))
+_shift_rule(np.fft.fftshift, np.fft.ifftshift)
+_shift_rule(np.fft.ifftshift, np.fft.fftshift)
 
 
 # ---- fftfreq, rfftfreq: k / (n d), smooth in the sample spacing d ---------------------------------

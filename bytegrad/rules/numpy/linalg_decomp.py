@@ -228,19 +228,32 @@ def svd_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any
     return out, svd_pullback
 
 
-if hasattr(np.linalg, "svdvals"):
+def _values_only(fn: Any, back: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> None:
+    """Register the rrule of a function giving a decomposition's values alone (svdvals, eigvals): its
+    pullback recomputes the vectors, `back(x, out_bar)`."""
+    name = fn.__name__
 
-    @rrule(np.linalg.svdvals)
-    def svdvals_rrule(x: Any) -> tuple[Any, Callable[..., Any]]:
+    def values_rrule(x: Any) -> tuple[Any, Callable[..., Any]]:
         xa = np.asarray(x)
-        out = np.linalg.svdvals(x)
+        out = fn(x)
         like = stand_in(x)
 
-        def svdvals_pullback(out_bar: Any) -> tuple[Any]:
-            u, _, vt = np.linalg.svd(xa, full_matrices=False)
-            return (project(np.conj((u * np.asarray(out_bar)[..., None, :]) @ vt), like),)
+        def values_pullback(out_bar: Any) -> tuple[Any]:
+            return (project(back(xa, np.asarray(out_bar)), like),)
 
-        return out, svdvals_pullback
+        return out, values_pullback
+
+    values_rrule.__name__ = values_rrule.__qualname__ = f"{name}_rrule"
+    rrule(fn)(values_rrule)
+
+
+def _svdvals_back(xa: np.ndarray, s_bar: np.ndarray) -> np.ndarray:
+    u, _, vt = np.linalg.svd(xa, full_matrices=False)
+    return np.conj((u * s_bar[..., None, :]) @ vt)
+
+
+if hasattr(np.linalg, "svdvals"):
+    _values_only(np.linalg.svdvals, _svdvals_back)
 
 
 # ---- eigh, eigvalsh -------------------------------------------------------------------------------
@@ -316,17 +329,7 @@ def eig_rrule(a: Any) -> tuple[Any, Callable[..., Any]]:
     return out, eig_pullback
 
 
-@rrule(np.linalg.eigvals)
-def eigvals_rrule(a: Any) -> tuple[Any, Callable[..., Any]]:
-    xa = np.asarray(a)
-    out = np.linalg.eigvals(a)
-    like = stand_in(a)
-
-    def eigvals_pullback(out_bar: Any) -> tuple[Any]:
-        w, v = np.linalg.eig(xa)
-        return (project(_eig_cotangent(w, v, np.asarray(out_bar), ZERO), like),)
-
-    return out, eigvals_pullback
+_values_only(np.linalg.eigvals, lambda xa, w_bar: _eig_cotangent(*np.linalg.eig(xa), w_bar, ZERO))
 
 
 # ---- pinv, lstsq ----------------------------------------------------------------------------------

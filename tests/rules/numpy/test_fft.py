@@ -8,6 +8,7 @@ import pytest
 import bytegrad
 
 from ..cases import Arr, Gen, Num, case, params
+from .test_complex import _fd_gradient
 
 NORMS = (None, "backward", "ortho", "forward")
 
@@ -68,15 +69,6 @@ def test_fft_rule(case, dtype):
     case.check(dtype)
 
 
-def _fd_grad(f, x, h=1e-6):
-    g = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        e = np.zeros_like(x)
-        e[i] = h
-        g[i] = (f(x + e) - f(x - e)) / (2 * h)
-    return g
-
-
 @pytest.mark.parametrize("f", [
     lambda x: np.sum(np.abs(np.fft.rfft(x)) ** 2 * np.arange(4.0)),
     lambda x: np.sum(np.fft.irfft(np.fft.rfft(x) * np.exp(-np.arange(4.0)), n=6) ** 3),
@@ -87,7 +79,7 @@ def _fd_grad(f, x, h=1e-6):
 def test_grad_of_user_code_calling_np_fft(f):
     """These were refused (no rule for numpy.fft...) before np.fft had rules."""
     x = np.array([0.3, -1.2, 0.8, 2.0, -0.4, 1.1])
-    np.testing.assert_allclose(bytegrad.grad(f)(x), _fd_grad(f, x), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(bytegrad.grad(f)(x), _fd_gradient(f, x), rtol=1e-6, atol=1e-8)
 
 
 def test_fftfreq_gradient_in_the_spacing():

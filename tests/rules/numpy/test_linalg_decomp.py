@@ -10,6 +10,7 @@ from bytegrad.rules._apply import as_rrule
 from bytegrad.rules.registry import ZERO, lookup
 
 from ..cases import Arr, Gen, case, params
+from .test_complex import _fd_gradient
 
 
 def _spd(*batch, n=3):
@@ -198,18 +199,6 @@ TABLES.append(COMPLEX)
 @pytest.mark.parametrize("case,dtype", params(COMPLEX))
 def test_complex_decomposition_rule(case, dtype):
     case.check(dtype)
-
-
-def _fd_gradient(f, a, h=1e-6):
-    """dL/dRe - 1j dL/dIm (dL/da for real a) by central differences, element by element."""
-    g = np.zeros_like(a)
-    for i in np.ndindex(a.shape):
-        e = np.zeros_like(a)
-        e[i] = h
-        g[i] = (f(a + e) - f(a - e)) / (2 * h)
-        if np.iscomplexobj(a):
-            g[i] -= 1j * (f(a + 1j * e) - f(a - 1j * e)) / (2 * h)
-    return g
 
 
 def _weights(shape, seed):
