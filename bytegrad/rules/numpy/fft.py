@@ -38,10 +38,9 @@ def _fit(a: np.ndarray, length: int, axis: int) -> np.ndarray:
     if have == length:
         return a
     if have > length:
-        return np.take(a, np.arange(length), axis=axis)
-    pad = [(0, 0)] * a.ndim
-    pad[axis] = (0, length - have)
-    return np.pad(a, pad)
+        return a[(slice(None),) * axis + (slice(0, length),)]
+    zeros = np.zeros(a.shape[:axis] + (length - have,) + a.shape[axis + 1:], dtype=a.dtype)
+    return np.concatenate([a, zeros], axis=axis)
 
 
 def _hermitian_weights(n: int, axis: int, ndim: int) -> np.ndarray:

@@ -10,6 +10,7 @@ import bytegrad
 
 from ..cases import Arr, Gen, case, params
 from .test_complex import COMPLEX_DTYPES, C
+from .test_fft import check_jvp_and_hvp
 
 HAS_2_0, HAS_2_1, HAS_2_2 = hasattr(np, "vecdot"), hasattr(np, "cumulative_sum"), hasattr(np, "matvec")
 V = Arr((5,), 0.1, 2, signed=True, distinct=True)   # no ties, no zeros
@@ -102,3 +103,16 @@ def test_grad_of_user_code_calling_numpy2_functions(f):
     x = np.array([0.3, -1.2, 0.8, 2.0, -0.4, 1.1])
     want = np.array([(f(x + e) - f(x - e)) / 2e-6 for e in np.eye(6) * 1e-6])
     np.testing.assert_allclose(bytegrad.grad(f)(x), want, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.skipif(not HAS_2_2, reason="NumPy < 2.2")
+@pytest.mark.parametrize("f", [
+    lambda x: np.vecdot(x.reshape(2, 3), x[:3]) ** 2,
+    lambda x: np.matvec(x.reshape(2, 3), x[3:]) ** 2,
+    lambda x: np.vecmat(x[:2], x.reshape(2, 3)) ** 2,
+    lambda x: np.matrix_transpose(x.reshape(2, 3)) ** 3,
+    lambda x: np.cumulative_sum(x, include_initial=True) ** 2,
+    lambda x: np.linalg.outer(x[:2], x) ** 2,
+], ids=["vecdot", "matvec", "vecmat", "matrix_transpose", "cumulative_sum", "outer"])
+def test_forward_mode_and_hessian_vector_products(f):
+    check_jvp_and_hvp(f)
