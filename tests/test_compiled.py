@@ -24,7 +24,7 @@ from gradcheck import assert_trees_close  # noqa: E402
 import bytegrad  # noqa: E402
 from bytegrad import compiled  # noqa: E402
 from bytegrad.rules import registry  # noqa: E402
-from bytegrad.runtime import kernels, program  # noqa: E402
+from bytegrad.runtime import kernels, program, program_source  # noqa: E402
 
 from bench import cases as bench_cases  # noqa: E402
 
@@ -306,10 +306,10 @@ def restore_guard_case(kind):
 
 
 @pytest.mark.parametrize("omit", [False, True], ids=["guarded", "guard-omitted"])
-@pytest.mark.parametrize("kind", program.GUARD_KINDS)
+@pytest.mark.parametrize("kind", program_source.GUARD_KINDS)
 def test_each_guard_kind_is_needed(kind, omit, monkeypatch):
     if omit:
-        monkeypatch.setattr(program, "_OMITTED", frozenset({kind}))
+        monkeypatch.setattr(program_source, "_OMITTED", frozenset({kind}))
     fn, first, later, change = guard_case(kind)
     fast = bytegrad.differentiate(fresh(fn), tier="numpy")
     try:
@@ -520,7 +520,7 @@ def test_numba_tier_falls_back_to_numpy_where_the_kernel_cannot_be_written():
 
 
 @needs_numba
-@pytest.mark.parametrize("kind", program.GUARD_KINDS)
+@pytest.mark.parametrize("kind", program_source.GUARD_KINDS)
 def test_numba_programs_keep_every_guard(kind):
     fn, first, later, change = guard_case(kind)
     fast = bytegrad.differentiate(fresh(fn), tier="numba")

@@ -26,7 +26,8 @@ from bytegrad.errors import qualname
 from bytegrad.rules._apply import shape_of
 from bytegrad.runtime import kernels
 from bytegrad.runtime.backward import _partial_uses, singular_partial
-from bytegrad.runtime.program import Builder, Constants, Ineligible, Record, inline_partial, operator_expr
+from bytegrad.runtime.program import Builder, Ineligible, Record, operator_expr
+from bytegrad.runtime.program_source import Constants, inline_partial
 
 __all__ = ["emit"]
 
