@@ -88,6 +88,7 @@ class Differentiated:
         # compiled programs of this function (bytegrad/compiled.py): plain functions without aux
         self._tiers = compiled.tiers_for(self._target, wrt, tier) \
             if self._bound_self is None and not self._has_aux else None
+        self._pb_tiers: Optional[compiled.Tiers] = None  # pullback programs: made on the first pullback
         self._use_code(self._target.__code__)
         self._hits = 0
         self._first_s: Optional[float] = None   # wall time of the first gradient (for stats())
@@ -526,24 +527,77 @@ class Differentiated:
     def pullback(self, *args: Any, **kwargs: Any) -> Any:
         """(output, back): `back(out_bar)` returns one cotangent per positional argument;
         `(output, back, aux)` with `has_aux=True`."""
+        if self._bound_self is None and not self._has_aux and not kwargs and getattr(_tls, "tape", None) is None \
+                and not _config.debug_nans:
+            tiers = self._pb_tiers
+            if tiers is None:
+                tiers = self._pb_tiers = compiled.tiers_for(self._target, compiled.PULLBACK, self._tier)
+            if tiers is not None:
+                result = tiers.call(self._target, args, self._capture_pullback)
+                if result is not MISS:
+                    return result[0], self._back_or_general(result[1], args)
+        return self._pullback_now(args, kwargs)
+
+    def _back_or_general(self, back: Callable[[Any], Any], args: tuple) -> Callable[[Any], tuple[Any, ...]]:
+        """A program's `back`, which answers MISS for a cotangent not shaped as at capture: such a
+        cotangent goes to the general path's pullback, run again on the same arguments."""
+        def checked(out_bar: Any) -> tuple[Any, ...]:
+            grads = back(out_bar)
+            if grads is MISS:
+                return self._pullback_now(args, {})[1](out_bar)
+            return grads
+
+        return checked
+
+    def _pullback_now(self, args: tuple, kwargs: dict) -> Any:
         positions = tuple(range(len(args)))
         out, tape, specs, nested = self._forward(args, kwargs, positions, strict=False)
         if self._has_aux:
             out, aux = self._split_aux(out)
-
-        def back(out_bar: Any) -> tuple[Any, ...]:
-            pairs: list[tuple[int, Any]] = []
-            pytree.cotangent_leaves(out, out_bar, tape.ids, pairs)
-            seeds: dict[int, Any] = {}
-            for i, c in pairs:
-                if c is not None:
-                    seeds[i] = c if i not in seeds else seeds[i] + c
-            if nested is not None:
-                return nested.gradients(specs, nested.sweep(seeds), force_tuple=True)
-            cts = sweep(tape, seeds)
-            return pytree.unalias(tuple(pytree.gradient(s, cts) for s in specs))
-
+        back = _general_back(out, tape, specs, nested)
         return (out, back, aux) if self._has_aux else (out, back)
+
+    def _capture_pullback(self, args: tuple, backends: Sequence[str] = ()) -> tuple[Any, Union[Program, str]]:
+        """One pullback by a capture run: ((output, back), the pullback program made from it, or why
+        none could be). Pullback programs have the NumPy back end only."""
+        reasons, guards = self.eligibility(args)
+        if reasons:
+            more = f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else ""
+            return self._pullback_now(args, {}), reasons[0] + more
+        positions = compiled.capture_positions(args)
+        try:
+            out, tape, specs, _ = self._forward(args, {}, positions, strict=False, capture=True)
+        except Exception as exc:  # noqa: BLE001 - tracking every argument can refuse what the general path takes
+            return self._pullback_now(args, {}), f"the capture run raised {type(exc).__name__}: {exc}"
+        spec_at = dict(zip(positions, specs))
+        all_specs = [spec_at.get(p) for p in range(len(args))]
+        result = (out, _general_back(out, tape, all_specs, None))
+        if tape.refusals:
+            why, site = tape.refusals[0]
+            return result, str(Ineligible(why, site))
+        try:
+            prog = build_program(tape, args, all_specs, positions, out, True, guards, self._code, pullback=True)
+        except Ineligible as exc:
+            return result, str(exc)
+        why = self._pb_tiers.agree_pullback(prog, args, result) if self._pb_tiers is not None else None
+        return result, prog if why is None else why
+
+
+def _general_back(out: Any, tape: Tape, specs: list, nested: Optional["_Nested"]) -> Callable[[Any], tuple]:
+    """The general path's `back` of a pullback: the tape swept from `out_bar`."""
+    def back(out_bar: Any) -> tuple[Any, ...]:
+        pairs: list[tuple[int, Any]] = []
+        pytree.cotangent_leaves(out, out_bar, tape.ids, pairs)
+        seeds: dict[int, Any] = {}
+        for i, c in pairs:
+            if c is not None:
+                seeds[i] = c if i not in seeds else seeds[i] + c
+        if nested is not None:
+            return nested.gradients(specs, nested.sweep(seeds), force_tuple=True)
+        cts = sweep(tape, seeds)
+        return pytree.unalias(tuple(pytree.gradient(s, cts) for s in specs))
+
+    return back
 
 
 class _Nested:

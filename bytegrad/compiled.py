@@ -19,8 +19,10 @@ must agree with the capture's gradient; from the next call on, calls whose guard
   taken longer than compiling its Numba twin is expected to (ski rental, `numba_price`), that
   twin, kept if it is faster on the arguments of the call that made it.
 
-Only `grad` and `value_and_grad` calls with positional arguments, outside other derivatives, use
-programs; `pullback`, forward mode and higher order stay on the general path.
+`grad`, `value_and_grad` and `pullback` (so `vjp`) calls with positional arguments, outside other
+derivatives and without `has_aux`, use programs; a pullback program (NumPy back end only) returns
+the output and a `back` that takes any cotangent shaped like the output (others go to the general
+path). Forward mode and higher order stay on the general path.
 """
 from __future__ import annotations
 
@@ -39,6 +41,8 @@ _perf = time.perf_counter
 __all__ = ["TIERS", "Tiers", "default_tier", "tiers_for"]
 
 TIERS = ("general", "numpy", "numba", "auto")
+#: the `wrt` key of a function's pullback programs (`tiers_for(fn, PULLBACK, tier)`)
+PULLBACK = "pullback"
 #: general-path gradients of a signature before `auto` captures it
 AUTO_AFTER = 2
 #: programs per function (each for other shapes, dtypes or int values); then no more captures
@@ -180,6 +184,13 @@ class Tiers:
             return "the program disagreed with the general path on the capture's own arguments"
         return None
 
+    def agree_pullback(self, program: Program, args: tuple, reference: tuple[Any, Any]) -> Optional[str]:
+        """None when the pullback `program` gives `reference` (output, back) on `args`: the same
+        output, and the same cotangents from `back` for a probe cotangent with distinct entries."""
+        out, back = reference
+        probe = _probe(out)
+        return self.agree(_applied(program, probe), args, (out, back(probe)))
+
     def describe(self) -> dict[str, Any]:
         return {
             "tier": self.tier,
@@ -219,6 +230,32 @@ def _learn_price(seconds: float, records: int) -> None:
     _PRICE["per_op"] = max(0.0005, 0.5 * _PRICE["per_op"] + 0.5 * per_op)
 
 
+def _probe(out: Any) -> Any:
+    """A cotangent for `out` whose entries differ (a transposed or misrouted cotangent shows)."""
+    t = type(out)
+    if t is tuple or t is list:
+        return t(_probe(v) for v in out)
+    if t is dict:
+        return {k: _probe(v) for k, v in out.items()}
+    if t is np.ndarray and out.dtype.kind == "f":
+        return np.linspace(0.5, 1.5, out.size, dtype=out.dtype).reshape(out.shape)
+    if t is float or t is np.float64:
+        return 0.75
+    return None
+
+
+class _applied:
+    """`program` seen as a gradient program: its output and its `back` applied to `probe`."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, program: Program, probe: Any) -> None:
+        def fn(args: tuple) -> Any:
+            got = program.fn(args)
+            return got if got is MISS else (got[0], got[1](probe))
+        self.fn = fn
+
+
 def _time(fn: Callable[[tuple], Any], args: tuple, repeat: int = 5) -> float:
     best = float("inf")
     for _ in range(repeat):
@@ -239,6 +276,8 @@ def _same(a: Any, b: Any) -> bool:
         return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
     if a is None:
         return True
+    if ta is str or ta is bytes or ta is bool or ta is int:
+        return a == b
     x, y = np.asarray(a), np.asarray(b)
     if x.shape != y.shape or x.dtype != y.dtype:
         return False

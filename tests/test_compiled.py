@@ -99,6 +99,30 @@ def test_catalogue_compiled_fraction_and_agreement():
     assert len(compiled_ids) >= 10
 
 
+def test_catalogue_pullback_programs_agree():
+    """Every catalogue case's pullback under the numpy tier agrees with the general path's, output and
+    cotangents, over calls with new values. Prints the fraction compiled."""
+    from test_catalogue import make_inputs
+
+    compiled_n = 0
+    for case in catalogue.CASES:
+        fast = bytegrad.differentiate(fresh(case.fn), tier="numpy")
+        general = bytegrad.differentiate(case.fn, tier="general")
+        for call in range(3):
+            args, kwargs = make_inputs(case, call)
+            try:
+                out, back = general.pullback(*args, **kwargs)
+                expected = (out, back(0.75))
+            except bytegrad.DifferentiationError:
+                break
+            out, back = fast.pullback(*args, **kwargs)
+            assert_trees_close((out, back(0.75)), expected, rtol=1e-12, atol=1e-300)
+        if fast._pb_tiers is not None and fast._pb_tiers.programs:
+            compiled_n += 1
+    print(f"\npullback programs for {compiled_n} of {len(catalogue.CASES)} catalogue cases")
+    assert compiled_n >= 10
+
+
 def test_auto_tier_compiles_after_warm_up_and_never_on_the_first_call():
     def f(x):
         return np.sum(np.sin(x) * x)
@@ -555,3 +579,128 @@ def test_numba_back_end_refused_when_numba_is_disabled(monkeypatch):
     fast = bytegrad.differentiate(fresh(bench_cases.sin_chain_loss), tier="numba")
     fast.grad(np.ones(2), 3)
     assert [p["backend"] for p in info(fast)["programs"]] == ["numpy"]
+
+
+# ---- pullbacks and vjp ---------------------------------------------------------------------------
+
+
+def pb_dense(W, x, n):
+    h = np.tanh(W @ x)
+    return h * float(n)
+
+
+def pb_tree(x, W):
+    h = np.tanh(W @ x)
+    return h * 2.0, {"s": np.sum(h ** 2), "x": x, "label": "h"}
+
+
+def pb_repeated(x):
+    y = np.sin(x)
+    return y, y, [y * 3.0, 1.5]
+
+
+def pb_scalar(x, y):
+    return np.sum(x * y) + 2.0
+
+
+PULLBACKS = [
+    (pb_dense, lambda rng: (rng.normal(size=(4, 3)), rng.normal(size=3), 3)),
+    (pb_tree, lambda rng: (rng.normal(size=3), rng.normal(size=(4, 3)))),
+    (pb_repeated, lambda rng: (rng.normal(size=5),)),
+    (pb_scalar, lambda rng: (rng.normal(size=5), rng.normal(size=5))),
+]
+
+
+def random_cotangent(out, rng):
+    if isinstance(out, (tuple, list)):
+        return type(out)(random_cotangent(v, rng) for v in out)
+    if isinstance(out, dict):
+        return {k: random_cotangent(v, rng) for k, v in out.items()}
+    if isinstance(out, np.ndarray):
+        return rng.normal(size=out.shape)
+    if isinstance(out, float):
+        return float(rng.normal())
+    return None
+
+
+@pytest.mark.parametrize("fn, make", PULLBACKS, ids=lambda x: getattr(x, "__name__", ""))
+def test_pullback_programs_agree_with_the_general_path(fn, make):
+    fast = bytegrad.differentiate(fresh(fn), tier="numpy")
+    general = bytegrad.differentiate(fn, tier="general")
+    rng = np.random.default_rng(1)
+    for _ in range(3):  # new values each call, two cotangents per pullback
+        args = make(rng)
+        out1, back1 = fast.pullback(*args)
+        out2, back2 = general.pullback(*args)
+        assert _trees_same(out1, out2)
+        for _ in range(2):
+            ct = random_cotangent(out2, rng)
+            assert _trees_same(back1(ct), back2(ct))
+    s = fast._pb_tiers.describe()
+    assert len(s["programs"]) == 1 and s["compiled_calls"] == 3, s
+
+
+def test_pullback_program_returns_an_argument_as_a_view_and_never_aliases_it():
+    fast = bytegrad.differentiate(fresh(pb_tree), tier="numpy")
+    x, W = np.linspace(0.1, 1.0, 3), np.ones((4, 3))
+    for _ in range(2):
+        out, back = fast.pullback(x, W)
+    assert fast._pb_tiers.compiled_calls == 2
+    assert out[1]["x"] is not x and np.shares_memory(out[1]["x"], x)
+    g = back((np.zeros(4), {"s": 0.0, "x": np.ones(3), "label": None}))
+    assert g[0] is not x and np.array_equal(g[0], np.ones(3))
+
+
+def pb_product(x, y):
+    return x * y
+
+
+def outcome(fn, *args):
+    """What calling fn gives: its result, or the type of what it raised."""
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001
+        return type(exc)
+
+
+@pytest.mark.parametrize("omit", [False, True], ids=["guarded", "guard-omitted"])
+def test_pullback_cotangent_not_shaped_as_at_capture_goes_to_the_general_path(omit, monkeypatch):
+    """The program's reverse pass fixes shapes at capture, so `back` hands a cotangent of another
+    shape to the general path: a (1, 3) cotangent of a (3,) output is the general path's
+    PullbackError at the user's line (without the guard: a bare ValueError from inside the
+    program); a (1,) cotangent and an int broadcast, as on the general path."""
+    if omit:
+        monkeypatch.setattr(program_source, "_OMITTED", frozenset({program_source.COTANGENT_GUARD}))
+    fast = bytegrad.differentiate(fresh(pb_product), tier="numpy")
+    general = bytegrad.differentiate(pb_product, tier="general")
+    x = np.linspace(0.0, 1.0, 3)
+    same = []
+    for ct in (np.ones((1, 3)), np.ones(1), 2, np.ones(3)):
+        for _ in range(2):  # the first call captures
+            got, expected = outcome(fast.pullback(x, 2.0)[1], ct), outcome(general.pullback(x, 2.0)[1], ct)
+        same.append(got is expected if isinstance(expected, type) else _trees_same(got, expected))
+    assert fast._pb_tiers.programs and fast._pb_tiers.compiled_calls >= 4, fast._pb_tiers.describe()
+    assert same == ([False] if omit else [True]) + [True, True, True]
+
+
+def test_vjp_uses_the_functions_pullback_programs():
+    def f(x):
+        return np.exp(x) * x
+
+    x = np.linspace(0.0, 1.0, 4)
+    for _ in range(compiled.AUTO_AFTER + 3):
+        out, back = bytegrad.vjp(f, x)
+        (g,) = back(np.ones(4))
+    tiers = compiled.tiers_for(f, compiled.PULLBACK, None)
+    assert tiers.compiled_calls >= 2 and tiers.programs
+    np.testing.assert_allclose(g, np.exp(x) * (x + 1.0), rtol=1e-12)
+
+
+def test_pullbacks_with_aux_kwargs_or_inside_derivatives_stay_general():
+    d = bytegrad.differentiate(fresh(pb_scalar), tier="numpy")
+    x = np.ones(3)
+    d.pullback(x, y=x)
+    assert d._pb_tiers is None or not d._pb_tiers.programs
+    h = bytegrad.grad(lambda t: d.pullback(t, x)[1](1.0)[0].sum())
+    np.testing.assert_allclose(h(x), np.zeros(3))
+    assert d._pb_tiers is None or not d._pb_tiers.programs

@@ -180,9 +180,9 @@ class Builder:
 
     # -- forward --
 
-    def read(self, out_idx: int) -> tuple[list[int], set[int]]:
-        """The records the output needs, in tape order, and the tape indices that depend on a
-        differentiated leaf."""
+    def read(self, outs: list[int]) -> tuple[list[int], set[int]]:
+        """The records the outputs (tape indices) need, in tape order, and the tape indices that
+        depend on a differentiated leaf."""
         tape = self.tape
         nodes, values = tape.nodes, tape.values
         for i, node in enumerate(nodes):
@@ -196,7 +196,7 @@ class Builder:
                     raise Ineligible(f"an argument of {qualname(rec.fn)} was overwritten in place", rec.site)
             self.records[i] = rec
         needed: set[int] = set()
-        todo = [out_idx]
+        todo = list(outs)
         while todo:
             i = todo.pop()
             if i in needed:
@@ -419,13 +419,17 @@ def _untrusted(ct: Any, node: tuple, pullback: Any, like: Any) -> Any:
 
 
 def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: Any, wrt_tuple: bool,
-          static_guards_: list[tuple], code: types.CodeType, backend: str = "numpy") -> Program:
+          static_guards_: list[tuple], code: types.CodeType, backend: str = "numpy",
+          pullback: bool = False) -> Program:
     """The program for the computation recorded on `tape` (a capture run of `call_args`, every
     positional argument `p` with a spec in `specs[p]`), differentiated with respect to positions
     `wrt`. `static_guards_`: ("global", globals dict, name, value) and ("attr", module, name, value)
     entries the code's reads were resolved against; `code`: the user's function, whose file and
     lines the program's operations carry (an error raised in one shows the user's line).
-    `backend`: "numpy" (this module) or "numba" (runtime/program_numba.py). Raises `Ineligible`."""
+    `backend`: "numpy" (this module) or "numba" (runtime/program_numba.py). `pullback`: the program
+    is `fn(args) -> (output, back)`, `back(out_bar)` the cotangents of every positional argument
+    (a tuple, None where an argument has no derivative) or MISS where `out_bar` is not shaped as
+    at capture; `out` may then be a tree of values. Raises `Ineligible`."""
     src = Source()
     inputs = Inputs(src)
     src.guard("type", f"len(args) == {len(call_args)}", f"{len(call_args)} positional arguments")
@@ -435,12 +439,16 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
         inputs.walk(var, value, specs[p], fresh=p in wrt)
     static_guards(src, static_guards_)
     src.guard("version", f"_version() == {registry.version()}", f"rule registry version {registry.version()}")
+    if pullback:
+        if backend != "numpy":
+            raise Ineligible("pullbacks have the NumPy back end only")
+        return _build_pullback(tape, src, inputs, specs, wrt, out, code)
     out_idx = tape.ids.get(id(out))
     if out_idx is None or tape.values[out_idx] is not out:
         raise Ineligible("the output does not depend on the arguments")
     wrt_leaves = {leaf.idx for p in wrt for leaf in pytree.leaves(specs[p])}
     b = Builder(tape, src, inputs, wrt_leaves)
-    order, depends = b.read(out_idx)
+    order, depends = b.read([out_idx])
     if backend == "numba":
         from bytegrad.runtime import program_numba
 
@@ -463,6 +471,94 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     return prog
 
 
+def _build_pullback(tape: Tape, src: Source, inputs: Inputs, specs: list, wrt: tuple[int, ...], out: Any,
+                    code: types.CodeType) -> Program:
+    """A pullback program (see `build`): the forward pass, then `back` as a nested function that
+    reads the saved values from the enclosing call. Its seeds are paired with the output's leaves by
+    `pytree.cotangent_leaves`, as the general path pairs them."""
+    leaves: dict[int, Any] = {}
+    wrt_leaves = {leaf.idx for p in wrt for leaf in pytree.leaves(specs[p])}
+    b = Builder(tape, src, inputs, wrt_leaves)
+    _output_leaves(out, tape, leaves)
+    if not leaves:
+        raise Ineligible("the output does not depend on the arguments")
+    order, depends = b.read(sorted(leaves))
+    for i in order:
+        if i in b.records:
+            b.forward(i, depends)
+    named: dict[int, str] = {}
+    for i in sorted(leaves):  # an argument returned as it is: a view, as the general path returns it
+        if i in inputs.leaf_var and type(leaves[i]) is _ndarray:
+            named[i] = inputs.temp()
+            src.emit(f"{named[i]} = {b.var[i]}.view()")
+        else:
+            named[i] = b.var[i]
+    src.emit(f"out_ = {_output_code(out, tape, named, b, src)}")
+    src.back_from = len(src.stmts)
+    ids = ", ".join(f"id({named[i]}): {i}" for i in sorted(leaves))
+    src.emit(["pairs_ = []", f"_cotangent_leaves(out_, ob, {{{ids}}}, pairs_)", "seeds_ = {}",
+              "for i_, c_ in pairs_:",
+              "    if c_ is not None: seeds_[i_] = c_ if i_ not in seeds_ else seeds_[i_] + c_"])
+    for i, value in sorted(leaves.items()):
+        g = f"g{i}"
+        if type(value) is _ndarray:
+            ok = f"{g}.__class__ is ndarray and {g}.shape == {value.shape!r}"
+        else:
+            ok = f"{g}.__class__ is float or {g}.__class__ is int or {g}.__class__ is {src.const(np.float64, 'T')}"
+        src.emit(f"{g} = seeds_.get({i})")
+        src.guard("cotangent", f"{g} is None or {ok}", f"the cotangent of output value {i}: "
+                  + (f"ndarray of shape {value.shape!r}" if type(value) is _ndarray else "a float or an int"))
+        b.state[i] = _MAYBE
+    for i in reversed(order):
+        if i in b.records and i in depends:
+            b.reverse(i, depends)
+    lines: list[str] = []
+    grads = [gradient_code(src, specs[p], b.state, lines, inputs.fresh) for p in range(len(specs))]
+    src.emit(lines + [f"return _unalias(({''.join(g + ', ' for g in grads)}))"])
+    fn, source = _compile(src, code)
+    prog = Program(fn, source, src.guards, sum(1 for i in order if i in b.records))
+    prog.upgraded = True  # no Numba twin: pullbacks have the NumPy back end only
+    return prog
+
+
+def _output_leaves(value: Any, tape: Tape, found: dict[int, Any]) -> None:
+    """The tape indices of `value`'s tracked leaves (as `pytree.cotangent_leaves` finds them)."""
+    i = tape.ids.get(id(value))
+    t = type(value)
+    if i is not None and tape.values[i] is value and (t is _ndarray or t in _FLOAT_TYPES):
+        found[i] = value
+    elif t is tuple or t is list:
+        for v in value:
+            _output_leaves(v, tape, found)
+    elif t is dict:
+        for v in value.values():
+            _output_leaves(v, tape, found)
+
+
+def _output_code(value: Any, tape: Tape, named: dict[int, str], b: Builder, src: Source) -> str:
+    """The expression that rebuilds the output `value` from the program's variables."""
+    i = tape.ids.get(id(value))
+    t = type(value)
+    if i is not None and tape.values[i] is value and (t is _ndarray or t in _FLOAT_TYPES):
+        return named[i]
+    if t is tuple or t is list:
+        items = "".join(_output_code(v, tape, named, b, src) + ", " for v in value)
+        return f"({items})" if t is tuple else f"[{items}]"
+    if t is dict:
+        if not all(type(k) is str or type(k) is int for k in value):
+            raise Ineligible("an output dict with keys other than strings and ints")
+        return "{" + ", ".join(f"{k!r}: {_output_code(v, tape, named, b, src)}" for k, v in value.items()) + "}"
+    if t is _ndarray:
+        var = b.inputs.untracked.get(id(value))
+        if var is None:
+            raise Ineligible("an output array that is not computed from the arguments nor one of them")
+        return var
+    if t in (int, float, bool, str, type(None)):
+        return src.const(value)
+    raise Ineligible(f"an output of type {t.__name__} (pullback programs return arrays, floats and tuples, "
+                     "lists and dicts of them)")
+
+
 def _emit_numpy(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple[str, dict[int, int], int]:
     """The NumPy back end: each record's primal, then the reverse steps, as Python statements."""
     for i in order:
@@ -481,7 +577,7 @@ def _compile(src: Source, code: types.CodeType) -> tuple[Callable[[tuple], Any],
     source, user_lines = src.render("program", code.co_firstlineno)
     namespace = dict(src.ns)
     namespace.update(MISS=MISS, ndarray=_ndarray, FunctionType=_FunctionType, ZERO=ZERO, NO_TANGENT=NO_TANGENT,
-                     _acc=_acc, _singular=singular_partial, _unbroadcast=unbroadcast, _materialize=materialize,
+                     _acc=_acc, _cotangent_leaves=pytree.cotangent_leaves, _singular=singular_partial, _unbroadcast=unbroadcast, _materialize=materialize,
                      _untrusted=_untrusted, _project=pytree.project, _multiply=np.multiply,
                      _getrefcount=sys.getrefcount, _scalable=_scalable, _unalias=pytree.unalias,
                      _version=registry.version, _MISSING=_MISSING)

@@ -37,6 +37,8 @@ MISS = _Miss()
 _MISSING = object()
 #: the kinds of guards a program checks
 GUARD_KINDS = ("type", "shape", "dtype", "value", "global", "attr", "version")
+#: the guard a pullback program's `back` adds: each cotangent shaped as the output was at capture
+COTANGENT_GUARD = "cotangent"
 #: guard kinds left out of programs built now: only tests set it (each kind must be needed)
 _OMITTED: frozenset[str] = frozenset()
 
@@ -90,6 +92,7 @@ class Source(Constants):
         self.scalars: set[str] = set()  # variables that hold floats: not worth a `del`
         self.guards: list[str] = []
         self.kernel_source: Optional[str] = None  # the Numba kernel the program calls (program_numba.py)
+        self.back_from: Optional[int] = None  # a pullback program: statements from here on are `back`
 
     def emit(self, lines: list[str] | str, line: Optional[int] = None) -> None:
         """Add a statement; `line`: the user's source line it stands for (tracebacks show it)."""
@@ -98,7 +101,8 @@ class Source(Constants):
         self.lines.append(line)
 
     def guard(self, kind: str, cond: str, what: str) -> None:
-        """A check of kind `kind` (one of GUARD_KINDS): the program returns MISS when it fails."""
+        """A check of kind `kind` (one of GUARD_KINDS, or COTANGENT_GUARD): the program returns MISS
+        when it fails."""
         if kind in _OMITTED:  # tests only: proves each kind of guard is needed
             return
         self.emit(f"if not ({cond}): return MISS")
@@ -112,23 +116,40 @@ class Source(Constants):
 
     def render(self, name: str, first_line: int) -> tuple[str, list[int]]:
         """The function's source, every variable deleted after its last use, and the user's line of
-        each line of it (the first line of the user's function for guards and bookkeeping)."""
+        each line of it (the first line of the user's function for guards and bookkeeping). A
+        pullback program's statements from `back_from` on become `def back(ob)`, nested in it:
+        what `back` reads stays alive in the enclosing call, and `back` deletes only its own names."""
+        split = len(self.stmts) if self.back_from is None else self.back_from
+        out = [f"def {name}(args):"]
+        user = [first_line]
+        self._block(range(split), "    ", self.back_from is None, frozenset(), out, user)
+        if self.back_from is not None:
+            outer = set().union(*(names for _, names in self.stmts[:split]))
+            out.append("    def back(ob):")
+            user.append(first_line)
+            self._block(range(split, len(self.stmts)), "        ", True, outer, out, user)
+            out.append("    return out_, back")
+            user.append(first_line)
+        return "\n".join(out) + "\n", user
+
+    def _block(self, ks: range, indent: str, ends: bool, keep: frozenset[str] | set[str], out: list[str],
+               user: list[int]) -> None:
+        """Statements `ks` at `indent`, each name deleted after its last use among them unless it is
+        in `keep` (or read by a later statement outside `ks`); `ends`: the last statement returns."""
         last: dict[str, int] = {}
         for k, (_, names) in enumerate(self.stmts):
             for n in names:
                 last[n] = k
-        out = [f"def {name}(args):"]
-        user = [first_line]
-        for k, (lines, _) in enumerate(self.stmts):
-            out += ["    " + ln for ln in lines]
-            user += [self.lines[k] or first_line] * len(lines)
-            if k == len(self.stmts) - 1:
+        for k in ks:
+            lines = self.stmts[k][0]
+            out += [indent + ln for ln in lines]
+            user += [self.lines[k] or user[0]] * len(lines)
+            if ends and k == ks[-1]:
                 break  # the return
-            dead = sorted(n for n, at in last.items() if at == k and n not in self.scalars)
+            dead = sorted(n for n, at in last.items() if at == k and n not in self.scalars and n not in keep)
             if dead:
-                out.append(f"    del {', '.join(dead)}")
+                out.append(f"{indent}del {', '.join(dead)}")
                 user.append(user[-1])
-        return "\n".join(out) + "\n", user
 
 
 # ---- arguments: guards and bindings ------------------------------------------------------------
@@ -312,6 +333,8 @@ def gradient_code(src: Source, spec: Any, state: dict[int, int], lines: list[str
     """The expression of one argument's gradient, mirroring its spec as `pytree.gradient` does; each
     array leaf's cotangent is handed over as it is when `pytree.project` would (a fresh array of the
     primal's shape and dtype), else projected."""
+    if spec is None:  # an argument with no derivative (an int, a string)
+        return "None"
     if type(spec) is pytree.Leaf:
         g = f"g{spec.idx}" if state.get(spec.idx, _UNSET) != _UNSET else "None"
         primal = spec.primal
