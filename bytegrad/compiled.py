@@ -34,7 +34,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from bytegrad.runtime.program import MISS, Program
+from bytegrad.runtime.program import DECIDED, MISS, Program
 
 _perf = time.perf_counter
 
@@ -47,6 +47,8 @@ PULLBACK = "pullback"
 AUTO_AFTER = 2
 #: programs per function (each for other shapes, dtypes or int values); then no more captures
 MAX_PROGRAMS = 8
+#: captures of one signature whose programs' decisions on data came out otherwise; then no more
+MAX_RECAPTURES = 3
 CONSTANT_TYPES = (int, bool, str, bytes, type(None))
 
 
@@ -67,11 +69,12 @@ _DEFAULT = _check_tier(os.environ.get("BYTEGRAD_TIER", "auto") or "auto", "BYTEG
 class _Signature:
     """What the tiers know of one argument signature (the types of the positional arguments)."""
 
-    __slots__ = ("calls", "reason")
+    __slots__ = ("calls", "reason", "recaptures")
 
     def __init__(self) -> None:
         self.calls = 0                       # general-path gradients so far
         self.reason: Optional[str] = None    # why it is not compiled, once known
+        self.recaptures = 0                  # captures after a program's decision came out otherwise
 
 
 class Tiers:
@@ -95,6 +98,7 @@ class Tiers:
         if fn.__code__ is not self.code or fn.__defaults__ is not self.defaults \
                 or fn.__kwdefaults__ is not self.kwdefaults:
             self.__init__(fn, self.tier)  # the body or defaults were replaced: start again
+        decided = False
         for prog in self.programs:
             calls = prog.calls = prog.calls + 1
             timed = calls & 15 == 0 and prog.backend == "numpy" and self.tier == "auto"
@@ -104,7 +108,7 @@ class Tiers:
             except Exception:  # noqa: BLE001 - the general path raises it again, with the user's line
                 self.general_calls += 1
                 return MISS
-            if result is not MISS:
+            if result is not MISS and result is not DECIDED:
                 self.compiled_calls += 1
                 if timed:  # one call in 16 is timed: the ski-rental meter of the Numba back end
                     prog.seconds += 16 * (_perf() - t0)
@@ -112,16 +116,32 @@ class Tiers:
                         return self._upgrade(prog, args, capture)
                 return result
             prog.calls -= 1
+            if result is DECIDED:
+                decided = True
+                prog.decided += 1
         key = tuple(map(type, args))
         sig = self.signatures.get(key)
         if sig is None:
             sig = self.signatures[key] = _Signature()
+        if decided:
+            self._decided(sig)
         if sig.reason is None and len(self.programs) < MAX_PROGRAMS and \
                 (now or self.tier in ("numpy", "numba") or sig.calls >= AUTO_AFTER):
             return self._capture(sig, args, capture)
         sig.calls += 1
         self.general_calls += 1
         return MISS
+
+    def _decided(self, sig: _Signature) -> None:
+        """A decision on data came out otherwise than in a program's capture: a capture of this call
+        adds a program for the other outcome (a branch that flips between two ways), up to
+        MAX_RECAPTURES; a program that such decisions refuse far more often than they let it run
+        goes, and so does a signature's compiling once it has recaptured enough."""
+        self.programs = [p for p in self.programs if not (p.decided >= 16 and p.decided > 4 * p.calls)]
+        sig.recaptures += 1
+        if sig.recaptures > MAX_RECAPTURES and sig.reason is None:
+            sig.reason = (f"its decisions on data came out otherwise than at capture again after "
+                          f"{MAX_RECAPTURES} captures (a value compared or queried changes from call to call)")
 
     def _capture(self, sig: _Signature, args: tuple, capture: Callable[..., Any]) -> Any:
         t0 = time.perf_counter()
@@ -195,6 +215,7 @@ class Tiers:
         return {
             "tier": self.tier,
             "programs": [{"backend": p.backend, "operations": p.records, "guards": list(p.guards), "calls": p.calls,
+                          "decided_otherwise": p.decided,
                           **({"numba": p.why_not_numba} if p.why_not_numba else {})}
                          for p in self.programs],
             "not_compiled": {", ".join(t.__name__ for t in key): s.reason

@@ -387,14 +387,10 @@ def test_a_replaced_body_or_default_drops_the_programs():
 # ---- eligibility: what stays on the general path, and why -------------------------------------
 
 
-def branch_on_data(x):
-    if np.sum(x) > 0:
+def branch_on_value(x):
+    if x[0]:  # the truth of a differentiated value itself (a decision, as `x[0] != 0` is)
         return np.sum(x * x)
     return np.sum(np.sin(x))
-
-
-def uses_argmax(x):
-    return x[np.argmax(x)] * 2.0
 
 
 def draws_random(x):
@@ -441,8 +437,6 @@ def mutable_default(x, scale={"k": 2.0}):  # noqa: B006 - the point: it can chan
 
 
 @pytest.mark.parametrize("fn, why", [
-    (branch_on_data, "compares or tests a value computed from the arguments"),
-    (uses_argmax, "argmax"),
     (draws_random, "random"),
     (prints, "print"),
     (calls_helper, "Python function"),
@@ -467,8 +461,8 @@ def test_ineligible_functions_stay_on_the_general_path_with_a_reason(fn, why):
 
 
 def test_explain_shows_the_tier_and_reasons(capsys):
-    text = bytegrad.explain(branch_on_data, np.ones(3))
-    assert "compiled program" in text and "compares or tests" in text
+    text = bytegrad.explain(writes_into_array, np.ones(3))
+    assert "compiled program" in text and "writes into" in text
     text = bytegrad.explain(scale_by_length, np.ones(3))
     assert "compiled program: eligible" in text
 
@@ -704,3 +698,90 @@ def test_pullbacks_with_aux_kwargs_or_inside_derivatives_stay_general():
     h = bytegrad.grad(lambda t: d.pullback(t, x)[1](1.0)[0].sum())
     np.testing.assert_allclose(h(x), np.zeros(3))
     assert d._pb_tiers is None or not d._pb_tiers.programs
+
+
+# ---- decisions on data: computed again and checked ------------------------------------------------
+
+
+def branch_on_data(x):
+    if np.sum(x) > 0:
+        return np.sum(x * x)
+    return np.sum(np.sin(x))
+
+
+def uses_argmax(x):
+    return x[np.argmax(x)] * 2.0 + np.sum(x)
+
+
+def uses_argmax_method(x):
+    return x[x.argmax()] * 2.0 + np.sum(x)
+
+
+def mask_as_data(x):
+    m = x > 0.4
+    return np.sum(np.sin(x) * m + x * x)
+
+
+def optional_bias(x, b):
+    y = np.tanh(x)
+    if b is not None:
+        y = y + b
+    while np.max(y) > 1.0:
+        y = y * 0.5
+    return np.sum(y * y)
+
+
+DECISIONS = [
+    (branch_on_value, lambda s: (s * np.array([0.3, 0.5, 0.9]) + (s < 0) * 0.3,)),
+    (branch_on_data, lambda s: (s * np.array([0.3, 0.5, 0.9]),)),
+    (uses_argmax, lambda s: (np.roll(np.array([0.3, 0.5, 0.9]), int(s)),)),
+    (uses_argmax_method, lambda s: (np.roll(np.array([0.3, 0.5, 0.9]), int(s)),)),
+    (mask_as_data, lambda s: (np.abs(s) * np.array([0.3, 0.5, 0.9]),)),
+    (optional_bias, lambda s: (np.array([0.3, 0.5, 0.9]), np.full(3, s))),
+]
+
+
+@pytest.mark.parametrize("omit", [False, True], ids=["guarded", "guard-omitted"])
+@pytest.mark.parametrize("fn, make", DECISIONS, ids=lambda v: getattr(v, "__name__", ""))
+def test_decisions_on_data_are_checked_and_a_flipping_branch_agrees(fn, make, omit, monkeypatch):
+    """A comparison, a test or a call without a derivative on a differentiated value is computed again
+    in the program and checked against the capture; where it comes out otherwise the call runs on the
+    general path (and is captured for the other outcome). Without the check, a program replays the
+    captured outcome and gives a wrong gradient."""
+    if omit:
+        monkeypatch.setattr(program_source, "_OMITTED", frozenset({program_source.DECISION_GUARD}))
+    fast, general = compiled_and_general(fn)
+    same = []
+    for s in (1.0, -1.0, 2.0, 1.0, -1.0):  # the outcome flips between calls
+        args = make(s)
+        got = fast.value_and_grad(*args)
+        same.append(_trees_same(got, general.value_and_grad(*args)))
+    st = info(fast)
+    assert st["programs"] and not st["not_compiled"], st
+    if omit:
+        # a mask used only as data is right unchecked too (the program computes it again)
+        assert not all(same) or fn is mask_as_data
+    else:
+        assert all(same)
+        assert st["compiled_calls"] == 5 and any(p["decided_otherwise"] for p in st["programs"]), st
+        assert any("gives" in g for p in st["programs"] for g in p["guards"])
+
+
+def test_a_decision_that_changes_every_call_stops_the_captures():
+    fast, general = compiled_and_general(mask_as_data)
+    rng = np.random.default_rng(3)
+    for _ in range(12):
+        x = rng.uniform(0.0, 0.8, size=40)
+        assert_same(fast.grad(x), general.grad(x))
+    st = info(fast)
+    assert len(st["programs"]) <= compiled.MAX_RECAPTURES + 1
+    (reason,) = st["not_compiled"].values()
+    assert "decisions on data came out otherwise" in reason
+
+
+def test_the_numba_back_end_leaves_decisions_to_the_numpy_program():
+    d = bytegrad.differentiate(fresh(branch_on_data), tier="numba")
+    x = np.array([0.3, 0.5, 0.9])
+    for _ in range(2):
+        assert_same(d.grad(x), bytegrad.differentiate(branch_on_data, tier="general").grad(x))
+    assert [p["backend"] for p in info(d)["programs"]] == ["numpy"]

@@ -40,12 +40,12 @@ from bytegrad.runtime.backward import (
     singular_partial,
 )
 from bytegrad.runtime.program_source import (
-    _FLOAT_TYPES, _MISSING, _SCALAR_CONSTS, MISS, Ineligible, Inputs, Source, gradient_code,
+    _FLOAT_TYPES, _MISSING, _SCALAR_CONSTS, DECIDED, DECISION_GUARD, MISS, Ineligible, Inputs, Source, gradient_code,
     inline_partial, static_guards,
 )
 from bytegrad.runtime.tape import Tape
 
-__all__ = ["MISS", "Ineligible", "Program", "build"]
+__all__ = ["DECIDED", "MISS", "Ineligible", "Program", "build"]
 
 _ndarray = np.ndarray
 _FunctionType = types.FunctionType
@@ -54,7 +54,8 @@ _FunctionType = types.FunctionType
 class Program:
     """A compiled gradient program: `fn(args)` is `(value, gradient)` or `MISS`."""
 
-    __slots__ = ("fn", "source", "guards", "records", "backend", "calls", "seconds", "upgraded", "why_not_numba")
+    __slots__ = ("fn", "source", "guards", "records", "backend", "calls", "seconds", "upgraded", "why_not_numba",
+                 "decided")
 
     def __init__(self, fn: Callable[[tuple], Any], source: str, guards: list[str], records: int) -> None:
         self.fn = fn
@@ -66,6 +67,7 @@ class Program:
         self.seconds = 0.0        # time spent in it (estimated from a sample), for the tier policy
         self.upgraded = False     # whether its Numba twin was tried (bytegrad/compiled.py)
         self.why_not_numba = ""   # what came of that
+        self.decided = 0          # calls it refused because a decision on data came out otherwise
 
     def __repr__(self) -> str:
         return f"<bytegrad program ({self.backend}, {self.records} operations, {len(self.guards)} guards)>"
@@ -128,6 +130,34 @@ class Record:
                 raise Ineligible(f"a list of differentiated values passed to {qualname(self.fn)}", self.site)
 
 
+class _Decision:
+    """A decision read as a record, for the messages of `Builder.operand`."""
+
+    __slots__ = ("fn", "site")
+
+    def __init__(self, fn: Any, site: Any) -> None:
+        self.fn = fn
+        self.site = site
+
+
+def _decided(got: Any, captured: Any) -> bool:
+    """Whether a decision came out as at capture: the same type, and equal (arrays: shape, dtype and
+    every element; a NaN never equals, so the call goes to the general path)."""
+    t = type(captured)
+    if type(got) is not t:
+        return False
+    if t is _ndarray:
+        return got.shape == captured.shape and got.dtype == captured.dtype and bool((got == captured).all())
+    return bool(got == captured)
+
+
+def _short(value: Any) -> str:
+    if type(value) is _ndarray:
+        return f"an array of {value.dtype}{list(value.shape)}"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _rule_of(fn: Any) -> Any:
     rule = registry.lookup(fn)
     if rule is None and type(fn) is types.MethodWrapperType:  # `desc.__get__` of `.T`, `.real`
@@ -177,6 +207,8 @@ class Builder:
         self.state: dict[int, int] = {}
         self.forms: dict[int, Any] = {}  # records written as their rule's ProgramForm
         self._t = 0
+        #: the capture's decisions (CaptureTape.checks): computed again and checked, in tape order
+        self.checks: list[tuple] = list(getattr(tape, "checks", ()))
 
     # -- forward --
 
@@ -197,6 +229,9 @@ class Builder:
             self.records[i] = rec
         needed: set[int] = set()
         todo = list(outs)
+        for check in self.checks:  # what each decision reads is computed, needed or not
+            todo += [p for p in map(tape.ids.get, map(id, check[2])) if p is not None]
+            todo += [p for p in map(tape.ids.get, map(id, (check[3] or {}).values())) if p is not None]
         while todo:
             i = todo.pop()
             if i in needed:
@@ -271,6 +306,43 @@ class Builder:
         else:
             expr = None if kw else operator_expr(fn, ops)
             self.src.emit(f"{v} = {expr or self.src.const(fn, 'f') + '(' + call_args + ')'}", rec.site.lineno)
+
+    def forward_all(self, order: list[int], depends: set[int]) -> int:
+        """Every needed record's forward step, each decision checked where the capture made it;
+        returns the number of records."""
+        pending = sorted(self.checks, key=lambda c: c[0])
+        n = 0
+        for i in order:
+            while pending and pending[0][0] <= i:
+                self.decide(pending.pop(0))
+            if i in self.records:
+                self.forward(i, depends)
+                n += 1
+        for check in pending:
+            self.decide(check)
+        return n
+
+    def decide(self, check: tuple) -> None:
+        """A decision of the capture (`fn(*args)` gave `result` on tracked values), computed again:
+        the program returns MISS where it comes out otherwise. An array result (a mask) is then
+        read from its variable."""
+        _, fn, args, kwargs, result, site = check
+        rec = _Decision(fn, site)
+        ids = self.tape.ids
+        ops = [self.operand(a, ids.get(id(a)), rec) for a in args]
+        kw = ""
+        if kwargs:
+            for key, x in kwargs.items():
+                if ids.get(id(x)) is not None:
+                    raise Ineligible(f"a differentiated value passed by keyword to {qualname(fn)}", site)
+                self._check_const(x, rec)
+            kw = f", **{self.src.const(kwargs, 'kw')}"
+        var = self.inputs.temp()
+        self.src.emit(f"{var} = {self.src.const(fn, 'f')}({', '.join(ops)}{kw})", site.lineno)
+        self.src.guard(DECISION_GUARD, f"_decided({var}, {self.src.const(result, 'k')})",
+                       f"line {site.lineno}: {qualname(fn)} gives {_short(result)}")
+        if type(result) is _ndarray:
+            self.inputs.untracked[id(result)] = var
 
     # -- reverse --
 
@@ -483,9 +555,7 @@ def _build_pullback(tape: Tape, src: Source, inputs: Inputs, specs: list, wrt: t
     if not leaves:
         raise Ineligible("the output does not depend on the arguments")
     order, depends = b.read(sorted(leaves))
-    for i in order:
-        if i in b.records:
-            b.forward(i, depends)
+    n = b.forward_all(order, depends)
     named: dict[int, str] = {}
     for i in sorted(leaves):  # an argument returned as it is: a view, as the general path returns it
         if i in inputs.leaf_var and type(leaves[i]) is _ndarray:
@@ -516,7 +586,7 @@ def _build_pullback(tape: Tape, src: Source, inputs: Inputs, specs: list, wrt: t
     grads = [gradient_code(src, specs[p], b.state, lines, inputs.fresh) for p in range(len(specs))]
     src.emit(lines + [f"return _unalias(({''.join(g + ', ' for g in grads)}))"])
     fn, source = _compile(src, code)
-    prog = Program(fn, source, src.guards, sum(1 for i in order if i in b.records))
+    prog = Program(fn, source, src.guards, n)
     prog.upgraded = True  # no Numba twin: pullbacks have the NumPy back end only
     return prog
 
@@ -561,23 +631,21 @@ def _output_code(value: Any, tape: Tape, named: dict[int, str], b: Builder, src:
 
 def _emit_numpy(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple[str, dict[int, int], int]:
     """The NumPy back end: each record's primal, then the reverse steps, as Python statements."""
-    for i in order:
-        if i in b.records:
-            b.forward(i, depends)
+    n = b.forward_all(order, depends)
     if out_idx in depends:
         b.src.emit(f"g{out_idx} = 1.0")
         b.state[out_idx] = _SET
         for i in reversed(order):
             if i in b.records and i in depends:
                 b.reverse(i, depends)
-    return b.var[out_idx], b.state, sum(1 for i in order if i in b.records)
+    return b.var[out_idx], b.state, n
 
 
 def _compile(src: Source, code: types.CodeType) -> tuple[Callable[[tuple], Any], str]:
     source, user_lines = src.render("program", code.co_firstlineno)
     namespace = dict(src.ns)
-    namespace.update(MISS=MISS, ndarray=_ndarray, FunctionType=_FunctionType, ZERO=ZERO, NO_TANGENT=NO_TANGENT,
-                     _acc=_acc, _cotangent_leaves=pytree.cotangent_leaves, _singular=singular_partial, _unbroadcast=unbroadcast, _materialize=materialize,
+    namespace.update(MISS=MISS, DECIDED=DECIDED, ndarray=_ndarray, FunctionType=_FunctionType, ZERO=ZERO, NO_TANGENT=NO_TANGENT,
+                     _acc=_acc, _decided=_decided, _cotangent_leaves=pytree.cotangent_leaves, _singular=singular_partial, _unbroadcast=unbroadcast, _materialize=materialize,
                      _untrusted=_untrusted, _project=pytree.project, _multiply=np.multiply,
                      _getrefcount=sys.getrefcount, _scalable=_scalable, _unalias=pytree.unalias,
                      _version=registry.version, _MISSING=_MISSING)

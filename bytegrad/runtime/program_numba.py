@@ -322,6 +322,9 @@ def _elements(line: str, arrays: list[str]) -> str:
 def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple[str, dict[int, int], int]:
     """Write the kernel and the wrapper's call of it into `b.src`: (the wrapper's variable holding
     the output, the state of each cotangent for the gradient code, the number of records)."""
+    if b.checks:
+        raise Ineligible("it decides on data (a comparison, a function without a derivative): the Numba back end "
+                         "does not check decisions yet")
     records = [i for i in order if i in b.records]
     shape = _loop_shape(b, records, out_idx)
     if shape is not None:

@@ -21,24 +21,33 @@ from bytegrad.errors import qualname
 from bytegrad.rules._shape import stand_in
 from bytegrad.runtime import pytree
 
-__all__ = ["GUARD_KINDS", "MISS", "Constants", "Ineligible", "Inputs", "Source", "gradient_code",
+__all__ = ["DECIDED", "GUARD_KINDS", "MISS", "Constants", "Ineligible", "Inputs", "Source", "gradient_code",
            "inline_partial", "static_guards"]
 
 _ndarray = np.ndarray
 _UNSET = 0  # a cotangent no step has written (runtime/program.py's states)
 
 class _Miss:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
     def __repr__(self) -> str:
-        return "MISS"
+        return self.name
 
 
 #: what a program returns when a guard fails: the call runs on the general path
-MISS = _Miss()
+MISS = _Miss("MISS")
+#: what it returns when a decision on data came out otherwise than at capture (then too)
+DECIDED = _Miss("DECIDED")
 _MISSING = object()
 #: the kinds of guards a program checks
 GUARD_KINDS = ("type", "shape", "dtype", "value", "global", "attr", "version")
 #: the guard a pullback program's `back` adds: each cotangent shaped as the output was at capture
 COTANGENT_GUARD = "cotangent"
+#: the check of a decision on data (a comparison, a function without a derivative) made again
+DECISION_GUARD = "decision"
 #: guard kinds left out of programs built now: only tests set it (each kind must be needed)
 _OMITTED: frozenset[str] = frozenset()
 
@@ -101,11 +110,11 @@ class Source(Constants):
         self.lines.append(line)
 
     def guard(self, kind: str, cond: str, what: str) -> None:
-        """A check of kind `kind` (one of GUARD_KINDS, or COTANGENT_GUARD): the program returns MISS
-        when it fails."""
+        """A check of kind `kind` (one of GUARD_KINDS, COTANGENT_GUARD or DECISION_GUARD): the
+        program returns MISS (DECIDED for a decision) when it fails."""
         if kind in _OMITTED:  # tests only: proves each kind of guard is needed
             return
-        self.emit(f"if not ({cond}): return MISS")
+        self.emit(f"if not ({cond}): return {'DECIDED' if kind == DECISION_GUARD else 'MISS'}")
         self.guards.append(what)
 
     def array_guard(self, expr: str, value: np.ndarray) -> None:
