@@ -386,6 +386,7 @@ class Differentiated:
         self._check_scalar(out)
         spec_at = dict(zip(positions, specs))
         wrt_specs = [spec_at[p] for p in norm_wrt]
+        callee_why, callee_guards = _callee_guards(tape)
         if not all(_complete(s) for s in wrt_specs):  # (the general path's strict check refuses some of these)
             return self._grad_now(args, {}), ("a differentiated argument holds values with no derivative, a "
                                               "dataclass or a registered pytree")
@@ -398,6 +399,9 @@ class Differentiated:
         if tape.refusals:
             why, site = tape.refusals[0]
             return result, str(Ineligible(why, site))
+        if callee_why is not None:
+            return result, callee_why
+        guards = guards + callee_guards
         why = "no back end"
         for backend in backends:  # the first that builds and agrees with the capture's gradient
             try:
@@ -575,12 +579,63 @@ class Differentiated:
         if tape.refusals:
             why, site = tape.refusals[0]
             return result, str(Ineligible(why, site))
+        callee_why, callee_guards = _callee_guards(tape)
+        if callee_why is not None:
+            return result, callee_why
         try:
-            prog = build_program(tape, args, all_specs, positions, out, True, guards, self._code, pullback=True)
+            prog = build_program(tape, args, all_specs, positions, out, True, guards + callee_guards, self._code,
+                                 pullback=True)
         except Ineligible as exc:
             return result, str(exc)
         why = self._pb_tiers.agree_pullback(prog, args, result) if self._pb_tiers is not None else None
         return result, prog if why is None else why
+
+
+_REPLAYABLE = (int, float, bool, str, bytes, complex, type(None), slice, range, type(Ellipsis), np.ndarray,
+               np.generic, np.dtype, type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType, np.ufunc)
+
+
+def _unreplayable(value: Any, ids: dict[int, int]) -> Optional[str]:
+    """None when a value handed to a Python callee is one a program reproduces (a tracked value, a
+    constant, an array, a function, a tuple, list or dict of them); else what it is."""
+    if id(value) in ids or isinstance(value, _REPLAYABLE):
+        return None
+    t = type(value)
+    if t is tuple or t is list or t is dict:
+        for v in (value.values() if t is dict else value):
+            bad = _unreplayable(v, ids)
+            if bad is not None:
+                return bad
+        return None
+    return f"a {t.__qualname__} object"
+
+
+def _callee_guards(tape: CaptureTape) -> tuple[Optional[str], list[tuple]]:
+    """(why a Python function the capture run called cannot be part of a program, or None; the guards
+    on what those functions read: their globals, module attributes, code and defaults). Each is
+    checked as the differentiated function is (transform/eligibility.py), with the parameters that
+    held tracked values in the capture active."""
+    from bytegrad.transform import eligibility
+
+    guards: list[tuple] = []
+    seen: set[tuple] = set()
+    for f, args, kwargs, site in tape.callees:
+        for v in (*args, *(kwargs or {}).values()):
+            bad = _unreplayable(v, tape.ids)
+            if bad is not None:
+                return f"it passes {bad} to {f.__qualname__} (line {site.lineno}): its state is not guarded", []
+        active, immutable = transform.callee_activity(f, args, kwargs, tape.ids)
+        key = (f, active, immutable)
+        if key in seen:
+            continue
+        seen.add(key)
+        defaults = (f.__defaults__ or ()) + tuple((f.__kwdefaults__ or {}).values())
+        reasons, more = eligibility.check(f.__code__, active, f.__globals__, immutable, defaults)
+        if reasons:
+            return f"it calls {f.__qualname__} (line {site.lineno}), which {reasons[0]}", []
+        guards += more
+        guards.append(("code", f, f.__code__, (f.__defaults__, f.__kwdefaults__)))
+    return None, guards
 
 
 def _general_back(out: Any, tape: Tape, specs: list, nested: Optional["_Nested"]) -> Callable[[Any], tuple]:

@@ -311,6 +311,11 @@ def guard_case(kind):
         def change():
             _mod.act = np.cos
         return module_attribute, (x,), (x,), change
+    if kind == "code":
+        def change():
+            _SAVED_CODE.append(scale_by_length.__code__)
+            scale_by_length.__code__ = (lambda x: np.sum(x * x) / 2.0).__code__
+        return calls_helper, (x,), (x,), change
     if kind == "version":
         def change():
             _SAVED_RULES.append(registry.lookup(np.sin))
@@ -320,11 +325,14 @@ def guard_case(kind):
 
 
 _SAVED_RULES: list = []
+_SAVED_CODE: list = []
 
 
 def restore_guard_case(kind):
     globals()["SCALE"] = 2.0
     _mod.act = np.sin
+    while _SAVED_CODE:
+        scale_by_length.__code__ = _SAVED_CODE.pop()
     while _SAVED_RULES:
         registry.register(_SAVED_RULES.pop(), override=True)
 
@@ -407,6 +415,20 @@ def calls_helper(x):
     return np.sum(scale_by_length(x) * x)  # a Python callee
 
 
+class _Scaler:
+    k = 2.0
+
+    def __call__(self, x):
+        return x * self.k  # state a guard cannot fix
+
+
+SCALER = _Scaler()
+
+
+def calls_object(x):
+    return np.sum(SCALER(x) * x)
+
+
 W_GLOBAL = np.ones(3)
 
 
@@ -439,7 +461,7 @@ def mutable_default(x, scale={"k": 2.0}):  # noqa: B006 - the point: it can chan
 @pytest.mark.parametrize("fn, why", [
     (draws_random, "random"),
     (prints, "print"),
-    (calls_helper, "Python function"),
+    (calls_object, "it passes a _Scaler object to _Scaler.__call__"),
     (reads_global_array, "an array"),
     (writes_into_array, "writes into"),
     (with_closure(), "closure"),
@@ -785,3 +807,51 @@ def test_the_numba_back_end_leaves_decisions_to_the_numpy_program():
     for _ in range(2):
         assert_same(d.grad(x), bytegrad.differentiate(branch_on_data, tier="general").grad(x))
     assert [p["backend"] for p in info(d)["programs"]] == ["numpy"]
+
+
+# ---- Python callees ---------------------------------------------------------------------------------
+
+
+def layer(W, x, act=np.tanh):
+    return act(W @ x)
+
+
+def squash(h):
+    if h.sum() > 0:
+        return np.sum(h * h)
+    return np.sum(h)
+
+
+def two_layers(W1, W2, x):
+    return squash(layer(W2, layer(W1, x)))
+
+
+def test_python_callees_are_part_of_the_program():
+    """Functions the differentiated function calls run in the capture like its own code: their
+    operations are in the program, their decisions checked, their globals, code and defaults guarded."""
+    fast, general = compiled_and_general(two_layers, wrt=(0, 1, 2))
+    rng = np.random.default_rng(4)
+    for _ in range(4):
+        args = (rng.normal(size=(4, 3)), rng.normal(size=(2, 4)), rng.normal(size=3))
+        assert _trees_same(fast.value_and_grad(*args), general.value_and_grad(*args))
+    st = info(fast)
+    assert st["programs"] and st["compiled_calls"] == 4, st
+    guards = st["programs"][0]["guards"]
+    assert any("layer keeps its code and defaults" in g for g in guards)
+    assert any("squash keeps its code and defaults" in g for g in guards)
+
+
+def writes_attribute(x):
+    _mod.last = x  # a write outside the function
+    return x * 2.0
+
+
+def calls_writer(x):
+    return np.sum(writes_attribute(x))
+
+
+def test_a_callee_that_cannot_be_replayed_names_itself():
+    fast, _ = compiled_and_general(calls_writer)
+    fast.grad(np.ones(3))
+    (reason,) = info(fast)["not_compiled"].values()
+    assert reason.startswith("it calls writes_attribute (line") and "writes an attribute" in reason

@@ -283,7 +283,10 @@ def _masked_ufunc(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict, bu
 
 def _call_python(tape: Tape, site: Site, f: Any, args: tuple, kwargs: Optional[dict]) -> Any:
     if tape.__class__ is CaptureTape:
-        tape.refuse(f"calls the Python function {qualname(f)}, which compiled programs do not follow yet", site)
+        if f.__class__ is types.FunctionType and f.__module__ != "bytegrad.api":
+            tape.callees.append((f, args, kwargs, site))  # its code is checked as the caller's is
+        else:
+            tape.refuse(f"calls {qualname(f)}, which compiled programs do not follow (only plain functions)", site)
     if f.__module__ == "bytegrad.api" and f.__name__ != "__call__":
         return _call_api(site, f, args, kwargs)
     rewritten = _rewriter(f, args, kwargs, tape.ids) if _rewriter is not None else None

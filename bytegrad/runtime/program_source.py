@@ -43,7 +43,7 @@ MISS = _Miss("MISS")
 DECIDED = _Miss("DECIDED")
 _MISSING = object()
 #: the kinds of guards a program checks
-GUARD_KINDS = ("type", "shape", "dtype", "value", "global", "attr", "version")
+GUARD_KINDS = ("type", "shape", "dtype", "value", "global", "attr", "version", "code")
 #: the guard a pullback program's `back` adds: each cotangent shaped as the output was at capture
 COTANGENT_GUARD = "cotangent"
 #: the check of a decision on data (a comparison, a function without a derivative) made again
@@ -373,6 +373,12 @@ def gradient_code(src: Source, spec: Any, state: dict[int, int], lines: list[str
 
 def static_guards(src: Source, entries: list[tuple]) -> None:
     for kind, owner, name, value in entries:
+        if kind == "code":  # a Python callee (owner), fixed by its caller's guards: its body too
+            f = src.const(owner, "F")
+            src.guard("code", f"{f}.__code__ is {src.const(name, 'C')} and {f}.__defaults__ is "
+                      f"{src.const(value[0])} and {f}.__kwdefaults__ is {src.const(value[1])}",
+                      f"{qualname(owner)} keeps its code and defaults")
+            continue
         if kind == "global":
             g = src.const(owner, "G")
             if name in owner:

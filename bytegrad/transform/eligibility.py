@@ -95,7 +95,7 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
 def _constant(value: Any) -> bool:
     if type(value) is tuple:
         return all(_constant(v) for v in value)
-    return type(value) in _GUARDED_BY_VALUE
+    return type(value) in _GUARDED_BY_VALUE or isinstance(value, _GUARDED_BY_IDENTITY)
 
 
 def _code_reasons(code: types.CodeType) -> list[str]:
