@@ -361,10 +361,13 @@ class Differentiated:
     def _grad_tiered(self, args: tuple, kwargs: dict) -> tuple[Any, Any]:
         """A compiled program's result when one applies (bytegrad/compiled.py), else the general path's."""
         tiers = self._tiers
-        if tiers is not None and not kwargs and getattr(_tls, "tape", None) is None and not _config.debug_nans:
-            result = tiers.call(self._target, args, self._capture)
-            if result is not MISS:
-                return result
+        if tiers is not None and getattr(_tls, "tape", None) is None and not _config.debug_nans:
+            if kwargs:  # keywords of positional parameters move into place; others stay general
+                args, kwargs = self._normalize_call(args, kwargs)
+            if not kwargs:
+                result = tiers.call(self._target, args, self._capture)
+                if result is not MISS:
+                    return result
         return self._grad_now(args, kwargs)
 
     def _capture(self, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[tuple[Any, Any], Union[Program, str]]:

@@ -241,12 +241,26 @@ def test_program_peak_memory_at_most_the_general_paths():
     assert peaks[1] <= peaks[0] * 1.05, peaks
 
 
-def test_nested_derivatives_and_kwargs_use_the_general_path():
+def test_nested_derivatives_and_keyword_only_arguments_use_the_general_path():
     f = bytegrad.differentiate(lambda x, scale=1.0: np.sum(np.sin(x)) * scale, tier="numpy")
     h = bytegrad.hessian(lambda x: f.grad(x).sum())(np.ones(2))
     assert h.shape == (2, 2)
-    f.grad(np.ones(2), scale=2.0)
     assert info(f)["compiled_calls"] == 0
+    k = bytegrad.differentiate(lambda x, *, scale=1.0: np.sum(np.sin(x)) * scale, tier="numpy")
+    k.grad(np.ones(2), scale=2.0)
+    assert info(k)["compiled_calls"] == 0
+
+
+def test_keywords_of_positional_parameters_share_the_positional_programs():
+    def f(x, scale=1.0, n=2):
+        return np.sum(np.sin(x) ** n) * scale
+
+    fast, general = compiled_and_general(f)
+    x = np.linspace(0.0, 1.0, 3)
+    for kw in ({"scale": 2.0}, {"n": 3}, {"scale": 3.0, "n": 3}, {}):
+        assert_same(fast.grad(x, **kw), general.grad(x, **kw))
+    st = info(fast)
+    assert st["compiled_calls"] == 4 and len(st["programs"]) == 3, st  # by arity: (x, scale), (x, scale, n), (x)
 
 
 def test_a_program_that_raises_hands_the_call_to_the_general_path():
