@@ -86,8 +86,9 @@ class Differentiated:
         self._has_aux = bool(has_aux)
         self._tier = tier
         # compiled programs of this function (bytegrad/compiled.py): plain functions without aux
-        self._tiers = compiled.tiers_for(self._target, wrt, tier) \
-            if self._bound_self is None and not self._has_aux else None
+        wrt_key = tuple(wrt) if isinstance(wrt, list) else wrt
+        self._tiers = compiled.tiers_for(self._target, (compiled.AUX, wrt_key) if self._has_aux else wrt_key, tier) \
+            if self._bound_self is None else None
         self._pb_tiers: Optional[compiled.Tiers] = None  # pullback programs: made on the first pullback
         self._use_code(self._target.__code__)
         self._hits = 0
@@ -386,6 +387,10 @@ class Differentiated:
             out, tape, specs, _ = self._forward(args, {}, positions, strict=False, capture=True)
         except Exception as exc:  # noqa: BLE001 - tracking every argument can refuse what the general path takes
             return self._grad_now(args, {}), f"the capture run raised {type(exc).__name__}: {exc}"
+        aux = program_aux = None
+        if self._has_aux:
+            out, aux = self._split_aux(out)
+            program_aux = (aux,)
         self._check_scalar(out)
         spec_at = dict(zip(positions, specs))
         wrt_specs = [spec_at[p] for p in norm_wrt]
@@ -398,7 +403,7 @@ class Differentiated:
         grads = tuple(pytree.gradient(s, cts) for s in wrt_specs)
         if len(grads) > 1:
             grads = pytree.unalias(grads)
-        result = (out, grads if self._wrt_tuple else grads[0])
+        result = ((out, aux) if self._has_aux else out, grads if self._wrt_tuple else grads[0])
         if tape.refusals:
             why, site = tape.refusals[0]
             return result, str(Ineligible(why, site))
@@ -409,7 +414,7 @@ class Differentiated:
         for backend in backends:  # the first that builds and agrees with the capture's gradient
             try:
                 prog = build_program(tape, args, [spec_at.get(p) for p in range(len(args))], norm_wrt, out,
-                                     self._wrt_tuple, guards, self._code, backend)
+                                     self._wrt_tuple, guards, self._code, backend, aux=program_aux)
             except Ineligible as exc:
                 why = str(exc)
                 continue

@@ -19,8 +19,9 @@ must agree with the capture's gradient; from the next call on, calls whose guard
   taken longer than compiling its Numba twin is expected to (ski rental, `numba_price`), that
   twin, kept if it is faster on the arguments of the call that made it.
 
-`grad`, `value_and_grad` and `pullback` (so `vjp`) calls with positional arguments, outside other
-derivatives and without `has_aux`, use programs; a pullback program (NumPy back end only) returns
+`grad`, `value_and_grad` (with or without `has_aux`) and `pullback` (so `vjp`; without `has_aux`)
+calls with positional arguments (or keywords of positional parameters, for gradients), outside
+other derivatives, use programs; a pullback program (NumPy back end only) returns
 the output and a `back` that takes any cotangent shaped like the output (others go to the general
 path). Forward mode and higher order stay on the general path.
 """
@@ -43,6 +44,8 @@ __all__ = ["TIERS", "Tiers", "default_tier", "tiers_for"]
 TIERS = ("general", "numpy", "numba", "auto")
 #: the `wrt` key of a function's pullback programs (`tiers_for(fn, PULLBACK, tier)`)
 PULLBACK = "pullback"
+#: the first half of the `wrt` key of a function's programs with `has_aux=True`: `(AUX, wrt)`
+AUX = "aux"
 #: general-path gradients of a signature before `auto` captures it
 AUTO_AFTER = 2
 #: programs per function (each for other shapes, dtypes or int values); then no more captures

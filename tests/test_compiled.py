@@ -869,3 +869,26 @@ def test_a_callee_that_cannot_be_replayed_names_itself():
     fast.grad(np.ones(3))
     (reason,) = info(fast)["not_compiled"].values()
     assert reason.startswith("it calls writes_attribute (line") and "writes an attribute" in reason
+
+
+# ---- has_aux ------------------------------------------------------------------------------------------
+
+
+def loss_with_aux(x, W):
+    h = np.tanh(W @ x)
+    return np.sum(h * h), {"h": h, "n": 3, "x": x, "note": "hidden"}
+
+
+@pytest.mark.parametrize("tier", ["numpy", "numba"])
+def test_has_aux_programs_return_the_aux_as_the_general_path_does(tier):
+    fast = bytegrad.differentiate(fresh(loss_with_aux), wrt=(0, 1), has_aux=True, tier=tier)
+    general = bytegrad.differentiate(loss_with_aux, wrt=(0, 1), has_aux=True, tier="general")
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        args = (rng.normal(size=3), rng.normal(size=(2, 3)))
+        (v1, aux1), g1 = fast.value_and_grad(*args)
+        (v2, aux2), g2 = general.value_and_grad(*args)
+        assert _trees_same((v1, g1), (v2, g2)) and _trees_same(aux1, aux2)
+        assert aux1["x"] is not args[0] and np.shares_memory(aux1["x"], args[0])  # a view, as on the general path
+    st = info(fast)
+    assert st["compiled_calls"] == 3 and [p["backend"] for p in st["programs"]] == ["numpy"], st

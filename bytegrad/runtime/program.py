@@ -492,7 +492,7 @@ def _untrusted(ct: Any, node: tuple, pullback: Any, like: Any) -> Any:
 
 def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: Any, wrt_tuple: bool,
           static_guards_: list[tuple], code: types.CodeType, backend: str = "numpy",
-          pullback: bool = False) -> Program:
+          pullback: bool = False, aux: Optional[tuple] = None) -> Program:
     """The program for the computation recorded on `tape` (a capture run of `call_args`, every
     positional argument `p` with a spec in `specs[p]`), differentiated with respect to positions
     `wrt`. `static_guards_`: ("global", globals dict, name, value) and ("attr", module, name, value)
@@ -501,7 +501,8 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     `backend`: "numpy" (this module) or "numba" (runtime/program_numba.py). `pullback`: the program
     is `fn(args) -> (output, back)`, `back(out_bar)` the cotangents of every positional argument
     (a tuple, None where an argument has no derivative) or MISS where `out_bar` is not shaped as
-    at capture; `out` may then be a tree of values. Raises `Ineligible`."""
+    at capture; `out` may then be a tree of values. `aux`: `(aux,)` for a function with
+    `has_aux=True` (the program returns `((value, aux), gradient)`). Raises `Ineligible`."""
     src = Source()
     inputs = Inputs(src)
     src.guard("type", f"len(args) == {len(call_args)}", f"{len(call_args)} positional arguments")
@@ -520,7 +521,12 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
         raise Ineligible("the output does not depend on the arguments")
     wrt_leaves = {leaf.idx for p in wrt for leaf in pytree.leaves(specs[p])}
     b = Builder(tape, src, inputs, wrt_leaves)
-    order, depends = b.read([out_idx])
+    aux_leaves: dict[int, Any] = {}
+    if aux is not None:
+        if backend != "numpy":
+            raise Ineligible("has_aux programs have the NumPy back end only")
+        _output_leaves(aux[0], tape, aux_leaves)
+    order, depends = b.read([out_idx, *aux_leaves])
     if backend == "numba":
         from bytegrad.runtime import program_numba
 
@@ -534,6 +540,8 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
         result = "grads" if wrt_tuple else "grads[0]"
     else:
         result = f"({grads[0]},)" if wrt_tuple else grads[0]
+    if aux is not None:  # the aux output, rebuilt from the values it holds (see `_output_code`)
+        result_var = f"({result_var}, {_output_code(aux[0], tape, _named_outputs(aux_leaves, b), b, src)})"
     src.emit(lines + [f"return {result_var}, {result}"])
     fn, source = _compile(src, code)
     if src.kernel_source is not None:
@@ -556,13 +564,7 @@ def _build_pullback(tape: Tape, src: Source, inputs: Inputs, specs: list, wrt: t
         raise Ineligible("the output does not depend on the arguments")
     order, depends = b.read(sorted(leaves))
     n = b.forward_all(order, depends)
-    named: dict[int, str] = {}
-    for i in sorted(leaves):  # an argument returned as it is: a view, as the general path returns it
-        if i in inputs.leaf_var and type(leaves[i]) is _ndarray:
-            named[i] = inputs.temp()
-            src.emit(f"{named[i]} = {b.var[i]}.view()")
-        else:
-            named[i] = b.var[i]
+    named = _named_outputs(leaves, b)
     src.emit(f"out_ = {_output_code(out, tape, named, b, src)}")
     src.back_from = len(src.stmts)
     ids = ", ".join(f"id({named[i]}): {i}" for i in sorted(leaves))
@@ -589,6 +591,19 @@ def _build_pullback(tape: Tape, src: Source, inputs: Inputs, specs: list, wrt: t
     prog = Program(fn, source, src.guards, n)
     prog.upgraded = True  # no Numba twin: pullbacks have the NumPy back end only
     return prog
+
+
+def _named_outputs(leaves: dict[int, Any], b: Builder) -> dict[int, str]:
+    """The variable of each output leaf; a differentiated argument returned as it is comes back as a
+    view of it, as the general path returns it."""
+    named: dict[int, str] = {}
+    for i in sorted(leaves):
+        if i in b.inputs.leaf_var and type(leaves[i]) is _ndarray:
+            named[i] = b.inputs.temp()
+            b.src.emit(f"{named[i]} = {b.var[i]}.view()")
+        else:
+            named[i] = b.var[i]
+    return named
 
 
 def _output_leaves(value: Any, tape: Tape, found: dict[int, Any]) -> None:
