@@ -595,8 +595,15 @@ class Differentiated:
                                  pullback=True)
         except Ineligible as exc:
             return result, str(exc)
-        why = self._pb_tiers.agree_pullback(prog, args, result) if self._pb_tiers is not None else None
-        return result, prog if why is None else why
+        pending, tiers, general_back = compiled.Pending(prog, args), self._pb_tiers, result[1]
+
+        def back(out_bar: Any) -> tuple[Any, ...]:
+            grads = general_back(out_bar)
+            if tiers is not None:
+                tiers.settle(pending, out, out_bar, grads)
+            return grads
+
+        return (out, back), pending
 
 
 _REPLAYABLE = (int, float, bool, str, bytes, complex, type(None), slice, range, type(Ellipsis), np.ndarray,

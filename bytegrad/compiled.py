@@ -155,6 +155,11 @@ class Tiers:
         if isinstance(program, Program):
             self.programs.append(program)
             self.compiled_calls += 1
+        elif isinstance(program, Pending):  # adopted or refused by `settle`, later
+            program.sig = sig
+            sig.reason = PENDING
+            sig.calls += 1
+            self.general_calls += 1
         else:
             sig.reason = program
             sig.calls += 1
@@ -207,12 +212,20 @@ class Tiers:
             return "the program disagreed with the general path on the capture's own arguments"
         return None
 
-    def agree_pullback(self, program: Program, args: tuple, reference: tuple[Any, Any]) -> Optional[str]:
-        """None when the pullback `program` gives `reference` (output, back) on `args`: the same
-        output, and the same cotangents from `back` for a probe cotangent with distinct entries."""
-        out, back = reference
-        probe = _probe(out)
-        return self.agree(_applied(program, probe), args, (out, back(probe)))
+    def settle(self, pending: "Pending", out: Any, out_bar: Any, grads: Any) -> None:
+        """A pullback program waiting for its check (see `Pending`) meets the general path's
+        `back(out_bar) = grads` of its capture: adopted if it gives the same output and cotangents,
+        refused if not; a cotangent the program does not take leaves it waiting."""
+        if pending.sig is None or pending.sig.reason is not PENDING:
+            return
+        program = pending.program
+        got = _applied(program, out_bar).fn(pending.args)
+        if got is not MISS and got[1] is MISS:
+            return  # a cotangent not shaped as at capture says nothing: the next one may
+        why = self.agree(_applied(program, out_bar), pending.args, (out, grads))
+        pending.sig.reason = why
+        if why is None and len(self.programs) < MAX_PROGRAMS:
+            self.programs.append(program)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -254,18 +267,21 @@ def _learn_price(seconds: float, records: int) -> None:
     _PRICE["per_op"] = max(0.0005, 0.5 * _PRICE["per_op"] + 0.5 * per_op)
 
 
-def _probe(out: Any) -> Any:
-    """A cotangent for `out` whose entries differ (a transposed or misrouted cotangent shows)."""
-    t = type(out)
-    if t is tuple or t is list:
-        return t(_probe(v) for v in out)
-    if t is dict:
-        return {k: _probe(v) for k, v in out.items()}
-    if t is np.ndarray and out.dtype.kind == "f":
-        return np.linspace(0.5, 1.5, out.size, dtype=out.dtype).reshape(out.shape)
-    if t is float or t is np.float64:
-        return 0.75
-    return None
+#: the reason of a signature whose pullback program waits for its check
+PENDING = "its pullback program waits for the first call of a back() to be checked against it"
+
+
+class Pending:
+    """A pullback program not yet checked: its capture's `back`, on its first call, compares the
+    program with itself (`Tiers.settle`), so the check runs when the general path would run the
+    reverse pass anyway, never earlier (a pullback may be expensive, or raise)."""
+
+    __slots__ = ("program", "args", "sig")
+
+    def __init__(self, program: Program, args: tuple) -> None:
+        self.program = program
+        self.args = args
+        self.sig: Optional[_Signature] = None
 
 
 class _applied:

@@ -666,18 +666,19 @@ def test_pullback_programs_agree_with_the_general_path(fn, make):
         for _ in range(2):
             ct = random_cotangent(out2, rng)
             assert _trees_same(back1(ct), back2(ct))
-    s = fast._pb_tiers.describe()
-    assert len(s["programs"]) == 1 and s["compiled_calls"] == 3, s
+    s = fast._pb_tiers.describe()  # (the first pullback's back() checks the program and adopts it)
+    assert len(s["programs"]) == 1 and s["compiled_calls"] == 2, s
 
 
 def test_pullback_program_returns_an_argument_as_a_view_and_never_aliases_it():
     fast = bytegrad.differentiate(fresh(pb_tree), tier="numpy")
     x, W = np.linspace(0.1, 1.0, 3), np.ones((4, 3))
-    for _ in range(2):
-        out, back = fast.pullback(x, W)
-    assert fast._pb_tiers.compiled_calls == 2
+    ct = (np.zeros(4), {"s": 0.0, "x": np.ones(3), "label": None})
+    fast.pullback(x, W)[1](ct)  # captured, then checked and adopted
+    out, back = fast.pullback(x, W)
+    assert fast._pb_tiers.compiled_calls == 1
     assert out[1]["x"] is not x and np.shares_memory(out[1]["x"], x)
-    g = back((np.zeros(4), {"s": 0.0, "x": np.ones(3), "label": None}))
+    g = back(ct)
     assert g[0] is not x and np.array_equal(g[0], np.ones(3))
 
 
@@ -704,12 +705,12 @@ def test_pullback_cotangent_not_shaped_as_at_capture_goes_to_the_general_path(om
     fast = bytegrad.differentiate(fresh(pb_product), tier="numpy")
     general = bytegrad.differentiate(pb_product, tier="general")
     x = np.linspace(0.0, 1.0, 3)
+    fast.pullback(x, 2.0)[1](np.ones(3))  # captured, then checked and adopted
     same = []
     for ct in (np.ones((1, 3)), np.ones(1), 2, np.ones(3)):
-        for _ in range(2):  # the first call captures
-            got, expected = outcome(fast.pullback(x, 2.0)[1], ct), outcome(general.pullback(x, 2.0)[1], ct)
+        got, expected = outcome(fast.pullback(x, 2.0)[1], ct), outcome(general.pullback(x, 2.0)[1], ct)
         same.append(got is expected if isinstance(expected, type) else _trees_same(got, expected))
-    assert fast._pb_tiers.programs and fast._pb_tiers.compiled_calls >= 4, fast._pb_tiers.describe()
+    assert fast._pb_tiers.programs and fast._pb_tiers.compiled_calls == 4, fast._pb_tiers.describe()
     assert same == ([False] if omit else [True]) + [True, True, True]
 
 
@@ -724,6 +725,25 @@ def test_vjp_uses_the_functions_pullback_programs():
     tiers = compiled.tiers_for(f, compiled.PULLBACK, None)
     assert tiers.compiled_calls >= 2 and tiers.programs
     np.testing.assert_allclose(g, np.exp(x) * (x + 1.0), rtol=1e-12)
+
+
+def test_a_pullback_program_is_checked_when_back_first_runs_never_earlier():
+    """The general path runs a pullback's reverse pass only when back() is called: the check of a
+    captured program waits for the capture's own back() call (a back() never called costs
+    nothing; an exception in the reverse pass reaches the user from their back() call, and the
+    program keeps waiting)."""
+    x = np.linspace(0.0, 1.0, 3)
+    fast = bytegrad.differentiate(fresh(pb_product), tier="numpy")
+    for _ in range(3):
+        fast.pullback(x, 2.0)
+    assert not fast._pb_tiers.programs
+    assert fast._pb_tiers.describe()["not_compiled"] == {"ndarray, float": compiled.PENDING}
+    fast = bytegrad.differentiate(fresh(pb_product), tier="numpy")
+    _, back = fast.pullback(x, 2.0)  # the capture
+    assert outcome(back, np.ones((1, 3))) is bytegrad.errors.PullbackError
+    assert not fast._pb_tiers.programs
+    back(np.ones(3))
+    assert fast._pb_tiers.programs
 
 
 def test_pullbacks_with_aux_kwargs_or_inside_derivatives_stay_general():
