@@ -83,8 +83,10 @@ class _Signature:
 class Tiers:
     """The compiled programs of one function and wrt, and the policy that makes them."""
 
-    def __init__(self, fn: types.FunctionType, tier: str) -> None:
+    def __init__(self, fn: types.FunctionType, tier: str, key: Any = None) -> None:
         self.tier = tier
+        self.key = key  # the `wrt` key of `tiers_for`: part of the programs' disk key
+        self.loaded = 0  # programs loaded from disk (stored by `bytegrad.precompile`)
         self.code = fn.__code__
         self.defaults = fn.__defaults__
         self.kwdefaults = fn.__kwdefaults__
@@ -100,7 +102,7 @@ class Tiers:
         runs the general path. `now`: capture without waiting for the warm-up (precompile)."""
         if fn.__code__ is not self.code or fn.__defaults__ is not self.defaults \
                 or fn.__kwdefaults__ is not self.kwdefaults:
-            self.__init__(fn, self.tier)  # the body or defaults were replaced: start again
+            self.__init__(fn, self.tier, self.key)  # the body or defaults were replaced: start again
         decided = False
         for prog in self.programs:
             calls = prog.calls = prog.calls + 1
@@ -126,6 +128,8 @@ class Tiers:
         sig = self.signatures.get(key)
         if sig is None:
             sig = self.signatures[key] = _Signature()
+            if self._load(key):  # programs a precompile stored: this call runs one
+                return self.call(fn, args, capture, now)
         if decided:
             self._decided(sig)
         if sig.reason is None and len(self.programs) < MAX_PROGRAMS and \
@@ -153,9 +157,11 @@ class Tiers:
         finally:
             self.capture_s += time.perf_counter() - t0
         if isinstance(program, Program):
+            program.signature = tuple(map(type, args))
             self.programs.append(program)
             self.compiled_calls += 1
         elif isinstance(program, Pending):  # adopted or refused by `settle`, later
+            program.program.signature = tuple(map(type, args))
             program.sig = sig
             sig.reason = PENDING
             sig.calls += 1
@@ -212,6 +218,41 @@ class Tiers:
             return "the program disagreed with the general path on the capture's own arguments"
         return None
 
+    def store(self) -> int:
+        """Write the NumPy programs to the disk cache, one entry per argument signature (what
+        `bytegrad.precompile` does); returns the number of programs stored."""
+        from bytegrad.runtime import diskcache, program_store
+
+        by_signature: dict[tuple, list[Program]] = {}
+        for prog in self.programs:
+            if prog.backend == "numpy" and prog.parts is not None and prog.signature:
+                by_signature.setdefault(prog.signature, []).append(prog)
+        stored = 0
+        for signature, progs in by_signature.items():
+            key = program_store.key(self.code, self.key, signature)
+            payload = program_store.dumps(progs) if key is not None else None
+            if payload is not None and diskcache.store(program_store.NAMESPACE, key, payload,
+                                                       label=self.code.co_qualname if hasattr(self.code, "co_qualname")
+                                                       else self.code.co_name):
+                stored += len(progs)
+        return stored
+
+    def _load(self, signature: tuple) -> bool:
+        """Programs of this signature from the disk cache, if a precompile stored them and every
+        reference in them still holds; they join this function's programs."""
+        from bytegrad.runtime import diskcache, program_store
+
+        key = program_store.key(self.code, self.key, signature)
+        payload = diskcache.load(program_store.NAMESPACE, key) if key is not None else None
+        progs = program_store.loads(payload) if payload is not None else None
+        if not progs:
+            return False
+        for prog in progs[:MAX_PROGRAMS - len(self.programs)]:
+            prog.signature = signature
+            self.programs.append(prog)
+            self.loaded += 1
+        return True
+
     def settle(self, pending: "Pending", out: Any, out_bar: Any, grads: Any) -> None:
         """A pullback program waiting for its check (see `Pending`) meets the general path's
         `back(out_bar) = grads` of its capture: adopted if it gives the same output and cotangents,
@@ -239,6 +280,7 @@ class Tiers:
             "compiled_calls": self.compiled_calls,
             "general_calls": self.general_calls,
             "capture_s": round(self.capture_s, 6),
+            "loaded_from_disk": self.loaded,
             "disagreements": self.disagreements,  # programs refused for not giving the capture's result
         }
 
@@ -340,7 +382,7 @@ def tiers_for(fn: types.FunctionType, wrt: Any, tier: Optional[str]) -> Optional
     key = (wrt if not isinstance(wrt, list) else tuple(wrt), tier)
     t = table.get(key)
     if t is None:
-        t = table[key] = Tiers(fn, tier)
+        t = table[key] = Tiers(fn, tier, key[0])
     return t
 
 

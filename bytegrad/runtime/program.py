@@ -25,7 +25,7 @@ import operator
 import re
 import sys
 import types
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -40,7 +40,7 @@ from bytegrad.runtime.backward import (
     singular_partial,
 )
 from bytegrad.runtime.program_source import (
-    _FLOAT_TYPES, _MISSING, _SCALAR_CONSTS, DECIDED, DECISION_GUARD, MISS, Ineligible, Inputs, Source, gradient_code,
+    _FLOAT_TYPES, _MISSING, _SCALAR_CONSTS, AST_LOCK, DECIDED, DECISION_GUARD, MISS, Ineligible, Inputs, Source, gradient_code,
     inline_partial, static_guards,
 )
 from bytegrad.runtime.tape import Tape
@@ -55,7 +55,7 @@ class Program:
     """A compiled gradient program: `fn(args)` is `(value, gradient)` or `MISS`."""
 
     __slots__ = ("fn", "source", "guards", "records", "backend", "calls", "seconds", "upgraded", "why_not_numba",
-                 "decided")
+                 "decided", "parts", "signature", "pullback")
 
     def __init__(self, fn: Callable[[tuple], Any], source: str, guards: list[str], records: int) -> None:
         self.fn = fn
@@ -68,6 +68,11 @@ class Program:
         self.upgraded = False     # whether its Numba twin was tried (bytegrad/compiled.py)
         self.why_not_numba = ""   # what came of that
         self.decided = 0          # calls it refused because a decision on data came out otherwise
+        #: (constants, source, user lines, filename) of a NumPy program: what runtime/program_store.py
+        #: writes to disk; None for a Numba program
+        self.parts: Optional[tuple[dict[str, Any], str, tuple[int, ...], str]] = None
+        self.signature: tuple[type, ...] = ()  # the argument types of its capture (bytegrad/compiled.py)
+        self.pullback = False     # a pullback program (fn(args) -> (output, back))
 
     def __repr__(self) -> str:
         return f"<bytegrad program ({self.backend}, {self.records} operations, {len(self.guards)} guards)>"
@@ -511,7 +516,8 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
         src.emit(f"{var} = args[{p}]")
         inputs.walk(var, value, specs[p], fresh=p in wrt)
     static_guards(src, static_guards_)
-    src.guard("version", f"_version() == {registry.version()}", f"rule registry version {registry.version()}")
+    # (_VERSION: the registry's version when the program is compiled, here or loaded from disk)
+    src.guard("version", "_version() == _VERSION", f"rule registry version {registry.version()}")
     if pullback:
         if backend != "numpy":
             raise Ineligible("pullbacks have the NumPy back end only")
@@ -548,6 +554,8 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
         source += "\n# the Numba kernel it calls\n" + src.kernel_source
     prog = Program(fn, source, src.guards, forward_records)
     prog.backend = backend
+    if backend == "numpy":
+        prog.parts = (src.ns, *src.parts)
     return prog
 
 
@@ -590,6 +598,8 @@ def _build_pullback(tape: Tape, src: Source, inputs: Inputs, specs: list, wrt: t
     fn, source = _compile(src, code)
     prog = Program(fn, source, src.guards, n)
     prog.upgraded = True  # no Numba twin: pullbacks have the NumPy back end only
+    prog.pullback = True
+    prog.parts = (src.ns, *src.parts)
     return prog
 
 
@@ -658,18 +668,29 @@ def _emit_numpy(b: Builder, order: list[int], depends: set[int], out_idx: int) -
 
 def _compile(src: Source, code: types.CodeType) -> tuple[Callable[[tuple], Any], str]:
     source, user_lines = src.render("program", code.co_firstlineno)
-    namespace = dict(src.ns)
-    namespace.update(MISS=MISS, DECIDED=DECIDED, ndarray=_ndarray, FunctionType=_FunctionType, ZERO=ZERO, NO_TANGENT=NO_TANGENT,
-                     _acc=_acc, _decided=_decided, _cotangent_leaves=pytree.cotangent_leaves, _singular=singular_partial, _unbroadcast=unbroadcast, _materialize=materialize,
+    src.parts = (source, tuple(user_lines), code.co_filename)
+    return compile_program(source, user_lines, code.co_filename, src.ns), source
+
+
+def compile_program(source: str, user_lines: Sequence[int], filename: str, constants: dict[str, Any]) \
+        -> Callable[[tuple], Any]:
+    """The function `program` of a program's `source`, each line at the user's line it replays (in
+    `filename`), with `constants` and the helpers programs call as its globals."""
+    namespace = dict(constants)
+    namespace.update(MISS=MISS, DECIDED=DECIDED, ndarray=_ndarray, FunctionType=_FunctionType, ZERO=ZERO,
+                     NO_TANGENT=NO_TANGENT, _acc=_acc, _decided=_decided, _cotangent_leaves=pytree.cotangent_leaves,
+                     _singular=singular_partial, _unbroadcast=unbroadcast, _materialize=materialize,
                      _untrusted=_untrusted, _project=pytree.project, _multiply=np.multiply,
                      _getrefcount=sys.getrefcount, _scalable=_scalable, _unalias=pytree.unalias,
-                     _version=registry.version, _MISSING=_MISSING)
-    tree = ast.parse(source)
-    for node in ast.walk(tree):  # each statement at the user's line it replays
-        if hasattr(node, "lineno"):
-            node.lineno = user_lines[node.lineno - 1]
-            node.end_lineno = user_lines[(node.end_lineno or node.lineno) - 1] if node.end_lineno else node.lineno
-            if node.end_lineno < node.lineno:
-                node.end_lineno = node.lineno
-    exec(compile(tree, code.co_filename, "exec"), namespace)  # noqa: S102
-    return namespace["program"], source
+                     _version=registry.version, _VERSION=registry.version(), _MISSING=_MISSING)
+    with AST_LOCK:
+        tree = ast.parse(source)
+        for node in ast.walk(tree):  # each statement at the user's line it replays
+            if hasattr(node, "lineno"):
+                node.lineno = user_lines[node.lineno - 1]
+                node.end_lineno = user_lines[(node.end_lineno or node.lineno) - 1] if node.end_lineno else node.lineno
+                if node.end_lineno < node.lineno:
+                    node.end_lineno = node.lineno
+        code = compile(tree, filename, "exec")
+    exec(code, namespace)  # noqa: S102
+    return namespace["program"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import builtins
 import re
+import threading
 import types
 from typing import Any, Optional
 
@@ -25,6 +26,9 @@ __all__ = ["DECIDED", "GUARD_KINDS", "MISS", "Constants", "Ineligible", "Inputs"
            "inline_partial", "static_guards"]
 
 _ndarray = np.ndarray
+#: CPython 3.11's `ast` is not safe in threads ("AST constructor recursion depth mismatch" when two
+#: threads parse at once): programs parse and unparse under this lock
+AST_LOCK = threading.Lock()
 _UNSET = 0  # a cotangent no step has written (runtime/program.py's states)
 
 class _Miss:
@@ -102,6 +106,7 @@ class Source(Constants):
         self.guards: list[str] = []
         self.kernel_source: Optional[str] = None  # the Numba kernel the program calls (program_numba.py)
         self.back_from: Optional[int] = None  # a pullback program: statements from here on are `back`
+        self.parts: tuple[str, tuple[int, ...], str] = ("", (), "")  # rendered: source, user lines, file
 
     def emit(self, lines: list[str] | str, line: Optional[int] = None) -> None:
         """Add a statement; `line`: the user's source line it stands for (tracebacks show it)."""
@@ -285,7 +290,8 @@ def _lambdas_of(filename: str) -> list[ast.Lambda]:
         import linecache
 
         try:
-            tree = ast.parse("".join(linecache.getlines(filename)))
+            with AST_LOCK:
+                tree = ast.parse("".join(linecache.getlines(filename)))
             nodes = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)]
         except (SyntaxError, ValueError):
             nodes = []
@@ -325,7 +331,11 @@ def inline_partial(d: Any, operands: list[str], src: Source) -> Optional[tuple[s
     body, params, names = found
     subst = {p: o for p, o in zip(params, operands)}
     subst.update({n: src.const(v) for n, v in names.items()})
+    with AST_LOCK:
+        return _inlined(body, subst)
 
+
+def _inlined(body: ast.expr, subst: dict[str, str]) -> tuple[str, bool]:
     class _Rename(ast.NodeTransformer):
         def visit_Name(self, n: ast.Name) -> ast.AST:
             return ast.copy_location(ast.Name(id=subst[n.id], ctx=n.ctx), n)

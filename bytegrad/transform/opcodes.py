@@ -301,20 +301,33 @@ def _not_contains(a: Any, b: Any) -> bool:
     return a not in b
 
 
+def _bool_lt(a: Any, b: Any) -> bool:
+    return bool(a < b)
+
+
+def _bool_le(a: Any, b: Any) -> bool:
+    return bool(a <= b)
+
+
+def _bool_eq(a: Any, b: Any) -> bool:
+    return bool(a == b)
+
+
+def _bool_ne(a: Any, b: Any) -> bool:
+    return bool(a != b)
+
+
+def _bool_gt(a: Any, b: Any) -> bool:
+    return bool(a > b)
+
+
+def _bool_ge(a: Any, b: Any) -> bool:
+    return bool(a >= b)
+
+
+#: COMPARE_OP's operators by its argument, and (3.13) with its to-bool flag (16) set
 _COMPARE_OPS = (operator.lt, operator.le, operator.eq, operator.ne, operator.gt, operator.ge)
-_CAST_OPS: dict[Any, Any] = {}
-
-
-def _cast(op: Any) -> Any:
-    """`bool(op(a, b))`: 3.13's COMPARE_OP with its to-bool flag."""
-    fn = _CAST_OPS.get(op)
-    if fn is None:
-        def fn(a: Any, b: Any) -> bool:
-            return bool(op(a, b))
-
-        fn.__qualname__ = f"bool_{op.__name__}"
-        fn = _CAST_OPS[op] = fn
-    return fn
+_CAST_OPS = (_bool_lt, _bool_le, _bool_eq, _bool_ne, _bool_gt, _bool_ge)
 
 
 def predicate_fn(instr: Instr) -> Any:
@@ -322,8 +335,7 @@ def predicate_fn(instr: Instr) -> Any:
     name = instr.name
     if name == "COMPARE_OP":
         arg = int(instr.arg)
-        op = _COMPARE_OPS[arg & 15]
-        return _cast(op) if arg & 16 else op
+        return (_CAST_OPS if arg & 16 else _COMPARE_OPS)[arg & 15]
     if name == "IS_OP":
         return operator.is_not if instr.arg else operator.is_
     if name == "CONTAINS_OP":
