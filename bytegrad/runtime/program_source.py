@@ -9,10 +9,10 @@ lambda partial as an expression in place of a call to it.
 """
 from __future__ import annotations
 
+import _thread
 import ast
 import builtins
 import re
-import threading
 import types
 from typing import Any, Optional
 
@@ -28,7 +28,7 @@ __all__ = ["DECIDED", "GUARD_KINDS", "MISS", "Constants", "Ineligible", "Inputs"
 _ndarray = np.ndarray
 #: CPython 3.11's `ast` is not safe in threads ("AST constructor recursion depth mismatch" when two
 #: threads parse at once): programs parse and unparse under this lock
-AST_LOCK = threading.Lock()
+AST_LOCK = _thread.allocate_lock()  # (`threading` costs every process's import)
 _UNSET = 0  # a cotangent no step has written (runtime/program.py's states)
 
 class _Miss:
