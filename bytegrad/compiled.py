@@ -260,7 +260,11 @@ class Tiers:
         if pending.sig is None or pending.sig.reason is not PENDING:
             return
         program = pending.program
-        got = _applied(program, out_bar).fn(pending.args)
+        try:
+            got = _applied(program, out_bar).fn(pending.args)
+        except Exception as exc:  # noqa: BLE001 - a rule that needs a tape, say: the program is refused
+            pending.sig.reason = f"the program raised {type(exc).__name__}: {exc}"
+            return
         if got is not MISS and got[1] is MISS:
             return  # a cotangent not shaped as at capture says nothing: the next one may
         why = self.agree(_applied(program, out_bar), pending.args, (out, grads))
