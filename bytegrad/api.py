@@ -86,8 +86,10 @@ class Differentiated:
         self._has_aux = bool(has_aux)
         self._tier = tier
         # compiled programs of this function (bytegrad/compiled.py): plain functions without aux
-        self._tiers = compiled.tiers_for(self._target, wrt, tier) \
-            if self._bound_self is None and not self._has_aux else None
+        wrt_key = tuple(wrt) if isinstance(wrt, list) else wrt
+        self._tiers = compiled.tiers_for(self._target, (compiled.AUX, wrt_key) if self._has_aux else wrt_key, tier) \
+            if self._bound_self is None else None
+        self._pb_tiers: Optional[compiled.Tiers] = None  # pullback programs: made on the first pullback
         self._use_code(self._target.__code__)
         self._hits = 0
         self._first_s: Optional[float] = None   # wall time of the first gradient (for stats())
@@ -360,10 +362,13 @@ class Differentiated:
     def _grad_tiered(self, args: tuple, kwargs: dict) -> tuple[Any, Any]:
         """A compiled program's result when one applies (bytegrad/compiled.py), else the general path's."""
         tiers = self._tiers
-        if tiers is not None and not kwargs and getattr(_tls, "tape", None) is None and not _config.debug_nans:
-            result = tiers.call(self._target, args, self._capture)
-            if result is not MISS:
-                return result
+        if tiers is not None and getattr(_tls, "tape", None) is None and not _config.debug_nans:
+            if kwargs:  # keywords of positional parameters move into place; others stay general
+                args, kwargs = self._normalize_call(args, kwargs)
+            if not kwargs:
+                result = tiers.call(self._target, args, self._capture)
+                if result is not MISS:
+                    return result
         return self._grad_now(args, kwargs)
 
     def _capture(self, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[tuple[Any, Any], Union[Program, str]]:
@@ -382,9 +387,14 @@ class Differentiated:
             out, tape, specs, _ = self._forward(args, {}, positions, strict=False, capture=True)
         except Exception as exc:  # noqa: BLE001 - tracking every argument can refuse what the general path takes
             return self._grad_now(args, {}), f"the capture run raised {type(exc).__name__}: {exc}"
+        aux = program_aux = None
+        if self._has_aux:
+            out, aux = self._split_aux(out)
+            program_aux = (aux,)
         self._check_scalar(out)
         spec_at = dict(zip(positions, specs))
         wrt_specs = [spec_at[p] for p in norm_wrt]
+        callee_why, callee_guards = _callee_guards(tape)
         if not all(_complete(s) for s in wrt_specs):  # (the general path's strict check refuses some of these)
             return self._grad_now(args, {}), ("a differentiated argument holds values with no derivative, a "
                                               "dataclass or a registered pytree")
@@ -393,15 +403,18 @@ class Differentiated:
         grads = tuple(pytree.gradient(s, cts) for s in wrt_specs)
         if len(grads) > 1:
             grads = pytree.unalias(grads)
-        result = (out, grads if self._wrt_tuple else grads[0])
+        result = ((out, aux) if self._has_aux else out, grads if self._wrt_tuple else grads[0])
         if tape.refusals:
             why, site = tape.refusals[0]
             return result, str(Ineligible(why, site))
+        if callee_why is not None:
+            return result, callee_why
+        guards = guards + callee_guards
         why = "no back end"
         for backend in backends:  # the first that builds and agrees with the capture's gradient
             try:
                 prog = build_program(tape, args, [spec_at.get(p) for p in range(len(args))], norm_wrt, out,
-                                     self._wrt_tuple, guards, self._code, backend)
+                                     self._wrt_tuple, guards, self._code, backend, aux=program_aux)
             except Ineligible as exc:
                 why = str(exc)
                 continue
@@ -526,24 +539,135 @@ class Differentiated:
     def pullback(self, *args: Any, **kwargs: Any) -> Any:
         """(output, back): `back(out_bar)` returns one cotangent per positional argument;
         `(output, back, aux)` with `has_aux=True`."""
+        if self._bound_self is None and not self._has_aux and not kwargs and getattr(_tls, "tape", None) is None \
+                and not _config.debug_nans:
+            tiers = self._pb_tiers
+            if tiers is None:
+                tiers = self._pb_tiers = compiled.tiers_for(self._target, compiled.PULLBACK, self._tier)
+            if tiers is not None:
+                result = tiers.call(self._target, args, self._capture_pullback)
+                if result is not MISS:
+                    return result[0], self._back_or_general(result[1], args)
+        return self._pullback_now(args, kwargs)
+
+    def _back_or_general(self, back: Callable[[Any], Any], args: tuple) -> Callable[[Any], tuple[Any, ...]]:
+        """A program's `back`, which answers MISS for a cotangent not shaped as at capture: such a
+        cotangent goes to the general path's pullback, run again on the same arguments."""
+        def checked(out_bar: Any) -> tuple[Any, ...]:
+            grads = back(out_bar)
+            if grads is MISS:
+                return self._pullback_now(args, {})[1](out_bar)
+            return grads
+
+        return checked
+
+    def _pullback_now(self, args: tuple, kwargs: dict) -> Any:
         positions = tuple(range(len(args)))
         out, tape, specs, nested = self._forward(args, kwargs, positions, strict=False)
         if self._has_aux:
             out, aux = self._split_aux(out)
+        back = _general_back(out, tape, specs, nested)
+        return (out, back, aux) if self._has_aux else (out, back)
+
+    def _capture_pullback(self, args: tuple, backends: Sequence[str] = ()) -> tuple[Any, Union[Program, str]]:
+        """One pullback by a capture run: ((output, back), the pullback program made from it, or why
+        none could be). Pullback programs have the NumPy back end only."""
+        reasons, guards = self.eligibility(args)
+        if reasons:
+            more = f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else ""
+            return self._pullback_now(args, {}), reasons[0] + more
+        positions = compiled.capture_positions(args)
+        try:
+            out, tape, specs, _ = self._forward(args, {}, positions, strict=False, capture=True)
+        except Exception as exc:  # noqa: BLE001 - tracking every argument can refuse what the general path takes
+            return self._pullback_now(args, {}), f"the capture run raised {type(exc).__name__}: {exc}"
+        spec_at = dict(zip(positions, specs))
+        all_specs = [spec_at.get(p) for p in range(len(args))]
+        result = (out, _general_back(out, tape, all_specs, None))
+        if tape.refusals:
+            why, site = tape.refusals[0]
+            return result, str(Ineligible(why, site))
+        callee_why, callee_guards = _callee_guards(tape)
+        if callee_why is not None:
+            return result, callee_why
+        try:
+            prog = build_program(tape, args, all_specs, positions, out, True, guards + callee_guards, self._code,
+                                 pullback=True)
+        except Ineligible as exc:
+            return result, str(exc)
+        pending, tiers, general_back = compiled.Pending(prog, args), self._pb_tiers, result[1]
 
         def back(out_bar: Any) -> tuple[Any, ...]:
-            pairs: list[tuple[int, Any]] = []
-            pytree.cotangent_leaves(out, out_bar, tape.ids, pairs)
-            seeds: dict[int, Any] = {}
-            for i, c in pairs:
-                if c is not None:
-                    seeds[i] = c if i not in seeds else seeds[i] + c
-            if nested is not None:
-                return nested.gradients(specs, nested.sweep(seeds), force_tuple=True)
-            cts = sweep(tape, seeds)
-            return pytree.unalias(tuple(pytree.gradient(s, cts) for s in specs))
+            grads = general_back(out_bar)
+            if tiers is not None:
+                tiers.settle(pending, out, out_bar, grads)
+            return grads
 
-        return (out, back, aux) if self._has_aux else (out, back)
+        return (out, back), pending
+
+
+_REPLAYABLE = (int, float, bool, str, bytes, complex, type(None), slice, range, type(Ellipsis), np.ndarray,
+               np.generic, np.dtype, type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType, np.ufunc)
+
+
+def _unreplayable(value: Any, ids: dict[int, int]) -> Optional[str]:
+    """None when a value handed to a Python callee is one a program reproduces (a tracked value, a
+    constant, an array, a function, a tuple, list or dict of them); else what it is."""
+    if id(value) in ids or isinstance(value, _REPLAYABLE):
+        return None
+    t = type(value)
+    if t is tuple or t is list or t is dict:
+        for v in (value.values() if t is dict else value):
+            bad = _unreplayable(v, ids)
+            if bad is not None:
+                return bad
+        return None
+    return f"a {t.__qualname__} object"
+
+
+def _callee_guards(tape: CaptureTape) -> tuple[Optional[str], list[tuple]]:
+    """(why a Python function the capture run called cannot be part of a program, or None; the guards
+    on what those functions read: their globals, module attributes, code and defaults). Each is
+    checked as the differentiated function is (transform/eligibility.py), with the parameters that
+    held tracked values in the capture active."""
+    from bytegrad.transform import eligibility
+
+    guards: list[tuple] = []
+    seen: set[tuple] = set()
+    for f, args, kwargs, site in tape.callees:
+        for v in (*args, *(kwargs or {}).values()):
+            bad = _unreplayable(v, tape.ids)
+            if bad is not None:
+                return f"it passes {bad} to {f.__qualname__} (line {site.lineno}): its state is not guarded", []
+        active, immutable = transform.callee_activity(f, args, kwargs, tape.ids)
+        key = (f, active, immutable)
+        if key in seen:
+            continue
+        seen.add(key)
+        defaults = (f.__defaults__ or ()) + tuple((f.__kwdefaults__ or {}).values())
+        reasons, more = eligibility.check(f.__code__, active, f.__globals__, immutable, defaults)
+        if reasons:
+            return f"it calls {f.__qualname__} (line {site.lineno}), which {reasons[0]}", []
+        guards += more
+        guards.append(("code", f, f.__code__, (f.__defaults__, f.__kwdefaults__)))
+    return None, guards
+
+
+def _general_back(out: Any, tape: Tape, specs: list, nested: Optional["_Nested"]) -> Callable[[Any], tuple]:
+    """The general path's `back` of a pullback: the tape swept from `out_bar`."""
+    def back(out_bar: Any) -> tuple[Any, ...]:
+        pairs: list[tuple[int, Any]] = []
+        pytree.cotangent_leaves(out, out_bar, tape.ids, pairs)
+        seeds: dict[int, Any] = {}
+        for i, c in pairs:
+            if c is not None:
+                seeds[i] = c if i not in seeds else seeds[i] + c
+        if nested is not None:
+            return nested.gradients(specs, nested.sweep(seeds), force_tuple=True)
+        cts = sweep(tape, seeds)
+        return pytree.unalias(tuple(pytree.gradient(s, cts) for s in specs))
+
+    return back
 
 
 class _Nested:

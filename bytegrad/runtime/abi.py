@@ -283,7 +283,10 @@ def _masked_ufunc(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict, bu
 
 def _call_python(tape: Tape, site: Site, f: Any, args: tuple, kwargs: Optional[dict]) -> Any:
     if tape.__class__ is CaptureTape:
-        tape.refuse(f"calls the Python function {qualname(f)}, which compiled programs do not follow yet", site)
+        if f.__class__ is types.FunctionType and f.__module__ != "bytegrad.api":
+            tape.callees.append((f, args, kwargs, site))  # its code is checked as the caller's is
+        else:
+            tape.refuse(f"calls {qualname(f)}, which compiled programs do not follow (only plain functions)", site)
     if f.__module__ == "bytegrad.api" and f.__name__ != "__call__":
         return _call_api(site, f, args, kwargs)
     rewritten = _rewriter(f, args, kwargs, tape.ids) if _rewriter is not None else None
@@ -383,11 +386,14 @@ def _dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dic
         if kind is RRULE and rule.rrule is not None:
             return _record_rrule(tape, site, rule, call_fn, tuple(args), kwargs)
         if kind is NONDIFF or kind is TRANSPARENT:
-            if tape.__class__ is CaptureTape and rule.fn not in CAPTURE_SAFE and _any_tracked(tape.ids, tuple(args), kwargs):
-                tape.refuse(f"computes {qualname(rule.fn)} of a differentiated value: Python code may "
-                            "decide on its result", site)
-            return fn(*args[1:] if owner is not None else args, **kwargs) if kwargs else \
+            out = fn(*args[1:] if owner is not None else args, **kwargs) if kwargs else \
                 fn(*(args[1:] if owner is not None else args))
+            if tape.__class__ is CaptureTape and rule.fn not in CAPTURE_SAFE and _any_tracked(tape.ids, tuple(args), kwargs):
+                if kind is NONDIFF:  # Python code may decide on its result: the program checks it
+                    tape.check(rule.fn if owner is not None else fn, tuple(args), kwargs, out, site)
+                else:
+                    tape.refuse(f"passes a differentiated value through {qualname(rule.fn)}", site)
+            return out
         if kind is THROUGH:
             return _call_python(tape, site, rule.impl, tuple(args), kwargs)
         if kind is NOT_IMPLEMENTED and _any_tracked(tape.ids, tuple(args), kwargs):
@@ -446,6 +452,25 @@ CALL_HANDLERS: dict[type, Callable[..., Any]] = {}
 CAPTURE_SAFE = frozenset({len, isinstance, type, np.shape, np.ndim, np.size, list.append, list.copy,
                           list.__getitem__, tuple.__getitem__, dict.get, dict.items, dict.keys, dict.values,
                           dict.__getitem__})
+_PREDICATE_HOOKS: dict[Any, Callable[..., Any]] = {}
+
+
+def predicate_hook(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The hook of a comparison, `is`, `in`, `not` or truth test `fn` with a tracked operand: the
+    plain operation, which a capture run records as a decision its program must check."""
+    hook = _PREDICATE_HOOKS.get(fn)
+    if hook is None:
+        def hook(tape: Optional[Tape], site: Site, *operands: Any) -> Any:
+            out = fn(*operands)
+            if tape.__class__ is CaptureTape:
+                tape.check(fn, operands, None, out, site)
+            return out
+
+        hook.__qualname__ = f"predicate_hook.<{getattr(fn, '__name__', fn)}>"
+        hook = _PREDICATE_HOOKS[fn] = hook
+    return hook
+
+
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
 
 

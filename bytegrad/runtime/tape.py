@@ -175,14 +175,25 @@ class CaptureTape(Tape):
     values of the same signature (a Python callee, a value computed from data that Python code then
     uses). The first such reason makes the capture fail; the gradient itself is unaffected."""
 
-    __slots__ = ("refusals",)
+    __slots__ = ("refusals", "checks", "callees")
 
     def __init__(self) -> None:
         super().__init__()
         self.refusals: list[tuple[str, Any]] = []
+        #: decisions on data: (records before it, fn, args, kwargs, result, site), one per call of a
+        #: function without a derivative (or a comparison) on a tracked value; a compiled program
+        #: computes each again and runs only where every one gives the captured result
+        self.checks: list[tuple[int, Any, tuple, Optional[dict], Any, Any]] = []
+        #: Python functions the run called with tracked values, (function, args, kwargs, site): their
+        #: operations are on the tape like the caller's; their code must be as eligible (api.py)
+        self.callees: list[tuple[Any, tuple, Optional[dict], Any]] = []
 
     def refuse(self, why: str, site: Any) -> None:
         self.refusals.append((why, site))
+
+    def check(self, fn: Any, args: tuple, kwargs: Optional[dict], result: Any, site: Any) -> None:
+        """`fn(*args, **kwargs)` gave `result` on tracked values: Python code may decide on it."""
+        self.checks.append((len(self.nodes), fn, args, kwargs, result, site))
 
 
 def saved_arrays(node: tuple) -> list[np.ndarray]:

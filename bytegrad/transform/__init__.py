@@ -145,6 +145,16 @@ def rewritten_function(f: types.FunctionType, args: tuple, kwargs: Optional[dict
     return _make_function(f, bits, key)
 
 
+def callee_activity(f: types.FunctionType, args: tuple, kwargs: Optional[dict],
+                    ids: dict[int, int]) -> tuple[frozenset[str], frozenset[str]]:
+    """(the parameters of callee `f` that hold tracked values in this call, those that hold
+    immutable constants): the sets `rewritten_function` rewrites it for."""
+    bits = _activity(f, args, kwargs, ids)
+    pnames = param_names(f.__code__)
+    return (frozenset(n for n, b in zip(pnames, bits) if b == ACTIVE),
+            frozenset(n for n, b in zip(pnames, bits) if b == INERT))
+
+
 def _make_function(f: types.FunctionType, bits: tuple[bool, ...], key: Any) -> types.FunctionType:
     import weakref
 

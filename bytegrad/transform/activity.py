@@ -59,6 +59,12 @@ def _join(a: Slot, b: Slot) -> Slot:
     return (a[0] or b[0], a[1] and b[1], a[2] | b[2], a[3] if a[3] is b[3] else None)
 
 
+#: non-differentiable functions whose result on a differentiated value depends on its shape only:
+#: calls of them run as they are (any other call on a differentiated value is hooked, so that a
+#: capture run sees it: bytegrad/compiled.py checks its result as a decision)
+SHAPE_ONLY = frozenset({len, isinstance, type, np.shape, np.ndim, np.size})
+
+
 def _nondiff_callable(slot: Any) -> bool:
     """A statically known callable whose result never carries a derivative (len, range, np.shape...)."""
     if slot is None or slot[3] is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dis
 import enum
+import operator
 import sys
 from typing import Any, Final, Sequence
 
@@ -290,6 +291,56 @@ def for_iter_jump_pushes() -> int:
 def predicate_pops(instr: Instr) -> int:
     """Operands of a PREDICATE instruction: one for `not`, `~` and to-bool, else two."""
     return 1 if instr.name in ("UNARY_NOT", "UNARY_INVERT", "TO_BOOL") else 2
+
+
+def _contains(a: Any, b: Any) -> bool:
+    return a in b
+
+
+def _not_contains(a: Any, b: Any) -> bool:
+    return a not in b
+
+
+def _bool_lt(a: Any, b: Any) -> bool:
+    return bool(a < b)
+
+
+def _bool_le(a: Any, b: Any) -> bool:
+    return bool(a <= b)
+
+
+def _bool_eq(a: Any, b: Any) -> bool:
+    return bool(a == b)
+
+
+def _bool_ne(a: Any, b: Any) -> bool:
+    return bool(a != b)
+
+
+def _bool_gt(a: Any, b: Any) -> bool:
+    return bool(a > b)
+
+
+def _bool_ge(a: Any, b: Any) -> bool:
+    return bool(a >= b)
+
+
+#: COMPARE_OP's operators by its argument, and (3.13) with its to-bool flag (16) set
+_COMPARE_OPS = (operator.lt, operator.le, operator.eq, operator.ne, operator.gt, operator.ge)
+_CAST_OPS = (_bool_lt, _bool_le, _bool_eq, _bool_ne, _bool_gt, _bool_ge)
+
+
+def predicate_fn(instr: Instr) -> Any:
+    """The function a PREDICATE instruction applies to its operands (`operator.lt` for `<`)."""
+    name = instr.name
+    if name == "COMPARE_OP":
+        arg = int(instr.arg)
+        return (_CAST_OPS if arg & 16 else _COMPARE_OPS)[arg & 15]
+    if name == "IS_OP":
+        return operator.is_not if instr.arg else operator.is_
+    if name == "CONTAINS_OP":
+        return _not_contains if instr.arg else _contains
+    return {"UNARY_NOT": operator.not_, "UNARY_INVERT": operator.invert, "TO_BOOL": bool}[name]
 
 
 #: OTHER instructions that only build values from their operands or do nothing (a compiled program

@@ -15,7 +15,7 @@ from bytecode import Bytecode, Instr
 from bytegrad.errors import SourceLoc
 from bytegrad.runtime import abi, fused
 from bytegrad.transform import fusion, opcodes
-from bytegrad.transform.activity import NONDIFF_ATTRS, Activity, _nondiff_callable
+from bytegrad.transform.activity import NONDIFF_ATTRS, SHAPE_ONLY, Activity, _nondiff_callable
 from bytegrad.transform.opcodes import OpKind
 
 TAPE_LOCAL = "__bg_tape__"
@@ -161,6 +161,24 @@ def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]
             else:
                 out.append(ins)
             continue
+        if kind is OpKind.PREDICATE:
+            # a decision on a differentiated value: the hook computes it as it is, and a capture
+            # run records it for the compiled program to check (bytegrad/compiled.py)
+            n = opcodes.predicate_pops(ins)
+            if any(s[0] for s in st[len(st) - n:]):
+                out += opcodes.call_hook(n, abi.predicate_hook(opcodes.predicate_fn(ins)), TAPE_LOCAL,
+                                         _site(loc, ins, "decision"), iloc)
+                hooked += 1
+            else:
+                out.append(ins)
+            continue
+        if kind is OpKind.POP_JUMP and st[-1][0] and not ins.name.endswith("NONE"):
+            # `if x:` on a differentiated value (3.11/3.12 test it in the jump itself): its truth
+            # is taken by the hook, as a decision a capture records, then the jump tests a bool
+            out += opcodes.call_hook(1, abi.predicate_hook(bool), TAPE_LOCAL, _site(loc, ins, "decision"), iloc)
+            out.append(ins)
+            hooked += 1
+            continue
         if kind is OpKind.GET_ITER:
             if st[-1][0]:
                 out += opcodes.call_hook(1, abi.iter_, TAPE_LOCAL, _site(loc, ins, "iteration"), iloc)
@@ -237,11 +255,12 @@ def fusion_disabled() -> bool:
 
 def _call_active(ins: Instr, st: Any) -> bool:
     """A call is hooked when its callable or an argument may be active, unless the callable is a
-    known non-differentiable builtin (`len(x)` runs as it is)."""
+    known shape query (`len(x)` runs as it is)."""
     if st is None:
         return False
     n = int(ins.arg)
-    if _nondiff_callable(opcodes.callable_slot(n, st)):
+    slot = opcodes.callable_slot(n, st)
+    if _nondiff_callable(slot) and slot[3] in SHAPE_ONLY:
         return False
     return any(s[0] for s in st[-(n + 2):] if not s[1])
 
