@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
-from bytegrad import compiled, transform
+from bytegrad import _ruled, compiled, transform
 from bytegrad._config import config as _config
 from bytegrad.errors import (
     AuxOutputError, ComplexOutputError, NonScalarOutputError, SourceLoc, UnsupportedOpcodeError, WrtError,
@@ -72,15 +72,15 @@ class Differentiated:
         if isinstance(fn, Differentiated):
             tier = fn._tier if tier is None else tier
             fn = fn.fn
+        target = fn
         if not isinstance(fn, types.FunctionType):
             call = getattr(type(fn), "__call__", None)
-            if isinstance(fn, types.MethodType) or isinstance(call, types.FunctionType):
-                pass
-            else:
-                raise TypeError(f"bytegrad can differentiate Python functions, not {type(fn).__name__}")
+            if not (isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType)
+                    or isinstance(call, types.FunctionType)):
+                target = _ruled.python_caller(fn)  # np.sum, np.add: its rule (TypeError without one)
         self.fn = fn
         functools.update_wrapper(self, fn)
-        self._target, self._bound_self = self._python_target(fn)
+        self._target, self._bound_self = self._python_target(target)
         self._offset = 1 if self._bound_self is not None else 0
         self._wrt_spec = wrt
         self._has_aux = bool(has_aux)
@@ -383,6 +383,8 @@ class Differentiated:
         except Exception as exc:  # noqa: BLE001 - tracking every argument can refuse what the general path takes
             return self._grad_now(args, {}), f"the capture run raised {type(exc).__name__}: {exc}"
         self._check_scalar(out)
+        if type(out) is _ndarray and out.ndim:
+            return self._grad_now(args, {}), "the output is a one-element array, not a scalar"
         spec_at = dict(zip(positions, specs))
         wrt_specs = [spec_at[p] for p in norm_wrt]
         if not all(_complete(s) for s in wrt_specs):  # (the general path's strict check refuses some of these)
@@ -433,7 +435,9 @@ class Differentiated:
         t = type(out)
         if t is not _float64 and t is not float and _is_complex(out):
             raise self._complex_output_error(out)
-        if not (t is _float64 or t is float or t is int or (t is _ndarray and out.ndim == 0)
+        # a one-element array of any ndim counts as a scalar (HIPS autograd's rule: code ported from it
+        # returns `np.sum(x, keepdims=True)`); the gradient is seeded with ones of its shape
+        if not (t is _float64 or t is float or t is int or (t is _ndarray and out.size == 1)
                 or isinstance(out, np.generic)):
             shape = getattr(out, "shape", None)
             found = f"an array of shape {shape}" if shape is not None else f"a {t.__name__}"
@@ -450,8 +454,9 @@ class Differentiated:
             out, aux = self._split_aux(out)
         self._check_scalar(out)
         idx = tape.ids.get(id(out))
+        seed = np.ones_like(out) if type(out) is _ndarray and out.ndim else 1.0
         if nested is None:
-            cts = sweep(tape, {idx: 1.0}) if idx is not None else [None] * len(tape.nodes)
+            cts = sweep(tape, {idx: seed}) if idx is not None else [None] * len(tape.nodes)
             grads = tuple([pytree.project(cts[s.idx], s.primal) if type(s) is pytree.Leaf else pytree.gradient(s, cts)
                            for s in specs])
             if len(grads) > 1:
@@ -460,7 +465,7 @@ class Differentiated:
                 from bytegrad.runtime import fused  # loaded: its sites put the trials there
                 fused.report(tape.trials, _perf() - t0)
         else:
-            grads = nested.gradients(specs, nested.sweep({idx: 1.0} if idx is not None else {}))
+            grads = nested.gradients(specs, nested.sweep({idx: seed} if idx is not None else {}))
         return (out, aux) if self._has_aux else out, grads if self._wrt_tuple else grads[0]
 
     def _split_aux(self, out: Any) -> tuple[Any, Any]:
