@@ -164,3 +164,63 @@ def test_python_abs_of_a_complex_value_follows_the_convention():
     assert bytegrad.grad(lambda z: operator.abs(z) ** 2)(3 - 1j) == pytest.approx(6 + 2j)
     _, z_dot = bytegrad.jvp(lambda z: abs(z), (1 + 2j,), (1 + 0j,))
     assert z_dot == pytest.approx(1 / math.sqrt(5))
+
+
+def send_fn(x):
+    def accumulate():
+        total = 0.0
+        while True:
+            v = yield total
+            total = total + v * v
+    gen = accumulate()
+    next(gen)
+    gen.send(x[0])
+    return gen.send(x[1] * 3.0) + x[2]
+
+
+def running_sum(scale):
+    total = 0.0
+    while True:
+        row = yield total
+        if row is None:
+            return
+        total = total + scale * np.sum(row ** 2)
+
+
+def send_rows_fn(x):
+    gen = running_sum(2.0)
+    next(gen)
+    for row in (x, np.sin(x)):
+        out = gen.send(row)
+    return out
+
+
+def local_class_fn(x):
+    class V:
+        def __init__(self, a):
+            self.a = a
+
+        def __add__(self, other):
+            return V(self.a + other.a * other.a)
+
+        def scaled(self):
+            return V(self.a * x[2])
+
+    return (V(x[0]) + V(x[1])).scaled().a
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("fn", [send_fn, send_rows_fn, local_class_fn], ids=lambda f: f.__name__)
+def test_generators_fed_by_send_and_local_classes(fn, dtype):
+    x = np.array([1.1, 2.0, 0.7], dtype=dtype)
+    check_grad(fn, (x,), **_tol(dtype))
+
+
+def test_a_class_body_that_reads_a_differentiated_value_is_still_refused():
+    def f(x):
+        class W:
+            s = x[0] * 2.0
+        return W.s
+
+    with pytest.raises(bytegrad.UnsupportedOpcodeError, match="the body of class W reads x"):
+        bytegrad.grad(f)(np.ones(2))
