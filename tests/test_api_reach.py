@@ -82,3 +82,63 @@ def test_a_one_element_output_differentiates_twice():
 def test_a_larger_array_output_is_still_refused():
     with pytest.raises(bytegrad.NonScalarOutputError):
         bytegrad.grad(lambda x: x[:2])(np.ones(3))
+
+
+def kw_loss(x, label, *, w, scale=1.0):
+    if label != "run":  # (no assert: pytest rewrites asserts in test modules with locals())
+        raise ValueError(label)
+    return scale * np.sum(np.sin(x) * w ** 2)
+
+
+def opts_loss(x, **opts):
+    return np.sum(x * opts["w"] ** 3)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_wrt_names_a_keyword_only_parameter(dtype):
+    x, w = np.array([1.0, 2.0, -0.5], dtype=dtype), np.array([0.5, -1.0, 1.5], dtype=dtype)
+    tol = _tol(dtype)
+    check_grad(kw_loss, (x, "run"), wrt="w", kwargs={"w": w, "scale": 2.0}, **tol)
+    check_grad(kw_loss, (x, "run"), wrt=(0, "w"), kwargs={"w": w}, **tol)
+    np.testing.assert_allclose(bytegrad.grad(opts_loss, wrt="w")(x, w=w), 3 * x * w ** 2, rtol=tol["rtol"])
+    value, g = bytegrad.value_and_grad(kw_loss, wrt="w")(x, "run", w=w)
+    assert value == pytest.approx(kw_loss(x, "run", w=w), rel=1e-6)
+    np.testing.assert_allclose(g, 2.0 * np.sin(x) * w, rtol=tol["rtol"])
+    np.testing.assert_allclose(bytegrad.jacobian(lambda x, *, w: np.sin(x) * w, wrt="w")(x, w=w), np.diag(np.sin(x)),
+                               rtol=1e-6)
+    np.testing.assert_allclose(bytegrad.hessian(kw_loss, wrt="w")(x, "run", w=w), np.diag(2 * np.sin(x)), rtol=1e-5)
+
+
+def test_keyword_only_wrt_inside_a_derivative():
+    x = np.array([1.0, 2.0])
+    g = bytegrad.grad(lambda x: np.sum(bytegrad.grad(kw_loss, wrt="w")(x, "run", w=x * 2.0)))(x)
+    np.testing.assert_allclose(g, 4 * np.sin(x) + 4 * x * np.cos(x))
+
+
+def test_keyword_only_wrt_errors_name_the_parameter():
+    with pytest.raises(bytegrad.WrtError, match="call did not pass it"):
+        bytegrad.grad(kw_loss, wrt="w")(np.ones(2), "run")
+    with pytest.raises(bytegrad.WrtError, match="its parameters are x, label, w, scale"):
+        bytegrad.grad(kw_loss, wrt="q")(np.ones(2), "run", w=np.ones(2))
+
+
+def power_loss(x, n, label, y):
+    if label != "a":
+        raise ValueError(label)
+    return np.sum(x ** n * y)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_hvp_and_jacobian_with_arguments_that_are_not_differentiated(dtype):
+    x, y, v = (np.array(a, dtype=dtype) for a in ([1.0, 2.0], [0.5, 1.5], [1.0, -1.0]))
+    expected = 6.0 * x * y * v  # the Hessian in x is diag(n (n - 1) x**(n - 2) y) with n == 3
+    rtol = 1e-6 if dtype == np.float64 else 1e-4
+    np.testing.assert_allclose(bytegrad.hvp(power_loss, (x, 3, "a", y), (v,), wrt=0), expected, rtol=rtol)
+    np.testing.assert_allclose(bytegrad.hvp(power_loss, (x, 3, "a", y), (v,), wrt="x"), expected, rtol=rtol)
+    hx, hy = bytegrad.hvp(power_loss, (x, 3, "a", y), (v, np.zeros_like(y)), wrt=(0, "y"))
+    np.testing.assert_allclose(hx, expected, rtol=rtol)
+    np.testing.assert_allclose(hy, 3.0 * x ** 2 * v, rtol=rtol)
+    J = bytegrad.jacobian(lambda x, n, label: x ** n, wrt=0)(x, 3, "a")
+    np.testing.assert_allclose(J, np.diag(3.0 * x ** 2), rtol=rtol)
+    with pytest.raises(bytegrad.WrtError, match="cannot be differentiated"):
+        bytegrad.hvp(power_loss, (x, 3, "a", y), (v, 0, 0, v))  # without wrt: every primal, as before
