@@ -19,19 +19,17 @@ from bytegrad.rules import _stdlib_impls as _impls
 from bytegrad.rules._project import project, stand_in
 from bytegrad.rules.registry import ZERO, differentiate_through, non_differentiable, rrule, transparent
 
-# ---- itertools: Python versions, so the items keep their identity -----------------------------------
-
-differentiate_through(itertools.product, _impls.py_product)
-differentiate_through(itertools.combinations, _impls.py_combinations)
-differentiate_through(itertools.takewhile, _impls.py_takewhile)
-differentiate_through(itertools.dropwhile, _impls.py_dropwhile)
-differentiate_through(itertools.groupby, _impls.py_groupby)
-
-# ---- callable objects of C types: the rule is on the type's `__call__` ------------------------------
-
-differentiate_through(operator.itemgetter.__call__, _impls.py_itemgetter_call)
-differentiate_through(operator.methodcaller.__call__, _impls.py_methodcaller_call)
-differentiate_through(type(functools.lru_cache(None)(abs)).__call__, _impls.py_lru_cache_call)
+# itertools (Python versions, so the items keep their identity) and callable objects of C types, whose
+# rule is on the type's `__call__` (`operator.itemgetter(0)(x)`, a functools.lru_cache helper)
+_THROUGH = (
+    (itertools.product, _impls.py_product), (itertools.combinations, _impls.py_combinations),
+    (itertools.takewhile, _impls.py_takewhile), (itertools.dropwhile, _impls.py_dropwhile),
+    (itertools.groupby, _impls.py_groupby), (operator.itemgetter.__call__, _impls.py_itemgetter_call),
+    (operator.methodcaller.__call__, _impls.py_methodcaller_call),
+    (type(functools.lru_cache(None)(abs)).__call__, _impls.py_lru_cache_call),
+)
+for _fn, _impl in _THROUGH:
+    differentiate_through(_fn, _impl)
 
 # ---- copies: the same values in a new object ---------------------------------------------------------
 
