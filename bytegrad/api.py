@@ -13,13 +13,13 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
-from bytegrad import compiled, transform
+from bytegrad import _ruled, compiled, transform
 from bytegrad._config import config as _config
 from bytegrad.errors import (
     AuxOutputError, ComplexOutputError, NonScalarOutputError, SourceLoc, UnsupportedOpcodeError, WrtError,
 )
 from bytegrad.rules import pytrees, registry
-from bytegrad.runtime import abi, nested as _nested_sweep, pytree, writes
+from bytegrad.runtime import abi, fpwarn, nested as _nested_sweep, pytree, writes
 from bytegrad.runtime.backward import _bw_identity
 from bytegrad.runtime.forward import push_forward
 from bytegrad.runtime.program import MISS, Ineligible, Program, build as build_program
@@ -72,15 +72,15 @@ class Differentiated:
         if isinstance(fn, Differentiated):
             tier = fn._tier if tier is None else tier
             fn = fn.fn
+        target = fn
         if not isinstance(fn, types.FunctionType):
             call = getattr(type(fn), "__call__", None)
-            if isinstance(fn, types.MethodType) or isinstance(call, types.FunctionType):
-                pass
-            else:
-                raise TypeError(f"bytegrad can differentiate Python functions, not {type(fn).__name__}")
+            if not (isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType)
+                    or isinstance(call, types.FunctionType)):
+                target = _ruled.python_caller(fn)  # np.sum, np.add: its rule (TypeError without one)
         self.fn = fn
         functools.update_wrapper(self, fn)
-        self._target, self._bound_self = self._python_target(fn)
+        self._target, self._bound_self = self._python_target(target)
         self._offset = 1 if self._bound_self is not None else 0
         self._wrt_spec = wrt
         self._has_aux = bool(has_aux)
@@ -104,6 +104,7 @@ class Differentiated:
         self._kwdefaults = self._target.__kwdefaults__
         self._params = transform.param_names(code)
         self._positional = code.co_varnames[: code.co_argcount]
+        self._kwonly = code.co_varnames[code.co_argcount: code.co_argcount + code.co_kwonlyargcount]
         self._wrt, self._wrt_tuple = self._resolve_wrt(self._wrt_spec)
         self._fns: dict[Any, types.FunctionType] = {}
         self._plans: dict[Any, Any] = {}
@@ -143,10 +144,14 @@ class Differentiated:
                 raise WrtError(f"wrt must be a position, a parameter name, or a tuple of them, got {w!r}.",
                                self._loc(), "pass for example wrt=0, wrt='params' or wrt=(0, 1).")
             if isinstance(w, str):
+                if w in self._kwonly or (w not in visible and self._code.co_flags & 0x08):
+                    # a keyword-only parameter, or a keyword that `**kwargs` takes: found in the call's keywords
+                    positions.append(w)
+                    continue
                 if w not in visible:
                     raise WrtError(
-                        f"wrt={w!r} names no positional parameter of {self._code.co_name}; its parameters "
-                        f"are {', '.join(visible) or '(none)'}.", self._loc(),
+                        f"wrt={w!r} names no parameter of {self._code.co_name}; its parameters "
+                        f"are {', '.join(visible + self._kwonly) or '(none)'}.", self._loc(),
                         "use one of those names, or a position.")
                 positions.append(visible.index(w))
             else:
@@ -200,17 +205,22 @@ class Differentiated:
         if plan is not None:
             return plan
         for p in positions:
+            if type(p) is str:
+                continue
             if not -nargs <= p < nargs:
                 raise WrtError(
                     f"wrt={p} is out of range: {self._code.co_name} was called with {nargs} positional "
                     f"argument{'s' if nargs != 1 else ''}.", self._loc(),
                     "pass the differentiated argument positionally, or fix wrt.")
-        norm = tuple(p % nargs for p in positions)
+        norm = tuple(p if type(p) is str else p % nargs for p in positions)
         code = self._target.__code__
         names = self._params[self._offset:]
         argc = code.co_argcount - self._offset
-        active = {names[p] for p in norm if p < argc}
-        if any(p >= argc for p in norm) and code.co_flags & 0x04:
+        varkw = code.co_varnames[code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 0x04)] \
+            if code.co_flags & 0x08 else None
+        active = {names[p] for p in norm if type(p) is not str and p < argc}
+        active |= {p if p in self._kwonly else varkw for p in norm if type(p) is str}
+        if any(type(p) is not str and p >= argc for p in norm) and code.co_flags & 0x04:
             active.add(code.co_varnames[code.co_argcount + code.co_kwonlyargcount])
         plan = (norm, frozenset(active))
         self._plans[key] = plan
@@ -263,6 +273,8 @@ class Differentiated:
         tape = CaptureTape() if capture else (Tape() if not _config.debug_nans else _checking_tape())
         tape.lean = lean
         args = list(args)
+        if any(type(p) is str for p in norm):
+            args, kwargs = self._keyword_slots(args, kwargs, norm)
         specs = []
         values = tape.values
         for p in norm:
@@ -285,6 +297,9 @@ class Differentiated:
                 raise self._wrt_type_error(p, exc) from None
             args[p] = fresh
             specs.append(spec)
+        if type(args) is _KeywordSlots:
+            args, named = args.split()
+            kwargs = {**kwargs, **named}
         call_args = tuple(args) if self._bound_self is None else (self._bound_self, *args)
         # bytegrad's own functions (hessian = jacobian of grad) run as they are: they find the tape
         fn = self._rewritten(active, call_args) if self._target.__module__ != __name__ else self._target
@@ -292,7 +307,8 @@ class Differentiated:
         old = getattr(tls, "tape", None)
         tls.tape = tape
         try:
-            out = fn(*call_args, **kwargs) if kwargs else fn(*call_args)
+            with fpwarn.at_user_lines():  # NumPy's floating-point warnings name the user's line, not a hook's
+                out = fn(*call_args, **kwargs) if kwargs else fn(*call_args)
         finally:
             tls.tape = old
         return out, tape, specs, None
@@ -310,6 +326,8 @@ class Differentiated:
         nested = _Nested(tape, site, len(tape.nodes))
         protected = set(tape.protected)
         args = list(args)
+        if any(type(p) is str for p in norm):
+            args, kwargs = self._keyword_slots(args, kwargs, norm)
         specs = []
         for p in norm:
             try:
@@ -323,6 +341,9 @@ class Differentiated:
                     tape.nodes[leaf.idx] = (_bw_identity, (outer,), site)
             args[p] = fresh
             specs.append(spec)
+        if type(args) is _KeywordSlots:
+            args, named = args.split()
+            kwargs = {**kwargs, **named}
         nested.stop = len(tape.nodes) - 1
         added = tape.protected - protected  # the inner inputs are protected while the inner code runs
         call_args = tuple(args) if self._bound_self is None else (self._bound_self, *args)
@@ -337,6 +358,18 @@ class Differentiated:
             tls.nesting -= 1
         return out, tape, specs, nested
 
+    def _keyword_slots(self, args: list, kwargs: dict, norm: tuple) -> tuple["_KeywordSlots", dict]:
+        """The positional arguments and the keyword-only ones `wrt` names, indexable by position or name."""
+        kwargs = dict(kwargs or {})
+        slots = _KeywordSlots(args)
+        for p in norm:
+            if type(p) is str:
+                if p not in kwargs:
+                    raise WrtError(f"wrt={p!r} names a keyword-only parameter of {self._code.co_name}, but the "
+                                   "call did not pass it.", self._loc(), f"pass it: {p}=...")
+                slots.named[p] = kwargs.pop(p)
+        return slots, kwargs
+
     def _call_site(self) -> abi.Site:
         site = call_site()
         if site is None:
@@ -344,8 +377,11 @@ class Differentiated:
             site = abi.Site(c.co_filename, c.co_firstlineno, c.co_name, "nested derivative")
         return site
 
-    def _wrt_type_error(self, p: int, exc: Exception) -> WrtError:
-        name = self._positional[self._offset + p] if self._offset + p < len(self._positional) else f"#{p}"
+    def _wrt_type_error(self, p: Union[int, str], exc: Exception) -> WrtError:
+        if type(p) is str:
+            name = p
+        else:
+            name = self._positional[self._offset + p] if self._offset + p < len(self._positional) else f"#{p}"
         return WrtError(f"argument {name!r} (wrt={p}) cannot be differentiated: {exc}.", self._loc(),
                         getattr(exc, "fix", None) or
                         "differentiate with respect to float arrays, floats, or containers of them; "
@@ -392,6 +428,8 @@ class Differentiated:
             out, aux = self._split_aux(out)
             program_aux = (aux,)
         self._check_scalar(out)
+        if type(out) is _ndarray and out.ndim:
+            return self._grad_now(args, {}), "the output is a one-element array, not a scalar"
         spec_at = dict(zip(positions, specs))
         wrt_specs = [spec_at[p] for p in norm_wrt]
         callee_why, callee_guards = _callee_guards(tape)
@@ -446,7 +484,9 @@ class Differentiated:
         t = type(out)
         if t is not _float64 and t is not float and _is_complex(out):
             raise self._complex_output_error(out)
-        if not (t is _float64 or t is float or t is int or (t is _ndarray and out.ndim == 0)
+        # a one-element array of any ndim counts as a scalar (HIPS autograd's rule: code ported from it
+        # returns `np.sum(x, keepdims=True)`); the gradient is seeded with ones of its shape
+        if not (t is _float64 or t is float or t is int or (t is _ndarray and out.size == 1)
                 or isinstance(out, np.generic)):
             shape = getattr(out, "shape", None)
             found = f"an array of shape {shape}" if shape is not None else f"a {t.__name__}"
@@ -463,8 +503,9 @@ class Differentiated:
             out, aux = self._split_aux(out)
         self._check_scalar(out)
         idx = tape.ids.get(id(out))
+        seed = np.ones_like(out) if type(out) is _ndarray and out.ndim else 1.0
         if nested is None:
-            cts = sweep(tape, {idx: 1.0}) if idx is not None else [None] * len(tape.nodes)
+            cts = sweep(tape, {idx: seed}) if idx is not None else [None] * len(tape.nodes)
             grads = tuple([pytree.project(cts[s.idx], s.primal) if type(s) is pytree.Leaf else pytree.gradient(s, cts)
                            for s in specs])
             if len(grads) > 1:
@@ -473,7 +514,7 @@ class Differentiated:
                 from bytegrad.runtime import fused  # loaded: its sites put the trials there
                 fused.report(tape.trials, _perf() - t0)
         else:
-            grads = nested.gradients(specs, nested.sweep({idx: 1.0} if idx is not None else {}))
+            grads = nested.gradients(specs, nested.sweep({idx: seed} if idx is not None else {}))
         return (out, aux) if self._has_aux else out, grads if self._wrt_tuple else grads[0]
 
     def _split_aux(self, out: Any) -> tuple[Any, Any]:
@@ -726,6 +767,27 @@ class _Nested:
         if self.recording():
             return abi._dispatch(self.tape, self.site, fn, args, kwargs or None)
         return fn(*args, **kwargs)
+
+
+class _KeywordSlots(list):
+    """Positional arguments (by index) and keyword-only ones named by `wrt` (by name), while the
+    differentiated ones are swapped for their tracked copies."""
+
+    def __init__(self, args: list) -> None:
+        super().__init__(args)
+        self.named: dict[str, Any] = {}
+
+    def __getitem__(self, p: Any) -> Any:
+        return self.named[p] if type(p) is str else list.__getitem__(self, p)
+
+    def __setitem__(self, p: Any, value: Any) -> None:
+        if type(p) is str:
+            self.named[p] = value
+        else:
+            list.__setitem__(self, p, value)
+
+    def split(self) -> tuple[list, dict]:
+        return list(self), self.named
 
 
 def _is_complex(out: Any) -> bool:
@@ -1209,7 +1271,7 @@ def hessian(fn: Callable[..., Any], wrt: Union[int, str] = 0, mode: str = "fwd")
     return jacobian(d.grad, wrt=d._wrt[0], mode=mode)
 
 
-def hvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]) -> Any:
+def hvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any], wrt: Optional[Wrt] = None) -> Any:
     """The Hessian-vector product `H @ v` of scalar-valued `fn` at `primals`, along `tangents`.
 
     Forward-over-reverse: `jvp` of the gradient with respect to all positional arguments, without
@@ -1222,13 +1284,16 @@ def hvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any])
     primals : tuple or list
         The positional arguments of `fn`.
     tangents : tuple or list
-        The vector `v`: one entry per primal, shaped like it.
+        The vector `v`: one entry per differentiated primal, shaped like it.
+    wrt : int, str or tuple of them, optional
+        The primals to differentiate with respect to, by position or parameter name, as in `grad`;
+        the others (ints, labels, data) are passed as they are. Default: all of them.
 
     Returns
     -------
     Any
-        With one primal, `H @ v` shaped like it; with several, a tuple with one entry per primal
-        (the rows of the block Hessian applied to all the tangents).
+        With one differentiated primal, `H @ v` shaped like it; with several, a tuple with one entry
+        per differentiated primal (the rows of the block Hessian applied to all the tangents).
 
     Examples
     --------
@@ -1239,6 +1304,19 @@ def hvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any])
     True
     """
     primals, tangents = _as_args(primals, "primals"), _as_args(tangents, "tangents")
-    gradient = Differentiated(fn, tuple(range(len(primals)))).grad
-    _, hv = jvp(gradient, primals, tangents)
-    return hv[0] if len(primals) == 1 else hv
+    if wrt is None:
+        gradient = Differentiated(fn, tuple(range(len(primals)))).grad
+        _, hv = jvp(gradient, primals, tangents)
+        return hv[0] if len(primals) == 1 else hv
+    d = Differentiated(fn, wrt)
+    positions = d._plan(len(primals), d._wrt)[0]
+    gradient = Differentiated(fn, positions).grad
+
+    def gradient_at(*values: Any) -> Any:  # the gradient as a function of the differentiated primals only
+        args = list(primals)
+        for p, v in zip(positions, values):
+            args[p] = v
+        return gradient(*args)
+
+    _, hv = jvp(gradient_at, [primals[p] for p in positions], tangents)
+    return hv if d._wrt_tuple else hv[0]

@@ -1,6 +1,7 @@
 """Imports every module of bytegrad's own rules, so importing `bytegrad.rules` registers them."""
 from bytegrad.rules import builtins as _builtins  # noqa: F401
 from bytegrad.rules import control as _control  # noqa: F401
+from bytegrad.rules import python_stdlib as _python_stdlib  # noqa: F401
 from bytegrad.rules.numpy import (  # noqa: F401
     building as _building,
     cumulative as _cumulative,

@@ -35,6 +35,7 @@ _MethodType = types.MethodType
 _BuiltinMethod = types.BuiltinMethodType
 _BuiltinFunction = types.BuiltinFunctionType
 _GetSetDescriptor = types.GetSetDescriptorType
+_DataDescriptors = (types.GetSetDescriptorType, types.MemberDescriptorType)  # `.real` of an array; of a complex
 _ModuleType = types.ModuleType
 _rules_get = registry._RULES.get
 ELEMENTWISE = RuleKind.ELEMENTWISE
@@ -428,9 +429,11 @@ def _dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dic
     if handler is not None:  # bytegrad's own callables (runtime/checkpoint.py)
         return handler(tape, site, fn, tuple(args), kwargs)
     dunder_call = getattr(t, "__call__", None)
-    if type(dunder_call) is _FunctionType:  # a callable object (`np.vectorize(f)(x)`): its rule, or its code
-        if _rules_get(dunder_call) is not None:
-            return _dispatch(tape, site, dunder_call, (fn,) + tuple(args), kwargs)
+    # a callable object (`np.vectorize(f)(x)`, `operator.itemgetter(0)(x)`, an lru_cache wrapper):
+    # the rule of its type's `__call__`, or that method's Python code
+    if dunder_call is not None and _rules_get(dunder_call) is not None:
+        return _dispatch(tape, site, dunder_call, (fn,) + tuple(args), kwargs)
+    if type(dunder_call) is _FunctionType:
         return _call_python(tape, site, dunder_call, (fn,) + tuple(args), kwargs)
     args = _drain_generators(tape, tuple(args))  # a C function: look inside generator arguments
     if _any_tracked(tape.ids, tuple(args), kwargs) or (type(fn) is _BuiltinMethod and
@@ -1060,7 +1063,7 @@ def getattr_(tape: Optional[Tape], site: Site, obj: Any, name: str) -> Any:
         if tape.ids.get(id(obj)) is not None:
             desc = getattr(type(obj), name, None)
             # only data descriptors (`.T`, `.real`) are values; methods are bound and called later
-            rule = _rules_get(desc) if type(desc) is _GetSetDescriptor else None
+            rule = _rules_get(desc) if type(desc) in _DataDescriptors else None
             if rule is not None and rule.kind is RRULE:
                 return _record_rrule(tape, site, rule, desc.__get__, (obj,), None)
             if rule is None and (type(obj) is _ndarray or isinstance(obj, np.generic)) and name in _ARRAY_DATA_ATTRS:

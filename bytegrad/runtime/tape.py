@@ -14,6 +14,7 @@ import numpy as np
 
 from bytegrad.errors import DifferentiationError, MutationError, PullbackError, SourceLoc, qualname
 from bytegrad.rules._shape import materialize
+from bytegrad.runtime import fpwarn
 from bytegrad.rules.registry import NO_TANGENT, ZERO, NoTangent, Zero
 
 _tls = _thread._local()  # threading.local, without importing threading (2-3 ms)
@@ -273,6 +274,7 @@ def accumulate(old: Any, new: Any) -> Any:
     return old + new
 
 
+@fpwarn.sweeps  # a floating-point warning in a pullback names the line that recorded the operation
 def sweep(tape: Tape, seeds: dict[int, Any], stop: int = -1) -> list[Any]:
     """Propagate output cotangents `seeds` (node index -> cotangent) back; returns one per node.
 

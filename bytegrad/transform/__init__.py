@@ -5,6 +5,7 @@ Passes: `activity` (which values may depend on the differentiated inputs) then `
 """
 from __future__ import annotations
 
+import functools
 import os
 import types
 from typing import Any, Optional
@@ -125,6 +126,16 @@ def _activity(f: types.FunctionType, args: tuple, kwargs: Optional[dict], ids: d
     return tuple(bits)
 
 
+_GENERATOR = 0x20  # inspect.CO_GENERATOR
+
+
+@functools.lru_cache(maxsize=512)
+def _uses_sent_values(code: types.CodeType) -> bool:
+    from bytegrad.transform import opcodes
+
+    return opcodes.uses_sent_values(code)
+
+
 #: id(callee) -> (weak reference to it, the code its entries were rewritten from, key -> rewritten)
 _FN_CACHE: dict[int, tuple[Any, types.CodeType, dict[Any, types.FunctionType]]] = {}
 
@@ -133,8 +144,8 @@ def rewritten_function(f: types.FunctionType, args: tuple, kwargs: Optional[dict
                        ids: dict[int, int]) -> Optional[types.FunctionType]:
     """The rewritten version of callee `f` for these arguments, or None when nothing in it is active."""
     bits = _activity(f, args, kwargs, ids)
-    if ACTIVE not in bits:
-        return None
+    if ACTIVE not in bits and not (f.__code__.co_flags & _GENERATOR and _uses_sent_values(f.__code__)):
+        return None  # (a generator that uses sent values is rewritten: `send` may pass in a tracked value)
     version = registry._version
     key = (bits, version)
     entry = _FN_CACHE.get(id(f))

@@ -103,7 +103,7 @@ def _refuse_invisible_code(instrs: list[Any], watched: set[str], loc: SourceLoc)
         body = ins.arg
         if body.co_flags & inspect.CO_OPTIMIZED:
             continue  # a function, lambda or comprehension: rewritten when it is called
-        names = sorted(set(body.co_freevars) & watched)
+        names = sorted(set(body.co_freevars) & watched & opcodes.cell_reads(body))
         if names:
             raise UnsupportedOpcodeError(
                 f"the body of class {body.co_name} reads {', '.join(names)}: bytegrad does not rewrite class "
@@ -478,6 +478,8 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
                 popped = [stack.pop() for _ in range(consumed)]
                 out = _join_all(popped)
                 stack += [out] * produced
+                if opcodes.receives_sent_value(ins):  # `gen.send(v)` may pass in a differentiated value
+                    stack[-1] = (True, False, stack[-1][2], None)
                 if ins.has_jump():
                     c2, p2 = opcodes.stack_effect(ins, jump=True)
                     jump_stack = list(st)

@@ -208,6 +208,31 @@ def stack_effect(instr: Instr, jump: bool) -> tuple[int, int]:
     return consumed, produced
 
 
+def receives_sent_value(instr: Instr) -> bool:
+    """True for the instruction whose result is the value a generator is sent (`v = yield x`)."""
+    return instr.name == "YIELD_VALUE"
+
+
+def uses_sent_values(code: Any) -> bool:
+    """Whether a generator's code uses what its `yield` evaluates to (a value `gen.send(v)` passes in)."""
+    names = [i.opname for i in dis.get_instructions(code) if i.opname not in ("RESUME", "CACHE")]
+    return any(a == "YIELD_VALUE" and b != "POP_TOP" for a, b in zip(names, names[1:]))
+
+
+_CELL_READS: Final = frozenset({"LOAD_DEREF", "LOAD_CLASSDEREF", "LOAD_FROM_DICT_OR_DEREF"})
+_OPTIMIZED = 0x1  # inspect.CO_OPTIMIZED: a function body (a class body is not)
+
+
+def cell_reads(code: Any) -> frozenset[str]:
+    """The free variables a class body reads itself (or through a class nested in it), as opposed to
+    those it only hands on to the closures of its methods (`LOAD_CLOSURE`), which run rewritten."""
+    names = {i.argval for i in dis.get_instructions(code) if i.opname in _CELL_READS}
+    for const in code.co_consts:
+        if hasattr(const, "co_flags") and not const.co_flags & _OPTIMIZED:
+            names |= cell_reads(const) & set(const.co_freevars)
+    return frozenset(names)
+
+
 def is_terminator(instr: Instr) -> bool:
     """True when control never falls through to the next instruction."""
     return _KIND_BY_NAME.get(instr.name) in (OpKind.JUMP, OpKind.RETURN)

@@ -7,16 +7,16 @@ import bytegrad.rules
 from bytegrad.errors import qualname
 from bytegrad.rules.registry import RuleKind, all_rules
 
-from . import test_builtins
+from . import test_builtins, test_python_stdlib
 from .numpy import (
-    test_building, test_complex, test_cumulative, test_fft, test_functional, test_indexing, test_linalg, test_linalg_decomp, test_manipulation, test_nondiff, test_numpy2,
-    test_products, test_reductions, test_shape, test_signal, test_statistics, test_ufuncs,
+    test_building, test_complex, test_cumulative, test_fft, test_functional, test_indexing, test_linalg,
+    test_linalg_decomp, test_manipulation, test_nondiff, test_numpy2, test_products, test_reductions, test_shape, test_signal, test_statistics, test_ufuncs,
 )
 
 TABLE_MODULES = [
     test_builtins, test_ufuncs, test_reductions, test_shape, test_indexing, test_linalg, test_nondiff,
     test_linalg_decomp, test_products, test_cumulative, test_building, test_manipulation, test_statistics, test_signal,
-    test_functional, test_complex, test_fft, test_numpy2,
+    test_functional, test_complex, test_fft, test_numpy2, test_python_stdlib,
 ]
 CHECKED_KINDS = (RuleKind.ELEMENTWISE, RuleKind.RRULE, RuleKind.THROUGH)
 
