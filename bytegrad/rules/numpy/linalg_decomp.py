@@ -237,16 +237,21 @@ def eigh_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., An
     like = stand_in(a)
 
     def eigh_pullback(out_bar: Any) -> tuple[Any, ...]:
-        # dw = diag(V^T dA V), dV = V (F * (V^T dA V)) with F[i, j] = 1 / (w_j - w_i).
-        w_bar, v_bar = out_bar
-        if w_bar is ZERO and v_bar is ZERO:
-            return (ZERO,) + (NO_TANGENT,) * len(args)
-        inner = _diag_embed(w_bar) if w_bar is not ZERO else np.zeros(v.shape, dtype=v.dtype)
-        if v_bar is not ZERO:
-            inner = inner + _gap_inverse(w, square=False) * (_mT(v) @ v_bar)
-        return (project(_onto_triangle(v @ inner @ _mT(v), lower), like),) + (NO_TANGENT,) * len(args)
+        return (eigh_cotangent(w, v, out_bar[0], out_bar[1], lower, like),) + (NO_TANGENT,) * len(args)
 
     return out, eigh_pullback
+
+
+def eigh_cotangent(w: np.ndarray, v: np.ndarray, w_bar: Any, v_bar: Any, lower: bool, like: Any) -> Any:
+    """The cotangent of the matrix (of which one triangle is read) of eigenvalues w and eigenvectors v
+    (also scipy.linalg.eigh's: its vectors' signs may differ from NumPy's, so each rule passes its own)."""
+    # dw = diag(V^T dA V), dV = V (F * (V^T dA V)) with F[i, j] = 1 / (w_j - w_i).
+    if w_bar is ZERO and v_bar is ZERO:
+        return ZERO
+    inner = _diag_embed(w_bar) if w_bar is not ZERO else np.zeros(v.shape, dtype=v.dtype)
+    if v_bar is not ZERO:
+        inner = inner + _gap_inverse(w, square=False) * (_mT(v) @ v_bar)
+    return project(_onto_triangle(v @ inner @ _mT(v), lower), like)
 
 
 @rrule(np.linalg.eigvalsh)
