@@ -67,6 +67,12 @@ _CONTINUOUS = {
 }
 
 
+def _covers(table: dict[type, Any], method: str) -> tuple[str, ...]:
+    """The public names of `method` of the distributions in `table`: `scipy.stats.norm.logpdf`..."""
+    names = {type(getattr(st, n, None)): n for n in dir(st) if not n.startswith("_")}
+    return tuple(sorted(f"scipy.stats.{names[t]}.{method}" for t in table if t in names))
+
+
 def _through(fn: Callable[..., Any]) -> Callable[..., Any]:
     """A copy of the Python function `fn` with no rule: bytegrad differentiates through its code."""
     return types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
@@ -154,6 +160,7 @@ def _continuous_rule(fn: Callable[..., Any], method: str) -> tuple[Callable[...,
         return out, _tangent(partials, args_dot[1:], out)
 
     continuous_rrule.signature_for = _signature_for  # type: ignore[attr-defined]
+    continuous_rrule.covers = _covers(_CONTINUOUS, method)  # type: ignore[attr-defined]  (docs/rules.md's rows)
     continuous_rrule.__name__ = continuous_rrule.__qualname__ = f"{method}_rrule"
     continuous_frule.__name__ = continuous_frule.__qualname__ = f"{method}_frule"
     return continuous_rrule, continuous_frule
@@ -221,6 +228,7 @@ def logpmf_rrule(dist: Any, k: Any, *args: Any, **kwargs: Any) -> tuple[Any, Cal
 
 
 logpmf_rrule.signature_for = _signature_for  # type: ignore[attr-defined]
+logpmf_rrule.covers = _covers(_DISCRETE, "logpmf")  # type: ignore[attr-defined]
 
 
 @frule(st.rv_discrete.logpmf)
@@ -286,7 +294,9 @@ def _mvn_rule(fn: Callable[..., Any], density: bool) -> Callable[..., Any]:
 
         return out, mvn_pullback
 
-    mvn_rrule.__name__ = mvn_rrule.__qualname__ = f"multivariate_normal_{'pdf' if density else 'logpdf'}_rrule"
+    method = "pdf" if density else "logpdf"
+    mvn_rrule.__name__ = mvn_rrule.__qualname__ = f"multivariate_normal_{method}_rrule"
+    mvn_rrule.covers = (f"scipy.stats.multivariate_normal.{method}",)  # type: ignore[attr-defined]
     return mvn_rrule
 
 
