@@ -2,7 +2,7 @@
 lu_factor/lu_solve, inv, det, expm, sqrtm and eigh, for real matrices.
 
 A function that reads part of its matrix argument (a triangle for assume_a='sym'/'pos', for
-solve_triangular, cholesky, cho_solve and eigh; the band for 'tridiagonal') has a cotangent that lies
+solve_triangular, cholesky, cho_factor, cho_solve and eigh; the band for 'tridiagonal') has a cotangent that lies
 in that part: an off-diagonal entry of a symmetric structure holds what moving both mirrored entries
 together gives, as for NumPy's cholesky and eigh (see bytegrad/rules/numpy/linalg_decomp.py).
 """
@@ -148,6 +148,11 @@ def cholesky_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[...
     return out, cholesky_pullback
 
 
+# scipy before 1.18 leaves a's entries in the factor's other triangle (LAPACK's potrf writes one triangle);
+# 1.18 zeroes them. Asked once, of a 2 x 2 matrix, rather than read from the version.
+_CHO_FACTOR_KEEPS = bool(sl.cho_factor(np.array([[4.0, 1.0], [1.0, 4.0]]))[0][1, 0] != 0)
+
+
 @rrule(sl.cho_factor)
 def cho_factor_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
     _real("cho_factor", a)
@@ -160,10 +165,12 @@ def cho_factor_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[.
         if c_bar is ZERO:
             return (ZERO, *_rest(args))
         c_bar = np.broadcast_to(c_bar, out[0].shape)
-        # the factor's triangle comes from the Cholesky factor; LAPACK leaves a's other triangle as it was
+        # the factor's triangle comes from the Cholesky factor; the other one holds a's entries or zeros
         factor_bar = np.tril(c_bar) if lower else np.triu(c_bar)
-        kept_bar = np.triu(c_bar, 1) if lower else np.tril(c_bar, -1)
-        return (pullback(factor_bar)[0] + kept_bar.astype(out[0].dtype), *_rest(args))
+        a_bar = pullback(factor_bar)[0]
+        if _CHO_FACTOR_KEEPS:
+            a_bar = a_bar + (np.triu(c_bar, 1) if lower else np.tril(c_bar, -1)).astype(out[0].dtype)
+        return (a_bar, *_rest(args))
 
     return out, cho_factor_pullback
 

@@ -158,43 +158,41 @@ def _axis(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return kwargs.get("axis", args[0] if args else None)
 
 
-@rrule(sc.softmax)
-def softmax_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
-    axis = _axis(args, kwargs)
-    out = sc.softmax(x, *args, **kwargs)
-    like = stand_in(x)
+def _normalized_rule(fn: Any, vjp: Callable[[Any, Any, Any], Any], jvp: Callable[[Any, Any, Any], Any]) -> None:
+    """Register the rules of softmax-like `fn(x, axis=None)`: `vjp(g, out, axis)` and `jvp(t, out, axis)`
+    apply the Jacobian's transpose and the Jacobian, written with `out`."""
+    def normalized_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+        axis = _axis(args, kwargs)
+        out = fn(x, *args, **kwargs)
+        like = stand_in(x)
 
-    def softmax_pullback(out_bar: Any) -> tuple[Any, ...]:
-        g = np.broadcast_to(out_bar, out.shape) * out
-        return (project(g - out * np.sum(g, axis=axis, keepdims=True), like),) + (NO_TANGENT,) * len(args)
+        def normalized_pullback(out_bar: Any) -> tuple[Any, ...]:
+            return (project(vjp(np.broadcast_to(out_bar, out.shape), out, axis), like),) + (NO_TANGENT,) * len(args)
 
-    return out, softmax_pullback
+        return out, normalized_pullback
 
+    def normalized_frule(args_dot: tuple[Any, ...], x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        out = fn(x, *args, **kwargs)
+        return out, jvp(np.broadcast_to(args_dot[0], out.shape), out, _axis(args, kwargs))
 
-@frule(sc.softmax)
-def softmax_frule(args_dot: tuple[Any, ...], x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-    axis = _axis(args, kwargs)
-    out = sc.softmax(x, *args, **kwargs)
-    t = np.broadcast_to(args_dot[0], out.shape) * out
-    return out, t - out * np.sum(t, axis=axis, keepdims=True)
-
-
-@rrule(sc.log_softmax)
-def log_softmax_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
-    axis = _axis(args, kwargs)
-    out = sc.log_softmax(x, *args, **kwargs)
-    like = stand_in(x)
-
-    def log_softmax_pullback(out_bar: Any) -> tuple[Any, ...]:
-        g = np.broadcast_to(out_bar, out.shape)
-        return (project(g - np.exp(out) * np.sum(g, axis=axis, keepdims=True), like),) + (NO_TANGENT,) * len(args)
-
-    return out, log_softmax_pullback
+    normalized_rrule.__name__ = normalized_rrule.__qualname__ = f"{fn.__name__}_rrule"
+    normalized_frule.__name__ = normalized_frule.__qualname__ = f"{fn.__name__}_frule"
+    rrule(fn)(normalized_rrule)
+    frule(fn)(normalized_frule)
 
 
-@frule(sc.log_softmax)
-def log_softmax_frule(args_dot: tuple[Any, ...], x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-    axis = _axis(args, kwargs)
-    out = sc.log_softmax(x, *args, **kwargs)
-    t = np.broadcast_to(args_dot[0], out.shape)
-    return out, t - np.sum(np.exp(out) * t, axis=axis, keepdims=True)
+def _softmax_vjp(g: Any, s: Any, axis: Any) -> Any:  # the Jacobian diag(s) - s s^T is symmetric
+    gs = g * s
+    return gs - s * np.sum(gs, axis=axis, keepdims=True)
+
+
+def _log_softmax_vjp(g: Any, out: Any, axis: Any) -> Any:  # J = I - 1 s^T, J^T g = g - s sum(g)
+    return g - np.exp(out) * np.sum(g, axis=axis, keepdims=True)
+
+
+def _log_softmax_jvp(t: Any, out: Any, axis: Any) -> Any:
+    return t - np.sum(np.exp(out) * t, axis=axis, keepdims=True)
+
+
+_normalized_rule(sc.softmax, _softmax_vjp, _softmax_vjp)
+_normalized_rule(sc.log_softmax, _log_softmax_vjp, _log_softmax_jvp)

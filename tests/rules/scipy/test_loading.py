@@ -12,23 +12,25 @@ pytest.importorskip("scipy")
 REPO = Path(__file__).resolve().parents[3]
 
 
-def run_fresh(code: str) -> subprocess.CompletedProcess[str]:
+def printed(code: str) -> str:
+    """What `code` prints in a fresh interpreter (that must succeed)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
 
 
 def test_import_and_a_numpy_gradient_leave_scipy_out():
-    proc = run_fresh(
+    out = printed(
         "import sys, numpy as np, bytegrad\n"
         "g = bytegrad.grad(lambda x: np.sum(np.tanh(x) ** 2))(np.ones(3))\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'scipy'))\n"
     )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "[]"
+    assert out == "[]"
 
 
 def test_rules_load_when_the_program_imports_scipy():
-    proc = run_fresh(
+    out = printed(
         "import numpy as np, bytegrad\n"
         "g = bytegrad.grad(lambda x: np.sum(np.sin(x)))(np.ones(3))  # a first gradient before scipy\n"
         "import scipy.special\n"
@@ -39,18 +41,16 @@ def test_rules_load_when_the_program_imports_scipy():
         "want = s * (1 - s) + np.exp(x) / np.sum(np.exp(x))\n"
         "print(np.allclose(bytegrad.grad(f)(x), want, rtol=1e-12))\n"
     )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "True"
+    assert out == "True"
 
 
 def test_rules_load_for_a_scipy_module_imported_while_running():
     # `import scipy` alone: scipy.linalg is imported lazily, on the attribute read, inside the gradient
-    proc = run_fresh(
+    out = printed(
         "import numpy as np, bytegrad, scipy\n"
         "def f(a):\n"
         "    return scipy.linalg.det(a)\n"
         "a = np.array([[2.0, 1.0], [0.5, 3.0]])\n"
         "print(np.allclose(bytegrad.grad(f)(a), np.linalg.det(a) * np.linalg.inv(a).T))\n"
     )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "True"
+    assert out == "True"
