@@ -80,16 +80,23 @@ def cholesky_rrule(a: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
     like = stand_in(a)
 
     def cholesky_pullback(out_bar: Any) -> tuple[Any]:
-        # A = L L^T gives L^-1 dA L^-T = X + X^T with X = L^-1 dL lower triangular, so
-        # dL = L phi(L^-1 dA L^-T), phi taking the lower triangle with the diagonal halved.
-        low = _mT(out) if upper else out
-        low_bar = _mT(out_bar) if upper else out_bar
-        p = np.tril(_mT(low) @ low_bar)
-        p = p - 0.5 * _diag_embed(np.diagonal(p, axis1=-2, axis2=-1))
-        low_inv = np.linalg.inv(low)
-        return (project(_onto_triangle(_mT(low_inv) @ p @ low_inv, not upper), like),)
+        return (cholesky_cotangent(out, out_bar, upper, like),)
 
     return out, cholesky_pullback
+
+
+def cholesky_cotangent(out: np.ndarray, out_bar: Any, upper: bool, like: Any) -> Any:
+    """The cotangent of the matrix whose lower (upper) triangle gave the Cholesky factor `out` (L, or
+    U = L^T if `upper`). Also scipy.linalg's rules': they pass their own factor, which a nested
+    derivative tracks (a factor recomputed here would be a constant to it)."""
+    # A = L L^T gives L^-1 dA L^-T = X + X^T with X = L^-1 dL lower triangular, so
+    # dL = L phi(L^-1 dA L^-T), phi taking the lower triangle with the diagonal halved.
+    low = _mT(out) if upper else out
+    low_bar = _mT(out_bar) if upper else out_bar
+    p = np.tril(_mT(low) @ low_bar)
+    p = p - 0.5 * _diag_embed(np.diagonal(p, axis1=-2, axis2=-1))
+    low_inv = np.linalg.inv(low)
+    return project(_onto_triangle(_mT(low_inv) @ p @ low_inv, not upper), like)
 
 
 # ---- qr -------------------------------------------------------------------------------------------

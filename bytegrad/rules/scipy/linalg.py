@@ -15,7 +15,7 @@ import scipy.linalg as sl
 
 from bytegrad.rules._project import project, stand_in
 from bytegrad.rules._shape import unbroadcast
-from bytegrad.rules.numpy import linalg as np_linalg, linalg_decomp as np_decomp
+from bytegrad.rules.numpy import linalg_decomp as np_decomp
 from bytegrad.rules.registry import NO_TANGENT, ZERO, rrule
 
 _mT = np_decomp._mT
@@ -131,19 +131,15 @@ def _lower_flag(args: tuple[Any, ...], kwargs: dict[str, Any], default: bool) ->
     return bool(args[0] if args else kwargs.get("lower", default))
 
 
-def _cholesky_pullback(a: Any, lower: bool) -> Callable[[Any], Any]:
-    """The pullback of the Cholesky factor that reads `a`'s lower (or upper) triangle: NumPy's rule's."""
-    return np_decomp.cholesky_rrule(a, upper=not lower)[1]
-
-
 @rrule(sl.cholesky)
 def cholesky_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
     _real("cholesky", a)
     out = sl.cholesky(a, *args, **kwargs)
-    pullback = _cholesky_pullback(a, _lower_flag(args, kwargs, False))
+    upper = not _lower_flag(args, kwargs, False)
+    like = stand_in(a)
 
     def cholesky_pullback(out_bar: Any) -> tuple[Any, ...]:
-        return (pullback(out_bar)[0], *_rest(args))
+        return (np_decomp.cholesky_cotangent(out, out_bar, upper, like), *_rest(args))
 
     return out, cholesky_pullback
 
@@ -158,7 +154,7 @@ def cho_factor_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[.
     _real("cho_factor", a)
     lower = _lower_flag(args, kwargs, False)
     out = sl.cho_factor(a, *args, **kwargs)
-    pullback = _cholesky_pullback(a, lower)
+    like = stand_in(a)
 
     def cho_factor_pullback(out_bar: Any) -> tuple[Any, ...]:
         c_bar = out_bar[0]
@@ -166,8 +162,8 @@ def cho_factor_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[.
             return (ZERO, *_rest(args))
         c_bar = np.broadcast_to(c_bar, out[0].shape)
         # the factor's triangle comes from the Cholesky factor; the other one holds a's entries or zeros
-        factor_bar = np.tril(c_bar) if lower else np.triu(c_bar)
-        a_bar = pullback(factor_bar)[0]
+        factor, factor_bar = (np.tril(out[0]), np.tril(c_bar)) if lower else (np.triu(out[0]), np.triu(c_bar))
+        a_bar = np_decomp.cholesky_cotangent(factor, factor_bar, not lower, like)
         if _CHO_FACTOR_KEEPS:
             a_bar = a_bar + (np.triu(c_bar, 1) if lower else np.tril(c_bar, -1)).astype(out[0].dtype)
         return (a_bar, *_rest(args))
@@ -278,10 +274,12 @@ def inv_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any
 def det_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
     _real("det", a)
     out = sl.det(a, *args, **kwargs)
-    pullback = np_linalg.det_rrule(a)[1]
+    like = stand_in(a)
 
     def det_pullback(out_bar: Any) -> tuple[Any, ...]:
-        return (pullback(out_bar)[0], *_rest(args))
+        # d det(A) = det(A) tr(A^-1 dA), with scipy's det (a nested derivative tracks it)
+        scale = np.asarray(out_bar * out)[..., None, None]
+        return (project(scale * _mT(np.linalg.inv(a)), like), *_rest(args))
 
     return out, det_pullback
 
