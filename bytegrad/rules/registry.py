@@ -249,7 +249,7 @@ def load_lazy_rules() -> int:
     A rule module that fails to load (an old scipy) gives one warning and is skipped.
     """
     modules = sys.modules
-    ready = [name for name in _LAZY_RULES if name in modules]
+    ready = [name for name in list(_LAZY_RULES) if name in modules]  # list(): a snapshot, atomic under the GIL
     if not ready:
         return 0
     import importlib

@@ -52,3 +52,12 @@ def test_logsumexp_return_sign_is_refused():
     import bytegrad
     with pytest.raises(Exception, match="return_sign"):
         bytegrad.grad(lambda x: sc.logsumexp(x, return_sign=True)[0])(np.ones(3))
+
+
+def test_a_scipy_function_without_a_rule_is_named_by_its_public_module():
+    import bytegrad
+    from bytegrad.errors import NoRuleError
+
+    with pytest.raises(NoRuleError) as info:
+        bytegrad.grad(lambda x: np.sum(sc.gammainc(2.0, x)))(np.ones(3))
+    assert "scipy.special.gammainc" in str(info.value) and "numpy.gammainc" not in str(info.value)
