@@ -34,6 +34,7 @@ SOLVE = [
     case(sl.solve, _square(), Arr((3, 2)), assume_a="diagonal", name="solve-diagonal"),
     case(sl.solve, _square(), Arr((3,)), assume_a="tridiagonal", name="solve-tridiagonal"),
     case(sl.solve, _square(), Arr((3,)), assume_a="lower triangular", name="solve-lower-triangular"),
+    case(sl.solve, _square(2), Arr((2, 3, 2)), name="solve-batched"),
     case(sl.solve_triangular, _triangular(False), Arr((3,))),
     case(sl.solve_triangular, _square(), Arr((3, 2)), lower=True, name="solve_triangular-lower-reads-triangle"),
     case(sl.solve_triangular, _square(), Arr((3, 2)), trans=1, name="solve_triangular-trans"),
@@ -56,7 +57,8 @@ DECOMPOSITIONS = [
     case(sl.cholesky, _spd()), case(sl.cholesky, _spd(), lower=True, name="cholesky-lower"),
     case(sl.cho_factor, _spd()), case(sl.cho_factor, _spd(), True, name="cho_factor-lower"),
     case(sl.lu_factor, _square()), case(sl.lu_factor, Gen(_pivoting), name="lu_factor-pivoting"),
-    case(sl.inv, _square()), case(sl.det, _square()), case(sl.det, _square(2), name="det-batched"),
+    case(sl.inv, _square()), case(sl.inv, _square(2), name="inv-batched"),
+    case(sl.cholesky, _spd(2), name="cholesky-batched"), case(sl.det, _square()), case(sl.det, _square(2), name="det-batched"),
     case(sl.expm, Arr((3, 3), lo=-1.0, hi=1.0)), case(sl.expm, Arr((2, 3, 3), lo=-1.0, hi=1.0), name="expm-batched"),
     case(sl.sqrtm, _spd()),
     # the vectors in float64 only: LAPACK's float32 and float64 routines may pick opposite signs, and the
@@ -64,6 +66,7 @@ DECOMPOSITIONS = [
     case(sl.eigh, _symmetric(), dtypes=("float64",)),
     case(sl.eigh, _symmetric(), lower=False, eigvals_only=True, name="eigh-upper-values"),
     case(sl.eigh, _symmetric(), eigvals_only=True, name="eigh-values"),
+    case(sl.eigh, _symmetric(2), eigvals_only=True, name="eigh-values-batched"),
 ]
 TABLES = [SOLVE, DECOMPOSITIONS]
 
