@@ -97,15 +97,10 @@ scalar_rule(sc.i1e, lambda x, out: sc.i0e(x) - _i1_over_x(x, out) - np.sign(x) *
 
 def _kept(value: Any, shape: tuple[int, ...], axis: Any, keepdims: bool) -> Any:
     """`value` (of a reduction's output) with the reduced axes kept as length 1, for broadcasting."""
-    value = np.asarray(value)
-    if keepdims or axis is None and value.ndim == 0 and len(shape) == 0:
-        return value
+    if keepdims or not shape:
+        return np.asarray(value)
     axes = range(len(shape)) if axis is None else np.atleast_1d(axis)
-    axes = sorted(int(a) % len(shape) for a in axes) if shape else []
-    full = value.reshape(value.shape) if value.ndim else value.reshape(())
-    for a in axes:
-        full = np.expand_dims(full, a)
-    return full
+    return np.expand_dims(value, tuple(int(a) % len(shape) for a in axes))
 
 
 def _lse_args(a: Any, axis: Any = None, b: Any = None, keepdims: bool = False,
