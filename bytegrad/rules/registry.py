@@ -18,7 +18,8 @@ from bytegrad.errors import DuplicateRuleError, SourceLoc, qualname
 __all__ = [
     "Zero", "NoTangent", "ZERO", "NO_TANGENT", "RuleKind", "Rule", "register", "lookup", "version",
     "scalar_rule", "rrule", "frule", "non_differentiable", "transparent", "not_implemented",
-    "differentiate_through", "opt_out", "opted_out", "all_rules", "load_plugins", "load_lazy_rules", "rrule_via_ad", "set_ad_backend",
+    "differentiate_through", "opt_out", "opted_out", "all_rules", "load_plugins", "load_lazy_rules", "rrule_via_ad",
+    "set_ad_backend",
     "set_tape_probe", "recording",
 ]
 
@@ -279,9 +280,10 @@ def all_rules() -> dict[Any, Rule]:
 def load_plugins() -> int:
     """Load the rule packages of the entry-point group `bytegrad.rules`, once; return how many loaded.
 
-    Called on the first registry miss (never at import); every call also loads `load_lazy_rules`'s. An entry point names a module, whose import
-    registers its rules, or a callable, which is called. A plugin that fails gives one warning naming
-    it and is skipped: a broken plugin must not break differentiating code that does not need it.
+    Called on the first registry miss (never at import); every call also loads `load_lazy_rules`'s.
+    An entry point names a module, whose import registers its rules, or a callable, which is called. A
+    plugin that fails gives one warning naming it and is skipped: a broken plugin must not break
+    differentiating code that does not need it.
     """
     global _plugins_loaded
     lazy = load_lazy_rules() if _LAZY_RULES else 0  # also a miss's: scipy imported since the last one

@@ -17,6 +17,7 @@ from bytegrad.rules._project import project, stand_in
 from bytegrad.rules._shape import unbroadcast
 from bytegrad.rules.numpy import linalg_decomp as np_decomp
 from bytegrad.rules.registry import NO_TANGENT, ZERO, rrule
+from bytegrad.rules.scipy._args import params
 
 _mT = np_decomp._mT
 _onto_triangle = np_decomp._onto_triangle
@@ -26,11 +27,6 @@ def _real(name: str, *values: Any) -> None:
     for v in values:
         if np.iscomplexobj(v):
             raise NotImplementedError(f"the scipy.linalg.{name} rule covers real matrices only")
-
-
-def _kw(args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[str, ...], defaults: tuple[Any, ...]) -> list[Any]:
-    """The values of the parameters `names` (in signature order after the array arguments)."""
-    return [args[i] if i < len(args) else kwargs.get(n, d) for i, (n, d) in enumerate(zip(names, defaults))]
 
 
 def _rest(args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -80,7 +76,8 @@ _SOLVE_PARAMS = ("lower", "overwrite_a", "overwrite_b", "check_finite", "assume_
 @rrule(sl.solve)
 def solve_rrule(a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
     _real("solve", a, b)
-    lower, _, _, _, assume_a, transposed = _kw(args, kwargs, _SOLVE_PARAMS, (False, False, False, True, None, False))
+    lower, _, _, _, assume_a, transposed = params(args, kwargs, _SOLVE_PARAMS,
+                                                  (False, False, False, True, None, False))
     _read_part(np.zeros((1, 1)), assume_a, lower)  # refuses an assume_a it does not cover, now
     out = sl.solve(a, b, *args, **kwargs)
     like_a, like_b = stand_in(a), stand_in(b)
@@ -107,7 +104,7 @@ def _trans(trans: Any) -> bool:
 @rrule(sl.solve_triangular)
 def solve_triangular_rrule(a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
     _real("solve_triangular", a, b)
-    trans, lower, unit = _kw(args, kwargs, ("trans", "lower", "unit_diagonal"), (0, False, False))
+    trans, lower, unit = params(args, kwargs, ("trans", "lower", "unit_diagonal"), (0, False, False))
     out = sl.solve_triangular(a, b, *args, **kwargs)
     like_a, like_b = stand_in(a), stand_in(b)
     transposed = _trans(trans)
@@ -337,7 +334,7 @@ _EIGH_PARAMS = ("b", "lower", "eigvals_only")
 @rrule(sl.eigh)
 def eigh_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
     _real("eigh", a)
-    b, lower, values_only = _kw(args, kwargs, _EIGH_PARAMS, (None, True, False))
+    b, lower, values_only = params(args, kwargs, _EIGH_PARAMS, (None, True, False))
     others = {k for k in kwargs if k not in _EIGH_PARAMS + ("overwrite_a", "overwrite_b", "check_finite", "driver")}
     if b is not None or len(args) > 3 or others:
         raise NotImplementedError("the scipy.linalg.eigh rule covers the standard problem with all eigenvalues "

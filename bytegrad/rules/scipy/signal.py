@@ -13,6 +13,7 @@ import scipy.signal as ss
 
 from bytegrad.rules._project import project, stand_in
 from bytegrad.rules.registry import NO_TANGENT, rrule
+from bytegrad.rules.scipy._args import params
 
 
 def _window(shape_a: tuple[int, ...], shape_v: tuple[int, ...], mode: str) -> tuple[slice, ...]:
@@ -32,15 +33,12 @@ def _window(shape_a: tuple[int, ...], shape_v: tuple[int, ...], mode: str) -> tu
     return tuple(out)
 
 
-_PARAMS = ("mode", "method")
-
-
 def _convolution_rule(fn: Callable[..., Any], correlate: bool) -> Callable[..., Any]:
     def convolution_rrule(in1: Any, in2: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
         if np.iscomplexobj(in1) or np.iscomplexobj(in2):
             raise NotImplementedError(f"the scipy.signal.{fn.__name__} rule covers real input only")
         out = fn(in1, in2, *args, **kwargs)
-        mode, method = (args[i] if i < len(args) else kwargs.get(k, d) for i, (k, d) in enumerate(zip(_PARAMS, ("full", "auto"))))
+        mode, method = params(args, kwargs, ("mode", "method"), ("full", "auto"))
         a_shape, v_shape = np.shape(in1), np.shape(in2)
         window = _window(a_shape, v_shape, mode)
         like_a, like_v = stand_in(in1), stand_in(in2)

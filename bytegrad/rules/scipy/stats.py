@@ -25,6 +25,7 @@ from bytegrad.rules._project import is_float, project, stand_in
 from bytegrad.rules._shape import unbroadcast
 from bytegrad.rules.numpy.linalg_decomp import _onto_triangle
 from bytegrad.rules.registry import NO_TANGENT, ZERO, frule, rrule, rrule_via_ad
+from bytegrad.rules.scipy._args import params
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 _LOG_PI = math.log(math.pi)
@@ -106,8 +107,11 @@ def _no_shape_derivative(name: str, method: str) -> Callable[[], Any]:
     return refuse
 
 
+_Thunk = Callable[[], Any]
+
+
 def _standard_partials(method: str, spec: _Standard, z: Any, shapes: tuple[Any, ...], scale: Any,
-                       out: Any) -> tuple[list[Callable[[], Any]], Callable[[], Any], Callable[[], Any], Callable[[], Any]]:
+                       out: Any) -> tuple[list[_Thunk], _Thunk, _Thunk, _Thunk]:
     """d method / d (shape parameters, x, loc, scale) as thunks."""
     if method in ("logpdf", "pdf"):
         factor = out if method == "pdf" else 1.0
@@ -276,7 +280,7 @@ def _cov_bar(g: np.ndarray, cov: Any) -> Any:
 def _mvn_rule(fn: Callable[..., Any], density: bool) -> Callable[..., Any]:
     def mvn_rrule(dist: Any, x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
         out = fn(dist, x, *args, **kwargs)
-        mean, cov = (args[i] if i < len(args) else kwargs.get(k, d) for i, (k, d) in enumerate((("mean", None), ("cov", 1))))
+        mean, cov = params(args, kwargs, ("mean", "cov"), (None, 1))
         likes = (stand_in(x), stand_in(mean), stand_in(cov))
 
         def mvn_pullback(out_bar: Any) -> tuple[Any, ...]:

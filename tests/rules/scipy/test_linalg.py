@@ -58,7 +58,8 @@ DECOMPOSITIONS = [
     case(sl.cho_factor, _spd()), case(sl.cho_factor, _spd(), True, name="cho_factor-lower"),
     case(sl.lu_factor, _square()), case(sl.lu_factor, Gen(_pivoting), name="lu_factor-pivoting"),
     case(sl.inv, _square()), case(sl.inv, _square(2), name="inv-batched"),
-    case(sl.cholesky, _spd(2), name="cholesky-batched"), case(sl.det, _square()), case(sl.det, _square(2), name="det-batched"),
+    case(sl.cholesky, _spd(2), name="cholesky-batched"),
+    case(sl.det, _square()), case(sl.det, _square(2), name="det-batched"),
     case(sl.expm, Arr((3, 3), lo=-1.0, hi=1.0)), case(sl.expm, Arr((2, 3, 3), lo=-1.0, hi=1.0), name="expm-batched"),
     case(sl.sqrtm, _spd()),
     # the vectors in float64 only: LAPACK's float32 and float64 routines may pick opposite signs, and the
