@@ -45,12 +45,22 @@ def qualname(fn: Any) -> str:
     mod = getattr(fn, "__module__", None)
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
     if type(fn).__name__ == "ufunc":
-        return f"numpy.{fn.__name__}"
+        return f"{_public_module(fn, 'numpy') or _public_module(fn, 'scipy.special') or 'numpy'}.{fn.__name__}"
     if mod in (None, "builtins"):
         return name
     if mod.startswith("numpy"):
         mod = next((m for m in ("numpy.linalg", "numpy.fft") if mod.startswith(m)), "numpy")
+    elif mod.startswith("scipy.") and "._" in mod:  # scipy.special._logsumexp.logsumexp: scipy.special's
+        mod = _public_module(fn, mod.split("._")[0]) or mod
     return f"{mod}.{name}"
+
+
+def _public_module(fn: Any, module: str) -> Optional[str]:
+    """`module` if it is imported and exports `fn` under its name (never imports it)."""
+    import sys
+
+    found = sys.modules.get(module)
+    return module if found is not None and getattr(found, getattr(fn, "__name__", ""), None) is fn else None
 
 
 class DifferentiationError(Exception):

@@ -94,16 +94,23 @@ def cholesky_rrule(a: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
     like = stand_in(a)
 
     def cholesky_pullback(out_bar: Any) -> tuple[Any]:
-        # A = L L^T gives L^-1 dA L^-T = X + X^T with X = L^-1 dL lower triangular, so
-        # dL = L phi(L^-1 dA L^-T), phi taking the lower triangle with the diagonal halved.
-        low = _mT(out) if upper else out
-        low_bar = _mT(out_bar) if upper else out_bar
-        p = np.tril(_mT(low) @ low_bar)
-        p = p - 0.5 * _diag_embed(np.diagonal(p, axis1=-2, axis2=-1))
-        low_inv = np.linalg.inv(low)
-        return (project(_onto_triangle(_mT(low_inv) @ p @ low_inv, not upper), like),)
+        return (cholesky_cotangent(out, out_bar, upper, like),)
 
     return out, cholesky_pullback
+
+
+def cholesky_cotangent(out: np.ndarray, out_bar: Any, upper: bool, like: Any) -> Any:
+    """The cotangent of the matrix whose lower (upper) triangle gave the Cholesky factor `out` (L, or
+    U = L^T if `upper`). Also scipy.linalg's rules': they pass their own factor, which a nested
+    derivative tracks (a factor recomputed here would be a constant to it)."""
+    # A = L L^T gives L^-1 dA L^-T = X + X^T with X = L^-1 dL lower triangular, so
+    # dL = L phi(L^-1 dA L^-T), phi taking the lower triangle with the diagonal halved.
+    low = _mT(out) if upper else out
+    low_bar = _mT(out_bar) if upper else out_bar
+    p = np.tril(_mT(low) @ low_bar)
+    p = p - 0.5 * _diag_embed(np.diagonal(p, axis1=-2, axis2=-1))
+    low_inv = np.linalg.inv(low)
+    return project(_onto_triangle(_mT(low_inv) @ p @ low_inv, not upper), like)
 
 
 # ---- qr -------------------------------------------------------------------------------------------
@@ -271,17 +278,22 @@ def eigh_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., An
     like = stand_in(a)
 
     def eigh_pullback(out_bar: Any) -> tuple[Any, ...]:
-        # dw = diag(V^H dA V), dV = V (F * (V^H dA V)) with F[i, j] = 1 / (w_j - w_i): the cotangent
-        # is conj(V) (diag(w_bar) + F * (V^T v_bar)) V^T (conj a no-op for real input).
-        w_bar, v_bar = out_bar
-        if w_bar is ZERO and v_bar is ZERO:
-            return (ZERO,) + (NO_TANGENT,) * len(args)
-        inner = _diag_embed(w_bar) if w_bar is not ZERO else np.zeros(v.shape, dtype=v.dtype)
-        if v_bar is not ZERO:
-            inner = inner + _gap_inverse(w, square=False) * (_mT(v) @ v_bar)
-        return (project(_onto_triangle(np.conj(v) @ inner @ _mT(v), lower), like),) + (NO_TANGENT,) * len(args)
+        return (eigh_cotangent(w, v, out_bar[0], out_bar[1], lower, like),) + (NO_TANGENT,) * len(args)
 
     return out, eigh_pullback
+
+
+def eigh_cotangent(w: np.ndarray, v: np.ndarray, w_bar: Any, v_bar: Any, lower: bool, like: Any) -> Any:
+    """The cotangent of the matrix (of which one triangle is read) of eigenvalues w and eigenvectors v
+    (also scipy.linalg.eigh's: its vectors' signs may differ from NumPy's, so each rule passes its own)."""
+    # dw = diag(V^H dA V), dV = V (F * (V^H dA V)) with F[i, j] = 1 / (w_j - w_i): the cotangent
+    # is conj(V) (diag(w_bar) + F * (V^T v_bar)) V^T (conj a no-op for real input).
+    if w_bar is ZERO and v_bar is ZERO:
+        return ZERO
+    inner = _diag_embed(w_bar) if w_bar is not ZERO else np.zeros(v.shape, dtype=v.dtype)
+    if v_bar is not ZERO:
+        inner = inner + _gap_inverse(w, square=False) * (_mT(v) @ v_bar)
+    return project(_onto_triangle(np.conj(v) @ inner @ _mT(v), lower), like)
 
 
 @rrule(np.linalg.eigvalsh)
