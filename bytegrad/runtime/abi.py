@@ -13,8 +13,9 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from bytegrad.errors import DifferentiationError, NoRuleError, NotImplementedRuleError, SourceLoc, qualname
+from bytegrad.errors import DifferentiationError, NoRuleError, NotImplementedRuleError, RuleCaseError, SourceLoc, qualname
 from bytegrad.rules import registry
+from bytegrad.rules.numpy.ufunc_methods import ufunc_at_in_rounds
 from bytegrad.rules.registry import RuleKind
 from bytegrad.runtime import tape as _tape
 from bytegrad.runtime import writes, zerosafe
@@ -119,7 +120,9 @@ def _record_elementwise(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple,
                      for a, p in zip(args, parents)) + args[n:]
         parents = tuple(ids.get(id(a)) for a in args[:n])
     if kwargs and "out" in kwargs:
-        return _with_out(tape, site, fn, args, kwargs)
+        if kwargs["out"] is not None:
+            return _with_out(tape, site, fn, args, kwargs)
+        kwargs = _without_out(kwargs) or None
     if tape.__class__ is CaptureTape and (kwargs or len(args) > n):  # the record keeps args[:n] only
         tape.refuse(f"passes options to {qualname(fn)} (a compiled program replays its positional arguments)", site)
     if tape.owners:
@@ -166,9 +169,13 @@ def _record_rrule(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, kwarg
     ids = tape.ids
     if kwargs:
         if "out" in kwargs:
-            return _with_out(tape, site, fn, args, kwargs)
+            if kwargs["out"] is not None:
+                return _with_out(tape, site, fn, args, kwargs)
+            kwargs = _without_out(kwargs)
         if any(_parent_of(ids, v) is not None for v in kwargs.values()):
             args, kwargs = _bind_positional(fn, args, kwargs, site)
+            if any(_parent_of(ids, v) is not None for v in kwargs.values()):  # keyword-only (np.var's mean=)
+                args, kwargs = _bind_positional(rule.rrule, args, kwargs, site)
             if any(_parent_of(ids, v) is not None for v in kwargs.values()):
                 raise DifferentiationError(
                     f"a differentiated value was passed to {qualname(fn)} as a keyword argument that "
@@ -190,7 +197,12 @@ def _record_rrule(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, kwarg
         return fn(*args, **kwargs) if kwargs else fn(*args)
     if tape.stale:
         parents = _refresh(tape, parents, site)
-    out, pullback = rule.rrule(*args, **kwargs) if kwargs else rule.rrule(*args)
+    try:
+        out, pullback = rule.rrule(*args, **kwargs) if kwargs else rule.rrule(*args)
+    except RuleCaseError as exc:
+        if exc.loc is not None:
+            raise
+        return _other_case(tape, site, fn, args, kwargs, exc)
     # kwargs ride along (node[6]) for the forward sweep's frules; the reverse pass ignores them
     node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, parents, site, pullback, args, fn, kwargs)
     to = type(out)
@@ -202,6 +214,22 @@ def _record_rrule(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, kwarg
         tape.nodes.append(node)
         return out
     return _push_output(tape, node, out)
+
+
+def _without_out(kwargs: dict) -> dict:
+    """kwargs less an `out=None` (NumPy's own Python code passes it on: np.nanvar, np.linalg.outer)."""
+    return {k: v for k, v in kwargs.items() if k != "out"}
+
+
+def _other_case(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict], exc: RuleCaseError) -> Any:
+    """A call that the rule of `fn` does not cover: differentiated through NumPy's own Python code for
+    `fn` when there is some, else the rule's error at the user's line."""
+    impl = getattr(fn, "_implementation", None)
+    if type(fn) is _Dispatcher and type(impl) is _FunctionType:
+        return _call_python(tape, site, impl, args, kwargs)
+    raise RuleCaseError(exc.problem, site.loc(), exc.fix or
+                        "compute this part without differentiating through it, or write a rule with "
+                        "@bytegrad.rrule(..., override=True) that covers it.") from exc
 
 
 def _push_output(tape: Tape, node: tuple, out: Any) -> Any:
@@ -499,8 +527,7 @@ def _snapshot(tape: Tape, site: Site, a: np.ndarray) -> np.ndarray:
 
 
 def _inplace_sort(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> None:
-    a = fn.__self__
-    tape.check_write(a, a, site)
+    a = fn.__self__  # (writes.write checks the write; a view of an allocated array is written through)
     _write(tape, site, a, Ellipsis, _dispatch(tape, site, np.sort, (_snapshot(tape, site, a),) + args, kwargs or None))
 
 
@@ -555,8 +582,8 @@ def _inplace_ufunc_at(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict
         if writes.current(tape, site, a) is None and (b is None or _parent_of(tape.ids, b) is None):
             tape.check_write(a, a, site)
             return fn(*args, **kwargs)
-        raise NoRuleError(_method_key(fn), site.loc(), f" (only np.add.at and np.subtract.at are supported, "
-                                                       f"not {ufunc.__name__}.at)")
+        # np.multiply.at and the others: run as rounds of fancy writes, in index order
+        return _call_python(tape, site, ufunc_at_in_rounds, (ufunc,) + args, kwargs or None)
     ib = _parent_of(tape.ids, b)
     if ib is None and tape.owners and type(b) is _ndarray:
         ib = writes.view_parent(tape, site, b)

@@ -11,7 +11,6 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from bytegrad.errors import NoRuleError
 from bytegrad.rules._project import project, stand_in
 from bytegrad.rules._tangents import add_tangents, filled, is_zero, linear_frule
 from bytegrad.rules.registry import NO_TANGENT, ZERO, frule, program_form, rrule
@@ -410,43 +409,3 @@ def ptp_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any
         return (project(max_bar - min_bar, x),) + (NO_TANGENT,) * len(args)
 
     return out, ptp_pullback
-
-
-# ---- ufunc.reduce: np.add.reduce is a sum along axis 0 by default (rules see the ufunc first) -----------
-
-_REDUCE_AS = {np.add: np.sum, np.multiply: np.prod}
-
-
-def _as_reduction(ufunc: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    reduction = _REDUCE_AS.get(ufunc)
-    if reduction is None:
-        raise NoRuleError((np.ufunc, f"{getattr(ufunc, '__name__', ufunc)}.reduce"),
-                          detail=" (only np.add.reduce and np.multiply.reduce have rules)")
-    if not args and "axis" not in kwargs:  # reduce's default axis is 0, the function's is None
-        kwargs = dict(kwargs, axis=0)
-    return reduction, kwargs
-
-
-@rrule(np.ufunc.reduce)
-def ufunc_reduce_rrule(ufunc: Any, x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
-    reduction, kwargs = _as_reduction(ufunc, args, kwargs)
-    out, reduction_pullback = (sum_rrule if reduction is np.sum else prod_rrule)(x, *args, **kwargs)
-
-    def ufunc_reduce_pullback(out_bar: Any) -> tuple[Any, ...]:
-        return (NO_TANGENT,) + tuple(reduction_pullback(out_bar))
-
-    return out, ufunc_reduce_pullback
-
-
-@frule(np.ufunc.reduce)
-def ufunc_reduce_frule(args_dot: tuple[Any, ...], ufunc: Any, x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-    reduction, kwargs = _as_reduction(ufunc, args, kwargs)
-    if reduction is np.sum:
-        return sum_frule(args_dot[1:], x, *args, **kwargs)
-    out, x_bar_of = prod_rrule(x, *args, **kwargs)
-    if is_zero(args_dot[1]):
-        return out, ZERO
-    # d prod = sum_i (prod / x_i) dx_i, i.e. <pullback(1), dx> along the reduced axes
-    ones = np.ones_like(np.asarray(out, dtype=np.result_type(out, np.float64)))
-    weights = x_bar_of(ones)[0]
-    return out, np.sum(np.multiply(weights, filled(args_dot[1], x)), *args, **kwargs)

@@ -1,0 +1,44 @@
+"""An explicit `out=None` is no output buffer (NumPy's own Python code passes it on), and an in-place
+sort of a view of an allocated array is a recorded write: both against finite differences."""
+import numpy as np
+import pytest
+
+from tests.gradcheck import check_grad, check_jvp
+
+POINT = np.array([0.3, -1.2, 2.0, 0.7, 1.5])
+
+
+def _sort_view(x):
+    y = x * 1.0
+    y[1:].sort()
+    return np.sum(y * np.arange(1.0, 6.0))
+
+
+def _sort_view_2d(x):
+    y = np.outer(x[:2], x[2:4] + 1.0)
+    y[:, ::-1].sort(axis=1)
+    return np.sum(y * np.array([[1.0, 2.0], [3.0, 4.0]]))
+
+
+CASES = {
+    "sin-out-None": lambda x: np.sum(np.sin(x, out=None)),
+    "sum-out-None": lambda x: np.sum(x ** 2, out=None),
+    "nanstd": lambda x: np.nanstd(x),
+    "nanvar": lambda x: np.nanvar(x, ddof=1),
+    "nanstd-nan": lambda x: np.nanstd(np.where(x > 1.8, np.nan, x)),
+    "nancumsum": lambda x: np.sum(np.nancumsum(x) ** 2),
+    "linalg.outer": lambda x: np.sum(np.linalg.outer(x, x[:3]) ** 2),
+    "sort-view": _sort_view,
+    "sort-view-2d": _sort_view_2d,
+}
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_out_none_and_view_sort(name, dtype):
+    f = CASES[name]
+    x = POINT.astype(dtype)
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == "float64" else dict(rtol=2e-3, atol=2e-3)
+    check_grad(f, [x], **tol)
+    if dtype == "float64":
+        check_jvp(f, x, np.linspace(-1.0, 1.0, 5))
