@@ -20,6 +20,18 @@ def _sort_view_2d(x):
     return np.sum(y * np.array([[1.0, 2.0], [3.0, 4.0]]))
 
 
+def _sort_view_of_reshape(x):
+    y = np.reshape(x[:4] * 2.0, (2, 2))  # a view of the product, sorted through another view
+    y[:, ::-1].sort(axis=1)
+    return np.sum(y * np.array([[1.0, 2.0], [3.0, 4.0]]))
+
+
+def _partition_in_place(x):
+    y = x ** 2
+    y[1:].partition(1)
+    return np.sum(y * np.arange(1.0, 6.0))
+
+
 CASES = {
     "sin-out-None": lambda x: np.sum(np.sin(x, out=None)),
     "sum-out-None": lambda x: np.sum(x ** 2, out=None),
@@ -30,6 +42,8 @@ CASES = {
     "linalg.outer": lambda x: np.sum(np.linalg.outer(x, x[:3]) ** 2),
     "sort-view": _sort_view,
     "sort-view-2d": _sort_view_2d,
+    "sort-view-of-reshape": _sort_view_of_reshape,
+    "partition-in-place": _partition_in_place,
 }
 
 

@@ -120,9 +120,11 @@ def _record_elementwise(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple,
                      for a, p in zip(args, parents)) + args[n:]
         parents = tuple(ids.get(id(a)) for a in args[:n])
     if kwargs and "out" in kwargs:
-        if kwargs["out"] is not None:
+        buf = kwargs["out"]
+        if buf is not None and buf is not Ellipsis:  # out=... asks a ufunc for an array, even 0-d
             return _with_out(tape, site, fn, args, kwargs)
-        kwargs = _without_out(kwargs) or None
+        if buf is None:
+            kwargs = _without_out(kwargs) or None
     if tape.__class__ is CaptureTape and (kwargs or len(args) > n):  # the record keeps args[:n] only
         tape.refuse(f"passes options to {qualname(fn)} (a compiled program replays its positional arguments)", site)
     if tape.owners:
@@ -527,8 +529,11 @@ def _snapshot(tape: Tape, site: Site, a: np.ndarray) -> np.ndarray:
 
 
 def _inplace_sort(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> None:
-    a = fn.__self__  # (writes.write checks the write; a view of an allocated array is written through)
-    _write(tape, site, a, Ellipsis, _dispatch(tape, site, np.sort, (_snapshot(tape, site, a),) + args, kwargs or None))
+    """`a.sort()` and `a.partition(kth)`: np.sort or np.partition of a's value, written into a.
+    (writes.write checks the write; a view of an allocated array is written through.)"""
+    a = fn.__self__
+    sort = np.sort if fn.__name__ == "sort" else np.partition
+    _write(tape, site, a, Ellipsis, _dispatch(tape, site, sort, (_snapshot(tape, site, a),) + args, kwargs or None))
 
 
 def _inplace_fill(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> None:
@@ -604,6 +609,7 @@ def _generator_send(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) 
 _INPLACE: dict[Any, Callable[..., Any]] = {
     (types.GeneratorType, "send"): _generator_send,
     (np.ndarray, "sort"): _inplace_sort,
+    (np.ndarray, "partition"): _inplace_sort,
     (np.ndarray, "fill"): _inplace_fill,
     (np.ndarray, "put"): _inplace_put,
     np.fill_diagonal: _inplace_fill_diagonal,

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from bytegrad.errors import NotImplementedRuleError, qualname
+from bytegrad.errors import NotImplementedRuleError, RuleCaseError, qualname
 from bytegrad.rules._project import is_float, project
 from bytegrad.rules._shape import unbroadcast
 from bytegrad.rules.registry import NO_TANGENT, ZERO, recording, rrule, rrule_via_ad
@@ -46,7 +46,7 @@ def _output_type(vf: np.vectorize, element: Callable[..., Any], arrays: list[np.
 @rrule(np.vectorize.__call__)
 def vectorize_call_rrule(vf: np.vectorize, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., tuple[Any, ...]]]:
     if vf.pyfunc is np._NoValue or vf.signature is not None or any(k not in vf.excluded for k in kwargs):
-        raise NotImplementedRuleError(
+        raise RuleCaseError(
             f"differentiating np.vectorize({qualname(vf.pyfunc)}) is supported for positional arguments "
             f"without a `signature`; this call has " +
             ("a signature" if vf.signature is not None else "vectorized keyword arguments"), None,

@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from bytegrad.errors import RuleCaseError
 from bytegrad.rules._project import project, stand_in
 from bytegrad.rules._shape import unbroadcast
 from bytegrad.rules.registry import NO_TANGENT, ZERO, program_form, rrule
@@ -137,7 +138,7 @@ def inner_rrule(a: Any, b: Any) -> tuple[Any, Callable[..., Any]]:
 def vdot_rrule(a: Any, b: Any) -> tuple[Any, Callable[..., Any]]:
     out = np.vdot(a, b)
     if np.iscomplexobj(a) or np.iscomplexobj(b):
-        raise NotImplementedError("the numpy.vdot rule covers real arguments only")
+        raise RuleCaseError("the numpy.vdot rule covers real arguments only")
 
     def vdot_pullback(out_bar: Any) -> tuple[Any, Any]:
         a_bar = lambda: project(np.reshape(out_bar * np.ravel(b), np.shape(a)), a)  # noqa: E731
@@ -213,10 +214,36 @@ def _einsum_operand_bar(k: int, specs: list[str], output: str, operands: tuple[A
     return project(g, operands[k])
 
 
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _sublist_letters(sublist: Any) -> str:
+    """An einsum sublist ([0, 1], [Ellipsis, 2]) as subscript letters ('ab', '...c')."""
+    try:
+        return "".join("..." if s is Ellipsis else _LETTERS[operator.index(s)] for s in sublist)
+    except (IndexError, TypeError) as exc:
+        raise ValueError(f"einsum subscripts must be integers in [0, 52) or Ellipsis, got {sublist!r}") from exc
+
+
+def einsum_sublists_rrule(items: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Callable[..., Any]]:
+    """`np.einsum(a, [0, 1], b, [1, 2], [0, 2])`: the rule of the same subscripts written as a string."""
+    n = len(items) // 2
+    subscripts = ",".join(_sublist_letters(s) for s in items[1:2 * n:2])
+    if len(items) % 2:
+        subscripts += "->" + _sublist_letters(items[-1])
+    out, string_pullback = einsum_rrule(subscripts, *items[0:2 * n:2], **kwargs)
+
+    def einsum_sublists_pullback(out_bar: Any) -> tuple[Any, ...]:
+        bars = string_pullback(out_bar)[1:]
+        return tuple(bars[i // 2] if i % 2 == 0 and i < 2 * n else NO_TANGENT for i in range(len(items)))
+
+    return out, einsum_sublists_pullback
+
+
 @rrule(np.einsum)
 def einsum_rrule(subscripts: Any, *operands: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
     if not isinstance(subscripts, str):
-        raise NotImplementedError("the numpy.einsum rule covers the subscripts-string form only")
+        return einsum_sublists_rrule((subscripts,) + operands, kwargs)
     _no_out("einsum", kwargs)
     out = np.einsum(subscripts, *operands, **kwargs)
     specs, output = _einsum_specs(subscripts, operands)
@@ -355,7 +382,7 @@ def _norm_rule(out: Any, x: Any, ord_: Any, axes: tuple[int, ...], matrix: bool,
     arguments, and a float order p of a vector norm gets its cotangent (other orders are flat in it)."""
     xa = np.asarray(x)
     if xa.dtype.kind == "c" and not (ord_ is None or ord_ == "fro" or (not matrix and ord_ == 2)):
-        raise NotImplementedError(
+        raise RuleCaseError(
             f"the numpy.linalg.norm rules cover complex input for the 2-norm only, not ord={ord_!r}")
     shape_e = tuple(1 if i in axes else d for i, d in enumerate(xa.shape))
     like = stand_in(x)

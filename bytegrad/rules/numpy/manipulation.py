@@ -12,6 +12,7 @@ import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 from numpy.lib.stride_tricks import sliding_window_view
 
+from bytegrad.errors import RuleCaseError
 from bytegrad.rules._project import project, stand_in
 from bytegrad.rules.registry import NO_TANGENT, ZERO, rrule
 
@@ -75,7 +76,7 @@ def pad_rrule(array: Any, pad_width: Any, *args: Any, **kwargs: Any) -> tuple[An
     mode = kwargs.get("mode", args[0] if args else "constant")
     if not (isinstance(mode, str) and mode in _COPYING_MODES) or kwargs.get("reflect_type", "even") != "even":
         detail = f"reflect_type={kwargs['reflect_type']!r}" if "reflect_type" in kwargs else f"mode={mode!r}"
-        raise NotImplementedError(f"the numpy.pad rule covers the modes {', '.join(_COPYING_MODES)} "
+        raise RuleCaseError(f"the numpy.pad rule covers the modes {', '.join(_COPYING_MODES)} "
                                   f"(with reflect_type='even'), not {detail}")
     out = np.pad(array, pad_width, *args, **kwargs)
     index_kwargs = dict(kwargs)

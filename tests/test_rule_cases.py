@@ -1,0 +1,76 @@
+"""A call that a rule does not cover (np.cross of 2-vectors, np.pad's computed modes, np.percentile's
+other methods, np.interp with period=, np.einsum's sublist form) is differentiated through NumPy's
+own Python code, or by the rule; where NumPy has none, the error is a DifferentiationError at the
+user's line, never a bare NotImplementedError."""
+import ast
+import pathlib
+
+import numpy as np
+import pytest
+
+import bytegrad
+from bytegrad.errors import DifferentiationError, RuleCaseError
+from tests.gradcheck import check_grad, check_jvp
+
+POINT = np.array([0.3, -1.2, 2.0, 0.7, 1.5])
+MATRIX = np.array([[2.0, 0.3, 0.1], [0.3, 1.5, 0.2], [0.1, 0.2, 1.0]])
+
+CASES = {
+    "cross-2": (lambda x: np.sum(np.cross(np.reshape(x[:4], (2, 2)), x[2:4])), POINT),
+    "cross-2-3": (lambda x: np.sum(np.cross(x[:2], x[2:5]) ** 2), POINT),
+    "pad-mean": (lambda x: np.sum(np.pad(x, 2, mode="mean") ** 2), POINT),
+    "pad-maximum": (lambda x: np.sum(np.pad(x, 2, mode="maximum") ** 2), POINT),
+    "pad-minimum": (lambda x: np.sum(np.pad(x, (1, 2), mode="minimum") ** 2), POINT),
+    "pad-median": (lambda x: np.sum(np.pad(x, 2, mode="median", stat_length=3) ** 2), POINT),
+    "pad-linear_ramp": (lambda x: np.sum(np.pad(x, 2, mode="linear_ramp", end_values=0.5) ** 2), POINT),
+    "pad-reflect-odd": (lambda x: np.sum(np.pad(x, 2, mode="reflect", reflect_type="odd") ** 2), POINT),
+    "percentile-weibull": (lambda x: np.percentile(x, 30, method="weibull"), POINT),
+    "percentile-hazen": (lambda x: np.percentile(x, 30, method="hazen"), POINT),
+    "quantile-median_unbiased": (lambda x: np.quantile(x, 0.3, method="median_unbiased"), POINT),
+    "quantile-normal_unbiased": (lambda x: np.quantile(x, [0.3, 0.8], method="normal_unbiased").sum(), POINT),
+    "interp-period": (lambda x: np.sum(np.interp(x, [0.0, 1.0, 2.0], [1.0, 3.0, 2.0], period=3.0)), POINT),
+    "einsum-sublists": (lambda a: np.einsum(a, [0, 1], a, [1, 0]), MATRIX),
+    "einsum-sublists-output": (lambda a: np.sum(np.einsum(a, [0, 1], a ** 2, [1, 2], [0, 2]) ** 2), MATRIX),
+    "einsum-sublists-ellipsis": (lambda a: np.sum(np.einsum(a, [Ellipsis, 0], [Ellipsis]) ** 2), MATRIX),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # NumPy 2 deprecates cross of 2-vectors
+def test_case_a_rule_does_not_cover_is_differentiated(name, dtype):
+    f, point = CASES[name]
+    x = point.astype(dtype)
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == "float64" else dict(rtol=3e-3, atol=3e-3)
+    check_grad(f, [x], **tol)
+    if dtype == "float64":
+        check_jvp(f, x, np.linspace(-1.0, 1.0, x.size).reshape(x.shape))
+
+
+def test_complex_vdot_is_an_error_at_the_users_line():
+    z = np.array([1 + 2j, 3 - 1j])
+    with pytest.raises(RuleCaseError) as info:
+        bytegrad.vjp(lambda z: np.vdot(z, z), z)
+    assert "test_rule_cases.py" in str(info.value) and "real arguments only" in str(info.value)
+
+
+def test_vectorize_with_signature_is_an_error_at_the_users_line():
+    vf = np.vectorize(lambda r: r * 2.0, signature="(n)->(n)")
+    with pytest.raises(RuleCaseError) as info:
+        bytegrad.grad(lambda x: np.sum(vf(x)))(POINT)
+    assert "test_rule_cases.py" in str(info.value) and "signature" in str(info.value)
+
+
+def test_rules_raise_no_bare_not_implemented_error():
+    """A rule that covers only some cases raises RuleCaseError (the runtime then runs NumPy's own
+    code, or reports it at the user's line): a bare NotImplementedError would reach the user."""
+    rules_dir = pathlib.Path(bytegrad.rules.__file__).parent
+    bare = []
+    for path in sorted(rules_dir.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                target = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+                if isinstance(target, ast.Name) and target.id == "NotImplementedError":
+                    bare.append(f"{path.name}:{node.lineno}")
+    assert not bare, f"bare NotImplementedError raised in rules: {', '.join(bare)}"
+    assert issubclass(RuleCaseError, DifferentiationError)
