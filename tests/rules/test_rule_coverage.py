@@ -10,13 +10,14 @@ from bytegrad.rules.registry import RuleKind, all_rules
 from . import test_builtins
 from .numpy import (
     test_building, test_complex, test_cumulative, test_functional, test_indexing, test_linalg, test_linalg_decomp, test_manipulation, test_nondiff,
-    test_products, test_reductions, test_shape, test_signal, test_statistics, test_ufunc_methods, test_ufuncs,
+    test_products, test_reductions, test_selection, test_shape, test_signal, test_statistics, test_ufunc_methods,
+    test_ufuncs,
 )
 
 TABLE_MODULES = [
     test_builtins, test_ufuncs, test_reductions, test_shape, test_indexing, test_linalg, test_nondiff,
     test_linalg_decomp, test_products, test_cumulative, test_building, test_manipulation, test_statistics, test_signal,
-    test_functional, test_complex, test_ufunc_methods,
+    test_functional, test_complex, test_ufunc_methods, test_selection,
 ]
 CHECKED_KINDS = (RuleKind.ELEMENTWISE, RuleKind.RRULE, RuleKind.THROUGH)
 

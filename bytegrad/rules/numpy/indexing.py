@@ -259,3 +259,29 @@ def diagonal_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[...
         return (project(x_bar, like),) + (NO_TANGENT,) * len(args)
 
     return out, diagonal_pullback
+
+
+# ---- a.flat: the runtime calls the rule with the array as the only argument ---------------------------
+
+def _flat_of(x: np.ndarray) -> np.ndarray:
+    """`x.flat` as a 1-D array: a view for a C-contiguous x, so `x.flat[k] = v` writes x as NumPy's
+    flatiter does; otherwise a read-only copy (a write through it raises instead of being lost)."""
+    out = x.reshape(-1)
+    if not np.shares_memory(out, x) and x.size > 1:
+        out.flags.writeable = False
+    return out
+
+
+@rrule(np.ndarray.flat)
+def flat_rrule(x: np.ndarray) -> tuple[np.ndarray, Callable[..., Any]]:
+    """`x.flat` of a differentiated array: indexing, iterating and writing it are then those of a
+    1-D array, which bytegrad records (a flatiter object hides its elements from the tape)."""
+    out = _flat_of(x)
+
+    def flat_pullback(out_bar: Any) -> tuple[Any]:
+        return (np.reshape(out_bar, x.shape),)
+
+    return out, flat_pullback
+
+
+frule(np.ndarray.flat)(lambda args_dot, x: (_flat_of(x), ZERO if is_zero(args_dot[0]) else np.reshape(args_dot[0], -1)))

@@ -1,6 +1,7 @@
 """ufunc methods on differentiated values: `.accumulate`, `.outer` and `.reduceat` of any ufunc with a
 rule, `.reduce` of add, multiply, maximum, minimum, logaddexp and logaddexp2, and `.at` of the ufuncs
-other than add and subtract (which the runtime records as writes).
+other than add and subtract (which the runtime records as writes); np.divmod, the ufunc with two
+outputs.
 
 All but `.reduce` run as Python code that bytegrad differentiates (`differentiate_through`), built
 from the ufunc itself and rules that exist (cumsum, take_along_axis, reduce, stack), so reverse and
@@ -117,7 +118,13 @@ def ufunc_at_in_rounds(ufunc: Any, a: Any, indices: Any, b: Any = None) -> None:
         a[key] = ufunc(a[key]) if values is None else ufunc(a[key], values[picked])
 
 
+def divmod_in_python(x1: Any, x2: Any, /, **kwargs: Any) -> tuple[Any, Any]:
+    """np.divmod: the quotient (floor_divide, flat: no derivative) and the remainder (np.mod)."""
+    return np.floor_divide(x1, x2, **kwargs), np.mod(x1, x2, **kwargs)
+
+
 non_differentiable(running_pick, reduceat_segments, at_rounds)
+differentiate_through(np.divmod, divmod_in_python)
 differentiate_through(np.ufunc.accumulate, ufunc_accumulate)
 differentiate_through(np.ufunc.outer, ufunc_outer)
 differentiate_through(np.ufunc.reduceat, ufunc_reduceat)
