@@ -669,7 +669,12 @@ def call1(tape: Optional[Tape], site: Site, fn: Any, a: Any) -> Any:
             return fn(a)
         if tape.stale and i in tape.stale:
             i = writes.refresh(tape, site, i)
-        out, pullback = rule.rrule(a)
+        try:
+            out, pullback = rule.rrule(a)
+        except RuleCaseError as exc:
+            if exc.loc is not None:
+                raise
+            return _other_case(tape, site, fn, (a,), None, exc)
         node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, (i,), site, pullback, (a,), fn)
         to = type(out)
         if to is _ndarray or to is float or to is _float64:
@@ -734,7 +739,12 @@ def _binary_tracked(tape: Tape, site: Site, op: Any, a: Any, b: Any, ia: Any, ib
         tape.nodes.append((_bw_elementwise, (ia, ib), site, rule, (_as_array(a), _as_array(b)), op))
         return out
     if kind is RRULE and rule.rrule is not None:
-        out, pullback = rule.rrule(a, b)
+        try:
+            out, pullback = rule.rrule(a, b)
+        except RuleCaseError as exc:
+            if exc.loc is not None:
+                raise
+            return _other_case(tape, site, op, (a, b), None, exc)
         node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, (ia, ib), site, pullback, (a, b), op)
         return _push_output(tape, node, out)
     if kind is NONDIFF or kind is TRANSPARENT:
@@ -825,7 +835,12 @@ def _make_binary(op: Any) -> Callable[..., Any]:
                 if rule.kind is not ELEMENTWISE:
                     if rule.kind is not RRULE or rule.rrule is None:
                         return _binary_tracked(tape, site, op, a, b, ia, ib)
-                    out, pullback = rule.rrule(a, b)  # matmul and friends, recorded inline
+                    try:
+                        out, pullback = rule.rrule(a, b)  # matmul and friends, recorded inline
+                    except RuleCaseError as exc:
+                        if exc.loc is not None:
+                            raise
+                        return _other_case(tape, site, op, (a, b), None, exc)
                     node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, (ia, ib), site, pullback, (a, b), op)
                     if type(out) is _ndarray:
                         values = tape.values

@@ -125,12 +125,27 @@ picking_rule(np.block, (0,), "block")
 
 # ---- np.unique: each distinct value is its first occurrence (its copies are ties, as for max) --------
 
-@rrule(np.unique)
-def unique_rrule(ar: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+def _unique_firsts(ar: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, np.ndarray, Any]:
+    """np.unique's result, the index of each value's first occurrence, and the axis."""
     params = dict(zip(("return_index", "return_inverse", "return_counts", "axis"), args), **kwargs)
     out = np.unique(ar, *args, **kwargs)
     first = np.unique(ar, **dict(params, return_index=True, return_inverse=False, return_counts=False))[1]
-    axis = params.get("axis")
+    return out, first, params.get("axis")
+
+
+@frule(np.unique)
+def unique_frule(args_dot: tuple[Any, ...], ar: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+    out, first, axis = _unique_firsts(ar, args, kwargs)
+    if _no_dot(args_dot[0]):
+        return out, ZERO
+    x_dot = np.asarray(args_dot[0])
+    values_dot = np.reshape(x_dot, -1)[first] if axis is None else np.take(x_dot, first, axis=axis)
+    return out, ((values_dot,) + (NO_TANGENT,) * (len(out) - 1) if isinstance(out, tuple) else values_dot)
+
+
+@rrule(np.unique)
+def unique_rrule(ar: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    out, first, axis = _unique_firsts(ar, args, kwargs)
 
     def unique_pullback(out_bar: Any) -> tuple[Any, ...]:
         values_bar = out_bar[0] if isinstance(out, tuple) else out_bar
