@@ -3,9 +3,9 @@ sort of a view of an allocated array is a recorded write: both against finite di
 import numpy as np
 import pytest
 
-from tests.gradcheck import check_grad, check_jvp
+from tests.gradcheck import check_grad_and_jvp
+from tests.rules.cases import POINT, grad_params
 
-POINT = np.array([0.3, -1.2, 2.0, 0.7, 1.5])
 
 
 def _sort_view(x):
@@ -47,12 +47,6 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("name", list(CASES))
-def test_out_none_and_view_sort(name, dtype):
-    f = CASES[name]
-    x = POINT.astype(dtype)
-    tol = dict(rtol=1e-5, atol=1e-6) if dtype == "float64" else dict(rtol=2e-3, atol=2e-3)
-    check_grad(f, [x], **tol)
-    if dtype == "float64":
-        check_jvp(f, x, np.linspace(-1.0, 1.0, 5))
+@pytest.mark.parametrize("f,x", grad_params(CASES, POINT))
+def test_out_none_and_view_sort(f, x):
+    check_grad_and_jvp(f, x)

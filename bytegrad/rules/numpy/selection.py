@@ -165,26 +165,28 @@ def unique_rrule(ar: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[...,
 
 # ---- np.putmask and np.place: writes into an array, run as Python so the writes are recorded ---------
 
-def putmask_in_python(a: Any, mask: Any, values: Any) -> None:
-    """np.putmask: a.flat[n] = values.flat[n % values.size] where mask.flat[n] (mask has a's size)."""
+def _write_picked(a: Any, mask: Any, values: Any, by_position: bool) -> None:
+    """a[mask] = values repeated, in a's flat order: values picked by the element's flat position
+    (np.putmask) or by its count among the selected ones (np.place)."""
     where = np.flatnonzero(np.asarray(mask, dtype=bool))
     if where.size == 0:
         return
     flat_values = np.reshape(values, -1)
-    if np.size(flat_values) == 0:
-        raise ValueError("putmask: values must not be empty when mask selects elements")
-    a[np.unravel_index(where, np.shape(a))] = flat_values[where % np.size(flat_values)]
+    n = np.size(flat_values)
+    if n == 0:
+        raise ValueError("Cannot insert from an empty array!")
+    picked = (where if by_position else np.arange(where.size)) % n
+    a[np.unravel_index(where, np.shape(a))] = flat_values[picked]
+
+
+def putmask_in_python(a: Any, mask: Any, values: Any) -> None:
+    """np.putmask: a.flat[n] = values.flat[n % values.size] where mask.flat[n] (mask has a's size)."""
+    _write_picked(a, mask, values, by_position=True)
 
 
 def place_in_python(arr: Any, mask: Any, vals: Any) -> None:
     """np.place: the selected elements of arr, in order, take vals repeated (vals may be longer)."""
-    where = np.flatnonzero(np.asarray(mask, dtype=bool))
-    if where.size == 0:
-        return
-    flat_vals = np.reshape(vals, -1)
-    if np.size(flat_vals) == 0:
-        raise ValueError("Cannot insert from an empty array!")
-    arr[np.unravel_index(where, np.shape(arr))] = flat_vals[np.arange(where.size) % np.size(flat_vals)]
+    _write_picked(arr, mask, vals, by_position=False)
 
 
 differentiate_through(np.putmask, putmask_in_python)

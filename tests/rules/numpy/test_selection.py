@@ -10,9 +10,9 @@ import pytest
 import bytegrad
 from bytegrad.rules._apply import as_rrule
 from bytegrad.rules.registry import lookup
-from tests.gradcheck import check_grad, check_jvp
+from tests.gradcheck import check_grad_and_jvp
 
-from ..cases import Arr, Gen, case, params
+from ..cases import Arr, Gen, POINT, case, grad_params, params
 
 X = Arr((3, 4), distinct=True)
 MASK = Gen(lambda rng, dt: rng.random((3, 4)) > 0.4)
@@ -123,18 +123,11 @@ DIFFERENTIATED = {
     "x.var-mean": lambda x: np.reshape(x[:4], (2, 2)).var(axis=1, mean=x[:2, None]).sum(),
     "base": _base,
 }
-POINT = np.array([0.3, -1.2, 2.0, 0.7, 1.5])
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("name", list(DIFFERENTIATED))
-def test_selection_in_differentiated_code(name, dtype):
-    f = DIFFERENTIATED[name]
-    x = POINT.astype(dtype)
-    tol = dict(rtol=1e-5, atol=1e-6) if dtype == "float64" else dict(rtol=2e-3, atol=2e-3)
-    check_grad(f, [x], **tol)
-    if dtype == "float64":
-        check_jvp(f, x, np.array([0.7, -0.4, 0.2, 1.1, -0.9]))
+@pytest.mark.parametrize("f,x", grad_params(DIFFERENTIATED, POINT))
+def test_selection_in_differentiated_code(f, x):
+    check_grad_and_jvp(f, x)
 
 
 def test_reading_base_does_not_track_it():

@@ -7,8 +7,8 @@ import pytest
 
 import bytegrad
 
-from tests.gradcheck import check_grad, check_jvp
-from ..cases import Arr, case, params
+from tests.gradcheck import check_grad_and_jvp
+from ..cases import Arr, POINT, case, grad_params, params
 
 X = Arr((3, 4), 0.5, 1.5, signed=True)
 DISTINCT = Arr((3, 4), distinct=True)
@@ -79,18 +79,11 @@ DIFFERENTIATED = {
     "maximum.at-2d": _maximum_at_2d,
     "negative.at": _negative_at,
 }
-POINT = np.array([0.3, -1.2, 2.0, 0.7, 1.5])
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("name", list(DIFFERENTIATED))
-def test_ufunc_method_in_differentiated_code(name, dtype):
-    f = DIFFERENTIATED[name]
-    x = POINT.astype(dtype)
-    tol = dict(rtol=1e-5, atol=1e-6) if dtype == "float64" else dict(rtol=2e-3, atol=2e-3)
-    check_grad(f, [x], **tol)
-    if dtype == "float64":
-        check_jvp(f, x, np.linspace(-1.0, 1.0, 5))
+@pytest.mark.parametrize("f,x", grad_params(DIFFERENTIATED, POINT))
+def test_ufunc_method_in_differentiated_code(f, x):
+    check_grad_and_jvp(f, x)
 
 
 def test_multiply_at_keeps_numpy_value():
