@@ -66,8 +66,10 @@ def _rows(rules: Iterable[tuple[str, Rule]]) -> list[str]:
 def render() -> str:
     """The whole of docs/rules.md."""
     # bytegrad's own rules only: not those of installed plugins or of the program importing this
+    # (and not the helpers the rules' own Python code calls, such as bytegrad.rules.numpy.ufunc_methods.at_rounds)
     named = [(qualname(fn), rule) for fn, rule in all_rules().items()
-             if rule.defined_at is not None and rule.defined_at.filename.startswith(_OWN_RULES_DIR)]
+             if rule.defined_at is not None and rule.defined_at.filename.startswith(_OWN_RULES_DIR)
+             and not qualname(fn).startswith("bytegrad.rules.")]
     by_kind: dict[RuleKind, list[tuple[str, Rule]]] = defaultdict(list)
     for name, rule in named:
         by_kind[rule.kind].append((name, rule))

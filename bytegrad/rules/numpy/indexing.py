@@ -13,7 +13,7 @@ import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 
 from bytegrad.rules._project import project, stand_in
-from bytegrad.rules._tangents import filled, is_zero
+from bytegrad.rules._tangents import filled, is_zero, linear_frule
 from bytegrad.rules.registry import NO_TANGENT, ZERO, frule, program_form, rrule
 
 _BASIC_TYPES = frozenset((int, slice, type(None), type(Ellipsis), bool))
@@ -221,6 +221,9 @@ def partition_frule(args_dot: tuple[Any, ...], x: Any, kth: Any, *args: Any, **k
     idx = _permutation_to(np.asarray(x), np.asarray(out), axis)
     x_dot = filled(args_dot[0], x)
     return out, np.take_along_axis(np.reshape(x_dot, -1) if axis is None else x_dot, idx, axis=0 if axis is None else axis)
+
+
+frule(np.take_along_axis)(linear_frule(np.take_along_axis))
 
 
 @rrule(np.take_along_axis)
