@@ -35,6 +35,8 @@ def _partition_in_place(x):
 CASES = {
     "sin-out-None": lambda x: np.sum(np.sin(x, out=None)),
     "sum-out-None": lambda x: np.sum(x ** 2, out=None),
+    "multiply-out-None-tuple": lambda x: np.sum(np.multiply(x, x, out=(None,))),
+    "true_divide-out-ellipsis": lambda x: np.sum(np.true_divide(x, 3.0, out=...)),
     "nanstd": lambda x: np.nanstd(x),
     "nanvar": lambda x: np.nanvar(x, ddof=1),
     "nanstd-nan": lambda x: np.nanstd(np.where(x > 1.8, np.nan, x)),

@@ -121,9 +121,9 @@ def _record_elementwise(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple,
         parents = tuple(ids.get(id(a)) for a in args[:n])
     if kwargs and "out" in kwargs:
         buf = kwargs["out"]
-        if buf is not None and buf is not Ellipsis:  # out=... asks a ufunc for an array, even 0-d
+        if buf is not Ellipsis and not _no_buffer(buf):  # out=... asks a ufunc for an array, even 0-d
             return _with_out(tape, site, fn, args, kwargs)
-        if buf is None:
+        if buf is not Ellipsis:
             kwargs = _without_out(kwargs) or None
     if tape.__class__ is CaptureTape and (kwargs or len(args) > n):  # the record keeps args[:n] only
         tape.refuse(f"passes options to {qualname(fn)} (a compiled program replays its positional arguments)", site)
@@ -171,7 +171,7 @@ def _record_rrule(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, kwarg
     ids = tape.ids
     if kwargs:
         if "out" in kwargs:
-            if kwargs["out"] is not None:
+            if not _no_buffer(kwargs["out"]):
                 return _with_out(tape, site, fn, args, kwargs)
             kwargs = _without_out(kwargs)
         if any(_parent_of(ids, v) is not None for v in kwargs.values()):
@@ -216,6 +216,11 @@ def _record_rrule(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, kwarg
         tape.nodes.append(node)
         return out
     return _push_output(tape, node, out)
+
+
+def _no_buffer(buf: Any) -> bool:
+    """`out=None` (or a ufunc's `out=(None,)`): no output buffer."""
+    return buf is None or (type(buf) is tuple and all(b is None for b in buf))
 
 
 def _without_out(kwargs: dict) -> dict:
