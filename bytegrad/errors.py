@@ -10,7 +10,7 @@ from typing import Any, Optional
 __all__ = [
     "SourceLoc", "DifferentiationError", "NoRuleError", "MutationError", "NonScalarOutputError", "ComplexOutputError",
     "UnsupportedOpcodeError", "PullbackError", "DuplicateRuleError", "WrtError", "NotImplementedRuleError",
-    "AuxOutputError", "NaNError", "public_name",
+    "RuleCaseError", "AuxOutputError", "NaNError", "public_name",
 ]
 
 
@@ -200,6 +200,13 @@ class NoRuleError(DifferentiationError):
 
 class NotImplementedRuleError(DifferentiationError):
     """The rule for this function is known to be missing (declared with `not_implemented`)."""
+
+
+class RuleCaseError(NotImplementedRuleError):
+    """A rule covers only some cases of its function (np.cross of 3-vectors, real input), and this call
+    is another. A rule raises it without a location; the runtime then differentiates the call through
+    the function's own Python implementation where NumPy has one, and otherwise raises it again at the
+    user's line."""
 
 
 class MutationError(DifferentiationError):

@@ -14,6 +14,8 @@ from bytegrad.rules.numpy import (  # noqa: F401
     nondiff as _nondiff,
     products as _products,
     reductions as _reductions,
+    selection as _selection,
+    ufunc_methods as _ufunc_methods,
     shape as _shape_rules,
     signal as _signal,
     statistics as _statistics,

@@ -118,8 +118,10 @@ def render() -> str:
     """The whole of docs/rules.md."""
     _load_scipy_rules()
     # bytegrad's own rules only: not those of installed plugins or of the program importing this
+    # (and not the helpers the rules' own Python code calls, such as bytegrad.rules.numpy.ufunc_methods.at_rounds)
     named = [pair for fn, rule in all_rules().items()
              if rule.defined_at is not None and rule.defined_at.filename.startswith(_OWN_RULES_DIR)
+             and not qualname(fn).startswith("bytegrad.rules.")
              for pair in _named(fn, rule)]
     by_kind: dict[RuleKind, list[tuple[str, Rule]]] = defaultdict(list)
     for name, rule in named:

@@ -13,8 +13,9 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from bytegrad.errors import DifferentiationError, NoRuleError, NotImplementedRuleError, SourceLoc, qualname
+from bytegrad.errors import DifferentiationError, NoRuleError, NotImplementedRuleError, RuleCaseError, SourceLoc, qualname
 from bytegrad.rules import registry
+from bytegrad.rules.numpy.ufunc_methods import ufunc_at_in_rounds
 from bytegrad.rules.registry import RuleKind
 from bytegrad.runtime import tape as _tape
 from bytegrad.runtime import writes, zerosafe
@@ -120,7 +121,11 @@ def _record_elementwise(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple,
                      for a, p in zip(args, parents)) + args[n:]
         parents = tuple(ids.get(id(a)) for a in args[:n])
     if kwargs and "out" in kwargs:
-        return _with_out(tape, site, fn, args, kwargs)
+        buf = kwargs["out"]
+        if buf is not Ellipsis and not _no_buffer(buf):  # out=... asks a ufunc for an array, even 0-d
+            return _with_out(tape, site, fn, args, kwargs)
+        if buf is not Ellipsis:
+            kwargs = _without_out(kwargs) or None
     if tape.__class__ is CaptureTape and (kwargs or len(args) > n):  # the record keeps args[:n] only
         tape.refuse(f"passes options to {qualname(fn)} (a compiled program replays its positional arguments)", site)
     if tape.owners:
@@ -171,9 +176,13 @@ def _record_rrule(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, kwarg
     ids = tape.ids
     if kwargs:
         if "out" in kwargs:
-            return _with_out(tape, site, fn, args, kwargs)
+            if not _no_buffer(kwargs["out"]):
+                return _with_out(tape, site, fn, args, kwargs)
+            kwargs = _without_out(kwargs)
         if any(_parent_of(ids, v) is not None for v in kwargs.values()):
             args, kwargs = _bind_positional(fn, args, kwargs, site, rule)
+            if any(_parent_of(ids, v) is not None for v in kwargs.values()):  # keyword-only (np.var's mean=)
+                args, kwargs = _bind_positional(rule.rrule, args, kwargs, site)
             if any(_parent_of(ids, v) is not None for v in kwargs.values()):
                 raise DifferentiationError(
                     f"a differentiated value was passed to {qualname(fn)} as a keyword argument that "
@@ -195,7 +204,12 @@ def _record_rrule(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, kwarg
         return fn(*args, **kwargs) if kwargs else fn(*args)
     if tape.stale:
         parents = _refresh(tape, parents, site)
-    out, pullback = rule.rrule(*args, **kwargs) if kwargs else rule.rrule(*args)
+    try:
+        out, pullback = rule.rrule(*args, **kwargs) if kwargs else rule.rrule(*args)
+    except RuleCaseError as exc:
+        if exc.loc is not None:
+            raise
+        return _other_case(tape, site, fn, args, kwargs, exc)
     # kwargs ride along (node[6]) for the forward sweep's frules; the reverse pass ignores them
     node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, parents, site, pullback, args, fn, kwargs)
     to = type(out)
@@ -207,6 +221,27 @@ def _record_rrule(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, kwarg
         tape.nodes.append(node)
         return out
     return _push_output(tape, node, out)
+
+
+def _no_buffer(buf: Any) -> bool:
+    """`out=None` (or a ufunc's `out=(None,)`): no output buffer."""
+    return buf is None or (type(buf) is tuple and all(b is None for b in buf))
+
+
+def _without_out(kwargs: dict) -> dict:
+    """kwargs less an `out=None` (NumPy's own Python code passes it on: np.nanvar, np.linalg.outer)."""
+    return {k: v for k, v in kwargs.items() if k != "out"}
+
+
+def _other_case(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict], exc: RuleCaseError) -> Any:
+    """A call that the rule of `fn` does not cover: differentiated through NumPy's own Python code for
+    `fn` when there is some, else the rule's error at the user's line."""
+    impl = getattr(fn, "_implementation", None)
+    if type(fn) is _Dispatcher and type(impl) is _FunctionType:
+        return _call_python(tape, site, impl, args, kwargs)
+    raise RuleCaseError(exc.problem, site.loc(), exc.fix or
+                        "compute this part without differentiating through it, or write a rule with "
+                        "@bytegrad.rrule(..., override=True) that covers it.") from exc
 
 
 def _push_output(tape: Tape, node: tuple, out: Any) -> Any:
@@ -531,9 +566,11 @@ def _snapshot(tape: Tape, site: Site, a: np.ndarray) -> np.ndarray:
 
 
 def _inplace_sort(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> None:
+    """`a.sort()` and `a.partition(kth)`: np.sort or np.partition of a's value, written into a.
+    (writes.write checks the write; a view of an allocated array is written through.)"""
     a = fn.__self__
-    tape.check_write(a, a, site)
-    _write(tape, site, a, Ellipsis, _dispatch(tape, site, np.sort, (_snapshot(tape, site, a),) + args, kwargs or None))
+    sort = np.sort if fn.__name__ == "sort" else np.partition
+    _write(tape, site, a, Ellipsis, _dispatch(tape, site, sort, (_snapshot(tape, site, a),) + args, kwargs or None))
 
 
 def _inplace_fill(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> None:
@@ -587,8 +624,8 @@ def _inplace_ufunc_at(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict
         if writes.current(tape, site, a) is None and (b is None or _parent_of(tape.ids, b) is None):
             tape.check_write(a, a, site)
             return fn(*args, **kwargs)
-        raise NoRuleError(_method_key(fn), site.loc(), f" (only np.add.at and np.subtract.at are supported, "
-                                                       f"not {ufunc.__name__}.at)")
+        # np.multiply.at and the others: run as rounds of fancy writes, in index order
+        return _call_python(tape, site, ufunc_at_in_rounds, (ufunc,) + args, kwargs or None)
     ib = _parent_of(tape.ids, b)
     if ib is None and tape.owners and type(b) is _ndarray:
         ib = writes.view_parent(tape, site, b)
@@ -609,6 +646,7 @@ def _generator_send(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) 
 _INPLACE: dict[Any, Callable[..., Any]] = {
     (types.GeneratorType, "send"): _generator_send,
     (np.ndarray, "sort"): _inplace_sort,
+    (np.ndarray, "partition"): _inplace_sort,
     (np.ndarray, "fill"): _inplace_fill,
     (np.ndarray, "put"): _inplace_put,
     np.fill_diagonal: _inplace_fill_diagonal,
@@ -668,7 +706,12 @@ def call1(tape: Optional[Tape], site: Site, fn: Any, a: Any) -> Any:
             return fn(a)
         if tape.stale and i in tape.stale:
             i = writes.refresh(tape, site, i)
-        out, pullback = rule.rrule(a)
+        try:
+            out, pullback = rule.rrule(a)
+        except RuleCaseError as exc:
+            if exc.loc is not None:
+                raise
+            return _other_case(tape, site, fn, (a,), None, exc)
         node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, (i,), site, pullback, (a,), fn)
         to = type(out)
         if to is _ndarray or to is float or to is _float64:
@@ -733,7 +776,12 @@ def _binary_tracked(tape: Tape, site: Site, op: Any, a: Any, b: Any, ia: Any, ib
         tape.nodes.append((_bw_elementwise, (ia, ib), site, rule, (_as_array(a), _as_array(b)), op))
         return out
     if kind is RRULE and rule.rrule is not None:
-        out, pullback = rule.rrule(a, b)
+        try:
+            out, pullback = rule.rrule(a, b)
+        except RuleCaseError as exc:
+            if exc.loc is not None:
+                raise
+            return _other_case(tape, site, op, (a, b), None, exc)
         node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, (ia, ib), site, pullback, (a, b), op)
         return _push_output(tape, node, out)
     if kind is NONDIFF or kind is TRANSPARENT:
@@ -824,7 +872,12 @@ def _make_binary(op: Any) -> Callable[..., Any]:
                 if rule.kind is not ELEMENTWISE:
                     if rule.kind is not RRULE or rule.rrule is None:
                         return _binary_tracked(tape, site, op, a, b, ia, ib)
-                    out, pullback = rule.rrule(a, b)  # matmul and friends, recorded inline
+                    try:
+                        out, pullback = rule.rrule(a, b)  # matmul and friends, recorded inline
+                    except RuleCaseError as exc:
+                        if exc.loc is not None:
+                            raise
+                        return _other_case(tape, site, op, (a, b), None, exc)
                     node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, (ia, ib), site, pullback, (a, b), op)
                     if type(out) is _ndarray:
                         values = tape.values

@@ -103,6 +103,7 @@ class Tape:
         entries = self._index.get(id(owner))
         if not entries:
             return
+        hit = []
         for arr, node_idx, saved in list(entries):  # `_keep_saved` edits the index
             if arr is target and not saved:
                 continue
@@ -112,12 +113,15 @@ class Tape:
                 overlap = np.shares_memory(arr, region, max_work=10_000)
             except np.exceptions.TooHardError:
                 overlap = True
-            if not overlap:
-                continue
+            if overlap:
+                hit.append((arr, node_idx, saved))
+        # saved values are copied first: a copy is re-derived from views the write then marks stale
+        for arr, node_idx, saved in hit:
             if saved:
                 self._keep_saved(arr, node_idx, site)
-                continue
-            self.stale[node_idx] = site.loc() if site is not None else None
+        for arr, node_idx, saved in hit:
+            if not saved:
+                self.stale[node_idx] = site.loc() if site is not None else None
 
     def _keep_saved(self, arr: np.ndarray, node_idx: int, site: Any) -> None:
         """Copy-on-write: node `node_idx` saved `arr` for its reverse step, and `arr`'s memory is

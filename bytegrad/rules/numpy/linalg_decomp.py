@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from bytegrad.errors import RuleCaseError
 from bytegrad.rules._project import project, stand_in
 from bytegrad.rules.registry import NO_TANGENT, ZERO, rrule
 
@@ -45,7 +46,7 @@ def _mH(m: np.ndarray) -> np.ndarray:
 def _real_only(name: str, a: Any) -> np.ndarray:
     a = np.asarray(a)
     if a.dtype.kind == "c":
-        raise NotImplementedError(f"the numpy.linalg.{name} rule covers real matrices only")
+        raise RuleCaseError(f"the numpy.linalg.{name} rule covers real matrices only")
     return a
 
 
@@ -128,7 +129,7 @@ def qr_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]
     xa = _real_only("qr", a)
     mode = kwargs.get("mode", args[0] if args else "reduced")
     if mode not in ("reduced", "complete", "r"):
-        raise NotImplementedError(f"the numpy.linalg.qr rule covers modes 'reduced', 'complete' and 'r', not {mode!r}")
+        raise RuleCaseError(f"the numpy.linalg.qr rule covers modes 'reduced', 'complete' and 'r', not {mode!r}")
     out = np.linalg.qr(a, *args, **kwargs)
     m, n = xa.shape[-2:]
     k = min(m, n)

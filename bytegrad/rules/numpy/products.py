@@ -13,6 +13,7 @@ from typing import Any, Callable
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 
+from bytegrad.errors import RuleCaseError
 from bytegrad.rules._project import project, stand_in
 from bytegrad.rules._shape import unbroadcast
 from bytegrad.rules._tangents import add_tangents, is_zero
@@ -103,30 +104,41 @@ def kron_rrule(a: Any, b: Any) -> tuple[Any, Callable[..., Any]]:
 
 # ---- cross ------------------------------------------------------------------------------------------
 
+def _as_3(V: Any) -> Any:
+    """Vectors (last axis) of 2 components as 3 whose third is 0, which is how NumPy's cross reads them."""
+    return V if V.shape[-1] == 3 else np.concatenate((V, np.zeros_like(V[..., :1])), axis=-1)
+
+
 @rrule(np.cross)
 def cross_rrule(a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
-    """Vectors of 3 components (c = a x b gives a_bar = b x c_bar and b_bar = c_bar x a)."""
+    """Vectors of 2 or 3 components (c = a x b gives a_bar = b x c_bar and b_bar = c_bar x a, a
+    2-vector read as a 3-vector whose third is 0; the product of two 2-vectors is the third component)."""
     params = dict(zip(("axisa", "axisb", "axisc", "axis"), args), **kwargs)
     axis = params.get("axis")
     axisa, axisb, axisc = (axis, axis, axis) if axis is not None else (
         params.get("axisa", -1), params.get("axisb", -1), params.get("axisc", -1))
     A, B = np.moveaxis(np.asarray(a), axisa, -1), np.moveaxis(np.asarray(b), axisb, -1)
-    if A.shape[-1] != 3 or B.shape[-1] != 3:
-        raise NotImplementedError("the numpy.cross rule covers vectors of 3 components, not 2")
+    na, nb = A.shape[-1], B.shape[-1]
+    if na not in (2, 3) or nb not in (2, 3):
+        raise RuleCaseError(f"the numpy.cross rule covers vectors of 2 or 3 components, not {na} and {nb}")
     out = np.cross(a, b, *args, **kwargs)
 
     def cross_pullback(out_bar: Any) -> tuple[Any, ...]:
         # A and B made again here from a and b: a nested derivative records what a pullback
         # computes, and must see them made from the arguments
-        A, B = np.moveaxis(np.asarray(a), axisa, -1), np.moveaxis(np.asarray(b), axisb, -1)
-        c_bar = np.moveaxis(np.asarray(out_bar), axisc, -1)
+        A, B = _as_3(np.moveaxis(np.asarray(a), axisa, -1)), _as_3(np.moveaxis(np.asarray(b), axisb, -1))
+        if na == 2 and nb == 2:
+            z_bar = np.asarray(out_bar)
+            c_bar = np.stack((np.zeros_like(z_bar), np.zeros_like(z_bar), z_bar), axis=-1)
+        else:
+            c_bar = np.moveaxis(np.asarray(out_bar), axisc, -1)
         shape = np.broadcast_shapes(A.shape, B.shape)
 
         def a_bar() -> Any:
-            return project(np.moveaxis(unbroadcast(np.cross(B, c_bar), A.shape, shape), -1, axisa), a)
+            return project(np.moveaxis(unbroadcast(np.cross(B, c_bar), A.shape, shape)[..., :na], -1, axisa), a)
 
         def b_bar() -> Any:
-            return project(np.moveaxis(unbroadcast(np.cross(c_bar, A), B.shape, shape), -1, axisb), b)
+            return project(np.moveaxis(unbroadcast(np.cross(c_bar, A), B.shape, shape)[..., :nb], -1, axisb), b)
 
         return (a_bar, b_bar) + (NO_TANGENT,) * len(args)
 
@@ -194,7 +206,7 @@ def _only_axis(name: str, kwargs: dict[str, Any], allowed: tuple[str, ...]) -> N
     _no_out(name, kwargs)
     extra = sorted(k for k in kwargs if k not in allowed + ("out",))
     if extra:
-        raise NotImplementedError(f"the numpy.{name} rule does not cover the keyword arguments {extra}")
+        raise RuleCaseError(f"the numpy.{name} rule does not cover the keyword arguments {extra}")
 
 
 def _vecdot_rule(fn: Any, name: str) -> Callable[..., Any]:

@@ -209,6 +209,7 @@ _register((np.array,), np.array, _array_back)
 _register((np.asarray,), np.asarray, _array_back)
 _register((np.asanyarray,), np.asanyarray, _array_back)
 _register((np.ascontiguousarray,), np.ascontiguousarray, _array_back)
+_register((np.asfortranarray,), np.asfortranarray, _array_back)
 _register((np.ndarray.astype,), np.ndarray.astype, _copy_back)   # `project` casts back to x's dtype
 _register((np.float64,), np.float64, _array_back)
 _register((np.float32,), np.float32, _array_back)

@@ -13,6 +13,7 @@ from typing import Any, Callable
 import numpy as np
 import scipy.linalg as sl
 
+from bytegrad.errors import RuleCaseError
 from bytegrad.rules._project import project, stand_in
 from bytegrad.rules._shape import unbroadcast
 from bytegrad.rules.numpy import linalg_decomp as np_decomp
@@ -26,7 +27,7 @@ _onto_triangle = np_decomp._onto_triangle
 def _real(name: str, *values: Any) -> None:
     for v in values:
         if np.iscomplexobj(v):
-            raise NotImplementedError(f"the scipy.linalg.{name} rule covers real matrices only")
+            raise RuleCaseError(f"the scipy.linalg.{name} rule covers real matrices only")
 
 
 def _rest(args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -66,7 +67,7 @@ def _read_part(m_bar: Any, assume_a: Any, lower: bool) -> Any:
         return np.triu(np.tril(m_bar, 1), -1)
     if assume_a in ("upper triangular", "lower triangular"):
         return np.tril(m_bar) if assume_a == "lower triangular" else np.triu(m_bar)
-    raise NotImplementedError(f"the scipy.linalg.solve rule does not cover assume_a={assume_a!r}; "
+    raise RuleCaseError(f"the scipy.linalg.solve rule does not cover assume_a={assume_a!r}; "
                               "pass assume_a='gen' (the same solution, read from the whole matrix)")
 
 
@@ -203,7 +204,7 @@ def _permutation(piv: Any, n: int) -> np.ndarray:
 
 def _square(name: str, a: Any) -> None:
     if np.ndim(a) != 2 or np.shape(a)[0] != np.shape(a)[1]:
-        raise NotImplementedError(f"the scipy.linalg.{name} rule covers square 2-D matrices only")
+        raise RuleCaseError(f"the scipy.linalg.{name} rule covers square 2-D matrices only")
 
 
 @rrule(sl.lu_factor)
@@ -311,7 +312,7 @@ def sqrtm_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., A
     out = sl.sqrtm(a, *args, **kwargs)
     x = out[0] if isinstance(out, tuple) else out
     if np.iscomplexobj(x):
-        raise NotImplementedError("the scipy.linalg.sqrtm rule covers matrices with a real square root only "
+        raise RuleCaseError("the scipy.linalg.sqrtm rule covers matrices with a real square root only "
                                   "(this one's is complex: a negative real eigenvalue)")
     like = stand_in(a)
 
@@ -337,7 +338,7 @@ def eigh_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., An
     b, lower, values_only = params(args, kwargs, _EIGH_PARAMS, (None, True, False))
     others = {k for k in kwargs if k not in _EIGH_PARAMS + ("overwrite_a", "overwrite_b", "check_finite", "driver")}
     if b is not None or len(args) > 3 or others:
-        raise NotImplementedError("the scipy.linalg.eigh rule covers the standard problem with all eigenvalues "
+        raise RuleCaseError("the scipy.linalg.eigh rule covers the standard problem with all eigenvalues "
                                   "(no b, subset_by_index, subset_by_value or type)")
     out = sl.eigh(a, *args, **kwargs)
     w, v = (out, None) if values_only else out

@@ -11,6 +11,7 @@ from typing import Any, Callable
 import numpy as np
 import scipy.signal as ss
 
+from bytegrad.errors import RuleCaseError
 from bytegrad.rules._project import project, stand_in
 from bytegrad.rules.registry import NO_TANGENT, rrule
 from bytegrad.rules.scipy._args import params
@@ -36,7 +37,7 @@ def _window(shape_a: tuple[int, ...], shape_v: tuple[int, ...], mode: str) -> tu
 def _convolution_rule(fn: Callable[..., Any], correlate: bool) -> Callable[..., Any]:
     def convolution_rrule(in1: Any, in2: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
         if np.iscomplexobj(in1) or np.iscomplexobj(in2):
-            raise NotImplementedError(f"the scipy.signal.{fn.__name__} rule covers real input only")
+            raise RuleCaseError(f"the scipy.signal.{fn.__name__} rule covers real input only")
         out = fn(in1, in2, *args, **kwargs)
         mode, method = params(args, kwargs, ("mode", "method"), ("full", "auto"))
         a_shape, v_shape = np.shape(in1), np.shape(in2)

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import numpy as np
 import scipy.special as sc
 
+from bytegrad.errors import RuleCaseError
 from bytegrad.rules._project import project, stand_in
 from bytegrad.rules._shape import unbroadcast
 from bytegrad.rules.registry import NO_TANGENT, ZERO, frule, rrule, scalar_rule
@@ -106,7 +107,7 @@ def _kept(value: Any, shape: tuple[int, ...], axis: Any, keepdims: bool) -> Any:
 def _lse_args(a: Any, axis: Any = None, b: Any = None, keepdims: bool = False,
               return_sign: bool = False) -> tuple[Any, Any, bool]:
     if return_sign:
-        raise NotImplementedError("the scipy.special.logsumexp rule covers return_sign=False only; take "
+        raise RuleCaseError("the scipy.special.logsumexp rule covers return_sign=False only; take "
                                   "the sign apart (np.sign of the weighted sum) or keep b >= 0")
     return axis, b, keepdims
 

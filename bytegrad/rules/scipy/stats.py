@@ -21,6 +21,7 @@ import numpy as np
 import scipy.special as sc
 import scipy.stats as st
 
+from bytegrad.errors import RuleCaseError
 from bytegrad.rules._project import is_float, project, stand_in
 from bytegrad.rules._shape import unbroadcast
 from bytegrad.rules.numpy.linalg_decomp import _onto_triangle
@@ -101,7 +102,7 @@ def _cotangents(ob: Any, partials: list[Callable[[], Any]], values: tuple[Any, .
 
 def _no_shape_derivative(name: str, method: str) -> Callable[[], Any]:
     def refuse() -> Any:
-        raise NotImplementedError(f"the rule of scipy.stats.{name}.{method} has no derivative in the shape "
+        raise RuleCaseError(f"the rule of scipy.stats.{name}.{method} has no derivative in the shape "
                                   "parameters (that of the regularised incomplete gamma or beta function); "
                                   "differentiate in x, loc and scale only")
     return refuse
