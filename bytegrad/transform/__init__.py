@@ -125,6 +125,40 @@ def _activity(f: types.FunctionType, args: tuple, kwargs: Optional[dict], ids: d
     return tuple(bits)
 
 
+def _reads_tracked_global(f: types.FunctionType, ids: dict[int, int]) -> bool:
+    """Whether `f` (called with no differentiated argument) reads a global that holds a differentiated
+    value, or a module-level container or object one may have been written into (`STATE["v"] = x * x`
+    in the differentiated function, then `helper()` reads it): then it runs rewritten, where the
+    activity analysis takes such globals as active. A global rebound to a differentiated float or
+    array is an error: the analysis cannot tell it from a constant."""
+    if f.__module__ is not None and f.__module__.startswith(("numpy", "bytegrad")):
+        return False
+    g = f.__globals__
+    found = False
+    for name in f.__code__.co_names:
+        v = g.get(name, _ABSENT)
+        if v is _ABSENT:
+            continue
+        if id(v) in ids:
+            from bytegrad.errors import DifferentiationError
+            code = f.__code__
+            raise DifferentiationError(
+                f"{f.__qualname__} reads the global {name}, which holds a value differentiated in this "
+                "gradient (the differentiated code assigned it): a function called without differentiated "
+                "arguments cannot be followed through a global rebound this way.",
+                SourceLoc(code.co_filename, code.co_firstlineno, f.__qualname__),
+                f"pass {name} to {f.__name__} as an argument, or keep it in a module-level container "
+                f"(`STATE[{name!r}] = ...`).")
+        if type(v) in _GLOBAL_CONTAINERS or (type(v).__module__ not in ("builtins", "numpy") and
+                                             hasattr(v, "__dict__") and not isinstance(v, _GLOBAL_INERT)):
+            found = True
+    return found
+
+
+_ABSENT = object()
+_GLOBAL_CONTAINERS = (dict, list, set, types.SimpleNamespace)
+_GLOBAL_INERT = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
+
 #: id(callee) -> (weak reference to it, the code its entries were rewritten from, key -> rewritten)
 _FN_CACHE: dict[int, tuple[Any, types.CodeType, dict[Any, types.FunctionType]]] = {}
 
@@ -133,7 +167,7 @@ def rewritten_function(f: types.FunctionType, args: tuple, kwargs: Optional[dict
                        ids: dict[int, int]) -> Optional[types.FunctionType]:
     """The rewritten version of callee `f` for these arguments, or None when nothing in it is active."""
     bits = _activity(f, args, kwargs, ids)
-    if ACTIVE not in bits:
+    if ACTIVE not in bits and not _reads_tracked_global(f, ids):
         return None
     version = registry._version
     key = (bits, version)
