@@ -6,13 +6,16 @@ that came with it.
 """
 import collections
 import contextlib
+import itertools
 import operator
+import sys
 
 import numpy as np
 import pytest
 
 import bytegrad
 from bytegrad import DifferentiationError, grad
+from bytegrad.runtime import monitor
 from tests.gradcheck import numerical_grad
 
 
@@ -254,6 +257,36 @@ class Tripled:
 
 def test_methodcaller():
     assert grad(lambda x: operator.methodcaller("total")(Tripled(x)))(2.0) == 3.0
+
+
+@pytest.mark.skipif(not (hasattr(sys, "monitoring") or monitor.CHECK),
+                    reason="the frame watch needs sys.monitoring (3.12+) or BYTEGRAD_CHECK=1")
+def test_python_started_blind_from_c_is_an_error():
+    # itertools.groupby calls its key from C: no rule runs it rewritten, so the watch stops it
+    f = lambda x: [k for k, _ in itertools.groupby([Tripled(x)], key=Tripled.total)][0]
+    with pytest.raises(monitor.BlindCallError, match="Tripled.total") as info:
+        grad(f)(2.0)
+    assert info.value.loc.filename == __file__  # the user's line, not bytegrad's
+
+
+@pytest.mark.skipif(not monitor.CHECK, reason="the checking mode is off (BYTEGRAD_CHECK)")
+def test_checking_mode_guards_inactive_sites():
+    # an activity hole, made by hand: a tracked value passed where the rewrite saw none
+    from bytegrad.runtime import abi
+    from bytegrad.runtime.tape import Tape, set_tape
+
+    tape = Tape()
+    x = np.ones(2)
+    tape.leaf(x)
+    site = abi.Site(__file__, 1, "f", "+")
+    guarded = monitor.guard_for(abi.BINARY_HOOKS[0])
+    old = set_tape(tape)
+    try:
+        with pytest.raises(monitor.BlindCallError, match="left unrewritten"):
+            guarded(tape, site, x, 1.0)
+        assert guarded(tape, site, np.ones(2), 1.0)[0] == 2.0
+    finally:
+        set_tape(old)
 
 
 class Doubler:
