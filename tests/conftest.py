@@ -48,3 +48,11 @@ def _pin_general_path(request, monkeypatch):
         monkeypatch.setenv("BYTEGRAD_TIER", "general")
     yield
 
+
+def pytest_terminal_summary(terminalreporter):
+    """`make test-long` reports how many random programs it tried and how many failed."""
+    import sys
+
+    props = sys.modules.get("tests.test_properties") or sys.modules.get("test_properties")
+    if props is not None and props.STATS["tried"]:
+        terminalreporter.write_line(f"random programs: {props.STATS['tried']} tried, {props.STATS['failed']} failed")
