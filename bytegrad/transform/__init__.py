@@ -144,8 +144,8 @@ def _reads_tracked_global(f: types.FunctionType, ids: dict[int, int]) -> bool:
             code = f.__code__
             raise DifferentiationError(
                 f"{f.__qualname__} reads the global {name}, which holds a value differentiated in this "
-                "gradient (the differentiated code assigned it): a function called without differentiated "
-                "arguments cannot be followed through a global rebound this way.",
+                "gradient (assigned by the differentiated code, or passed to it as well): a function called "
+                "without differentiated arguments cannot be followed through such a global.",
                 SourceLoc(code.co_filename, code.co_firstlineno, f.__qualname__),
                 f"pass {name} to {f.__name__} as an argument, or keep it in a module-level container "
                 f"(`STATE[{name!r}] = ...`).")
