@@ -21,7 +21,8 @@ REDUCE = ["np.sum({}, axis=0, keepdims=True)", "{}.mean(axis=-1, keepdims=True)"
 SHAPES = [(3, 4), (1, 4), (3, 1), (4,), ()]
 
 # Steps that hand the differentiated state to each operation kind the transform classifies, in
-# each operand position: containers of a module attribute, method chains, `tolist`, star-unpacking,
+# each operand position: containers of a module attribute (and a differentiated key into a user
+# object's `__getitem__`, also through a module attribute), method chains, `tolist`, star-unpacking,
 # containers of containers, getattr/dict()/defaultdict (C calling back into Python), exceptions,
 # and a helper without arguments reading what the program wrote into a module-level object.
 FORMS = [
@@ -40,12 +41,18 @@ FORMS = [
     "try:\n        raise ValueError({h} * 0.9)\n    except ValueError as e:\n        h = e.args[0] + 0.1",
     "STATE['h'] = {h} * 1.2\n    h = read_state()",
     "h = operator.attrgetter('sq')(Box({h})) * 0.5",
+    "h = Scaler()[{h}] - 0.5 * {h}",
+    "h = aux.scaler[{h}] + aux.scaler[0.5 * {h}]",
 ]
 PRELUDE = """
 import collections, operator, types
 import numpy as np
 aux = types.ModuleType("aux")
 aux.table = {}
+class Scaler:
+    def __getitem__(self, k):
+        return np.tanh(k) * 2.0
+aux.scaler = Scaler()
 STATE = {}
 def read_state():
     return STATE['h'] - 0.25
