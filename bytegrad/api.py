@@ -19,7 +19,7 @@ from bytegrad.errors import (
     AuxOutputError, ComplexOutputError, NonScalarOutputError, SourceLoc, UnsupportedOpcodeError, WrtError,
 )
 from bytegrad.rules import pytrees, registry
-from bytegrad.runtime import abi, fpwarn, nested as _nested_sweep, pytree, writes
+from bytegrad.runtime import abi, fpwarn, monitor as _monitor, nested as _nested_sweep, pytree, writes
 from bytegrad.runtime.backward import _bw_identity
 from bytegrad.runtime.forward import push_forward
 from bytegrad.runtime.program import MISS, Ineligible, Program, build as build_program
@@ -306,10 +306,12 @@ class Differentiated:
         tls = _tls
         old = getattr(tls, "tape", None)
         tls.tape = tape
+        watch = _monitor.start()  # Python code started blind from C is stopped (runtime/monitor.py)
         try:
             with fpwarn.at_user_lines():  # NumPy's floating-point warnings name the user's line, not a hook's
                 out = fn(*call_args, **kwargs) if kwargs else fn(*call_args)
         finally:
+            _monitor.stop(watch)
             tls.tape = old
         return out, tape, specs, None
 

@@ -10,7 +10,7 @@ from typing import Any, Optional
 __all__ = [
     "SourceLoc", "DifferentiationError", "NoRuleError", "MutationError", "NonScalarOutputError", "ComplexOutputError",
     "UnsupportedOpcodeError", "PullbackError", "DuplicateRuleError", "WrtError", "NotImplementedRuleError",
-    "RuleCaseError", "AuxOutputError", "NaNError", "public_name",
+    "RuleCaseError", "AuxOutputError", "NaNError", "BlindCallError", "public_name",
 ]
 
 
@@ -196,6 +196,10 @@ class NoRuleError(DifferentiationError):
             f"function), or declare it bytegrad.non_differentiable({name}) if its output does not "
             f"depend smoothly on its inputs.",
         )
+
+
+class BlindCallError(DifferentiationError):
+    """A differentiated value reached Python code that bytegrad did not rewrite (runtime/monitor.py)."""
 
 
 class NotImplementedRuleError(DifferentiationError):

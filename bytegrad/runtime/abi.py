@@ -415,6 +415,11 @@ def _dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dic
     if args and rule is not None and (rule.kind is ELEMENTWISE or rule.kind is RRULE):
         args = _drain_generators(tape, tuple(args))
     if rule is not None:
+        cb = _callbacks_get(rule.fn)
+        if cb is not None:  # a C function that calls back into Python (runtime/callbacks.py)
+            out = cb(tape, site, fn, tuple(args), kwargs)
+            if out is not NotImplemented:
+                return out
         kind = rule.kind
         if owner is not None:
             call_fn = rule.fn
@@ -426,6 +431,8 @@ def _dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dic
         if kind is RRULE and rule.rrule is not None:
             return _record_rrule(tape, site, rule, call_fn, tuple(args), kwargs)
         if kind is NONDIFF or kind is TRANSPARENT:
+            if "watch" in CALLBACKS:
+                _watch_objects(args, kwargs)
             out = fn(*args[1:] if owner is not None else args, **kwargs) if kwargs else \
                 fn(*(args[1:] if owner is not None else args))
             if tape.__class__ is CaptureTape and rule.fn not in CAPTURE_SAFE and _any_tracked(tape.ids, tuple(args), kwargs):
@@ -480,10 +487,31 @@ def _dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dic
         if registry.load_plugins():
             return _dispatch(tape, site, fn, args, kwargs)
         raise NoRuleError(_method_key(fn), site.loc())
+    if "watch" in CALLBACKS:
+        _watch_objects(args, kwargs)
     return fn(*args, **kwargs) if kwargs else fn(*args)
 
 
+def _watch_objects(args: tuple, kwargs: Optional[dict]) -> None:
+    """A C function handed a Python function, or an object of a Python class (alone or first in a
+    list or tuple), may run Python code blind: the frame watch (runtime/monitor.py) starts for the
+    rest of this forward pass."""
+    for a in (args if not kwargs else (*args, *kwargs.values())):
+        t = type(a)
+        if (t is list or t is tuple) and a:
+            t = type(a[0])
+        if t.__flags__ & _HEAPTYPE or t is _FunctionType or t is _MethodType:
+            CALLBACKS["watch"]()
+            return
+
+
 _Dispatcher = type(np.concatenate)
+
+#: C functions that call back into Python, run through the hooks: `handler(tape, site, fn, args,
+#: kwargs)`, NotImplemented to dispatch as usual; "missing" and "metaclass" are the dict-subclass
+#: lookup and the metaclass `__call__` (runtime/callbacks.py fills it in)
+CALLBACKS: dict[Any, Callable[..., Any]] = {}
+_callbacks_get = CALLBACKS.get
 
 #: callable types that take over their own calls from rewritten code: `handler(tape, site, fn,
 #: args, kwargs)` (runtime/checkpoint.py registers `Checkpointed`; runtime never imports upward)
@@ -519,9 +547,13 @@ _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
 def _construct(tape: Tape, site: Site, cls: type, args: tuple, kwargs: Optional[dict]) -> Any:
     """`cls(*args)`: a Python `__init__` is differentiated like any callee; a C class needs a rule."""
     tracked = _any_tracked(tape.ids, args, kwargs)
-    if not tracked:
+    # an object argument may hold differentiated values (`W(p)`, whose `__init__` reads `p.v`)
+    if not tracked and not (cls.__flags__ & _HEAPTYPE and type(cls.__init__) is _FunctionType and
+                            any(type(a) not in _PLAIN for a in args)):
+        if "watch" in CALLBACKS:  # `itertools.groupby(objs, key=f)`, `W(obj)` reading obj's values
+            _watch_objects(args, kwargs)
         return cls(*args, **kwargs) if kwargs else cls(*args)
-    if tape.__class__ is CaptureTape:
+    if tracked and tape.__class__ is CaptureTape:
         tape.refuse(f"builds a {qualname(cls)} from a differentiated value", site)
     if not cls.__flags__ & _HEAPTYPE:
         if issubclass(cls, BaseException):  # `raise ValueError(x)`: it only holds its arguments
@@ -533,6 +565,9 @@ def _construct(tape: Tape, site: Site, cls: type, args: tuple, kwargs: Optional[
     meta = type(cls)
     # a metaclass that keeps type.__call__ (abc.ABCMeta) constructs as `type` does
     if meta is not type and getattr(meta, "__call__", None) is not _type_call:
+        out = CALLBACKS["metaclass"](tape, site, cls, args, kwargs)
+        if out is not NotImplemented:
+            return out
         return cls(*args, **kwargs) if kwargs else cls(*args)
     new = cls.__new__
     if new is object.__new__:
@@ -1047,6 +1082,10 @@ def getitem(tape: Optional[Tape], site: Site, obj: Any, key: Any) -> Any:
             method = getattr(to, "__getitem__", None)
             if type(method) is _FunctionType:
                 return _call_python(tape, site, method, (obj, key), None)
+            if isinstance(obj, dict) and key not in obj:  # `__missing__`, a defaultdict's factory
+                out = CALLBACKS["missing"](tape, site, obj, key)
+                if out is not NotImplemented:
+                    return out
     return obj[key]
 
 
@@ -1123,6 +1162,10 @@ def getattr_(tape: Optional[Tape], site: Site, obj: Any, name: str) -> Any:
             rule = _rules_get(desc) if type(desc) in _DataDescriptors else None
             if rule is not None and rule.kind is RRULE:
                 return _record_rrule(tape, site, rule, desc.__get__, (obj,), None)
+            if (name == "real" or name == "imag") and type(obj) is not _ndarray and _trackable(obj):
+                # a scalar's `.real` (Python's complex has no rule of its own): as a 0-d array's
+                return getitem(tape, site, getattr_(tape, site, _dispatch(tape, site, np.asarray, (obj,), None),
+                                                    name), ())
             if rule is None and (type(obj) is _ndarray or isinstance(obj, np.generic)) and name in _ARRAY_DATA_ATTRS:
                 raise NoRuleError((type(obj), name), site.loc())
             return getattr(obj, name)
@@ -1239,3 +1282,6 @@ def before_with(tape: Optional[Tape], site: Site, mgr: Any) -> tuple[Any, Any]:
     if tape is not None and type(enter) is _FunctionType:
         return _call_python(tape, site, enter, (mgr,), None), bound_exit
     return enter.__get__(mgr, cls)(), bound_exit
+
+
+from bytegrad.runtime import callbacks as _callbacks  # noqa: E402,F401  (fills CALLBACKS; imports abi)

@@ -138,6 +138,40 @@ def _uses_sent_values(code: types.CodeType) -> bool:
     return opcodes.uses_sent_values(code)
 
 
+def _reads_tracked_global(f: types.FunctionType, ids: dict[int, int]) -> bool:
+    """Whether `f` (called with no differentiated argument) reads a global that holds a differentiated
+    value, or a module-level container or object one may have been written into (`STATE["v"] = x * x`
+    in the differentiated function, then `helper()` reads it): then it runs rewritten, where the
+    activity analysis takes such globals as active. A global rebound to a differentiated float or
+    array is an error: the analysis cannot tell it from a constant."""
+    if f.__module__ is not None and f.__module__.startswith(("numpy", "bytegrad")):
+        return False
+    g = f.__globals__
+    found = False
+    for name in f.__code__.co_names:
+        v = g.get(name, _ABSENT)
+        if v is _ABSENT:
+            continue
+        if id(v) in ids:
+            from bytegrad.errors import DifferentiationError
+            code = f.__code__
+            raise DifferentiationError(
+                f"{f.__qualname__} reads the global {name}, which holds a value differentiated in this "
+                "gradient (assigned by the differentiated code, or passed to it as well): a function called "
+                "without differentiated arguments cannot be followed through such a global.",
+                SourceLoc(code.co_filename, code.co_firstlineno, f.__qualname__),
+                f"pass {name} to {f.__name__} as an argument, or keep it in a module-level container "
+                f"(`STATE[{name!r}] = ...`).")
+        if type(v) in _GLOBAL_CONTAINERS or (type(v).__module__ not in ("builtins", "numpy") and
+                                             hasattr(v, "__dict__") and not isinstance(v, _GLOBAL_INERT)):
+            found = True
+    return found
+
+
+_ABSENT = object()
+_GLOBAL_CONTAINERS = (dict, list, set, types.SimpleNamespace)
+_GLOBAL_INERT = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
+
 #: id(callee) -> (weak reference to it, the code its entries were rewritten from, key -> rewritten)
 _FN_CACHE: dict[int, tuple[Any, types.CodeType, dict[Any, types.FunctionType]]] = {}
 
@@ -146,8 +180,11 @@ def rewritten_function(f: types.FunctionType, args: tuple, kwargs: Optional[dict
                        ids: dict[int, int]) -> Optional[types.FunctionType]:
     """The rewritten version of callee `f` for these arguments, or None when nothing in it is active."""
     bits = _activity(f, args, kwargs, ids)
-    if ACTIVE not in bits and not (f.__code__.co_flags & _GENERATOR and _uses_sent_values(f.__code__)):
-        return None  # (a generator that uses sent values is rewritten: `send` may pass in a tracked value)
+    if ACTIVE not in bits and not (f.__code__.co_flags & _GENERATOR and _uses_sent_values(f.__code__)) \
+            and not _reads_tracked_global(f, ids):
+        # (a generator that uses sent values is rewritten: `send` may pass in a tracked value; so is a
+        # helper that reads a global the function wrote a tracked value into)
+        return None
     version = registry._version
     key = (bits, version)
     entry = _FN_CACHE.get(id(f))

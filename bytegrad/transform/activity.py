@@ -183,6 +183,9 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
             # a module-level class, function or array may be written into (`K.v = x`, `f.cache = x`,
             # `BUF[:] = x`) and read back: its name is an alias source, inactive until tainted
             if in_module and isinstance(value, _WRITABLE_GLOBALS):
+                if tainted_globals and type(value) is types.FunctionType:
+                    # a module function may read what this one wrote into a global: its call is hooked
+                    return (True, False, frozenset({"G:" + name}), None)
                 return (False, False, frozenset({"G:" + name}), known)
             # no alias source: a call's result never aliases the module or function it came from
             return (False, False, frozenset(), known)
@@ -278,7 +281,9 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
                 depth = handler.stack_depth
                 if not isinstance(depth, int) or depth > len(st):
                     fail(ins, "exception handler with unknown stack depth")
-                exc_stack = st[:depth] + ((INACTIVE,) if handler.push_lasti else ()) + (INACTIVE,)
+                # the exception may carry a differentiated value (`raise ValueError(x * x)`, then `e.args`)
+                exc = ACTIVE if active_locals or tainted_globals else INACTIVE
+                exc_stack = st[:depth] + ((INACTIVE,) if handler.push_lasti else ()) + (exc,)
                 flow(label_pos[id(handler.target)], exc_stack)
             try:
                 kind = opcodes.kind_of(ins)

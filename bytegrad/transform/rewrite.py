@@ -13,7 +13,7 @@ from typing import Any, Optional
 from bytecode import Bytecode, Instr
 
 from bytegrad.errors import SourceLoc
-from bytegrad.runtime import abi, fused
+from bytegrad.runtime import abi, fused, monitor
 from bytegrad.transform import fusion, opcodes
 from bytegrad.transform.activity import NONDIFF_ATTRS, SHAPE_ONLY, Activity, _nondiff_callable
 from bytegrad.transform.opcodes import OpKind
@@ -93,6 +93,9 @@ def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]
                 hooked += 1
             elif method:
                 out += opcodes.method_load_as_plain(ins, name)
+            elif monitor.CHECK and name not in NONDIFF_ATTRS:
+                out.append(opcodes.load_const(name, iloc))
+                out += _guarded(2, abi.getattr_, loc, ins, "." + name)
             else:
                 out.append(ins)
             continue
@@ -111,6 +114,9 @@ def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]
                 op = opcodes.binary_op(ins)
                 out += opcodes.call_hook(2, abi.BINARY_HOOKS[op], TAPE_LOCAL, _site(loc, ins, abi.BINARY_NAMES[op]), iloc)
                 hooked += 1
+            elif monitor.CHECK:
+                op = opcodes.binary_op(ins)
+                out += _guarded(2, abi.BINARY_HOOKS[op], loc, ins, abi.BINARY_NAMES[op])
             else:
                 out.append(ins)
             continue
@@ -120,6 +126,8 @@ def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]
             if st[-2][0] or st[-1][0]:
                 out += opcodes.call_hook(2, abi.getitem, TAPE_LOCAL, _site(loc, ins, "[]"), iloc)
                 hooked += 1
+            elif monitor.CHECK:
+                out += _guarded(2, abi.getitem, loc, ins, "[]")
             else:
                 out.append(ins)
             continue
@@ -183,6 +191,8 @@ def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]
             if st[-1][0]:
                 out += opcodes.call_hook(1, abi.iter_, TAPE_LOCAL, _site(loc, ins, "iteration"), iloc)
                 hooked += 1
+            elif monitor.CHECK:
+                out += _guarded(1, abi.iter_, loc, ins, "iteration")
             else:
                 out.append(ins)
             continue
@@ -246,6 +256,11 @@ def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]
     new = Bytecode(out)
     new._copy_attr_from(bc)
     return new, hooked
+
+
+def _guarded(n: int, hook: Any, loc: SourceLoc, ins: Instr, what: str) -> list[Instr]:
+    """BYTEGRAD_CHECK=1: a site left inactive still checks that no operand is differentiated."""
+    return opcodes.call_hook(n, monitor.guard_for(hook), TAPE_LOCAL, _site(loc, ins, what), ins.location)
 
 
 def fusion_disabled() -> bool:
