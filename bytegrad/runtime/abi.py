@@ -16,29 +16,31 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from bytegrad.errors import NoRuleError
+from bytegrad.errors import NoRuleError, RuleCaseError
 from bytegrad.rules import registry
 from bytegrad.rules.registry import RuleKind
 from bytegrad.runtime import writes
 from bytegrad.runtime.backward import (  # the record kinds (runtime/records.py)
     ELEMENTWISE as EW_RECORD, RULE as RULE_RECORD, RULE_TRUSTED as TRUSTED_RECORD, UNARY as UNARY_RECORD,
 )
-from bytegrad.runtime.dispatch import PLAIN, call_python, class_attr, dispatch, set_rewriter, write_value
+from bytegrad.runtime.dispatch import (
+    CALLBACKS, PLAIN, call_python, class_attr, dispatch, other_case, record_rule, set_rewriter, write_value,
+)
 from bytegrad.runtime.operators import (
     binary_tracked, inplace_array, list_as_array, python_operator, user_binary,
 )
 from bytegrad.runtime.records import Site
-from bytegrad.runtime.recording import as_array, push_output, record_rrule, trackable, untracked_views
-from bytegrad.runtime.tape import Tape, current_tape
+from bytegrad.runtime.recording import as_array, push_output, trackable, untracked_views
+from bytegrad.runtime.tape import CaptureTape, Tape, current_tape
 
 __all__ = ["Site", "current_tape", "BINARY_HOOKS", "BINARY_NAMES", "call", "call0", "call1", "call2",
            "call_kw", "call_ex", "getitem", "getslice", "setitem", "setslice", "getattr_", "neg", "pos",
-           "iter_", "unpack", "before_with", "set_rewriter"]
+           "iter_", "unpack", "before_with", "set_rewriter", "predicate_hook"]
 
 _ndarray = np.ndarray
 _float64 = np.float64
 _FunctionType = types.FunctionType
-_GetSetDescriptor = types.GetSetDescriptorType
+_DataDescriptors = (types.GetSetDescriptorType, types.MemberDescriptorType)  # `.real` of an array; of a complex
 _rules_get = registry.get_rule
 _PLAIN = PLAIN
 ELEMENTWISE = RuleKind.ELEMENTWISE
@@ -84,7 +86,12 @@ def call1(tape: Optional[Tape], site: Site, fn: Any, a: Any) -> Any:
             return fn(a)
         if tape.stale and i in tape.stale:
             i = writes.refresh(tape, site, i)
-        out, pullback = rule.rrule(a)
+        try:
+            out, pullback = rule.rrule(a)
+        except RuleCaseError as exc:
+            if exc.loc is not None:
+                raise
+            return other_case(tape, site, fn, (a,), None, exc)
         node = (TRUSTED_RECORD if rule.trusted else RULE_RECORD, (i,), site, pullback, (a,), fn)
         to = type(out)
         if to is _ndarray or to is float or to is _float64:
@@ -124,6 +131,25 @@ def call_ex(tape: Optional[Tape], site: Site, fn: Any, args: Any, kwargs: Option
     return dispatch(tape, site, fn, tuple(args), dict(kwargs) if kwargs else None)
 
 
+_PREDICATE_HOOKS: dict[Any, Callable[..., Any]] = {}
+
+
+def predicate_hook(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The hook of a comparison, `is`, `in`, `not` or truth test `fn` with a tracked operand: the
+    plain operation, which a capture run records as a decision its program must check."""
+    hook = _PREDICATE_HOOKS.get(fn)
+    if hook is None:
+        def hook(tape: Optional[Tape], site: Site, *operands: Any) -> Any:
+            out = fn(*operands)
+            if tape.__class__ is CaptureTape:
+                tape.check(fn, operands, None, out, site)
+            return out
+
+        hook.__qualname__ = f"predicate_hook.<{getattr(fn, '__name__', fn)}>"
+        hook = _PREDICATE_HOOKS[fn] = hook
+    return hook
+
+
 # ---- hooks: operators -----------------------------------------------------------------------
 
 
@@ -146,7 +172,12 @@ def _make_binary(op: Any) -> Callable[..., Any]:
                 if rule.kind is not ELEMENTWISE:
                     if rule.kind is not RRULE or rule.rrule is None:
                         return binary_tracked(tape, site, op, a, b, ia, ib)
-                    out, pullback = rule.rrule(a, b)  # matmul and friends, recorded inline
+                    try:
+                        out, pullback = rule.rrule(a, b)  # matmul and friends, recorded inline
+                    except RuleCaseError as exc:
+                        if exc.loc is not None:
+                            raise
+                        return other_case(tape, site, op, (a, b), None, exc)
                     node = (TRUSTED_RECORD if rule.trusted else RULE_RECORD, (ia, ib), site, pullback, (a, b), op)
                     if type(out) is _ndarray:
                         values = tape.values
@@ -299,6 +330,10 @@ def getitem(tape: Optional[Tape], site: Site, obj: Any, key: Any) -> Any:
             method = getattr(to, "__getitem__", None)
             if type(method) is _FunctionType:
                 return call_python(tape, site, method, (obj, key), None)
+            if isinstance(obj, dict) and key not in obj:  # `__missing__`, a defaultdict's factory
+                out = CALLBACKS["missing"](tape, site, obj, key)
+                if out is not NotImplemented:
+                    return out
     return obj[key]
 
 
@@ -359,9 +394,13 @@ def getattr_(tape: Optional[Tape], site: Site, obj: Any, name: str) -> Any:
         if tape.ids.get(id(obj)) is not None:
             desc = getattr(type(obj), name, None)
             # only data descriptors (`.T`, `.real`) are values; methods are bound and called later
-            rule = _rules_get(desc) if type(desc) is _GetSetDescriptor else None
+            rule = _rules_get(desc) if type(desc) in _DataDescriptors else None
             if rule is not None and rule.kind is RRULE:
-                return record_rrule(tape, site, rule, desc.__get__, (obj,), None)
+                return record_rule(tape, site, rule, desc.__get__, (obj,), None)
+            if (name == "real" or name == "imag") and type(obj) is not _ndarray and trackable(obj):
+                # a scalar's `.real` (Python's complex has no rule of its own): as a 0-d array's
+                return getitem(tape, site, getattr_(tape, site, dispatch(tape, site, np.asarray, (obj,), None),
+                                                    name), ())
             if rule is None and (type(obj) is _ndarray or isinstance(obj, np.generic)) and name in _ARRAY_DATA_ATTRS:
                 raise NoRuleError((type(obj), name), site.loc())
             return getattr(obj, name)
@@ -468,3 +507,6 @@ def before_with(tape: Optional[Tape], site: Site, mgr: Any) -> tuple[Any, Any]:
     if tape is not None and type(enter) is _FunctionType:
         return call_python(tape, site, enter, (mgr,), None), bound_exit
     return enter.__get__(mgr, cls)(), bound_exit
+
+
+from bytegrad.runtime import callbacks as _callbacks  # noqa: E402,F401  (fills CALLBACKS; imports abi)

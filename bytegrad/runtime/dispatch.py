@@ -16,8 +16,9 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from bytegrad.errors import DifferentiationError, NoRuleError, NotImplementedRuleError, qualname
+from bytegrad.errors import DifferentiationError, NoRuleError, NotImplementedRuleError, RuleCaseError, qualname
 from bytegrad.rules import registry
+from bytegrad.rules.numpy.ufunc_methods import ufunc_at_in_rounds
 from bytegrad.rules.registry import RuleKind
 from bytegrad.runtime import tape as _tape
 from bytegrad.runtime import writes, zerosafe
@@ -26,7 +27,8 @@ from bytegrad.runtime.recording import parent_of, record_elementwise, record_rru
 from bytegrad.runtime.tape import CaptureTape, Tape
 
 __all__ = ["dispatch", "call_python", "set_rewriter", "construct", "with_out", "write_value", "any_tracked",
-           "method_key", "class_attr", "PLAIN", "CALL_HANDLERS", "CAPTURE_SAFE"]
+           "record_rule", "other_case", "method_key", "class_attr", "PLAIN", "CALL_HANDLERS", "CALLBACKS",
+           "CAPTURE_SAFE"]
 
 _ndarray = np.ndarray
 _FunctionType = types.FunctionType
@@ -58,7 +60,10 @@ def set_rewriter(fn: Callable[[Any, tuple, Optional[dict], dict], Optional[Calla
 
 def call_python(tape: Tape, site: Site, f: Any, args: tuple, kwargs: Optional[dict]) -> Any:
     if tape.__class__ is CaptureTape:
-        tape.refuse(f"calls the Python function {qualname(f)}, which compiled programs do not follow yet", site)
+        if f.__class__ is types.FunctionType and f.__module__ != "bytegrad.api":
+            tape.callees.append((f, args, kwargs, site))  # its code is checked as the caller's is
+        else:
+            tape.refuse(f"calls {qualname(f)}, which compiled programs do not follow (only plain functions)", site)
     if f.__module__ == "bytegrad.api" and f.__name__ != "__call__":
         return _call_api(site, f, args, kwargs)
     rewritten = _rewriter(f, args, kwargs, tape.ids) if _rewriter is not None else None
@@ -147,25 +152,41 @@ def dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict
     if args and rule is not None and (rule.kind is ELEMENTWISE or rule.kind is RRULE):
         args = _drain_generators(tape, tuple(args))
     if rule is not None:
+        cb = _callbacks_get(rule.fn)
+        if cb is not None:  # a C function that calls back into Python (runtime/callbacks.py)
+            out = cb(tape, site, fn, tuple(args), kwargs)
+            if out is not NotImplemented:
+                return out
         kind = rule.kind
         if owner is not None:
             call_fn = rule.fn
             args = (owner,) + tuple(args)
         else:
             call_fn = fn
-        if (kind is ELEMENTWISE or (kind is RRULE and rule.rrule is not None)) and kwargs and "out" in kwargs:
-            return with_out(tape, site, call_fn, tuple(args), kwargs)
+        if kwargs and "out" in kwargs and (kind is ELEMENTWISE or (kind is RRULE and rule.rrule is not None)):
+            buf = kwargs["out"]
+            if buf is Ellipsis and kind is ELEMENTWISE:  # out=... asks a ufunc for an array, even 0-d
+                pass
+            elif not no_buffer(buf):
+                return with_out(tape, site, call_fn, tuple(args), kwargs)
+            else:
+                kwargs = without_out(kwargs) or None
         if kind is ELEMENTWISE:
             return record_elementwise(tape, site, rule, call_fn, _lists_as_arrays(tape, site, len(rule.partials),
                                                                                    tuple(args)), kwargs)
         if kind is RRULE and rule.rrule is not None:
-            return record_rrule(tape, site, rule, call_fn, tuple(args), kwargs)
+            return record_rule(tape, site, rule, call_fn, tuple(args), kwargs)
         if kind is NONDIFF or kind is TRANSPARENT:
-            if tape.__class__ is CaptureTape and rule.fn not in CAPTURE_SAFE and any_tracked(tape.ids, tuple(args), kwargs):
-                tape.refuse(f"computes {qualname(rule.fn)} of a differentiated value: Python code may "
-                            "decide on its result", site)
-            return fn(*args[1:] if owner is not None else args, **kwargs) if kwargs else \
+            if "watch" in CALLBACKS:
+                _watch_objects(args, kwargs)
+            out = fn(*args[1:] if owner is not None else args, **kwargs) if kwargs else \
                 fn(*(args[1:] if owner is not None else args))
+            if tape.__class__ is CaptureTape and rule.fn not in CAPTURE_SAFE and any_tracked(tape.ids, tuple(args), kwargs):
+                if kind is NONDIFF:  # Python code may decide on its result: the program checks it
+                    tape.check(rule.fn if owner is not None else fn, tuple(args), kwargs, out, site)
+                else:
+                    tape.refuse(f"passes a differentiated value through {qualname(rule.fn)}", site)
+            return out
         if kind is THROUGH:
             return call_python(tape, site, rule.impl, tuple(args), kwargs)
         if kind is NOT_IMPLEMENTED and any_tracked(tape.ids, tuple(args), kwargs):
@@ -200,9 +221,11 @@ def dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict
     if handler is not None:  # bytegrad's own callables (runtime/checkpoint.py)
         return handler(tape, site, fn, tuple(args), kwargs)
     dunder_call = getattr(t, "__call__", None)
-    if type(dunder_call) is _FunctionType:  # a callable object (`np.vectorize(f)(x)`): its rule, or its code
-        if _rules_get(dunder_call) is not None:
-            return dispatch(tape, site, dunder_call, (fn,) + tuple(args), kwargs)
+    # a callable object (`np.vectorize(f)(x)`, `operator.itemgetter(0)(x)`, an lru_cache wrapper):
+    # the rule of its type's `__call__`, or that method's Python code
+    if dunder_call is not None and _rules_get(dunder_call) is not None:
+        return dispatch(tape, site, dunder_call, (fn,) + tuple(args), kwargs)
+    if type(dunder_call) is _FunctionType:
         return call_python(tape, site, dunder_call, (fn,) + tuple(args), kwargs)
     args = _drain_generators(tape, tuple(args))  # a C function: look inside generator arguments
     if any_tracked(tape.ids, tuple(args), kwargs) or (type(fn) is _BuiltinMethod and
@@ -210,10 +233,34 @@ def dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict
         if registry.load_plugins():
             return dispatch(tape, site, fn, args, kwargs)
         raise NoRuleError(method_key(fn), site.loc())
+    if "watch" in CALLBACKS:
+        _watch_objects(args, kwargs)
     return fn(*args, **kwargs) if kwargs else fn(*args)
 
 
+def _watch_objects(args: tuple, kwargs: Optional[dict]) -> None:
+    """A C function handed a Python function, or an object of a Python class (alone or first in a
+    list or tuple), may run Python code blind: the frame watch (runtime/monitor.py) starts for the
+    rest of this forward pass."""
+    for a in (args if not kwargs else (*args, *kwargs.values())):
+        t = type(a)
+        if (t is list or t is tuple) and a:
+            t = type(a[0])
+        if t.__flags__ & _HEAPTYPE or t is _FunctionType or t is _MethodType:
+            CALLBACKS["watch"]()
+            return
+
+
 _Dispatcher = type(np.concatenate)
+
+
+#: C functions that call back into Python, run through the hooks: `handler(tape, site, fn, args,
+#: kwargs)`, NotImplemented to dispatch as usual; "missing" and "metaclass" are the dict-subclass
+#: lookup and the metaclass `__call__` (runtime/callbacks.py fills it in)
+CALLBACKS: dict[Any, Callable[..., Any]] = {}
+
+
+_callbacks_get = CALLBACKS.get
 
 
 #: callable types that take over their own calls from rewritten code: `handler(tape, site, fn,
@@ -234,9 +281,13 @@ _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
 def construct(tape: Tape, site: Site, cls: type, args: tuple, kwargs: Optional[dict]) -> Any:
     """`cls(*args)`: a Python `__init__` is differentiated like any callee; a C class needs a rule."""
     tracked = any_tracked(tape.ids, args, kwargs)
-    if not tracked:
+    # an object argument may hold differentiated values (`W(p)`, whose `__init__` reads `p.v`)
+    if not tracked and not (cls.__flags__ & _HEAPTYPE and type(cls.__init__) is _FunctionType and
+                            any(type(a) not in PLAIN for a in args)):
+        if "watch" in CALLBACKS:  # `itertools.groupby(objs, key=f)`, `W(obj)` reading obj's values
+            _watch_objects(args, kwargs)
         return cls(*args, **kwargs) if kwargs else cls(*args)
-    if tape.__class__ is CaptureTape:
+    if tracked and tape.__class__ is CaptureTape:
         tape.refuse(f"builds a {qualname(cls)} from a differentiated value", site)
     if not cls.__flags__ & _HEAPTYPE:
         if issubclass(cls, BaseException):  # `raise ValueError(x)`: it only holds its arguments
@@ -248,6 +299,9 @@ def construct(tape: Tape, site: Site, cls: type, args: tuple, kwargs: Optional[d
     meta = type(cls)
     # a metaclass that keeps type.__call__ (abc.ABCMeta) constructs as `type` does
     if meta is not type and getattr(meta, "__call__", None) is not _type_call:
+        out = CALLBACKS["metaclass"](tape, site, cls, args, kwargs)
+        if out is not NotImplemented:
+            return out
         return cls(*args, **kwargs) if kwargs else cls(*args)
     new = cls.__new__
     if new is object.__new__:
@@ -286,7 +340,38 @@ def _lists_as_arrays(tape: Tape, site: Site, n: int, args: tuple) -> tuple:
                  for a in args[:n]) + args[n:]
 
 
+def record_rule(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
+    """`recording.record_rrule`, with a call its rule does not cover (RuleCaseError) sent on to `other_case`."""
+    try:
+        return record_rrule(tape, site, rule, fn, args, kwargs)
+    except RuleCaseError as exc:
+        if exc.loc is not None:
+            raise
+        return other_case(tape, site, fn, args, kwargs, exc)
+
+
+def other_case(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict], exc: RuleCaseError) -> Any:
+    """A call that the rule of `fn` does not cover: differentiated through NumPy's own Python code for
+    `fn` when there is some, else the rule's error at the user's line."""
+    impl = getattr(fn, "_implementation", None)
+    if type(fn) is _Dispatcher and type(impl) is _FunctionType:
+        return call_python(tape, site, impl, args, kwargs)
+    raise RuleCaseError(exc.problem, site.loc(), exc.fix or
+                        "compute this part without differentiating through it, or write a rule with "
+                        "@bytegrad.rrule(..., override=True) that covers it.") from exc
+
+
 # ---- in-place functions and methods, and out=: recorded as writes -------------------------------------
+
+
+def no_buffer(buf: Any) -> bool:
+    """`out=None` (or a ufunc's `out=(None,)`): no output buffer."""
+    return buf is None or (type(buf) is tuple and all(b is None for b in buf))
+
+
+def without_out(kwargs: dict) -> dict:
+    """kwargs less an `out=None` (NumPy's own Python code passes it on: np.nanvar, np.linalg.outer)."""
+    return {k: v for k, v in kwargs.items() if k != "out"}
 
 
 def with_out(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> Any:
@@ -347,9 +432,11 @@ def write_value(tape: Tape, site: Site, obj: np.ndarray, key: Any, value: Any) -
 
 
 def _inplace_sort(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> None:
+    """`a.sort()` and `a.partition(kth)`: np.sort or np.partition of a's value, written into a.
+    (writes.write checks the write; a view of an allocated array is written through.)"""
     a = fn.__self__
-    tape.check_write(a, a, site)
-    write_value(tape, site, a, Ellipsis, dispatch(tape, site, np.sort, (snapshot(tape, site, a),) + args, kwargs or None))
+    sort = np.sort if fn.__name__ == "sort" else np.partition
+    write_value(tape, site, a, Ellipsis, dispatch(tape, site, sort, (snapshot(tape, site, a),) + args, kwargs or None))
 
 
 def _inplace_fill(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> None:
@@ -403,8 +490,8 @@ def _inplace_ufunc_at(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict
         if writes.current(tape, site, a) is None and (b is None or parent_of(tape.ids, b) is None):
             tape.check_write(a, a, site)
             return fn(*args, **kwargs)
-        raise NoRuleError(method_key(fn), site.loc(), f" (only np.add.at and np.subtract.at are supported, "
-                                                       f"not {ufunc.__name__}.at)")
+        # np.multiply.at and the others: run as rounds of fancy writes, in index order
+        return call_python(tape, site, ufunc_at_in_rounds, (ufunc,) + args, kwargs or None)
     ib = parent_of(tape.ids, b)
     if ib is None and tape.owners and type(b) is _ndarray:
         ib = writes.view_parent(tape, site, b)
@@ -425,6 +512,7 @@ def _generator_send(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) 
 _INPLACE: dict[Any, Callable[..., Any]] = {
     (types.GeneratorType, "send"): _generator_send,
     (np.ndarray, "sort"): _inplace_sort,
+    (np.ndarray, "partition"): _inplace_sort,
     (np.ndarray, "fill"): _inplace_fill,
     (np.ndarray, "put"): _inplace_put,
     np.fill_diagonal: _inplace_fill_diagonal,

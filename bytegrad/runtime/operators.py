@@ -11,14 +11,14 @@ from typing import Any
 
 import numpy as np
 
-from bytegrad.errors import NoRuleError, qualname
+from bytegrad.errors import NoRuleError, RuleCaseError, qualname
 from bytegrad.rules import registry
 from bytegrad.rules.registry import RuleKind
 from bytegrad.runtime import writes
 from bytegrad.runtime.backward import (  # the record kinds (runtime/records.py)
     ELEMENTWISE as EW_RECORD, RULE as RULE_RECORD, RULE_TRUSTED as TRUSTED_RECORD,
 )
-from bytegrad.runtime.dispatch import call_python, dispatch
+from bytegrad.runtime.dispatch import call_python, dispatch, other_case
 from bytegrad.runtime.records import Site
 from bytegrad.runtime.recording import (
     as_array, parent_of, push_output, refresh_parents, snapshot, trackable, untracked_views,
@@ -55,7 +55,12 @@ def binary_tracked(tape: Tape, site: Site, op: Any, a: Any, b: Any, ia: Any, ib:
         tape.nodes.append((EW_RECORD, (ia, ib), site, rule, (as_array(a), as_array(b)), op))
         return out
     if kind is RRULE and rule.rrule is not None:
-        out, pullback = rule.rrule(a, b)
+        try:
+            out, pullback = rule.rrule(a, b)
+        except RuleCaseError as exc:
+            if exc.loc is not None:
+                raise
+            return other_case(tape, site, op, (a, b), None, exc)
         node = (TRUSTED_RECORD if rule.trusted else RULE_RECORD, (ia, ib), site, pullback, (a, b), op)
         return push_output(tape, node, out)
     if kind is NONDIFF or kind is TRANSPARENT:

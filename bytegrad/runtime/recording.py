@@ -82,12 +82,16 @@ def record_elementwise(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, 
     return tape.push(node, out)
 
 
-def _bind_positional(fn: Any, args: tuple, kwargs: dict, site: Site) -> tuple[tuple, dict]:
-    """Move keyword arguments that hold tracked values into positional places (rules see positions)."""
+def _bind_positional(fn: Any, args: tuple, kwargs: dict, site: Site, rule: Any = None) -> tuple[tuple, dict]:
+    """Move keyword arguments that hold tracked values into positional places (rules see positions).
+
+    A rule whose function takes `**kwargs` (scipy.stats' `logpdf(x, *args, **kwds)`) may name the
+    places: its rrule's `signature_for(args)` gives the signature to bind with, or None."""
     import inspect  # only on this rare path: importing it costs milliseconds
 
+    signature_for = getattr(getattr(rule, "rrule", None), "signature_for", None)
     try:
-        sig = inspect.signature(fn)
+        sig = (signature_for(args) if signature_for is not None else None) or inspect.signature(fn)
     except (TypeError, ValueError):
         sig = None
     if sig is not None:
@@ -110,11 +114,14 @@ def _bind_positional(fn: Any, args: tuple, kwargs: dict, site: Site) -> tuple[tu
 
 
 def record_rrule(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
-    """`fn(*args, **kwargs)` recorded with its reverse rule (the dispatcher has handled `out=`)."""
+    """`fn(*args, **kwargs)` recorded with its reverse rule (the dispatcher has handled `out=`; a
+    RuleCaseError of the rule reaches the caller, `dispatch.record_rule`)."""
     ids = tape.ids
     if kwargs:
         if any(parent_of(ids, v) is not None for v in kwargs.values()):
-            args, kwargs = _bind_positional(fn, args, kwargs, site)
+            args, kwargs = _bind_positional(fn, args, kwargs, site, rule)
+            if any(parent_of(ids, v) is not None for v in kwargs.values()):  # keyword-only (np.var's mean=)
+                args, kwargs = _bind_positional(rule.rrule, args, kwargs, site)
             if any(parent_of(ids, v) is not None for v in kwargs.values()):
                 raise DifferentiationError(
                     f"a differentiated value was passed to {qualname(fn)} as a keyword argument that "

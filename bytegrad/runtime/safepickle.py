@@ -15,7 +15,7 @@ import _thread
 import sys
 from typing import Any
 
-__all__ = ["safe_dumps", "safe_loads"]
+__all__ = ["safe_dumps", "safe_loads", "SafeUnpickler", "ref_index", "lookup_ref", "resolve_ref"]
 
 _lock = _thread.allocate_lock()  # threading.Lock, without importing threading
 
@@ -31,7 +31,7 @@ _SAFE_BUILTINS = frozenset({
 _SAFE_STDLIB = {"functools": frozenset({"partial"}), "collections": frozenset({"OrderedDict"})}
 
 
-class _SafeUnpickler(pickle.Unpickler):
+class SafeUnpickler(pickle.Unpickler):
     """Finds only bytegrad's own names, NumPy ufuncs, types and reconstructors, `operator` and `math`
     functions, and plain builtins."""
 
@@ -53,7 +53,7 @@ class _SafeUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"bytegrad's cache does not load {module}.{name}")
 
     def persistent_load(self, pid: Any) -> Any:
-        return _resolve_ref(pid)
+        return resolve_ref(pid)
 
 
 def _numpy_ok(obj: Any, name: str) -> bool:
@@ -70,7 +70,7 @@ def _numpy_ok(obj: Any, name: str) -> bool:
 
 def safe_loads(data: bytes) -> Any:
     """pickle.loads that refuses every global outside bytegrad, NumPy's ufuncs/types and plain builtins."""
-    return _SafeUnpickler(io.BytesIO(data)).load()
+    return SafeUnpickler(io.BytesIO(data)).load()
 
 
 class _RefPickler(pickle.Pickler):
@@ -83,7 +83,7 @@ class _RefPickler(pickle.Pickler):
 
     def persistent_id(self, obj: Any) -> Any:
         ref = self._index.get(id(obj))
-        if ref is not None and _lookup_ref(ref) is obj:
+        if ref is not None and lookup_ref(ref) is obj:
             return ref
         return None
 
@@ -93,7 +93,7 @@ def safe_dumps(obj: Any) -> bytes:
     references by (module, attribute[, key]). Raises pickle.PicklingError (or TypeError,
     AttributeError) for an object that cannot be written."""
     buf = io.BytesIO()
-    _RefPickler(buf, _ref_index()).dump(obj)
+    _RefPickler(buf, ref_index()).dump(obj)
     return buf.getvalue()
 
 
@@ -106,7 +106,7 @@ def _refable(value: Any) -> bool:
                                   type, type(sys)))
 
 
-def _ref_index() -> dict[int, tuple]:
+def ref_index() -> dict[int, tuple]:
     """id -> (module, attribute, key or None) for bytegrad's module-level objects, and the
     callables held in its public module-level dicts, lists and tuples (e.g. abi.BINARY_HOOKS)."""
     with _lock:
@@ -126,7 +126,7 @@ def _ref_index() -> dict[int, tuple]:
         return _REF_INDEX
 
 
-def _lookup_ref(ref: tuple) -> Any:
+def lookup_ref(ref: tuple) -> Any:
     modname, name, key = ref
     value = getattr(sys.modules.get(modname), name, None)
     if key is not None:
@@ -137,7 +137,7 @@ def _lookup_ref(ref: tuple) -> Any:
     return value
 
 
-def _resolve_ref(pid: Any) -> Any:
+def resolve_ref(pid: Any) -> Any:
     if not (isinstance(pid, tuple) and len(pid) == 3 and isinstance(pid[0], str) and isinstance(pid[1], str)
             and (pid[0] == "bytegrad" or pid[0].startswith("bytegrad.")) and type(pid[2]) in (int, str, type(None))):
         raise pickle.UnpicklingError(f"bytegrad's cache does not load the reference {pid!r}")
@@ -145,7 +145,7 @@ def _resolve_ref(pid: Any) -> Any:
         import importlib
 
         importlib.import_module(pid[0])
-    value = _lookup_ref(pid)
+    value = lookup_ref(pid)
     if value is None:
         raise pickle.UnpicklingError(f"bytegrad's cache refers to {pid!r}, which this process lacks")
     return value

@@ -59,6 +59,12 @@ def _join(a: Slot, b: Slot) -> Slot:
     return (a[0] or b[0], a[1] and b[1], a[2] | b[2], a[3] if a[3] is b[3] else None)
 
 
+#: non-differentiable functions whose result on a differentiated value depends on its shape only:
+#: calls of them run as they are (any other call on a differentiated value is hooked, so that a
+#: capture run sees it: bytegrad/compiled.py checks its result as a decision)
+SHAPE_ONLY = frozenset({len, isinstance, type, np.shape, np.ndim, np.size})
+
+
 def _nondiff_callable(slot: Any) -> bool:
     """A statically known callable whose result never carries a derivative (len, range, np.shape...)."""
     if slot is None or slot[3] is None:
@@ -97,7 +103,7 @@ def _refuse_invisible_code(instrs: list[Any], watched: set[str], loc: SourceLoc)
         body = ins.arg
         if body.co_flags & inspect.CO_OPTIMIZED:
             continue  # a function, lambda or comprehension: rewritten when it is called
-        names = sorted(set(body.co_freevars) & watched)
+        names = sorted(set(body.co_freevars) & watched & opcodes.cell_reads(body))
         if names:
             raise UnsupportedOpcodeError(
                 f"the body of class {body.co_name} reads {', '.join(names)}: bytegrad does not rewrite class "
@@ -177,6 +183,9 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
             # a module-level class, function or array may be written into (`K.v = x`, `f.cache = x`,
             # `BUF[:] = x`) and read back: its name is an alias source, inactive until tainted
             if in_module and isinstance(value, _WRITABLE_GLOBALS):
+                if tainted_globals and type(value) is types.FunctionType:
+                    # a module function may read what this one wrote into a global: its call is hooked
+                    return (True, False, frozenset({"G:" + name}), None)
                 return (False, False, frozenset({"G:" + name}), known)
             # no alias source: a call's result never aliases the module or function it came from
             return (False, False, frozenset(), known)
@@ -272,7 +281,9 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
                 depth = handler.stack_depth
                 if not isinstance(depth, int) or depth > len(st):
                     fail(ins, "exception handler with unknown stack depth")
-                exc_stack = st[:depth] + ((INACTIVE,) if handler.push_lasti else ()) + (INACTIVE,)
+                # the exception may carry a differentiated value (`raise ValueError(x * x)`, then `e.args`)
+                exc = ACTIVE if active_locals or tainted_globals else INACTIVE
+                exc_stack = st[:depth] + ((INACTIVE,) if handler.push_lasti else ()) + (exc,)
                 flow(label_pos[id(handler.target)], exc_stack)
             try:
                 kind = opcodes.kind_of(ins)
@@ -472,6 +483,8 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
                 popped = [stack.pop() for _ in range(consumed)]
                 out = _join_all(popped)
                 stack += [out] * produced
+                if opcodes.receives_sent_value(ins):  # `gen.send(v)` may pass in a differentiated value
+                    stack[-1] = (True, False, stack[-1][2], None)
                 if ins.has_jump():
                     c2, p2 = opcodes.stack_effect(ins, jump=True)
                     jump_stack = list(st)

@@ -13,9 +13,9 @@ from typing import Any, Optional
 from bytecode import Bytecode, Instr
 
 from bytegrad.errors import SourceLoc
-from bytegrad.runtime import abi, fused
+from bytegrad.runtime import abi, fused, monitor
 from bytegrad.transform import fusion, opcodes
-from bytegrad.transform.activity import NONDIFF_ATTRS, Activity, _nondiff_callable
+from bytegrad.transform.activity import NONDIFF_ATTRS, SHAPE_ONLY, Activity, _nondiff_callable
 from bytegrad.transform.opcodes import OpKind
 
 TAPE_LOCAL = "__bg_tape__"
@@ -93,6 +93,9 @@ def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]
                 hooked += 1
             elif method:
                 out += opcodes.method_load_as_plain(ins, name)
+            elif monitor.CHECK and name not in NONDIFF_ATTRS:
+                out.append(opcodes.load_const(name, iloc))
+                out += _guarded(2, abi.getattr_, loc, ins, "." + name)
             else:
                 out.append(ins)
             continue
@@ -111,6 +114,9 @@ def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]
                 op = opcodes.binary_op(ins)
                 out += opcodes.call_hook(2, abi.BINARY_HOOKS[op], TAPE_LOCAL, _site(loc, ins, abi.BINARY_NAMES[op]), iloc)
                 hooked += 1
+            elif monitor.CHECK:
+                op = opcodes.binary_op(ins)
+                out += _guarded(2, abi.BINARY_HOOKS[op], loc, ins, abi.BINARY_NAMES[op])
             else:
                 out.append(ins)
             continue
@@ -120,6 +126,8 @@ def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]
             if st[-2][0] or st[-1][0]:
                 out += opcodes.call_hook(2, abi.getitem, TAPE_LOCAL, _site(loc, ins, "[]"), iloc)
                 hooked += 1
+            elif monitor.CHECK:
+                out += _guarded(2, abi.getitem, loc, ins, "[]")
             else:
                 out.append(ins)
             continue
@@ -161,10 +169,30 @@ def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]
             else:
                 out.append(ins)
             continue
+        if kind is OpKind.PREDICATE:
+            # a decision on a differentiated value: the hook computes it as it is, and a capture
+            # run records it for the compiled program to check (bytegrad/compiled.py)
+            n = opcodes.predicate_pops(ins)
+            if any(s[0] for s in st[len(st) - n:]):
+                out += opcodes.call_hook(n, abi.predicate_hook(opcodes.predicate_fn(ins)), TAPE_LOCAL,
+                                         _site(loc, ins, "decision"), iloc)
+                hooked += 1
+            else:
+                out.append(ins)
+            continue
+        if kind is OpKind.POP_JUMP and st[-1][0] and not ins.name.endswith("NONE"):
+            # `if x:` on a differentiated value (3.11/3.12 test it in the jump itself): its truth
+            # is taken by the hook, as a decision a capture records, then the jump tests a bool
+            out += opcodes.call_hook(1, abi.predicate_hook(bool), TAPE_LOCAL, _site(loc, ins, "decision"), iloc)
+            out.append(ins)
+            hooked += 1
+            continue
         if kind is OpKind.GET_ITER:
             if st[-1][0]:
                 out += opcodes.call_hook(1, abi.iter_, TAPE_LOCAL, _site(loc, ins, "iteration"), iloc)
                 hooked += 1
+            elif monitor.CHECK:
+                out += _guarded(1, abi.iter_, loc, ins, "iteration")
             else:
                 out.append(ins)
             continue
@@ -230,6 +258,11 @@ def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]
     return new, hooked
 
 
+def _guarded(n: int, hook: Any, loc: SourceLoc, ins: Instr, what: str) -> list[Instr]:
+    """BYTEGRAD_CHECK=1: a site left inactive still checks that no operand is differentiated."""
+    return opcodes.call_hook(n, monitor.guard_for(hook), TAPE_LOCAL, _site(loc, ins, what), ins.location)
+
+
 def fusion_disabled() -> bool:
     """Fusion is off with `BYTEGRAD_DISABLE_NUMBA=1` (or `BYTEGRAD_DISABLE_FUSION=1`)."""
     return any(os.environ.get(v, "") not in ("", "0") for v in ("BYTEGRAD_DISABLE_NUMBA", "BYTEGRAD_DISABLE_FUSION"))
@@ -237,11 +270,12 @@ def fusion_disabled() -> bool:
 
 def _call_active(ins: Instr, st: Any) -> bool:
     """A call is hooked when its callable or an argument may be active, unless the callable is a
-    known non-differentiable builtin (`len(x)` runs as it is)."""
+    known shape query (`len(x)` runs as it is)."""
     if st is None:
         return False
     n = int(ins.arg)
-    if _nondiff_callable(opcodes.callable_slot(n, st)):
+    slot = opcodes.callable_slot(n, st)
+    if _nondiff_callable(slot) and slot[3] in SHAPE_ONLY:
         return False
     return any(s[0] for s in st[-(n + 2):] if not s[1])
 

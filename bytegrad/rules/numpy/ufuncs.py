@@ -181,7 +181,7 @@ scalar_rule(np.reciprocal, lambda x, out: -(out**2))
 scalar_rule(np.power, power_dx, power_dy)
 scalar_rule(np.float_power, float_power_dx, power_dy)
 
-scalar_rule(np.absolute, lambda x, out: _abs_partial(x))       # 0 at the kink
+scalar_rule(np.absolute, lambda x, out: abs_partial(x))       # 0 at the kink
 scalar_rule(np.fabs, lambda x, out: np.sign(x))
 scalar_rule(np.copysign, _copysign_dx, 0)
 scalar_rule(np.negative, -1)
@@ -206,7 +206,7 @@ differentiate_through(np.select, select_as_where)
 
 # ---- complex-aware rules (the convention: docs/plugins.md, "Complex numbers") -------------------------
 
-def _abs_partial(x: Any) -> Any:
+def abs_partial(x: Any) -> Any:
     """d|z| pairs with dz as Re(conj(z)/|z| * dz): conj(sign(z)); sign(x) for real x."""
     s = np.sign(x)
     return np.conj(s) if np.iscomplexobj(s) else s
@@ -218,7 +218,7 @@ def absolute_frule(args_dot: tuple[Any, ...], x: Any) -> tuple[Any, Any]:
     x_dot = args_dot[0]
     if x_dot is None or x_dot is NO_TANGENT or x_dot is ZERO:
         return out, ZERO
-    out_dot = _abs_partial(x) * x_dot
+    out_dot = abs_partial(x) * x_dot
     return out, (out_dot.real if np.iscomplexobj(out_dot) else out_dot)
 
 
