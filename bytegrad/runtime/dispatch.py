@@ -152,50 +152,7 @@ def dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict
     if args and rule is not None and (rule.kind is ELEMENTWISE or rule.kind is RRULE):
         args = _drain_generators(tape, tuple(args))
     if rule is not None:
-        cb = _callbacks_get(rule.fn)
-        if cb is not None:  # a C function that calls back into Python (runtime/callbacks.py)
-            out = cb(tape, site, fn, tuple(args), kwargs)
-            if out is not NotImplemented:
-                return out
-        kind = rule.kind
-        if owner is not None:
-            call_fn = rule.fn
-            args = (owner,) + tuple(args)
-        else:
-            call_fn = fn
-        if kwargs and "out" in kwargs and (kind is ELEMENTWISE or (kind is RRULE and rule.rrule is not None)):
-            buf = kwargs["out"]
-            if buf is Ellipsis and kind is ELEMENTWISE:  # out=... asks a ufunc for an array, even 0-d
-                pass
-            elif not no_buffer(buf):
-                return with_out(tape, site, call_fn, tuple(args), kwargs)
-            else:
-                kwargs = without_out(kwargs) or None
-        if kind is ELEMENTWISE:
-            return record_elementwise(tape, site, rule, call_fn, _lists_as_arrays(tape, site, len(rule.partials),
-                                                                                   tuple(args)), kwargs)
-        if kind is RRULE and rule.rrule is not None:
-            return record_rule(tape, site, rule, call_fn, tuple(args), kwargs)
-        if kind is NONDIFF or kind is TRANSPARENT:
-            if "watch" in CALLBACKS:
-                _watch_objects(args, kwargs)
-            out = fn(*args[1:] if owner is not None else args, **kwargs) if kwargs else \
-                fn(*(args[1:] if owner is not None else args))
-            if tape.__class__ is CaptureTape and rule.fn not in CAPTURE_SAFE and any_tracked(tape.ids, tuple(args), kwargs):
-                if kind is NONDIFF:  # Python code may decide on its result: the program checks it
-                    tape.check(rule.fn if owner is not None else fn, tuple(args), kwargs, out, site)
-                else:
-                    tape.refuse(f"passes a differentiated value through {qualname(rule.fn)}", site)
-            return out
-        if kind is THROUGH:
-            return call_python(tape, site, rule.impl, tuple(args), kwargs)
-        if kind is NOT_IMPLEMENTED and any_tracked(tape.ids, tuple(args), kwargs):
-            raise NotImplementedRuleError(
-                f"differentiating {qualname(rule.fn)} is not supported: {rule.reason}.", site.loc(),
-                "compute this part without differentiating through it, or write a rule with @bytegrad.rrule.")
-        if kind is RRULE and any_tracked(tape.ids, tuple(args), kwargs):  # a frule alone
-            raise NoRuleError(rule.fn, site.loc(), " (it has only a forward rule)")
-        return fn(*args[1:], **(kwargs or {})) if owner is not None else fn(*args, **(kwargs or {}))
+        return _with_rule(tape, site, fn, rule, owner, args, kwargs)
     t = type(fn)
     if t is _FunctionType:
         return call_python(tape, site, fn, tuple(args), kwargs)
@@ -236,6 +193,55 @@ def dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict
     if "watch" in CALLBACKS:
         _watch_objects(args, kwargs)
     return fn(*args, **kwargs) if kwargs else fn(*args)
+
+
+def _with_rule(tape: Tape, site: Site, fn: Any, rule: Any, owner: Any, args: tuple, kwargs: Optional[dict]) -> Any:
+    """`dispatch` of a callable with a rule: recorded, run, followed into its Python code, or refused
+    (`owner`: the object a bound C method found by its type's descriptor is bound to)."""
+    cb = _callbacks_get(rule.fn)
+    if cb is not None:  # a C function that calls back into Python (runtime/callbacks.py)
+        out = cb(tape, site, fn, tuple(args), kwargs)
+        if out is not NotImplemented:
+            return out
+    kind = rule.kind
+    if owner is not None:
+        call_fn = rule.fn
+        args = (owner,) + tuple(args)
+    else:
+        call_fn = fn
+    if kwargs and "out" in kwargs and (kind is ELEMENTWISE or (kind is RRULE and rule.rrule is not None)):
+        buf = kwargs["out"]
+        if buf is Ellipsis and kind is ELEMENTWISE:  # out=... asks a ufunc for an array, even 0-d
+            pass
+        elif not no_buffer(buf):
+            return with_out(tape, site, call_fn, tuple(args), kwargs)
+        else:
+            kwargs = without_out(kwargs) or None
+    if kind is ELEMENTWISE:
+        return record_elementwise(tape, site, rule, call_fn, _lists_as_arrays(tape, site, len(rule.partials),
+                                                                               tuple(args)), kwargs)
+    if kind is RRULE and rule.rrule is not None:
+        return record_rule(tape, site, rule, call_fn, tuple(args), kwargs)
+    if kind is NONDIFF or kind is TRANSPARENT:
+        if "watch" in CALLBACKS:
+            _watch_objects(args, kwargs)
+        out = fn(*args[1:] if owner is not None else args, **kwargs) if kwargs else \
+            fn(*(args[1:] if owner is not None else args))
+        if tape.__class__ is CaptureTape and rule.fn not in CAPTURE_SAFE and any_tracked(tape.ids, tuple(args), kwargs):
+            if kind is NONDIFF:  # Python code may decide on its result: the program checks it
+                tape.check(rule.fn if owner is not None else fn, tuple(args), kwargs, out, site)
+            else:
+                tape.refuse(f"passes a differentiated value through {qualname(rule.fn)}", site)
+        return out
+    if kind is THROUGH:
+        return call_python(tape, site, rule.impl, tuple(args), kwargs)
+    if kind is NOT_IMPLEMENTED and any_tracked(tape.ids, tuple(args), kwargs):
+        raise NotImplementedRuleError(
+            f"differentiating {qualname(rule.fn)} is not supported: {rule.reason}.", site.loc(),
+            "compute this part without differentiating through it, or write a rule with @bytegrad.rrule.")
+    if kind is RRULE and any_tracked(tape.ids, tuple(args), kwargs):  # a frule alone
+        raise NoRuleError(rule.fn, site.loc(), " (it has only a forward rule)")
+    return fn(*args[1:], **(kwargs or {})) if owner is not None else fn(*args, **(kwargs or {}))
 
 
 def _watch_objects(args: tuple, kwargs: Optional[dict]) -> None:
