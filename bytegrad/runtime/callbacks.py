@@ -57,15 +57,6 @@ def _attrgetter(tape: Tape, site: abi.Site, fn: Any, args: tuple, kwargs: Option
     return values[0] if len(values) == 1 else tuple(values)
 
 
-def _methodcaller(tape: Tape, site: abi.Site, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
-    """`operator.methodcaller("name", *a)(obj)`: `obj.name(*a)`, its method run rewritten."""
-    maker, params = fn.__reduce__()[:2]
-    if kwargs or len(args) != 1 or maker is not operator.methodcaller or type(params[0]) is not str:
-        return fn(*args, **(kwargs or {}))  # (keyword arguments reduce to a partial: left to C)
-    method = abi.getattr_(tape, site, args[0], params[0])
-    return abi._dispatch(tape, site, method, tuple(params[1:]), None)
-
-
 def _python_mapping(m: Any) -> bool:
     """A mapping whose items C would read through Python methods (`keys`, `__getitem__`)."""
     t = type(m)
@@ -122,4 +113,3 @@ abi.CALLBACKS.update({getattr: _getattr, setattr: _setattr, dict: _dict, np.asar
                       np.array: _asarray, np.asanyarray: _asarray,
                       "missing": missing, "metaclass": metaclass_call})
 abi.CALL_HANDLERS[operator.attrgetter] = _attrgetter
-abi.CALL_HANDLERS[operator.methodcaller] = _methodcaller
