@@ -555,3 +555,56 @@ def test_numba_back_end_refused_when_numba_is_disabled(monkeypatch):
     fast = bytegrad.differentiate(fresh(bench_cases.sin_chain_loss), tier="numba")
     fast.grad(np.ones(2), 3)
     assert [p["backend"] for p in info(fast)["programs"]] == ["numpy"]
+
+
+# ---- the Numba back end: float32 loops ---------------------------------------------------------
+
+
+@needs_numba
+@pytest.mark.parametrize("case", [c for c in bench_cases.CASES if c.key in ("loop50f32", "elem10f32")],
+                         ids=lambda c: c.key)
+def test_numba_float32_loops_are_as_accurate_as_the_general_path(case):
+    """A float32 elementwise program is one loop too: computed in float64, stored as float32. It is
+    then not bit for bit the general path's (which rounds each operation to float32) but at least as
+    close to float64 arithmetic on the same inputs, and never refused for disagreeing."""
+    fast = bytegrad.differentiate(fresh(case.loss), tier="numba")
+    general = bytegrad.differentiate(case.loss, tier="general")
+    rng = np.random.default_rng(2)
+    for _ in range(3):
+        params, data = case.inputs(rng)
+        (v1, g1), (v2, g2) = fast.value_and_grad(params, *data), general.value_and_grad(params, *data)
+        assert type(v1) is type(v2) is np.float32 and g1.dtype == np.float32
+        v, g = general.value_and_grad(params.astype(np.float64), *data)
+        scale = float(np.abs(g).max())
+        assert np.abs(g1 - g).max() <= np.abs(g2 - g).max() + 1e-7 * scale
+        assert abs(v1 - v) <= abs(v2 - v) + 1e-7 * abs(v)
+    s = info(fast)
+    assert [p["backend"] for p in s["programs"]] == ["numba"], s
+    assert s["compiled_calls"] == 3 and s["disagreements"] == 0
+
+
+def _scaled(x, w):
+    return np.sum(x * w * 0.5)
+
+
+@needs_numba
+@pytest.mark.parametrize("w", [np.linspace(1, 2, 5), 0.7], ids=["float64-array", "float"])
+def test_float32_loop_with_other_arguments(w):
+    """A float32 array with a float64 one is one loop (each gradient stored in its argument's dtype);
+    with a differentiated float it is the array kernel (the guard `narrow and a float leaf` in
+    program_numba._loop_shape: without it the loop is tried, and the call ends on the NumPy back end)."""
+    x = np.linspace(0, 1, 5, dtype=np.float32)
+    fast = bytegrad.differentiate(fresh(_scaled), wrt=(0, 1), tier="numba")
+    got = fast.value_and_grad(x, w)
+    assert_same(got, bytegrad.differentiate(_scaled, wrt=(0, 1), tier="general").value_and_grad(x, w))
+    s = info(fast)
+    assert s["disagreements"] == 0 and [p["backend"] for p in s["programs"]] == ["numba"], s
+
+
+def test_float32_agreement_allows_float32_rounding_only():
+    x = np.linspace(1, 2, 7, dtype=np.float32)
+    assert compiled._same(x * np.float32(1 + 1e-6), x)  # a few float32 roundings apart
+    assert not compiled._same(x * np.float32(1 + 1e-3), x)
+    assert not compiled._same(x.astype(np.float64) * (1 + 1e-9), x.astype(np.float64))  # float64: 1e-12
+    y = np.array([1.0, 1e-9], np.float32)  # an element that cancelled to near 0: judged against the largest
+    assert compiled._same(y + np.float32(1e-8), y)

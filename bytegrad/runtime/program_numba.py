@@ -230,11 +230,12 @@ def _index_source(key: Any, rec: Record) -> str:
 
 
 def _loop_shape(b: Builder, records: list[int], out_idx: int) -> Any:
-    """The one shape of every array of an elementwise float64 program that ends in a full sum (or
-    on a float): the program can then be one loop over the elements, every value a float in it.
-    None when it cannot."""
+    """The one shape of every array of an elementwise program on float64 or float32 arrays that ends
+    in a full sum (or on a float): the program can then be one loop over the elements, every value a
+    float64 in it. None when it cannot."""
     values = b.tape.values
     shape = None
+    narrow = False
     for i in records:
         rec = b.records[i]
         last = i == out_idx
@@ -242,17 +243,23 @@ def _loop_shape(b: Builder, records: list[int], out_idx: int) -> Any:
             return None
         for v in list(rec.args) + [rec.out]:
             if type(v) is _ndarray:
-                if v.dtype != np.float64 or (shape is not None and v.shape != shape):
+                if v.dtype not in _LOOP_DTYPES or (shape is not None and v.shape != shape):
                     return None
                 shape = v.shape
-            elif not (type(v) in (int, float) or isinstance(v, np.float64)):
+                narrow = narrow or v.dtype == np.float32
+            elif not (type(v) in (int, float) or isinstance(v, np.float64) or (last and v is rec.out)):
                 return None
     out = values[out_idx]
     if shape is not None and type(out) is _ndarray:
         return None  # an array output: the loop would have to return it whole
+    if narrow and any(type(values[p]) is not _ndarray for p in b.wrt_leaves):
+        return None  # a float argument's gradient in a float32 program: left to the array kernel
     return shape if shape is not None else ()
 
 
+#: a float32 loop computes in float64 and rounds what it stores: within float32 rounding of the
+#: general path's float32 arithmetic, not bit for bit (bytegrad/compiled.py checks it to that)
+_LOOP_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 _SUMS = (np.sum, np.ndarray.sum)
 
 
@@ -263,6 +270,7 @@ def _emit_loop(b: Builder, records: list[int], depends: set[int], out_idx: int, 
     k.lines = body
     summed = b.records[out_idx].kind != "elementwise" if out_idx in b.records else False
     arrays: list[str] = []
+    narrow: set[str] = set()  # float32 arrays: their elements are computed in float64
     for i in records:
         rec = b.records[i]
         if i == out_idx and summed:
@@ -272,6 +280,8 @@ def _emit_loop(b: Builder, records: list[int], depends: set[int], out_idx: int, 
                 var = k.operand(a, p, rec)
                 if var not in arrays:
                     arrays.append(var)
+                if a.dtype == np.float32:
+                    narrow.add(var)
         k.forward(i)
     k.array.clear()  # inside the loop every value is a float
     for v in arrays:  # each array argument's element i
@@ -290,7 +300,7 @@ def _emit_loop(b: Builder, records: list[int], depends: set[int], out_idx: int, 
     pre: list[str] = []
     for p in leaves:
         if type(values[p]) is _ndarray:
-            pre.append(f"r{p} = np.empty({shape!r})")
+            pre.append(f"r{p} = np.empty({shape!r}, np.{values[p].dtype.name})")
             pre.append(f"f{p} = r{p}.reshape(-1)")
             body.append(f"f{p}[i] = {_elements(f'g{p}', arrays)}")
         else:
@@ -301,7 +311,7 @@ def _emit_loop(b: Builder, records: list[int], depends: set[int], out_idx: int, 
         lines += body + [f"total = {result}"]
     else:
         lines += ["total = 0.0", f"for i in range({math.prod(shape)}):"]
-        lines += [f"    {a}_i = {a}[i]" for a in arrays]
+        lines += [f"    {a}_i = float({a}[i])" if a in narrow else f"    {a}_i = {a}[i]" for a in arrays]
         lines += ["    " + ln for ln in body] + [f"    total += {_elements(result, arrays)}"]
     ret = ["total"] + [f"r{p}" for p in leaves]
     params = list(dict.fromkeys(k.params))
@@ -322,9 +332,9 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
     """Write the kernel and the wrapper's call of it into `b.src`: (the wrapper's variable holding
     the output, the state of each cotangent for the gradient code, the number of records)."""
     records = [i for i in order if i in b.records]
-    shape = _loop_shape(b, records, out_idx)
-    if shape is not None:
-        k, lines, ret, params, flat, leaves = _emit_loop(b, records, depends, out_idx, shape)
+    loop = _loop_shape(b, records, out_idx)
+    if loop is not None:
+        k, lines, ret, params, flat, leaves = _emit_loop(b, records, depends, out_idx, loop)
         return _finish(b, k, lines, ret, params, flat, leaves, out_idx, len(records))
     k = _Kernel(b, depends)
     for i in records:
