@@ -8,6 +8,7 @@ the eligibility check has a test that the function stays on the general path, wi
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import types
@@ -608,3 +609,42 @@ def test_float32_agreement_allows_float32_rounding_only():
     assert not compiled._same(x.astype(np.float64) * (1 + 1e-9), x.astype(np.float64))  # float64: 1e-12
     y = np.array([1.0, 1e-9], np.float32)  # an element that cancelled to near 0: judged against the largest
     assert compiled._same(y + np.float32(1e-8), y)
+
+
+# ---- the Numba back end: hybrid array kernels ------------------------------------------------------
+
+
+def _tanh_first(x, w):
+    return np.sum(w @ np.tanh(x))
+
+
+def _exp_between(x, w):
+    return np.sum(np.exp(x * w) - x)
+
+
+def _two_ufuncs(x, w):
+    return np.sum(np.log(np.exp(x * w) + 1.0))
+
+
+@needs_numba
+@pytest.mark.parametrize("fn", [_tanh_first, _exp_between, _two_ufuncs, bench_cases.dense_loss],
+                         ids=lambda f: f.__name__)
+def test_hybrid_kernels_leave_large_transcendental_steps_to_numpy(fn):
+    """An array kernel calls NumPy's SIMD loop for tanh, exp, log... from HYBRID_MIN elements, its
+    Numba parts around it: at the start, between parts, twice; the results are the general path's."""
+    from bytegrad.runtime import program_numba
+
+    rng = np.random.default_rng(3)
+    n = program_numba.HYBRID_MIN
+    make = ((lambda: ((rng.standard_normal((4, 4)), rng.standard_normal(4)), rng.standard_normal((4, n))))
+            if fn is bench_cases.dense_loss else (lambda: (rng.standard_normal((2, n)), rng.standard_normal(n)))
+            if fn is not _tanh_first else (lambda: (rng.standard_normal((2, n)), rng.standard_normal((3, 2)))))
+    own = fresh(fn)
+    fast = bytegrad.differentiate(own, wrt=(0, 1), tier="numba")
+    general = bytegrad.differentiate(fn, wrt=(0, 1), tier="general")
+    for _ in range(3):
+        args = make()
+        assert_same(fast.value_and_grad(*args), general.value_and_grad(*args))
+    (prog,) = [p for t in compiled._BY_FUNCTION[own].values() for p in t.programs]
+    assert prog.backend == "numba" and re.search(r"def kernel\d+\(", prog.source), prog.source  # in parts
+    assert info(fast)["disagreements"] == 0

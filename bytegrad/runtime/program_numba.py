@@ -12,10 +12,14 @@ checks. Anything else raises `Ineligible`, and the NumPy back end serves the sig
 Numba's transcendental functions are scalar libm calls, not NumPy's SIMD loops, and may differ
 from NumPy's in the last bit: a kernel is kept only when its first result agrees with the general
 path's to 1e-12 relative (bytegrad/compiled.py), and on large arrays NumPy is often faster, which
-the automatic tier measures rather than assumes.
+the automatic tier measures rather than assumes. An array kernel is therefore cut in parts around
+each large tanh, exp or log (`_SIMD`, from `HYBRID_MIN` elements): the wrapper calls NumPy's ufunc
+between two Numba calls, the same call the general path makes. (Numba's own SIMD math, SVML, needs
+an llvmlite built with it; the pip wheels are not, so installing icc_rt changes nothing.)
 """
 from __future__ import annotations
 
+import ast
 import math
 import operator
 from typing import Any
@@ -48,6 +52,9 @@ class _Kernel:
         self.params: list[str] = []            # the kernel's arguments (wrapper variables)
         self.array: dict[str, tuple] = {}      # kernel variable -> shape, for arrays (others are floats)
         self.set: set[int] = set()             # tape indices whose cotangent is assigned
+        #: array kernels: run NumPy's SIMD loops for large transcendental steps between kernel parts
+        self.hybrid = False
+        self.splits: dict[str, Any] = {}        # the variable a NumPy ufunc gives -> the ufunc
 
     # -- values --
 
@@ -106,7 +113,11 @@ class _Kernel:
             self.b.forms[i] = form
             expr = self.b.fill(form.forward, rec, ops)
         v = f"v{i}"
-        self.lines.append(f"{v} = {expr}")
+        if self.hybrid and fn in _SIMD and type(out) is _ndarray and out.size >= HYBRID_MIN and len(ops) == 1:
+            self.splits[v] = fn
+            self.lines.append(f"{_SPLIT}{v} = {ops[0]}")
+        else:
+            self.lines.append(f"{v} = {expr}")
         self.var[i] = v
         if type(out) is _ndarray:
             self.array[v] = out.shape
@@ -337,6 +348,7 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
         k, lines, ret, params, flat, leaves = _emit_loop(b, records, depends, out_idx, loop)
         return _finish(b, k, lines, ret, params, flat, leaves, out_idx, len(records))
     k = _Kernel(b, depends)
+    k.hybrid = True
     for i in records:
         k.forward(i)
     out_var = k.value(out_idx)
@@ -354,18 +366,73 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
 
 def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params: list[str], call: list[str],
             leaves: list[int], out_idx: int, n_records: int) -> tuple[str, dict[int, int], int]:
-    source = "\n".join([f"def kernel({', '.join(params)}):"] + ["    " + ln for ln in lines]
-                       + [f"    return {', '.join(returns)}"]) + "\n"
-    fn = kernels.jit_program(source, k.names.ns, "kernel")
-    if fn is None:
-        raise Ineligible("Numba is disabled (BYTEGRAD_DISABLE_NUMBA) or cannot be imported")
     src = b.src
-    name = src.const(fn, "K")
+    parts = _parts(lines, returns, set(k.names.ns)) if k.splits else [(lines, params, [])]
     result = f"v{out_idx}_out"
-    src.emit(f"{result}, {''.join(f'g{p}, ' for p in leaves)}= {name}({', '.join(call)})")
+    sources = []
+    targets = f"{result}, {''.join(f'g{p}, ' for p in leaves)}"
+    for n, (body, reads, gives) in enumerate(parts):
+        last = n == len(parts) - 1
+        if body[0].startswith(_SPLIT):  # a NumPy ufunc between two kernel parts
+            v, arg = body[0][len(_SPLIT):].split(" = ")
+            src.emit(f"{v} = {src.const(k.splits[v], 'f')}({arg})")
+            if last:
+                src.emit(f"{targets}= {', '.join(returns)},")
+            continue
+        if not (last or gives):
+            continue  # nothing a later part reads
+        args = reads if n else [call[params.index(r)] if r in params else r for r in reads]
+        name = "kernel" if len(parts) == 1 else f"kernel{n}"
+        source = "\n".join([f"def {name}({', '.join(reads)}):"] + ["    " + ln for ln in body]
+                           + [f"    return {', '.join(returns if last else gives)}{'' if last else ','}"]) + "\n"
+        fn = kernels.jit_program(source, k.names.ns, name)
+        if fn is None:
+            raise Ineligible("Numba is disabled (BYTEGRAD_DISABLE_NUMBA) or cannot be imported")
+        sources.append(source)
+        gets = targets if last else "".join(f"{g}, " for g in gives)
+        src.emit(f"{gets}= {src.const(fn, 'K')}({', '.join(args)})")
     out = b.tape.values[out_idx]
     if type(out) is not _ndarray:  # the general path's scalar type (np.float64 from a sum)
         src.emit(f"{result} = {src.const(type(out), 'T')}({result})")
-    src.kernel_source = source
+    src.kernel_source = "\n".join(sources)
     return result, {p: _SET for p in leaves}, n_records
 
+
+#: NumPy ufuncs whose loops are SIMD (a few ns per element where Numba calls scalar libm at 10-25 ns):
+#: an array kernel leaves them to NumPy from HYBRID_MIN elements, split in parts around them
+_SIMD = frozenset((np.tanh, np.exp, np.log, np.expm1, np.log1p, np.exp2, np.log2, np.log10))
+HYBRID_MIN = 128
+_SPLIT = "#numpy "
+
+
+def _parts(lines: list[str], returns: list[str], consts: set[str]) -> list[tuple[list[str], list[str], list[str]]]:
+    """`lines` cut at each NumPy step: per part, its lines, the variables it reads that an earlier
+    part (or the wrapper) gives, and those it gives that a later part or the result reads."""
+    chunks: list[list[str]] = [[]]
+    for ln in lines:
+        if ln.startswith(_SPLIT):
+            chunks += [[ln], []]
+        else:
+            chunks[-1].append(ln)
+    chunks = [c for c in chunks if c]
+    parts = []
+    for c in chunks:
+        reads: list[str] = []
+        made: set[str] = set()
+        for ln in c:
+            target, expr = ln[len(_SPLIT):].split(" = ", 1) if ln.startswith(_SPLIT) else ln.split(" = ", 1)
+            for name in _names(expr):
+                if name not in made and name not in consts and name not in reads:
+                    reads.append(name)
+            made.add(target)
+        parts.append((c, reads, made))
+    later = set(returns)
+    out = []
+    for c, reads, made in reversed(parts):
+        out.append((c, reads, sorted(made & later)))
+        later |= set(reads)
+    return out[::-1]
+
+
+def _names(expr: str) -> list[str]:
+    return [n.id for n in ast.walk(ast.parse(expr, mode="eval")) if isinstance(n, ast.Name)]
