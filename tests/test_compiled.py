@@ -648,3 +648,33 @@ def test_hybrid_kernels_leave_large_transcendental_steps_to_numpy(fn):
     (prog,) = [p for t in compiled._BY_FUNCTION[own].values() for p in t.programs]
     assert prog.backend == "numba" and re.search(r"def kernel\d+\(", prog.source), prog.source  # in parts
     assert info(fast)["disagreements"] == 0
+
+
+def _layer(w, x):
+    return np.sum(np.sin(w @ x) * x)
+
+
+@needs_numba
+@pytest.mark.parametrize("w_dtype, cols, loops", [(np.float64, 40, True), (np.float64, 500, False),
+                                                  (np.float32, 40, False)], ids=["small", "large", "two-dtypes"])
+def test_small_matrix_products_are_loops_in_a_kernel(w_dtype, cols, loops):
+    """A matrix product of SMALL_MATMUL multiplications or fewer is kernels.small_matmul in an array
+    kernel (forward and both cotangents), with the general path's results; a larger one stays `@`
+    (BLAS). Operands of two dtypes are not loops (they would compute in the first one's dtype, and
+    the capture's check would refuse a float32 result where the general path gives float64: that
+    signature keeps the NumPy back end, as Numba's own `@` does not take two dtypes either)."""
+    rng = np.random.default_rng(4)
+    own = fresh(_layer)
+    fast = bytegrad.differentiate(own, wrt=(0, 1), tier="numba")
+    general = bytegrad.differentiate(_layer, wrt=(0, 1), tier="general")
+    for _ in range(3):
+        args = rng.standard_normal((3, 3)).astype(w_dtype), rng.standard_normal((3, cols))
+        assert_same(fast.value_and_grad(*args), general.value_and_grad(*args))
+    (prog,) = [p for t in compiled._BY_FUNCTION[own].values() for p in t.programs]
+    assert info(fast)["disagreements"] == 0
+    if w_dtype is np.float32:
+        assert prog.backend == "numpy"
+        return
+    assert prog.backend == "numba"
+    assert (re.search(r"= mm\d+\(", prog.source) is not None) == loops, prog.source
+    assert prog.source.count(" @ ") == (0 if loops else 3)

@@ -111,7 +111,7 @@ class _Kernel:
                 raise Ineligible(f"{qualname(fn)} has no program form for these arguments (Numba back end)",
                                  rec.site)
             self.b.forms[i] = form
-            expr = self.b.fill(form.forward, rec, ops)
+            expr = self._loops(rec, self.b.fill(form.forward, rec, ops))
         v = f"v{i}"
         if self.hybrid and fn in _SIMD and type(out) is _ndarray and out.size >= HYBRID_MIN and len(ops) == 1:
             self.splits[v] = fn
@@ -121,6 +121,21 @@ class _Kernel:
         self.var[i] = v
         if type(out) is _ndarray:
             self.array[v] = out.shape
+
+    def _loops(self, rec: Record, expr: str) -> str:
+        """`(a @ b)` of a small matrix product (its forward and both cotangents do SMALL_MATMUL
+        multiplications or fewer) as `kernels.small_matmul(a, b)`: explicit loops, no BLAS call."""
+        if rec.fn not in _MATMUL or expr.count(" @ ") != 1 or not expr.startswith("(") or not expr.endswith(")"):
+            return expr
+        a, b = rec.args[:2]
+        if not (type(a) is _ndarray and type(b) is _ndarray and a.ndim == b.ndim == 2 and a.dtype == b.dtype
+                and a.dtype in _LOOP_DTYPES and a.shape[0] * a.shape[1] * b.shape[1] <= SMALL_MATMUL):
+            return expr
+        mm = kernels.small_matmul()
+        if mm is None:
+            return expr
+        left, right = expr[1:-1].split(" @ ")
+        return f"{self.names.const(mm, 'mm')}({left}, {right})"
 
     # -- cotangents --
 
@@ -187,7 +202,7 @@ class _Kernel:
         for k, p in targets:
             template = form.cotangents[k]
             t = f"t{self.b.tmp()[2:]}"
-            self.lines.append(f"{t} = {self.b.fill(template, rec, ops, g)}")
+            self.lines.append(f"{t} = {self._loops(rec, self.b.fill(template, rec, ops, g))}")
             a = rec.args[k]
             shape = self.array.get(g) if template == "{g}" else (a.shape if type(a) is _ndarray else None)
             self.contribute(p, t, shape)
@@ -397,6 +412,10 @@ def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params
     src.kernel_source = "\n".join(sources)
     return result, {p: _SET for p in leaves}, n_records
 
+
+_MATMUL = (np.matmul, operator.matmul)
+#: multiplications of a matrix product below which an array kernel writes it as loops
+SMALL_MATMUL = 4096
 
 #: NumPy ufuncs whose loops are SIMD (a few ns per element where Numba calls scalar libm at 10-25 ns):
 #: an array kernel leaves them to NumPy from HYBRID_MIN elements, split in parts around them
