@@ -678,3 +678,77 @@ def test_small_matrix_products_are_loops_in_a_kernel(w_dtype, cols, loops):
     assert prog.backend == "numba"
     assert (re.search(r"= mm\d+\(", prog.source) is not None) == loops, prog.source
     assert prog.source.count(" @ ") == (0 if loops else 3)
+
+
+# ---- the NumPy back end: what is known when the program is written ------------------------------
+
+
+def _shifted(x, b):
+    return np.sum(x + b[:, None])
+
+
+def test_a_partial_under_the_seed_is_not_multiplied_by_one():
+    """Below a full sum the cotangent is the float 1.0: `1.0 * partial` is the partial itself, so
+    the program does not multiply (Dense: `1 - tanh**2`) and sums a broadcast operand's cotangent
+    with np.add.reduce inline (no `_unbroadcast` call)."""
+    own = fresh(bench_cases.dense_loss)
+    fast = bytegrad.differentiate(own, tier="numpy")
+    general = bytegrad.differentiate(bench_cases.dense_loss, tier="general")
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        params, data = bench_cases.dense_inputs(3, batch=7)(rng)
+        assert_same(fast.value_and_grad(params, *data), general.value_and_grad(params, *data))
+    (prog,) = [p for t in compiled._BY_FUNCTION[own].values() for p in t.programs]
+    assert "_unbroadcast(" not in prog.source and "keepdims=True" in prog.source, prog.source
+    assert not re.search(r"= g\d+ \* ", prog.source), prog.source
+
+
+def test_a_partial_smaller_than_its_output_keeps_the_general_sum():
+    """In `(x + c) * y` with y of shape (3, 1), the partial for `x + c` is y: smaller than the
+    product, so its cotangent is not known to be an array of the product's shape, and x's is summed
+    by `_unbroadcast` (`_array_partial`'s shape check: without it the inline sum misses the
+    broadcast and x's gradient is a quarter of the general path's)."""
+    fast, general = compiled_and_general(_broadcast_product, wrt=(0, 1, 2))
+    rng = np.random.default_rng(7)
+    for _ in range(3):
+        args = rng.standard_normal((3, 1)), rng.standard_normal((3, 4)), rng.standard_normal((3, 1))
+        assert_same(fast.value_and_grad(*args), general.value_and_grad(*args))
+    s = info(fast)
+    assert s["compiled_calls"] == 3 and s["general_calls"] == 0, s
+
+
+def _twice_fabs(x):
+    return np.sum(np.fabs(x)) + np.sum(np.fabs(x))
+
+
+def test_a_bool_partial_under_the_seed_is_still_multiplied():
+    """A partial may be a bool array (here a rule for np.fabs whose partial is `x == x`): `1.0 *`
+    makes it float, and two such contributions then add to 2.0 (`_array_partial`'s float check:
+    without it the program adds two bools to True, and the capture's check refuses the program)."""
+    saved = registry.lookup(np.fabs)
+    bytegrad.scalar_rule(np.fabs, lambda x, out: x == x, override=True)
+    try:
+        fast, general = compiled_and_general(_twice_fabs)
+        x = np.linspace(-1, 1, 5)
+        assert_same(fast.value_and_grad(x), general.value_and_grad(x))
+        assert_same(general.grad(x), np.full(5, 2.0))
+        s = info(fast)
+        assert s["compiled_calls"] == 1 and s["disagreements"] == 0, s
+    finally:
+        registry.register(saved, override=True)
+
+
+def _broadcast_product(x, c, y):
+    return np.sum((x + c) * y)
+
+
+def test_a_uniform_cotangent_of_a_broadcast_operand_keeps_the_general_sum():
+    """`x + b[:, None]` under a full sum: b's cotangent is the float 1.0 scaled by the broadcast,
+    which only `_unbroadcast` knows (the inline sum is for cotangents known to be arrays)."""
+    fast, general = compiled_and_general(_shifted, wrt=(0, 1))
+    rng = np.random.default_rng(6)
+    for _ in range(3):
+        args = rng.standard_normal((3, 4)), rng.standard_normal(3)
+        assert_same(fast.value_and_grad(*args), general.value_and_grad(*args))
+    s = info(fast)
+    assert s["compiled_calls"] == 3 and s["general_calls"] == 0, s
