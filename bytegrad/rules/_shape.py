@@ -56,7 +56,7 @@ def unbroadcast(x_bar: Any, shape: tuple[int, ...], out_shape: tuple[int, ...] |
         return x_bar
     plan = _PLANS.get((xs, shape))
     if plan is None:
-        plan = _plan(xs, shape)
+        plan = unbroadcast_plan(xs, shape)
     lead_axes, axes = plan
     if lead_axes:
         x_bar = _sum(x_bar, axis=lead_axes)
@@ -70,7 +70,7 @@ def unbroadcast(x_bar: Any, shape: tuple[int, ...], out_shape: tuple[int, ...] |
 _PLANS: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...]]] = {}
 
 
-def _plan(xs: tuple[int, ...], shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def unbroadcast_plan(xs: tuple[int, ...], shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The axes `unbroadcast` sums over, for a cotangent of shape `xs` and an input of `shape`."""
     lead = len(xs) - len(shape)
     lead_axes = tuple(range(lead)) if lead > 0 else ()

@@ -60,15 +60,6 @@ def _attrgetter(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[d
     return values[0] if len(values) == 1 else tuple(values)
 
 
-def _methodcaller(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
-    """`operator.methodcaller("name", *a)(obj)`: `obj.name(*a)`, its method run rewritten."""
-    maker, params = fn.__reduce__()[:2]
-    if kwargs or len(args) != 1 or maker is not operator.methodcaller or type(params[0]) is not str:
-        return fn(*args, **(kwargs or {}))  # (keyword arguments reduce to a partial: left to C)
-    method = abi.getattr_(tape, site, args[0], params[0])
-    return dispatch(tape, site, method, tuple(params[1:]), None)
-
-
 def _python_mapping(m: Any) -> bool:
     """A mapping whose items C would read through Python methods (`keys`, `__getitem__`)."""
     t = type(m)
@@ -125,4 +116,3 @@ CALLBACKS.update({getattr: _getattr, setattr: _setattr, dict: _dict, np.asarray:
                       np.array: _asarray, np.asanyarray: _asarray,
                       "missing": missing, "metaclass": metaclass_call})
 CALL_HANDLERS[operator.attrgetter] = _attrgetter
-CALL_HANDLERS[operator.methodcaller] = _methodcaller
