@@ -28,8 +28,10 @@ def _site(loc: SourceLoc, ins: Instr, what: str) -> abi.Site:
     return abi.Site(loc.filename, ins.lineno if isinstance(ins.lineno, int) else loc.lineno, loc.function, what)
 
 
-def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]:
-    """Return the rewritten bytecode and the number of hooked sites."""
+def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc,
+            plans: Optional[dict[int, fusion.FusedPlan]] = None) -> tuple[Bytecode, int]:
+    """Return the rewritten bytecode and the number of hooked sites; `plans` are the fused trees
+    (`fusion.find`), found here when not given."""
     instrs = list(bc)
     stacks = act.stacks
     out: list[Any] = []
@@ -37,7 +39,8 @@ def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc) -> tuple[Bytecode, int]
     drop: set[int] = set()
     pending_kw: Optional[tuple[str, ...]] = None
     prologue_done = False
-    plans = {} if fusion_disabled() else fusion.find(instrs, act, loc)
+    if plans is None:
+        plans = {} if fusion_disabled() else fusion.find(instrs, act, loc)
     fused_drop: set[int] = set()
     plain_loads: dict[int, list[Instr]] = {}
     for plan in plans.values():
