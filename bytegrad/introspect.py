@@ -16,7 +16,7 @@ from typing import Any, Iterator, Optional, TextIO
 
 from bytegrad.rules import registry
 from bytegrad.runtime import abi, fused
-from bytegrad.transform import cache
+from bytegrad.transform import cache, opcodes
 
 __all__ = ["explain", "Explanation", "function_stats", "fused_sites"]
 
@@ -171,7 +171,7 @@ def _explain_code(co: types.CodeType, out: io.StringIO) -> None:
             last_line = line
         note = ""
         v = ins.argval
-        if ins.opname == "LOAD_CONST":
+        if opcodes.is_const_load(ins):
             if isinstance(v, fused.FusedSite):
                 ks = [k for k in v.kernels.values() if k is not None]
                 kern = f", kernel bgk_{ks[0].plan.key}" if ks else ""
@@ -188,6 +188,6 @@ def _explain_code(co: types.CodeType, out: io.StringIO) -> None:
                     note = f"<-- hook {op}: {_rule_text(opfn) if opfn is not None else ''}"
                 else:
                     note = f"<-- hook {op}"
-        shown = "" if isinstance(v, (abi.Site, fused.FusedSite)) or (callable(v) and ins.opname == "LOAD_CONST") \
+        shown = "" if isinstance(v, (abi.Site, fused.FusedSite)) or (callable(v) and opcodes.is_const_load(ins)) \
             else ins.argrepr
         out.write(f"      {ins.opname:<22} {shown[:40]:<40} {note}\n")

@@ -26,7 +26,7 @@ __all__ = ["sweep_recorded", "recorded_call", "recorded_add", "project_traced"]
 
 _ndarray = np.ndarray
 
-_add = abi.BINARY_HOOKS[0]  # operator.add's hook
+_add = abi.BINARY_HOOKS["+"]
 _FunctionType = type(lambda: None)
 
 

@@ -121,20 +121,20 @@ def _instruction_reason(ins: Any, stack: tuple) -> str | None:
     if refused is not None:
         return refused
     if kind is OpKind.PREDICATE:
-        if any(s[0] for s in stack[len(stack) - opcodes.predicate_pops(ins):]):
+        if any(s.active for s in stack[len(stack) - opcodes.predicate_pops(ins):]):
             return "compares or tests a value computed from the arguments (the branch taken would depend on data)"
     elif kind is OpKind.POP_JUMP or kind is OpKind.JUMP_OR_POP:
-        if stack[-1][0]:
+        if stack[-1].active:
             return "branches on a value computed from the arguments"
     elif kind is OpKind.LOAD_ATTR or kind is OpKind.LOAD_METHOD:
         obj = stack[-1]
         name, _ = opcodes.attr_parts(ins)
-        if not obj[0] and not isinstance(obj[3], types.ModuleType) and obj[3] is None:
+        if not obj.active and not isinstance(obj.known, types.ModuleType) and obj.known is None:
             return f"reads the attribute .{name} of an object that is not an argument"
     elif kind is OpKind.CALL or kind is OpKind.CALL_KW:
         return _call_reason(ins, stack, kind)
     elif kind is OpKind.CALL_EX:
-        if not any(s[0] for s in stack[len(stack) - opcodes.call_ex_pops(ins):]):
+        if not any(s.active for s in stack[len(stack) - opcodes.call_ex_pops(ins):]):
             return "calls a function with unpacked constant arguments"
     elif kind is OpKind.OTHER or kind is OpKind.INTRINSIC_1:
         if not opcodes.is_plain_builder(ins):
@@ -147,9 +147,9 @@ def _call_reason(ins: Any, stack: tuple, kind: OpKind) -> str | None:
     if kind is OpKind.CALL_KW:
         stack = stack[:-1]  # the names tuple
     fn_slot = opcodes.callable_slot(nargs, stack)
-    operands = [s for s in stack[len(stack) - nargs - 2:] if not s[1]]
-    known = fn_slot[3] if fn_slot is not None else None
-    if any(s[0] for s in operands):
+    operands = [s for s in stack[len(stack) - nargs - 2:] if not s.null]
+    known = fn_slot.known if fn_slot is not None else None
+    if any(s.active for s in operands):
         if known is not None and _nondiff(known) and known not in SHAPE_ONLY:
             return (f"calls {qualname(known)} on a value computed from the arguments (no derivative: Python "
                     "code may decide on its result)")
