@@ -12,7 +12,7 @@ from typing import Any, Iterable
 from bytegrad.errors import qualname
 from bytegrad.rules.registry import _OWN_RULES_DIR, Rule, RuleKind, all_rules
 
-__all__ = ["render", "main", "autograd_vjp_counts"]
+__all__ = ["render", "main", "autograd_vjp_counts", "defined_in"]
 
 COMMAND = "python -m bytegrad.rules.docs > docs/rules.md"
 
@@ -59,8 +59,16 @@ def _forms(rule: Rule) -> str:
     return ", ".join(_FORM_NAMES.get(f, f) for f in forms)
 
 
+def defined_in(rule: Rule) -> str:
+    """The file of bytegrad/rules/ that defines `rule` (every form of it: tests/test_docs.py checks
+    that they share one), e.g. `numpy/ufuncs.py`."""
+    files = {loc.filename[len(_OWN_RULES_DIR):].replace("\\", "/")
+             for loc in (rule.defined_at, rule.frule_defined_at) if loc is not None}
+    return ", ".join(f"`{f}`" for f in sorted(files))
+
+
 def _rows(rules: Iterable[tuple[str, Rule]]) -> list[str]:
-    return [f"| `{name}` | {_forms(rule)} |" for name, rule in sorted(rules, key=lambda p: p[0])]
+    return [f"| `{name}` | {_forms(rule)} | {defined_in(rule)} |" for name, rule in sorted(rules, key=lambda p: p[0])]
 
 
 def render() -> str:
@@ -86,7 +94,8 @@ def render() -> str:
         "Forms: **scalar** (an elementwise rule given by its partial derivatives, which gives both the "
         "reverse and the forward rule), **reverse** (an `rrule`), **forward** (an `frule`, or derived from "
         "the scalar partials), **through-implementation** (bytegrad differentiates a Python implementation "
-        "of the function). How to add a rule: [plugins.md](plugins.md).",
+        "of the function). *Defined in*: the file of `bytegrad/rules/` that holds every form of the rule. "
+        "How to add a rule: [plugins.md](plugins.md).",
         "",
         "## Counts",
         "",
@@ -115,7 +124,7 @@ def render() -> str:
     for area in order + sorted(set(sections) - set(order)):
         if area not in sections:
             continue
-        lines += [f"## {area} ({len(sections[area])})", "", "| function | forms |", "|---|---|"]
+        lines += [f"## {area} ({len(sections[area])})", "", "| function | forms | defined in |", "|---|---|---|"]
         lines += _rows(sections[area]) + [""]
     lines += [f"## Non-differentiable ({len(by_kind[RuleKind.NONDIFF])})", "",
               "Their outputs carry no derivative (indices, shapes, predicates, rounding).", ""]

@@ -6,9 +6,9 @@ loads to keep without their NULL (the callables become operands, checked at run 
 `runtime.fused.FusedSite` to call instead. The leaves of a tree (arrays, scalars, `W @ x`) are
 computed by their own code, in place and in the original order; constants are baked into the site.
 
-A tree is made of `+ - * / -x`, `** constant` and calls of functions in `rules.kernel_formulas`
-(np.tanh, np.exp...) reached through a global or a module attribute, all in one basic block, with at
-least two operations. `act(W @ x + b)` is such a tree, with `W @ x` as a leaf: the dense pattern.
+A tree is made of `+ - * / -x`, `** constant` and calls of functions whose rule carries a kernel
+formula (`registry.kernel_formula`: np.tanh, np.exp...) reached through a global or a module
+attribute, all in one basic block, with at least two operations. `act(W @ x + b)` is such a tree, with `W @ x` as a leaf: the dense pattern.
 Producers are found by simulating the stack inside each block; anything the simulation does not
 model exactly makes the values it touches unknown, and a tree with an unknown operand is not fused.
 """
@@ -21,7 +21,7 @@ from typing import Any, Optional
 from bytecode import Instr, Label, TryBegin, TryEnd
 
 from bytegrad.errors import SourceLoc
-from bytegrad.rules import kernel_formulas
+from bytegrad.rules import registry
 from bytegrad.runtime import abi, fused
 from bytegrad.transform import opcodes
 from bytegrad.transform.activity import Activity
@@ -156,7 +156,8 @@ def _effect(ins: Instr, kind: OpKind) -> Optional[tuple[int, int]]:
 def _fusable_op(ins: Instr, kind: OpKind, i: int, taken: list[_Item], st: Any, instrs: list[Any]) -> Optional[_Op]:
     if kind is OpKind.BINARY:
         fn = opcodes.binary_operator(ins).fn
-        return _Op(i, fn, "bin", taken) if fn in _FUSED_BINARY and (st[-1].active or st[-2].active) else None
+        fuses = fn in _FUSED_BINARY and registry.fusable(fn) and (st[-1].active or st[-2].active)
+        return _Op(i, fn, "bin", taken) if fuses else None
     if kind is OpKind.UNARY_NEG:
         return _Op(i, operator.neg, "neg", taken) if st[-1].active else None
     if kind is OpKind.CALL:
@@ -183,9 +184,8 @@ def _call_op(ins: Instr, i: int, n: int, taken: list[_Item], st: Any, instrs: li
     if slot is None or slot.known is None:
         return None
     fn = slot.known
-    if fn is operator.pow or not kernel_formulas.fusable(fn):
-        return None
-    if len(kernel_formulas.FORMULAS[fn].partials) != n:
+    formula = registry.kernel_formula(fn)
+    if formula is None or len(formula.partials) != n:  # (operator.pow fuses as `x ** c` only)
         return None
     if not any(s.active for s in st[-n:]):
         return None
