@@ -1,7 +1,8 @@
 """Bytecode in, bytecode out: `rewrite_code` runs the passes on one code object.
 
-Passes: `activity` (which values may depend on the differentiated inputs) then `rewrite`
-(active sites call `runtime.abi`). `rewritten_function` is what the runtime calls for a callee.
+The passes, in order (`pipeline.PIPELINE`): `activity` (which values may depend on the
+differentiated inputs), `fusion` (elementwise trees that become one fused site) and `rewrite` (active
+sites call `runtime.abi`). `rewritten_function` is what the runtime calls for a callee.
 """
 from __future__ import annotations
 

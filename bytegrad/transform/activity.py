@@ -1,10 +1,12 @@
 """Activity analysis: which stack values and locals may depend on the differentiated arguments.
 
 Input: a `Bytecode` and the activity of each parameter. Output: for every instruction, the abstract
-stack before it (activity, NULL-ness, and the variables a value may alias), so the rewrite can leave
-alone every site that provably cannot touch a differentiated value, and knows each call's layout.
-Locals are flow-insensitive (a local is active if any store into it may be); a container that
-receives an active value through a store, an append or a call taints every variable it may alias.
+stack before it (a `Slot` per value: activity, NULL-ness, the variables it may alias, its value when
+known statically), so the rewrite can leave alone every site that provably cannot touch a
+differentiated value, and knows each call's layout. Each kind of instruction has its transfer
+function in `TRANSFER` (one per `OpKind`, checked at import). Locals are flow-insensitive (a local is
+active if any store into it may be); a container that receives an active value through a store, an
+append or a call taints every variable it may alias.
 """
 from __future__ import annotations
 
@@ -147,8 +149,7 @@ def _derived(v: Slot) -> Slot:
 
 
 def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], loc: SourceLoc,
-            cells_active: bool = True, immutable_params: frozenset[str] = frozenset(),
-            assumed: Any = None) -> Activity:
+            immutable_params: frozenset[str] = frozenset(), assumed: Any = None) -> Activity:
     """Compute the activity of every stack slot; see the module docstring.
 
     `immutable_params` hold ints, strings, None...: when the function never rebinds them, no
@@ -156,7 +157,7 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
     global and module attribute the analysis resolved, so a cached rewrite can be revalidated.
     Locals and globals only ever become active, so sweeping until a sweep activates none converges.
     """
-    a = _Analysis(bc, active_params, fn_globals, loc, cells_active, immutable_params, assumed)
+    a = _Analysis(bc, active_params, fn_globals, loc, immutable_params, assumed)
     _refuse_invisible_code(a.instrs, a.active_locals | a.cell_names, loc)
     for _round in range(50):
         stacks = a.sweep()
@@ -169,7 +170,7 @@ class _Analysis:
     """The state of one analysis: what is known of the variables, and the stacks of the current sweep."""
 
     def __init__(self, bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], loc: SourceLoc,
-                 cells_active: bool, immutable_params: frozenset[str], assumed: Any) -> None:
+                 immutable_params: frozenset[str], assumed: Any) -> None:
         self.instrs: list[Any] = list(bc)
         self.loc = loc
         self.fn_globals = fn_globals
@@ -188,7 +189,8 @@ class _Analysis:
                 current = None
             self.handler_of.append(current)
         self.cell_names = set(bc.cellvars) | set(bc.freevars)
-        self.active_locals = set(active_params) | (self.cell_names if cells_active else set())
+        # a closure's cells may be shared with code bytegrad does not see: active from the start
+        self.active_locals = set(active_params) | self.cell_names
         self.tainted_globals: set[str] = set()
         # local -> the variables whose objects it may alias (`M = buf.reshape(2, 2)`: M ~ buf)
         self.aliases: dict[str, set[str]] = {}

@@ -1,7 +1,9 @@
 """The only module that spells opcode names or knows CPython 3.11 / 3.12 / 3.13 differences.
 
-Every instruction is classified into an `OpKind`; the passes dispatch on kinds. This module also
-builds the few instruction sequences the rewrite emits (calls, NULL pushes, SWAP permutations).
+Every instruction is classified into an `OpKind`; the passes dispatch on kinds, through tables
+checked complete at import. This module also decodes arguments (BINARY_OP's operator number maps to
+an operator of `bytegrad._operators`) and builds the few instruction sequences the rewrite emits
+(calls, NULL pushes, SWAP permutations).
 """
 from __future__ import annotations
 
@@ -516,10 +518,6 @@ def call_hook(n_operands: int, hook: Any, tape_local: str, site: Any, loc: Any, 
     # method slot and tape plays `self`. With the NULL, hook is a plain callable of all the rest.
     seq += call(n_operands + (2 if null else 1), loc)
     return seq
-
-
-def opname(instr: Instr) -> str:
-    return instr.name
 
 
 def check_complete() -> None:

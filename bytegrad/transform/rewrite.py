@@ -1,9 +1,11 @@
 """The rewrite pass: every site that may touch a differentiated value becomes a call into `runtime.abi`.
 
-Input: a `Bytecode` and its `Activity`. Output: a `Bytecode` that fetches the thread's tape once per
-frame (`__bg_tape__`) and calls `hook(tape, site, *operands)` at active sites; inactive sites, the
-control flow and the line table are kept exactly as they were. Method loads are normalised to a
-fixed [NULL, bound method] layout so every call's layout is known statically.
+Input: a `Bytecode`, its `Activity` and the fused trees of `fusion`. Output: a `Bytecode` that
+fetches the thread's tape once per frame (`__bg_tape__`) and calls `hook(tape, site, *operands)` at
+active sites; inactive sites, the control flow and the line table are kept exactly as they were.
+What each kind of instruction becomes is its emitter in `EMIT` (one per `OpKind`, checked at
+import). Method loads are normalised to a fixed [NULL, bound method] layout so every call's layout
+is known statically.
 """
 from __future__ import annotations
 
