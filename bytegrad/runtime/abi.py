@@ -716,11 +716,7 @@ def _binary_tracked(tape: Tape, site: Site, op: Any, a: Any, b: Any, ia: Any, ib
 _PLAIN = frozenset({int, float, bool, complex, str, bytes, list, tuple, dict, set, type(None), np.ndarray,
                     np.float64, np.float32, np.int64, np.int32, np.bool_, np.complex128, slice, range})
 
-_REFLECTED = {operator.add: "__radd__", operator.sub: "__rsub__", operator.mul: "__rmul__",
-              operator.truediv: "__rtruediv__", operator.floordiv: "__rfloordiv__", operator.mod: "__rmod__",
-              operator.pow: "__rpow__", operator.matmul: "__rmatmul__", operator.and_: "__rand__",
-              operator.or_: "__ror__", operator.xor: "__rxor__", operator.lshift: "__rlshift__",
-              operator.rshift: "__rrshift__"}
+_REFLECTED = _operators.REFLECTED
 
 
 def _python_operator(op: Any, ta: type, tb: type) -> bool:

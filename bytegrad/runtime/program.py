@@ -30,6 +30,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from bytegrad import _operators
 from bytegrad.errors import qualname
 from bytegrad.rules import registry
 from bytegrad.rules._apply import shape_of
@@ -91,9 +92,9 @@ class Program:
 
 
 #: operators written inline in the generated code (`v1 * v2` costs less than `operator.mul(v1, v2)`)
-_INLINE_BINARY = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/",
-                  operator.pow: "**", operator.matmul: "@", operator.floordiv: "//", operator.mod: "%"}
-_INLINE_UNARY = {operator.neg: "-", operator.pos: "+"}
+_INLINE_BINARY = _operators.symbols(operator.add, operator.sub, operator.mul, operator.truediv, operator.pow,
+                                    operator.matmul, operator.floordiv, operator.mod)
+_INLINE_UNARY = _operators.UNARY
 
 
 def operator_expr(fn: Any, ops: list[str], binary: dict[Any, str] = _INLINE_BINARY) -> Optional[str]:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from bytegrad import _operators
 from bytegrad.errors import qualname
 from bytegrad.rules._apply import shape_of
 from bytegrad.runtime import kernels
@@ -32,8 +33,7 @@ __all__ = ["emit"]
 
 _ndarray = np.ndarray
 #: the operators a kernel writes inline (a program with `//` or `%` keeps the NumPy back end)
-_BINARY = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/", operator.pow: "**",
-           operator.matmul: "@"}
+_BINARY = _operators.symbols(operator.add, operator.sub, operator.mul, operator.truediv, operator.pow, operator.matmul)
 _MATH = frozenset(v for v in vars(math).values() if callable(v))
 _SET = 1  # program.py's state of a cotangent that is assigned (this back end has no other)
 
