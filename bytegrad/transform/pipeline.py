@@ -64,28 +64,24 @@ PASS_NAMES = tuple(p.name for p in PIPELINE)
 
 
 def run(unit: Unit, dump: Optional[Callable[[str, str], None]] = None) -> Unit:
-    """Run every pass over `unit`; `dump(pass name, listing)` after each one when given (and the
-    dump that BYTEGRAD_DUMP_AFTER asks for)."""
-    dumps = [d for d in (dump, _env_dump()) if d is not None]
+    """Run every pass over `unit`; `dump(pass name, listing)` after each one when given. The
+    passes BYTEGRAD_DUMP_AFTER names (comma-separated, or `all`) print their listing to stderr."""
+    wanted = _dump_after()
     for p in PIPELINE:
         p.run(unit)
-        if dumps:
-            text = listing(unit, p.name)
-            for d in dumps:
-                d(p.name, text)
+        if dump is None and p.name not in wanted:
+            continue
+        text = listing(unit, p.name)
+        if dump is not None:
+            dump(p.name, text)
+        if p.name in wanted:
+            print(f"---- bytegrad: {unit.loc.function} after {p.name}\n{text}", file=sys.stderr)
     return unit
 
 
-def _env_dump() -> Optional[Callable[[str, str], None]]:
+def _dump_after() -> frozenset[str]:
     wanted = os.environ.get("BYTEGRAD_DUMP_AFTER", "")
-    if not wanted:
-        return None
-    names = set(PASS_NAMES) if wanted == "all" else set(wanted.split(","))
-
-    def dump(name: str, text: str) -> None:
-        if name in names:
-            print(f"---- bytegrad: after {name}\n{text}", file=sys.stderr)
-    return dump
+    return frozenset(PASS_NAMES if wanted == "all" else wanted.split(",") if wanted else ())
 
 
 def listings(fn: types.FunctionType, active: Any = None, *, fuse: bool = True) -> dict[str, str]:
