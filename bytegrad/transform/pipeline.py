@@ -115,9 +115,11 @@ def listing(unit: Unit, after: str) -> str:
     if after == "activity":
         stacks = unit.activity.stacks
         notes = {i: _stack_text(stacks[i]) for i in range(len(instrs))}
-    else:
-        notes = _fusion_notes(unit.plans)
-    return _format(instrs, first, notes)
+        return _ACTIVITY_LEGEND + _format(instrs, first, notes)
+    return _format(instrs, first, _fusion_notes(unit.plans))
+
+
+_ACTIVITY_LEGEND = "# the stack before each instruction: A may be active, . inactive, N a NULL; {variables it may alias}\n"
 
 
 def _stack_text(stack: Any) -> str:
