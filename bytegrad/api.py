@@ -13,13 +13,13 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
-from bytegrad import compiled, transform
+from bytegrad import _ruled, compiled, transform
 from bytegrad._config import config as _config
 from bytegrad.errors import (
     AuxOutputError, ComplexOutputError, NonScalarOutputError, SourceLoc, UnsupportedOpcodeError, WrtError,
 )
 from bytegrad.rules import pytrees, registry
-from bytegrad.runtime import abi, nested as _nested_sweep, pytree, writes
+from bytegrad.runtime import abi, fpwarn, monitor as _monitor, nested as _nested_sweep, pytree, writes
 from bytegrad.runtime.backward import _bw_identity
 from bytegrad.runtime.forward import push_forward
 from bytegrad.runtime.program import MISS, Ineligible, Program, build as build_program
@@ -72,22 +72,24 @@ class Differentiated:
         if isinstance(fn, Differentiated):
             tier = fn._tier if tier is None else tier
             fn = fn.fn
+        target = fn
         if not isinstance(fn, types.FunctionType):
             call = getattr(type(fn), "__call__", None)
-            if isinstance(fn, types.MethodType) or isinstance(call, types.FunctionType):
-                pass
-            else:
-                raise TypeError(f"bytegrad can differentiate Python functions, not {type(fn).__name__}")
+            if not (isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType)
+                    or isinstance(call, types.FunctionType)):
+                target = _ruled.python_caller(fn)  # np.sum, np.add: its rule (TypeError without one)
         self.fn = fn
         functools.update_wrapper(self, fn)
-        self._target, self._bound_self = self._python_target(fn)
+        self._target, self._bound_self = self._python_target(target)
         self._offset = 1 if self._bound_self is not None else 0
         self._wrt_spec = wrt
         self._has_aux = bool(has_aux)
         self._tier = tier
         # compiled programs of this function (bytegrad/compiled.py): plain functions without aux
-        self._tiers = compiled.tiers_for(self._target, wrt, tier) \
-            if self._bound_self is None and not self._has_aux else None
+        wrt_key = tuple(wrt) if isinstance(wrt, list) else wrt
+        self._tiers = compiled.tiers_for(self._target, (compiled.AUX, wrt_key) if self._has_aux else wrt_key, tier) \
+            if self._bound_self is None else None
+        self._pb_tiers: Optional[compiled.Tiers] = None  # pullback programs: made on the first pullback
         self._use_code(self._target.__code__)
         self._hits = 0
         self._first_s: Optional[float] = None   # wall time of the first gradient (for stats())
@@ -102,6 +104,7 @@ class Differentiated:
         self._kwdefaults = self._target.__kwdefaults__
         self._params = transform.param_names(code)
         self._positional = code.co_varnames[: code.co_argcount]
+        self._kwonly = code.co_varnames[code.co_argcount: code.co_argcount + code.co_kwonlyargcount]
         self._wrt, self._wrt_tuple = self._resolve_wrt(self._wrt_spec)
         self._fns: dict[Any, types.FunctionType] = {}
         self._plans: dict[Any, Any] = {}
@@ -141,10 +144,14 @@ class Differentiated:
                 raise WrtError(f"wrt must be a position, a parameter name, or a tuple of them, got {w!r}.",
                                self._loc(), "pass for example wrt=0, wrt='params' or wrt=(0, 1).")
             if isinstance(w, str):
+                if w in self._kwonly or (w not in visible and self._code.co_flags & 0x08):
+                    # a keyword-only parameter, or a keyword that `**kwargs` takes: found in the call's keywords
+                    positions.append(w)
+                    continue
                 if w not in visible:
                     raise WrtError(
-                        f"wrt={w!r} names no positional parameter of {self._code.co_name}; its parameters "
-                        f"are {', '.join(visible) or '(none)'}.", self._loc(),
+                        f"wrt={w!r} names no parameter of {self._code.co_name}; its parameters "
+                        f"are {', '.join(visible + self._kwonly) or '(none)'}.", self._loc(),
                         "use one of those names, or a position.")
                 positions.append(visible.index(w))
             else:
@@ -198,17 +205,22 @@ class Differentiated:
         if plan is not None:
             return plan
         for p in positions:
+            if type(p) is str:
+                continue
             if not -nargs <= p < nargs:
                 raise WrtError(
                     f"wrt={p} is out of range: {self._code.co_name} was called with {nargs} positional "
                     f"argument{'s' if nargs != 1 else ''}.", self._loc(),
                     "pass the differentiated argument positionally, or fix wrt.")
-        norm = tuple(p % nargs for p in positions)
+        norm = tuple(p if type(p) is str else p % nargs for p in positions)
         code = self._target.__code__
         names = self._params[self._offset:]
         argc = code.co_argcount - self._offset
-        active = {names[p] for p in norm if p < argc}
-        if any(p >= argc for p in norm) and code.co_flags & 0x04:
+        varkw = code.co_varnames[code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 0x04)] \
+            if code.co_flags & 0x08 else None
+        active = {names[p] for p in norm if type(p) is not str and p < argc}
+        active |= {p if p in self._kwonly else varkw for p in norm if type(p) is str}
+        if any(type(p) is not str and p >= argc for p in norm) and code.co_flags & 0x04:
             active.add(code.co_varnames[code.co_argcount + code.co_kwonlyargcount])
         plan = (norm, frozenset(active))
         self._plans[key] = plan
@@ -261,6 +273,8 @@ class Differentiated:
         tape = CaptureTape() if capture else (Tape() if not _config.debug_nans else _checking_tape())
         tape.lean = lean
         args = list(args)
+        if any(type(p) is str for p in norm):
+            args, kwargs = self._keyword_slots(args, kwargs, norm)
         specs = []
         values = tape.values
         for p in norm:
@@ -283,15 +297,21 @@ class Differentiated:
                 raise self._wrt_type_error(p, exc) from None
             args[p] = fresh
             specs.append(spec)
+        if type(args) is _KeywordSlots:
+            args, named = args.split()
+            kwargs = {**kwargs, **named}
         call_args = tuple(args) if self._bound_self is None else (self._bound_self, *args)
         # bytegrad's own functions (hessian = jacobian of grad) run as they are: they find the tape
         fn = self._rewritten(active, call_args) if self._target.__module__ != __name__ else self._target
         tls = _tls
         old = getattr(tls, "tape", None)
         tls.tape = tape
+        watch = _monitor.start()  # Python code started blind from C is stopped (runtime/monitor.py)
         try:
-            out = fn(*call_args, **kwargs) if kwargs else fn(*call_args)
+            with fpwarn.at_user_lines():  # NumPy's floating-point warnings name the user's line, not a hook's
+                out = fn(*call_args, **kwargs) if kwargs else fn(*call_args)
         finally:
+            _monitor.stop(watch)
             tls.tape = old
         return out, tape, specs, None
 
@@ -308,6 +328,8 @@ class Differentiated:
         nested = _Nested(tape, site, len(tape.nodes))
         protected = set(tape.protected)
         args = list(args)
+        if any(type(p) is str for p in norm):
+            args, kwargs = self._keyword_slots(args, kwargs, norm)
         specs = []
         for p in norm:
             try:
@@ -321,6 +343,9 @@ class Differentiated:
                     tape.nodes[leaf.idx] = (_bw_identity, (outer,), site)
             args[p] = fresh
             specs.append(spec)
+        if type(args) is _KeywordSlots:
+            args, named = args.split()
+            kwargs = {**kwargs, **named}
         nested.stop = len(tape.nodes) - 1
         added = tape.protected - protected  # the inner inputs are protected while the inner code runs
         call_args = tuple(args) if self._bound_self is None else (self._bound_self, *args)
@@ -335,6 +360,18 @@ class Differentiated:
             tls.nesting -= 1
         return out, tape, specs, nested
 
+    def _keyword_slots(self, args: list, kwargs: dict, norm: tuple) -> tuple["_KeywordSlots", dict]:
+        """The positional arguments and the keyword-only ones `wrt` names, indexable by position or name."""
+        kwargs = dict(kwargs or {})
+        slots = _KeywordSlots(args)
+        for p in norm:
+            if type(p) is str:
+                if p not in kwargs:
+                    raise WrtError(f"wrt={p!r} names a keyword-only parameter of {self._code.co_name}, but the "
+                                   "call did not pass it.", self._loc(), f"pass it: {p}=...")
+                slots.named[p] = kwargs.pop(p)
+        return slots, kwargs
+
     def _call_site(self) -> abi.Site:
         site = call_site()
         if site is None:
@@ -342,8 +379,11 @@ class Differentiated:
             site = abi.Site(c.co_filename, c.co_firstlineno, c.co_name, "nested derivative")
         return site
 
-    def _wrt_type_error(self, p: int, exc: Exception) -> WrtError:
-        name = self._positional[self._offset + p] if self._offset + p < len(self._positional) else f"#{p}"
+    def _wrt_type_error(self, p: Union[int, str], exc: Exception) -> WrtError:
+        if type(p) is str:
+            name = p
+        else:
+            name = self._positional[self._offset + p] if self._offset + p < len(self._positional) else f"#{p}"
         return WrtError(f"argument {name!r} (wrt={p}) cannot be differentiated: {exc}.", self._loc(),
                         getattr(exc, "fix", None) or
                         "differentiate with respect to float arrays, floats, or containers of them; "
@@ -360,10 +400,13 @@ class Differentiated:
     def _grad_tiered(self, args: tuple, kwargs: dict) -> tuple[Any, Any]:
         """A compiled program's result when one applies (bytegrad/compiled.py), else the general path's."""
         tiers = self._tiers
-        if tiers is not None and not kwargs and getattr(_tls, "tape", None) is None and not _config.debug_nans:
-            result = tiers.call(self._target, args, self._capture)
-            if result is not MISS:
-                return result
+        if tiers is not None and getattr(_tls, "tape", None) is None and not _config.debug_nans:
+            if kwargs:  # keywords of positional parameters move into place; others stay general
+                args, kwargs = self._normalize_call(args, kwargs)
+            if not kwargs:
+                result = tiers.call(self._target, args, self._capture)
+                if result is not MISS:
+                    return result
         return self._grad_now(args, kwargs)
 
     def _capture(self, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[tuple[Any, Any], Union[Program, str]]:
@@ -382,9 +425,16 @@ class Differentiated:
             out, tape, specs, _ = self._forward(args, {}, positions, strict=False, capture=True)
         except Exception as exc:  # noqa: BLE001 - tracking every argument can refuse what the general path takes
             return self._grad_now(args, {}), f"the capture run raised {type(exc).__name__}: {exc}"
+        aux = program_aux = None
+        if self._has_aux:
+            out, aux = self._split_aux(out)
+            program_aux = (aux,)
         self._check_scalar(out)
+        if type(out) is _ndarray and out.ndim:
+            return self._grad_now(args, {}), "the output is a one-element array, not a scalar"
         spec_at = dict(zip(positions, specs))
         wrt_specs = [spec_at[p] for p in norm_wrt]
+        callee_why, callee_guards = _callee_guards(tape)
         if not all(_complete(s) for s in wrt_specs):  # (the general path's strict check refuses some of these)
             return self._grad_now(args, {}), ("a differentiated argument holds values with no derivative, a "
                                               "dataclass or a registered pytree")
@@ -393,15 +443,18 @@ class Differentiated:
         grads = tuple(pytree.gradient(s, cts) for s in wrt_specs)
         if len(grads) > 1:
             grads = pytree.unalias(grads)
-        result = (out, grads if self._wrt_tuple else grads[0])
+        result = ((out, aux) if self._has_aux else out, grads if self._wrt_tuple else grads[0])
         if tape.refusals:
             why, site = tape.refusals[0]
             return result, str(Ineligible(why, site))
+        if callee_why is not None:
+            return result, callee_why
+        guards = guards + callee_guards
         why = "no back end"
         for backend in backends:  # the first that builds and agrees with the capture's gradient
             try:
                 prog = build_program(tape, args, [spec_at.get(p) for p in range(len(args))], norm_wrt, out,
-                                     self._wrt_tuple, guards, self._code, backend)
+                                     self._wrt_tuple, guards, self._code, backend, aux=program_aux)
             except Ineligible as exc:
                 why = str(exc)
                 continue
@@ -433,7 +486,9 @@ class Differentiated:
         t = type(out)
         if t is not _float64 and t is not float and _is_complex(out):
             raise self._complex_output_error(out)
-        if not (t is _float64 or t is float or t is int or (t is _ndarray and out.ndim == 0)
+        # a one-element array of any ndim counts as a scalar (HIPS autograd's rule: code ported from it
+        # returns `np.sum(x, keepdims=True)`); the gradient is seeded with ones of its shape
+        if not (t is _float64 or t is float or t is int or (t is _ndarray and out.size == 1)
                 or isinstance(out, np.generic)):
             shape = getattr(out, "shape", None)
             found = f"an array of shape {shape}" if shape is not None else f"a {t.__name__}"
@@ -450,8 +505,9 @@ class Differentiated:
             out, aux = self._split_aux(out)
         self._check_scalar(out)
         idx = tape.ids.get(id(out))
+        seed = np.ones_like(out) if type(out) is _ndarray and out.ndim else 1.0
         if nested is None:
-            cts = sweep(tape, {idx: 1.0}) if idx is not None else [None] * len(tape.nodes)
+            cts = sweep(tape, {idx: seed}) if idx is not None else [None] * len(tape.nodes)
             grads = tuple([pytree.project(cts[s.idx], s.primal) if type(s) is pytree.Leaf else pytree.gradient(s, cts)
                            for s in specs])
             if len(grads) > 1:
@@ -460,7 +516,7 @@ class Differentiated:
                 from bytegrad.runtime import fused  # loaded: its sites put the trials there
                 fused.report(tape.trials, _perf() - t0)
         else:
-            grads = nested.gradients(specs, nested.sweep({idx: 1.0} if idx is not None else {}))
+            grads = nested.gradients(specs, nested.sweep({idx: seed} if idx is not None else {}))
         return (out, aux) if self._has_aux else out, grads if self._wrt_tuple else grads[0]
 
     def _split_aux(self, out: Any) -> tuple[Any, Any]:
@@ -528,24 +584,135 @@ class Differentiated:
     def pullback(self, *args: Any, **kwargs: Any) -> Any:
         """(output, back): `back(out_bar)` returns one cotangent per positional argument;
         `(output, back, aux)` with `has_aux=True`."""
+        if self._bound_self is None and not self._has_aux and not kwargs and getattr(_tls, "tape", None) is None \
+                and not _config.debug_nans:
+            tiers = self._pb_tiers
+            if tiers is None:
+                tiers = self._pb_tiers = compiled.tiers_for(self._target, compiled.PULLBACK, self._tier)
+            if tiers is not None:
+                result = tiers.call(self._target, args, self._capture_pullback)
+                if result is not MISS:
+                    return result[0], self._back_or_general(result[1], args)
+        return self._pullback_now(args, kwargs)
+
+    def _back_or_general(self, back: Callable[[Any], Any], args: tuple) -> Callable[[Any], tuple[Any, ...]]:
+        """A program's `back`, which answers MISS for a cotangent not shaped as at capture: such a
+        cotangent goes to the general path's pullback, run again on the same arguments."""
+        def checked(out_bar: Any) -> tuple[Any, ...]:
+            grads = back(out_bar)
+            if grads is MISS:
+                return self._pullback_now(args, {})[1](out_bar)
+            return grads
+
+        return checked
+
+    def _pullback_now(self, args: tuple, kwargs: dict) -> Any:
         positions = tuple(range(len(args)))
         out, tape, specs, nested = self._forward(args, kwargs, positions, strict=False)
         if self._has_aux:
             out, aux = self._split_aux(out)
+        back = _general_back(out, tape, specs, nested)
+        return (out, back, aux) if self._has_aux else (out, back)
+
+    def _capture_pullback(self, args: tuple, backends: Sequence[str] = ()) -> tuple[Any, Union[Program, str]]:
+        """One pullback by a capture run: ((output, back), the pullback program made from it, or why
+        none could be). Pullback programs have the NumPy back end only."""
+        reasons, guards = self.eligibility(args)
+        if reasons:
+            more = f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else ""
+            return self._pullback_now(args, {}), reasons[0] + more
+        positions = compiled.capture_positions(args)
+        try:
+            out, tape, specs, _ = self._forward(args, {}, positions, strict=False, capture=True)
+        except Exception as exc:  # noqa: BLE001 - tracking every argument can refuse what the general path takes
+            return self._pullback_now(args, {}), f"the capture run raised {type(exc).__name__}: {exc}"
+        spec_at = dict(zip(positions, specs))
+        all_specs = [spec_at.get(p) for p in range(len(args))]
+        result = (out, _general_back(out, tape, all_specs, None))
+        if tape.refusals:
+            why, site = tape.refusals[0]
+            return result, str(Ineligible(why, site))
+        callee_why, callee_guards = _callee_guards(tape)
+        if callee_why is not None:
+            return result, callee_why
+        try:
+            prog = build_program(tape, args, all_specs, positions, out, True, guards + callee_guards, self._code,
+                                 pullback=True)
+        except Ineligible as exc:
+            return result, str(exc)
+        pending, tiers, general_back = compiled.Pending(prog, args), self._pb_tiers, result[1]
 
         def back(out_bar: Any) -> tuple[Any, ...]:
-            pairs: list[tuple[int, Any]] = []
-            pytree.cotangent_leaves(out, out_bar, tape.ids, pairs)
-            seeds: dict[int, Any] = {}
-            for i, c in pairs:
-                if c is not None:
-                    seeds[i] = c if i not in seeds else seeds[i] + c
-            if nested is not None:
-                return nested.gradients(specs, nested.sweep(seeds), force_tuple=True)
-            cts = sweep(tape, seeds)
-            return pytree.unalias(tuple(pytree.gradient(s, cts) for s in specs))
+            grads = general_back(out_bar)
+            if tiers is not None:
+                tiers.settle(pending, out, out_bar, grads)
+            return grads
 
-        return (out, back, aux) if self._has_aux else (out, back)
+        return (out, back), pending
+
+
+_REPLAYABLE = (int, float, bool, str, bytes, complex, type(None), slice, range, type(Ellipsis), np.ndarray,
+               np.generic, np.dtype, type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType, np.ufunc)
+
+
+def _unreplayable(value: Any, ids: dict[int, int]) -> Optional[str]:
+    """None when a value handed to a Python callee is one a program reproduces (a tracked value, a
+    constant, an array, a function, a tuple, list or dict of them); else what it is."""
+    if id(value) in ids or isinstance(value, _REPLAYABLE):
+        return None
+    t = type(value)
+    if t is tuple or t is list or t is dict:
+        for v in (value.values() if t is dict else value):
+            bad = _unreplayable(v, ids)
+            if bad is not None:
+                return bad
+        return None
+    return f"a {t.__qualname__} object"
+
+
+def _callee_guards(tape: CaptureTape) -> tuple[Optional[str], list[tuple]]:
+    """(why a Python function the capture run called cannot be part of a program, or None; the guards
+    on what those functions read: their globals, module attributes, code and defaults). Each is
+    checked as the differentiated function is (transform/eligibility.py), with the parameters that
+    held tracked values in the capture active."""
+    from bytegrad.transform import eligibility
+
+    guards: list[tuple] = []
+    seen: set[tuple] = set()
+    for f, args, kwargs, site in tape.callees:
+        for v in (*args, *(kwargs or {}).values()):
+            bad = _unreplayable(v, tape.ids)
+            if bad is not None:
+                return f"it passes {bad} to {f.__qualname__} (line {site.lineno}): its state is not guarded", []
+        active, immutable = transform.callee_activity(f, args, kwargs, tape.ids)
+        key = (f, active, immutable)
+        if key in seen:
+            continue
+        seen.add(key)
+        defaults = (f.__defaults__ or ()) + tuple((f.__kwdefaults__ or {}).values())
+        reasons, more = eligibility.check(f.__code__, active, f.__globals__, immutable, defaults)
+        if reasons:
+            return f"it calls {f.__qualname__} (line {site.lineno}), which {reasons[0]}", []
+        guards += more
+        guards.append(("code", f, f.__code__, (f.__defaults__, f.__kwdefaults__)))
+    return None, guards
+
+
+def _general_back(out: Any, tape: Tape, specs: list, nested: Optional["_Nested"]) -> Callable[[Any], tuple]:
+    """The general path's `back` of a pullback: the tape swept from `out_bar`."""
+    def back(out_bar: Any) -> tuple[Any, ...]:
+        pairs: list[tuple[int, Any]] = []
+        pytree.cotangent_leaves(out, out_bar, tape.ids, pairs)
+        seeds: dict[int, Any] = {}
+        for i, c in pairs:
+            if c is not None:
+                seeds[i] = c if i not in seeds else seeds[i] + c
+        if nested is not None:
+            return nested.gradients(specs, nested.sweep(seeds), force_tuple=True)
+        cts = sweep(tape, seeds)
+        return pytree.unalias(tuple(pytree.gradient(s, cts) for s in specs))
+
+    return back
 
 
 class _Nested:
@@ -604,6 +771,27 @@ class _Nested:
         if self.recording():
             return abi._dispatch(self.tape, self.site, fn, args, kwargs or None)
         return fn(*args, **kwargs)
+
+
+class _KeywordSlots(list):
+    """Positional arguments (by index) and keyword-only ones named by `wrt` (by name), while the
+    differentiated ones are swapped for their tracked copies."""
+
+    def __init__(self, args: list) -> None:
+        super().__init__(args)
+        self.named: dict[str, Any] = {}
+
+    def __getitem__(self, p: Any) -> Any:
+        return self.named[p] if type(p) is str else list.__getitem__(self, p)
+
+    def __setitem__(self, p: Any, value: Any) -> None:
+        if type(p) is str:
+            self.named[p] = value
+        else:
+            list.__setitem__(self, p, value)
+
+    def split(self) -> tuple[list, dict]:
+        return list(self), self.named
 
 
 def _is_complex(out: Any) -> bool:
@@ -1087,7 +1275,7 @@ def hessian(fn: Callable[..., Any], wrt: Union[int, str] = 0, mode: str = "fwd")
     return jacobian(d.grad, wrt=d._wrt[0], mode=mode)
 
 
-def hvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]) -> Any:
+def hvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any], wrt: Optional[Wrt] = None) -> Any:
     """The Hessian-vector product `H @ v` of scalar-valued `fn` at `primals`, along `tangents`.
 
     Forward-over-reverse: `jvp` of the gradient with respect to all positional arguments, without
@@ -1100,13 +1288,16 @@ def hvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any])
     primals : tuple or list
         The positional arguments of `fn`.
     tangents : tuple or list
-        The vector `v`: one entry per primal, shaped like it.
+        The vector `v`: one entry per differentiated primal, shaped like it.
+    wrt : int, str or tuple of them, optional
+        The primals to differentiate with respect to, by position or parameter name, as in `grad`;
+        the others (ints, labels, data) are passed as they are. Default: all of them.
 
     Returns
     -------
     Any
-        With one primal, `H @ v` shaped like it; with several, a tuple with one entry per primal
-        (the rows of the block Hessian applied to all the tangents).
+        With one differentiated primal, `H @ v` shaped like it; with several, a tuple with one entry
+        per differentiated primal (the rows of the block Hessian applied to all the tangents).
 
     Examples
     --------
@@ -1117,6 +1308,19 @@ def hvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any])
     True
     """
     primals, tangents = _as_args(primals, "primals"), _as_args(tangents, "tangents")
-    gradient = Differentiated(fn, tuple(range(len(primals)))).grad
-    _, hv = jvp(gradient, primals, tangents)
-    return hv[0] if len(primals) == 1 else hv
+    if wrt is None:
+        gradient = Differentiated(fn, tuple(range(len(primals)))).grad
+        _, hv = jvp(gradient, primals, tangents)
+        return hv[0] if len(primals) == 1 else hv
+    d = Differentiated(fn, wrt)
+    positions = d._plan(len(primals), d._wrt)[0]
+    gradient = Differentiated(fn, positions).grad
+
+    def gradient_at(*values: Any) -> Any:  # the gradient as a function of the differentiated primals only
+        args = list(primals)
+        for p, v in zip(positions, values):
+            args[p] = v
+        return gradient(*args)
+
+    _, hv = jvp(gradient_at, [primals[p] for p in positions], tangents)
+    return hv if d._wrt_tuple else hv[0]

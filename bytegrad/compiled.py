@@ -19,8 +19,11 @@ must agree with the capture's gradient; from the next call on, calls whose guard
   taken longer than compiling its Numba twin is expected to (ski rental, `numba_price`), that
   twin, kept if it is faster on the arguments of the call that made it.
 
-Only `grad` and `value_and_grad` calls with positional arguments, outside other derivatives, use
-programs; `pullback`, forward mode and higher order stay on the general path.
+`grad`, `value_and_grad` (with or without `has_aux`) and `pullback` (so `vjp`; without `has_aux`)
+calls with positional arguments (or keywords of positional parameters, for gradients), outside
+other derivatives, use programs; a pullback program (NumPy back end only) returns
+the output and a `back` that takes any cotangent shaped like the output (others go to the general
+path). Forward mode and higher order stay on the general path.
 """
 from __future__ import annotations
 
@@ -32,17 +35,23 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from bytegrad.runtime.program import MISS, Program
+from bytegrad.runtime.program import DECIDED, MISS, Program
 
 _perf = time.perf_counter
 
 __all__ = ["TIERS", "Tiers", "default_tier", "tiers_for"]
 
 TIERS = ("general", "numpy", "numba", "auto")
+#: the `wrt` key of a function's pullback programs (`tiers_for(fn, PULLBACK, tier)`)
+PULLBACK = "pullback"
+#: the first half of the `wrt` key of a function's programs with `has_aux=True`: `(AUX, wrt)`
+AUX = "aux"
 #: general-path gradients of a signature before `auto` captures it
 AUTO_AFTER = 2
 #: programs per function (each for other shapes, dtypes or int values); then no more captures
 MAX_PROGRAMS = 8
+#: captures of one signature whose programs' decisions on data came out otherwise; then no more
+MAX_RECAPTURES = 3
 CONSTANT_TYPES = (int, bool, str, bytes, type(None))
 
 
@@ -63,18 +72,21 @@ _DEFAULT = _check_tier(os.environ.get("BYTEGRAD_TIER", "auto") or "auto", "BYTEG
 class _Signature:
     """What the tiers know of one argument signature (the types of the positional arguments)."""
 
-    __slots__ = ("calls", "reason")
+    __slots__ = ("calls", "reason", "recaptures")
 
     def __init__(self) -> None:
         self.calls = 0                       # general-path gradients so far
         self.reason: Optional[str] = None    # why it is not compiled, once known
+        self.recaptures = 0                  # captures after a program's decision came out otherwise
 
 
 class Tiers:
     """The compiled programs of one function and wrt, and the policy that makes them."""
 
-    def __init__(self, fn: types.FunctionType, tier: str) -> None:
+    def __init__(self, fn: types.FunctionType, tier: str, key: Any = None) -> None:
         self.tier = tier
+        self.key = key  # the `wrt` key of `tiers_for`: part of the programs' disk key
+        self.loaded = 0  # programs loaded from disk (stored by `bytegrad.precompile`)
         self.code = fn.__code__
         self.defaults = fn.__defaults__
         self.kwdefaults = fn.__kwdefaults__
@@ -90,7 +102,8 @@ class Tiers:
         runs the general path. `now`: capture without waiting for the warm-up (precompile)."""
         if fn.__code__ is not self.code or fn.__defaults__ is not self.defaults \
                 or fn.__kwdefaults__ is not self.kwdefaults:
-            self.__init__(fn, self.tier)  # the body or defaults were replaced: start again
+            self.__init__(fn, self.tier, self.key)  # the body or defaults were replaced: start again
+        decided = False
         for prog in self.programs:
             calls = prog.calls = prog.calls + 1
             timed = calls & 15 == 0 and prog.backend == "numpy" and self.tier == "auto"
@@ -100,7 +113,7 @@ class Tiers:
             except Exception:  # noqa: BLE001 - the general path raises it again, with the user's line
                 self.general_calls += 1
                 return MISS
-            if result is not MISS:
+            if result is not MISS and result is not DECIDED:
                 self.compiled_calls += 1
                 if timed:  # one call in 16 is timed: the ski-rental meter of the Numba back end
                     prog.seconds += 16 * (_perf() - t0)
@@ -108,16 +121,34 @@ class Tiers:
                         return self._upgrade(prog, args, capture)
                 return result
             prog.calls -= 1
+            if result is DECIDED:
+                decided = True
+                prog.decided += 1
         key = tuple(map(type, args))
         sig = self.signatures.get(key)
         if sig is None:
             sig = self.signatures[key] = _Signature()
+            if self._load(key):  # programs a precompile stored: this call runs one
+                return self.call(fn, args, capture, now)
+        if decided:
+            self._decided(sig)
         if sig.reason is None and len(self.programs) < MAX_PROGRAMS and \
                 (now or self.tier in ("numpy", "numba") or sig.calls >= AUTO_AFTER):
             return self._capture(sig, args, capture)
         sig.calls += 1
         self.general_calls += 1
         return MISS
+
+    def _decided(self, sig: _Signature) -> None:
+        """A decision on data came out otherwise than in a program's capture: a capture of this call
+        adds a program for the other outcome (a branch that flips between two ways), up to
+        MAX_RECAPTURES; a program that such decisions refuse far more often than they let it run
+        goes, and so does a signature's compiling once it has recaptured enough."""
+        self.programs = [p for p in self.programs if not (p.decided >= 16 and p.decided > 4 * p.calls)]
+        sig.recaptures += 1
+        if sig.recaptures > MAX_RECAPTURES and sig.reason is None:
+            sig.reason = (f"its decisions on data came out otherwise than at capture again after "
+                          f"{MAX_RECAPTURES} captures (a value compared or queried changes from call to call)")
 
     def _capture(self, sig: _Signature, args: tuple, capture: Callable[..., Any]) -> Any:
         t0 = time.perf_counter()
@@ -126,8 +157,15 @@ class Tiers:
         finally:
             self.capture_s += time.perf_counter() - t0
         if isinstance(program, Program):
+            program.signature = tuple(map(type, args))
             self.programs.append(program)
             self.compiled_calls += 1
+        elif isinstance(program, Pending):  # adopted or refused by `settle`, later
+            program.program.signature = tuple(map(type, args))
+            program.sig = sig
+            sig.reason = PENDING
+            sig.calls += 1
+            self.general_calls += 1
         else:
             sig.reason = program
             sig.calls += 1
@@ -180,10 +218,65 @@ class Tiers:
             return "the program disagreed with the general path on the capture's own arguments"
         return None
 
+    def store(self) -> int:
+        """Write the NumPy programs to the disk cache, one entry per argument signature (what
+        `bytegrad.precompile` does); returns the number of programs stored."""
+        from bytegrad.runtime import diskcache, program_store
+
+        by_signature: dict[tuple, list[Program]] = {}
+        for prog in self.programs:
+            if prog.backend == "numpy" and prog.parts is not None and prog.signature:
+                by_signature.setdefault(prog.signature, []).append(prog)
+        stored = 0
+        for signature, progs in by_signature.items():
+            key = program_store.key(self.code, self.key, signature)
+            payload = program_store.dumps(progs) if key is not None else None
+            if payload is not None and diskcache.store(program_store.NAMESPACE, key, payload,
+                                                       label=self.code.co_qualname if hasattr(self.code, "co_qualname")
+                                                       else self.code.co_name):
+                stored += len(progs)
+        return stored
+
+    def _load(self, signature: tuple) -> bool:
+        """Programs of this signature from the disk cache, if a precompile stored them and every
+        reference in them still holds; they join this function's programs."""
+        from bytegrad.runtime import diskcache, program_store
+
+        key = program_store.key(self.code, self.key, signature)
+        payload = diskcache.load(program_store.NAMESPACE, key) if key is not None else None
+        progs = program_store.loads(payload) if payload is not None else None
+        if not progs:
+            return False
+        for prog in progs[:MAX_PROGRAMS - len(self.programs)]:
+            prog.signature = signature
+            self.programs.append(prog)
+            self.loaded += 1
+        return True
+
+    def settle(self, pending: "Pending", out: Any, out_bar: Any, grads: Any) -> None:
+        """A pullback program waiting for its check (see `Pending`) meets the general path's
+        `back(out_bar) = grads` of its capture: adopted if it gives the same output and cotangents,
+        refused if not; a cotangent the program does not take leaves it waiting."""
+        if pending.sig is None or pending.sig.reason is not PENDING:
+            return
+        program = pending.program
+        try:
+            got = _applied(program, out_bar).fn(pending.args)
+        except Exception as exc:  # noqa: BLE001 - a rule that needs a tape, say: the program is refused
+            pending.sig.reason = f"the program raised {type(exc).__name__}: {exc}"
+            return
+        if got is not MISS and got[1] is MISS:
+            return  # a cotangent not shaped as at capture says nothing: the next one may
+        why = self.agree(_applied(program, out_bar), pending.args, (out, grads))
+        pending.sig.reason = why
+        if why is None and len(self.programs) < MAX_PROGRAMS:
+            self.programs.append(program)
+
     def describe(self) -> dict[str, Any]:
         return {
             "tier": self.tier,
             "programs": [{"backend": p.backend, "operations": p.records, "guards": list(p.guards), "calls": p.calls,
+                          "decided_otherwise": p.decided,
                           **({"numba": p.why_not_numba} if p.why_not_numba else {})}
                          for p in self.programs],
             "not_compiled": {", ".join(t.__name__ for t in key): s.reason
@@ -191,6 +284,7 @@ class Tiers:
             "compiled_calls": self.compiled_calls,
             "general_calls": self.general_calls,
             "capture_s": round(self.capture_s, 6),
+            "loaded_from_disk": self.loaded,
             "disagreements": self.disagreements,  # programs refused for not giving the capture's result
         }
 
@@ -219,6 +313,35 @@ def _learn_price(seconds: float, records: int) -> None:
     _PRICE["per_op"] = max(0.0005, 0.5 * _PRICE["per_op"] + 0.5 * per_op)
 
 
+#: the reason of a signature whose pullback program waits for its check
+PENDING = "its pullback program waits for the first call of a back() to be checked against it"
+
+
+class Pending:
+    """A pullback program not yet checked: its capture's `back`, on its first call, compares the
+    program with itself (`Tiers.settle`), so the check runs when the general path would run the
+    reverse pass anyway, never earlier (a pullback may be expensive, or raise)."""
+
+    __slots__ = ("program", "args", "sig")
+
+    def __init__(self, program: Program, args: tuple) -> None:
+        self.program = program
+        self.args = args
+        self.sig: Optional[_Signature] = None
+
+
+class _applied:
+    """`program` seen as a gradient program: its output and its `back` applied to `probe`."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, program: Program, probe: Any) -> None:
+        def fn(args: tuple) -> Any:
+            got = program.fn(args)
+            return got if got is MISS else (got[0], got[1](probe))
+        self.fn = fn
+
+
 def _time(fn: Callable[[tuple], Any], args: tuple, repeat: int = 5) -> float:
     best = float("inf")
     for _ in range(repeat):
@@ -239,6 +362,8 @@ def _same(a: Any, b: Any) -> bool:
         return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
     if a is None:
         return True
+    if ta is str or ta is bytes or ta is bool or ta is int:
+        return a == b
     x, y = np.asarray(a), np.asarray(b)
     if x.shape != y.shape or x.dtype != y.dtype:
         return False
@@ -261,7 +386,7 @@ def tiers_for(fn: types.FunctionType, wrt: Any, tier: Optional[str]) -> Optional
     key = (wrt if not isinstance(wrt, list) else tuple(wrt), tier)
     t = table.get(key)
     if t is None:
-        t = table[key] = Tiers(fn, tier)
+        t = table[key] = Tiers(fn, tier, key[0])
     return t
 
 

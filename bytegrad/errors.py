@@ -10,7 +10,7 @@ from typing import Any, Optional
 __all__ = [
     "SourceLoc", "DifferentiationError", "NoRuleError", "MutationError", "NonScalarOutputError", "ComplexOutputError",
     "UnsupportedOpcodeError", "PullbackError", "DuplicateRuleError", "WrtError", "NotImplementedRuleError",
-    "AuxOutputError", "NaNError",
+    "RuleCaseError", "AuxOutputError", "NaNError", "BlindCallError", "public_name",
 ]
 
 
@@ -45,12 +45,22 @@ def qualname(fn: Any) -> str:
     mod = getattr(fn, "__module__", None)
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
     if type(fn).__name__ == "ufunc":
-        return f"numpy.{fn.__name__}"
+        return f"{_public_module(fn, 'numpy') or _public_module(fn, 'scipy.special') or 'numpy'}.{fn.__name__}"
     if mod in (None, "builtins"):
         return name
     if mod.startswith("numpy"):
-        mod = "numpy" if "linalg" not in mod else "numpy.linalg"
+        mod = next((m for m in ("numpy.linalg", "numpy.fft") if mod.startswith(m)), "numpy")
+    elif mod.startswith("scipy.") and "._" in mod:  # scipy.special._logsumexp.logsumexp: scipy.special's
+        mod = _public_module(fn, mod.split("._")[0]) or mod
     return f"{mod}.{name}"
+
+
+def _public_module(fn: Any, module: str) -> Optional[str]:
+    """`module` if it is imported and exports `fn` under its name (never imports it)."""
+    import sys
+
+    found = sys.modules.get(module)
+    return module if found is not None and getattr(found, getattr(fn, "__name__", ""), None) is fn else None
 
 
 class DifferentiationError(Exception):
@@ -112,12 +122,73 @@ def _user_caller() -> Optional[SourceLoc]:
     return None
 
 
+def public_name(fn: Any) -> Optional[str]:
+    """The dotted name under which `fn` can be imported from a public module (`numpy.fft.rfft`,
+    `scipy.special.expit`: no part starts with `_`), the shortest there is; None if there is none."""
+    import sys
+
+    name = getattr(fn, "__name__", None)
+    if not isinstance(name, str) or type(fn) is type(sys):
+        return None
+    mod = getattr(fn, "__module__", None)
+    if isinstance(mod, str):  # first the packages above the defining module (`numpy.fft._pocketfft`)
+        parts = mod.split(".")
+        for i in range(1, len(parts) + 1):
+            if parts[i - 1].startswith("_"):
+                break
+            m = sys.modules.get(".".join(parts[:i]))
+            if m is not None and getattr(m, name, None) is fn:
+                return f"{m.__name__}.{name}"
+    found = [m_name for m_name, m in list(sys.modules.items())  # ufuncs carry no module: look where they are
+             if m is not None and "._" not in m_name and not m_name.startswith("_")
+             and getattr(m, name, None) is fn]
+    return f"{min(found, key=len)}.{name}" if found else None
+
+
+def _entry_point() -> Any:
+    """The function that the user's code called and that, from inside its library code, reached the
+    current frame: the outermost library frame below the innermost user frame, as the object its
+    module's globals hold under the code's name; None when the stack has no such frame."""
+    import os
+    import sys
+
+    own = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame = sys._getframe(1)
+    entry = None
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not _library_file(filename) and not filename.startswith("<frozen"):
+            break
+        if not filename.startswith(own):
+            entry = frame
+        frame = frame.f_back
+    if frame is None or entry is None:
+        return None
+    obj: Any = entry.f_globals
+    for part in getattr(entry.f_code, "co_qualname", entry.f_code.co_name).split("."):
+        obj = obj.get(part) if isinstance(obj, dict) else getattr(obj, part, None)
+        if obj is None or part == "<locals>":
+            return None
+    return obj
+
+
 class NoRuleError(DifferentiationError):
-    """A differentiated value reached a function that has no differentiation rule."""
+    """A differentiated value reached a function that has no differentiation rule.
+
+    Raised inside a library's code (NumPy's, the standard library's), the message and fix name the
+    public function the user's line called (`numpy.fft.rfft`), not the helper it met inside."""
 
     def __init__(self, fn: Any, loc: Optional[SourceLoc] = None, detail: str = "") -> None:
-        name = qualname(fn)
+        public = public_name(fn)
+        name = public or qualname(fn)
         self.fn = fn
+        entry = _entry_point() if loc is not None and _library_file(loc.filename) else None
+        entry_name = (public_name(entry) or qualname(entry)) if entry is not None and entry is not fn else None
+        if entry_name is not None and entry_name != name:
+            inner = public or (qualname(fn) if isinstance(fn, tuple) else
+                               f"the internal {type(fn).__name__} {getattr(fn, '__name__', None) or fn!r}")
+            detail = f"{detail} (inside it, the value reached {inner}, which has none either)"
+            name = entry_name
         super().__init__(
             f"no differentiation rule for {name}, and a differentiated value was passed to it{detail}.",
             loc,
@@ -127,8 +198,19 @@ class NoRuleError(DifferentiationError):
         )
 
 
+class BlindCallError(DifferentiationError):
+    """A differentiated value reached Python code that bytegrad did not rewrite (runtime/monitor.py)."""
+
+
 class NotImplementedRuleError(DifferentiationError):
     """The rule for this function is known to be missing (declared with `not_implemented`)."""
+
+
+class RuleCaseError(NotImplementedRuleError):
+    """A rule covers only some cases of its function (np.cross of 3-vectors, real input), and this call
+    is another. A rule raises it without a location; the runtime then differentiates the call through
+    the function's own Python implementation where NumPy has one, and otherwise raises it again at the
+    user's line."""
 
 
 class MutationError(DifferentiationError):

@@ -4,7 +4,7 @@
 rewritten bytecode, grouped under the user's source lines, with each hooked site named: the rule
 that an operator or a statically known callable (`np.tanh`, `math.exp`, recorded on the site by
 the rewrite) has, or the fused expression with its tier and kernel. Calls whose callee is only known
-at run time show no rule.
+at run time show no rule. The operations the rewrite left as they are are listed with the reason.
 """
 from __future__ import annotations
 
@@ -132,12 +132,75 @@ def explain(fn: Any, *args: Any, wrt: Any = 0, file: Optional[TextIO] = None, **
               f"{target.__code__.co_firstlineno}), differentiating {', '.join(sorted(active))}\n")
     for co in _codes(rewritten.__code__):
         _explain_code(co, out)
+    _explain_left_as_is(target, active, args, d, out)
     _explain_tier(d, args, out)
     text = Explanation(out.getvalue())
     if file is not None:
         file.write(text)
         return None
     return text
+
+
+#: operand count of the operations the rewrite hooks when one of their operands may be differentiated
+_OPERANDS = {opcodes.OpKind.BINARY: 2, opcodes.OpKind.SUBSCR: 2, opcodes.OpKind.SLICE: 3, opcodes.OpKind.UNARY_NEG: 1,
+             opcodes.OpKind.UNARY_POS: 1, opcodes.OpKind.GET_ITER: 1, opcodes.OpKind.UNPACK: 1, opcodes.OpKind.UNPACK_EX: 1}
+
+
+def _left_as_is(ins: Any, kind: Any, st: Any) -> Optional[str]:
+    """Why the rewrite left this operation of the function's own code as it is, or None if it hooked it."""
+    from bytegrad.transform.activity import nondiff_callable
+    from bytegrad.transform.opcodes import OpKind, attr_parts, callable_slot
+    from bytegrad.transform.rewrite import NONDIFF_ATTRS, _call_active
+
+    if kind is OpKind.CALL:
+        if _call_active(ins, st):
+            return None
+        slot = callable_slot(int(ins.arg), st)
+        if nondiff_callable(slot):
+            return f"call of {getattr(slot.known, '__name__', slot.known)}: its result has no derivative"
+        return "call: neither the callable nor an argument can hold a differentiated value"
+    if kind is OpKind.LOAD_ATTR:
+        name, method = attr_parts(ins)
+        if not method and st[-1].active and name in NONDIFF_ATTRS:
+            return f"attribute .{name}: it describes the array, not its values"
+        return None  # (attributes of inactive objects, modules' functions: not worth a line)
+    n = _OPERANDS.get(kind)
+    if n is None or any(slot.active for slot in st[-n:]):
+        return None
+    return f"{ins.name}: no operand can hold a differentiated value"
+
+
+def _explain_left_as_is(target: Any, active: frozenset[str], args: tuple, d: Any, out: io.StringIO) -> None:
+    """The operations of the function's own code that the rewrite left as they are, and why (its
+    nested functions are rewritten when called, for the values they get then)."""
+    from bytecode import Bytecode, Instr
+
+    from bytegrad.errors import SourceLoc
+    from bytegrad.transform import _INERT
+    from bytegrad.transform.activity import analyze
+    from bytegrad.transform.opcodes import OpKind, kind_of
+
+    code = target.__code__
+    immutable = frozenset(n for n, a in zip(d._params, args) if type(a) in _INERT and n not in active)
+    bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
+    act = analyze(bc, set(active), target.__globals__, SourceLoc(code.co_filename, code.co_firstlineno, code.co_name),
+                  immutable_params=immutable)
+    lines = []
+    for ins, st in zip(bc, act.stacks):
+        if not isinstance(ins, Instr):
+            continue
+        try:
+            kind = kind_of(ins)
+        except KeyError:
+            continue
+        why = "unreachable" if st is None else _left_as_is(ins, kind, st)
+        if why is not None and (st is not None or kind in _OPERANDS or kind is OpKind.CALL):
+            line = ins.lineno
+            lines.append(f"{line if line is not None else '?':>5} | "
+                         f"{linecache.getline(code.co_filename, line).strip() if line else '':<40.40} {why}")
+    out.write("\nleft as is in " + (code.co_qualname if hasattr(code, "co_qualname") else code.co_name) +
+              ", and why (the activity analysis over its code):\n")
+    out.write("\n".join(lines) + "\n" if lines else "  none\n")
 
 
 def _explain_tier(d: Any, args: tuple, out: io.StringIO) -> None:

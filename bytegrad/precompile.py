@@ -24,6 +24,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from bytegrad.api import Differentiated, differentiate
+from bytegrad.runtime.program import MISS
 from bytegrad.runtime import fused, kernels
 
 __all__ = ["precompile", "precompile_standard"]
@@ -75,16 +76,33 @@ def precompile(fn: Any, *example_args: Any, wrt: Any = 0, **example_kwargs: Any)
             except NonScalarOutputError:
                 out, back = d.pullback(*example_args, **example_kwargs)[:2]  # (out, back, aux) with has_aux
                 back(_ones_like(out))
-        if d._tiers is not None and not example_kwargs:
-            # the compiled program (bytegrad/compiled.py): its capture's rewrite goes into the disk
-            # cache too, and this process has the program from now on
-            try:
-                d._tiers.call(d._target, example_args, d._capture, now=True)
-            except NonScalarOutputError:
-                pass
+        stored = _precompile_programs(d, example_args) if not example_kwargs else 0
     result = d.stats()
     result["precompile_s"] = time.perf_counter() - t0
+    result["programs_stored"] = stored
     return result
+
+
+def _precompile_programs(d: Differentiated, args: tuple) -> int:
+    """Capture the compiled program (bytegrad/compiled.py) of these arguments, for gradients or,
+    for a function whose output is not a scalar, for pullbacks, and store it on disk, so that a
+    fresh process's first gradient of the signature runs it; returns the programs stored."""
+    from bytegrad.errors import NonScalarOutputError
+
+    if d._tiers is None:
+        return 0
+    try:
+        d._tiers.call(d._target, args, d._capture, now=True)
+        return d._tiers.store()
+    except NonScalarOutputError:
+        pass
+    tiers = d._pb_tiers  # (made by the pullbacks above)
+    if tiers is None:
+        return 0
+    result = tiers.call(d._target, args, d._capture_pullback, now=True)
+    if result is not MISS:
+        result[1](_ones_like(result[0]))  # a pullback program is checked when its back() first runs
+    return tiers.store()
 
 
 def _ones_like(out: Any) -> Any:

@@ -7,7 +7,12 @@ them (20000 unless set), and prints how many it tried.
 """
 import os
 
-from hypothesis import settings
+# The checking mode (bytegrad/runtime/monitor.py): every site the rewrite leaves alone checks that
+# no differentiated value reaches it, and Python code started blind from C with one raises, so
+# every test also tests the activity analysis. Set before bytegrad is imported (it reads it once).
+os.environ.setdefault("BYTEGRAD_CHECK", "1")
+
+from hypothesis import settings  # noqa: E402
 
 settings.register_profile("ci", max_examples=40, derandomize=True)
 settings.register_profile("long", max_examples=int(os.environ.get("BYTEGRAD_LONG_EXAMPLES", "20000")))
@@ -42,3 +47,12 @@ def _pin_general_path(request, monkeypatch):
         monkeypatch.setattr(compiled, "_DEFAULT", "general")
         monkeypatch.setenv("BYTEGRAD_TIER", "general")
     yield
+
+
+def pytest_terminal_summary(terminalreporter):
+    """`make test-long` reports how many random programs it tried and how many failed."""
+    import sys
+
+    props = sys.modules.get("tests.test_properties") or sys.modules.get("test_properties")
+    if props is not None and props.STATS["tried"]:
+        terminalreporter.write_line(f"random programs: {props.STATS['tried']} tried, {props.STATS['failed']} failed")

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Union
 import numpy as np
 
 __all__ = [
-    "check_grad", "check_jvp", "numerical_grad", "bytegrad_grad", "assert_mirrors", "assert_trees_equal",
+    "check_grad", "check_jvp", "check_grad_and_jvp", "numerical_grad", "bytegrad_grad", "assert_mirrors", "assert_trees_equal",
     "assert_trees_close", "tree_paths", "tree_replace", "tree_map_arrays", "is_diff_leaf",
     "resolve_wrt", "scalar_value", "format_path",
 ]
@@ -386,3 +386,15 @@ def check_jvp(f: Callable[..., Any], x: np.ndarray, x_dot: np.ndarray, *, rtol: 
     np.testing.assert_allclose(out_dot, np.sum(numerical_grad(f, [x]) * x_dot), rtol=rtol,
                                err_msg="bytegrad.jvp (actual) != central differences along x_dot (desired)")
     return out_dot
+
+
+def check_grad_and_jvp(f: Callable[..., Any], x: np.ndarray, x_dot: Optional[np.ndarray] = None) -> None:
+    """`check_grad` of scalar `f` at array `x` with tolerances for x's dtype (float64 or float32), and
+    for float64 also `check_jvp` along `x_dot` (a fixed direction by default)."""
+    if x.dtype == np.float32:
+        check_grad(f, [x], rtol=3e-3, atol=3e-3)
+        return
+    check_grad(f, [x], rtol=1e-5, atol=1e-6)
+    if x_dot is None:
+        x_dot = np.cos(np.arange(1.0, x.size + 1.0)).reshape(x.shape)  # no zero, no symmetry
+    check_jvp(f, x, x_dot)

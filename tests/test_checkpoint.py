@@ -373,9 +373,9 @@ def test_a_value_kept_outside_the_function_is_an_error_naming_its_line():
 def test_an_error_inside_names_the_users_line():
     @checkpoint
     def bad(x):
-        return np.unique(x) * 2.0  # np.unique has no rule
+        return np.linalg.qr(np.outer(x, x), mode="raw")[0] * 2.0  # qr's raw mode has no rule
 
-    with pytest.raises(bytegrad.DifferentiationError, match=r"np.unique\(x\) \* 2.0"):
+    with pytest.raises(bytegrad.DifferentiationError, match=r"mode=\"raw\"\)\[0\] \* 2.0"):
         general(lambda x: np.sum(bad(x))).grad(X)
 
 

@@ -87,7 +87,7 @@ GOOD = ("--example", "np.ones((4, 3))", "--example", "np.ones((5, 4))", "--examp
     (("bg_cli_model:loss", "--example", "np.ones((4, 3))"), "missing a required argument: 'x'"),
     (("bg_cli_model:loss",), "got 0 --example"),
     (("bg_cli_model:loss", *GOOD, "--example", "1.0"), "too many positional arguments"),
-    (("bg_cli_model:loss", *GOOD, "--wrt", "q"), "--wrt q: wrt='q' names no positional parameter of loss"),
+    (("bg_cli_model:loss", *GOOD, "--wrt", "q"), "--wrt q: wrt='q' names no parameter of loss"),
     ((), "nothing to do"),
 ])
 def test_precompile_mistakes_are_one_line_and_exit_2(tmp_path, args, message):

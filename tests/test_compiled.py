@@ -24,7 +24,7 @@ from gradcheck import assert_trees_close  # noqa: E402
 import bytegrad  # noqa: E402
 from bytegrad import compiled  # noqa: E402
 from bytegrad.rules import registry  # noqa: E402
-from bytegrad.runtime import kernels, program  # noqa: E402
+from bytegrad.runtime import kernels, program, program_source  # noqa: E402
 
 from bench import cases as bench_cases  # noqa: E402
 
@@ -97,6 +97,30 @@ def test_catalogue_compiled_fraction_and_agreement():
     for cid, why in sorted(reasons.items()):
         print(f"  {cid}: {why}")
     assert len(compiled_ids) >= 10
+
+
+def test_catalogue_pullback_programs_agree():
+    """Every catalogue case's pullback under the numpy tier agrees with the general path's, output and
+    cotangents, over calls with new values. Prints the fraction compiled."""
+    from test_catalogue import make_inputs
+
+    compiled_n = 0
+    for case in catalogue.CASES:
+        fast = bytegrad.differentiate(fresh(case.fn), tier="numpy")
+        general = bytegrad.differentiate(case.fn, tier="general")
+        for call in range(3):
+            args, kwargs = make_inputs(case, call)
+            try:
+                out, back = general.pullback(*args, **kwargs)
+                expected = (out, back(0.75))
+            except bytegrad.DifferentiationError:
+                break
+            out, back = fast.pullback(*args, **kwargs)
+            assert_trees_close((out, back(0.75)), expected, rtol=1e-12, atol=1e-300)
+        if fast._pb_tiers is not None and fast._pb_tiers.programs:
+            compiled_n += 1
+    print(f"\npullback programs for {compiled_n} of {len(catalogue.CASES)} catalogue cases")
+    assert compiled_n >= 10
 
 
 def test_auto_tier_compiles_after_warm_up_and_never_on_the_first_call():
@@ -217,12 +241,26 @@ def test_program_peak_memory_at_most_the_general_paths():
     assert peaks[1] <= peaks[0] * 1.05, peaks
 
 
-def test_nested_derivatives_and_kwargs_use_the_general_path():
+def test_nested_derivatives_and_keyword_only_arguments_use_the_general_path():
     f = bytegrad.differentiate(lambda x, scale=1.0: np.sum(np.sin(x)) * scale, tier="numpy")
     h = bytegrad.hessian(lambda x: f.grad(x).sum())(np.ones(2))
     assert h.shape == (2, 2)
-    f.grad(np.ones(2), scale=2.0)
     assert info(f)["compiled_calls"] == 0
+    k = bytegrad.differentiate(lambda x, *, scale=1.0: np.sum(np.sin(x)) * scale, tier="numpy")
+    k.grad(np.ones(2), scale=2.0)
+    assert info(k)["compiled_calls"] == 0
+
+
+def test_keywords_of_positional_parameters_share_the_positional_programs():
+    def f(x, scale=1.0, n=2):
+        return np.sum(np.sin(x) ** n) * scale
+
+    fast, general = compiled_and_general(f)
+    x = np.linspace(0.0, 1.0, 3)
+    for kw in ({"scale": 2.0}, {"n": 3}, {"scale": 3.0, "n": 3}, {}):
+        assert_same(fast.grad(x, **kw), general.grad(x, **kw))
+    st = info(fast)
+    assert st["compiled_calls"] == 4 and len(st["programs"]) == 3, st  # by arity: (x, scale), (x, scale, n), (x)
 
 
 def test_a_program_that_raises_hands_the_call_to_the_general_path():
@@ -287,6 +325,11 @@ def guard_case(kind):
         def change():
             _mod.act = np.cos
         return module_attribute, (x,), (x,), change
+    if kind == "code":
+        def change():
+            _SAVED_CODE.append(scale_by_length.__code__)
+            scale_by_length.__code__ = (lambda x: np.sum(x * x) / 2.0).__code__
+        return calls_helper, (x,), (x,), change
     if kind == "version":
         def change():
             _SAVED_RULES.append(registry.lookup(np.sin))
@@ -296,20 +339,23 @@ def guard_case(kind):
 
 
 _SAVED_RULES: list = []
+_SAVED_CODE: list = []
 
 
 def restore_guard_case(kind):
     globals()["SCALE"] = 2.0
     _mod.act = np.sin
+    while _SAVED_CODE:
+        scale_by_length.__code__ = _SAVED_CODE.pop()
     while _SAVED_RULES:
         registry.register(_SAVED_RULES.pop(), override=True)
 
 
 @pytest.mark.parametrize("omit", [False, True], ids=["guarded", "guard-omitted"])
-@pytest.mark.parametrize("kind", program.GUARD_KINDS)
+@pytest.mark.parametrize("kind", program_source.GUARD_KINDS)
 def test_each_guard_kind_is_needed(kind, omit, monkeypatch):
     if omit:
-        monkeypatch.setattr(program, "_OMITTED", frozenset({kind}))
+        monkeypatch.setattr(program_source, "_OMITTED", frozenset({kind}))
     fn, first, later, change = guard_case(kind)
     fast = bytegrad.differentiate(fresh(fn), tier="numpy")
     try:
@@ -363,14 +409,10 @@ def test_a_replaced_body_or_default_drops_the_programs():
 # ---- eligibility: what stays on the general path, and why -------------------------------------
 
 
-def branch_on_data(x):
-    if np.sum(x) > 0:
+def branch_on_value(x):
+    if x[0]:  # the truth of a differentiated value itself (a decision, as `x[0] != 0` is)
         return np.sum(x * x)
     return np.sum(np.sin(x))
-
-
-def uses_argmax(x):
-    return x[np.argmax(x)] * 2.0
 
 
 def draws_random(x):
@@ -385,6 +427,20 @@ def prints(x):
 
 def calls_helper(x):
     return np.sum(scale_by_length(x) * x)  # a Python callee
+
+
+class _Scaler:
+    k = 2.0
+
+    def __call__(self, x):
+        return x * self.k  # state a guard cannot fix
+
+
+SCALER = _Scaler()
+
+
+def calls_object(x):
+    return np.sum(SCALER(x) * x)
 
 
 W_GLOBAL = np.ones(3)
@@ -417,11 +473,9 @@ def mutable_default(x, scale={"k": 2.0}):  # noqa: B006 - the point: it can chan
 
 
 @pytest.mark.parametrize("fn, why", [
-    (branch_on_data, "compares or tests a value computed from the arguments"),
-    (uses_argmax, "argmax"),
     (draws_random, "random"),
     (prints, "print"),
-    (calls_helper, "Python function"),
+    (calls_object, "it passes a _Scaler object to _Scaler.__call__"),
     (reads_global_array, "an array"),
     (writes_into_array, "writes into"),
     (with_closure(), "closure"),
@@ -443,8 +497,8 @@ def test_ineligible_functions_stay_on_the_general_path_with_a_reason(fn, why):
 
 
 def test_explain_shows_the_tier_and_reasons(capsys):
-    text = bytegrad.explain(branch_on_data, np.ones(3))
-    assert "compiled program" in text and "compares or tests" in text
+    text = bytegrad.explain(writes_into_array, np.ones(3))
+    assert "compiled program" in text and "writes into" in text
     text = bytegrad.explain(scale_by_length, np.ones(3))
     assert "compiled program: eligible" in text
 
@@ -520,7 +574,7 @@ def test_numba_tier_falls_back_to_numpy_where_the_kernel_cannot_be_written():
 
 
 @needs_numba
-@pytest.mark.parametrize("kind", program.GUARD_KINDS)
+@pytest.mark.parametrize("kind", program_source.GUARD_KINDS)
 def test_numba_programs_keep_every_guard(kind):
     fn, first, later, change = guard_case(kind)
     fast = bytegrad.differentiate(fresh(fn), tier="numba")
@@ -555,3 +609,306 @@ def test_numba_back_end_refused_when_numba_is_disabled(monkeypatch):
     fast = bytegrad.differentiate(fresh(bench_cases.sin_chain_loss), tier="numba")
     fast.grad(np.ones(2), 3)
     assert [p["backend"] for p in info(fast)["programs"]] == ["numpy"]
+
+
+# ---- pullbacks and vjp ---------------------------------------------------------------------------
+
+
+def pb_dense(W, x, n):
+    h = np.tanh(W @ x)
+    return h * float(n)
+
+
+def pb_tree(x, W):
+    h = np.tanh(W @ x)
+    return h * 2.0, {"s": np.sum(h ** 2), "x": x, "label": "h"}
+
+
+def pb_repeated(x):
+    y = np.sin(x)
+    return y, y, [y * 3.0, 1.5]
+
+
+def pb_scalar(x, y):
+    return np.sum(x * y) + 2.0
+
+
+PULLBACKS = [
+    (pb_dense, lambda rng: (rng.normal(size=(4, 3)), rng.normal(size=3), 3)),
+    (pb_tree, lambda rng: (rng.normal(size=3), rng.normal(size=(4, 3)))),
+    (pb_repeated, lambda rng: (rng.normal(size=5),)),
+    (pb_scalar, lambda rng: (rng.normal(size=5), rng.normal(size=5))),
+]
+
+
+def random_cotangent(out, rng):
+    if isinstance(out, (tuple, list)):
+        return type(out)(random_cotangent(v, rng) for v in out)
+    if isinstance(out, dict):
+        return {k: random_cotangent(v, rng) for k, v in out.items()}
+    if isinstance(out, np.ndarray):
+        return rng.normal(size=out.shape)
+    if isinstance(out, float):
+        return float(rng.normal())
+    return None
+
+
+@pytest.mark.parametrize("fn, make", PULLBACKS, ids=lambda x: getattr(x, "__name__", ""))
+def test_pullback_programs_agree_with_the_general_path(fn, make):
+    fast = bytegrad.differentiate(fresh(fn), tier="numpy")
+    general = bytegrad.differentiate(fn, tier="general")
+    rng = np.random.default_rng(1)
+    for _ in range(3):  # new values each call, two cotangents per pullback
+        args = make(rng)
+        out1, back1 = fast.pullback(*args)
+        out2, back2 = general.pullback(*args)
+        assert _trees_same(out1, out2)
+        for _ in range(2):
+            ct = random_cotangent(out2, rng)
+            assert _trees_same(back1(ct), back2(ct))
+    s = fast._pb_tiers.describe()  # (the first pullback's back() checks the program and adopts it)
+    assert len(s["programs"]) == 1 and s["compiled_calls"] == 2, s
+
+
+def test_pullback_program_returns_an_argument_as_a_view_and_never_aliases_it():
+    fast = bytegrad.differentiate(fresh(pb_tree), tier="numpy")
+    x, W = np.linspace(0.1, 1.0, 3), np.ones((4, 3))
+    ct = (np.zeros(4), {"s": 0.0, "x": np.ones(3), "label": None})
+    fast.pullback(x, W)[1](ct)  # captured, then checked and adopted
+    out, back = fast.pullback(x, W)
+    assert fast._pb_tiers.compiled_calls == 1
+    assert out[1]["x"] is not x and np.shares_memory(out[1]["x"], x)
+    g = back(ct)
+    assert g[0] is not x and np.array_equal(g[0], np.ones(3))
+
+
+def pb_product(x, y):
+    return x * y
+
+
+def outcome(fn, *args):
+    """What calling fn gives: its result, or the type of what it raised."""
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001
+        return type(exc)
+
+
+@pytest.mark.parametrize("omit", [False, True], ids=["guarded", "guard-omitted"])
+def test_pullback_cotangent_not_shaped_as_at_capture_goes_to_the_general_path(omit, monkeypatch):
+    """The program's reverse pass fixes shapes at capture, so `back` hands a cotangent of another
+    shape to the general path: a (1, 3) cotangent of a (3,) output is the general path's
+    PullbackError at the user's line (without the guard: a bare ValueError from inside the
+    program); a (1,) cotangent and an int broadcast, as on the general path."""
+    if omit:
+        monkeypatch.setattr(program_source, "_OMITTED", frozenset({program_source.COTANGENT_GUARD}))
+    fast = bytegrad.differentiate(fresh(pb_product), tier="numpy")
+    general = bytegrad.differentiate(pb_product, tier="general")
+    x = np.linspace(0.0, 1.0, 3)
+    fast.pullback(x, 2.0)[1](np.ones(3))  # captured, then checked and adopted
+    same = []
+    for ct in (np.ones((1, 3)), np.ones(1), 2, np.ones(3)):
+        got, expected = outcome(fast.pullback(x, 2.0)[1], ct), outcome(general.pullback(x, 2.0)[1], ct)
+        same.append(got is expected if isinstance(expected, type) else _trees_same(got, expected))
+    assert fast._pb_tiers.programs and fast._pb_tiers.compiled_calls == 4, fast._pb_tiers.describe()
+    assert same == ([False] if omit else [True]) + [True, True, True]
+
+
+def test_vjp_uses_the_functions_pullback_programs():
+    def f(x):
+        return np.exp(x) * x
+
+    x = np.linspace(0.0, 1.0, 4)
+    for _ in range(compiled.AUTO_AFTER + 3):
+        out, back = bytegrad.vjp(f, x)
+        (g,) = back(np.ones(4))
+    tiers = compiled.tiers_for(f, compiled.PULLBACK, None)
+    assert tiers.compiled_calls >= 2 and tiers.programs
+    np.testing.assert_allclose(g, np.exp(x) * (x + 1.0), rtol=1e-12)
+
+
+def test_a_pullback_program_is_checked_when_back_first_runs_never_earlier():
+    """The general path runs a pullback's reverse pass only when back() is called: the check of a
+    captured program waits for the capture's own back() call (a back() never called costs
+    nothing; an exception in the reverse pass reaches the user from their back() call, and the
+    program keeps waiting)."""
+    x = np.linspace(0.0, 1.0, 3)
+    fast = bytegrad.differentiate(fresh(pb_product), tier="numpy")
+    for _ in range(3):
+        fast.pullback(x, 2.0)
+    assert not fast._pb_tiers.programs
+    assert fast._pb_tiers.describe()["not_compiled"] == {"ndarray, float": compiled.PENDING}
+    fast = bytegrad.differentiate(fresh(pb_product), tier="numpy")
+    _, back = fast.pullback(x, 2.0)  # the capture
+    assert outcome(back, np.ones((1, 3))) is bytegrad.errors.PullbackError
+    assert not fast._pb_tiers.programs
+    back(np.ones(3))
+    assert fast._pb_tiers.programs
+
+
+def test_pullbacks_with_aux_kwargs_or_inside_derivatives_stay_general():
+    d = bytegrad.differentiate(fresh(pb_scalar), tier="numpy")
+    x = np.ones(3)
+    d.pullback(x, y=x)
+    assert d._pb_tiers is None or not d._pb_tiers.programs
+    h = bytegrad.grad(lambda t: d.pullback(t, x)[1](1.0)[0].sum())
+    np.testing.assert_allclose(h(x), np.zeros(3))
+    assert d._pb_tiers is None or not d._pb_tiers.programs
+
+
+# ---- decisions on data: computed again and checked ------------------------------------------------
+
+
+def branch_on_data(x):
+    if np.sum(x) > 0:
+        return np.sum(x * x)
+    return np.sum(np.sin(x))
+
+
+def uses_argmax(x):
+    return x[np.argmax(x)] * 2.0 + np.sum(x)
+
+
+def uses_argmax_method(x):
+    return x[x.argmax()] * 2.0 + np.sum(x)
+
+
+def mask_as_data(x):
+    m = x > 0.4
+    return np.sum(np.sin(x) * m + x * x)
+
+
+def optional_bias(x, b):
+    y = np.tanh(x)
+    if b is not None:
+        y = y + b
+    while np.max(y) > 1.0:
+        y = y * 0.5
+    return np.sum(y * y)
+
+
+DECISIONS = [
+    (branch_on_value, lambda s: (s * np.array([0.3, 0.5, 0.9]) + (s < 0) * 0.3,)),
+    (branch_on_data, lambda s: (s * np.array([0.3, 0.5, 0.9]),)),
+    (uses_argmax, lambda s: (np.roll(np.array([0.3, 0.5, 0.9]), int(s)),)),
+    (uses_argmax_method, lambda s: (np.roll(np.array([0.3, 0.5, 0.9]), int(s)),)),
+    (mask_as_data, lambda s: (np.abs(s) * np.array([0.3, 0.5, 0.9]),)),
+    (optional_bias, lambda s: (np.array([0.3, 0.5, 0.9]), np.full(3, s))),
+]
+
+
+@pytest.mark.parametrize("omit", [False, True], ids=["guarded", "guard-omitted"])
+@pytest.mark.parametrize("fn, make", DECISIONS, ids=lambda v: getattr(v, "__name__", ""))
+def test_decisions_on_data_are_checked_and_a_flipping_branch_agrees(fn, make, omit, monkeypatch):
+    """A comparison, a test or a call without a derivative on a differentiated value is computed again
+    in the program and checked against the capture; where it comes out otherwise the call runs on the
+    general path (and is captured for the other outcome). Without the check, a program replays the
+    captured outcome and gives a wrong gradient."""
+    if omit:
+        monkeypatch.setattr(program_source, "_OMITTED", frozenset({program_source.DECISION_GUARD}))
+    fast, general = compiled_and_general(fn)
+    same = []
+    for s in (1.0, -1.0, 2.0, 1.0, -1.0):  # the outcome flips between calls
+        args = make(s)
+        got = fast.value_and_grad(*args)
+        same.append(_trees_same(got, general.value_and_grad(*args)))
+    st = info(fast)
+    assert st["programs"] and not st["not_compiled"], st
+    if omit:
+        # a mask used only as data is right unchecked too (the program computes it again)
+        assert not all(same) or fn is mask_as_data
+    else:
+        assert all(same)
+        assert st["compiled_calls"] == 5 and any(p["decided_otherwise"] for p in st["programs"]), st
+        assert any("gives" in g for p in st["programs"] for g in p["guards"])
+
+
+def test_a_decision_that_changes_every_call_stops_the_captures():
+    fast, general = compiled_and_general(mask_as_data)
+    rng = np.random.default_rng(3)
+    for _ in range(12):
+        x = rng.uniform(0.0, 0.8, size=40)
+        assert_same(fast.grad(x), general.grad(x))
+    st = info(fast)
+    assert len(st["programs"]) <= compiled.MAX_RECAPTURES + 1
+    (reason,) = st["not_compiled"].values()
+    assert "decisions on data came out otherwise" in reason
+
+
+def test_the_numba_back_end_leaves_decisions_to_the_numpy_program():
+    d = bytegrad.differentiate(fresh(branch_on_data), tier="numba")
+    x = np.array([0.3, 0.5, 0.9])
+    for _ in range(2):
+        assert_same(d.grad(x), bytegrad.differentiate(branch_on_data, tier="general").grad(x))
+    assert [p["backend"] for p in info(d)["programs"]] == ["numpy"]
+
+
+# ---- Python callees ---------------------------------------------------------------------------------
+
+
+def layer(W, x, act=np.tanh):
+    return act(W @ x)
+
+
+def squash(h):
+    if h.sum() > 0:
+        return np.sum(h * h)
+    return np.sum(h)
+
+
+def two_layers(W1, W2, x):
+    return squash(layer(W2, layer(W1, x)))
+
+
+def test_python_callees_are_part_of_the_program():
+    """Functions the differentiated function calls run in the capture like its own code: their
+    operations are in the program, their decisions checked, their globals, code and defaults guarded."""
+    fast, general = compiled_and_general(two_layers, wrt=(0, 1, 2))
+    rng = np.random.default_rng(4)
+    for _ in range(4):
+        args = (rng.normal(size=(4, 3)), rng.normal(size=(2, 4)), rng.normal(size=3))
+        assert _trees_same(fast.value_and_grad(*args), general.value_and_grad(*args))
+    st = info(fast)
+    assert st["programs"] and st["compiled_calls"] == 4, st
+    guards = st["programs"][0]["guards"]
+    assert any("layer keeps its code and defaults" in g for g in guards)
+    assert any("squash keeps its code and defaults" in g for g in guards)
+
+
+def writes_attribute(x):
+    _mod.last = x  # a write outside the function
+    return x * 2.0
+
+
+def calls_writer(x):
+    return np.sum(writes_attribute(x))
+
+
+def test_a_callee_that_cannot_be_replayed_names_itself():
+    fast, _ = compiled_and_general(calls_writer)
+    fast.grad(np.ones(3))
+    (reason,) = info(fast)["not_compiled"].values()
+    assert reason.startswith("it calls writes_attribute (line") and "writes an attribute" in reason
+
+
+# ---- has_aux ------------------------------------------------------------------------------------------
+
+
+def loss_with_aux(x, W):
+    h = np.tanh(W @ x)
+    return np.sum(h * h), {"h": h, "n": 3, "x": x, "note": "hidden"}
+
+
+@pytest.mark.parametrize("tier", ["numpy", "numba"])
+def test_has_aux_programs_return_the_aux_as_the_general_path_does(tier):
+    fast = bytegrad.differentiate(fresh(loss_with_aux), wrt=(0, 1), has_aux=True, tier=tier)
+    general = bytegrad.differentiate(loss_with_aux, wrt=(0, 1), has_aux=True, tier="general")
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        args = (rng.normal(size=3), rng.normal(size=(2, 3)))
+        (v1, aux1), g1 = fast.value_and_grad(*args)
+        (v2, aux2), g2 = general.value_and_grad(*args)
+        assert _trees_same((v1, g1), (v2, g2)) and _trees_same(aux1, aux2)
+        assert aux1["x"] is not args[0] and np.shares_memory(aux1["x"], args[0])  # a view, as on the general path
+    st = info(fast)
+    assert st["compiled_calls"] == 3 and [p["backend"] for p in st["programs"]] == ["numpy"], st

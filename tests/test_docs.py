@@ -29,7 +29,9 @@ def test_rules_md_is_up_to_date():
 def test_rules_md_lists_forms_nondifferentiable_functions_and_counts():
     text = (ROOT / "docs" / "rules.md").read_text()
     for needle in ("| `numpy.sin` | scalar, reverse, forward |", "| `numpy.matmul` | reverse", "## Non-differentiable",
-                   "`numpy.argmax`", "## Counts", "HIPS autograd", "through-implementation"):
+                   "`numpy.argmax`", "## Counts", "HIPS autograd", "through-implementation",
+                   "| `scipy.special` | 0 |", "| `scipy.special.expit` | scalar, reverse, forward |",
+                   "| `scipy.stats.norm.logpdf` | reverse, forward |", "JAX 0.10.2"):
         assert needle in text, needle
 
 

@@ -1,8 +1,9 @@
 """Property tests: random straight-line and looping NumPy programs, checked against finite differences.
 
 Each program is built from a random list of steps (elementwise functions, binary operators with
-broadcast operands, reductions with axes, indexing, a data-dependent `if`, a small loop) and is
-compiled from source, so bytegrad sees ordinary Python code it has never seen before.
+broadcast operands, reductions with axes, indexing, a data-dependent `if`, a small loop, and the
+`FORMS` that hand the state to every other kind of operation) and is compiled from source, so
+bytegrad sees ordinary Python code it has never seen before.
 """
 import numpy as np
 from hypothesis import HealthCheck, assume, example, given, settings
@@ -19,7 +20,59 @@ REDUCE = ["np.sum({}, axis=0, keepdims=True)", "{}.mean(axis=-1, keepdims=True)"
 # operand shapes that broadcast against the (3, 4) state
 SHAPES = [(3, 4), (1, 4), (3, 1), (4,), ()]
 
+# Steps that hand the differentiated state to each operation kind the transform classifies, in
+# each operand position: containers of a module attribute (and a differentiated key into a user
+# object's `__getitem__`, also through a module attribute), method chains, `tolist`, star-unpacking,
+# containers of containers, getattr/dict()/defaultdict (C calling back into Python), exceptions,
+# and a helper without arguments reading what the program wrote into a module-level object.
+FORMS = [
+    "aux.table['k'] = {h}\n    h = aux.table['k'] + 0.5 * {h}",
+    "h = np.r_[{h}, {h}][:3] * 0.7",
+    "h = ({h} * 2.0).clip(-5.0, 5.0).T.copy().T.reshape(3, 4) - 0.5 * {h}",
+    "h = {h}.reshape(4, 3).sum(axis=1).reshape(1, 4) * {h}",
+    "h = np.array({h}.tolist()) * 1.5",
+    "h = np.array([[v * 0.5 for v in row] for row in {h}.tolist()])",
+    "first, *rest = {h}\n    h = np.stack([first * 2.0, *rest])",
+    "h = np.stack([*{h}]) + 0.1",
+    "d = {{'a': [{h}, ({h} * 2.0,)]}}\n    h = d['a'][1][0] - 0.5 * d['a'][0]",
+    "h = getattr(Box({h}), 'sq')",
+    "h = dict(Pairs({h}))['b'] + {h}",
+    "dd = collections.defaultdict(lambda: {h} * 0.3)\n    h = dd['x'] + dd['y']",
+    "try:\n        raise ValueError({h} * 0.9)\n    except ValueError as e:\n        h = e.args[0] + 0.1",
+    "STATE['h'] = {h} * 1.2\n    h = read_state()",
+    "h = operator.attrgetter('sq')(Box({h})) * 0.5",
+    "h = Scaler()[{h}] - 0.5 * {h}",
+    "h = aux.scaler[{h}] + aux.scaler[0.5 * {h}]",
+]
+PRELUDE = """
+import collections, operator, types
+import numpy as np
+aux = types.ModuleType("aux")
+aux.table = {}
+class Scaler:
+    def __getitem__(self, k):
+        return np.tanh(k) * 2.0
+aux.scaler = Scaler()
+STATE = {}
+def read_state():
+    return STATE['h'] - 0.25
+class Box:
+    def __init__(self, v):
+        self.v = v
+    @property
+    def sq(self):
+        return self.v * 0.5 + np.sin(self.v)
+class Pairs:
+    def __init__(self, v):
+        self.v = v
+    def keys(self):
+        return ['a', 'b']
+    def __getitem__(self, k):
+        return self.v if k == 'a' else np.tanh(self.v)
+"""
+
 step = st.one_of(
+    st.tuples(st.just("form"), st.sampled_from(FORMS)),
     st.tuples(st.just("unary"), st.sampled_from(UNARY)),
     st.tuples(st.just("binary"), st.sampled_from(BINARY), st.sampled_from(SHAPES), st.booleans()),
     st.tuples(st.just("reduce"), st.sampled_from(REDUCE)),
@@ -47,6 +100,8 @@ def build(steps: list) -> str:
         elif kind == "if":
             lines += ["    if np.sum(h) > 0:", f"        h = {s[1].format('h')}", "    else:",
                       f"        h = {s[2].format('h')}"]
+        elif kind == "form":
+            lines.append("    " + s[1].format(h="h"))
         elif kind == "loop":
             lines += [f"    for _ in range({s[1]}):", f"        h = 0.5 * ({s[2].format('h')})"]
     lines.append("    return np.sum(h * np.linspace(0.5, 1.5, h.size).reshape(h.shape))")
@@ -61,8 +116,23 @@ def build(steps: list) -> str:
            ("if", "({}) ** 2", "np.sin({})")],
     seed=76)
 def test_random_programs_match_finite_differences(steps, seed):
-    ns = {"np": np}
-    exec(compile(build(steps), "<random program>", "exec"), ns)
+    STATS["tried"] += 1
+    try:
+        _check_program(steps, seed)
+    except Exception as exc:
+        if not isinstance(exc, _Unsatisfied):
+            STATS["failed"] += 1
+        raise
+
+
+#: programs tried and failed in this process (tests/conftest.py prints them at the end)
+STATS = {"tried": 0, "failed": 0}
+_Unsatisfied = type(__import__("hypothesis").errors.UnsatisfiedAssumption())
+
+
+def _check_program(steps: list, seed: int) -> None:
+    ns: dict = {}
+    exec(compile(PRELUDE + build(steps), "<random program>", "exec"), ns)
     program = ns["program"]
     rng = np.random.default_rng(seed)
     consts = [rng.uniform(0.5, 1.5, SHAPES[i % len(SHAPES)] if s[0] != "binary" else s[2])

@@ -25,11 +25,14 @@ HERE = __file__
 
 @pytest.fixture(autouse=True)
 def restore_registry():
+    registry.load_lazy_rules()  # scipy's rules, if it is imported: kept in the snapshot (they load once)
     with registry._LOCK:
-        saved = (dict(registry._RULES), dict(registry._OPTED_OUT), dict(registry._SHADOWED), registry._plugins_loaded)
+        saved = (dict(registry._RULES), dict(registry._OPTED_OUT), dict(registry._SHADOWED), registry._plugins_loaded,
+                 dict(registry._LAZY_RULES))
     yield
     with registry._LOCK:
-        for table, before in zip((registry._RULES, registry._OPTED_OUT, registry._SHADOWED), saved):
+        tables = (registry._RULES, registry._OPTED_OUT, registry._SHADOWED, registry._LAZY_RULES)
+        for table, before in zip(tables, saved[:3] + saved[4:]):
             table.clear()
             table.update(before)
         registry._plugins_loaded = saved[3]

@@ -20,10 +20,10 @@ from bytegrad.rules import _impls
 from bytegrad.rules._project import project, stand_in
 from bytegrad.rules._shape import unbroadcast
 from bytegrad.rules.numpy.ufuncs import (
-    ADD_KERNEL, DIV_KERNEL, MUL_KERNEL, NEG_KERNEL, SUB_KERNEL, power_dx, power_dy, power_kernel,
+    ADD_KERNEL, DIV_KERNEL, MUL_KERNEL, NEG_KERNEL, SUB_KERNEL, _abs_partial, power_dx, power_dy, power_kernel,
 )
 from bytegrad.rules.registry import (
-    ZERO, differentiate_through, non_differentiable, not_implemented, rrule, scalar_rule, transparent,
+    NO_TANGENT, ZERO, differentiate_through, frule, non_differentiable, not_implemented, rrule, scalar_rule, transparent,
 )
 
 _LN2 = math.log(2.0)
@@ -40,10 +40,20 @@ def _div(a: float, b: float) -> float:
 
 
 def _sign(x: Any) -> Any:
-    """The derivative of abs: sign(x), 0 at the kink."""
+    """The derivative of abs: sign(x), 0 at the kink; conj(z) / |z| for complex z (the convention of
+    docs/plugins.md, as np.absolute)."""
     if type(x) is float or type(x) is int:
         return float((x > 0) - (x < 0))
-    return np.sign(x)
+    return _abs_partial(x)
+
+
+def abs_frule(args_dot: tuple[Any, ...], x: Any) -> tuple[Any, Any]:
+    out = abs(x)
+    x_dot = args_dot[0]
+    if x_dot is None or x_dot is NO_TANGENT or x_dot is ZERO:
+        return out, ZERO
+    out_dot = _sign(x) * x_dot
+    return out, (out_dot.real if np.iscomplexobj(out_dot) else out_dot)  # |z| is real
 
 
 def _atan2_partial(x: float, y: float, numerator: float) -> float:
@@ -62,6 +72,7 @@ scalar_rule(operator.mod, 1, lambda x, y, out: -(x // y))   # x % y == x - y * (
 scalar_rule(operator.neg, -1, kernel=NEG_KERNEL)
 scalar_rule(operator.pos, 1)
 scalar_rule(operator.abs, lambda x, out: _sign(x))
+frule(operator.abs)(abs_frule)
 
 non_differentiable(
     operator.floordiv, operator.lt, operator.le, operator.eq, operator.ne, operator.ge, operator.gt,
@@ -171,6 +182,7 @@ differentiate_through(math.prod, _impls.py_prod)
 # ---- builtins -------------------------------------------------------------------------------------
 
 scalar_rule(builtins.abs, lambda x, out: _sign(x))
+frule(builtins.abs)(abs_frule)
 scalar_rule(builtins.pow, power_dx, power_dy)   # pow(x, y, mod) takes ints only
 
 

@@ -10,7 +10,7 @@ from collections import defaultdict
 from typing import Any, Iterable
 
 from bytegrad.errors import qualname
-from bytegrad.rules.registry import _OWN_RULES_DIR, Rule, RuleKind, all_rules
+from bytegrad.rules.registry import _LAZY_RULES, _OWN_RULES_DIR, Rule, RuleKind, all_rules, load_lazy_rules
 
 __all__ = ["render", "main", "autograd_vjp_counts", "defined_in"]
 
@@ -20,6 +20,28 @@ COMMAND = "python -m bytegrad.rules.docs > docs/rules.md"
 # (/tmp/bgfresh/.venv-bench): the distinct primitives in autograd.core.primitive_vjps after importing
 # autograd.numpy, autograd.numpy.linalg and autograd.numpy.fft, grouped by the wrapped function's module.
 AUTOGRAD_COUNTS = {"numpy": 106, "numpy.linalg": 10, "numpy.fft": 14}
+
+# autograd's scipy rules, counted the same way (the same venv, also importing autograd.scipy.special, .stats
+# with its distribution modules, .linalg and .signal): special 29 (26 ufuncs, logsumexp, polygamma,
+# multigammaln), stats 27 (distribution methods), linalg 4 (sqrtm, solve_triangular, solve_banded,
+# solve_sylvester), signal 1 (convolve); scipy.special's ufuncs report `numpy` as their module, so they
+# are told apart from NumPy's by not being attributes of numpy.
+AUTOGRAD_SCIPY_COUNTS = {"scipy.special": 29, "scipy.stats": 27, "scipy.linalg": 4, "scipy.signal": 1}
+
+# What JAX 0.10.2 offers under the same names (scipy 1.17.1, numpy 2.4.6), measured in /work/main/.venv-bench
+# (jax is not installed in the test venvs, so these are data): the public callables (not classes or modules)
+# of jax.numpy, jax.numpy.linalg, jax.numpy.fft, jax.scipy.special, jax.scipy.linalg and jax.scipy.signal
+# whose names the corresponding numpy / scipy module also has, and for scipy.stats the `dist.method`
+# pairs of jax.scipy.stats' distribution modules that scipy.stats' distribution of that name also has.
+# Offered, not necessarily differentiable in every argument.
+JAX_VERSION = "0.10.2"
+JAX_COUNTS = {"numpy": 343, "numpy.linalg": 31, "numpy.fft": 18, "scipy.special": 52, "scipy.stats": 112,
+              "scipy.linalg": 40, "scipy.signal": 10}
+
+# bytegrad before the SciPy rules (main at 565ab95): docs/rules.md's section counts then.
+BEFORE_COUNTS = {"numpy": 141, "numpy.linalg": 17, "numpy.fft": 0, "scipy.special": 0, "scipy.stats": 0,
+                 "scipy.linalg": 0, "scipy.signal": 0}
+BEFORE_COMMIT = "565ab95"
 
 _FORM_NAMES = {"scalar": "scalar", "reverse": "reverse", "forward": "forward", "through": "through-implementation"}
 
@@ -41,10 +63,11 @@ def autograd_vjp_counts() -> dict[str, int]:
 
 
 def _area(fn: Any, name: str) -> str:
-    """The section a function belongs to: numpy, numpy.linalg, numpy.fft, ndarray methods, Python."""
+    """The section a function belongs to: numpy, numpy.linalg, numpy.fft, ndarray methods, scipy's, Python."""
     if isinstance(fn, tuple) or name.startswith("numpy.ndarray."):
         return "ndarray methods and attributes"
-    for prefix in ("numpy.linalg", "numpy.fft", "numpy.lib", "numpy"):
+    for prefix in ("numpy.linalg", "numpy.fft", "numpy.lib", "scipy.special", "scipy.stats", "scipy.linalg",
+                   "scipy.signal", "numpy"):
         if name.startswith(prefix + "."):
             return "NumPy" if prefix == "numpy" else prefix
     if name.startswith("numpy.vectorize."):
@@ -71,11 +94,43 @@ def _rows(rules: Iterable[tuple[str, Rule]]) -> list[str]:
     return [f"| `{name}` | {_forms(rule)} | {defined_in(rule)} |" for name, rule in sorted(rules, key=lambda p: p[0])]
 
 
+def _load_scipy_rules() -> None:
+    """Import the scipy modules bytegrad has rules for, so that their rules load (this generator may)."""
+    import importlib
+
+    for module in list(_LAZY_RULES):
+        importlib.import_module(module)
+    load_lazy_rules()
+
+
+def _named(fn: Any, rule: Rule) -> list[tuple[str, Rule]]:
+    """The public names a rule covers: one per scipy.stats distribution method it has a formula for."""
+    covers = getattr(rule.rrule, "covers", None)
+    return [(name, rule) for name in covers] if covers else [(qualname(fn), rule)]
+
+
+def _module_table(sections: dict[str, list[tuple[str, Rule]]]) -> list[str]:
+    modules = list(BEFORE_COUNTS)
+    now = {m: len(sections.get("NumPy" if m == "numpy" else m, [])) for m in modules}
+    lines = [f"| module | before ({BEFORE_COMMIT}) | now | HIPS autograd 1.9.1 | JAX {JAX_VERSION} (same names) |",
+             "|---|---|---|---|---|"]
+    autograd = {**AUTOGRAD_COUNTS, **AUTOGRAD_SCIPY_COUNTS}
+    for m in modules:
+        lines.append(f"| `{m}` | {BEFORE_COUNTS[m]} | {now[m]} | {autograd.get(m, 0)} | {JAX_COUNTS[m]} |")
+    lines.append(f"| all | {sum(BEFORE_COUNTS.values())} | {sum(now.values())} | {sum(autograd.values())} | "
+                 f"{sum(JAX_COUNTS.values())} |")
+    return lines
+
+
 def render() -> str:
     """The whole of docs/rules.md."""
+    _load_scipy_rules()
     # bytegrad's own rules only: not those of installed plugins or of the program importing this
-    named = [(qualname(fn), rule) for fn, rule in all_rules().items()
-             if rule.defined_at is not None and rule.defined_at.filename.startswith(_OWN_RULES_DIR)]
+    # (and not the helpers the rules' own Python code calls, such as bytegrad.rules.numpy.ufunc_methods.at_rounds)
+    named = [pair for fn, rule in all_rules().items()
+             if rule.defined_at is not None and rule.defined_at.filename.startswith(_OWN_RULES_DIR)
+             and not qualname(fn).startswith("bytegrad.rules.")
+             for pair in _named(fn, rule)]
     by_kind: dict[RuleKind, list[tuple[str, Rule]]] = defaultdict(list)
     for name, rule in named:
         by_kind[rule.kind].append((name, rule))
@@ -119,8 +174,20 @@ def render() -> str:
         "Functions NumPy writes in Python (`np.diff`, `np.pad`...) are differentiated through their code "
         "when they have no rule and are not in these tables.",
         "",
+        "### NumPy and SciPy functions with a rule, by module",
+        "",
+        "Before the SciPy rules (main at " + BEFORE_COMMIT + "), now, HIPS autograd's VJPs (its "
+        "`autograd.scipy` modules counted like its NumPy ones), and what JAX offers under the same names "
+        "(`jax.numpy`, `jax.scipy.special` / `stats` / `linalg` / `signal`; for `scipy.stats`, distribution "
+        "methods such as `norm.logpdf`). Counted by distinct function (`scipy.special.psi` and `digamma` "
+        "are one); SciPy's rules load once the program imports scipy. The numbers for autograd and JAX "
+        "are data in `bytegrad/rules/docs.py`, with how they were measured.",
+        "",
+        *_module_table(sections),
+        "",
     ]
-    order = ["NumPy", "numpy.linalg", "numpy.fft", "numpy.lib", "ndarray methods and attributes"]
+    order = ["NumPy", "numpy.linalg", "numpy.fft", "numpy.lib", "scipy.special", "scipy.stats", "scipy.linalg",
+             "scipy.signal", "ndarray methods and attributes"]
     for area in order + sorted(set(sections) - set(order)):
         if area not in sections:
             continue

@@ -18,7 +18,8 @@ from bytegrad.errors import DuplicateRuleError, SourceLoc, qualname
 __all__ = [
     "Zero", "NoTangent", "ZERO", "NO_TANGENT", "RuleKind", "Rule", "register", "lookup", "version",
     "scalar_rule", "rrule", "frule", "non_differentiable", "transparent", "not_implemented",
-    "differentiate_through", "opt_out", "opted_out", "all_rules", "load_plugins", "rrule_via_ad", "set_ad_backend",
+    "differentiate_through", "opt_out", "opted_out", "all_rules", "load_plugins", "load_lazy_rules", "rrule_via_ad",
+    "set_ad_backend",
     "set_tape_probe", "recording", "Formula", "kernel", "kernel_formula", "fusable",
 ]
 
@@ -237,11 +238,55 @@ def version() -> int:
 
 
 def lookup(fn: Any) -> Optional[Rule]:
-    """The rule for `fn`, or None (also for functions opted out with `opt_out`, and unhashable ones)."""
+    """The rule for `fn`, or None (also for functions opted out with `opt_out`, and unhashable ones).
+
+    A miss first loads the rules of optional libraries the program has imported since (`load_lazy_rules`).
+    """
     try:
-        return _RULES.get(fn)
+        rule = _RULES.get(fn)
+        if rule is None and _LAZY_RULES and load_lazy_rules():
+            rule = _RULES.get(fn)
+        return rule
     except TypeError:
         return None
+
+
+# Rules for optional libraries, by the module they cover: bytegrad never imports these modules; their
+# rules load (`load_lazy_rules`) on a registry miss or a rewrite once the program has imported them.
+_LAZY_RULES: dict[str, str] = {
+    "scipy.special": "bytegrad.rules.scipy.special",
+    "scipy.linalg": "bytegrad.rules.scipy.linalg",
+    "scipy.signal": "bytegrad.rules.scipy.signal",
+    "scipy.stats": "bytegrad.rules.scipy.stats",
+}
+
+
+def load_lazy_rules() -> int:
+    """Load the rules of each module in `_LAZY_RULES` that the program has imported; return how many loaded.
+
+    Cheap when there is nothing to do (a few `sys.modules` lookups), so misses may call it freely.
+    A rule module that fails to load (an old scipy) gives one warning and is skipped.
+    """
+    modules = sys.modules
+    ready = [name for name in list(_LAZY_RULES) if name in modules]  # list(): a snapshot, atomic under the GIL
+    if not ready:
+        return 0
+    import importlib
+
+    count = 0
+    with _LOCK:
+        for name in ready:
+            rules_module = _LAZY_RULES.pop(name, None)
+            if rules_module is None:  # another thread loaded it
+                continue
+            try:
+                importlib.import_module(rules_module)
+            except Exception as exc:  # reported, not raised: code that does not need them still runs
+                warnings.warn(f"bytegrad: the rules for {name} ({rules_module}) failed to load and are "
+                              f"skipped: {type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
+                continue
+            count += 1
+    return count
 
 
 def all_rules() -> dict[Any, Rule]:
@@ -253,20 +298,22 @@ def all_rules() -> dict[Any, Rule]:
 def load_plugins() -> int:
     """Load the rule packages of the entry-point group `bytegrad.rules`, once; return how many loaded.
 
-    Called on the first registry miss (never at import). An entry point names a module, whose import
-    registers its rules, or a callable, which is called. A plugin that fails gives one warning naming
-    it and is skipped: a broken plugin must not break differentiating code that does not need it.
+    Called on the first registry miss (never at import); every call also loads `load_lazy_rules`'s.
+    An entry point names a module, whose import registers its rules, or a callable, which is called. A
+    plugin that fails gives one warning naming it and is skipped: a broken plugin must not break
+    differentiating code that does not need it.
     """
     global _plugins_loaded
+    lazy = load_lazy_rules() if _LAZY_RULES else 0  # also a miss's: scipy imported since the last one
     if _plugins_loaded:
-        return 0
+        return lazy
     with _LOCK:
         if _plugins_loaded:
-            return 0
+            return lazy
         _plugins_loaded = True
         from importlib.metadata import entry_points
 
-        count = 0
+        count = lazy
         for ep in entry_points(group="bytegrad.rules"):
             try:
                 obj = ep.load()

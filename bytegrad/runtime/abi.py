@@ -14,8 +14,9 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from bytegrad import _operators
-from bytegrad.errors import DifferentiationError, NoRuleError, NotImplementedRuleError, SourceLoc, qualname
+from bytegrad.errors import DifferentiationError, NoRuleError, NotImplementedRuleError, RuleCaseError, SourceLoc, qualname
 from bytegrad.rules import registry
+from bytegrad.rules.numpy.ufunc_methods import ufunc_at_in_rounds
 from bytegrad.rules.registry import RuleKind
 from bytegrad.runtime import tape as _tape
 from bytegrad.runtime import writes, zerosafe
@@ -36,6 +37,7 @@ _MethodType = types.MethodType
 _BuiltinMethod = types.BuiltinMethodType
 _BuiltinFunction = types.BuiltinFunctionType
 _GetSetDescriptor = types.GetSetDescriptorType
+_DataDescriptors = (types.GetSetDescriptorType, types.MemberDescriptorType)  # `.real` of an array; of a complex
 _ModuleType = types.ModuleType
 _rules_get = registry._RULES.get
 ELEMENTWISE = RuleKind.ELEMENTWISE
@@ -120,7 +122,11 @@ def _record_elementwise(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple,
                      for a, p in zip(args, parents)) + args[n:]
         parents = tuple(ids.get(id(a)) for a in args[:n])
     if kwargs and "out" in kwargs:
-        return _with_out(tape, site, fn, args, kwargs)
+        buf = kwargs["out"]
+        if buf is not Ellipsis and not _no_buffer(buf):  # out=... asks a ufunc for an array, even 0-d
+            return _with_out(tape, site, fn, args, kwargs)
+        if buf is not Ellipsis:
+            kwargs = _without_out(kwargs) or None
     if tape.__class__ is CaptureTape and (kwargs or len(args) > n):  # the record keeps args[:n] only
         tape.refuse(f"passes options to {qualname(fn)} (a compiled program replays its positional arguments)", site)
     if tape.owners:
@@ -136,12 +142,16 @@ def _record_elementwise(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple,
     return tape.push(node, out)
 
 
-def _bind_positional(fn: Any, args: tuple, kwargs: dict, site: Site) -> tuple[tuple, dict]:
-    """Move keyword arguments that hold tracked values into positional places (rules see positions)."""
+def _bind_positional(fn: Any, args: tuple, kwargs: dict, site: Site, rule: Any = None) -> tuple[tuple, dict]:
+    """Move keyword arguments that hold tracked values into positional places (rules see positions).
+
+    A rule whose function takes `**kwargs` (scipy.stats' `logpdf(x, *args, **kwds)`) may name the
+    places: its rrule's `signature_for(args)` gives the signature to bind with, or None."""
     import inspect  # only on this rare path: importing it costs milliseconds
 
+    signature_for = getattr(getattr(rule, "rrule", None), "signature_for", None)
     try:
-        sig = inspect.signature(fn)
+        sig = (signature_for(args) if signature_for is not None else None) or inspect.signature(fn)
     except (TypeError, ValueError):
         sig = None
     if sig is not None:
@@ -167,9 +177,13 @@ def _record_rrule(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, kwarg
     ids = tape.ids
     if kwargs:
         if "out" in kwargs:
-            return _with_out(tape, site, fn, args, kwargs)
+            if not _no_buffer(kwargs["out"]):
+                return _with_out(tape, site, fn, args, kwargs)
+            kwargs = _without_out(kwargs)
         if any(_parent_of(ids, v) is not None for v in kwargs.values()):
-            args, kwargs = _bind_positional(fn, args, kwargs, site)
+            args, kwargs = _bind_positional(fn, args, kwargs, site, rule)
+            if any(_parent_of(ids, v) is not None for v in kwargs.values()):  # keyword-only (np.var's mean=)
+                args, kwargs = _bind_positional(rule.rrule, args, kwargs, site)
             if any(_parent_of(ids, v) is not None for v in kwargs.values()):
                 raise DifferentiationError(
                     f"a differentiated value was passed to {qualname(fn)} as a keyword argument that "
@@ -191,7 +205,12 @@ def _record_rrule(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, kwarg
         return fn(*args, **kwargs) if kwargs else fn(*args)
     if tape.stale:
         parents = _refresh(tape, parents, site)
-    out, pullback = rule.rrule(*args, **kwargs) if kwargs else rule.rrule(*args)
+    try:
+        out, pullback = rule.rrule(*args, **kwargs) if kwargs else rule.rrule(*args)
+    except RuleCaseError as exc:
+        if exc.loc is not None:
+            raise
+        return _other_case(tape, site, fn, args, kwargs, exc)
     # kwargs ride along (node[6]) for the forward sweep's frules; the reverse pass ignores them
     node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, parents, site, pullback, args, fn, kwargs)
     to = type(out)
@@ -203,6 +222,27 @@ def _record_rrule(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, kwarg
         tape.nodes.append(node)
         return out
     return _push_output(tape, node, out)
+
+
+def _no_buffer(buf: Any) -> bool:
+    """`out=None` (or a ufunc's `out=(None,)`): no output buffer."""
+    return buf is None or (type(buf) is tuple and all(b is None for b in buf))
+
+
+def _without_out(kwargs: dict) -> dict:
+    """kwargs less an `out=None` (NumPy's own Python code passes it on: np.nanvar, np.linalg.outer)."""
+    return {k: v for k, v in kwargs.items() if k != "out"}
+
+
+def _other_case(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict], exc: RuleCaseError) -> Any:
+    """A call that the rule of `fn` does not cover: differentiated through NumPy's own Python code for
+    `fn` when there is some, else the rule's error at the user's line."""
+    impl = getattr(fn, "_implementation", None)
+    if type(fn) is _Dispatcher and type(impl) is _FunctionType:
+        return _call_python(tape, site, impl, args, kwargs)
+    raise RuleCaseError(exc.problem, site.loc(), exc.fix or
+                        "compute this part without differentiating through it, or write a rule with "
+                        "@bytegrad.rrule(..., override=True) that covers it.") from exc
 
 
 def _push_output(tape: Tape, node: tuple, out: Any) -> Any:
@@ -284,7 +324,10 @@ def _masked_ufunc(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict, bu
 
 def _call_python(tape: Tape, site: Site, f: Any, args: tuple, kwargs: Optional[dict]) -> Any:
     if tape.__class__ is CaptureTape:
-        tape.refuse(f"calls the Python function {qualname(f)}, which compiled programs do not follow yet", site)
+        if f.__class__ is types.FunctionType and f.__module__ != "bytegrad.api":
+            tape.callees.append((f, args, kwargs, site))  # its code is checked as the caller's is
+        else:
+            tape.refuse(f"calls {qualname(f)}, which compiled programs do not follow (only plain functions)", site)
     if f.__module__ == "bytegrad.api" and f.__name__ != "__call__":
         return _call_api(site, f, args, kwargs)
     rewritten = _rewriter(f, args, kwargs, tape.ids) if _rewriter is not None else None
@@ -373,6 +416,11 @@ def _dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dic
     if args and rule is not None and (rule.kind is ELEMENTWISE or rule.kind is RRULE):
         args = _drain_generators(tape, tuple(args))
     if rule is not None:
+        cb = _callbacks_get(rule.fn)
+        if cb is not None:  # a C function that calls back into Python (runtime/callbacks.py)
+            out = cb(tape, site, fn, tuple(args), kwargs)
+            if out is not NotImplemented:
+                return out
         kind = rule.kind
         if owner is not None:
             call_fn = rule.fn
@@ -384,11 +432,16 @@ def _dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dic
         if kind is RRULE and rule.rrule is not None:
             return _record_rrule(tape, site, rule, call_fn, tuple(args), kwargs)
         if kind is NONDIFF or kind is TRANSPARENT:
-            if tape.__class__ is CaptureTape and rule.fn not in CAPTURE_SAFE and _any_tracked(tape.ids, tuple(args), kwargs):
-                tape.refuse(f"computes {qualname(rule.fn)} of a differentiated value: Python code may "
-                            "decide on its result", site)
-            return fn(*args[1:] if owner is not None else args, **kwargs) if kwargs else \
+            if "watch" in CALLBACKS:
+                _watch_objects(args, kwargs)
+            out = fn(*args[1:] if owner is not None else args, **kwargs) if kwargs else \
                 fn(*(args[1:] if owner is not None else args))
+            if tape.__class__ is CaptureTape and rule.fn not in CAPTURE_SAFE and _any_tracked(tape.ids, tuple(args), kwargs):
+                if kind is NONDIFF:  # Python code may decide on its result: the program checks it
+                    tape.check(rule.fn if owner is not None else fn, tuple(args), kwargs, out, site)
+                else:
+                    tape.refuse(f"passes a differentiated value through {qualname(rule.fn)}", site)
+            return out
         if kind is THROUGH:
             return _call_python(tape, site, rule.impl, tuple(args), kwargs)
         if kind is NOT_IMPLEMENTED and _any_tracked(tape.ids, tuple(args), kwargs):
@@ -423,9 +476,11 @@ def _dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dic
     if handler is not None:  # bytegrad's own callables (runtime/checkpoint.py)
         return handler(tape, site, fn, tuple(args), kwargs)
     dunder_call = getattr(t, "__call__", None)
-    if type(dunder_call) is _FunctionType:  # a callable object (`np.vectorize(f)(x)`): its rule, or its code
-        if _rules_get(dunder_call) is not None:
-            return _dispatch(tape, site, dunder_call, (fn,) + tuple(args), kwargs)
+    # a callable object (`np.vectorize(f)(x)`, `operator.itemgetter(0)(x)`, an lru_cache wrapper):
+    # the rule of its type's `__call__`, or that method's Python code
+    if dunder_call is not None and _rules_get(dunder_call) is not None:
+        return _dispatch(tape, site, dunder_call, (fn,) + tuple(args), kwargs)
+    if type(dunder_call) is _FunctionType:
         return _call_python(tape, site, dunder_call, (fn,) + tuple(args), kwargs)
     args = _drain_generators(tape, tuple(args))  # a C function: look inside generator arguments
     if _any_tracked(tape.ids, tuple(args), kwargs) or (type(fn) is _BuiltinMethod and
@@ -433,10 +488,31 @@ def _dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dic
         if registry.load_plugins():
             return _dispatch(tape, site, fn, args, kwargs)
         raise NoRuleError(_method_key(fn), site.loc())
+    if "watch" in CALLBACKS:
+        _watch_objects(args, kwargs)
     return fn(*args, **kwargs) if kwargs else fn(*args)
 
 
+def _watch_objects(args: tuple, kwargs: Optional[dict]) -> None:
+    """A C function handed a Python function, or an object of a Python class (alone or first in a
+    list or tuple), may run Python code blind: the frame watch (runtime/monitor.py) starts for the
+    rest of this forward pass."""
+    for a in (args if not kwargs else (*args, *kwargs.values())):
+        t = type(a)
+        if (t is list or t is tuple) and a:
+            t = type(a[0])
+        if t.__flags__ & _HEAPTYPE or t is _FunctionType or t is _MethodType:
+            CALLBACKS["watch"]()
+            return
+
+
 _Dispatcher = type(np.concatenate)
+
+#: C functions that call back into Python, run through the hooks: `handler(tape, site, fn, args,
+#: kwargs)`, NotImplemented to dispatch as usual; "missing" and "metaclass" are the dict-subclass
+#: lookup and the metaclass `__call__` (runtime/callbacks.py fills it in)
+CALLBACKS: dict[Any, Callable[..., Any]] = {}
+_callbacks_get = CALLBACKS.get
 
 #: callable types that take over their own calls from rewritten code: `handler(tape, site, fn,
 #: args, kwargs)` (runtime/checkpoint.py registers `Checkpointed`; runtime never imports upward)
@@ -447,15 +523,38 @@ CALL_HANDLERS: dict[type, Callable[..., Any]] = {}
 CAPTURE_SAFE = frozenset({len, isinstance, type, np.shape, np.ndim, np.size, list.append, list.copy,
                           list.__getitem__, tuple.__getitem__, dict.get, dict.items, dict.keys, dict.values,
                           dict.__getitem__})
+_PREDICATE_HOOKS: dict[Any, Callable[..., Any]] = {}
+
+
+def predicate_hook(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The hook of a comparison, `is`, `in`, `not` or truth test `fn` with a tracked operand: the
+    plain operation, which a capture run records as a decision its program must check."""
+    hook = _PREDICATE_HOOKS.get(fn)
+    if hook is None:
+        def hook(tape: Optional[Tape], site: Site, *operands: Any) -> Any:
+            out = fn(*operands)
+            if tape.__class__ is CaptureTape:
+                tape.check(fn, operands, None, out, site)
+            return out
+
+        hook.__qualname__ = f"predicate_hook.<{getattr(fn, '__name__', fn)}>"
+        hook = _PREDICATE_HOOKS[fn] = hook
+    return hook
+
+
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
 
 
 def _construct(tape: Tape, site: Site, cls: type, args: tuple, kwargs: Optional[dict]) -> Any:
     """`cls(*args)`: a Python `__init__` is differentiated like any callee; a C class needs a rule."""
     tracked = _any_tracked(tape.ids, args, kwargs)
-    if not tracked:
+    # an object argument may hold differentiated values (`W(p)`, whose `__init__` reads `p.v`)
+    if not tracked and not (cls.__flags__ & _HEAPTYPE and type(cls.__init__) is _FunctionType and
+                            any(type(a) not in _PLAIN for a in args)):
+        if "watch" in CALLBACKS:  # `itertools.groupby(objs, key=f)`, `W(obj)` reading obj's values
+            _watch_objects(args, kwargs)
         return cls(*args, **kwargs) if kwargs else cls(*args)
-    if tape.__class__ is CaptureTape:
+    if tracked and tape.__class__ is CaptureTape:
         tape.refuse(f"builds a {qualname(cls)} from a differentiated value", site)
     if not cls.__flags__ & _HEAPTYPE:
         if issubclass(cls, BaseException):  # `raise ValueError(x)`: it only holds its arguments
@@ -467,6 +566,9 @@ def _construct(tape: Tape, site: Site, cls: type, args: tuple, kwargs: Optional[
     meta = type(cls)
     # a metaclass that keeps type.__call__ (abc.ABCMeta) constructs as `type` does
     if meta is not type and getattr(meta, "__call__", None) is not _type_call:
+        out = CALLBACKS["metaclass"](tape, site, cls, args, kwargs)
+        if out is not NotImplemented:
+            return out
         return cls(*args, **kwargs) if kwargs else cls(*args)
     new = cls.__new__
     if new is object.__new__:
@@ -500,9 +602,11 @@ def _snapshot(tape: Tape, site: Site, a: np.ndarray) -> np.ndarray:
 
 
 def _inplace_sort(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> None:
+    """`a.sort()` and `a.partition(kth)`: np.sort or np.partition of a's value, written into a.
+    (writes.write checks the write; a view of an allocated array is written through.)"""
     a = fn.__self__
-    tape.check_write(a, a, site)
-    _write(tape, site, a, Ellipsis, _dispatch(tape, site, np.sort, (_snapshot(tape, site, a),) + args, kwargs or None))
+    sort = np.sort if fn.__name__ == "sort" else np.partition
+    _write(tape, site, a, Ellipsis, _dispatch(tape, site, sort, (_snapshot(tape, site, a),) + args, kwargs or None))
 
 
 def _inplace_fill(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> None:
@@ -556,8 +660,8 @@ def _inplace_ufunc_at(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict
         if writes.current(tape, site, a) is None and (b is None or _parent_of(tape.ids, b) is None):
             tape.check_write(a, a, site)
             return fn(*args, **kwargs)
-        raise NoRuleError(_method_key(fn), site.loc(), f" (only np.add.at and np.subtract.at are supported, "
-                                                       f"not {ufunc.__name__}.at)")
+        # np.multiply.at and the others: run as rounds of fancy writes, in index order
+        return _call_python(tape, site, ufunc_at_in_rounds, (ufunc,) + args, kwargs or None)
     ib = _parent_of(tape.ids, b)
     if ib is None and tape.owners and type(b) is _ndarray:
         ib = writes.view_parent(tape, site, b)
@@ -578,6 +682,7 @@ def _generator_send(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) 
 _INPLACE: dict[Any, Callable[..., Any]] = {
     (types.GeneratorType, "send"): _generator_send,
     (np.ndarray, "sort"): _inplace_sort,
+    (np.ndarray, "partition"): _inplace_sort,
     (np.ndarray, "fill"): _inplace_fill,
     (np.ndarray, "put"): _inplace_put,
     np.fill_diagonal: _inplace_fill_diagonal,
@@ -637,7 +742,12 @@ def call1(tape: Optional[Tape], site: Site, fn: Any, a: Any) -> Any:
             return fn(a)
         if tape.stale and i in tape.stale:
             i = writes.refresh(tape, site, i)
-        out, pullback = rule.rrule(a)
+        try:
+            out, pullback = rule.rrule(a)
+        except RuleCaseError as exc:
+            if exc.loc is not None:
+                raise
+            return _other_case(tape, site, fn, (a,), None, exc)
         node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, (i,), site, pullback, (a,), fn)
         to = type(out)
         if to is _ndarray or to is float or to is _float64:
@@ -702,7 +812,12 @@ def _binary_tracked(tape: Tape, site: Site, op: Any, a: Any, b: Any, ia: Any, ib
         tape.nodes.append((_bw_elementwise, (ia, ib), site, rule, (_as_array(a), _as_array(b)), op))
         return out
     if kind is RRULE and rule.rrule is not None:
-        out, pullback = rule.rrule(a, b)
+        try:
+            out, pullback = rule.rrule(a, b)
+        except RuleCaseError as exc:
+            if exc.loc is not None:
+                raise
+            return _other_case(tape, site, op, (a, b), None, exc)
         node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, (ia, ib), site, pullback, (a, b), op)
         return _push_output(tape, node, out)
     if kind is NONDIFF or kind is TRANSPARENT:
@@ -789,7 +904,12 @@ def _make_binary(op: Any) -> Callable[..., Any]:
                 if rule.kind is not ELEMENTWISE:
                     if rule.kind is not RRULE or rule.rrule is None:
                         return _binary_tracked(tape, site, op, a, b, ia, ib)
-                    out, pullback = rule.rrule(a, b)  # matmul and friends, recorded inline
+                    try:
+                        out, pullback = rule.rrule(a, b)  # matmul and friends, recorded inline
+                    except RuleCaseError as exc:
+                        if exc.loc is not None:
+                            raise
+                        return _other_case(tape, site, op, (a, b), None, exc)
                     node = (_bw_rrule_trusted if rule.trusted else _bw_rrule, (ia, ib), site, pullback, (a, b), op)
                     if type(out) is _ndarray:
                         values = tape.values
@@ -947,6 +1067,10 @@ def getitem(tape: Optional[Tape], site: Site, obj: Any, key: Any) -> Any:
             method = getattr(to, "__getitem__", None)
             if type(method) is _FunctionType:
                 return _call_python(tape, site, method, (obj, key), None)
+            if isinstance(obj, dict) and key not in obj:  # `__missing__`, a defaultdict's factory
+                out = CALLBACKS["missing"](tape, site, obj, key)
+                if out is not NotImplemented:
+                    return out
     return obj[key]
 
 
@@ -1020,9 +1144,13 @@ def getattr_(tape: Optional[Tape], site: Site, obj: Any, name: str) -> Any:
         if tape.ids.get(id(obj)) is not None:
             desc = getattr(type(obj), name, None)
             # only data descriptors (`.T`, `.real`) are values; methods are bound and called later
-            rule = _rules_get(desc) if type(desc) is _GetSetDescriptor else None
+            rule = _rules_get(desc) if type(desc) in _DataDescriptors else None
             if rule is not None and rule.kind is RRULE:
                 return _record_rrule(tape, site, rule, desc.__get__, (obj,), None)
+            if (name == "real" or name == "imag") and type(obj) is not _ndarray and _trackable(obj):
+                # a scalar's `.real` (Python's complex has no rule of its own): as a 0-d array's
+                return getitem(tape, site, getattr_(tape, site, _dispatch(tape, site, np.asarray, (obj,), None),
+                                                    name), ())
             if rule is None and (type(obj) is _ndarray or isinstance(obj, np.generic)) and name in _ARRAY_DATA_ATTRS:
                 raise NoRuleError((type(obj), name), site.loc())
             return getattr(obj, name)
@@ -1139,3 +1267,6 @@ def before_with(tape: Optional[Tape], site: Site, mgr: Any) -> tuple[Any, Any]:
     if tape is not None and type(enter) is _FunctionType:
         return _call_python(tape, site, enter, (mgr,), None), bound_exit
     return enter.__get__(mgr, cls)(), bound_exit
+
+
+from bytegrad.runtime import callbacks as _callbacks  # noqa: E402,F401  (fills CALLBACKS; imports abi)

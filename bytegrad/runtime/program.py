@@ -21,12 +21,11 @@ stays on the general path. The program has no hooks, no tape and no identity loo
 from __future__ import annotations
 
 import ast
-import builtins
 import operator
 import re
 import sys
 import types
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -41,40 +40,23 @@ from bytegrad.runtime.backward import (
     INPLACE_MIN_SIZE, _bw_elementwise, _bw_rrule, _bw_rrule_trusted, _bw_unary, _partial_uses, _scalable,
     singular_partial,
 )
+from bytegrad.runtime.program_source import (
+    _FLOAT_TYPES, _MISSING, _SCALAR_CONSTS, AST_LOCK, DECIDED, DECISION_GUARD, MISS, Ineligible, Inputs, Source, gradient_code,
+    inline_partial, static_guards,
+)
 from bytegrad.runtime.tape import Tape
 
-__all__ = ["MISS", "Ineligible", "Program", "build"]
+__all__ = ["DECIDED", "MISS", "Ineligible", "Program", "build"]
 
 _ndarray = np.ndarray
 _FunctionType = types.FunctionType
 
 
-class _Miss:
-    def __repr__(self) -> str:
-        return "MISS"
-
-
-#: what a program returns when a guard fails: the call runs on the general path
-MISS = _Miss()
-_MISSING = object()
-#: the kinds of guards a program checks
-GUARD_KINDS = ("type", "shape", "dtype", "value", "global", "attr", "version")
-#: guard kinds left out of programs built now: only tests set it (each kind must be needed)
-_OMITTED: frozenset[str] = frozenset()
-
-
-class Ineligible(Exception):
-    """This computation cannot be a compiled program; the message says why (for explain/stats)."""
-
-    def __init__(self, why: str, site: Any = None) -> None:
-        where = f" (line {site.lineno} of {site.function})" if site is not None and site.lineno else ""
-        super().__init__(why + where)
-
-
 class Program:
     """A compiled gradient program: `fn(args)` is `(value, gradient)` or `MISS`."""
 
-    __slots__ = ("fn", "source", "guards", "records", "backend", "calls", "seconds", "upgraded", "why_not_numba")
+    __slots__ = ("fn", "source", "guards", "records", "backend", "calls", "seconds", "upgraded", "why_not_numba",
+                 "decided", "parts", "signature", "pullback")
 
     def __init__(self, fn: Callable[[tuple], Any], source: str, guards: list[str], records: int) -> None:
         self.fn = fn
@@ -86,6 +68,12 @@ class Program:
         self.seconds = 0.0        # time spent in it (estimated from a sample), for the tier policy
         self.upgraded = False     # whether its Numba twin was tried (bytegrad/compiled.py)
         self.why_not_numba = ""   # what came of that
+        self.decided = 0          # calls it refused because a decision on data came out otherwise
+        #: (constants, source, user lines, filename) of a NumPy program: what runtime/program_store.py
+        #: writes to disk; None for a Numba program
+        self.parts: Optional[tuple[dict[str, Any], str, tuple[int, ...], str]] = None
+        self.signature: tuple[type, ...] = ()  # the argument types of its capture (bytegrad/compiled.py)
+        self.pullback = False     # a pullback program (fn(args) -> (output, back))
 
     def __repr__(self) -> str:
         return f"<bytegrad program ({self.backend}, {self.records} operations, {len(self.guards)} guards)>"
@@ -104,175 +92,6 @@ def operator_expr(fn: Any, ops: list[str], binary: dict[Any, str] = _INLINE_BINA
     if len(ops) == 1 and fn in _INLINE_UNARY:
         return f"{_INLINE_UNARY[fn]}{ops[0]}"
     return None
-_FLOAT_TYPES = (float, np.float64, np.float32)
-_SCALAR_CONSTS = (int, float, bool, str, bytes, type(None), complex, slice, type(Ellipsis), np.generic, np.dtype,
-                  type, types.FunctionType, types.BuiltinFunctionType, np.ufunc, types.ModuleType,
-                  types.MethodDescriptorType, types.WrapperDescriptorType, types.MethodWrapperType,
-                  types.GetSetDescriptorType, types.BuiltinMethodType)
-
-
-#: the generated code's variables: x (arguments), v (values), p (pullbacks), g (cotangents),
-#: q (gradients);
-#: temporaries (`_t`) live within one reverse step, constants have other names
-_VARIABLE = re.compile(r"\b[xvpgq][0-9]+\b")
-
-
-class Constants:
-    """The globals of a generated function: each value once, by name."""
-
-    def __init__(self, ns: Optional[dict[str, Any]] = None) -> None:
-        self.ns: dict[str, Any] = dict(ns or {})
-        self._by_id: dict[int, str] = {}
-
-    def const(self, value: Any, hint: str = "c") -> str:
-        name = self._by_id.get(id(value))
-        if name is None:
-            name = f"{hint}{len(self.ns)}"
-            self.ns[name] = value
-            self._by_id[id(value)] = name
-        return name
-
-
-class Source(Constants):
-    """The generated function: statements with the names each reads, constants by name."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.stmts: list[tuple[list[str], set[str]]] = []   # (lines, names read or written)
-        self.lines: list[Optional[int]] = []                # the user's line of each statement
-        self.scalars: set[str] = set()  # variables that hold floats: not worth a `del`
-        self.guards: list[str] = []
-        self.kernel_source: Optional[str] = None  # the Numba kernel the program calls (program_numba.py)
-
-    def emit(self, lines: list[str] | str, line: Optional[int] = None) -> None:
-        """Add a statement; `line`: the user's source line it stands for (tracebacks show it)."""
-        lines = [lines] if isinstance(lines, str) else lines
-        self.stmts.append((lines, set(_VARIABLE.findall("\n".join(lines)))))
-        self.lines.append(line)
-
-    def guard(self, kind: str, cond: str, what: str) -> None:
-        """A check of kind `kind` (one of GUARD_KINDS): the program returns MISS when it fails."""
-        if kind in _OMITTED:  # tests only: proves each kind of guard is needed
-            return
-        self.emit(f"if not ({cond}): return MISS")
-        self.guards.append(what)
-
-    def array_guard(self, expr: str, value: np.ndarray) -> None:
-        dt = self.const(value.dtype, "dt")
-        self.guard("type", f"{expr}.__class__ is ndarray", f"{expr}: ndarray")
-        self.guard("shape", f"{expr}.shape == {value.shape!r}", f"{expr}.shape == {value.shape!r}")
-        self.guard("dtype", f"{expr}.dtype is {dt}", f"{expr}.dtype is {value.dtype}")
-
-    def render(self, name: str, first_line: int) -> tuple[str, list[int]]:
-        """The function's source, every variable deleted after its last use, and the user's line of
-        each line of it (the first line of the user's function for guards and bookkeeping)."""
-        last: dict[str, int] = {}
-        for k, (_, names) in enumerate(self.stmts):
-            for n in names:
-                last[n] = k
-        out = [f"def {name}(args):"]
-        user = [first_line]
-        for k, (lines, _) in enumerate(self.stmts):
-            out += ["    " + ln for ln in lines]
-            user += [self.lines[k] or first_line] * len(lines)
-            if k == len(self.stmts) - 1:
-                break  # the return
-            dead = sorted(n for n, at in last.items() if at == k and n not in self.scalars)
-            if dead:
-                out.append(f"    del {', '.join(dead)}")
-                user.append(user[-1])
-        return "\n".join(out) + "\n", user
-
-
-# ---- arguments: guards and bindings ------------------------------------------------------------
-
-
-class Inputs:
-    """Walks the call's arguments beside their capture specs: guards, and a variable per leaf."""
-
-    def __init__(self, src: Source) -> None:
-        self.src = src
-        self.leaf_var: dict[int, str] = {}      # tape index of a tracked leaf -> variable
-        self.untracked: dict[int, str] = {}     # id of an untracked argument array -> variable
-        self.fresh: dict[int, str] = {}         # tape index of a differentiated argument array -> variable
-        self._n = 0
-
-    def temp(self) -> str:
-        self._n += 1
-        return f"x{self._n}"
-
-    def walk(self, expr: str, value: Any, spec: Any, fresh: bool) -> None:
-        """`expr` reads `value` (the caller's object) whose capture spec is `spec`. `fresh`: the
-        argument is differentiated, its arrays enter as fresh views as on the general path."""
-        src = self.src
-        t = type(value)
-        if type(spec) is pytree.Leaf:
-            var = f"x{self._n + 1}"
-            self._n += 1
-            if t is _ndarray:
-                src.array_guard(expr, value)
-                src.emit(f"{var} = {expr}")
-                if fresh:  # a gradient is never the caller's array itself (see `gradient_code`)
-                    self.fresh[spec.idx] = var
-            elif t in _FLOAT_TYPES:
-                src.guard("type", f"{expr}.__class__ is {src.const(t, 'T')}", f"{expr}: {t.__name__}")
-                src.emit(f"{var} = {expr}")
-                src.scalars.update((var, f"g{spec.idx}"))
-            else:
-                raise Ineligible(f"a differentiated argument of type {t.__name__} (complex values stay on the "
-                                 "general path)")
-            self.leaf_var[spec.idx] = var
-            return
-        if spec is None:
-            self._untracked(expr, value)
-            return
-        if isinstance(spec[0], str):  # "dataclass", "pytree"
-            raise Ineligible(f"a {spec[0]} argument (compiled programs take arrays, floats and dicts, lists "
-                             "and tuples of them)")
-        kind, subs = spec
-        if kind is not t:
-            raise Ineligible(f"an argument of type {t.__name__}")
-        tn = src.const(t, "T")
-        src.guard("type", f"{expr}.__class__ is {tn} and len({expr}) == {len(subs)}",
-                  f"{expr}: {t.__name__} of {len(subs)}")
-        items = subs.items() if isinstance(subs, dict) else enumerate(subs)
-        for key, sub in items:
-            if not isinstance(key, (str, int)) or isinstance(key, bool):
-                raise Ineligible(f"a dict argument with a key of type {type(key).__name__}")
-            var = self.temp()
-            if isinstance(subs, dict):
-                src.emit(f"{var} = {expr}.get({key!r}, MISS)")
-            else:
-                src.emit(f"{var} = {expr}[{key!r}]")
-            self.walk(var, value[key], sub, fresh)
-
-    def _untracked(self, expr: str, value: Any) -> None:
-        src = self.src
-        t = type(value)
-        if t is _ndarray:
-            if value.dtype.kind == "O":
-                raise Ineligible("an object array argument")
-            var = self.temp()
-            src.array_guard(expr, value)
-            src.emit(f"{var} = {expr}")
-            self.untracked[id(value)] = var
-        elif value is None:
-            src.guard("value", f"{expr} is None", f"{expr} is None")
-        elif t in (int, bool, str, bytes) or (isinstance(value, np.generic) and value.dtype.kind in "biu"):
-            c = src.const(value)
-            src.guard("value", f"{expr}.__class__ is {src.const(t, 'T')} and {expr} == {c}", f"{expr} == {value!r}")
-        elif t is tuple or t is list:
-            src.guard("type", f"{expr}.__class__ is {src.const(t, 'T')} and len({expr}) == {len(value)}",
-                      f"{expr}: {t.__name__} of {len(value)}")
-            for k, item in enumerate(value):
-                var = self.temp()
-                src.emit(f"{var} = {expr}[{k}]")
-                self._untracked(var, item)
-        else:
-            raise Ineligible(f"an argument of type {t.__name__} (compiled programs take arrays, numbers, "
-                             "strings and dicts, lists and tuples of them)")
-
-
 # ---- the records -------------------------------------------------------------------------------
 
 
@@ -315,6 +134,34 @@ class Record:
         for p in self.parents:
             if p is not None and type(p) is not int:
                 raise Ineligible(f"a list of differentiated values passed to {qualname(self.fn)}", self.site)
+
+
+class _Decision:
+    """A decision read as a record, for the messages of `Builder.operand`."""
+
+    __slots__ = ("fn", "site")
+
+    def __init__(self, fn: Any, site: Any) -> None:
+        self.fn = fn
+        self.site = site
+
+
+def _decided(got: Any, captured: Any) -> bool:
+    """Whether a decision came out as at capture: the same type, and equal (arrays: shape, dtype and
+    every element; a NaN never equals, so the call goes to the general path)."""
+    t = type(captured)
+    if type(got) is not t:
+        return False
+    if t is _ndarray:
+        return got.shape == captured.shape and got.dtype == captured.dtype and bool((got == captured).all())
+    return bool(got == captured)
+
+
+def _short(value: Any) -> str:
+    if type(value) is _ndarray:
+        return f"an array of {value.dtype}{list(value.shape)}"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _rule_of(fn: Any) -> Any:
@@ -366,12 +213,14 @@ class Builder:
         self.state: dict[int, int] = {}
         self.forms: dict[int, Any] = {}  # records written as their rule's ProgramForm
         self._t = 0
+        #: the capture's decisions (CaptureTape.checks): computed again and checked, in tape order
+        self.checks: list[tuple] = list(getattr(tape, "checks", ()))
 
     # -- forward --
 
-    def read(self, out_idx: int) -> tuple[list[int], set[int]]:
-        """The records the output needs, in tape order, and the tape indices that depend on a
-        differentiated leaf."""
+    def read(self, outs: list[int]) -> tuple[list[int], set[int]]:
+        """The records the outputs (tape indices) need, in tape order, and the tape indices that
+        depend on a differentiated leaf."""
         tape = self.tape
         nodes, values = tape.nodes, tape.values
         for i, node in enumerate(nodes):
@@ -385,7 +234,10 @@ class Builder:
                     raise Ineligible(f"an argument of {qualname(rec.fn)} was overwritten in place", rec.site)
             self.records[i] = rec
         needed: set[int] = set()
-        todo = [out_idx]
+        todo = list(outs)
+        for check in self.checks:  # what each decision reads is computed, needed or not
+            todo += [p for p in map(tape.ids.get, map(id, check[2])) if p is not None]
+            todo += [p for p in map(tape.ids.get, map(id, (check[3] or {}).values())) if p is not None]
         while todo:
             i = todo.pop()
             if i in needed:
@@ -460,6 +312,43 @@ class Builder:
         else:
             expr = None if kw else operator_expr(fn, ops)
             self.src.emit(f"{v} = {expr or self.src.const(fn, 'f') + '(' + call_args + ')'}", rec.site.lineno)
+
+    def forward_all(self, order: list[int], depends: set[int]) -> int:
+        """Every needed record's forward step, each decision checked where the capture made it;
+        returns the number of records."""
+        pending = sorted(self.checks, key=lambda c: c[0])
+        n = 0
+        for i in order:
+            while pending and pending[0][0] <= i:
+                self.decide(pending.pop(0))
+            if i in self.records:
+                self.forward(i, depends)
+                n += 1
+        for check in pending:
+            self.decide(check)
+        return n
+
+    def decide(self, check: tuple) -> None:
+        """A decision of the capture (`fn(*args)` gave `result` on tracked values), computed again:
+        the program returns MISS where it comes out otherwise. An array result (a mask) is then
+        read from its variable."""
+        _, fn, args, kwargs, result, site = check
+        rec = _Decision(fn, site)
+        ids = self.tape.ids
+        ops = [self.operand(a, ids.get(id(a)), rec) for a in args]
+        kw = ""
+        if kwargs:
+            for key, x in kwargs.items():
+                if ids.get(id(x)) is not None:
+                    raise Ineligible(f"a differentiated value passed by keyword to {qualname(fn)}", site)
+                self._check_const(x, rec)
+            kw = f", **{self.src.const(kwargs, 'kw')}"
+        var = self.inputs.temp()
+        self.src.emit(f"{var} = {self.src.const(fn, 'f')}({', '.join(ops)}{kw})", site.lineno)
+        self.src.guard(DECISION_GUARD, f"_decided({var}, {self.src.const(result, 'k')})",
+                       f"line {site.lineno}: {qualname(fn)} gives {_short(result)}")
+        if type(result) is _ndarray:
+            self.inputs.untracked[id(result)] = var
 
     # -- reverse --
 
@@ -593,94 +482,6 @@ class Builder:
         return f"_t{self._t}"
 
 
-# ---- partials inlined: a lambda's expression in place of a call to it ----------------------------
-
-
-_LAMBDAS: dict[Any, Optional[tuple[ast.expr, tuple[str, ...], dict[str, Any]]]] = {}
-_FILE_LAMBDAS: dict[str, list[ast.Lambda]] = {}
-
-
-def _lambda_ast(d: Any) -> Optional[tuple[ast.expr, tuple[str, ...], dict[str, Any]]]:
-    """(body, parameter names, the values of its other names) of a partial written as a one-line
-    lambda in a rules file, found in the file by the columns its instructions come from; None
-    when it is anything else."""
-    if d in _LAMBDAS:
-        return _LAMBDAS[d]
-    found = None
-    code = getattr(d, "__code__", None)
-    if code is not None and code.co_name == "<lambda>" and not code.co_freevars and not code.co_flags & 0x0C:
-        cols = [(c0, c1) for ln, _, c0, c1 in code.co_positions() if ln == code.co_firstlineno and c0 and c1]
-        if cols:
-            lo, hi = min(c for c, _ in cols), max(c for _, c in cols)
-            for node in _lambdas_of(code.co_filename):
-                body = node.body
-                if body.lineno == code.co_firstlineno == body.end_lineno and body.col_offset <= lo and \
-                        body.end_col_offset >= hi and node.col_offset < body.col_offset:
-                    found = _resolved(node, d)
-                    break
-    _LAMBDAS[d] = found
-    return found
-
-
-def _lambdas_of(filename: str) -> list[ast.Lambda]:
-    nodes = _FILE_LAMBDAS.get(filename)
-    if nodes is None:
-        import linecache
-
-        try:
-            tree = ast.parse("".join(linecache.getlines(filename)))
-            nodes = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)]
-        except (SyntaxError, ValueError):
-            nodes = []
-        _FILE_LAMBDAS[filename] = nodes
-    return nodes
-
-
-def _resolved(node: ast.Lambda, d: Any) -> Optional[tuple[ast.expr, tuple[str, ...], dict[str, Any]]]:
-    a = node.args
-    if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs or a.defaults:
-        return None
-    params = tuple(x.arg for x in a.args)
-    if params != d.__code__.co_varnames[:d.__code__.co_argcount]:
-        return None  # not this lambda after all
-    names: dict[str, Any] = {}
-    bltns = vars(builtins)
-    for n in ast.walk(node.body):
-        if isinstance(n, (ast.Lambda, ast.comprehension, ast.NamedExpr)):
-            return None
-        if isinstance(n, ast.Name) and n.id not in params:
-            if n.id in d.__globals__:
-                names[n.id] = d.__globals__[n.id]
-            elif n.id in bltns:
-                names[n.id] = bltns[n.id]
-            else:
-                return None
-    return node.body, params, names
-
-
-def inline_partial(d: Any, operands: list[str], src: Source) -> Optional[tuple[str, bool]]:
-    """(the expression of partial `d` applied to `operands`, whether evaluating it may raise
-    ZeroDivisionError): the same operations in the same order as calling `d`, without the call.
-    `operands` are variables, or "None" for what `d` does not read. None: `d` is not a lambda."""
-    found = _lambda_ast(d)
-    if found is None:
-        return None
-    body, params, names = found
-    subst = {p: o for p, o in zip(params, operands)}
-    subst.update({n: src.const(v) for n, v in names.items()})
-
-    class _Rename(ast.NodeTransformer):
-        def visit_Name(self, n: ast.Name) -> ast.AST:
-            return ast.copy_location(ast.Name(id=subst[n.id], ctx=n.ctx), n)
-
-    expr = _Rename().visit(ast.parse(ast.unparse(body), mode="eval").body)
-    risky = any(isinstance(n, ast.Call) or (isinstance(n, ast.BinOp) and isinstance(n.op, _DIVIDING))
-                for n in ast.walk(expr))
-    return "(" + ast.unparse(expr) + ")", risky
-
-
-_DIVIDING = (ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
-
 
 def _acc(old: Any, new: Any) -> Any:
     if old is None:
@@ -695,45 +496,19 @@ def _untrusted(ct: Any, node: tuple, pullback: Any, like: Any) -> Any:
     return _bw_rrule(ct, node[:3] + (pullback,) + node[4:], like)
 
 
-def gradient_code(src: Source, spec: Any, state: dict[int, int], lines: list[str], fresh: dict[int, str]) -> str:
-    """The expression of one argument's gradient, mirroring its spec as `pytree.gradient` does; each
-    array leaf's cotangent is handed over as it is when `pytree.project` would (a fresh array of the
-    primal's shape and dtype), else projected."""
-    if type(spec) is pytree.Leaf:
-        g = f"g{spec.idx}" if state.get(spec.idx, _UNSET) != _UNSET else "None"
-        primal = spec.primal
-        name = f"q{spec.idx}"
-        if type(primal) is _ndarray:
-            like = src.const(stand_in(primal), "like")
-            dt = src.const(primal.dtype, "dt")
-            lines.append(f"{name} = {g} if {g}.__class__ is ndarray and {g}.base is None and {g}.dtype is {dt} and "
-                         f"{g}.shape == {primal.shape!r} and {g}.flags.writeable else _project({g}, {like})")
-            if spec.idx in fresh:  # the general path differentiates a fresh view of the caller's array
-                lines.append(f"if {name} is {fresh[spec.idx]}: {name} = {name}.copy()")
-        else:
-            lines.append(f"{name} = _project({g}, {src.const(primal)})")
-        return name
-    t, subs = spec
-    if isinstance(subs, dict):
-        items = ", ".join(f"{k!r}: {gradient_code(src, v, state, lines, fresh)}" for k, v in subs.items())
-        return f"{{{items}}}" if t is dict else f"{src.const(t, 'T')}({{{items}}}.items())"
-    items = [gradient_code(src, v, state, lines, fresh) for v in subs]
-    if t is list:
-        return f"[{', '.join(items)}]"
-    if t is tuple:
-        return f"({''.join(i + ', ' for i in items)})"
-    return f"{src.const(t, 'T')}({', '.join(items)})" if hasattr(t, "_fields") else \
-        f"{src.const(t, 'T')}(({''.join(i + ', ' for i in items)}))"
-
-
 def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: Any, wrt_tuple: bool,
-          static_guards_: list[tuple], code: types.CodeType, backend: str = "numpy") -> Program:
+          static_guards_: list[tuple], code: types.CodeType, backend: str = "numpy",
+          pullback: bool = False, aux: Optional[tuple] = None) -> Program:
     """The program for the computation recorded on `tape` (a capture run of `call_args`, every
     positional argument `p` with a spec in `specs[p]`), differentiated with respect to positions
     `wrt`. `static_guards_`: ("global", globals dict, name, value) and ("attr", module, name, value)
     entries the code's reads were resolved against; `code`: the user's function, whose file and
     lines the program's operations carry (an error raised in one shows the user's line).
-    `backend`: "numpy" (this module) or "numba" (runtime/program_numba.py). Raises `Ineligible`."""
+    `backend`: "numpy" (this module) or "numba" (runtime/program_numba.py). `pullback`: the program
+    is `fn(args) -> (output, back)`, `back(out_bar)` the cotangents of every positional argument
+    (a tuple, None where an argument has no derivative) or MISS where `out_bar` is not shaped as
+    at capture; `out` may then be a tree of values. `aux`: `(aux,)` for a function with
+    `has_aux=True` (the program returns `((value, aux), gradient)`). Raises `Ineligible`."""
     src = Source()
     inputs = Inputs(src)
     src.guard("type", f"len(args) == {len(call_args)}", f"{len(call_args)} positional arguments")
@@ -742,13 +517,23 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
         src.emit(f"{var} = args[{p}]")
         inputs.walk(var, value, specs[p], fresh=p in wrt)
     static_guards(src, static_guards_)
-    src.guard("version", f"_version() == {registry.version()}", f"rule registry version {registry.version()}")
+    # (_VERSION: the registry's version when the program is compiled, here or loaded from disk)
+    src.guard("version", "_version() == _VERSION", f"rule registry version {registry.version()}")
+    if pullback:
+        if backend != "numpy":
+            raise Ineligible("pullbacks have the NumPy back end only")
+        return _build_pullback(tape, src, inputs, specs, wrt, out, code)
     out_idx = tape.ids.get(id(out))
     if out_idx is None or tape.values[out_idx] is not out:
         raise Ineligible("the output does not depend on the arguments")
     wrt_leaves = {leaf.idx for p in wrt for leaf in pytree.leaves(specs[p])}
     b = Builder(tape, src, inputs, wrt_leaves)
-    order, depends = b.read(out_idx)
+    aux_leaves: dict[int, Any] = {}
+    if aux is not None:
+        if backend != "numpy":
+            raise Ineligible("has_aux programs have the NumPy back end only")
+        _output_leaves(aux[0], tape, aux_leaves)
+    order, depends = b.read([out_idx, *aux_leaves])
     if backend == "numba":
         from bytegrad.runtime import program_numba
 
@@ -762,74 +547,151 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
         result = "grads" if wrt_tuple else "grads[0]"
     else:
         result = f"({grads[0]},)" if wrt_tuple else grads[0]
+    if aux is not None:  # the aux output, rebuilt from the values it holds (see `_output_code`)
+        result_var = f"({result_var}, {_output_code(aux[0], tape, _named_outputs(aux_leaves, b), b, src)})"
     src.emit(lines + [f"return {result_var}, {result}"])
     fn, source = _compile(src, code)
     if src.kernel_source is not None:
         source += "\n# the Numba kernel it calls\n" + src.kernel_source
     prog = Program(fn, source, src.guards, forward_records)
     prog.backend = backend
+    if backend == "numpy":
+        prog.parts = (src.ns, *src.parts)
     return prog
+
+
+def _build_pullback(tape: Tape, src: Source, inputs: Inputs, specs: list, wrt: tuple[int, ...], out: Any,
+                    code: types.CodeType) -> Program:
+    """A pullback program (see `build`): the forward pass, then `back` as a nested function that
+    reads the saved values from the enclosing call. Its seeds are paired with the output's leaves by
+    `pytree.cotangent_leaves`, as the general path pairs them."""
+    leaves: dict[int, Any] = {}
+    wrt_leaves = {leaf.idx for p in wrt for leaf in pytree.leaves(specs[p])}
+    b = Builder(tape, src, inputs, wrt_leaves)
+    _output_leaves(out, tape, leaves)
+    if not leaves:
+        raise Ineligible("the output does not depend on the arguments")
+    order, depends = b.read(sorted(leaves))
+    n = b.forward_all(order, depends)
+    named = _named_outputs(leaves, b)
+    src.emit(f"out_ = {_output_code(out, tape, named, b, src)}")
+    src.back_from = len(src.stmts)
+    ids = ", ".join(f"id({named[i]}): {i}" for i in sorted(leaves))
+    src.emit(["pairs_ = []", f"_cotangent_leaves(out_, ob, {{{ids}}}, pairs_)", "seeds_ = {}",
+              "for i_, c_ in pairs_:",
+              "    if c_ is not None: seeds_[i_] = c_ if i_ not in seeds_ else seeds_[i_] + c_"])
+    for i, value in sorted(leaves.items()):
+        g = f"g{i}"
+        if type(value) is _ndarray:
+            ok = f"{g}.__class__ is ndarray and {g}.shape == {value.shape!r}"
+        else:
+            ok = f"{g}.__class__ is float or {g}.__class__ is int or {g}.__class__ is {src.const(np.float64, 'T')}"
+        src.emit(f"{g} = seeds_.get({i})")
+        src.guard("cotangent", f"{g} is None or {ok}", f"the cotangent of output value {i}: "
+                  + (f"ndarray of shape {value.shape!r}" if type(value) is _ndarray else "a float or an int"))
+        b.state[i] = _MAYBE
+    for i in reversed(order):
+        if i in b.records and i in depends:
+            b.reverse(i, depends)
+    lines: list[str] = []
+    grads = [gradient_code(src, specs[p], b.state, lines, inputs.fresh) for p in range(len(specs))]
+    src.emit(lines + [f"return _unalias(({''.join(g + ', ' for g in grads)}))"])
+    fn, source = _compile(src, code)
+    prog = Program(fn, source, src.guards, n)
+    prog.upgraded = True  # no Numba twin: pullbacks have the NumPy back end only
+    prog.pullback = True
+    prog.parts = (src.ns, *src.parts)
+    return prog
+
+
+def _named_outputs(leaves: dict[int, Any], b: Builder) -> dict[int, str]:
+    """The variable of each output leaf; a differentiated argument returned as it is comes back as a
+    view of it, as the general path returns it."""
+    named: dict[int, str] = {}
+    for i in sorted(leaves):
+        if i in b.inputs.leaf_var and type(leaves[i]) is _ndarray:
+            named[i] = b.inputs.temp()
+            b.src.emit(f"{named[i]} = {b.var[i]}.view()")
+        else:
+            named[i] = b.var[i]
+    return named
+
+
+def _output_leaves(value: Any, tape: Tape, found: dict[int, Any]) -> None:
+    """The tape indices of `value`'s tracked leaves (as `pytree.cotangent_leaves` finds them)."""
+    i = tape.ids.get(id(value))
+    t = type(value)
+    if i is not None and tape.values[i] is value and (t is _ndarray or t in _FLOAT_TYPES):
+        found[i] = value
+    elif t is tuple or t is list:
+        for v in value:
+            _output_leaves(v, tape, found)
+    elif t is dict:
+        for v in value.values():
+            _output_leaves(v, tape, found)
+
+
+def _output_code(value: Any, tape: Tape, named: dict[int, str], b: Builder, src: Source) -> str:
+    """The expression that rebuilds the output `value` from the program's variables."""
+    i = tape.ids.get(id(value))
+    t = type(value)
+    if i is not None and tape.values[i] is value and (t is _ndarray or t in _FLOAT_TYPES):
+        return named[i]
+    if t is tuple or t is list:
+        items = "".join(_output_code(v, tape, named, b, src) + ", " for v in value)
+        return f"({items})" if t is tuple else f"[{items}]"
+    if t is dict:
+        if not all(type(k) is str or type(k) is int for k in value):
+            raise Ineligible("an output dict with keys other than strings and ints")
+        return "{" + ", ".join(f"{k!r}: {_output_code(v, tape, named, b, src)}" for k, v in value.items()) + "}"
+    if t is _ndarray:
+        var = b.inputs.untracked.get(id(value))
+        if var is None:
+            raise Ineligible("an output array that is not computed from the arguments nor one of them")
+        return var
+    if t in (int, float, bool, str, type(None)):
+        return src.const(value)
+    raise Ineligible(f"an output of type {t.__name__} (pullback programs return arrays, floats and tuples, "
+                     "lists and dicts of them)")
 
 
 def _emit_numpy(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple[str, dict[int, int], int]:
     """The NumPy back end: each record's primal, then the reverse steps, as Python statements."""
-    for i in order:
-        if i in b.records:
-            b.forward(i, depends)
+    n = b.forward_all(order, depends)
     if out_idx in depends:
         b.src.emit(f"g{out_idx} = 1.0")
         b.state[out_idx] = _SET
         for i in reversed(order):
             if i in b.records and i in depends:
                 b.reverse(i, depends)
-    return b.var[out_idx], b.state, sum(1 for i in order if i in b.records)
+    return b.var[out_idx], b.state, n
 
 
 def _compile(src: Source, code: types.CodeType) -> tuple[Callable[[tuple], Any], str]:
     source, user_lines = src.render("program", code.co_firstlineno)
-    namespace = dict(src.ns)
-    namespace.update(MISS=MISS, ndarray=_ndarray, FunctionType=_FunctionType, ZERO=ZERO, NO_TANGENT=NO_TANGENT,
-                     _acc=_acc, _singular=singular_partial, _unbroadcast=unbroadcast, _materialize=materialize,
+    src.parts = (source, tuple(user_lines), code.co_filename)
+    return compile_program(source, user_lines, code.co_filename, src.ns), source
+
+
+def compile_program(source: str, user_lines: Sequence[int], filename: str, constants: dict[str, Any]) \
+        -> Callable[[tuple], Any]:
+    """The function `program` of a program's `source`, each line at the user's line it replays (in
+    `filename`), with `constants` and the helpers programs call as its globals."""
+    namespace = dict(constants)
+    namespace.update(MISS=MISS, DECIDED=DECIDED, ndarray=_ndarray, FunctionType=_FunctionType, ZERO=ZERO,
+                     NO_TANGENT=NO_TANGENT, _acc=_acc, _decided=_decided, _cotangent_leaves=pytree.cotangent_leaves,
+                     _singular=singular_partial, _unbroadcast=unbroadcast, _materialize=materialize,
                      _untrusted=_untrusted, _project=pytree.project, _multiply=np.multiply,
                      _getrefcount=sys.getrefcount, _scalable=_scalable, _unalias=pytree.unalias,
-                     _version=registry.version, _MISSING=_MISSING)
-    tree = ast.parse(source)
-    for node in ast.walk(tree):  # each statement at the user's line it replays
-        if hasattr(node, "lineno"):
-            node.lineno = user_lines[node.lineno - 1]
-            node.end_lineno = user_lines[(node.end_lineno or node.lineno) - 1] if node.end_lineno else node.lineno
-            if node.end_lineno < node.lineno:
-                node.end_lineno = node.lineno
-    exec(compile(tree, code.co_filename, "exec"), namespace)  # noqa: S102
-    return namespace["program"], source
-
-
-def static_guards(src: Source, entries: list[tuple]) -> None:
-    for kind, owner, name, value in entries:
-        if kind == "global":
-            g = src.const(owner, "G")
-            if name in owner:
-                read = f"{g}[{name!r}]"  # (a KeyError fails the call over to the general path)
-            else:  # a builtin: it must stay unshadowed
-                b = src.const(_builtins_of(owner), "B")
-                read = f"({g}.get({name!r}, _MISSING) is _MISSING and {b}.get({name!r}))"
-        else:
-            m = src.const(owner.__dict__, "M")
-            read = f"{m}[{name!r}]"
-        if isinstance(value, (int, float, str, bytes, bool, complex)) or value is None:
-            c = src.const(value)
-            src.guard(kind, f"{read} == {c} and {read}.__class__ is {src.const(type(value), 'T')}",
-                      f"{name} == {value!r}")
-        else:
-            src.guard(kind, f"{read} is {src.const(value)}", f"{name} is {_describe(value)}")
-
-
-def _builtins_of(fn_globals: dict[str, Any]) -> dict[str, Any]:
-    b = fn_globals.get("__builtins__", builtins)
-    return b.__dict__ if isinstance(b, types.ModuleType) else b
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, types.ModuleType):
-        return f"module {value.__name__}"
-    return qualname(value) if callable(value) else type(value).__name__
+                     _version=registry.version, _VERSION=registry.version(), _MISSING=_MISSING)
+    with AST_LOCK:
+        tree = ast.parse(source)
+        for node in ast.walk(tree):  # each statement at the user's line it replays
+            if hasattr(node, "lineno"):
+                node.lineno = user_lines[node.lineno - 1]
+                node.end_lineno = user_lines[(node.end_lineno or node.lineno) - 1] if node.end_lineno else node.lineno
+                if node.end_lineno < node.lineno:
+                    node.end_lineno = node.lineno
+        code = compile(tree, filename, "exec")
+    exec(code, namespace)  # noqa: S102
+    return namespace["program"]

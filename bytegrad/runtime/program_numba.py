@@ -27,7 +27,8 @@ from bytegrad.errors import qualname
 from bytegrad.rules._apply import shape_of
 from bytegrad.runtime import kernels
 from bytegrad.runtime.backward import _partial_uses, singular_partial
-from bytegrad.runtime.program import Builder, Constants, Ineligible, Record, inline_partial, operator_expr
+from bytegrad.runtime.program import Builder, Ineligible, Record, operator_expr
+from bytegrad.runtime.program_source import Constants, inline_partial
 
 __all__ = ["emit"]
 
@@ -321,6 +322,9 @@ def _elements(line: str, arrays: list[str]) -> str:
 def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple[str, dict[int, int], int]:
     """Write the kernel and the wrapper's call of it into `b.src`: (the wrapper's variable holding
     the output, the state of each cotangent for the gradient code, the number of records)."""
+    if b.checks:
+        raise Ineligible("it decides on data (a comparison, a function without a derivative): the Numba back end "
+                         "does not check decisions yet")
     records = [i for i in order if i in b.records]
     shape = _loop_shape(b, records, out_idx)
     if shape is not None:

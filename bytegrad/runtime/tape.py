@@ -14,6 +14,7 @@ import numpy as np
 
 from bytegrad.errors import DifferentiationError, MutationError, PullbackError, SourceLoc, qualname
 from bytegrad.rules._shape import materialize
+from bytegrad.runtime import fpwarn
 from bytegrad.rules.registry import NO_TANGENT, ZERO, NoTangent, Zero
 
 _tls = _thread._local()  # threading.local, without importing threading (2-3 ms)
@@ -102,6 +103,7 @@ class Tape:
         entries = self._index.get(id(owner))
         if not entries:
             return
+        hit = []
         for arr, node_idx, saved in list(entries):  # `_keep_saved` edits the index
             if arr is target and not saved:
                 continue
@@ -111,12 +113,15 @@ class Tape:
                 overlap = np.shares_memory(arr, region, max_work=10_000)
             except np.exceptions.TooHardError:
                 overlap = True
-            if not overlap:
-                continue
+            if overlap:
+                hit.append((arr, node_idx, saved))
+        # saved values are copied first: a copy is re-derived from views the write then marks stale
+        for arr, node_idx, saved in hit:
             if saved:
                 self._keep_saved(arr, node_idx, site)
-                continue
-            self.stale[node_idx] = site.loc() if site is not None else None
+        for arr, node_idx, saved in hit:
+            if not saved:
+                self.stale[node_idx] = site.loc() if site is not None else None
 
     def _keep_saved(self, arr: np.ndarray, node_idx: int, site: Any) -> None:
         """Copy-on-write: node `node_idx` saved `arr` for its reverse step, and `arr`'s memory is
@@ -175,14 +180,25 @@ class CaptureTape(Tape):
     values of the same signature (a Python callee, a value computed from data that Python code then
     uses). The first such reason makes the capture fail; the gradient itself is unaffected."""
 
-    __slots__ = ("refusals",)
+    __slots__ = ("refusals", "checks", "callees")
 
     def __init__(self) -> None:
         super().__init__()
         self.refusals: list[tuple[str, Any]] = []
+        #: decisions on data: (records before it, fn, args, kwargs, result, site), one per call of a
+        #: function without a derivative (or a comparison) on a tracked value; a compiled program
+        #: computes each again and runs only where every one gives the captured result
+        self.checks: list[tuple[int, Any, tuple, Optional[dict], Any, Any]] = []
+        #: Python functions the run called with tracked values, (function, args, kwargs, site): their
+        #: operations are on the tape like the caller's; their code must be as eligible (api.py)
+        self.callees: list[tuple[Any, tuple, Optional[dict], Any]] = []
 
     def refuse(self, why: str, site: Any) -> None:
         self.refusals.append((why, site))
+
+    def check(self, fn: Any, args: tuple, kwargs: Optional[dict], result: Any, site: Any) -> None:
+        """`fn(*args, **kwargs)` gave `result` on tracked values: Python code may decide on it."""
+        self.checks.append((len(self.nodes), fn, args, kwargs, result, site))
 
 
 def saved_arrays(node: tuple) -> list[np.ndarray]:
@@ -262,6 +278,7 @@ def accumulate(old: Any, new: Any) -> Any:
     return old + new
 
 
+@fpwarn.sweeps  # a floating-point warning in a pullback names the line that recorded the operation
 def sweep(tape: Tape, seeds: dict[int, Any], stop: int = -1) -> list[Any]:
     """Propagate output cotangents `seeds` (node index -> cotangent) back; returns one per node.
 

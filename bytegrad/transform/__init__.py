@@ -6,6 +6,7 @@ sites call `runtime.abi`). `rewritten_function` is what the runtime calls for a 
 """
 from __future__ import annotations
 
+import functools
 import os
 import types
 from typing import Any, Optional
@@ -33,6 +34,8 @@ def rewrite_code(code: types.CodeType, active: frozenset[str], fn_globals: dict[
     A rewrite stored on disk by an earlier process is loaded instead when everything it assumed
     (the globals and rules it resolved) still holds: see `cache.rewrite_cached`.
     """
+    if registry._LAZY_RULES:  # scipy imported since the last rewrite: its rules decide what to rewrite
+        registry.load_lazy_rules()
     new_code = cache.rewrite_cached(
         code, active, immutable, fn_globals,
         lambda assumed: _rewrite_fresh(code, active, fn_globals, immutable, assumed))
@@ -126,6 +129,50 @@ def _activity(f: types.FunctionType, args: tuple, kwargs: Optional[dict], ids: d
     return tuple(bits)
 
 
+_GENERATOR = 0x20  # inspect.CO_GENERATOR
+
+
+@functools.lru_cache(maxsize=512)
+def _uses_sent_values(code: types.CodeType) -> bool:
+    from bytegrad.transform import opcodes
+
+    return opcodes.uses_sent_values(code)
+
+
+def _reads_tracked_global(f: types.FunctionType, ids: dict[int, int]) -> bool:
+    """Whether `f` (called with no differentiated argument) reads a global that holds a differentiated
+    value, or a module-level container or object one may have been written into (`STATE["v"] = x * x`
+    in the differentiated function, then `helper()` reads it): then it runs rewritten, where the
+    activity analysis takes such globals as active. A global rebound to a differentiated float or
+    array is an error: the analysis cannot tell it from a constant."""
+    if f.__module__ is not None and f.__module__.startswith(("numpy", "bytegrad")):
+        return False
+    g = f.__globals__
+    found = False
+    for name in f.__code__.co_names:
+        v = g.get(name, _ABSENT)
+        if v is _ABSENT:
+            continue
+        if id(v) in ids:
+            from bytegrad.errors import DifferentiationError
+            code = f.__code__
+            raise DifferentiationError(
+                f"{f.__qualname__} reads the global {name}, which holds a value differentiated in this "
+                "gradient (assigned by the differentiated code, or passed to it as well): a function called "
+                "without differentiated arguments cannot be followed through such a global.",
+                SourceLoc(code.co_filename, code.co_firstlineno, f.__qualname__),
+                f"pass {name} to {f.__name__} as an argument, or keep it in a module-level container "
+                f"(`STATE[{name!r}] = ...`).")
+        if type(v) in _GLOBAL_CONTAINERS or (type(v).__module__ not in ("builtins", "numpy") and
+                                             hasattr(v, "__dict__") and not isinstance(v, _GLOBAL_INERT)):
+            found = True
+    return found
+
+
+_ABSENT = object()
+_GLOBAL_CONTAINERS = (dict, list, set, types.SimpleNamespace)
+_GLOBAL_INERT = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
+
 #: id(callee) -> (weak reference to it, the code its entries were rewritten from, key -> rewritten)
 _FN_CACHE: dict[int, tuple[Any, types.CodeType, dict[Any, types.FunctionType]]] = {}
 
@@ -134,7 +181,10 @@ def rewritten_function(f: types.FunctionType, args: tuple, kwargs: Optional[dict
                        ids: dict[int, int]) -> Optional[types.FunctionType]:
     """The rewritten version of callee `f` for these arguments, or None when nothing in it is active."""
     bits = _activity(f, args, kwargs, ids)
-    if ACTIVE not in bits:
+    if ACTIVE not in bits and not (f.__code__.co_flags & _GENERATOR and _uses_sent_values(f.__code__)) \
+            and not _reads_tracked_global(f, ids):
+        # (a generator that uses sent values is rewritten: `send` may pass in a tracked value; so is a
+        # helper that reads a global the function wrote a tracked value into)
         return None
     version = registry._version
     key = (bits, version)
@@ -144,6 +194,16 @@ def rewritten_function(f: types.FunctionType, args: tuple, kwargs: Optional[dict
         if fn is not None:
             return fn
     return _make_function(f, bits, key)
+
+
+def callee_activity(f: types.FunctionType, args: tuple, kwargs: Optional[dict],
+                    ids: dict[int, int]) -> tuple[frozenset[str], frozenset[str]]:
+    """(the parameters of callee `f` that hold tracked values in this call, those that hold
+    immutable constants): the sets `rewritten_function` rewrites it for."""
+    bits = _activity(f, args, kwargs, ids)
+    pnames = param_names(f.__code__)
+    return (frozenset(n for n, b in zip(pnames, bits) if b == ACTIVE),
+            frozenset(n for n, b in zip(pnames, bits) if b == INERT))
 
 
 def _make_function(f: types.FunctionType, bits: tuple[bool, ...], key: Any) -> types.FunctionType:

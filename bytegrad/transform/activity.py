@@ -70,6 +70,12 @@ def _join(a: Slot, b: Slot) -> Slot:
                 a.known if a.known is b.known else None)
 
 
+#: non-differentiable functions whose result on a differentiated value depends on its shape only:
+#: calls of them run as they are (any other call on a differentiated value is hooked, so that a
+#: capture run sees it: bytegrad/compiled.py checks its result as a decision)
+SHAPE_ONLY = frozenset({len, isinstance, type, np.shape, np.ndim, np.size})
+
+
 def nondiff_callable(slot: Optional[Slot]) -> bool:
     """A statically known callable whose result never carries a derivative (len, range, np.shape...)."""
     if slot is None or slot.known is None:
@@ -108,7 +114,7 @@ def _refuse_invisible_code(instrs: list[Any], watched: set[str], loc: SourceLoc)
         body = ins.arg
         if body.co_flags & inspect.CO_OPTIMIZED:
             continue  # a function, lambda or comprehension: rewritten when it is called
-        names = sorted(set(body.co_freevars) & watched)
+        names = sorted(set(body.co_freevars) & watched & opcodes.cell_reads(body))
         if names:
             raise UnsupportedOpcodeError(
                 f"the body of class {body.co_name} reads {', '.join(names)}: bytegrad does not rewrite class "
@@ -219,6 +225,9 @@ class _Analysis:
             # a module-level class, function or array may be written into (`K.v = x`, `f.cache = x`,
             # `BUF[:] = x`) and read back: its name is an alias source, inactive until tainted
             if in_module and isinstance(value, _WRITABLE_GLOBALS):
+                if self.tainted_globals and type(value) is types.FunctionType:
+                    # a module function may read what this one wrote into a global: its call is hooked
+                    return Slot(True, False, frozenset({"G:" + name}), None)
                 return Slot(False, False, frozenset({"G:" + name}), known)
             # no alias source: a call's result never aliases the module or function it came from
             return Slot(False, False, frozenset(), known)
@@ -324,7 +333,9 @@ class _Analysis:
         depth = handler.stack_depth
         if not isinstance(depth, int) or depth > len(st):
             self.fail(ins, "exception handler with unknown stack depth")
-        exc_stack = st[:depth] + ((INACTIVE,) if handler.push_lasti else ()) + (INACTIVE,)
+        # the exception may carry a differentiated value (`raise ValueError(x * x)`, then `e.args`)
+        exc = ACTIVE if self.active_locals or self.tainted_globals else INACTIVE
+        exc_stack = st[:depth] + ((INACTIVE,) if handler.push_lasti else ()) + (exc,)
         self.flow(self.label_pos[id(handler.target)], exc_stack)
 
 
@@ -573,6 +584,8 @@ def _other(a: _Analysis, ins: Instr, stack: Stack) -> Optional[Stack]:
     if consumed > len(stack):
         a.fail(ins, "stack underflow in bytegrad's model")
     stack += [_join_all(_pop(stack, consumed))] * produced
+    if opcodes.receives_sent_value(ins):  # `gen.send(v)` may pass in a differentiated value
+        stack[-1] = Slot(True, False, stack[-1].aliases, None)
     if not ins.has_jump():
         return None
     consumed, produced = opcodes.stack_effect(ins, jump=True)

@@ -109,7 +109,7 @@ def clear() -> None:
 
 DISK_NAMESPACE = "code"
 #: environment variables that change what the rewrite emits: part of the disk key
-DISK_KEY_ENV = ("BYTEGRAD_DISABLE_NUMBA", "BYTEGRAD_DISABLE_FUSION")
+DISK_KEY_ENV = ("BYTEGRAD_DISABLE_NUMBA", "BYTEGRAD_DISABLE_FUSION", "BYTEGRAD_CHECK")
 _ENTRY_FORMAT = 1
 _PLACEHOLDER = "\x00bytegrad-const:"
 _SIMPLE = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis))

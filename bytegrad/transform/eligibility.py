@@ -6,9 +6,11 @@ decides depends on those values beyond what the program's guards fix (types, sha
 values of ints and strings, the globals read). `check` runs the activity analysis with every
 non-constant parameter active and refuses, with a reason per site:
 
-- comparisons and branches on values computed from the arguments (`if x.sum() > 0`);
-- calls of non-differentiable functions on such values whose results Python may decide on
-  (`np.argmax(x)`), except shape queries (`len`, `np.shape`);
+- `a or b` / `a and b` on values computed from the arguments (3.11 keeps the operand); a
+  comparison, `is`, `in`, `not` or truth test of such a value (`if x.sum() > 0`, `if x[0]:`) and a
+  call of a function without a derivative on one (`np.argmax(x)`) are hooked instead, and the
+  capture records each as a decision that the program computes again and checks
+  (runtime/program.py);
 - calls, with no argument-derived operand, of anything but pure builtins and `math` (random
   draws, I/O, user functions);
 - writes outside the function's locals, closures, inner functions, `with`, `try`, imports.
@@ -39,8 +41,6 @@ _PURE = frozenset({range, len, int, float, bool, abs, min, max, round, tuple, li
                    reversed, sum, isinstance, divmod, pow, type, complex, str}) \
     | frozenset(v for v in vars(math).values() if callable(v)) \
     | frozenset(v for k, v in vars(operator).items() if callable(v) and not k.startswith("_"))
-#: non-differentiable functions whose result on a differentiated value depends on its shape only
-SHAPE_ONLY = frozenset({len, isinstance, type, np.shape, np.ndim, np.size})
 
 _SUSPENDING = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 _REFUSED_KINDS = {
@@ -95,7 +95,7 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
 def _constant(value: Any) -> bool:
     if type(value) is tuple:
         return all(_constant(v) for v in value)
-    return type(value) in _GUARDED_BY_VALUE
+    return type(value) in _GUARDED_BY_VALUE or isinstance(value, _GUARDED_BY_IDENTITY)
 
 
 def _code_reasons(code: types.CodeType) -> list[str]:
@@ -120,12 +120,10 @@ def _instruction_reason(ins: Any, stack: tuple) -> str | None:
     refused = _REFUSED_KINDS.get(kind)
     if refused is not None:
         return refused
-    if kind is OpKind.PREDICATE:
-        if any(s.active for s in stack[len(stack) - opcodes.predicate_pops(ins):]):
-            return "compares or tests a value computed from the arguments (the branch taken would depend on data)"
-    elif kind is OpKind.POP_JUMP or kind is OpKind.JUMP_OR_POP:
+    if kind is OpKind.JUMP_OR_POP:  # (a POP_JUMP's truth test is hooked, a decision; an `is None`
+        # test is the value's type, fixed by the argument types and the operations replayed)
         if stack[-1].active:
-            return "branches on a value computed from the arguments"
+            return "branches on a value computed from the arguments (`a or b`, `a and b` on 3.11)"
     elif kind is OpKind.LOAD_ATTR or kind is OpKind.LOAD_METHOD:
         obj = stack[-1]
         name, _ = opcodes.attr_parts(ins)
@@ -149,10 +147,7 @@ def _call_reason(ins: Any, stack: tuple, kind: OpKind) -> str | None:
     fn_slot = opcodes.callable_slot(nargs, stack)
     operands = [s for s in stack[len(stack) - nargs - 2:] if not s.null]
     known = fn_slot.known if fn_slot is not None else None
-    if any(s.active for s in operands):
-        if known is not None and _nondiff(known) and known not in SHAPE_ONLY:
-            return (f"calls {qualname(known)} on a value computed from the arguments (no derivative: Python "
-                    "code may decide on its result)")
+    if any(s.active for s in operands):  # (without a derivative, the capture records it as a decision)
         return None
     if known is None:
         return "calls a function that is not known statically, on constants"
@@ -164,13 +159,6 @@ def _call_reason(ins: Any, stack: tuple, kind: OpKind) -> str | None:
         return (f"calls {qualname(known)} on constants (a compiled program takes only pure builtins and math "
                 "there: no arrays made inside yet, nothing that may depend on state such as random draws or I/O)")
     return None
-
-
-def _nondiff(fn: Any) -> bool:
-    from bytegrad.rules import registry
-
-    rule = registry.lookup(fn)
-    return rule is not None and rule.kind is registry.RuleKind.NONDIFF
 
 
 _GUARDED_BY_IDENTITY = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, np.ufunc,

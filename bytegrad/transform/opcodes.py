@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dis
 import enum
+import operator
 import sys
 from typing import Any, Final, Sequence
 
@@ -211,6 +212,31 @@ def stack_effect(instr: Instr, jump: bool) -> tuple[int, int]:
     return consumed, produced
 
 
+def receives_sent_value(instr: Instr) -> bool:
+    """True for the instruction whose result is the value a generator is sent (`v = yield x`)."""
+    return instr.name == "YIELD_VALUE"
+
+
+def uses_sent_values(code: Any) -> bool:
+    """Whether a generator's code uses what its `yield` evaluates to (a value `gen.send(v)` passes in)."""
+    names = [i.opname for i in dis.get_instructions(code) if i.opname not in ("RESUME", "CACHE")]
+    return any(a == "YIELD_VALUE" and b != "POP_TOP" for a, b in zip(names, names[1:]))
+
+
+_CELL_READS: Final = frozenset({"LOAD_DEREF", "LOAD_CLASSDEREF", "LOAD_FROM_DICT_OR_DEREF"})
+_OPTIMIZED = 0x1  # inspect.CO_OPTIMIZED: a function body (a class body is not)
+
+
+def cell_reads(code: Any) -> frozenset[str]:
+    """The free variables a class body reads itself (or through a class nested in it), as opposed to
+    those it only hands on to the closures of its methods (`LOAD_CLOSURE`), which run rewritten."""
+    names = {i.argval for i in dis.get_instructions(code) if i.opname in _CELL_READS}
+    for const in code.co_consts:
+        if hasattr(const, "co_flags") and not const.co_flags & _OPTIMIZED:
+            names |= cell_reads(const) & set(const.co_freevars)
+    return frozenset(names)
+
+
 def is_terminator(instr: Instr) -> bool:
     """True when control never falls through to the next instruction."""
     return _KIND_BY_NAME.get(instr.name) in (OpKind.JUMP, OpKind.RETURN)
@@ -320,9 +346,64 @@ def for_iter_jump_pushes() -> int:
     return -1 if PY < (3, 12) else 1
 
 
+def tests_truth(instr: Instr) -> bool:
+    """A POP_JUMP that tests its operand's truth (not one that tests `is None`)."""
+    return not instr.name.endswith("NONE")
+
+
 def predicate_pops(instr: Instr) -> int:
     """Operands of a PREDICATE instruction: one for `not`, `~` and to-bool, else two."""
     return 1 if instr.name in ("UNARY_NOT", "UNARY_INVERT", "TO_BOOL") else 2
+
+
+def _contains(a: Any, b: Any) -> bool:
+    return a in b
+
+
+def _not_contains(a: Any, b: Any) -> bool:
+    return a not in b
+
+
+def _bool_lt(a: Any, b: Any) -> bool:
+    return bool(a < b)
+
+
+def _bool_le(a: Any, b: Any) -> bool:
+    return bool(a <= b)
+
+
+def _bool_eq(a: Any, b: Any) -> bool:
+    return bool(a == b)
+
+
+def _bool_ne(a: Any, b: Any) -> bool:
+    return bool(a != b)
+
+
+def _bool_gt(a: Any, b: Any) -> bool:
+    return bool(a > b)
+
+
+def _bool_ge(a: Any, b: Any) -> bool:
+    return bool(a >= b)
+
+
+#: COMPARE_OP's operators by its argument, and (3.13) with its to-bool flag (16) set
+_COMPARE_OPS = (operator.lt, operator.le, operator.eq, operator.ne, operator.gt, operator.ge)
+_CAST_OPS = (_bool_lt, _bool_le, _bool_eq, _bool_ne, _bool_gt, _bool_ge)
+
+
+def predicate_fn(instr: Instr) -> Any:
+    """The function a PREDICATE instruction applies to its operands (`operator.lt` for `<`)."""
+    name = instr.name
+    if name == "COMPARE_OP":
+        arg = int(instr.arg)
+        return (_CAST_OPS if arg & 16 else _COMPARE_OPS)[arg & 15]
+    if name == "IS_OP":
+        return operator.is_not if instr.arg else operator.is_
+    if name == "CONTAINS_OP":
+        return _not_contains if instr.arg else _contains
+    return {"UNARY_NOT": operator.not_, "UNARY_INVERT": operator.invert, "TO_BOOL": bool}[name]
 
 
 #: OTHER instructions that only build values from their operands or do nothing (a compiled program

@@ -15,9 +15,9 @@ from typing import Any, Callable, Final, Optional
 from bytecode import Bytecode, Instr
 
 from bytegrad.errors import SourceLoc
-from bytegrad.runtime import abi, fused
+from bytegrad.runtime import abi, fused, monitor
 from bytegrad.transform import fusion, opcodes
-from bytegrad.transform.activity import NONDIFF_ATTRS, Activity, Slot, nondiff_callable
+from bytegrad.transform.activity import NONDIFF_ATTRS, SHAPE_ONLY, Activity, Slot, nondiff_callable
 from bytegrad.transform.opcodes import OpKind
 
 TAPE_LOCAL = "__bg_tape__"
@@ -94,6 +94,11 @@ class _Rewriter:
         self.out += opcodes.call_hook(n_operands, hook, TAPE_LOCAL, _site(self.loc, ins, what), ins.location, null=null)
         self.hooked += 1
 
+    def guard(self, n_operands: int, hook: Any, ins: Instr, what: str) -> None:
+        """BYTEGRAD_CHECK=1: a site left inactive still checks that no operand is differentiated."""
+        self.out += opcodes.call_hook(n_operands, monitor.guard_for(hook), TAPE_LOCAL, _site(self.loc, ins, what),
+                                      ins.location)
+
 
 # ---- what each kind of instruction becomes: one emitter per OpKind ---------------------------------
 
@@ -105,11 +110,14 @@ def _keep(r: _Rewriter, ins: Instr, st: Stack) -> None:
     r.out.append(ins)
 
 
-def _hooked_if_active(n: int, hook: Any, what: str) -> Emitter:
-    """An operation on the top `n` values, hooked when any of them may be active."""
+def _hooked_if_active(n: int, hook: Any, what: str, guarded: bool = False) -> Emitter:
+    """An operation on the top `n` values, hooked when any of them may be active (else, when
+    `guarded`, checked by BYTEGRAD_CHECK=1's guard)."""
     def emit(r: _Rewriter, ins: Instr, st: Stack) -> None:
         if any(s.active for s in st[-n:]):
             r.hook(n, hook, ins, what)
+        elif guarded and monitor.CHECK:
+            r.guard(n, hook, ins, what)
         else:
             r.out.append(ins)
     return emit
@@ -138,6 +146,9 @@ def _load_attr(r: _Rewriter, ins: Instr, st: Stack) -> None:
         r.hook(2, abi.getattr_, ins, "." + name)
     elif method:
         r.out += opcodes.method_load_as_plain(ins, name)
+    elif monitor.CHECK and name not in NONDIFF_ATTRS:
+        r.out.append(opcodes.load_const(name, ins.location))
+        r.guard(2, abi.getattr_, ins, "." + name)
     else:
         r.out.append(ins)
 
@@ -156,6 +167,8 @@ def _binary(r: _Rewriter, ins: Instr, st: Stack) -> None:
     op = opcodes.binary_operator(ins)
     if st[-1].active or st[-2].active or op.inplace:
         r.hook(2, abi.BINARY_HOOKS[op.symbol], ins, op.symbol)
+    elif monitor.CHECK:
+        r.guard(2, abi.BINARY_HOOKS[op.symbol], ins, op.symbol)
     else:
         r.out.append(ins)
 
@@ -220,6 +233,24 @@ def _call_ex(r: _Rewriter, ins: Instr, st: Stack) -> None:
         r.out.append(ins)
 
 
+def _predicate(r: _Rewriter, ins: Instr, st: Stack) -> None:
+    # a decision on a differentiated value: the hook computes it as it is, and a capture
+    # run records it for the compiled program to check (bytegrad/compiled.py)
+    n = opcodes.predicate_pops(ins)
+    if any(s.active for s in st[len(st) - n:]):
+        r.hook(n, abi.predicate_hook(opcodes.predicate_fn(ins)), ins, "decision")
+    else:
+        r.out.append(ins)
+
+
+def _pop_jump(r: _Rewriter, ins: Instr, st: Stack) -> None:
+    if st[-1].active and opcodes.tests_truth(ins):
+        # `if x:` on a differentiated value (3.11/3.12 test it in the jump itself): its truth
+        # is taken by the hook, as a decision a capture records, then the jump tests a bool
+        r.hook(1, abi.predicate_hook(bool), ins, "decision")
+    r.out.append(ins)
+
+
 def _other(r: _Rewriter, ins: Instr, st: Stack) -> None:
     r.out.append(ins)
     if opcodes.is_resume(ins) and not r.prologue_done:  # the prologue: fetch the thread's tape once
@@ -233,15 +264,17 @@ EMIT: Final[dict[OpKind, Emitter]] = {
         OpKind.LOAD_CONST, OpKind.LOAD_LOCAL, OpKind.LOAD_LOCAL_PAIR, OpKind.LOAD_CELL, OpKind.LOAD_GLOBAL,
         OpKind.LOAD_NAME, OpKind.PUSH_NULL, OpKind.STORE_LOCAL, OpKind.STORE_LOCAL_LOAD, OpKind.STORE_LOCAL_PAIR,
         OpKind.STORE_CELL, OpKind.STORE_GLOBAL, OpKind.SWAP, OpKind.COPY, OpKind.POP, OpKind.PRECALL,
-        OpKind.KW_NAMES, OpKind.MAKE_FUNCTION, OpKind.PREDICATE, OpKind.IMPORT, OpKind.FOR_ITER, OpKind.JUMP,
-        OpKind.POP_JUMP, OpKind.JUMP_OR_POP, OpKind.RETURN)},
+        OpKind.KW_NAMES, OpKind.MAKE_FUNCTION, OpKind.IMPORT, OpKind.FOR_ITER, OpKind.JUMP, OpKind.JUMP_OR_POP,
+        OpKind.RETURN)},
+    OpKind.PREDICATE: _predicate,
+    OpKind.POP_JUMP: _pop_jump,
     OpKind.LOAD_ATTR: _load_attr,
     OpKind.LOAD_METHOD: _load_attr,
     OpKind.LOAD_SUPER_ATTR: _load_super_attr,
     OpKind.BINARY: _binary,
     # the key counts too: `np.r_[x, x]` hands a differentiated tuple to NumPy's Python
     # `__getitem__`, which must run rewritten
-    OpKind.SUBSCR: _hooked_if_active(2, abi.getitem, "[]"),
+    OpKind.SUBSCR: _hooked_if_active(2, abi.getitem, "[]", guarded=True),
     OpKind.SLICE: _hooked_if_active(3, abi.getslice, "[:]"),
     OpKind.STORE_SUBSCR: _hooked_store(3, abi.setitem, "[]="),
     OpKind.STORE_SLICE: _hooked_store(4, abi.setslice, "[:]="),
@@ -249,7 +282,7 @@ EMIT: Final[dict[OpKind, Emitter]] = {
     OpKind.UNARY_NEG: _hooked_if_active(1, abi.neg, "unary -"),
     OpKind.UNARY_POS: _unary_pos,
     OpKind.INTRINSIC_1: _intrinsic,
-    OpKind.GET_ITER: _hooked_if_active(1, abi.iter_, "iteration"),
+    OpKind.GET_ITER: _hooked_if_active(1, abi.iter_, "iteration", guarded=True),
     OpKind.WITH: _with,
     OpKind.CONTAINER_ADD: _unpacked_if_active,
     OpKind.UNPACK: _unpacked_if_active,
@@ -269,11 +302,12 @@ def fusion_disabled() -> bool:
 
 def _call_active(ins: Instr, st: Any) -> bool:
     """A call is hooked when its callable or an argument may be active, unless the callable is a
-    known non-differentiable builtin (`len(x)` runs as it is)."""
+    known shape query (`len(x)` runs as it is)."""
     if st is None:
         return False
     n = int(ins.arg)
-    if nondiff_callable(opcodes.callable_slot(n, st)):
+    slot = opcodes.callable_slot(n, st)
+    if nondiff_callable(slot) and slot.known in SHAPE_ONLY:
         return False
     return any(s.active for s in st[-(n + 2):] if not s.null)
 

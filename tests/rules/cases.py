@@ -10,6 +10,8 @@ from bytegrad.errors import qualname
 from bytegrad.rules.testing import check_rule
 
 DTYPES = ("float64", "float32")
+#: where differentiated code is checked (grad_params): no ties, no zeros, mixed signs
+POINT = np.array([0.3, -1.2, 2.0, 0.7, 1.5])
 
 
 @dataclass(frozen=True)
@@ -110,3 +112,10 @@ def params(table: list[Case]) -> list[Any]:
     import pytest
 
     return [pytest.param(c, d, id=f"{c.id}-{i}-{d}") for i, c in enumerate(table) for d in c.dtypes]
+
+
+def grad_params(functions: dict[str, Callable[..., Any]], point: np.ndarray) -> list[Any]:
+    """pytest parameters (f, x) for differentiated code: each function at `point` in each of DTYPES."""
+    import pytest
+
+    return [pytest.param(f, point.astype(d), id=f"{name}-{d}") for name, f in functions.items() for d in DTYPES]

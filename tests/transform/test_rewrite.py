@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bytegrad import transform
-from bytegrad.runtime import abi
+from bytegrad.runtime import abi, monitor
 from bytegrad.runtime.tape import Tape, set_tape
 from bytegrad.transform import opcodes
 
@@ -71,6 +71,8 @@ def test_active_function_behaves_the_same_without_a_tape(active):
 
 def test_active_sites_are_hooked_and_inactive_ones_are_not(monkeypatch):
     monkeypatch.setenv("BYTEGRAD_DISABLE_FUSION", "1")  # `x * y + np.sin(x)` would fuse: see test_fusion.py
+    monkeypatch.setattr(monitor, "CHECK", False)  # the checking mode guards inactive sites (conftest.py)
+    monkeypatch.setenv("BYTEGRAD_CHECK", "0")
     new = transform.rewrite_code(sample_active.__code__, frozenset({"x"}), sample_active.__globals__)
     hooks = set(_hooks(new))
     assert abi.BINARY_HOOKS["*"] in hooks       # x * y
@@ -80,6 +82,16 @@ def test_active_sites_are_hooked_and_inactive_ones_are_not(monkeypatch):
     assert abi.BINARY_HOOKS["%"] not in hooks
     names = [i.opname for i in dis.get_instructions(new)]
     assert "BINARY_OP" in names
+
+
+def test_checking_mode_guards_the_inactive_sites(monkeypatch):
+    monkeypatch.setenv("BYTEGRAD_DISABLE_FUSION", "1")
+    monkeypatch.setattr(monitor, "CHECK", True)
+    monkeypatch.setenv("BYTEGRAD_CHECK", "1")
+    new = transform.rewrite_code(sample_active.__code__, frozenset({"x"}), sample_active.__globals__)
+    consts = set(c for c in new.co_consts if callable(c))
+    assert abi.BINARY_HOOKS["*"] in consts                              # x * y: hooked
+    assert monitor.guard_for(abi.BINARY_HOOKS["%"]) in consts           # i % len(z): guarded
 
 
 def test_rewritten_code_records_on_a_tape():

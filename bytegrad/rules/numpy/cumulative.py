@@ -1,4 +1,5 @@
-"""Running sums, products and differences: cumsum and cumprod (functions and methods), diff and ediff1d.
+"""Running sums, products and differences: cumsum and cumprod (functions and methods), NumPy 2's
+cumulative_sum and cumulative_prod (with include_initial), diff and ediff1d.
 
 cumprod is exact where the input has zeros: it does not divide by them.
 """
@@ -10,7 +11,8 @@ import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 
 from bytegrad.rules._project import project, stand_in
-from bytegrad.rules.registry import NO_TANGENT, rrule
+from bytegrad.rules._tangents import linear_frule
+from bytegrad.rules.registry import NO_TANGENT, frule, rrule
 
 _NOVALUE = getattr(np, "_NoValue", None)
 _CUMSUM_PARAMS = ("axis", "dtype", "out")
@@ -82,6 +84,36 @@ def cumprod_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[...,
         return (project(x_bar, x),) + (NO_TANGENT,) * len(args)
 
     return out, cumprod_pullback
+
+
+def _cumulative_rule(fn: Any, back: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]) -> None:
+    """NumPy 2's cumulative_sum / cumulative_prod: `back(x, out, out_bar)` along the last axis, where out
+    and out_bar leave out the initial value that include_initial=True puts first."""
+    name = fn.__name__
+
+    def cumulative_rrule(x: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+        if kwargs.get("out") is not None:
+            raise TypeError(f"numpy.{name}(..., out=...) cannot be differentiated; assign the result instead.")
+        out = fn(x, **kwargs)
+        xa = np.asarray(x)
+        axis = normalize_axis_index(kwargs.get("axis") or 0, max(xa.ndim, 1))
+        skip = 1 if kwargs.get("include_initial", False) else 0
+
+        def cumulative_pullback(out_bar: Any) -> tuple[Any]:
+            x1, o, g = (np.moveaxis(np.atleast_1d(v), axis, -1) for v in (xa, out, np.asarray(out_bar)))
+            x_bar = np.moveaxis(back(x1, o[..., skip:], g[..., skip:]), -1, axis)
+            return (project(x_bar.reshape(xa.shape), x),)
+
+        return out, cumulative_pullback
+
+    cumulative_rrule.__name__ = cumulative_rrule.__qualname__ = f"{name}_rrule"
+    rrule(fn)(cumulative_rrule)
+
+
+if hasattr(np, "cumulative_sum"):  # NumPy >= 2.1
+    _cumulative_rule(np.cumulative_sum, lambda x, out, g: _reverse_cumsum(g))
+    _cumulative_rule(np.cumulative_prod, _cumprod_cotangent)
+    frule(np.cumulative_sum)(linear_frule(np.cumulative_sum))
 
 
 def _diff_adjoint(g: Any, axis: int) -> Any:

@@ -1,4 +1,5 @@
-"""Rules for NumPy's higher-order functions, which apply a user's Python function: `np.vectorize`.
+"""Rules for NumPy's higher-order functions, which apply a user's Python function: `np.vectorize` and
+`np.apply_along_axis`.
 
 NumPy runs the user's function from C (a `frompyfunc` ufunc over object arrays), where bytegrad
 cannot follow it; the rule calls the function once per element through `rrule_via_ad` instead.
@@ -8,11 +9,12 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import numpy as np
+from numpy.lib.array_utils import normalize_axis_index
 
-from bytegrad.errors import NotImplementedRuleError, qualname
+from bytegrad.errors import NotImplementedRuleError, RuleCaseError, qualname
 from bytegrad.rules._project import is_float, project
 from bytegrad.rules._shape import unbroadcast
-from bytegrad.rules.registry import NO_TANGENT, ZERO, recording, rrule, rrule_via_ad
+from bytegrad.rules.registry import NO_TANGENT, ZERO, differentiate_through, recording, rrule, rrule_via_ad
 
 
 def _vectorized_positions(vf: np.vectorize, args: tuple[Any, ...]) -> list[int]:
@@ -46,7 +48,7 @@ def _output_type(vf: np.vectorize, element: Callable[..., Any], arrays: list[np.
 @rrule(np.vectorize.__call__)
 def vectorize_call_rrule(vf: np.vectorize, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., tuple[Any, ...]]]:
     if vf.pyfunc is np._NoValue or vf.signature is not None or any(k not in vf.excluded for k in kwargs):
-        raise NotImplementedRuleError(
+        raise RuleCaseError(
             f"differentiating np.vectorize({qualname(vf.pyfunc)}) is supported for positional arguments "
             f"without a `signature`; this call has " +
             ("a signature" if vf.signature is not None else "vectorized keyword arguments"), None,
@@ -82,3 +84,24 @@ def vectorize_call_rrule(vf: np.vectorize, *args: Any, **kwargs: Any) -> tuple[A
         return tuple(cotangents)
 
     return out, vectorize_call_pullback
+
+
+# ---- np.apply_along_axis: the user's function per slice, in Python bytegrad rewrites --------------------
+
+def apply_along_axis_in_python(func1d: Callable[..., Any], axis: int, arr: Any, *args: Any, **kwargs: Any) -> Any:
+    """np.apply_along_axis as NumPy defines it: func1d of each 1-D slice along `axis`, its results
+    (all of one shape) stacked where that axis was. Written here because NumPy's own code fills
+    its result through C helpers that bytegrad cannot follow."""
+    a = np.asarray(arr)
+    axis = normalize_axis_index(axis, a.ndim)
+    moved = np.moveaxis(a, axis, -1)
+    outer = moved.shape[:-1]
+    if any(n == 0 for n in outer):
+        raise ValueError("Cannot apply_along_axis when any iteration dimensions are 0")
+    results = [np.asarray(func1d(moved[index], *args, **kwargs)) for index in np.ndindex(outer)]
+    stacked = np.reshape(np.stack(results), outer + np.shape(results[0]))
+    n_res = np.ndim(results[0])
+    return np.moveaxis(stacked, list(range(len(outer), len(outer) + n_res)), list(range(axis, axis + n_res)))
+
+
+differentiate_through(np.apply_along_axis, apply_along_axis_in_python)

@@ -1,5 +1,5 @@
 """Indexing rules: `operator.getitem` on arrays (basic, fancy, boolean), `np.take`, `np.take_along_axis`,
-`np.diagonal` (and `ndarray.diagonal`) and `np.sort`.
+`np.diagonal` (and `ndarray.diagonal`), `np.sort` and `np.partition`.
 
 Fancy indices may repeat an element, so their pullback accumulates with `np.add.at`; indices that
 select each element at most once (basic indexing, boolean masks) take the fast assignment path.
@@ -13,7 +13,7 @@ import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 
 from bytegrad.rules._project import project, stand_in
-from bytegrad.rules._tangents import filled, is_zero
+from bytegrad.rules._tangents import filled, is_zero, linear_frule
 from bytegrad.rules.registry import NO_TANGENT, ZERO, frule, program_form, rrule
 
 _BASIC_TYPES = frozenset((int, slice, type(None), type(Ellipsis), bool))
@@ -185,6 +185,47 @@ def sort_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., An
     return out, sort_pullback
 
 
+def _permutation_to(xa: np.ndarray, out: np.ndarray, axis: Any) -> np.ndarray:
+    """Indices along `axis` (of the flattened arrays for None) with take_along_axis(x, idx) == out,
+    for an `out` that rearranges x along the axis: stable sorts of the two, matched rank by rank."""
+    if axis is None:
+        xa, out, axis = xa.reshape(-1), out.reshape(-1), 0
+    order_x = np.argsort(xa, axis=axis, kind="stable")
+    idx = np.empty_like(order_x)
+    np.put_along_axis(idx, np.argsort(out, axis=axis, kind="stable"), order_x, axis=axis)
+    return idx
+
+
+@rrule(np.partition)
+def partition_rrule(x: Any, kth: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    """Each output element is the input element partition moved there (ties: any of them)."""
+    out = np.partition(x, kth, *args, **kwargs)
+    axis = kwargs.get("axis", args[0] if args else -1)
+
+    def partition_pullback(out_bar: Any) -> tuple[Any, ...]:
+        xa = np.asarray(x)
+        idx = _permutation_to(xa, np.asarray(out), axis)
+        x_bar = _zeros_like(xa, out_bar)
+        np.put_along_axis(x_bar.reshape(-1) if axis is None else x_bar, idx, out_bar, axis=0 if axis is None else axis)
+        return (project(x_bar, x), NO_TANGENT) + (NO_TANGENT,) * len(args)
+
+    return out, partition_pullback
+
+
+@frule(np.partition)
+def partition_frule(args_dot: tuple[Any, ...], x: Any, kth: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+    out = np.partition(x, kth, *args, **kwargs)
+    if is_zero(args_dot[0]):
+        return out, ZERO
+    axis = kwargs.get("axis", args[0] if args else -1)
+    idx = _permutation_to(np.asarray(x), np.asarray(out), axis)
+    x_dot = filled(args_dot[0], x)
+    return out, np.take_along_axis(np.reshape(x_dot, -1) if axis is None else x_dot, idx, axis=0 if axis is None else axis)
+
+
+frule(np.take_along_axis)(linear_frule(np.take_along_axis))
+
+
 @rrule(np.take_along_axis)
 def take_along_axis_rrule(arr: Any, indices: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
     out = np.take_along_axis(arr, indices, *args, **kwargs)
@@ -221,3 +262,29 @@ def diagonal_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[...
         return (project(x_bar, like),) + (NO_TANGENT,) * len(args)
 
     return out, diagonal_pullback
+
+
+# ---- a.flat: the runtime calls the rule with the array as the only argument ---------------------------
+
+def _flat_of(x: np.ndarray) -> np.ndarray:
+    """`x.flat` as a 1-D array: a view for a C-contiguous x, so `x.flat[k] = v` writes x as NumPy's
+    flatiter does; otherwise a read-only copy (a write through it raises instead of being lost)."""
+    out = x.reshape(-1)
+    if not np.shares_memory(out, x) and x.size > 1:
+        out.flags.writeable = False
+    return out
+
+
+@rrule(np.ndarray.flat)
+def flat_rrule(x: np.ndarray) -> tuple[np.ndarray, Callable[..., Any]]:
+    """`x.flat` of a differentiated array: indexing, iterating and writing it are then those of a
+    1-D array, which bytegrad records (a flatiter object hides its elements from the tape)."""
+    out = _flat_of(x)
+
+    def flat_pullback(out_bar: Any) -> tuple[Any]:
+        return (np.reshape(out_bar, x.shape),)
+
+    return out, flat_pullback
+
+
+frule(np.ndarray.flat)(lambda args_dot, x: (_flat_of(x), ZERO if is_zero(args_dot[0]) else np.reshape(args_dot[0], -1)))

@@ -136,13 +136,12 @@ def inner_rrule(a: Any, b: Any) -> tuple[Any, Callable[..., Any]]:
 
 @rrule(np.vdot)
 def vdot_rrule(a: Any, b: Any) -> tuple[Any, Callable[..., Any]]:
+    """sum(conj(a) * b) over the flattened arguments: a_bar = conj(out_bar * b), b_bar = out_bar * conj(a)."""
     out = np.vdot(a, b)
-    if np.iscomplexobj(a) or np.iscomplexobj(b):
-        raise NotImplementedError("the numpy.vdot rule covers real arguments only")
 
     def vdot_pullback(out_bar: Any) -> tuple[Any, Any]:
-        a_bar = lambda: project(np.reshape(out_bar * np.ravel(b), np.shape(a)), a)  # noqa: E731
-        b_bar = lambda: project(np.reshape(out_bar * np.ravel(a), np.shape(b)), b)  # noqa: E731
+        a_bar = lambda: project(np.reshape(np.conj(out_bar * np.ravel(b)), np.shape(a)), a)  # noqa: E731
+        b_bar = lambda: project(np.reshape(out_bar * np.conj(np.ravel(a)), np.shape(b)), b)  # noqa: E731
         return a_bar, b_bar
 
     return out, vdot_pullback
@@ -202,7 +201,8 @@ def _einsum_operand_bar(k: int, specs: list[str], output: str, operands: tuple[A
     sizes: dict[str, int] = {}
     for t, op in zip(specs, operands):
         for c, n in zip(t, np.shape(op)):
-            sizes[c] = max(sizes.get(c, 1), n)
+            if n != 1 or c not in sizes:  # a size-1 axis broadcasts against any other (also 0)
+                sizes[c] = n
     others = [j for j in range(len(specs)) if j != k]
     available = set(output).union(*(specs[j] for j in others))
     unique = "".join(dict.fromkeys(target))
@@ -222,19 +222,39 @@ def _einsum_operand_bar(k: int, specs: list[str], output: str, operands: tuple[A
     return project(g, operands[k])
 
 
+def _sublist_subscripts(args: tuple[Any, ...]) -> tuple[str, tuple[Any, ...], list[int]]:
+    """The operand-list form `einsum(a, [0, 1], b, [1, 2], [0, 2])` as a subscripts string, its operands,
+    and their positions among the arguments. Integers become letters, Ellipsis becomes '...'."""
+    def letters(sublist: Any) -> str:
+        return "".join("..." if k is Ellipsis else _LETTERS[operator.index(k)] for k in sublist)
+
+    n_ops = len(args) // 2
+    positions = list(range(0, 2 * n_ops, 2))
+    spec = ",".join(letters(args[p + 1]) for p in positions)
+    if len(args) % 2:
+        spec += "->" + letters(args[-1])
+    return spec, tuple(args[p] for p in positions), positions
+
+
 @rrule(np.einsum)
-def einsum_rrule(subscripts: Any, *operands: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
-    if not isinstance(subscripts, str):
-        raise NotImplementedError("the numpy.einsum rule covers the subscripts-string form only")
+def einsum_rrule(*args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    """Both forms: `einsum("ij,jk->ik", a, b)` and `einsum(a, [0, 1], b, [1, 2], [0, 2])`."""
     _no_out("einsum", kwargs)
-    out = np.einsum(subscripts, *operands, **kwargs)
+    out = np.einsum(*args, **kwargs)
+    if isinstance(args[0], str):
+        subscripts, operands, positions = args[0], args[1:], list(range(1, len(args)))
+    else:
+        subscripts, operands, positions = _sublist_subscripts(args)
     specs, output = _einsum_specs(subscripts, operands)
 
     def einsum_pullback(out_bar: Any) -> tuple[Any, ...]:
         def operand_bar(k: int) -> Callable[[], Any]:
             return lambda: _einsum_operand_bar(k, specs, output, operands, out_bar)
 
-        return (NO_TANGENT,) + tuple(operand_bar(k) for k in range(len(operands)))
+        bars: list[Any] = [NO_TANGENT] * len(args)
+        for k, p in enumerate(positions):
+            bars[p] = operand_bar(k)
+        return tuple(bars)
 
     return out, einsum_pullback
 
@@ -309,6 +329,15 @@ def _extreme_share(values: np.ndarray, extreme: np.ndarray, axes: tuple[int, ...
     return mask / np.maximum(np.sum(mask, axis=axes, keepdims=True), 1)
 
 
+def _abs_slope(xa: np.ndarray) -> np.ndarray:
+    """The cotangent of |x| per unit cotangent: sign(x), or conj(z) / |z| for complex z (docs/plugins.md,
+    complex numbers); 0 at 0."""
+    if xa.dtype.kind != "c":
+        return np.sign(xa)
+    absx = np.abs(xa)
+    return np.where(absx == 0, 0, xa.conj() / np.where(absx == 0, 1, absx))
+
+
 def _vector_norm_cotangent(xa: np.ndarray, ord_: Any, axes: tuple[int, ...], out_e: Any, ob: Any) -> Any:
     """The cotangent of ||x||_ord taken over `axes` as one vector; out_e and ob keep x's rank."""
     if ord_ is None or ord_ == 2:
@@ -318,7 +347,7 @@ def _vector_norm_cotangent(xa: np.ndarray, ord_: Any, axes: tuple[int, ...], out
         return np.where(zero, 0, ob * (xa.conj() if xa.dtype.kind == "c" else xa) / np.where(zero, 1, out_e))
     if ord_ == 0:  # the number of nonzero elements: piecewise constant
         return np.zeros(xa.shape, dtype=np.result_type(xa, ob, 0.0))
-    sign = np.sign(xa)
+    sign = _abs_slope(xa)
     if ord_ == 1:
         return ob * sign
     if ord_ in (np.inf, -np.inf):  # the largest (smallest) |x_i|: ties share its cotangent
@@ -338,7 +367,7 @@ def _matrix_norm_cotangent(xa: np.ndarray, ord_: Any, row: int, col: int, out_e:
         # 1: the largest column sum of |x| (over rows); inf: the largest row sum (over columns)
         summed, across = (row, col) if ord_ in (1, -1) else (col, row)
         sums = np.sum(np.abs(xa), axis=summed, keepdims=True)
-        return ob * np.sign(xa) * _extreme_share(sums, out_e, (across,))
+        return ob * _abs_slope(xa) * _extreme_share(sums, out_e, (across,))
     if ord_ not in ("nuc", 2, -2):
         raise ValueError(f"invalid norm order {ord_!r} for matrices")
     m = np.moveaxis(xa, (row, col), (-2, -1))
@@ -347,7 +376,8 @@ def _matrix_norm_cotangent(xa: np.ndarray, ord_: Any, row: int, col: int, out_e:
         u, vt = u[..., :, :1], vt[..., :1, :]
     elif ord_ == -2:
         u, vt = u[..., :, -1:], vt[..., -1:, :]
-    return ob * np.moveaxis(u @ vt, (-2, -1), (row, col))
+    # d sigma = Re(u^H dX v): the cotangent conj(u v^H) (no-op conj for real input)
+    return ob * np.moveaxis(np.conj(u @ vt), (-2, -1), (row, col))
 
 
 def _order_derivative(xa: np.ndarray, p: float, axes: tuple[int, ...], out_e: Any) -> Any:
@@ -363,9 +393,6 @@ def _norm_rule(out: Any, x: Any, ord_: Any, axes: tuple[int, ...], matrix: bool,
     """The pullback of a norm; with n_args > 0 the order is the first of the n_args other positional
     arguments, and a float order p of a vector norm gets its cotangent (other orders are flat in it)."""
     xa = np.asarray(x)
-    if xa.dtype.kind == "c" and not (ord_ is None or ord_ == "fro" or (not matrix and ord_ == 2)):
-        raise NotImplementedError(
-            f"the numpy.linalg.norm rules cover complex input for the 2-norm only, not ord={ord_!r}")
     shape_e = tuple(1 if i in axes else d for i, d in enumerate(xa.shape))
     like = stand_in(x)
 

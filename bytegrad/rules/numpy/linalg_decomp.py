@@ -1,5 +1,12 @@
 """Matrix decompositions and what is built on them: `np.linalg` cholesky, qr, svd, svdvals, eigh,
-eigvalsh, pinv and lstsq, for real input (also stacked). eig and eigvals are declared not implemented.
+eigvalsh, eig, eigvals, pinv and lstsq (also stacked). svd, svdvals, eigh, eigvalsh, eig and eigvals
+take complex input too; the others are real-only.
+
+Complex input: cotangents pair with tangents without conjugation (docs/plugins.md), so a rule's
+cotangent is the conjugate of the adjoint that textbooks (and PyTorch) write. Singular vectors and
+the eigenvectors of eigh and eig are fixed by the input only up to a phase per vector (a sign, for
+real input); their cotangents are exact for functions that do not depend on that choice (|U|**2,
+U diag(c) Vt, functions of the values), the only functions with a derivative.
 
 One triangle: NumPy's cholesky, eigh and eigvalsh (and svd/pinv with hermitian=True) read only one
 triangle of their argument (the lower one; the upper one with upper=True or UPLO='U'). Their
@@ -23,27 +30,34 @@ from typing import Any, Callable
 
 import numpy as np
 
+from bytegrad.errors import RuleCaseError
 from bytegrad.rules._project import project, stand_in
-from bytegrad.rules.registry import NO_TANGENT, ZERO, not_implemented, rrule
+from bytegrad.rules.registry import NO_TANGENT, ZERO, rrule
 
 
 def _mT(m: np.ndarray) -> np.ndarray:
     return np.swapaxes(m, -1, -2)
 
 
+def _mH(m: np.ndarray) -> np.ndarray:
+    return np.conj(np.swapaxes(m, -1, -2))
+
+
 def _real_only(name: str, a: Any) -> np.ndarray:
     a = np.asarray(a)
     if a.dtype.kind == "c":
-        raise NotImplementedError(f"the numpy.linalg.{name} rule covers real matrices only")
+        raise RuleCaseError(f"the numpy.linalg.{name} rule covers real matrices only")
     return a
 
 
 def _onto_triangle(m: np.ndarray, lower: bool) -> np.ndarray:
     """The cotangent of a matrix of which one triangle is read, from a cotangent `m` of the symmetric
-    matrix that triangle stands for (only m + m.T matters)."""
-    if lower:
-        return np.tril(m) + np.tril(_mT(m), -1)
-    return np.triu(m) + np.triu(_mT(m), 1)
+    (Hermitian) matrix that triangle stands for (only m + m^H matters). The imaginary part of a complex
+    diagonal is not read."""
+    out = np.tril(m) + np.tril(_mH(m), -1) if lower else np.triu(m) + np.triu(_mH(m), 1)
+    if out.dtype.kind == "c":
+        out = out - 1j * _diag_embed(np.diagonal(m, axis1=-2, axis2=-1).imag)
+    return out
 
 
 def _diag_embed(d: Any) -> np.ndarray:
@@ -67,7 +81,8 @@ def _extra_columns(q_bar: Any, q: np.ndarray, k: int) -> Any:
         return q_bar
     q1, q2 = q[..., :k], q[..., k:]
     q2_bar = q_bar[..., k:]
-    return q_bar[..., :k] - q2 @ (_mT(q2_bar) @ q1)
+    correction = q2 @ (_mT(q2_bar) @ q1)
+    return q_bar[..., :k] - (np.conj(correction) if correction.dtype.kind == "c" else correction)
 
 
 # ---- cholesky -------------------------------------------------------------------------------------
@@ -80,16 +95,23 @@ def cholesky_rrule(a: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
     like = stand_in(a)
 
     def cholesky_pullback(out_bar: Any) -> tuple[Any]:
-        # A = L L^T gives L^-1 dA L^-T = X + X^T with X = L^-1 dL lower triangular, so
-        # dL = L phi(L^-1 dA L^-T), phi taking the lower triangle with the diagonal halved.
-        low = _mT(out) if upper else out
-        low_bar = _mT(out_bar) if upper else out_bar
-        p = np.tril(_mT(low) @ low_bar)
-        p = p - 0.5 * _diag_embed(np.diagonal(p, axis1=-2, axis2=-1))
-        low_inv = np.linalg.inv(low)
-        return (project(_onto_triangle(_mT(low_inv) @ p @ low_inv, not upper), like),)
+        return (cholesky_cotangent(out, out_bar, upper, like),)
 
     return out, cholesky_pullback
+
+
+def cholesky_cotangent(out: np.ndarray, out_bar: Any, upper: bool, like: Any) -> Any:
+    """The cotangent of the matrix whose lower (upper) triangle gave the Cholesky factor `out` (L, or
+    U = L^T if `upper`). Also scipy.linalg's rules': they pass their own factor, which a nested
+    derivative tracks (a factor recomputed here would be a constant to it)."""
+    # A = L L^T gives L^-1 dA L^-T = X + X^T with X = L^-1 dL lower triangular, so
+    # dL = L phi(L^-1 dA L^-T), phi taking the lower triangle with the diagonal halved.
+    low = _mT(out) if upper else out
+    low_bar = _mT(out_bar) if upper else out_bar
+    p = np.tril(_mT(low) @ low_bar)
+    p = p - 0.5 * _diag_embed(np.diagonal(p, axis1=-2, axis2=-1))
+    low_inv = np.linalg.inv(low)
+    return project(_onto_triangle(_mT(low_inv) @ p @ low_inv, not upper), like)
 
 
 # ---- qr -------------------------------------------------------------------------------------------
@@ -107,7 +129,7 @@ def qr_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]
     xa = _real_only("qr", a)
     mode = kwargs.get("mode", args[0] if args else "reduced")
     if mode not in ("reduced", "complete", "r"):
-        raise NotImplementedError(f"the numpy.linalg.qr rule covers modes 'reduced', 'complete' and 'r', not {mode!r}")
+        raise RuleCaseError(f"the numpy.linalg.qr rule covers modes 'reduced', 'complete' and 'r', not {mode!r}")
     out = np.linalg.qr(a, *args, **kwargs)
     m, n = xa.shape[-2:]
     k = min(m, n)
@@ -146,26 +168,34 @@ def qr_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]
 # ---- svd ------------------------------------------------------------------------------------------
 
 def _svd_cotangent(u: np.ndarray, s: np.ndarray, vt: np.ndarray, u_bar: Any, s_bar: Any, vt_bar: Any) -> Any:
-    """The cotangent of A = U diag(s) Vt (reduced: U (m, k), Vt (k, n)), from those of U, s and Vt."""
+    """The cotangent of A = U diag(s) Vt (reduced: U (m, k), Vt (k, n)), from those of U, s and Vt.
+
+    Computed as the adjoint G of the derivative (g_u = conj(u_bar) and g_v = vt_bar^T are the adjoint
+    forms of the cotangents of U and of V = Vt^H), and returned as conj(G). For complex input the
+    phase of each singular pair is free; the derivative used keeps Re(diag(V^H dV)) = 0 and gives
+    U the rest, so the diagonal of U^H g_u adds i Im(.) / s."""
     k = s.shape[-1]
     m, n = u.shape[-2], vt.shape[-1]
-    v = _mT(vt)
-    v_bar = _mT(vt_bar) if vt_bar is not ZERO else ZERO
-    inner = _diag_embed(s_bar) if s_bar is not ZERO else np.zeros(s.shape + (k,), dtype=s.dtype)
-    if u_bar is not ZERO or v_bar is not ZERO:
+    v = _mH(vt)
+    g_u = np.conj(u_bar) if u_bar is not ZERO else ZERO
+    g_v = _mT(vt_bar) if vt_bar is not ZERO else ZERO
+    inner = _diag_embed(s_bar).astype(u.dtype) if s_bar is not ZERO else np.zeros(s.shape + (k,), dtype=u.dtype)
+    if g_u is not ZERO or g_v is not ZERO:
         f = _gap_inverse(s, square=True)
-        if u_bar is not ZERO:
-            j = _mT(u) @ u_bar
-            inner = inner + (f * (j - _mT(j))) * s[..., None, :]
-        if v_bar is not ZERO:
-            kk = _mT(v) @ v_bar
-            inner = inner + s[..., :, None] * (f * (kk - _mT(kk)))
-    a_bar = u @ inner @ vt
-    if u_bar is not ZERO and m > k:  # the part of u_bar outside U's columns
-        a_bar = a_bar + ((u_bar - u @ (_mT(u) @ u_bar)) / s[..., None, :]) @ vt
-    if v_bar is not ZERO and n > k:
-        a_bar = a_bar + u @ _mT((v_bar - v @ (_mT(v) @ v_bar)) / s[..., None, :])
-    return a_bar
+        if g_u is not ZERO:
+            j = _mH(u) @ g_u
+            inner = inner + (f * (j - _mH(j))) * s[..., None, :]
+            if j.dtype.kind == "c":
+                inner = inner + _diag_embed(1j * np.diagonal(j, axis1=-2, axis2=-1).imag / s)
+        if g_v is not ZERO:
+            kk = _mH(v) @ g_v
+            inner = inner + s[..., :, None] * (f * (kk - _mH(kk)))
+    g_a = u @ inner @ vt
+    if g_u is not ZERO and m > k:  # the part of g_u outside U's columns
+        g_a = g_a + ((g_u - u @ (_mH(u) @ g_u)) / s[..., None, :]) @ vt
+    if g_v is not ZERO and n > k:
+        g_a = g_a + u @ _mH((g_v - v @ (_mH(v) @ g_v)) / s[..., None, :])
+    return np.conj(g_a) if g_a.dtype.kind == "c" else g_a
 
 
 def _hermitian_flag(args: tuple[Any, ...], kwargs: dict[str, Any], pos: int) -> bool:
@@ -174,7 +204,7 @@ def _hermitian_flag(args: tuple[Any, ...], kwargs: dict[str, Any], pos: int) -> 
 
 @rrule(np.linalg.svd)
 def svd_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
-    xa = _real_only("svd", a)
+    xa = np.asarray(a)
     params = dict(zip(("full_matrices", "compute_uv", "hermitian"), args), **kwargs)
     full, compute_uv = params.get("full_matrices", True), params.get("compute_uv", True)
     hermitian = bool(params.get("hermitian", False))
@@ -196,8 +226,8 @@ def svd_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any
         uk, vtk = u[..., :k], vt[..., :k, :]
         if full:
             u_bar = _extra_columns(u_bar, u, k)
-            if vt_bar is not ZERO:
-                vt_bar = _mT(_extra_columns(_mT(vt_bar), _mT(vt), k))
+            if vt_bar is not ZERO:  # through V = Vt^H, whose cotangent is conj(Vt_bar^T)
+                vt_bar = np.conj(_mT(_extra_columns(np.conj(_mT(vt_bar)), _mH(vt), k)))
         a_bar = _svd_cotangent(uk, s, vtk, u_bar, s_bar, vt_bar)
         if hermitian:
             a_bar = _onto_triangle(a_bar, lower=True)
@@ -206,19 +236,32 @@ def svd_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any
     return out, svd_pullback
 
 
-if hasattr(np.linalg, "svdvals"):
+def _values_only(fn: Any, back: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> None:
+    """Register the rrule of a function giving a decomposition's values alone (svdvals, eigvals): its
+    pullback recomputes the vectors, `back(x, out_bar)`."""
+    name = fn.__name__
 
-    @rrule(np.linalg.svdvals)
-    def svdvals_rrule(x: Any) -> tuple[Any, Callable[..., Any]]:
-        xa = _real_only("svdvals", x)
-        out = np.linalg.svdvals(x)
+    def values_rrule(x: Any) -> tuple[Any, Callable[..., Any]]:
+        xa = np.asarray(x)
+        out = fn(x)
         like = stand_in(x)
 
-        def svdvals_pullback(out_bar: Any) -> tuple[Any]:
-            u, _, vt = np.linalg.svd(xa, full_matrices=False)
-            return (project((u * np.asarray(out_bar)[..., None, :]) @ vt, like),)
+        def values_pullback(out_bar: Any) -> tuple[Any]:
+            return (project(back(xa, np.asarray(out_bar)), like),)
 
-        return out, svdvals_pullback
+        return out, values_pullback
+
+    values_rrule.__name__ = values_rrule.__qualname__ = f"{name}_rrule"
+    rrule(fn)(values_rrule)
+
+
+def _svdvals_back(xa: np.ndarray, s_bar: np.ndarray) -> np.ndarray:
+    u, _, vt = np.linalg.svd(xa, full_matrices=False)
+    return np.conj((u * s_bar[..., None, :]) @ vt)
+
+
+if hasattr(np.linalg, "svdvals"):
+    _values_only(np.linalg.svdvals, _svdvals_back)
 
 
 # ---- eigh, eigvalsh -------------------------------------------------------------------------------
@@ -230,45 +273,76 @@ def _uplo(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
 
 @rrule(np.linalg.eigh)
 def eigh_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
-    _real_only("eigh", a)
     out = np.linalg.eigh(a, *args, **kwargs)
     lower = _uplo(args, kwargs)
     w, v = out
     like = stand_in(a)
 
     def eigh_pullback(out_bar: Any) -> tuple[Any, ...]:
-        # dw = diag(V^T dA V), dV = V (F * (V^T dA V)) with F[i, j] = 1 / (w_j - w_i).
-        w_bar, v_bar = out_bar
-        if w_bar is ZERO and v_bar is ZERO:
-            return (ZERO,) + (NO_TANGENT,) * len(args)
-        inner = _diag_embed(w_bar) if w_bar is not ZERO else np.zeros(v.shape, dtype=v.dtype)
-        if v_bar is not ZERO:
-            inner = inner + _gap_inverse(w, square=False) * (_mT(v) @ v_bar)
-        return (project(_onto_triangle(v @ inner @ _mT(v), lower), like),) + (NO_TANGENT,) * len(args)
+        return (eigh_cotangent(w, v, out_bar[0], out_bar[1], lower, like),) + (NO_TANGENT,) * len(args)
 
     return out, eigh_pullback
 
 
+def eigh_cotangent(w: np.ndarray, v: np.ndarray, w_bar: Any, v_bar: Any, lower: bool, like: Any) -> Any:
+    """The cotangent of the matrix (of which one triangle is read) of eigenvalues w and eigenvectors v
+    (also scipy.linalg.eigh's: its vectors' signs may differ from NumPy's, so each rule passes its own)."""
+    # dw = diag(V^H dA V), dV = V (F * (V^H dA V)) with F[i, j] = 1 / (w_j - w_i): the cotangent
+    # is conj(V) (diag(w_bar) + F * (V^T v_bar)) V^T (conj a no-op for real input).
+    if w_bar is ZERO and v_bar is ZERO:
+        return ZERO
+    inner = _diag_embed(w_bar) if w_bar is not ZERO else np.zeros(v.shape, dtype=v.dtype)
+    if v_bar is not ZERO:
+        inner = inner + _gap_inverse(w, square=False) * (_mT(v) @ v_bar)
+    return project(_onto_triangle(np.conj(v) @ inner @ _mT(v), lower), like)
+
+
 @rrule(np.linalg.eigvalsh)
 def eigvalsh_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
-    xa = _real_only("eigvalsh", a)
+    xa = np.asarray(a)
     lower = _uplo(args, kwargs)
     out = np.linalg.eigvalsh(a, *args, **kwargs)
     like = stand_in(a)
 
     def eigvalsh_pullback(out_bar: Any) -> tuple[Any, ...]:
         v = np.linalg.eigh(xa, "L" if lower else "U")[1]
-        m = (v * np.asarray(out_bar)[..., None, :]) @ _mT(v)
+        m = (np.conj(v) * np.asarray(out_bar)[..., None, :]) @ _mT(v)
         return (project(_onto_triangle(m, lower), like),) + (NO_TANGENT,) * len(args)
 
     return out, eigvalsh_pullback
 
 
-_EIG_REASON = ("the eigenvalues and eigenvectors of a general real matrix are complex in general, and "
-               "bytegrad's linear-algebra rules are real-only; for a symmetric matrix use "
-               "np.linalg.eigh or np.linalg.eigvalsh, whose rules exist")
-not_implemented(np.linalg.eig, _EIG_REASON)
-not_implemented(np.linalg.eigvals, _EIG_REASON)
+# ---- eig, eigvals ---------------------------------------------------------------------------------
+
+def _eig_cotangent(w: np.ndarray, v: np.ndarray, w_bar: Any, v_bar: Any) -> np.ndarray:
+    """The cotangent of A = V diag(w) V^-1 (each column of V of unit norm), from those of w and V:
+    V^-T (diag(w_bar) + F * (V^T v_bar')) V^T with F[i, j] = 1 / (w_j - w_i), where v_bar' drops
+    what would change a column's norm: v_bar - conj(V) Re(diag(V^T v_bar))."""
+    vt = _mT(v)
+    inner = _diag_embed(w_bar).astype(v.dtype) if w_bar is not ZERO else np.zeros(v.shape, dtype=v.dtype)
+    if v_bar is not ZERO:
+        v_bar = v_bar - np.conj(v) * np.real(np.sum(v * v_bar, axis=-2))[..., None, :]
+        inner = inner + _gap_inverse(w, square=False) * (vt @ v_bar)
+    return np.linalg.solve(vt, inner @ vt)
+
+
+@rrule(np.linalg.eig)
+def eig_rrule(a: Any) -> tuple[Any, Callable[..., Any]]:
+    """Real or complex input, distinct eigenvalues; a real input's eigenvalues may be complex, and its
+    cotangent is the real part."""
+    out = np.linalg.eig(a)
+    like = stand_in(a)
+
+    def eig_pullback(out_bar: Any) -> tuple[Any]:
+        w_bar, v_bar = out_bar
+        if w_bar is ZERO and v_bar is ZERO:
+            return (ZERO,)
+        return (project(_eig_cotangent(out[0], out[1], w_bar, v_bar), like),)
+
+    return out, eig_pullback
+
+
+_values_only(np.linalg.eigvals, lambda xa, w_bar: _eig_cotangent(*np.linalg.eig(xa), w_bar, ZERO))
 
 
 # ---- pinv, lstsq ----------------------------------------------------------------------------------

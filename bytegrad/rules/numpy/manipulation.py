@@ -1,5 +1,5 @@
-"""Array manipulation with many pieces: split, array_split, hsplit, vsplit, dsplit, pad and
-`np.lib.stride_tricks.sliding_window_view`.
+"""Array manipulation with many pieces: split, array_split, hsplit, vsplit, dsplit, pad,
+`np.lib.stride_tricks.sliding_window_view` and broadcast_arrays.
 
 pad and sliding_window_view copy elements (some several times): their pullbacks apply the same
 function to an array of element numbers and add each output cotangent to the element it came from.
@@ -12,8 +12,9 @@ import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 from numpy.lib.stride_tricks import sliding_window_view
 
+from bytegrad.errors import RuleCaseError
 from bytegrad.rules._project import project, stand_in
-from bytegrad.rules.registry import NO_TANGENT, ZERO, rrule
+from bytegrad.rules.registry import NO_TANGENT, ZERO, differentiate_through, rrule
 
 
 def _gather_back(index: np.ndarray, out_bar: Any, like: Any) -> Any:
@@ -75,7 +76,7 @@ def pad_rrule(array: Any, pad_width: Any, *args: Any, **kwargs: Any) -> tuple[An
     mode = kwargs.get("mode", args[0] if args else "constant")
     if not (isinstance(mode, str) and mode in _COPYING_MODES) or kwargs.get("reflect_type", "even") != "even":
         detail = f"reflect_type={kwargs['reflect_type']!r}" if "reflect_type" in kwargs else f"mode={mode!r}"
-        raise NotImplementedError(f"the numpy.pad rule covers the modes {', '.join(_COPYING_MODES)} "
+        raise RuleCaseError(f"the numpy.pad rule covers the modes {', '.join(_COPYING_MODES)} "
                                   f"(with reflect_type='even'), not {detail}")
     out = np.pad(array, pad_width, *args, **kwargs)
     index_kwargs = dict(kwargs)
@@ -104,3 +105,13 @@ def sliding_window_view_rrule(x: Any, window_shape: Any, *args: Any, **kwargs: A
         return (_gather_back(index, out_bar, like), NO_TANGENT) + (NO_TANGENT,) * len(args)
 
     return out, sliding_window_view_pullback
+
+
+# ---- broadcast_arrays: np.broadcast_to of each, run as Python (NumPy's code asks C for the shape) ------
+
+def broadcast_arrays_in_python(*args: Any, subok: bool = False) -> tuple[Any, ...]:
+    shape = np.broadcast_shapes(*(np.shape(a) for a in args))
+    return tuple(np.broadcast_to(a, shape, subok=subok) for a in args)
+
+
+differentiate_through(np.broadcast_arrays, broadcast_arrays_in_python)

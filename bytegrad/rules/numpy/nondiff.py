@@ -46,3 +46,6 @@ non_differentiable(
     np.ndarray.argmax, np.ndarray.argmin, np.ndarray.argsort, np.ndarray.nonzero, np.ndarray.any,
     np.ndarray.all, np.ndarray.round, np.ndarray.searchsorted,
 )
+# `a.base` is the array a view was made from (None for an array that owns its memory): read for its
+# identity (`v.base is a`), given as it is, with no derivative of its own.
+non_differentiable(np.ndarray.base)

@@ -1,7 +1,8 @@
-"""More products: tensordot, kron, cross, and `np.linalg` multi_dot and matrix_power.
+"""More products: tensordot, kron, cross, `np.linalg` multi_dot and matrix_power, and NumPy 2's vecdot
+(`np` and `np.linalg`), matvec, vecmat and `np.linalg.outer`.
 
-(matmul, dot, outer, inner, vdot, trace and einsum are in `linalg.py`.) Cotangents of the two-operand products are thunks, computed only for the operands
-being differentiated.
+(matmul, dot, outer, inner, vdot, trace and einsum are in `linalg.py`.) Cotangents of the two-operand
+products are thunks, computed only for the operands being differentiated.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any, Callable
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 
+from bytegrad.errors import RuleCaseError
 from bytegrad.rules._project import project, stand_in
 from bytegrad.rules._shape import unbroadcast
 from bytegrad.rules._tangents import bilinear_frule
@@ -101,30 +103,41 @@ def kron_rrule(a: Any, b: Any) -> tuple[Any, Callable[..., Any]]:
 
 # ---- cross ------------------------------------------------------------------------------------------
 
+def _as_3(V: Any) -> Any:
+    """Vectors (last axis) of 2 components as 3 whose third is 0, which is how NumPy's cross reads them."""
+    return V if V.shape[-1] == 3 else np.concatenate((V, np.zeros_like(V[..., :1])), axis=-1)
+
+
 @rrule(np.cross)
 def cross_rrule(a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
-    """Vectors of 3 components (c = a x b gives a_bar = b x c_bar and b_bar = c_bar x a)."""
+    """Vectors of 2 or 3 components (c = a x b gives a_bar = b x c_bar and b_bar = c_bar x a, a
+    2-vector read as a 3-vector whose third is 0; the product of two 2-vectors is the third component)."""
     params = dict(zip(("axisa", "axisb", "axisc", "axis"), args), **kwargs)
     axis = params.get("axis")
     axisa, axisb, axisc = (axis, axis, axis) if axis is not None else (
         params.get("axisa", -1), params.get("axisb", -1), params.get("axisc", -1))
     A, B = np.moveaxis(np.asarray(a), axisa, -1), np.moveaxis(np.asarray(b), axisb, -1)
-    if A.shape[-1] != 3 or B.shape[-1] != 3:
-        raise NotImplementedError("the numpy.cross rule covers vectors of 3 components, not 2")
+    na, nb = A.shape[-1], B.shape[-1]
+    if na not in (2, 3) or nb not in (2, 3):
+        raise RuleCaseError(f"the numpy.cross rule covers vectors of 2 or 3 components, not {na} and {nb}")
     out = np.cross(a, b, *args, **kwargs)
 
     def cross_pullback(out_bar: Any) -> tuple[Any, ...]:
         # A and B made again here from a and b: a nested derivative records what a pullback
         # computes, and must see them made from the arguments
-        A, B = np.moveaxis(np.asarray(a), axisa, -1), np.moveaxis(np.asarray(b), axisb, -1)
-        c_bar = np.moveaxis(np.asarray(out_bar), axisc, -1)
+        A, B = _as_3(np.moveaxis(np.asarray(a), axisa, -1)), _as_3(np.moveaxis(np.asarray(b), axisb, -1))
+        if na == 2 and nb == 2:
+            z_bar = np.asarray(out_bar)
+            c_bar = np.stack((np.zeros_like(z_bar), np.zeros_like(z_bar), z_bar), axis=-1)
+        else:
+            c_bar = np.moveaxis(np.asarray(out_bar), axisc, -1)
         shape = np.broadcast_shapes(A.shape, B.shape)
 
         def a_bar() -> Any:
-            return project(np.moveaxis(unbroadcast(np.cross(B, c_bar), A.shape, shape), -1, axisa), a)
+            return project(np.moveaxis(unbroadcast(np.cross(B, c_bar), A.shape, shape)[..., :na], -1, axisa), a)
 
         def b_bar() -> Any:
-            return project(np.moveaxis(unbroadcast(np.cross(c_bar, A), B.shape, shape), -1, axisb), b)
+            return project(np.moveaxis(unbroadcast(np.cross(c_bar, A), B.shape, shape)[..., :nb], -1, axisb), b)
 
         return (a_bar, b_bar) + (NO_TANGENT,) * len(args)
 
@@ -186,7 +199,83 @@ def matrix_power_rrule(a: Any, n: Any) -> tuple[Any, Callable[..., Any]]:
     return out, matrix_power_pullback
 
 
+# ---- NumPy 2's vector products: vecdot (also np.linalg's), matvec, vecmat, and np.linalg.outer ------------
+
+def _only_axis(name: str, kwargs: dict[str, Any], allowed: tuple[str, ...]) -> None:
+    _no_out(name, kwargs)
+    extra = sorted(k for k in kwargs if k not in allowed + ("out",))
+    if extra:
+        raise RuleCaseError(f"the numpy.{name} rule does not cover the keyword arguments {extra}")
+
+
+def _vecdot_rule(fn: Any, name: str) -> Callable[..., Any]:
+    def vecdot_rrule(x1: Any, x2: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+        """sum(conj(x1) * x2) along `axis`: x1_bar = conj(out_bar * x2), x2_bar = out_bar * conj(x1)."""
+        _only_axis(name, kwargs, ("axis",))
+        out = fn(x1, x2, **kwargs)
+        shape = np.broadcast_shapes(np.shape(x1), np.shape(x2))
+        axis = normalize_axis_index(kwargs.get("axis", -1), len(shape))
+
+        def vecdot_pullback(out_bar: Any) -> tuple[Any, Any]:
+            ob = np.expand_dims(out_bar, axis)
+            x1_bar = lambda: project(unbroadcast(np.conj(ob * np.asarray(x2)), np.shape(x1), shape), x1)  # noqa: E731
+            x2_bar = lambda: project(unbroadcast(ob * np.conj(x1), np.shape(x2), shape), x2)  # noqa: E731
+            return x1_bar, x2_bar
+
+        return out, vecdot_pullback
+
+    vecdot_rrule.__name__ = vecdot_rrule.__qualname__ = f"{name.replace('.', '_')}_rrule"
+    return vecdot_rrule
+
+
+if hasattr(np, "vecdot"):  # NumPy >= 2.0
+    rrule(np.vecdot)(_vecdot_rule(np.vecdot, "vecdot"))
+    rrule(np.linalg.vecdot)(_vecdot_rule(np.linalg.vecdot, "linalg.vecdot"))
+
+    @rrule(np.linalg.outer)
+    def linalg_outer_rrule(x1: Any, x2: Any) -> tuple[Any, Callable[..., Any]]:
+        out = np.linalg.outer(x1, x2)
+
+        def linalg_outer_pullback(out_bar: Any) -> tuple[Any, Any]:
+            return (lambda: project(out_bar @ np.asarray(x2), x1)), (lambda: project(np.asarray(x1) @ out_bar, x2))
+
+        return out, linalg_outer_pullback
+
+if hasattr(np, "matvec"):  # NumPy >= 2.2
+
+    @rrule(np.matvec)
+    def matvec_rrule(x1: Any, x2: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+        """out[..., i] = sum_j x1[..., i, j] x2[..., j]."""
+        _only_axis("matvec", kwargs, ())
+        out = np.matvec(x1, x2)
+
+        def matvec_pullback(out_bar: Any) -> tuple[Any, Any]:
+            a, v, ob = np.asarray(x1), np.asarray(x2), np.asarray(out_bar)[..., :, None]
+            a_bar = lambda: project(unbroadcast(ob * v[..., None, :], a.shape), x1)  # noqa: E731
+            v_bar = lambda: project(unbroadcast(np.sum(ob * a, axis=-2), v.shape), x2)  # noqa: E731
+            return a_bar, v_bar
+
+        return out, matvec_pullback
+
+    @rrule(np.vecmat)
+    def vecmat_rrule(x1: Any, x2: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+        """out[..., j] = sum_i conj(x1[..., i]) x2[..., i, j]."""
+        _only_axis("vecmat", kwargs, ())
+        out = np.vecmat(x1, x2)
+
+        def vecmat_pullback(out_bar: Any) -> tuple[Any, Any]:
+            v, a, ob = np.asarray(x1), np.asarray(x2), np.asarray(out_bar)[..., None, :]
+            v_bar = lambda: project(unbroadcast(np.conj(np.sum(ob * a, axis=-1)), v.shape), x1)  # noqa: E731
+            a_bar = lambda: project(unbroadcast(np.conj(v)[..., :, None] * ob, a.shape), x2)  # noqa: E731
+            return v_bar, a_bar
+
+        return out, vecmat_pullback
+
+
 # ---- forward rules: (a b)' = a' b + a b' ------------------------------------------------------------
 
-for _fn in (np.tensordot, np.kron):
+_NUMPY2_PRODUCTS = tuple(getattr(_ns, _name)  # where this NumPy has them
+                         for _ns, _name in ((np, "vecdot"), (np.linalg, "vecdot"), (np.linalg, "outer"),
+                                            (np, "matvec"), (np, "vecmat")) if hasattr(_ns, _name))
+for _fn in (np.tensordot, np.kron) + _NUMPY2_PRODUCTS:
     frule(_fn)(bilinear_frule(_fn, _fn.__name__))

@@ -11,8 +11,8 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from bytegrad.errors import NoRuleError
 from bytegrad.rules._project import project, stand_in
+from bytegrad.rules._shape import unbroadcast
 from bytegrad.rules._tangents import add_tangents, filled, is_zero, linear_frule
 from bytegrad.rules.registry import NO_TANGENT, ZERO, frule, program_form, rrule
 
@@ -293,9 +293,63 @@ def _var_parts(r: _Reduction, out_bar: Any) -> tuple[Any, Any]:
     return centered, r.expand(out_bar) / denom
 
 
+# np.var and np.std take `mean=` (NumPy 2), keyword-only, which may be differentiated: the rules are
+# given a signature with it in a positional place, where the runtime puts it (with defaults before it).
+_VAR_ALL_PARAMS = _VAR_PARAMS + ("where", "mean", "correction")
+
+
+def _var_signature() -> Any:
+    import inspect  # already imported by dataclasses
+
+    P = inspect.Parameter
+    params = [P("x", P.POSITIONAL_ONLY)] + [
+        P(name, P.POSITIONAL_OR_KEYWORD, default=None if name in ("axis", "dtype", "out") else
+          0 if name == "ddof" else _NOVALUE) for name in _VAR_ALL_PARAMS]
+    return inspect.Signature(params + [P("kwargs", P.VAR_KEYWORD)])
+
+
+def _given_mean(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """np.var's options by name when a `mean` is given (else None), _NoValue defaults dropped."""
+    params = dict(zip(_VAR_ALL_PARAMS, args), **kwargs)
+    if params.get("mean", _NOVALUE) is _NOVALUE:
+        return None
+    return {k: v for k, v in params.items() if v is not _NOVALUE}
+
+
+def _with_mean_rrule(x: Any, args: tuple[Any, ...], params: dict[str, Any], std: bool) -> tuple[Any, Callable[..., Any]]:
+    """var or std about the given `mean` m: d var = 2 conj(x - m) (dx - dm) / (N - ddof), summed."""
+    m = params.pop("mean")
+    out = (np.std if std else np.var)(x, mean=m, **params)
+    r = _Reduction("std" if std else "var", _VAR_PARAMS, x, (), params)
+    like_m = stand_in(m)
+
+    def with_mean_pullback(out_bar: Any) -> tuple[Any, ...]:
+        centered = r.xa - np.asarray(m)
+        if centered.dtype.kind == "c":
+            centered = centered.conj()
+        ddof = params.get("correction", params.get("ddof", 0))
+        scale = r.expand(out_bar) / np.maximum(r.count() - (ddof or 0), 0)
+        if std:
+            out_e = r.expand(out)
+            zero = out_e == 0  # all equal to the mean: the subgradient 0
+            x_bar = np.where(zero, 0, centered * scale / np.where(zero, 1, out_e))
+        else:
+            x_bar = 2 * centered * scale
+        x_bar = r.finish(x_bar)
+        bars = [x_bar] + [NO_TANGENT] * len(args)
+        if len(args) > _VAR_ALL_PARAMS.index("mean"):  # (a mean given by keyword is a constant)
+            bars[1 + _VAR_ALL_PARAMS.index("mean")] = project(unbroadcast(-x_bar, np.shape(like_m)), like_m)
+        return tuple(bars)
+
+    return out, with_mean_pullback
+
+
 @rrule(np.ndarray.var)
 @rrule(np.var)
 def var_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    given = _given_mean(args, kwargs)
+    if given is not None:
+        return _with_mean_rrule(x, args, given, std=False)
     out = np.var(x, *args, **kwargs)
     r = _Reduction("var", _VAR_PARAMS, x, args, kwargs)
 
@@ -309,6 +363,9 @@ def var_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any
 @rrule(np.ndarray.std)
 @rrule(np.std)
 def std_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    given = _given_mean(args, kwargs)
+    if given is not None:
+        return _with_mean_rrule(x, args, given, std=True)
     out = np.std(x, *args, **kwargs)
     r = _Reduction("std", _VAR_PARAMS, x, args, kwargs)
 
@@ -323,6 +380,9 @@ def std_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any
         return _pullback_result(r.finish(x_bar), args)
 
     return out, std_pullback
+
+
+var_rrule.__signature__ = std_rrule.__signature__ = _var_signature()  # type: ignore[attr-defined]
 
 
 # ---- NaN-ignoring reductions and ptp --------------------------------------------------------------
@@ -389,43 +449,3 @@ def ptp_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any
         return (project(max_bar - min_bar, x),) + (NO_TANGENT,) * len(args)
 
     return out, ptp_pullback
-
-
-# ---- ufunc.reduce: np.add.reduce is a sum along axis 0 by default (rules see the ufunc first) -----------
-
-_REDUCE_AS = {np.add: np.sum, np.multiply: np.prod}
-
-
-def _as_reduction(ufunc: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    reduction = _REDUCE_AS.get(ufunc)
-    if reduction is None:
-        raise NoRuleError((np.ufunc, f"{getattr(ufunc, '__name__', ufunc)}.reduce"),
-                          detail=" (only np.add.reduce and np.multiply.reduce have rules)")
-    if not args and "axis" not in kwargs:  # reduce's default axis is 0, the function's is None
-        kwargs = dict(kwargs, axis=0)
-    return reduction, kwargs
-
-
-@rrule(np.ufunc.reduce)
-def ufunc_reduce_rrule(ufunc: Any, x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
-    reduction, kwargs = _as_reduction(ufunc, args, kwargs)
-    out, reduction_pullback = (sum_rrule if reduction is np.sum else prod_rrule)(x, *args, **kwargs)
-
-    def ufunc_reduce_pullback(out_bar: Any) -> tuple[Any, ...]:
-        return (NO_TANGENT,) + tuple(reduction_pullback(out_bar))
-
-    return out, ufunc_reduce_pullback
-
-
-@frule(np.ufunc.reduce)
-def ufunc_reduce_frule(args_dot: tuple[Any, ...], ufunc: Any, x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-    reduction, kwargs = _as_reduction(ufunc, args, kwargs)
-    if reduction is np.sum:
-        return sum_frule(args_dot[1:], x, *args, **kwargs)
-    out, x_bar_of = prod_rrule(x, *args, **kwargs)
-    if is_zero(args_dot[1]):
-        return out, ZERO
-    # d prod = sum_i (prod / x_i) dx_i, i.e. <pullback(1), dx> along the reduced axes
-    ones = np.ones_like(np.asarray(out, dtype=np.result_type(out, np.float64)))
-    weights = x_bar_of(ones)[0]
-    return out, np.sum(np.multiply(weights, filled(args_dot[1], x)), *args, **kwargs)

@@ -173,6 +173,9 @@ _register((np.ndarray.reshape,), np.ndarray.reshape, _method_reshape_back)
 _register((np.transpose, getattr(np, "permute_dims", np.transpose)), np.transpose, _transpose_back)
 _register((np.ndarray.transpose,), np.ndarray.transpose, _method_transpose_back)
 _register((np.swapaxes, np.ndarray.swapaxes), np.swapaxes, _swapaxes_back)
+if hasattr(np, "matrix_transpose"):  # NumPy >= 2.0: np.matrix_transpose and np.linalg.matrix_transpose
+    _register((np.matrix_transpose, np.linalg.matrix_transpose), np.matrix_transpose,
+              lambda out_bar, x, args, kwargs: np.swapaxes(out_bar, -1, -2))
 _register((np.moveaxis,), np.moveaxis, _moveaxis_back)
 _register((np.expand_dims,), np.expand_dims, _to_shape)
 _register((np.squeeze,), np.squeeze, _to_shape)
@@ -206,6 +209,7 @@ _register((np.array,), np.array, _array_back)
 _register((np.asarray,), np.asarray, _array_back)
 _register((np.asanyarray,), np.asanyarray, _array_back)
 _register((np.ascontiguousarray,), np.ascontiguousarray, _array_back)
+_register((np.asfortranarray,), np.asfortranarray, _array_back)
 _register((np.ndarray.astype,), np.ndarray.astype, _copy_back)   # `project` casts back to x's dtype
 _register((np.float64,), np.float64, _array_back)
 _register((np.float32,), np.float32, _array_back)

@@ -8,6 +8,7 @@ from typing import Any, Callable
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 
+from bytegrad.errors import RuleCaseError
 from bytegrad.rules._project import project, stand_in
 from bytegrad.rules._shape import unbroadcast
 from bytegrad.rules.registry import NO_TANGENT, rrule
@@ -15,7 +16,7 @@ from bytegrad.rules.registry import NO_TANGENT, rrule
 
 def _real(name: str, *values: Any) -> None:
     if any(np.iscomplexobj(v) for v in values):
-        raise NotImplementedError(f"the numpy.{name} rule covers real input only")
+        raise RuleCaseError(f"the numpy.{name} rule covers real input only")
 
 
 # ---- convolve, correlate ----------------------------------------------------------------------------
@@ -71,15 +72,21 @@ rrule(np.correlate)(_convolution_rule(np.correlate, correlate=True))
 
 # ---- interp -----------------------------------------------------------------------------------------
 
+# np.interp is written in Python around this C function, which it calls after folding x and xp into
+# one period: with its rule, np.interp(..., period=p) is differentiated through NumPy's own code.
+_compiled_interp = np._core.multiarray.interp
+
+
+@rrule(_compiled_interp)
 @rrule(np.interp)
 def interp_rrule(x: Any, xp: Any, fp: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
     """Differentiable in x, in the data points xp and fp, and in `left`/`right` when given. Between
     two points x moves along the segment; at a data point its one-sided (right) slope is taken."""
     params = dict(zip(("left", "right", "period"), args), **kwargs)
     if params.get("period") is not None:
-        raise NotImplementedError("the numpy.interp rule does not cover period=")
+        raise RuleCaseError("the numpy.interp rule does not cover period=")
     _real("interp", x, xp, fp)
-    out = np.interp(x, xp, fp, *args, **kwargs)
+    out = _compiled_interp(x, xp, fp, *args, **kwargs)
     X, XP, FP = (np.asarray(v, dtype=np.float64) for v in (x, xp, fp))
     n = XP.shape[0]
     left, right = params.get("left"), params.get("right")

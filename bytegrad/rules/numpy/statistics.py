@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from bytegrad.errors import RuleCaseError
 from bytegrad.rules._project import project, stand_in
 from bytegrad.rules.registry import NO_TANGENT, ZERO, rrule
 
@@ -52,7 +53,7 @@ def _quantile_rule(x: Any, q: Any, scale: float, axis: Any, method: str, n_args:
     """The pullback of out = quantile(x, q / scale, axis); its result holds x's cotangent, then q's (if
     `q_positional`), then NO_TANGENT for the other n_args positional arguments."""
     if method not in _METHODS:
-        raise NotImplementedError(f"the quantile rules cover the methods {', '.join(_METHODS)}, not {method!r}")
+        raise RuleCaseError(f"the quantile rules cover the methods {', '.join(_METHODS)}, not {method!r}")
     xa = np.asarray(x)
     axes = _axes(axis, xa.ndim)
     kept = [i for i in range(xa.ndim) if i not in axes]
@@ -93,7 +94,7 @@ def _quantile_params(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     if params.get("out") is not None:
         raise TypeError(f"numpy.{name}(..., out=...) cannot be differentiated; assign the result instead.")
     if params.get("weights") is not None or params.get("interpolation") is not None:
-        raise NotImplementedError(f"the numpy.{name} rule covers unweighted quantiles given by `method`")
+        raise RuleCaseError(f"the numpy.{name} rule covers unweighted quantiles given by `method`")
     return params
 
 

@@ -81,6 +81,15 @@ NORMS_AND_SPREAD = [
     ccase(np.linalg.norm, C(2, 3, 2), None, (1, 2), name="norm-fro-batched"),
     ccase(np.var, C(2, 3)), ccase(np.var, C(2, 3), 1, name="var-axis"), ccase(np.std, C(2, 3)),
     ccase(np.std, C(2, 3), 0, name="std-axis"), ccase(np.ndarray.var, C(4)), ccase(np.ndarray.std, C(4)),
+] + [
+    ccase(np.linalg.norm, C(5), o, name=f"norm-vector-{o}") for o in (1, np.inf, -np.inf, 0, 3, 0.5, -1.5)
+] + [
+    ccase(np.linalg.norm, C(3, 4), o, name=f"norm-matrix-{o}") for o in ("nuc", 2, -2, 1, -1, np.inf, -np.inf)
+] + [
+    ccase(np.linalg.norm, C(2, 3, 4), 1, (2, 0), name="norm-1-axes-batched"),
+    ccase(np.linalg.norm, C(3, 4), np.inf, 1, True, name="norm-inf-axis-keepdims"),
+    ccase(np.linalg.norm, C(2, 3, 3), "nuc", (1, 2), name="norm-nuc-batched"),
+    ccase(np.vdot, C(2, 3), C(6)), ccase(np.vdot, C(3), R(3), name="vdot-complex-real"),
 ] + ([ccase(np.linalg.vector_norm, C(2, 3)), ccase(np.linalg.matrix_norm, C(2, 3))]
      if hasattr(np.linalg, "vector_norm") else [])
 ATTRIBUTES = [
@@ -110,14 +119,14 @@ def test_complex_rule(case, dtype):
 
 
 def _fd_gradient(f, z, h=1e-6):
-    """dL/dRe - 1j dL/dIm by central differences, element by element."""
+    """dL/dRe - 1j dL/dIm (dL/dz for real z) by central differences, element by element."""
     g = np.zeros_like(z)
     for i in np.ndindex(z.shape):
         e = np.zeros_like(z)
         e[i] = h
-        d_re = (f(z + e) - f(z - e)) / (2 * h)
-        d_im = (f(z + 1j * e) - f(z - 1j * e)) / (2 * h)
-        g[i] = d_re - 1j * d_im
+        g[i] = (f(z + e) - f(z - e)) / (2 * h)
+        if np.iscomplexobj(z):
+            g[i] -= 1j * (f(z + 1j * e) - f(z - 1j * e)) / (2 * h)
     return g
 
 
@@ -131,7 +140,11 @@ def _fd_gradient(f, z, h=1e-6):
     lambda z: np.sum(np.linalg.norm(z.reshape(2, 2), axis=0) * [1.0, 2.0]),
     lambda z: np.linalg.norm(z.reshape(2, 2), "fro"),
     lambda z: np.var(z) + np.std(z * z),
-], ids=["abs2", "abs-exp", "abs-matmul", "abs-inv", "abs-conj", "norm2", "norm-axis", "norm-fro", "var-std"])
+    lambda z: np.linalg.norm(z, 1) + np.linalg.norm(z, np.inf) + np.linalg.norm(z, 3),
+    lambda z: np.linalg.norm(z.reshape(2, 2), "nuc") + np.linalg.norm(z.reshape(2, 2), 2) + np.linalg.norm(z.reshape(2, 2), 1),
+    lambda z: np.abs(np.vdot(z, z[::-1] * (2 - 1j))),
+], ids=["abs2", "abs-exp", "abs-matmul", "abs-inv", "abs-conj", "norm2", "norm-axis", "norm-fro", "var-std",
+        "norm-vector-orders", "norm-matrix-orders", "vdot"])
 def test_gradient_of_a_real_function_of_complex_input(f):
     z = np.array([0.3 + 0.4j, -1.1 + 0.2j, 0.7 - 0.9j, 1.2 + 0.5j])
     np.testing.assert_allclose(bytegrad.grad(f)(z), _fd_gradient(f, z), rtol=1e-6, atol=1e-8)

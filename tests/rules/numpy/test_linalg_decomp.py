@@ -4,10 +4,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import bytegrad
+
 from bytegrad.rules._apply import as_rrule
-from bytegrad.rules.registry import ZERO, RuleKind, lookup
+from bytegrad.rules.registry import ZERO, lookup
 
 from ..cases import Arr, Gen, case, params
+from .test_complex import _fd_gradient
 
 
 def _spd(*batch, n=3):
@@ -137,7 +140,120 @@ def test_eigh_vectors_only_and_values_only():
     assert pullback((ZERO, ZERO)) == (ZERO,)
 
 
-def test_eig_and_eigvals_are_declared_not_implemented():
-    for fn in (np.linalg.eig, np.linalg.eigvals):
-        rule = lookup(fn)
-        assert rule.kind is RuleKind.NOT_IMPLEMENTED and "eigh" in rule.reason
+# ---- complex input, and eig ------------------------------------------------------------------------
+
+COMPLEX_OF = {"float64": "complex128", "float32": "complex64"}
+
+
+def _complex_spread(*shape):
+    """A complex matrix with singular values well apart (1, 2, 3...), complex64 in a float32 case."""
+    def make(rng, dtype):
+        m, n = shape[-2:]
+        k = min(m, n)
+        u, _ = np.linalg.qr(rng.standard_normal(shape[:-2] + (m, k)) + 1j * rng.standard_normal(shape[:-2] + (m, k)))
+        v, _ = np.linalg.qr(rng.standard_normal(shape[:-2] + (n, k)) + 1j * rng.standard_normal(shape[:-2] + (n, k)))
+        return ((u * np.arange(1.0, k + 1)) @ np.conj(np.swapaxes(v, -1, -2))).astype(COMPLEX_OF[dtype])
+    return Gen(make)
+
+
+def _hermitian(*batch, n=4):
+    """A Hermitian matrix with eigenvalues well apart; its upper triangle holds noise NumPy never reads."""
+    def make(rng, dtype):
+        q, _ = np.linalg.qr(rng.standard_normal(batch + (n, n)) + 1j * rng.standard_normal(batch + (n, n)))
+        w = np.arange(1.0, n + 1) * rng.choice([-1.0, 1.0], n)
+        a = (q * w) @ np.conj(np.swapaxes(q, -1, -2))
+        return (a + np.triu(rng.standard_normal(a.shape), 1) + 0.3j * np.eye(n)).astype(COMPLEX_OF[dtype])
+    return Gen(make)
+
+
+def _eigen(*batch, n=3, complex_input=False, real_values=True):
+    """V diag(w) V^-1 with eigenvalues well apart: real ones (1, 2.5, 4...), or complex conjugate pairs
+    for a real matrix with real_values=False."""
+    def make(rng, dtype):
+        if complex_input:
+            v = rng.standard_normal(batch + (n, n)) + 1j * rng.standard_normal(batch + (n, n))
+            w = np.arange(1.0, n + 1) * (1.0 + 0.5j)
+            return ((v * w) @ np.linalg.inv(v)).astype(COMPLEX_OF[dtype])
+        v = rng.standard_normal(batch + (n, n)) + 2 * np.eye(n)
+        a = (v * (1.0 + 1.5 * np.arange(n))) @ np.linalg.inv(v)
+        if not real_values:  # a rotation block gives 1 +- 2i
+            a = a + np.pad([[0.0, 2.0], [-2.0, 0.0]], [(0, n - 2), (0, n - 2)])
+        return a.astype(dtype)
+    return Gen(make)
+
+
+COMPLEX = [
+    case(np.linalg.svd, _complex_spread(4, 3), compute_uv=False, name="svd-values-complex"),
+    case(np.linalg.svd, _complex_spread(2, 3, 5), False, False, name="svd-values-complex-batched"),
+    case(np.linalg.svdvals, _complex_spread(3, 4), name="svdvals-complex"),
+    case(np.linalg.eigvalsh, _hermitian(), name="eigvalsh-complex"),
+    case(np.linalg.eigvalsh, _hermitian(2, n=3), "U", name="eigvalsh-complex-upper-batched"),
+    case(np.linalg.eig, _eigen(), name="eig-real-values"), case(np.linalg.eig, _eigen(2), name="eig-batched"),
+    case(np.linalg.eigvals, _eigen(real_values=False), name="eigvals-complex-values"),
+    case(np.linalg.eigvals, _eigen(complex_input=True), name="eigvals-complex-input"),
+    case(np.linalg.eigvals, _eigen(2, n=4, complex_input=True), name="eigvals-complex-batched"),
+]
+TABLES.append(COMPLEX)
+
+
+@pytest.mark.parametrize("case,dtype", params(COMPLEX))
+def test_complex_decomposition_rule(case, dtype):
+    case.check(dtype)
+
+
+def _weights(shape, seed):
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+def _svd_loss(full):
+    """Gauge-invariant: the values, |U|^2 and |Vt|^2 of the first k vectors, U diag(c) Vt, and the
+    projectors onto the extra columns of a full U or Vt (which LAPACK may rotate among themselves)."""
+    def loss(a):
+        u, s, vt = np.linalg.svd(a, full_matrices=full)
+        k = s.shape[-1]
+        total = np.sum(_weights(s.shape, 1) * s) + np.sum(_weights(u[..., :k].shape, 2) * np.abs(u[..., :k]) ** 2)
+        total = total + np.sum(_weights(vt[..., :k, :].shape, 3) * np.abs(vt[..., :k, :]) ** 2)
+        total = total + np.real(np.sum(_weights(a.shape, 4) * ((u[..., :k] * _weights(k, 5)) @ vt[..., :k, :])))
+        u2, v2 = u[..., k:], np.conj(np.swapaxes(vt[..., k:, :], -1, -2))
+        p_u, p_v = u2 @ np.conj(np.swapaxes(u2, -1, -2)), v2 @ np.conj(np.swapaxes(v2, -1, -2))
+        return total + np.real(np.sum(_weights(p_u.shape, 6) * p_u)) + np.imag(np.sum(_weights(p_v.shape, 7) * p_v))
+    return loss
+
+
+def _svd_hermitian_loss(a):
+    u, s, vt = np.linalg.svd(a, hermitian=True)
+    total = np.sum(_weights(s.shape, 1) * s) + np.sum(_weights(u.shape, 2) * np.abs(u) ** 2)
+    return total + np.real(np.sum(_weights(a.shape, 3) * ((u * _weights(s.shape[-1], 4)) @ vt)))
+
+
+def _eigh_loss(a):
+    w, v = np.linalg.eigh(a)
+    total = np.sum(_weights(w.shape, 1) * w) + np.sum(_weights(v.shape, 2) * np.abs(v) ** 2)
+    return total + np.real(np.sum(_weights(a.shape, 3) * ((v * _weights(w.shape[-1], 4)) @ np.conj(np.swapaxes(v, -1, -2)))))
+
+
+def _eig_loss(a):
+    w, v = np.linalg.eig(a)
+    total = np.real(np.sum(_weights(w.shape, 1) * w)) + np.imag(np.sum(_weights(w.shape, 2) * w ** 2))
+    return total + np.sum(_weights(v.shape, 3) * np.abs(v) ** 2)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("loss,make", [
+    (_svd_loss(False), _complex_spread(4, 3)), (_svd_loss(False), _complex_spread(3, 5)),
+    (_svd_loss(True), _complex_spread(5, 3)), (_svd_loss(True), _complex_spread(3, 5)),
+    (_svd_loss(False), _complex_spread(2, 3, 3)), (_svd_loss(True), _complex_spread(2, 4, 3)),
+    (_svd_hermitian_loss, _hermitian()), (_eigh_loss, _hermitian()), (_eigh_loss, _hermitian(2, n=3)),
+    (_eig_loss, _eigen(complex_input=True)), (_eig_loss, _eigen(2, n=4, complex_input=True)),
+    (_eig_loss, _eigen(real_values=False)), (_eig_loss, _eigen(2, n=4, real_values=False)), (_eig_loss, _eigen()),
+], ids=["svd-tall", "svd-wide", "svd-full-tall", "svd-full-wide", "svd-batched", "svd-full-batched", "svd-hermitian", "eigh",
+        "eigh-batched", "eig-complex", "eig-complex-batched", "eig-real-complex-values", "eig-real-batched", "eig-real"])
+def test_gauge_invariant_functions_of_complex_decompositions(loss, make, dtype):
+    """svd and eigh of complex matrices, and eig, were refused before (real-only rules, eig not implemented)."""
+    a = make.make(np.random.default_rng(0), dtype)
+    wide = a.astype(np.complex128 if np.iscomplexobj(a) else np.float64)
+    want = _fd_gradient(loss, wide)
+    got = bytegrad.grad(loss)(a)
+    assert got.dtype == a.dtype
+    tol = 1e-6 if dtype == "float64" else 2e-3
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.max(np.abs(want)))

@@ -58,9 +58,6 @@ FUNCTIONS = [
     case(np.std, X), case(np.std, X, 1, ddof=1), case(np.std, X, (0, 2), keepdims=True),
     case(np.var, X), case(np.var, X, -1, ddof=2), case(np.var, X, 0, correction=1, name="var-correction"),
     case(np.var, Arr((3, 4)), 1, where=np.array([True, True, False, True]), name="var-where"),
-    case(np.ufunc.reduce, np.add, X, name="add.reduce"), case(np.ufunc.reduce, np.add, X, 1, keepdims=True,
-                                                             name="add.reduce-axis"),
-    case(np.ufunc.reduce, np.multiply, Arr((3, 4), 0.5, 1.5), axis=1, name="multiply.reduce-axis"),
 ]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bytegrad.errors import RuleCaseError
 from bytegrad.rules._apply import as_rrule
 from bytegrad.rules.registry import lookup
 
@@ -35,6 +36,7 @@ def _inside(shape):
 INTERP = [
     case(np.interp, _inside((7,)), _grid(5), Arr((5,))), case(np.interp, _inside((2, 3)), _grid(4), Arr((4,)), name="interp-2d-x"),
     case(np.interp, Num(2, 10), _grid(5), Arr((5,)), name="interp-scalar-x"),
+    case(np._core.multiarray.interp, _inside((7,)), _grid(5), Arr((5,)), name="interp-compiled"),
     case(np.interp, _inside((8,)), _grid(4), Arr((4,)), Num(), Num(), name="interp-left-right"),
     case(np.interp, _inside((8,)), _grid(4), Arr((4,)), right=-3.0, name="interp-keyword-right"),
     case(np.interp, _inside((4,)), np.array([0.0, 5.0, 10.0]), Arr((3,)), name="interp-constant-xp"),
@@ -67,5 +69,5 @@ def test_interp_outside_the_data_moves_the_end_values():
 
 
 def test_interp_with_period_is_a_clear_error():
-    with pytest.raises(NotImplementedError, match="period"):
+    with pytest.raises(RuleCaseError, match="period"):
         as_rrule(lookup(np.interp))(np.ones(2), np.arange(3.0), np.ones(3), period=2.0)

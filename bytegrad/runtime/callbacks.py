@@ -1,0 +1,115 @@
+"""C functions that call back into Python code: run the Python they call rewritten.
+
+`getattr(obj, "p")` runs a property's getter from C, `dict(m)` a mapping's `keys` and `__getitem__`,
+`np.asarray(obj)` its `__array__`, `d[k]` a `defaultdict`'s factory or a dict subclass's
+`__missing__`. Called plain, that Python code computes with differentiated values out of the
+tape's sight, and its results carry no derivative. Each handler here does the C function's work
+through the hooks of `runtime.abi`, so the Python it reaches runs rewritten like any callee.
+`abi._dispatch` consults `abi.CALLBACKS` (keyed by the function) and `abi.CALL_HANDLERS` (keyed by
+the callable's type); `abi.getitem` and `abi._construct` call `missing` and `metaclass_call`.
+"""
+from __future__ import annotations
+
+import collections
+import operator
+import types
+from typing import Any, Optional
+
+import numpy as np
+
+from bytegrad.runtime import abi
+from bytegrad.runtime.tape import Tape
+
+_FunctionType = types.FunctionType
+
+
+def _getattr(tape: Tape, site: abi.Site, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
+    """`getattr(obj, name[, default])`, as `obj.name` would run in rewritten code."""
+    if kwargs or not 2 <= len(args) <= 3 or type(args[1]) is not str:
+        return fn(*args, **(kwargs or {}))
+    try:
+        return abi.getattr_(tape, site, args[0], args[1])
+    except AttributeError:
+        if len(args) == 3:
+            return args[2]
+        raise
+
+
+def _setattr(tape: Tape, site: abi.Site, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
+    """`setattr(obj, name, value)`, as `obj.name = value` would run in rewritten code."""
+    if kwargs or len(args) != 3 or type(args[1]) is not str:
+        return fn(*args, **(kwargs or {}))
+    abi.setattr_(tape, site, args[2], args[0], args[1])
+    return None
+
+
+def _attrgetter(tape: Tape, site: abi.Site, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
+    """`operator.attrgetter("a.b", "c")(obj)`: each dotted name read through `abi.getattr_`."""
+    names = fn.__reduce__()[1]
+    if kwargs or len(args) != 1 or not all(type(n) is str for n in names):
+        return fn(*args, **(kwargs or {}))
+    values = []
+    for name in names:
+        v = args[0]
+        for part in name.split("."):
+            v = abi.getattr_(tape, site, v, part)
+        values.append(v)
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def _python_mapping(m: Any) -> bool:
+    """A mapping whose items C would read through Python methods (`keys`, `__getitem__`)."""
+    t = type(m)
+    if isinstance(m, dict) and t.__iter__ is dict.__iter__:
+        return False  # C copies a dict (and a subclass keeping dict's iteration) without calling Python
+    return hasattr(t, "keys") and (type(getattr(t, "keys", None)) is _FunctionType or
+                                   type(getattr(t, "__getitem__", None)) is _FunctionType)
+
+
+def _dict(tape: Tape, site: abi.Site, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
+    """`dict(mapping)` (and `dict.update`'s reading of it) with a mapping written in Python."""
+    if len(args) != 1 or not _python_mapping(args[0]):
+        return fn(*args, **(kwargs or {}))
+    m = args[0]
+    keys = abi._dispatch(tape, site, getattr(m, "keys"), (), None)
+    out = {k: abi.getitem(tape, site, m, k) for k in keys}
+    if kwargs:
+        out.update(kwargs)
+    return out
+
+
+def _asarray(tape: Tape, site: abi.Site, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
+    """`np.asarray(obj)` (`np.array`, `np.asanyarray`) of an object whose `__array__` is Python."""
+    meth = abi._class_attr(type(args[0]), "__array__") if args else None
+    if type(meth) is not _FunctionType:
+        return NotImplemented  # no Python `__array__`: the rule of `fn` as usual
+    value = abi._call_python(tape, site, meth, (args[0],), None)
+    return abi._dispatch(tape, site, fn, (value,) + tuple(args[1:]), kwargs)
+
+
+def missing(tape: Tape, site: abi.Site, obj: dict, key: Any) -> Any:
+    """`obj[key]` for a dict subclass when `key` is absent: `__missing__` or the default factory,
+    run rewritten; NotImplemented when neither applies (the C lookup raises KeyError as usual)."""
+    meth = abi._class_attr(type(obj), "__missing__")
+    if type(meth) is _FunctionType:
+        return abi._call_python(tape, site, meth, (obj, key), None)
+    if isinstance(obj, collections.defaultdict) and obj.default_factory is not None:
+        value = abi._dispatch(tape, site, obj.default_factory, (), None)
+        obj[key] = value
+        return value
+    return NotImplemented
+
+
+def metaclass_call(tape: Tape, site: abi.Site, cls: type, args: tuple, kwargs: Optional[dict]) -> Any:
+    """`cls(*args)` whose metaclass defines `__call__` in Python: that `__call__`, rewritten."""
+    call = abi._class_attr(type(cls), "__call__")
+    if type(call) is not _FunctionType:
+        return NotImplemented
+    return abi._call_python(tape, site, call, (cls,) + tuple(args), kwargs)
+
+
+# a handler returns NotImplemented where the call needs no callback (dispatch goes on as usual)
+abi.CALLBACKS.update({getattr: _getattr, setattr: _setattr, dict: _dict, np.asarray: _asarray,
+                      np.array: _asarray, np.asanyarray: _asarray,
+                      "missing": missing, "metaclass": metaclass_call})
+abi.CALL_HANDLERS[operator.attrgetter] = _attrgetter

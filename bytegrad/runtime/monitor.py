@@ -1,0 +1,277 @@
+"""Python code that runs blind during a gradient: found and stopped, never left to drop derivatives.
+
+A frame that is not rewritten code, started from C (or from a site the rewrite left alone) while a
+gradient's forward pass runs, computes out of the tape's sight. On CPython 3.12+ `sys.monitoring`
+sees each such frame start (PY_START, enabled only while a forward pass runs; code known to be
+safe, such as rewritten code, bytegrad's, NumPy's and the rules', is disabled per code object after
+its first start): one that receives a differentiated value, or an object holding one, raises
+`BlindCallError` at the user's line. `runtime/callbacks.py` runs the usual cases (getattr, dict(),
+a defaultdict's factory...) rewritten instead, so this only meets what nothing else covers.
+
+With `BYTEGRAD_CHECK=1` (the test suite sets it) the same watch runs on 3.11 too, through
+`sys.setprofile`, and every site the rewrite left alone as inactive checks its operands
+(`GUARDS`): a differentiated value there raises `BlindCallError` instead of passing through.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import types
+from typing import Any, Callable, Optional
+
+from bytegrad.errors import BlindCallError, SourceLoc
+from bytegrad.runtime import abi
+from bytegrad.runtime import tape as _tape
+
+__all__ = ["CHECK", "BlindCallError", "start", "arm", "stop", "GUARDS", "guard_for"]
+
+#: the checking mode (BYTEGRAD_CHECK=1): guards at inactive sites, and the frame watch on 3.11 too
+CHECK = os.environ.get("BYTEGRAD_CHECK", "") not in ("", "0")
+
+_MONITORING = getattr(sys, "monitoring", None)
+
+
+# dunders whose result never carries a derivative: they may look at differentiated values freely
+_NONDIFF_DUNDERS = frozenset({
+    "__len__", "__hash__", "__repr__", "__str__", "__format__", "__bool__", "__index__", "__int__",
+    "__contains__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__instancecheck__",
+    "__subclasscheck__", "__sizeof__", "__reduce__", "__reduce_ex__", "__getstate__", "__del__",
+    "__init_subclass__", "__set_name__", "__class_getitem__", "__subclasshook__", "__dir__", "__exit__",
+    "__copy__", "__deepcopy__", "__iter__", "__length_hint__",
+})
+
+_SAFE_DIRS: Optional[tuple[str, ...]] = None
+
+
+def _safe_dirs() -> tuple[str, ...]:
+    """bytegrad's own code (with the fused sites and kernels it generates) and NumPy's: rules run
+    NumPy on differentiated values by design."""
+    global _SAFE_DIRS
+    if _SAFE_DIRS is None:
+        import numpy
+
+        from bytegrad.runtime import diskcache
+
+        dirs = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                os.path.dirname(os.path.abspath(numpy.__file__))]
+        cache = diskcache.cache_dir()
+        if cache:
+            dirs.append(os.path.abspath(cache))
+        _SAFE_DIRS = tuple(d.rstrip(os.sep) + os.sep for d in dirs) + ("<bytegrad",)
+    return _SAFE_DIRS
+
+
+def _holds_tracked(v: Any, ids: dict[int, int]) -> bool:
+    """`v` is differentiated, or a list, tuple, dict or object holding one at its first level."""
+    if id(v) in ids:
+        return True
+    t = type(v)
+    if t is list or t is tuple:
+        return any(id(x) in ids for x in v)
+    if t is dict:
+        return any(id(x) in ids for x in v.values())
+    d = getattr(v, "__dict__", None) if t not in _INERT else None
+    if type(d) is dict:
+        return any(id(x) in ids for x in d.values())
+    return False
+
+
+_INERT = frozenset({int, float, complex, bool, str, bytes, type(None), types.FunctionType, types.ModuleType,
+                    type, types.BuiltinFunctionType, types.MethodType})
+
+
+def _rule_codes() -> set:
+    """The code objects of every registered rule's functions and of the functions they cover (a
+    user's `@rrule`, and the primal an elementwise rule calls, receive differentiated values by
+    design), refreshed when the registry changes."""
+    from bytegrad.rules import registry
+
+    version = registry._version
+    if _rule_cache[0] != version:
+        codes: set = set()
+        todo = []
+        for rule in list(registry._RULES.values()):
+            for f in (rule.fn, getattr(rule, "rrule", None), getattr(rule, "frule", None), getattr(rule, "impl", None)):
+                c = getattr(f, "__code__", None)
+                if c is not None:
+                    todo.append(c)
+        while todo:  # with the pullbacks defined inside them
+            c = todo.pop()
+            if c not in codes:
+                codes.add(c)
+                todo.extend(x for x in c.co_consts if isinstance(x, types.CodeType))
+        _rule_cache[:] = [version, codes]
+    return _rule_cache[1]
+
+
+_rule_cache: list = [None, set()]
+
+
+def _known_safe(code: types.CodeType) -> bool:
+    """Code that may meet differentiated values without losing a derivative (checked once per code)."""
+    return ("__bg_tape__" in code.co_varnames or code.co_filename.startswith(_safe_dirs())
+            or code.co_name in _NONDIFF_DUNDERS or code in _rule_codes())
+
+
+def _entered_blind(frame: Any) -> bool:
+    """Whether `frame` was started by rewritten code or by bytegrad's runtime (directly, or through
+    a C function they called), not by code that itself runs blind by design (a rule)."""
+    back = frame.f_back
+    if back is None:
+        return False
+    code = back.f_code
+    return "__bg_tape__" in code.co_varnames or code.co_filename.startswith(_RUNTIME_DIR)
+
+
+_RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _check_frame(frame: Any, code: types.CodeType) -> None:
+    tape = _tape.current_tape()
+    if tape is None or not _entered_blind(frame):
+        return
+    ids = tape.ids
+    f_locals = frame.f_locals
+    n = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)
+    for name in code.co_varnames[:n]:
+        v = f_locals.get(name)
+        if _holds_tracked(v, ids):
+            raise _blind_error(frame, code, name)
+
+
+def _blind_error(frame: Any, code: types.CodeType, name: str) -> BlindCallError:
+    user = frame.f_back
+    while user is not None and "__bg_tape__" not in user.f_code.co_varnames:
+        user = user.f_back
+    caller = (SourceLoc(user.f_code.co_filename, user.f_lineno, user.f_code.co_name) if user is not None
+              else SourceLoc(code.co_filename, code.co_firstlineno, code.co_name))
+    qual = getattr(code, "co_qualname", code.co_name)
+    return BlindCallError(
+        f"{qual} ({code.co_filename}:{code.co_firstlineno}) was called from C code (or a call bytegrad left "
+        f"alone) with a differentiated value in {name!r}: it would run without being rewritten, and what "
+        "it computes from that value would have no derivative.", caller,
+        f"call {code.co_name} directly from the differentiated code, give the C function that calls it a "
+        "rule with @bytegrad.rrule, or register the class holding the value with bytegrad.register_pytree.")
+
+
+# ---- the watch: sys.monitoring (3.12+), sys.setprofile in the checking mode on 3.11 ---------------
+
+_TOOL: Optional[int] = None
+_depth = 0
+_on = False  # events are enabled now
+
+
+def _on_start(code: types.CodeType, offset: int) -> Any:
+    if _known_safe(code):
+        return _MONITORING.DISABLE
+    _check_frame(sys._getframe(1), code)
+    return None
+
+
+def _on_profile(frame: Any, event: str, arg: Any) -> None:
+    if event == "call":
+        code = frame.f_code
+        if code not in _SAFE_CODES:
+            if _known_safe(code):
+                _SAFE_CODES.add(code)
+            else:
+                _check_frame(frame, code)
+
+
+_SAFE_CODES: set = set()
+
+
+def _claim_tool() -> Optional[int]:
+    global _TOOL
+    if _TOOL is None and _MONITORING is not None:
+        for tool in (4, 3):
+            if _MONITORING.get_tool(tool) is None:
+                _MONITORING.use_tool_id(tool, "bytegrad")
+                _MONITORING.register_callback(tool, _MONITORING.events.PY_START, _on_start)
+                _TOOL = tool
+                break
+    return _TOOL
+
+
+def start() -> Any:
+    """A forward pass begins. In the checking mode the watch starts now; otherwise `arm` starts
+    it (on 3.12+) when the pass first hands an object of a Python class to a C function, so a
+    gradient that never does so pays nothing. Returns what `stop` needs."""
+    global _depth
+    _depth += 1
+    if _depth == 1 and CHECK:
+        return arm()
+    return None
+
+
+def arm() -> Any:
+    """Start watching until the outermost forward pass ends (safe to call repeatedly)."""
+    global _on
+    if _on or _depth == 0:
+        return None
+    tool = _claim_tool()
+    if tool is not None:
+        _MONITORING.set_events(tool, _MONITORING.events.PY_START)
+        _on = True
+        return None
+    if CHECK:
+        _on = True
+        _saved_profile[0] = sys.getprofile()
+        sys.setprofile(_on_profile)
+    return None
+
+
+_saved_profile: list = [None]
+
+
+def stop(token: Any) -> None:
+    global _depth, _on
+    _depth -= 1
+    if _depth > 0 or not _on:
+        return
+    _on = False
+    if _TOOL is not None:
+        _MONITORING.set_events(_TOOL, 0)
+    else:
+        sys.setprofile(_saved_profile[0])
+
+
+if _MONITORING is not None or CHECK:
+    abi.CALLBACKS["watch"] = arm
+
+
+# ---- the checking mode's guards at inactive sites ----------------------------------------------------
+
+
+def _guard(hook: Callable[..., Any]) -> Callable[..., Any]:
+    def guarded(tape: Any, site: abi.Site, *operands: Any) -> Any:
+        if tape is not None:
+            ids = tape.ids
+            for v in operands:
+                if abi._parent_of(ids, v) is not None:
+                    raise BlindCallError(
+                        f"a differentiated value reached the operation {site.what}, which the activity "
+                        "analysis left unrewritten (BYTEGRAD_CHECK=1 checks every such site).", site.loc(),
+                        "report this as a bytegrad bug, with the function; meanwhile compute the value "
+                        "through a helper function that takes it as an argument.")
+        return hook(None, site, *operands)
+
+    guarded.__name__ = guarded.__qualname__ = f"guarded_{getattr(hook, '__name__', 'hook')}"
+    return guarded
+
+
+#: hook name -> the same operation, checking that no operand is differentiated (rewrite.py emits
+#: them at inactive sites in the checking mode; a public dict, so the disk cache refers to them)
+GUARDS: dict[str, Callable[..., Any]] = {}
+for _k, _hook in abi.BINARY_HOOKS.items():
+    GUARDS[f"binary{_k}"] = _guard(_hook)
+for _name in ("getitem", "getslice", "getattr_", "neg", "pos", "iter_"):
+    GUARDS[_name] = _guard(getattr(abi, _name))
+
+
+def guard_for(hook: Callable[..., Any]) -> Callable[..., Any]:
+    """The guarded twin of a hook of `abi`."""
+    for k, h in abi.BINARY_HOOKS.items():
+        if h is hook:
+            return GUARDS[f"binary{k}"]
+    return GUARDS[hook.__name__]

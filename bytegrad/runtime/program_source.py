@@ -1,0 +1,418 @@
+"""Compiled gradient programs: the generated function's source, its arguments and its constants.
+
+runtime/program.py (the records, the forward and reverse steps) and runtime/program_numba.py
+write a program through a `Source`: statements with the user's line of each, constants by name,
+guards by kind. `Inputs` walks the call's arguments beside their capture specs and writes the
+guards on them; `static_guards` those on the globals and module attributes the code reads;
+`gradient_code` the expression of each argument's gradient; `inline_partial` a rule's one-line
+lambda partial as an expression in place of a call to it.
+"""
+from __future__ import annotations
+
+import _thread
+import ast
+import builtins
+import re
+import types
+from typing import Any, Optional
+
+import numpy as np
+
+from bytegrad.errors import qualname
+from bytegrad.rules._shape import stand_in
+from bytegrad.runtime import pytree
+
+__all__ = ["DECIDED", "GUARD_KINDS", "MISS", "Constants", "Ineligible", "Inputs", "Source", "gradient_code",
+           "inline_partial", "static_guards"]
+
+_ndarray = np.ndarray
+#: CPython 3.11's `ast` is not safe in threads ("AST constructor recursion depth mismatch" when two
+#: threads parse at once): programs parse and unparse under this lock
+AST_LOCK = _thread.allocate_lock()  # (`threading` costs every process's import)
+_UNSET = 0  # a cotangent no step has written (runtime/program.py's states)
+
+class _Miss:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+#: what a program returns when a guard fails: the call runs on the general path
+MISS = _Miss("MISS")
+#: what it returns when a decision on data came out otherwise than at capture (then too)
+DECIDED = _Miss("DECIDED")
+_MISSING = object()
+#: the kinds of guards a program checks
+GUARD_KINDS = ("type", "shape", "dtype", "value", "global", "attr", "version", "code")
+#: the guard a pullback program's `back` adds: each cotangent shaped as the output was at capture
+COTANGENT_GUARD = "cotangent"
+#: the check of a decision on data (a comparison, a function without a derivative) made again
+DECISION_GUARD = "decision"
+#: guard kinds left out of programs built now: only tests set it (each kind must be needed)
+_OMITTED: frozenset[str] = frozenset()
+
+
+
+class Ineligible(Exception):
+    """This computation cannot be a compiled program; the message says why (for explain/stats)."""
+
+    def __init__(self, why: str, site: Any = None) -> None:
+        where = f" (line {site.lineno} of {site.function})" if site is not None and site.lineno else ""
+        super().__init__(why + where)
+
+
+
+_FLOAT_TYPES = (float, np.float64, np.float32)
+_SCALAR_CONSTS = (int, float, bool, str, bytes, type(None), complex, slice, type(Ellipsis), np.generic, np.dtype,
+                  type, types.FunctionType, types.BuiltinFunctionType, np.ufunc, types.ModuleType,
+                  types.MethodDescriptorType, types.WrapperDescriptorType, types.MethodWrapperType,
+                  types.GetSetDescriptorType, types.BuiltinMethodType)
+
+
+#: the generated code's variables: x (arguments), v (values), p (pullbacks), g (cotangents),
+#: q (gradients);
+#: temporaries (`_t`) live within one reverse step, constants have other names
+_VARIABLE = re.compile(r"\b[xvpgq][0-9]+\b")
+
+
+class Constants:
+    """The globals of a generated function: each value once, by name."""
+
+    def __init__(self, ns: Optional[dict[str, Any]] = None) -> None:
+        self.ns: dict[str, Any] = dict(ns or {})
+        self._by_id: dict[int, str] = {}
+
+    def const(self, value: Any, hint: str = "c") -> str:
+        name = self._by_id.get(id(value))
+        if name is None:
+            name = f"{hint}{len(self.ns)}"
+            self.ns[name] = value
+            self._by_id[id(value)] = name
+        return name
+
+
+class Source(Constants):
+    """The generated function: statements with the names each reads, constants by name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stmts: list[tuple[list[str], set[str]]] = []   # (lines, names read or written)
+        self.lines: list[Optional[int]] = []                # the user's line of each statement
+        self.scalars: set[str] = set()  # variables that hold floats: not worth a `del`
+        self.guards: list[str] = []
+        self.kernel_source: Optional[str] = None  # the Numba kernel the program calls (program_numba.py)
+        self.back_from: Optional[int] = None  # a pullback program: statements from here on are `back`
+        self.parts: tuple[str, tuple[int, ...], str] = ("", (), "")  # rendered: source, user lines, file
+
+    def emit(self, lines: list[str] | str, line: Optional[int] = None) -> None:
+        """Add a statement; `line`: the user's source line it stands for (tracebacks show it)."""
+        lines = [lines] if isinstance(lines, str) else lines
+        self.stmts.append((lines, set(_VARIABLE.findall("\n".join(lines)))))
+        self.lines.append(line)
+
+    def guard(self, kind: str, cond: str, what: str) -> None:
+        """A check of kind `kind` (one of GUARD_KINDS, COTANGENT_GUARD or DECISION_GUARD): the
+        program returns MISS (DECIDED for a decision) when it fails."""
+        if kind in _OMITTED:  # tests only: proves each kind of guard is needed
+            return
+        self.emit(f"if not ({cond}): return {'DECIDED' if kind == DECISION_GUARD else 'MISS'}")
+        self.guards.append(what)
+
+    def array_guard(self, expr: str, value: np.ndarray) -> None:
+        dt = self.const(value.dtype, "dt")
+        self.guard("type", f"{expr}.__class__ is ndarray", f"{expr}: ndarray")
+        self.guard("shape", f"{expr}.shape == {value.shape!r}", f"{expr}.shape == {value.shape!r}")
+        self.guard("dtype", f"{expr}.dtype is {dt}", f"{expr}.dtype is {value.dtype}")
+
+    def render(self, name: str, first_line: int) -> tuple[str, list[int]]:
+        """The function's source, every variable deleted after its last use, and the user's line of
+        each line of it (the first line of the user's function for guards and bookkeeping). A
+        pullback program's statements from `back_from` on become `def back(ob)`, nested in it:
+        what `back` reads stays alive in the enclosing call, and `back` deletes only its own names."""
+        split = len(self.stmts) if self.back_from is None else self.back_from
+        out = [f"def {name}(args):"]
+        user = [first_line]
+        self._block(range(split), "    ", self.back_from is None, frozenset(), out, user)
+        if self.back_from is not None:
+            outer = set().union(*(names for _, names in self.stmts[:split]))
+            out.append("    def back(ob):")
+            user.append(first_line)
+            self._block(range(split, len(self.stmts)), "        ", True, outer, out, user)
+            out.append("    return out_, back")
+            user.append(first_line)
+        return "\n".join(out) + "\n", user
+
+    def _block(self, ks: range, indent: str, ends: bool, keep: frozenset[str] | set[str], out: list[str],
+               user: list[int]) -> None:
+        """Statements `ks` at `indent`, each name deleted after its last use among them unless it is
+        in `keep` (or read by a later statement outside `ks`); `ends`: the last statement returns."""
+        last: dict[str, int] = {}
+        for k, (_, names) in enumerate(self.stmts):
+            for n in names:
+                last[n] = k
+        for k in ks:
+            lines = self.stmts[k][0]
+            out += [indent + ln for ln in lines]
+            user += [self.lines[k] or user[0]] * len(lines)
+            if ends and k == ks[-1]:
+                break  # the return
+            dead = sorted(n for n, at in last.items() if at == k and n not in self.scalars and n not in keep)
+            if dead:
+                out.append(f"{indent}del {', '.join(dead)}")
+                user.append(user[-1])
+
+
+# ---- arguments: guards and bindings ------------------------------------------------------------
+
+
+class Inputs:
+    """Walks the call's arguments beside their capture specs: guards, and a variable per leaf."""
+
+    def __init__(self, src: Source) -> None:
+        self.src = src
+        self.leaf_var: dict[int, str] = {}      # tape index of a tracked leaf -> variable
+        self.untracked: dict[int, str] = {}     # id of an untracked argument array -> variable
+        self.fresh: dict[int, str] = {}         # tape index of a differentiated argument array -> variable
+        self._n = 0
+
+    def temp(self) -> str:
+        self._n += 1
+        return f"x{self._n}"
+
+    def walk(self, expr: str, value: Any, spec: Any, fresh: bool) -> None:
+        """`expr` reads `value` (the caller's object) whose capture spec is `spec`. `fresh`: the
+        argument is differentiated, its arrays enter as fresh views as on the general path."""
+        src = self.src
+        t = type(value)
+        if type(spec) is pytree.Leaf:
+            var = f"x{self._n + 1}"
+            self._n += 1
+            if t is _ndarray:
+                src.array_guard(expr, value)
+                src.emit(f"{var} = {expr}")
+                if fresh:  # a gradient is never the caller's array itself (see `gradient_code`)
+                    self.fresh[spec.idx] = var
+            elif t in _FLOAT_TYPES:
+                src.guard("type", f"{expr}.__class__ is {src.const(t, 'T')}", f"{expr}: {t.__name__}")
+                src.emit(f"{var} = {expr}")
+                src.scalars.update((var, f"g{spec.idx}"))
+            else:
+                raise Ineligible(f"a differentiated argument of type {t.__name__} (complex values stay on the "
+                                 "general path)")
+            self.leaf_var[spec.idx] = var
+            return
+        if spec is None:
+            self._untracked(expr, value)
+            return
+        if isinstance(spec[0], str):  # "dataclass", "pytree"
+            raise Ineligible(f"a {spec[0]} argument (compiled programs take arrays, floats and dicts, lists "
+                             "and tuples of them)")
+        kind, subs = spec
+        if kind is not t:
+            raise Ineligible(f"an argument of type {t.__name__}")
+        tn = src.const(t, "T")
+        src.guard("type", f"{expr}.__class__ is {tn} and len({expr}) == {len(subs)}",
+                  f"{expr}: {t.__name__} of {len(subs)}")
+        items = subs.items() if isinstance(subs, dict) else enumerate(subs)
+        for key, sub in items:
+            if not isinstance(key, (str, int)) or isinstance(key, bool):
+                raise Ineligible(f"a dict argument with a key of type {type(key).__name__}")
+            var = self.temp()
+            if isinstance(subs, dict):
+                src.emit(f"{var} = {expr}.get({key!r}, MISS)")
+            else:
+                src.emit(f"{var} = {expr}[{key!r}]")
+            self.walk(var, value[key], sub, fresh)
+
+    def _untracked(self, expr: str, value: Any) -> None:
+        src = self.src
+        t = type(value)
+        if t is _ndarray:
+            if value.dtype.kind == "O":
+                raise Ineligible("an object array argument")
+            var = self.temp()
+            src.array_guard(expr, value)
+            src.emit(f"{var} = {expr}")
+            self.untracked[id(value)] = var
+        elif value is None:
+            src.guard("value", f"{expr} is None", f"{expr} is None")
+        elif t in (int, bool, str, bytes) or (isinstance(value, np.generic) and value.dtype.kind in "biu"):
+            c = src.const(value)
+            src.guard("value", f"{expr}.__class__ is {src.const(t, 'T')} and {expr} == {c}", f"{expr} == {value!r}")
+        elif t is tuple or t is list:
+            src.guard("type", f"{expr}.__class__ is {src.const(t, 'T')} and len({expr}) == {len(value)}",
+                      f"{expr}: {t.__name__} of {len(value)}")
+            for k, item in enumerate(value):
+                var = self.temp()
+                src.emit(f"{var} = {expr}[{k}]")
+                self._untracked(var, item)
+        else:
+            raise Ineligible(f"an argument of type {t.__name__} (compiled programs take arrays, numbers, "
+                             "strings and dicts, lists and tuples of them)")
+
+
+# ---- partials inlined: a lambda's expression in place of a call to it ----------------------------
+
+
+_LAMBDAS: dict[Any, Optional[tuple[ast.expr, tuple[str, ...], dict[str, Any]]]] = {}
+_FILE_LAMBDAS: dict[str, list[ast.Lambda]] = {}
+
+
+def _lambda_ast(d: Any) -> Optional[tuple[ast.expr, tuple[str, ...], dict[str, Any]]]:
+    """(body, parameter names, the values of its other names) of a partial written as a one-line
+    lambda in a rules file, found in the file by the columns its instructions come from; None
+    when it is anything else."""
+    if d in _LAMBDAS:
+        return _LAMBDAS[d]
+    found = None
+    code = getattr(d, "__code__", None)
+    if code is not None and code.co_name == "<lambda>" and not code.co_freevars and not code.co_flags & 0x0C:
+        cols = [(c0, c1) for ln, _, c0, c1 in code.co_positions() if ln == code.co_firstlineno and c0 and c1]
+        if cols:
+            lo, hi = min(c for c, _ in cols), max(c for _, c in cols)
+            for node in _lambdas_of(code.co_filename):
+                body = node.body
+                if body.lineno == code.co_firstlineno == body.end_lineno and body.col_offset <= lo and \
+                        body.end_col_offset >= hi and node.col_offset < body.col_offset:
+                    found = _resolved(node, d)
+                    break
+    _LAMBDAS[d] = found
+    return found
+
+
+def _lambdas_of(filename: str) -> list[ast.Lambda]:
+    nodes = _FILE_LAMBDAS.get(filename)
+    if nodes is None:
+        import linecache
+
+        try:
+            with AST_LOCK:
+                tree = ast.parse("".join(linecache.getlines(filename)))
+            nodes = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)]
+        except (SyntaxError, ValueError):
+            nodes = []
+        _FILE_LAMBDAS[filename] = nodes
+    return nodes
+
+
+def _resolved(node: ast.Lambda, d: Any) -> Optional[tuple[ast.expr, tuple[str, ...], dict[str, Any]]]:
+    a = node.args
+    if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs or a.defaults:
+        return None
+    params = tuple(x.arg for x in a.args)
+    if params != d.__code__.co_varnames[:d.__code__.co_argcount]:
+        return None  # not this lambda after all
+    names: dict[str, Any] = {}
+    bltns = vars(builtins)
+    for n in ast.walk(node.body):
+        if isinstance(n, (ast.Lambda, ast.comprehension, ast.NamedExpr)):
+            return None
+        if isinstance(n, ast.Name) and n.id not in params:
+            if n.id in d.__globals__:
+                names[n.id] = d.__globals__[n.id]
+            elif n.id in bltns:
+                names[n.id] = bltns[n.id]
+            else:
+                return None
+    return node.body, params, names
+
+
+def inline_partial(d: Any, operands: list[str], src: Source) -> Optional[tuple[str, bool]]:
+    """(the expression of partial `d` applied to `operands`, whether evaluating it may raise
+    ZeroDivisionError): the same operations in the same order as calling `d`, without the call.
+    `operands` are variables, or "None" for what `d` does not read. None: `d` is not a lambda."""
+    found = _lambda_ast(d)
+    if found is None:
+        return None
+    body, params, names = found
+    subst = {p: o for p, o in zip(params, operands)}
+    subst.update({n: src.const(v) for n, v in names.items()})
+    with AST_LOCK:
+        return _inlined(body, subst)
+
+
+def _inlined(body: ast.expr, subst: dict[str, str]) -> tuple[str, bool]:
+    class _Rename(ast.NodeTransformer):
+        def visit_Name(self, n: ast.Name) -> ast.AST:
+            return ast.copy_location(ast.Name(id=subst[n.id], ctx=n.ctx), n)
+
+    expr = _Rename().visit(ast.parse(ast.unparse(body), mode="eval").body)
+    risky = any(isinstance(n, ast.Call) or (isinstance(n, ast.BinOp) and isinstance(n.op, _DIVIDING))
+                for n in ast.walk(expr))
+    return "(" + ast.unparse(expr) + ")", risky
+
+
+_DIVIDING = (ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
+
+def gradient_code(src: Source, spec: Any, state: dict[int, int], lines: list[str], fresh: dict[int, str]) -> str:
+    """The expression of one argument's gradient, mirroring its spec as `pytree.gradient` does; each
+    array leaf's cotangent is handed over as it is when `pytree.project` would (a fresh array of the
+    primal's shape and dtype), else projected."""
+    if spec is None:  # an argument with no derivative (an int, a string)
+        return "None"
+    if type(spec) is pytree.Leaf:
+        g = f"g{spec.idx}" if state.get(spec.idx, _UNSET) != _UNSET else "None"
+        primal = spec.primal
+        name = f"q{spec.idx}"
+        if type(primal) is _ndarray:
+            like = src.const(stand_in(primal), "like")
+            dt = src.const(primal.dtype, "dt")
+            lines.append(f"{name} = {g} if {g}.__class__ is ndarray and {g}.base is None and {g}.dtype is {dt} and "
+                         f"{g}.shape == {primal.shape!r} and {g}.flags.writeable else _project({g}, {like})")
+            if spec.idx in fresh:  # the general path differentiates a fresh view of the caller's array
+                lines.append(f"if {name} is {fresh[spec.idx]}: {name} = {name}.copy()")
+        else:
+            lines.append(f"{name} = _project({g}, {src.const(primal)})")
+        return name
+    t, subs = spec
+    if isinstance(subs, dict):
+        items = ", ".join(f"{k!r}: {gradient_code(src, v, state, lines, fresh)}" for k, v in subs.items())
+        return f"{{{items}}}" if t is dict else f"{src.const(t, 'T')}({{{items}}}.items())"
+    items = [gradient_code(src, v, state, lines, fresh) for v in subs]
+    if t is list:
+        return f"[{', '.join(items)}]"
+    if t is tuple:
+        return f"({''.join(i + ', ' for i in items)})"
+    return f"{src.const(t, 'T')}({', '.join(items)})" if hasattr(t, "_fields") else \
+        f"{src.const(t, 'T')}(({''.join(i + ', ' for i in items)}))"
+
+
+def static_guards(src: Source, entries: list[tuple]) -> None:
+    for kind, owner, name, value in entries:
+        if kind == "code":  # a Python callee (owner), fixed by its caller's guards: its body too
+            f = src.const(owner, "F")
+            src.guard("code", f"{f}.__code__ is {src.const(name, 'C')} and {f}.__defaults__ is "
+                      f"{src.const(value[0])} and {f}.__kwdefaults__ is {src.const(value[1])}",
+                      f"{qualname(owner)} keeps its code and defaults")
+            continue
+        if kind == "global":
+            g = src.const(owner, "G")
+            if name in owner:
+                read = f"{g}[{name!r}]"  # (a KeyError fails the call over to the general path)
+            else:  # a builtin: it must stay unshadowed
+                b = src.const(_builtins_of(owner), "B")
+                read = f"({g}.get({name!r}, _MISSING) is _MISSING and {b}.get({name!r}))"
+        else:
+            m = src.const(owner.__dict__, "M")
+            read = f"{m}[{name!r}]"
+        if isinstance(value, (int, float, str, bytes, bool, complex)) or value is None:
+            c = src.const(value)
+            src.guard(kind, f"{read} == {c} and {read}.__class__ is {src.const(type(value), 'T')}",
+                      f"{name} == {value!r}")
+        else:
+            src.guard(kind, f"{read} is {src.const(value)}", f"{name} is {_describe(value)}")
+
+
+def _builtins_of(fn_globals: dict[str, Any]) -> dict[str, Any]:
+    b = fn_globals.get("__builtins__", builtins)
+    return b.__dict__ if isinstance(b, types.ModuleType) else b
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, types.ModuleType):
+        return f"module {value.__name__}"
+    return qualname(value) if callable(value) else type(value).__name__

@@ -1,0 +1,219 @@
+"""Compiled programs on disk: `bytegrad.precompile` stores a function's NumPy programs, and a fresh
+process loads them on the first gradient of a signature, so that gradient already runs compiled.
+
+A program is its generated source and its constants (runtime/program.py). The source is text; a
+constant is written as data (arrays, dtypes, numbers, tuples, `Site`s) or, where it is part of the
+process rather than data, as a reference that a load resolves in the new process, without
+importing anything:
+
+- a module, or a module's `__dict__` (the globals the guards read): by the module's name;
+- a function, class, ufunc or builtin reachable as `module.qualname`: by that path;
+- a rule's reverse function or one of its partials: by the function the rule is for, with the
+  rule's kind and the place it is defined (as the disk cache of rewritten code checks rules);
+  the load takes the rule registered now, and refuses the program if that rule is another;
+- a Python callee's code and defaults (the `code` guard): by the function, checked against the
+  marshalled code and the defaults stored beside it.
+
+A constant that is none of these makes the program unstorable (it is then made again by a
+capture in the new process). Entries go through runtime/diskcache.py (namespace "programs"):
+the same trust model as rewritten code, and its unpickler, which loads only bytegrad's, NumPy's
+and plain builtin types. The registry version a program guards is the loading process's own
+(`_VERSION` in program.compile_program).
+"""
+from __future__ import annotations
+
+import io
+import marshal
+import pickle
+import sys
+import types
+from typing import Any, Optional
+
+import numpy as np
+
+from bytegrad.rules import registry
+from bytegrad.runtime import diskcache
+from bytegrad.runtime.program import Program, compile_program
+
+__all__ = ["NAMESPACE", "dumps", "loads", "key"]
+
+NAMESPACE = "programs"
+_FORMAT = 1
+
+
+def key(code: types.CodeType, kind: Any, signature: tuple[type, ...]) -> Optional[str]:
+    """The disk key of the programs of `code` for one kind (the `wrt` key of bytegrad/compiled.py)
+    and argument signature; None for code marshal cannot write."""
+    try:
+        raw = marshal.dumps(code, 2)
+    except ValueError:
+        return None
+    h = diskcache.sha256(raw)
+    h.update(repr((sys.implementation.cache_tag, diskcache.bytegrad_version(), _FORMAT, repr(kind),
+                   tuple(f"{t.__module__}.{t.__qualname__}" for t in signature))).encode())
+    return h.hexdigest()
+
+
+# ---- writing ------------------------------------------------------------------------------------
+
+
+def dumps(programs: list[Program]) -> Optional[bytes]:
+    """The payload of `programs` (NumPy programs of one signature), or None when one holds a
+    constant that cannot be written as data or a reference."""
+    parts = []
+    for prog in programs:
+        if prog.parts is None:
+            return None
+        ns, source, lines, filename = prog.parts
+        parts.append((ns, source, lines, filename, tuple(prog.guards), prog.records, prog.pullback))
+    buf = io.BytesIO()
+    try:
+        pickler = _Pickler(buf)
+        for prog_parts in parts:
+            pickler.note_functions(prog_parts[0].values())
+        pickler.dump(parts)
+    except (pickle.PicklingError, TypeError, AttributeError, ValueError):
+        return None
+    return buf.getvalue()
+
+
+class _Pickler(pickle.Pickler):
+    def __init__(self, file: Any) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._bytegrad = diskcache._ref_index()
+        self._dicts = {id(vars(m)): name for name, m in list(sys.modules.items()) if m is not None}
+        self._rules = _rule_index()
+        self._code_of: dict[int, Any] = {}
+
+    def note_functions(self, values: Any) -> None:
+        """Remember the functions among a program's constants: the `code` guard's code object and
+        defaults are written as references to their function."""
+        for fn in values:
+            if type(fn) is types.FunctionType:
+                for part in (fn.__code__, fn.__defaults__, fn.__kwdefaults__):
+                    if part is not None:
+                        self._code_of[id(part)] = fn
+
+    def persistent_id(self, obj: Any) -> Any:
+        t = type(obj)
+        if t in _PLAIN:
+            return None
+        ref = self._bytegrad.get(id(obj))
+        if ref is not None and diskcache._lookup_ref(ref) is obj:
+            return ("bytegrad", ref)
+        if t is types.ModuleType:
+            return ("module", obj.__name__)
+        if t is dict and id(obj) in self._dicts:
+            return ("dict", self._dicts[id(obj)])
+        rule_ref = self._rules.get(id(obj))
+        if rule_ref is not None:
+            return rule_ref
+        if t is types.CodeType or (t is tuple or t is dict) and id(obj) in self._code_of:
+            fn = self._code_of.get(id(obj))
+            if fn is None:
+                raise pickle.PicklingError("a code object of no known function")
+            part = "code" if t is types.CodeType else ("defaults" if t is tuple else "kwdefaults")
+            return (part, _path(fn), marshal.dumps(fn.__code__, 2), fn.__defaults__, fn.__kwdefaults__)
+        if isinstance(obj, np.dtype):  # (guards test `x.dtype is dt`: the canonical instance)
+            if np.dtype(obj.str) is not obj:
+                raise pickle.PicklingError(f"a dtype that is not NumPy's own: {obj}")
+            return ("dtype", obj.str)
+        path = _path(obj)
+        if path is not None and not isinstance(obj, (np.ndarray, np.generic)):
+            return ("path", path)
+        return None
+
+
+_PLAIN = frozenset({type(None), bool, int, float, complex, str, bytes, slice, type(Ellipsis)})
+
+
+def _path(obj: Any) -> Optional[tuple[str, str]]:
+    """(module, qualname) that finds `obj` itself in a module already imported, or None."""
+    qual = getattr(obj, "__qualname__", None)
+    module = getattr(obj, "__module__", None) or getattr(getattr(obj, "__objclass__", None), "__module__", None)
+    if not isinstance(qual, str) or not isinstance(module, str) or "<" in qual:
+        return None
+    if isinstance(obj, np.ufunc):
+        module = "numpy"
+    return (module, qual) if _find(module, qual) is obj else None
+
+
+def _find(module: str, qual: str) -> Any:
+    value: Any = sys.modules.get(module)
+    for part in qual.split("."):
+        value = getattr(value, part, None)
+        if value is None:
+            return None
+    return value
+
+
+def _rule_index() -> dict[int, tuple]:
+    """id of a rule's reverse function or partial -> its reference."""
+    index: dict[int, tuple] = {}
+    for rule in registry.all_rules().values():
+        fn_path = _path(rule.fn) if not isinstance(rule.fn, types.MethodWrapperType) else None
+        if fn_path is None:
+            continue
+        stamp = _stamp(rule)
+        if rule.rrule is not None:
+            index.setdefault(id(rule.rrule), ("rrule", fn_path, stamp))
+        for k, d in enumerate(rule.partials or ()):
+            if callable(d):
+                index.setdefault(id(d), ("partial", fn_path, k, stamp))
+    return index
+
+
+def _stamp(rule: Any) -> tuple:
+    at = rule.defined_at
+    return (rule.kind.value, (at.filename, at.lineno) if at is not None else None)
+
+
+# ---- reading ------------------------------------------------------------------------------------
+
+
+def loads(payload: bytes) -> Optional[list[Program]]:
+    """The programs of a payload, compiled in this process; None when a reference no longer
+    resolves to what it was (a rule registered since, a callee's code replaced, a module gone)."""
+    try:
+        parts = _Unpickler(io.BytesIO(payload)).load()
+    except (pickle.UnpicklingError, LookupError, AttributeError, TypeError, ValueError, EOFError):
+        return None
+    programs = []
+    for ns, source, lines, filename, guards, records, pullback in parts:
+        prog = Program(compile_program(source, lines, filename, ns), source, list(guards), records)
+        prog.parts = (ns, source, lines, filename)
+        prog.pullback = prog.upgraded = pullback
+        programs.append(prog)
+    return programs
+
+
+class _Unpickler(diskcache._SafeUnpickler):
+    def persistent_load(self, pid: Any) -> Any:
+        tag = pid[0] if isinstance(pid, tuple) and pid else None
+        if tag == "bytegrad":
+            return diskcache._resolve_ref(pid[1])
+        if tag == "module":
+            return _required(sys.modules.get(pid[1]), pid)
+        if tag == "dict":
+            return vars(_required(sys.modules.get(pid[1]), pid))
+        if tag == "dtype":
+            return np.dtype(pid[1])
+        if tag == "path":
+            return _required(_find(*pid[1]), pid)
+        if tag == "rrule" or tag == "partial":
+            rule = registry.lookup(_required(_find(*pid[1]), pid))
+            if rule is None or _stamp(rule) != pid[-1]:
+                raise LookupError(f"the rule of {pid[1]} is another now")
+            return rule.rrule if tag == "rrule" else rule.partials[pid[2]]
+        if tag in ("code", "defaults", "kwdefaults"):
+            fn = _required(_find(*pid[1]), pid)
+            if marshal.dumps(fn.__code__, 2) != pid[2] or fn.__defaults__ != pid[3] or fn.__kwdefaults__ != pid[4]:
+                raise LookupError(f"{pid[1]} has other code or defaults now")
+            return {"code": fn.__code__, "defaults": fn.__defaults__, "kwdefaults": fn.__kwdefaults__}[tag]
+        raise pickle.UnpicklingError(f"bytegrad's program cache does not load the reference {pid!r}")
+
+
+def _required(value: Any, pid: Any) -> Any:
+    if value is None:
+        raise LookupError(f"{pid!r} is not in this process")
+    return value

@@ -1,0 +1,112 @@
+"""Compiled programs on disk (runtime/program_store.py): `bytegrad.precompile` stores a function's
+programs, and a fresh process's first gradient of that signature runs one, without a capture; a
+program whose references no longer hold (a rule, a callee's code) is not loaded."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+MODULE = '''
+import numpy as np
+
+SCALE = 2.0
+
+
+def layer(W, x):
+    return np.tanh(W @ x)
+
+
+def loss(W, x, n):
+    h = layer(W, x)
+    for _ in range(n):
+        h = np.sin(h) * SCALE
+    if h.sum() > 0:
+        return np.sum(h * h)
+    return np.sum(h)
+
+
+def vector(x):
+    return np.exp(x) * x
+'''
+
+RUNNER = '''
+import json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import bytegrad, usermod
+mode = sys.argv[2]
+if mode == "override":
+    bytegrad.scalar_rule(np.sin, lambda x, out: np.cos(x), override=True)
+if mode == "global":
+    usermod.SCALE = 3.0
+if mode == "recode":
+    usermod.layer.__code__ = (lambda W, x: np.tanh(x @ W.T)).__code__
+rng = np.random.default_rng(0)
+W, x = rng.normal(size=(3, 3)), rng.normal(size=3)
+out = {}
+if mode == "precompile":
+    s = bytegrad.precompile(usermod.loss, W, x, 2, wrt=(0, 1))
+    v = bytegrad.precompile(usermod.vector, x)
+    out["stored"] = [s["programs_stored"], v["programs_stored"]]
+else:
+    d = bytegrad.differentiate(usermod.loss, wrt=(0, 1))
+    value, (gW, gx) = d.value_and_grad(W, x, 2)
+    general = bytegrad.differentiate(usermod.loss, wrt=(0, 1), tier="general").value_and_grad(W, x, 2)
+    out["same"] = bool(value == general[0] and np.array_equal(gW, general[1][0]) and np.array_equal(gx, general[1][1]))
+    st = d.stats()["compiled"]
+    out["loaded"], out["compiled_calls"] = st["loaded_from_disk"], st["compiled_calls"]
+    y, back = bytegrad.vjp(usermod.vector, x)
+    (g,) = back(np.ones(3))
+    out["vjp_same"] = bool(np.allclose(g, np.exp(x) * (x + 1.0), rtol=1e-12))
+    out["vjp_loaded"] = bytegrad.compiled.tiers_for(usermod.vector, bytegrad.compiled.PULLBACK, None).loaded
+print(json.dumps(out))
+'''
+
+
+def _run(tmp: Path, mode: str) -> dict:
+    env = dict(os.environ, BYTEGRAD_CACHE_DIR=str(tmp / "cache"), PYTHONPATH=str(ROOT), BYTEGRAD_TIER="auto")
+    proc = subprocess.run([sys.executable, str(tmp / "runner.py"), str(tmp), mode], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture()
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "usermod.py").write_text(textwrap.dedent(MODULE))
+    (tmp_path / "runner.py").write_text(textwrap.dedent(RUNNER))
+    return tmp_path
+
+
+def test_a_fresh_process_runs_the_precompiled_program_on_its_first_gradient(project):
+    assert _run(project, "precompile")["stored"] == [1, 1]
+    fresh = _run(project, "plain")
+    assert fresh["same"] and fresh["loaded"] == 1 and fresh["compiled_calls"] == 1, fresh
+    assert fresh["vjp_same"] and fresh["vjp_loaded"] == 1, fresh
+
+
+@pytest.mark.parametrize("mode", ["override", "recode"])
+def test_a_stored_program_whose_references_changed_is_not_loaded(project, mode):
+    """A rule registered since (np.sin's), or a callee whose code was replaced: the stored program is
+    another computation now; the first gradient runs on the general path, right."""
+    _run(project, "precompile")
+    fresh = _run(project, mode)
+    assert fresh["loaded"] == 0 and fresh["compiled_calls"] == 0, fresh
+    if mode == "override":  # the same derivative, written again: the gradient is unchanged
+        assert fresh["same"]
+
+
+def test_a_loaded_program_keeps_its_guards(project):
+    """A global the program read has another value now: the loaded program's guard sends the call to
+    the general path, which gives the gradient for the new value."""
+    _run(project, "precompile")
+    fresh = _run(project, "global")
+    assert fresh["loaded"] == 1 and fresh["compiled_calls"] == 0 and fresh["same"], fresh
