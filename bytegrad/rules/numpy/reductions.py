@@ -347,27 +347,28 @@ def _with_mean_rrule(x: Any, args: tuple[Any, ...], params: dict[str, Any], std:
 @rrule(np.ndarray.var)
 @rrule(np.var)
 def var_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
-    given = _given_mean(args, kwargs)
-    if given is not None:
-        return _with_mean_rrule(x, args, given, std=False)
-    out = np.var(x, *args, **kwargs)
-    r = _Reduction("var", _VAR_PARAMS, x, args, kwargs)
-
-    def var_pullback(out_bar: Any) -> tuple[Any, ...]:
-        centered, scale = _var_parts(r, out_bar)
-        return _pullback_result(r.finish(2 * centered * scale), args)
-
-    return out, var_pullback
+    return _var_or_std(x, args, kwargs, std=False)
 
 
 @rrule(np.ndarray.std)
 @rrule(np.std)
 def std_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    return _var_or_std(x, args, kwargs, std=True)
+
+
+def _var_or_std(x: Any, args: tuple[Any, ...], kwargs: dict[str, Any], std: bool) -> tuple[Any, Callable[..., Any]]:
     given = _given_mean(args, kwargs)
     if given is not None:
-        return _with_mean_rrule(x, args, given, std=True)
-    out = np.std(x, *args, **kwargs)
-    r = _Reduction("std", _VAR_PARAMS, x, args, kwargs)
+        return _with_mean_rrule(x, args, given, std=std)
+    out = (np.std if std else np.var)(x, *args, **kwargs)
+    r = _Reduction("std" if std else "var", _VAR_PARAMS, x, args, kwargs)
+
+    if not std:
+        def var_pullback(out_bar: Any) -> tuple[Any, ...]:
+            centered, scale = _var_parts(r, out_bar)
+            return _pullback_result(r.finish(2 * centered * scale), args)
+
+        return out, var_pullback
 
     def std_pullback(out_bar: Any) -> tuple[Any, ...]:
         centered, scale = _var_parts(r, out_bar)
