@@ -193,8 +193,13 @@ def render() -> str:
             continue
         lines += [f"## {area} ({len(sections[area])})", "", "| function | forms | defined in |", "|---|---|---|"]
         lines += _rows(sections[area]) + [""]
-    lines += [f"## Non-differentiable ({len(by_kind[RuleKind.NONDIFF])})", "",
-              "Their outputs carry no derivative (indices, shapes, predicates, rounding).", ""]
+    return "\n".join(lines + _without_derivative(by_kind)) + "\n"
+
+
+def _without_derivative(by_kind: dict[RuleKind, list[tuple[str, Rule]]]) -> list[str]:
+    """The sections of the functions declared non-differentiable, transparent or not implemented."""
+    lines = [f"## Non-differentiable ({len(by_kind[RuleKind.NONDIFF])})", "",
+             "Their outputs carry no derivative (indices, shapes, predicates, rounding).", ""]
     lines += [", ".join(f"`{n}`" for n in sorted(name for name, _ in by_kind[RuleKind.NONDIFF])), ""]
     lines += [f"## Transparent ({len(by_kind[RuleKind.TRANSPARENT])})", "",
               "Called as they are: they move values around without arithmetic.", ""]
@@ -203,7 +208,7 @@ def render() -> str:
               "Differentiating these raises an error giving the reason.", "", "| function | reason |", "|---|---|"]
     lines += [f"| `{name}` | {rule.reason.replace('|', '/')} |"
               for name, rule in sorted(by_kind[RuleKind.NOT_IMPLEMENTED], key=lambda p: p[0])]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def main() -> None:
