@@ -301,3 +301,28 @@ def test_init_reading_an_object_argument():
         p = Squared(x)
         return Doubler(p).y
     assert grad(f)(3.0) == 2.0
+
+
+def test_the_watch_runs_outside_the_checking_mode_on_every_version():
+    """Without BYTEGRAD_CHECK the watch starts when a forward pass hands a Python object or function
+    to C (sys.monitoring on 3.12+, sys.setprofile on 3.11): np.frompyfunc's call of Python code with
+    a differentiated value is an error there too, not a silent zero."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import numpy as np, bytegrad\n"
+            "class Tripled:\n"
+            "    def __init__(self, v):\n"
+            "        self.v = v\n"
+            "    def total(self):\n"
+            "        return self.v * 3\n"
+            "total = np.frompyfunc(Tripled.total, 1, 1)\n"
+            "try:\n"
+            "    print(bytegrad.grad(lambda x: total(Tripled(x)))(2.0))\n"
+            "except bytegrad.errors.BlindCallError:\n"
+            "    print('BlindCallError')\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, BYTEGRAD_CHECK="0", PYTHONPATH=root)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "BlindCallError", out.stderr

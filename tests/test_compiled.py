@@ -8,6 +8,7 @@ the eligibility check has a test that the function stays on the general path, wi
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import types
@@ -24,7 +25,7 @@ from gradcheck import assert_trees_close  # noqa: E402
 import bytegrad  # noqa: E402
 from bytegrad import compiled  # noqa: E402
 from bytegrad.rules import registry  # noqa: E402
-from bytegrad.runtime import kernels, program, program_source  # noqa: E402
+from bytegrad.runtime import kernels, program_source  # noqa: E402
 
 from bench import cases as bench_cases  # noqa: E402
 
@@ -912,3 +913,199 @@ def test_has_aux_programs_return_the_aux_as_the_general_path_does(tier):
         assert aux1["x"] is not args[0] and np.shares_memory(aux1["x"], args[0])  # a view, as on the general path
     st = info(fast)
     assert st["compiled_calls"] == 3 and [p["backend"] for p in st["programs"]] == ["numpy"], st
+
+
+# ---- the Numba back end: float32 loops ---------------------------------------------------------
+
+
+@needs_numba
+@pytest.mark.parametrize("case", [c for c in bench_cases.CASES if c.key in ("loop50f32", "elem10f32")],
+                         ids=lambda c: c.key)
+def test_numba_float32_loops_are_as_accurate_as_the_general_path(case):
+    """A float32 elementwise program is one loop too: computed in float64, stored as float32. It is
+    then not bit for bit the general path's (which rounds each operation to float32) but at least as
+    close to float64 arithmetic on the same inputs, and never refused for disagreeing."""
+    fast = bytegrad.differentiate(fresh(case.loss), tier="numba")
+    general = bytegrad.differentiate(case.loss, tier="general")
+    rng = np.random.default_rng(2)
+    for _ in range(3):
+        params, data = case.inputs(rng)
+        (v1, g1), (v2, g2) = fast.value_and_grad(params, *data), general.value_and_grad(params, *data)
+        assert type(v1) is type(v2) is np.float32 and g1.dtype == np.float32
+        v, g = general.value_and_grad(params.astype(np.float64), *data)
+        scale = float(np.abs(g).max())
+        assert np.abs(g1 - g).max() <= np.abs(g2 - g).max() + 1e-7 * scale
+        assert abs(v1 - v) <= abs(v2 - v) + 1e-7 * abs(v)
+    s = info(fast)
+    assert [p["backend"] for p in s["programs"]] == ["numba"], s
+    assert s["compiled_calls"] == 3 and s["disagreements"] == 0
+
+
+def _scaled(x, w):
+    return np.sum(x * w * 0.5)
+
+
+@needs_numba
+@pytest.mark.parametrize("w", [np.linspace(1, 2, 5), 0.7], ids=["float64-array", "float"])
+def test_float32_loop_with_other_arguments(w):
+    """A float32 array with a float64 one is one loop (each gradient stored in its argument's dtype);
+    with a differentiated float it is the array kernel (the guard `narrow and a float leaf` in
+    program_numba._loop_shape: without it the loop is tried, and the call ends on the NumPy back end)."""
+    x = np.linspace(0, 1, 5, dtype=np.float32)
+    fast = bytegrad.differentiate(fresh(_scaled), wrt=(0, 1), tier="numba")
+    got = fast.value_and_grad(x, w)
+    assert_same(got, bytegrad.differentiate(_scaled, wrt=(0, 1), tier="general").value_and_grad(x, w))
+    s = info(fast)
+    assert s["disagreements"] == 0 and [p["backend"] for p in s["programs"]] == ["numba"], s
+
+
+def test_float32_agreement_allows_float32_rounding_only():
+    x = np.linspace(1, 2, 7, dtype=np.float32)
+    assert compiled._same(x * np.float32(1 + 1e-6), x)  # a few float32 roundings apart
+    assert not compiled._same(x * np.float32(1 + 1e-3), x)
+    assert not compiled._same(x.astype(np.float64) * (1 + 1e-9), x.astype(np.float64))  # float64: 1e-12
+    y = np.array([1.0, 1e-9], np.float32)  # an element that cancelled to near 0: judged against the largest
+    assert compiled._same(y + np.float32(1e-8), y)
+
+
+# ---- the Numba back end: hybrid array kernels ------------------------------------------------------
+
+
+def _tanh_first(x, w):
+    return np.sum(w @ np.tanh(x))
+
+
+def _exp_between(x, w):
+    return np.sum(np.exp(x * w) - x)
+
+
+def _two_ufuncs(x, w):
+    return np.sum(np.log(np.exp(x * w) + 1.0))
+
+
+@needs_numba
+@pytest.mark.parametrize("fn", [_tanh_first, _exp_between, _two_ufuncs, bench_cases.dense_loss],
+                         ids=lambda f: f.__name__)
+def test_hybrid_kernels_leave_large_transcendental_steps_to_numpy(fn):
+    """An array kernel calls NumPy's SIMD loop for tanh, exp, log... from HYBRID_MIN elements, its
+    Numba parts around it: at the start, between parts, twice; the results are the general path's."""
+    from bytegrad.runtime import program_numba
+
+    rng = np.random.default_rng(3)
+    n = program_numba.HYBRID_MIN
+    make = ((lambda: ((rng.standard_normal((4, 4)), rng.standard_normal(4)), rng.standard_normal((4, n))))
+            if fn is bench_cases.dense_loss else (lambda: (rng.standard_normal((2, n)), rng.standard_normal(n)))
+            if fn is not _tanh_first else (lambda: (rng.standard_normal((2, n)), rng.standard_normal((3, 2)))))
+    own = fresh(fn)
+    fast = bytegrad.differentiate(own, wrt=(0, 1), tier="numba")
+    general = bytegrad.differentiate(fn, wrt=(0, 1), tier="general")
+    for _ in range(3):
+        args = make()
+        assert_same(fast.value_and_grad(*args), general.value_and_grad(*args))
+    (prog,) = [p for t in compiled._BY_FUNCTION[own].values() for p in t.programs]
+    assert prog.backend == "numba" and re.search(r"def kernel\d+\(", prog.source), prog.source  # in parts
+    assert info(fast)["disagreements"] == 0
+
+
+def _layer(w, x):
+    return np.sum(np.sin(w @ x) * x)
+
+
+@needs_numba
+@pytest.mark.parametrize("w_dtype, cols, loops", [(np.float64, 40, True), (np.float64, 500, False),
+                                                  (np.float32, 40, False)], ids=["small", "large", "two-dtypes"])
+def test_small_matrix_products_are_loops_in_a_kernel(w_dtype, cols, loops):
+    """A matrix product of SMALL_MATMUL multiplications or fewer is kernels.small_matmul in an array
+    kernel (forward and both cotangents), with the general path's results; a larger one stays `@`
+    (BLAS). Operands of two dtypes are not loops (they would compute in the first one's dtype, and
+    the capture's check would refuse a float32 result where the general path gives float64: that
+    signature keeps the NumPy back end, as Numba's own `@` does not take two dtypes either)."""
+    rng = np.random.default_rng(4)
+    own = fresh(_layer)
+    fast = bytegrad.differentiate(own, wrt=(0, 1), tier="numba")
+    general = bytegrad.differentiate(_layer, wrt=(0, 1), tier="general")
+    for _ in range(3):
+        args = rng.standard_normal((3, 3)).astype(w_dtype), rng.standard_normal((3, cols))
+        assert_same(fast.value_and_grad(*args), general.value_and_grad(*args))
+    (prog,) = [p for t in compiled._BY_FUNCTION[own].values() for p in t.programs]
+    assert info(fast)["disagreements"] == 0
+    if w_dtype is np.float32:
+        assert prog.backend == "numpy"
+        return
+    assert prog.backend == "numba"
+    assert (re.search(r"= mm\d+\(", prog.source) is not None) == loops, prog.source
+    assert prog.source.count(" @ ") == (0 if loops else 3)
+
+
+# ---- the NumPy back end: what is known when the program is written ------------------------------
+
+
+def _shifted(x, b):
+    return np.sum(x + b[:, None])
+
+
+def test_a_partial_under_the_seed_is_not_multiplied_by_one():
+    """Below a full sum the cotangent is the float 1.0: `1.0 * partial` is the partial itself, so
+    the program does not multiply (Dense: `1 - tanh**2`) and sums a broadcast operand's cotangent
+    with np.add.reduce inline (no `_unbroadcast` call)."""
+    own = fresh(bench_cases.dense_loss)
+    fast = bytegrad.differentiate(own, tier="numpy")
+    general = bytegrad.differentiate(bench_cases.dense_loss, tier="general")
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        params, data = bench_cases.dense_inputs(3, batch=7)(rng)
+        assert_same(fast.value_and_grad(params, *data), general.value_and_grad(params, *data))
+    (prog,) = [p for t in compiled._BY_FUNCTION[own].values() for p in t.programs]
+    assert "_unbroadcast(" not in prog.source and "keepdims=True" in prog.source, prog.source
+    assert not re.search(r"= g\d+ \* ", prog.source), prog.source
+
+
+def test_a_partial_smaller_than_its_output_keeps_the_general_sum():
+    """In `(x + c) * y` with y of shape (3, 1), the partial for `x + c` is y: smaller than the
+    product, so its cotangent is not known to be an array of the product's shape, and x's is summed
+    by `_unbroadcast` (`_array_partial`'s shape check: without it the inline sum misses the
+    broadcast and x's gradient is a quarter of the general path's)."""
+    fast, general = compiled_and_general(_broadcast_product, wrt=(0, 1, 2))
+    rng = np.random.default_rng(7)
+    for _ in range(3):
+        args = rng.standard_normal((3, 1)), rng.standard_normal((3, 4)), rng.standard_normal((3, 1))
+        assert_same(fast.value_and_grad(*args), general.value_and_grad(*args))
+    s = info(fast)
+    assert s["compiled_calls"] == 3 and s["general_calls"] == 0, s
+
+
+def _twice_fabs(x):
+    return np.sum(np.fabs(x)) + np.sum(np.fabs(x))
+
+
+def test_a_bool_partial_under_the_seed_is_still_multiplied():
+    """A partial may be a bool array (here a rule for np.fabs whose partial is `x == x`): `1.0 *`
+    makes it float, and two such contributions then add to 2.0 (`_array_partial`'s float check:
+    without it the program adds two bools to True, and the capture's check refuses the program)."""
+    saved = registry.lookup(np.fabs)
+    bytegrad.scalar_rule(np.fabs, lambda x, out: x == x, override=True)
+    try:
+        fast, general = compiled_and_general(_twice_fabs)
+        x = np.linspace(-1, 1, 5)
+        assert_same(fast.value_and_grad(x), general.value_and_grad(x))
+        assert_same(general.grad(x), np.full(5, 2.0))
+        s = info(fast)
+        assert s["compiled_calls"] == 1 and s["disagreements"] == 0, s
+    finally:
+        registry.register(saved, override=True)
+
+
+def _broadcast_product(x, c, y):
+    return np.sum((x + c) * y)
+
+
+def test_a_uniform_cotangent_of_a_broadcast_operand_keeps_the_general_sum():
+    """`x + b[:, None]` under a full sum: b's cotangent is the float 1.0 scaled by the broadcast,
+    which only `_unbroadcast` knows (the inline sum is for cotangents known to be arrays)."""
+    fast, general = compiled_and_general(_shifted, wrt=(0, 1))
+    rng = np.random.default_rng(6)
+    for _ in range(3):
+        args = rng.standard_normal((3, 4)), rng.standard_normal(3)
+        assert_same(fast.value_and_grad(*args), general.value_and_grad(*args))
+    s = info(fast)
+    assert s["compiled_calls"] == 3 and s["general_calls"] == 0, s

@@ -441,3 +441,30 @@ def jit_program(source: str, namespace: dict[str, Any], name: str) -> Optional[A
         return None
     exec(compile(source, f"<bytegrad program kernel {name}>", "exec"), namespace)  # noqa: S102
     return numba.njit(error_model="numpy")(namespace[name])
+
+
+_SMALL_MATMUL = """
+def small_matmul(a, b):
+    m, k = a.shape
+    n = b.shape[1]
+    out = np.zeros((m, n), a.dtype)
+    for i in range(m):
+        for l in range(k):
+            ail = a[i, l]
+            for j in range(n):
+                out[i, j] += ail * b[l, j]
+    return out
+"""
+_small_matmul: list[Any] = []
+
+
+def small_matmul() -> Optional[Any]:
+    """An `njit` matrix product of two 2-D arrays of one dtype as three loops (i, l, j: the inner loop
+    runs along rows), for program kernels: on a few hundred multiplications a BLAS call from Numba
+    costs more than the arithmetic. None when Numba is disabled or cannot be imported."""
+    if not _small_matmul:
+        fn = jit_program(_SMALL_MATMUL, {"np": np}, "small_matmul")
+        if fn is None:
+            return None
+        _small_matmul.append(fn)
+    return _small_matmul[0]

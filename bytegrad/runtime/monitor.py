@@ -8,9 +8,11 @@ its first start): one that receives a differentiated value, or an object holding
 `BlindCallError` at the user's line. `runtime/callbacks.py` runs the usual cases (getattr, dict(),
 a defaultdict's factory...) rewritten instead, so this only meets what nothing else covers.
 
-With `BYTEGRAD_CHECK=1` (the test suite sets it) the same watch runs on 3.11 too, through
-`sys.setprofile`, and every site the rewrite left alone as inactive checks its operands
-(`GUARDS`): a differentiated value there raises `BlindCallError` instead of passing through.
+On 3.11 the same watch runs through `sys.setprofile`, from the same moment (a forward pass handing
+a Python object or function to C) to the end of the pass. With `BYTEGRAD_CHECK=1` (the test suite
+sets it) the watch runs from the start of every forward pass, and every site the rewrite left
+alone as inactive checks its operands (`GUARDS`): a differentiated value there raises
+`BlindCallError` instead of passing through.
 """
 from __future__ import annotations
 
@@ -214,10 +216,11 @@ def arm() -> Any:
         _MONITORING.set_events(tool, _MONITORING.events.PY_START)
         _on = True
         return None
-    if CHECK:
-        _on = True
-        _saved_profile[0] = sys.getprofile()
-        sys.setprofile(_on_profile)
+    # 3.11 (no sys.monitoring): a profile function for the rest of this forward pass. It costs a
+    # Python call per call, but only gradients that hand a Python object or function to C pay it.
+    _on = True
+    _saved_profile[0] = sys.getprofile()
+    sys.setprofile(_on_profile)
     return None
 
 
@@ -236,8 +239,7 @@ def stop(token: Any) -> None:
         sys.setprofile(_saved_profile[0])
 
 
-if _MONITORING is not None or CHECK:
-    abi.CALLBACKS["watch"] = arm
+abi.CALLBACKS["watch"] = arm
 
 
 # ---- the checking mode's guards at inactive sites ----------------------------------------------------

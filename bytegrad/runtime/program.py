@@ -33,6 +33,7 @@ from bytegrad import _operators
 from bytegrad.errors import qualname
 from bytegrad.rules import registry
 from bytegrad.rules._apply import shape_of
+from bytegrad.rules._shape import _plan as unbroadcast_plan
 from bytegrad.rules._shape import materialize, stand_in, unbroadcast
 from bytegrad.rules.registry import NO_TANGENT, ZERO
 from bytegrad.runtime import pytree
@@ -212,6 +213,10 @@ class Builder:
         self.records: dict[int, Record] = {}
         self.state: dict[int, int] = {}
         self.forms: dict[int, Any] = {}  # records written as their rule's ProgramForm
+        #: cotangent variables known when the program is written to hold the float 1.0 (the seed of
+        #: a full sum and its copies), and to hold an array of their record's output shape
+        self.ones: set[str] = set()
+        self.arrays: set[str] = set()
         self._t = 0
         #: the capture's decisions (CaptureTape.checks): computed again and checked, in tape order
         self.checks: list[tuple] = list(getattr(tape, "checks", ()))
@@ -384,6 +389,12 @@ class Builder:
             st = _MAYBE
         statement, new = _ACCUMULATE[may_be_none, st]
         body.append(statement.format(g=g, bar=bar))
+        first = st == _UNSET and not cond and not may_be_none
+        for known in (self.ones, self.arrays):  # a first assignment copies what is known of `bar`
+            if first and bar in known:
+                known.add(g)
+            elif known is self.ones or bar not in known:
+                known.discard(g)
         self.state[p] = _MAYBE if cond and new == _SET and self.state.get(p, _UNSET) != _SET else new
 
     def _elementwise_step(self, rec: Record, g: str, targets: list, body: list[str], pre: list[str],
@@ -399,7 +410,9 @@ class Builder:
                 continue
             if d.__class__ is int or d.__class__ is float:
                 bar = g if d == 1 else (f"-{g}" if d == -1 else f"{g} * {d!r}")
+                known_array = g in self.arrays
             else:
+                known_array = _array_partial(d, rec)  # a float array of the output's shape
                 dn = self.src.const(d, "d")
                 # what the partial does not read is not kept alive for it (`1 - out**2` reads out only)
                 reads = _partial_uses(d, len(ops))
@@ -410,7 +423,11 @@ class Builder:
                 # a partial only this step holds is scaled in place from INPLACE_MIN_SIZE elements, as
                 # runtime/backward.py does (the same products: results stay bit for bit the same)
                 big = type(out) is _ndarray and out.size >= INPLACE_MIN_SIZE
-                if inline is not None and not inline[1] and not big:
+                if g in self.ones and known_array:  # 1.0 * partial is the partial: no product
+                    body += ([f"{bar} = {expr}"] if inline is not None and not inline[1] else
+                             ["try:", f"    {bar} = {expr}", "except ZeroDivisionError:",
+                              f"    {bar} = _singular({dn}, ({''.join(o + ', ' for o in read[:-1])}), {read[-1]})"])
+                elif inline is not None and not inline[1] and not big:
                     body.append(f"{bar} = {g} * {expr}")  # no division, no call: no ZeroDivisionError
                 else:
                     t = self.tmp()
@@ -423,13 +440,25 @@ class Builder:
             a_shape = a.shape if type(a) is _ndarray else shape_of(a)
             if a_shape != out_shape:
                 b = self.tmp()
-                body.append(f"{b} = _unbroadcast({bar}, {a_shape!r}, {out_shape!r})")
+                body.append(f"{b} = {self._unbroadcast(bar, a_shape, out_shape, known_array)}")
                 bar = b
             elif bar != g and not bar.startswith("_t"):  # `-g`, `g * 2.0`
                 b = self.tmp()
                 body.append(f"{b} = {bar}")
                 bar = b
+            if known_array and a_shape == out_shape:
+                self.arrays.add(bar)
             self._contribute(p, bar, False, body, pre, cond)
+
+    def _unbroadcast(self, bar: str, a_shape: tuple, out_shape: tuple, known_array: bool) -> str:
+        """`unbroadcast` of a cotangent; written out as its sums where `bar` is known to be an array
+        of the output's shape (the same reductions, without the call and its checks)."""
+        if not known_array or len(a_shape) > len(out_shape):
+            return f"_unbroadcast({bar}, {a_shape!r}, {out_shape!r})"
+        lead, axes = unbroadcast_plan(out_shape, a_shape)
+        total = self.src.const(np.add.reduce, "sum")
+        expr = f"{total}({bar}, axis={lead!r})" if lead else bar
+        return f"{total}({expr}, axis={axes!r}, keepdims=True)" if axes else expr
 
     def form(self, rec: Record, depends: set[int]) -> Any:
         """The rule's ProgramForm when it holds for these arguments and gives every needed cotangent."""
@@ -460,6 +489,8 @@ class Builder:
             for k, p in targets:
                 b = self.tmp()
                 body.append(f"{b} = {self.fill(form.cotangents[k], rec, ops, g)}")
+                if form.cotangents[k] == "{g}" and g in self.ones:  # the seed passed on (a full sum's)
+                    self.ones.add(b)
                 self._contribute(p, b, False, body, pre, cond)
             return
         pb = f"p{rec.idx}"
@@ -480,6 +511,23 @@ class Builder:
     def tmp(self) -> str:
         self._t += 1
         return f"_t{self._t}"
+
+
+def _array_partial(d: Any, rec: Record) -> bool:
+    """Whether partial `d` gives, on the record's values, a new float array of the output's shape (so
+    `g * partial` is an array of that shape when `g` is one or a float). `1.0 * partial` is then the
+    partial itself, dtype included (a Python float does not widen a float array under NumPy 2's
+    rules; a bool or int partial it does), and not an argument (`x * w`'s partial for w is x: a
+    gradient must never be the caller's array). The program's guards fix the shapes and dtypes."""
+    out = rec.out
+    if type(out) is not _ndarray:
+        return False
+    try:
+        pv = d(*rec.args, out)
+    except Exception:  # noqa: BLE001 - a partial that raises here is not written without its product
+        return False
+    return (type(pv) is _ndarray and pv.shape == out.shape and pv.dtype.kind == "f"
+            and pv.base is None and pv is not out and all(pv is not a for a in rec.args))
 
 
 
@@ -661,6 +709,7 @@ def _emit_numpy(b: Builder, order: list[int], depends: set[int], out_idx: int) -
     if out_idx in depends:
         b.src.emit(f"g{out_idx} = 1.0")
         b.state[out_idx] = _SET
+        b.ones.add(f"g{out_idx}")
         for i in reversed(order):
             if i in b.records and i in depends:
                 b.reverse(i, depends)

@@ -12,10 +12,14 @@ checks. Anything else raises `Ineligible`, and the NumPy back end serves the sig
 Numba's transcendental functions are scalar libm calls, not NumPy's SIMD loops, and may differ
 from NumPy's in the last bit: a kernel is kept only when its first result agrees with the general
 path's to 1e-12 relative (bytegrad/compiled.py), and on large arrays NumPy is often faster, which
-the automatic tier measures rather than assumes.
+the automatic tier measures rather than assumes. An array kernel is therefore cut in parts around
+each large tanh, exp or log (`_SIMD`, from `HYBRID_MIN` elements): the wrapper calls NumPy's ufunc
+between two Numba calls, the same call the general path makes. (Numba's own SIMD math, SVML, needs
+an llvmlite built with it; the pip wheels are not, so installing icc_rt changes nothing.)
 """
 from __future__ import annotations
 
+import ast
 import math
 import operator
 from typing import Any
@@ -49,6 +53,9 @@ class _Kernel:
         self.params: list[str] = []            # the kernel's arguments (wrapper variables)
         self.array: dict[str, tuple] = {}      # kernel variable -> shape, for arrays (others are floats)
         self.set: set[int] = set()             # tape indices whose cotangent is assigned
+        #: array kernels: run NumPy's SIMD loops for large transcendental steps between kernel parts
+        self.hybrid = False
+        self.splits: dict[str, Any] = {}        # the variable a NumPy ufunc gives -> the ufunc
 
     # -- values --
 
@@ -105,12 +112,31 @@ class _Kernel:
                 raise Ineligible(f"{qualname(fn)} has no program form for these arguments (Numba back end)",
                                  rec.site)
             self.b.forms[i] = form
-            expr = self.b.fill(form.forward, rec, ops)
+            expr = self._loops(rec, self.b.fill(form.forward, rec, ops))
         v = f"v{i}"
-        self.lines.append(f"{v} = {expr}")
+        if self.hybrid and fn in _SIMD and type(out) is _ndarray and out.size >= HYBRID_MIN and len(ops) == 1:
+            self.splits[v] = fn
+            self.lines.append(f"{_SPLIT}{v} = {ops[0]}")
+        else:
+            self.lines.append(f"{v} = {expr}")
         self.var[i] = v
         if type(out) is _ndarray:
             self.array[v] = out.shape
+
+    def _loops(self, rec: Record, expr: str) -> str:
+        """`(a @ b)` of a small matrix product (its forward and both cotangents do SMALL_MATMUL
+        multiplications or fewer) as `kernels.small_matmul(a, b)`: explicit loops, no BLAS call."""
+        if rec.fn not in _MATMUL or expr.count(" @ ") != 1 or not expr.startswith("(") or not expr.endswith(")"):
+            return expr
+        a, b = rec.args[:2]
+        if not (type(a) is _ndarray and type(b) is _ndarray and a.ndim == b.ndim == 2 and a.dtype == b.dtype
+                and a.dtype in _LOOP_DTYPES and a.shape[0] * a.shape[1] * b.shape[1] <= SMALL_MATMUL):
+            return expr
+        mm = kernels.small_matmul()
+        if mm is None:
+            return expr
+        left, right = expr[1:-1].split(" @ ")
+        return f"{self.names.const(mm, 'mm')}({left}, {right})"
 
     # -- cotangents --
 
@@ -177,7 +203,7 @@ class _Kernel:
         for k, p in targets:
             template = form.cotangents[k]
             t = f"t{self.b.tmp()[2:]}"
-            self.lines.append(f"{t} = {self.b.fill(template, rec, ops, g)}")
+            self.lines.append(f"{t} = {self._loops(rec, self.b.fill(template, rec, ops, g))}")
             a = rec.args[k]
             shape = self.array.get(g) if template == "{g}" else (a.shape if type(a) is _ndarray else None)
             self.contribute(p, t, shape)
@@ -231,11 +257,12 @@ def _index_source(key: Any, rec: Record) -> str:
 
 
 def _loop_shape(b: Builder, records: list[int], out_idx: int) -> Any:
-    """The one shape of every array of an elementwise float64 program that ends in a full sum (or
-    on a float): the program can then be one loop over the elements, every value a float in it.
-    None when it cannot."""
+    """The one shape of every array of an elementwise program on float64 or float32 arrays that ends
+    in a full sum (or on a float): the program can then be one loop over the elements, every value a
+    float64 in it. None when it cannot."""
     values = b.tape.values
     shape = None
+    narrow = False
     for i in records:
         rec = b.records[i]
         last = i == out_idx
@@ -243,17 +270,23 @@ def _loop_shape(b: Builder, records: list[int], out_idx: int) -> Any:
             return None
         for v in list(rec.args) + [rec.out]:
             if type(v) is _ndarray:
-                if v.dtype != np.float64 or (shape is not None and v.shape != shape):
+                if v.dtype not in _LOOP_DTYPES or (shape is not None and v.shape != shape):
                     return None
                 shape = v.shape
-            elif not (type(v) in (int, float) or isinstance(v, np.float64)):
+                narrow = narrow or v.dtype == np.float32
+            elif not (type(v) in (int, float) or isinstance(v, np.float64) or (last and v is rec.out)):
                 return None
     out = values[out_idx]
     if shape is not None and type(out) is _ndarray:
         return None  # an array output: the loop would have to return it whole
+    if narrow and any(type(values[p]) is not _ndarray for p in b.wrt_leaves):
+        return None  # a float argument's gradient in a float32 program: left to the array kernel
     return shape if shape is not None else ()
 
 
+#: a float32 loop computes in float64 and rounds what it stores: within float32 rounding of the
+#: general path's float32 arithmetic, not bit for bit (bytegrad/compiled.py checks it to that)
+_LOOP_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 _SUMS = (np.sum, np.ndarray.sum)
 
 
@@ -264,6 +297,7 @@ def _emit_loop(b: Builder, records: list[int], depends: set[int], out_idx: int, 
     k.lines = body
     summed = b.records[out_idx].kind != "elementwise" if out_idx in b.records else False
     arrays: list[str] = []
+    narrow: set[str] = set()  # float32 arrays: their elements are computed in float64
     for i in records:
         rec = b.records[i]
         if i == out_idx and summed:
@@ -273,6 +307,8 @@ def _emit_loop(b: Builder, records: list[int], depends: set[int], out_idx: int, 
                 var = k.operand(a, p, rec)
                 if var not in arrays:
                     arrays.append(var)
+                if a.dtype == np.float32:
+                    narrow.add(var)
         k.forward(i)
     k.array.clear()  # inside the loop every value is a float
     for v in arrays:  # each array argument's element i
@@ -291,7 +327,7 @@ def _emit_loop(b: Builder, records: list[int], depends: set[int], out_idx: int, 
     pre: list[str] = []
     for p in leaves:
         if type(values[p]) is _ndarray:
-            pre.append(f"r{p} = np.empty({shape!r})")
+            pre.append(f"r{p} = np.empty({shape!r}, np.{values[p].dtype.name})")
             pre.append(f"f{p} = r{p}.reshape(-1)")
             body.append(f"f{p}[i] = {_elements(f'g{p}', arrays)}")
         else:
@@ -302,7 +338,7 @@ def _emit_loop(b: Builder, records: list[int], depends: set[int], out_idx: int, 
         lines += body + [f"total = {result}"]
     else:
         lines += ["total = 0.0", f"for i in range({math.prod(shape)}):"]
-        lines += [f"    {a}_i = {a}[i]" for a in arrays]
+        lines += [f"    {a}_i = float({a}[i])" if a in narrow else f"    {a}_i = {a}[i]" for a in arrays]
         lines += ["    " + ln for ln in body] + [f"    total += {_elements(result, arrays)}"]
     ret = ["total"] + [f"r{p}" for p in leaves]
     params = list(dict.fromkeys(k.params))
@@ -326,11 +362,12 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
         raise Ineligible("it decides on data (a comparison, a function without a derivative): the Numba back end "
                          "does not check decisions yet")
     records = [i for i in order if i in b.records]
-    shape = _loop_shape(b, records, out_idx)
-    if shape is not None:
-        k, lines, ret, params, flat, leaves = _emit_loop(b, records, depends, out_idx, shape)
+    loop = _loop_shape(b, records, out_idx)
+    if loop is not None:
+        k, lines, ret, params, flat, leaves = _emit_loop(b, records, depends, out_idx, loop)
         return _finish(b, k, lines, ret, params, flat, leaves, out_idx, len(records))
     k = _Kernel(b, depends)
+    k.hybrid = True
     for i in records:
         k.forward(i)
     out_var = k.value(out_idx)
@@ -348,18 +385,77 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
 
 def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params: list[str], call: list[str],
             leaves: list[int], out_idx: int, n_records: int) -> tuple[str, dict[int, int], int]:
-    source = "\n".join([f"def kernel({', '.join(params)}):"] + ["    " + ln for ln in lines]
-                       + [f"    return {', '.join(returns)}"]) + "\n"
-    fn = kernels.jit_program(source, k.names.ns, "kernel")
-    if fn is None:
-        raise Ineligible("Numba is disabled (BYTEGRAD_DISABLE_NUMBA) or cannot be imported")
     src = b.src
-    name = src.const(fn, "K")
+    parts = _parts(lines, returns, set(k.names.ns)) if k.splits else [(lines, params, [])]
     result = f"v{out_idx}_out"
-    src.emit(f"{result}, {''.join(f'g{p}, ' for p in leaves)}= {name}({', '.join(call)})")
+    sources = []
+    targets = f"{result}, {''.join(f'g{p}, ' for p in leaves)}"
+    for n, (body, reads, gives) in enumerate(parts):
+        last = n == len(parts) - 1
+        if body[0].startswith(_SPLIT):  # a NumPy ufunc between two kernel parts
+            v, arg = body[0][len(_SPLIT):].split(" = ")
+            src.emit(f"{v} = {src.const(k.splits[v], 'f')}({arg})")
+            if last:
+                src.emit(f"{targets}= {', '.join(returns)},")
+            continue
+        if not (last or gives):
+            continue  # nothing a later part reads
+        args = reads if n else [call[params.index(r)] if r in params else r for r in reads]
+        name = "kernel" if len(parts) == 1 else f"kernel{n}"
+        source = "\n".join([f"def {name}({', '.join(reads)}):"] + ["    " + ln for ln in body]
+                           + [f"    return {', '.join(returns if last else gives)}{'' if last else ','}"]) + "\n"
+        fn = kernels.jit_program(source, k.names.ns, name)
+        if fn is None:
+            raise Ineligible("Numba is disabled (BYTEGRAD_DISABLE_NUMBA) or cannot be imported")
+        sources.append(source)
+        gets = targets if last else "".join(f"{g}, " for g in gives)
+        src.emit(f"{gets}= {src.const(fn, 'K')}({', '.join(args)})")
     out = b.tape.values[out_idx]
     if type(out) is not _ndarray:  # the general path's scalar type (np.float64 from a sum)
         src.emit(f"{result} = {src.const(type(out), 'T')}({result})")
-    src.kernel_source = source
+    src.kernel_source = "\n".join(sources)
     return result, {p: _SET for p in leaves}, n_records
 
+
+_MATMUL = (np.matmul, operator.matmul)
+#: multiplications of a matrix product below which an array kernel writes it as loops
+SMALL_MATMUL = 4096
+
+#: NumPy ufuncs whose loops are SIMD (a few ns per element where Numba calls scalar libm at 10-25 ns):
+#: an array kernel leaves them to NumPy from HYBRID_MIN elements, split in parts around them
+_SIMD = frozenset((np.tanh, np.exp, np.log, np.expm1, np.log1p, np.exp2, np.log2, np.log10))
+HYBRID_MIN = 128
+_SPLIT = "#numpy "
+
+
+def _parts(lines: list[str], returns: list[str], consts: set[str]) -> list[tuple[list[str], list[str], list[str]]]:
+    """`lines` cut at each NumPy step: per part, its lines, the variables it reads that an earlier
+    part (or the wrapper) gives, and those it gives that a later part or the result reads."""
+    chunks: list[list[str]] = [[]]
+    for ln in lines:
+        if ln.startswith(_SPLIT):
+            chunks += [[ln], []]
+        else:
+            chunks[-1].append(ln)
+    chunks = [c for c in chunks if c]
+    parts = []
+    for c in chunks:
+        reads: list[str] = []
+        made: set[str] = set()
+        for ln in c:
+            target, expr = ln[len(_SPLIT):].split(" = ", 1) if ln.startswith(_SPLIT) else ln.split(" = ", 1)
+            for name in _names(expr):
+                if name not in made and name not in consts and name not in reads:
+                    reads.append(name)
+            made.add(target)
+        parts.append((c, reads, made))
+    later = set(returns)
+    out = []
+    for c, reads, made in reversed(parts):
+        out.append((c, reads, sorted(made & later)))
+        later |= set(reads)
+    return out[::-1]
+
+
+def _names(expr: str) -> list[str]:
+    return [n.id for n in ast.walk(ast.parse(expr, mode="eval")) if isinstance(n, ast.Name)]
