@@ -534,8 +534,10 @@ class Differentiated:
 
     def _return_loc(self) -> SourceLoc:
         from bytecode import Bytecode, Instr
+
+        from bytegrad.transform import opcodes
         lines = {i.lineno for i in Bytecode.from_code(self._code) if isinstance(i, Instr)
-                 and i.name in ("RETURN_VALUE", "RETURN_CONST") and isinstance(i.lineno, int)}
+                 and opcodes.returns_value(i) and isinstance(i.lineno, int)}
         line = lines.pop() if len(lines) == 1 else self._code.co_firstlineno
         return SourceLoc(self._code.co_filename, line, self._code.co_name)
 

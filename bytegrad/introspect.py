@@ -16,7 +16,7 @@ from typing import Any, Iterator, Optional, TextIO
 
 from bytegrad.rules import registry
 from bytegrad.runtime import abi, fused
-from bytegrad.transform import cache
+from bytegrad.transform import cache, opcodes
 
 __all__ = ["explain", "Explanation", "function_stats", "fused_sites"]
 
@@ -142,13 +142,13 @@ def explain(fn: Any, *args: Any, wrt: Any = 0, file: Optional[TextIO] = None, **
 
 
 #: operand count of the operations the rewrite hooks when one of their operands may be differentiated
-_OPERANDS = {"BINARY": 2, "SUBSCR": 2, "SLICE": 3, "UNARY_NEG": 1, "UNARY_POS": 1, "GET_ITER": 1,
-             "UNPACK": 1, "UNPACK_EX": 1}
+_OPERANDS = {opcodes.OpKind.BINARY: 2, opcodes.OpKind.SUBSCR: 2, opcodes.OpKind.SLICE: 3, opcodes.OpKind.UNARY_NEG: 1,
+             opcodes.OpKind.UNARY_POS: 1, opcodes.OpKind.GET_ITER: 1, opcodes.OpKind.UNPACK: 1, opcodes.OpKind.UNPACK_EX: 1}
 
 
 def _left_as_is(ins: Any, kind: Any, st: Any) -> Optional[str]:
     """Why the rewrite left this operation of the function's own code as it is, or None if it hooked it."""
-    from bytegrad.transform.activity import _nondiff_callable
+    from bytegrad.transform.activity import nondiff_callable
     from bytegrad.transform.opcodes import OpKind, attr_parts, callable_slot
     from bytegrad.transform.rewrite import NONDIFF_ATTRS, _call_active
 
@@ -156,16 +156,16 @@ def _left_as_is(ins: Any, kind: Any, st: Any) -> Optional[str]:
         if _call_active(ins, st):
             return None
         slot = callable_slot(int(ins.arg), st)
-        if _nondiff_callable(slot):
-            return f"call of {getattr(slot[3], '__name__', slot[3])}: its result has no derivative"
+        if nondiff_callable(slot):
+            return f"call of {getattr(slot.known, '__name__', slot.known)}: its result has no derivative"
         return "call: neither the callable nor an argument can hold a differentiated value"
     if kind is OpKind.LOAD_ATTR:
         name, method = attr_parts(ins)
-        if not method and st[-1][0] and name in NONDIFF_ATTRS:
+        if not method and st[-1].active and name in NONDIFF_ATTRS:
             return f"attribute .{name}: it describes the array, not its values"
         return None  # (attributes of inactive objects, modules' functions: not worth a line)
-    n = _OPERANDS.get(kind.name)
-    if n is None or any(slot[0] for slot in st[-n:]):
+    n = _OPERANDS.get(kind)
+    if n is None or any(slot.active for slot in st[-n:]):
         return None
     return f"{ins.name}: no operand can hold a differentiated value"
 
@@ -194,7 +194,7 @@ def _explain_left_as_is(target: Any, active: frozenset[str], args: tuple, d: Any
         except KeyError:
             continue
         why = "unreachable" if st is None else _left_as_is(ins, kind, st)
-        if why is not None and (st is not None or kind.name in _OPERANDS or kind is OpKind.CALL):
+        if why is not None and (st is not None or kind in _OPERANDS or kind is OpKind.CALL):
             line = ins.lineno
             lines.append(f"{line if line is not None else '?':>5} | "
                          f"{linecache.getline(code.co_filename, line).strip() if line else '':<40.40} {why}")
@@ -234,7 +234,7 @@ def _explain_code(co: types.CodeType, out: io.StringIO) -> None:
             last_line = line
         note = ""
         v = ins.argval
-        if ins.opname == "LOAD_CONST":
+        if opcodes.is_const_load(ins):
             if isinstance(v, fused.FusedSite):
                 ks = [k for k in v.kernels.values() if k is not None]
                 kern = f", kernel bgk_{ks[0].plan.key}" if ks else ""
@@ -251,6 +251,6 @@ def _explain_code(co: types.CodeType, out: io.StringIO) -> None:
                     note = f"<-- hook {op}: {_rule_text(opfn) if opfn is not None else ''}"
                 else:
                     note = f"<-- hook {op}"
-        shown = "" if isinstance(v, (abi.Site, fused.FusedSite)) or (callable(v) and ins.opname == "LOAD_CONST") \
+        shown = "" if isinstance(v, (abi.Site, fused.FusedSite)) or (callable(v) and opcodes.is_const_load(ins)) \
             else ins.argrepr
         out.write(f"      {ins.opname:<22} {shown[:40]:<40} {note}\n")

@@ -280,7 +280,7 @@ def test_checking_mode_guards_inactive_sites():
     x = np.ones(2)
     tape.leaf(x)
     site = abi.Site(__file__, 1, "f", "+")
-    guarded = monitor.guard_for(abi.BINARY_HOOKS[0])
+    guarded = monitor.guard_for(abi.BINARY_HOOKS["+"])
     old = set_tape(tape)
     try:
         with pytest.raises(monitor.BlindCallError, match="left unrewritten"):

@@ -2,22 +2,13 @@
 
 Importing this package registers bytegrad's own rules (NumPy, operators, `math`, builtins).
 """
+# the tangent types, the rule record, then the forms a rule takes and the registry's switches
+from bytegrad.rules.registry import NO_TANGENT as NO_TANGENT, ZERO as ZERO, NoTangent as NoTangent, Zero as Zero
+from bytegrad.rules.registry import Rule as Rule, RuleKind as RuleKind
+from bytegrad.rules.registry import frule as frule, rrule as rrule, rrule_via_ad as rrule_via_ad, scalar_rule as scalar_rule
 from bytegrad.rules.registry import (
-    NO_TANGENT as NO_TANGENT,
-    ZERO as ZERO,
-    NoTangent as NoTangent,
-    Rule as Rule,
-    RuleKind as RuleKind,
-    Zero as Zero,
-    differentiate_through as differentiate_through,
-    frule as frule,
-    non_differentiable as non_differentiable,
-    not_implemented as not_implemented,
-    opt_out as opt_out,
-    rrule as rrule,
-    rrule_via_ad as rrule_via_ad,
-    scalar_rule as scalar_rule,
-    transparent as transparent,
+    differentiate_through as differentiate_through, non_differentiable as non_differentiable,
+    not_implemented as not_implemented, opt_out as opt_out, transparent as transparent,
 )
 from bytegrad.rules import _load_builtin_rules  # noqa: F401  (registers the standard rules)
 

@@ -2,7 +2,8 @@
 
 An frule receives one tangent per positional argument; ZERO (or NO_TANGENT, None) stands for an
 argument with no tangent. A function linear in its first argument pushes a tangent forward by
-being applied to it: `linear_frule(np.reshape)` is the whole forward rule of `np.reshape`.
+being applied to it: `linear_frule(np.reshape)` is the whole forward rule of `np.reshape`, and
+`bilinear_frule(np.matmul, "matmul")` that of a product.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 
 from bytegrad.rules.registry import NO_TANGENT, ZERO
 
-__all__ = ["is_zero", "zeros_for", "filled", "linear_frule", "add_tangents"]
+__all__ = ["is_zero", "zeros_for", "filled", "linear_frule", "bilinear_frule", "add_tangents"]
 
 
 def is_zero(dot: Any) -> bool:
@@ -74,4 +75,19 @@ def linear_frule(primal: Callable[..., Any], name: str = "") -> Callable[..., tu
         return out, primal(filled(x_dot, x), *args, **kwargs)
 
     frule.__name__ = frule.__qualname__ = f"{name or getattr(primal, '__name__', 'linear')}_frule"
+    return frule
+
+
+def bilinear_frule(product: Callable[..., Any], name: str) -> Callable[..., tuple[Any, Any]]:
+    """(a b)' = a' b + a b': the frule of a product linear in each of its two operands."""
+
+    def frule(args_dot: tuple[Any, ...], a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        out = product(a, b, *args, **kwargs)
+        a_dot, b_dot = args_dot[0], args_dot[1]
+        out_dot = ZERO if is_zero(a_dot) else product(a_dot, b, *args, **kwargs)
+        if not is_zero(b_dot):
+            out_dot = add_tangents(out_dot, product(a, b_dot, *args, **kwargs))
+        return out, out_dot
+
+    frule.__name__ = frule.__qualname__ = f"{name}_frule"
     return frule

@@ -19,7 +19,9 @@ import numpy as np
 from bytegrad.rules import _impls
 from bytegrad.rules._project import project, stand_in
 from bytegrad.rules._shape import unbroadcast
-from bytegrad.rules.numpy.ufuncs import abs_partial, power_dx, power_dy
+from bytegrad.rules.numpy.ufuncs import (
+    ADD_KERNEL, DIV_KERNEL, MUL_KERNEL, NEG_KERNEL, SUB_KERNEL, abs_partial, power_dx, power_dy, power_kernel,
+)
 from bytegrad.rules.registry import (
     NO_TANGENT, ZERO, differentiate_through, frule, non_differentiable, not_implemented, rrule, scalar_rule, transparent,
 )
@@ -61,13 +63,13 @@ def _atan2_partial(x: float, y: float, numerator: float) -> float:
 
 # ---- operators ------------------------------------------------------------------------------------
 
-scalar_rule(operator.add, 1, 1)
-scalar_rule(operator.sub, 1, -1)
-scalar_rule(operator.mul, lambda x, y, out: y, lambda x, y, out: x)
-scalar_rule(operator.truediv, lambda x, y, out: 1 / y, lambda x, y, out: -out / y)
-scalar_rule(operator.pow, power_dx, power_dy)
+scalar_rule(operator.add, 1, 1, kernel=ADD_KERNEL)
+scalar_rule(operator.sub, 1, -1, kernel=SUB_KERNEL)
+scalar_rule(operator.mul, lambda x, y, out: y, lambda x, y, out: x, kernel=MUL_KERNEL)
+scalar_rule(operator.truediv, lambda x, y, out: 1 / y, lambda x, y, out: -out / y, kernel=DIV_KERNEL)
+scalar_rule(operator.pow, power_dx, power_dy, kernel=power_kernel)  # fused with a constant exponent only
 scalar_rule(operator.mod, 1, lambda x, y, out: -(x // y))   # x % y == x - y * (x // y)
-scalar_rule(operator.neg, -1)
+scalar_rule(operator.neg, -1, kernel=NEG_KERNEL)
 scalar_rule(operator.pos, 1)
 scalar_rule(operator.abs, lambda x, out: _sign(x))
 frule(operator.abs)(abs_frule)

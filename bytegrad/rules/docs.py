@@ -12,7 +12,7 @@ from typing import Any, Iterable
 from bytegrad.errors import qualname
 from bytegrad.rules.registry import OWN_RULES_DIR, Rule, RuleKind, all_rules, lazy_rule_modules, load_lazy_rules
 
-__all__ = ["render", "main", "autograd_vjp_counts"]
+__all__ = ["render", "main", "autograd_vjp_counts", "defined_in"]
 
 COMMAND = "python -m bytegrad.rules.docs > docs/rules.md"
 
@@ -82,8 +82,16 @@ def _forms(rule: Rule) -> str:
     return ", ".join(_FORM_NAMES.get(f, f) for f in forms)
 
 
+def defined_in(rule: Rule) -> str:
+    """The file of bytegrad/rules/ that defines `rule` (every form of it: tests/test_docs.py checks
+    that they share one), e.g. `numpy/ufuncs.py`."""
+    files = {loc.filename[len(_OWN_RULES_DIR):].replace("\\", "/")
+             for loc in (rule.defined_at, rule.frule_defined_at) if loc is not None}
+    return ", ".join(f"`{f}`" for f in sorted(files))
+
+
 def _rows(rules: Iterable[tuple[str, Rule]]) -> list[str]:
-    return [f"| `{name}` | {_forms(rule)} |" for name, rule in sorted(rules, key=lambda p: p[0])]
+    return [f"| `{name}` | {_forms(rule)} | {defined_in(rule)} |" for name, rule in sorted(rules, key=lambda p: p[0])]
 
 
 def _load_scipy_rules() -> None:
@@ -141,7 +149,8 @@ def render() -> str:
         "Forms: **scalar** (an elementwise rule given by its partial derivatives, which gives both the "
         "reverse and the forward rule), **reverse** (an `rrule`), **forward** (an `frule`, or derived from "
         "the scalar partials), **through-implementation** (bytegrad differentiates a Python implementation "
-        "of the function). How to add a rule: [plugins.md](plugins.md).",
+        "of the function). *Defined in*: the file of `bytegrad/rules/` that holds every form of the rule. "
+        "How to add a rule: [plugins.md](plugins.md).",
         "",
         "## Counts",
         "",
@@ -182,10 +191,15 @@ def render() -> str:
     for area in order + sorted(set(sections) - set(order)):
         if area not in sections:
             continue
-        lines += [f"## {area} ({len(sections[area])})", "", "| function | forms |", "|---|---|"]
+        lines += [f"## {area} ({len(sections[area])})", "", "| function | forms | defined in |", "|---|---|---|"]
         lines += _rows(sections[area]) + [""]
-    lines += [f"## Non-differentiable ({len(by_kind[RuleKind.NONDIFF])})", "",
-              "Their outputs carry no derivative (indices, shapes, predicates, rounding).", ""]
+    return "\n".join(lines + _without_derivative(by_kind)) + "\n"
+
+
+def _without_derivative(by_kind: dict[RuleKind, list[tuple[str, Rule]]]) -> list[str]:
+    """The sections of the functions declared non-differentiable, transparent or not implemented."""
+    lines = [f"## Non-differentiable ({len(by_kind[RuleKind.NONDIFF])})", "",
+             "Their outputs carry no derivative (indices, shapes, predicates, rounding).", ""]
     lines += [", ".join(f"`{n}`" for n in sorted(name for name, _ in by_kind[RuleKind.NONDIFF])), ""]
     lines += [f"## Transparent ({len(by_kind[RuleKind.TRANSPARENT])})", "",
               "Called as they are: they move values around without arithmetic.", ""]
@@ -194,7 +208,7 @@ def render() -> str:
               "Differentiating these raises an error giving the reason.", "", "| function | reason |", "|---|---|"]
     lines += [f"| `{name}` | {rule.reason.replace('|', '/')} |"
               for name, rule in sorted(by_kind[RuleKind.NOT_IMPLEMENTED], key=lambda p: p[0])]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def main() -> None:

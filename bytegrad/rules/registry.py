@@ -11,7 +11,7 @@ import _thread
 import types
 import warnings
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, NamedTuple, Optional, Union
 
 from bytegrad.errors import DuplicateRuleError, SourceLoc, qualname
 
@@ -20,7 +20,7 @@ __all__ = [
     "scalar_rule", "rrule", "frule", "non_differentiable", "transparent", "not_implemented",
     "differentiate_through", "opt_out", "opted_out", "all_rules", "load_plugins", "load_lazy_rules", "rrule_via_ad",
     "set_ad_backend",
-    "set_tape_probe", "recording",
+    "set_tape_probe", "recording", "Formula", "kernel", "kernel_formula", "fusable",
 ]
 
 
@@ -91,6 +91,27 @@ class RuleKind(enum.Enum):
 Partial = Union[None, float, int, Callable[..., Any]]
 
 
+class Formula(NamedTuple):
+    """A scalar rule as the source a fused kernel inlines (runtime/kernels.py): the value and one
+    partial per argument, Python expressions over `{0}`, `{1}` (the arguments) and `{out}` (the
+    value). They may call `math.*` and the helpers every kernel module defines (rules/_kernel.py).
+    Only functions whose scalar semantics in a compiled loop match NumPy's (NaN, inf, signed zeros,
+    the derivative conventions at kinks and ties) carry one; anything else is not fused."""
+
+    value: str
+    partials: tuple[str, ...]
+
+
+def kernel(value: str, *partials: str) -> Formula:
+    """The kernel formula of a scalar rule: `scalar_rule(np.exp, ..., kernel=kernel("math.exp({0})", "{out}"))`."""
+    return Formula(value, partials)
+
+
+#: a rule's kernel: a formula, or for a function fused only with a constant last argument
+#: (`x ** c`), the formula for that constant
+Kernel = Union[Formula, Callable[[float], Formula]]
+
+
 @dataclass(eq=False)
 class Rule:
     """What bytegrad knows about differentiating one function.
@@ -113,6 +134,8 @@ class Rule:
     trusted: bool = field(default=False)
     # Where the frule was defined, when it was registered apart from the reverse form (defined_at).
     frule_defined_at: Optional[SourceLoc] = None
+    # ELEMENTWISE rules that fused kernels may inline: the scalar formula (see `Formula`).
+    kernel: Optional[Kernel] = None
 
     def __post_init__(self) -> None:
         loc = self.defined_at
@@ -372,11 +395,12 @@ def rrule_via_ad(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any
 # ---- the forms rule authors use -------------------------------------------------------------
 
 
-def scalar_rule(fn: Any, *partials: Partial, override: bool = False) -> Rule:
+def scalar_rule(fn: Any, *partials: Partial, override: bool = False, kernel: Optional[Kernel] = None) -> Rule:
     """Declare an elementwise function by its partial derivatives, written in terms of inputs and `out`.
 
-    bytegrad derives the reverse rule (`x_bar = out_bar * partial`, broadcasting undone), the
-    forward rule and the formula a fused kernel inlines from the partials.
+    bytegrad derives the reverse rule (`x_bar = out_bar * partial`, broadcasting undone) and the
+    forward rule from the partials; `kernel` (a `Formula`) is the same rule for one scalar, which
+    fused kernels inline.
 
     Parameters
     ----------
@@ -387,6 +411,9 @@ def scalar_rule(fn: Any, *partials: Partial, override: bool = False) -> Rule:
         None for an argument with no derivative.
     override : bool, default False
         Replace an existing rule for `fn` instead of raising `DuplicateRuleError`.
+    kernel : Formula, optional
+        The value and partials as scalar source (`kernel(...)`), for fused kernels; without one,
+        `fn` is never fused.
 
     Returns
     -------
@@ -401,9 +428,24 @@ def scalar_rule(fn: Any, *partials: Partial, override: bool = False) -> Rule:
     const = all(p is None or isinstance(p, (int, float)) for p in partials)
     return register(
         Rule(fn, RuleKind.ELEMENTWISE, partials=tuple(partials), defined_at=_caller_loc(1),
-             constant_partials=const),
+             constant_partials=const, kernel=kernel),
         override=override,
     )
+
+
+def kernel_formula(fn: Any, constant: Optional[float] = None) -> Optional[Formula]:
+    """The kernel formula of `fn`'s rule (for `x ** c`, of its constant `c`), or None."""
+    rule = lookup(fn)
+    k = rule.kernel if rule is not None else None
+    if k is None or isinstance(k, Formula):
+        return k
+    return None if constant is None else k(constant)
+
+
+def fusable(fn: Any) -> bool:
+    """Whether `fn` may appear in a fused kernel: its rule has a kernel formula."""
+    rule = lookup(fn)
+    return rule is not None and rule.kernel is not None
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from bytegrad import _operators
 from bytegrad.errors import NoRuleError, RuleCaseError
 from bytegrad.rules import registry
 from bytegrad.rules.registry import RuleKind
@@ -33,7 +34,7 @@ from bytegrad.runtime.records import Site
 from bytegrad.runtime.recording import as_array, push_output, trackable, untracked_views
 from bytegrad.runtime.tape import CaptureTape, Tape, current_tape
 
-__all__ = ["Site", "current_tape", "BINARY_HOOKS", "BINARY_NAMES", "call", "call0", "call1", "call2",
+__all__ = ["Site", "current_tape", "BINARY_HOOKS", "call", "call0", "call1", "call2",
            "call_kw", "call_ex", "getitem", "getslice", "setitem", "setslice", "getattr_", "neg", "pos",
            "iter_", "unpack", "before_with", "set_rewriter", "predicate_hook"]
 
@@ -236,30 +237,9 @@ def _make_inplace(iop: Any, op: Any) -> Callable[..., Any]:
     return inplace_hook
 
 
-_BINARY_OPS = [operator.add, operator.and_, operator.floordiv, operator.lshift, operator.matmul,
-               operator.mul, operator.mod, operator.or_, operator.pow, operator.rshift, operator.sub,
-               operator.truediv, operator.xor]
-
-
-_INPLACE_OPS = [operator.iadd, operator.iand, operator.ifloordiv, operator.ilshift, operator.imatmul,
-                operator.imul, operator.imod, operator.ior, operator.ipow, operator.irshift, operator.isub,
-                operator.itruediv, operator.ixor]
-
-
-_SYMBOLS = ["+", "&", "//", "<<", "@", "*", "%", "|", "**", ">>", "-", "/", "^"]
-
-
-BINARY_HOOKS: dict[int, Callable[..., Any]] = {}
-
-
-BINARY_NAMES: dict[int, str] = {}
-
-
-for _k, (_op, _iop, _sym) in enumerate(zip(_BINARY_OPS, _INPLACE_OPS, _SYMBOLS)):
-    BINARY_HOOKS[_k] = _make_binary(_op)
-    BINARY_NAMES[_k] = _sym
-    BINARY_HOOKS[_k + 13] = _make_inplace(_iop, _op)
-    BINARY_NAMES[_k + 13] = _sym + "="
+#: the hook of each binary operator, by symbol ("+", "+="): the rewrite emits them for BINARY_OP
+BINARY_HOOKS: dict[str, Callable[..., Any]] = {
+    sym: _make_inplace(op.fn, op.base) if op.inplace else _make_binary(op.fn) for sym, op in _operators.BINARY.items()}
 
 
 def _make_unary(op: Any) -> Callable[..., Any]:

@@ -27,7 +27,6 @@ intermediates too (`_release_intermediates`), as soon as the tree has run.
 from __future__ import annotations
 
 import math
-import operator
 import os
 import sys
 import time
@@ -35,6 +34,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 import numpy as np
 
+from bytegrad import _operators
 from bytegrad.runtime.kernel_records import FUSED, PARTIALS
 from bytegrad.runtime.tape import SLIM_MIN_SIZE, CaptureTape, Tape, sweep, tls
 
@@ -121,7 +121,7 @@ class FusedSite:
 
 def _expr(nodes: tuple[Node, ...], names: tuple[str, ...]) -> str:
     shown: list[str] = []
-    sym = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/", operator.pow: "**"}
+    sym = _operators.SYMBOL
 
     def ref(r: tuple) -> str:
         return names[r[1]] if r[0] == "L" else shown[r[1]] if r[0] == "N" else repr(r[1])

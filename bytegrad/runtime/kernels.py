@@ -38,8 +38,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from bytegrad.rules import kernel_formulas
-from bytegrad.rules.kernel_formulas import Formula
+from bytegrad.rules import _kernel, registry
+from bytegrad.rules.registry import Formula
 
 KERNEL_FORMAT = 2
 _DTYPES = frozenset({"float64", "float32"})
@@ -118,9 +118,9 @@ _NAME = re.compile(r"\b(?:[at]\d+|out|g)\b")
 
 
 def _formula(node: Any) -> Formula:
-    if node.fn is operator.pow:
-        return kernel_formulas.power_formula(node.args[1][1])
-    return kernel_formulas.FORMULAS[node.fn]
+    formula = registry.kernel_formula(node.fn, node.args[1][1] if node.fn is operator.pow else None)
+    assert formula is not None, f"{node.fn} was fused without a kernel formula"
+    return formula
 
 
 def _ref(ref: tuple[str, Any]) -> str:
@@ -183,7 +183,7 @@ def plan(nodes: tuple[Any, ...], n_leaves: int, dtype: str, active: tuple[bool, 
 
     assert dtype in _DTYPES, dtype
     ty = dtype
-    body = [f"_T = np.{ty}", "_nan = _T(np.nan)", "_inf = _T(np.inf)", kernel_formulas.HELPERS]
+    body = [f"_T = np.{ty}", "_nan = _T(np.nan)", "_inf = _T(np.inf)", _kernel.HELPERS]
     fparams = [f"a{j}" for j in range(n_leaves)]
     fwd_no_root = fwd_lines[:-1]
     live = {expr: _live(fwd_no_root + bwd_lines, expr) for expr in by_expr}

@@ -28,7 +28,7 @@ __all__ = ["sweep_recorded", "recorded_call", "recorded_add", "project_traced"]
 
 _ndarray = np.ndarray
 
-_add = abi.BINARY_HOOKS[0]  # operator.add's hook
+_add = abi.BINARY_HOOKS["+"]  # operator.add's hook
 
 
 def recorded_call(tape: Tape, site: Site, fn: Callable[..., Any], args: tuple) -> Any:

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from bytegrad import _operators
 from bytegrad.errors import NoRuleError, RuleCaseError, qualname
 from bytegrad.rules import registry
 from bytegrad.rules.registry import RuleKind
@@ -70,11 +71,7 @@ def binary_tracked(tape: Tape, site: Site, op: Any, a: Any, b: Any, ia: Any, ib:
     return dispatch(tape, site, op, (a, b), None)
 
 
-_REFLECTED = {operator.add: "__radd__", operator.sub: "__rsub__", operator.mul: "__rmul__",
-              operator.truediv: "__rtruediv__", operator.floordiv: "__rfloordiv__", operator.mod: "__rmod__",
-              operator.pow: "__rpow__", operator.matmul: "__rmatmul__", operator.and_: "__rand__",
-              operator.or_: "__ror__", operator.xor: "__rxor__", operator.lshift: "__rlshift__",
-              operator.rshift: "__rrshift__"}
+_REFLECTED = _operators.REFLECTED
 
 
 def python_operator(op: Any, ta: type, tb: type) -> bool:

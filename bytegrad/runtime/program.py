@@ -9,7 +9,9 @@ argument. `build` turns that tape into straight-line Python source:
   reads, and on the rule registry's version; any guard that fails returns `MISS` and the call
   goes to the general path;
 - the forward operations: each record's primal (`np.tanh(v3)`, `v1 @ v2`), or its rrule where
-  the reverse pass needs the pullback; records no output depends on are dropped;
+  the reverse pass needs the pullback; records no output depends on are dropped; each decision
+  the capture recorded on data (a comparison, a call without a derivative) is computed again at
+  its place and checked (`DECIDED` when it comes out otherwise);
 - the reverse pass the records imply, for the differentiated arguments only: cotangents are
   local variables, accumulated in the order the tape's sweep accumulates them (so results are
   the general path's, bit for bit), broadcasting is undone with the shapes seen at capture
@@ -17,6 +19,11 @@ argument. `build` turns that tape into straight-line Python source:
 
 Anything such a program cannot reproduce raises `Ineligible` with the reason, and the signature
 stays on the general path. The program has no hooks, no tape and no identity lookups.
+
+The generated function's source, its argument guards, constants and gradient expressions are
+written through runtime/program_source.py; pullback programs and `has_aux` outputs are
+runtime/program_pullback.py's; the Numba back end is runtime/program_numba.py; programs on disk
+are runtime/program_store.py's.
 """
 from __future__ import annotations
 
@@ -41,8 +48,9 @@ from bytegrad.runtime.backward import (
     singular_partial,
 )
 from bytegrad.runtime.program_source import (
-    FLOAT_TYPES, MISSING, SCALAR_CONSTS, AST_LOCK, DECIDED, DECISION_GUARD, MISS, Ineligible, Inputs, Source, gradient_code,
-    inline_partial, static_guards,
+    AST_LOCK, DECIDED, DECISION_GUARD, FLOAT_TYPES, MAYBE, MISS, MISSING, SCALAR_CONSTS, SET, UNSET, Decision,
+    Ineligible, Inputs, Program, Source, decided, gradient_code, inline_partial, operator_expr, short,
+    static_guards,
 )
 from bytegrad.runtime.tape import Tape
 
@@ -52,46 +60,6 @@ _ndarray = np.ndarray
 _FunctionType = types.FunctionType
 
 
-class Program:
-    """A compiled gradient program: `fn(args)` is `(value, gradient)` or `MISS`."""
-
-    __slots__ = ("fn", "source", "guards", "records", "backend", "calls", "seconds", "upgraded", "why_not_numba",
-                 "decided", "parts", "signature", "pullback")
-
-    def __init__(self, fn: Callable[[tuple], Any], source: str, guards: list[str], records: int) -> None:
-        self.fn = fn
-        self.source = source
-        self.guards = guards      # one line per guard, for explain
-        self.records = records    # forward operations in the program
-        self.backend = "numpy"
-        self.calls = 0            # calls it answered
-        self.seconds = 0.0        # time spent in it (estimated from a sample), for the tier policy
-        self.upgraded = False     # whether its Numba twin was tried (bytegrad/compiled.py)
-        self.why_not_numba = ""   # what came of that
-        self.decided = 0          # calls it refused because a decision on data came out otherwise
-        #: (constants, source, user lines, filename) of a NumPy program: what runtime/program_store.py
-        #: writes to disk; None for a Numba program
-        self.parts: Optional[tuple[dict[str, Any], str, tuple[int, ...], str]] = None
-        self.signature: tuple[type, ...] = ()  # the argument types of its capture (bytegrad/compiled.py)
-        self.pullback = False     # a pullback program (fn(args) -> (output, back))
-
-    def __repr__(self) -> str:
-        return f"<bytegrad program ({self.backend}, {self.records} operations, {len(self.guards)} guards)>"
-
-
-#: operators written inline in the generated code (`v1 * v2` costs less than `operator.mul(v1, v2)`)
-_INLINE_BINARY = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/",
-                  operator.pow: "**", operator.matmul: "@", operator.floordiv: "//", operator.mod: "%"}
-_INLINE_UNARY = {operator.neg: "-", operator.pos: "+"}
-
-
-def operator_expr(fn: Any, ops: list[str], binary: dict[Any, str] = _INLINE_BINARY) -> Optional[str]:
-    """`fn` applied to `ops` written as its operator (`v1 * v2`, `-v1`), or None for other functions."""
-    if len(ops) == 2 and fn in binary:
-        return f"{ops[0]} {binary[fn]} {ops[1]}"
-    if len(ops) == 1 and fn in _INLINE_UNARY:
-        return f"{_INLINE_UNARY[fn]}{ops[0]}"
-    return None
 # ---- the records -------------------------------------------------------------------------------
 
 
@@ -136,34 +104,6 @@ class Record:
                 raise Ineligible(f"a list of differentiated values passed to {qualname(self.fn)}", self.site)
 
 
-class _Decision:
-    """A decision read as a record, for the messages of `Builder.operand`."""
-
-    __slots__ = ("fn", "site")
-
-    def __init__(self, fn: Any, site: Any) -> None:
-        self.fn = fn
-        self.site = site
-
-
-def _decided(got: Any, captured: Any) -> bool:
-    """Whether a decision came out as at capture: the same type, and equal (arrays: shape, dtype and
-    every element; a NaN never equals, so the call goes to the general path)."""
-    t = type(captured)
-    if type(got) is not t:
-        return False
-    if t is _ndarray:
-        return got.shape == captured.shape and got.dtype == captured.dtype and bool((got == captured).all())
-    return bool(got == captured)
-
-
-def _short(value: Any) -> str:
-    if type(value) is _ndarray:
-        return f"an array of {value.dtype}{list(value.shape)}"
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _rule_of(fn: Any) -> Any:
     rule = registry.lookup(fn)
     if rule is None and type(fn) is types.MethodWrapperType:  # `desc.__get__` of `.T`, `.real`
@@ -190,15 +130,14 @@ def _check_shapes(rec: Record) -> None:
 # ---- code generation ---------------------------------------------------------------------------
 
 
-_UNSET, _SET, _MAYBE = 0, 1, 2
 #: how a contribution `bar` joins cotangent `g`: (bar may be None, g's state) -> (statement, new state)
 _ACCUMULATE = {
-    (False, _UNSET): ("{g} = {bar}", _SET),
-    (False, _SET): ("{g} = {g} + {bar}", _SET),
-    (False, _MAYBE): ("{g} = {bar} if {g} is None else {g} + {bar}", _SET),
-    (True, _UNSET): ("{g} = {bar}", _MAYBE),
-    (True, _SET): ("if {bar} is not None: {g} = {g} + {bar}", _SET),
-    (True, _MAYBE): ("{g} = _acc({g}, {bar})", _MAYBE),
+    (False, UNSET): ("{g} = {bar}", SET),
+    (False, SET): ("{g} = {g} + {bar}", SET),
+    (False, MAYBE): ("{g} = {bar} if {g} is None else {g} + {bar}", SET),
+    (True, UNSET): ("{g} = {bar}", MAYBE),
+    (True, SET): ("if {bar} is not None: {g} = {g} + {bar}", SET),
+    (True, MAYBE): ("{g} = _acc({g}, {bar})", MAYBE),
 }
 
 
@@ -337,7 +276,7 @@ class Builder:
         the program returns MISS where it comes out otherwise. An array result (a mask) is then
         read from its variable."""
         _, fn, args, kwargs, result, site = check
-        rec = _Decision(fn, site)
+        rec = Decision(fn, site)
         ids = self.tape.ids
         ops = [self.operand(a, ids.get(id(a)), rec) for a in args]
         kw = ""
@@ -350,7 +289,7 @@ class Builder:
         var = self.inputs.temp()
         self.src.emit(f"{var} = {self.src.const(fn, 'f')}({', '.join(ops)}{kw})", site.lineno)
         self.src.guard(DECISION_GUARD, f"_decided({var}, {self.src.const(result, 'k')})",
-                       f"line {site.lineno}: {qualname(fn)} gives {_short(result)}")
+                       f"line {site.lineno}: {qualname(fn)} gives {short(result)}")
         if type(result) is _ndarray:
             self.inputs.untracked[id(result)] = var
 
@@ -358,15 +297,15 @@ class Builder:
 
     def reverse(self, i: int, depends: set[int]) -> None:
         """The reverse step of record i: cotangents for its parents that depend on a leaf."""
-        st = self.state.get(i, _UNSET)
-        if st == _UNSET:
+        st = self.state.get(i, UNSET)
+        if st == UNSET:
             return
         rec = self.records[i]
         g = f"g{i}"
         targets = [(k, p) for k, p in enumerate(rec.parents) if p is not None and p in depends]
         pre: list[str] = []
         body: list[str] = []
-        cond = st == _MAYBE
+        cond = st == MAYBE
         if rec.kind == "elementwise":
             self._elementwise_step(rec, g, targets, body, pre, cond)
         else:
@@ -382,19 +321,19 @@ class Builder:
 
     def _contribute(self, p: int, bar: str, may_be_none: bool, body: list[str], pre: list[str], cond: bool) -> None:
         g = f"g{p}"
-        st = self.state.get(p, _UNSET)
-        if cond and st == _UNSET:
+        st = self.state.get(p, UNSET)
+        if cond and st == UNSET:
             pre.append(f"{g} = None")
-            st = _MAYBE
+            st = MAYBE
         statement, new = _ACCUMULATE[may_be_none, st]
         body.append(statement.format(g=g, bar=bar))
-        first = st == _UNSET and not cond and not may_be_none
+        first = st == UNSET and not cond and not may_be_none
         for known in (self.ones, self.arrays):  # a first assignment copies what is known of `bar`
             if first and bar in known:
                 known.add(g)
             elif known is self.ones or bar not in known:
                 known.discard(g)
-        self.state[p] = _MAYBE if cond and new == _SET and self.state.get(p, _UNSET) != _SET else new
+        self.state[p] = MAYBE if cond and new == SET and self.state.get(p, UNSET) != SET else new
 
     def _elementwise_step(self, rec: Record, g: str, targets: list, body: list[str], pre: list[str],
                           cond: bool) -> None:
@@ -569,7 +508,9 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     if pullback:
         if backend != "numpy":
             raise Ineligible("pullbacks have the NumPy back end only")
-        return _build_pullback(tape, src, inputs, specs, wrt, out, code)
+        from bytegrad.runtime.program_pullback import build_pullback
+
+        return build_pullback(tape, src, inputs, specs, wrt, out, code)
     out_idx = tape.ids.get(id(out))
     if out_idx is None or tape.values[out_idx] is not out:
         raise Ineligible("the output does not depend on the arguments")
@@ -579,7 +520,9 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     if aux is not None:
         if backend != "numpy":
             raise Ineligible("has_aux programs have the NumPy back end only")
-        _output_leaves(aux[0], tape, aux_leaves)
+        from bytegrad.runtime.program_pullback import output_leaves
+
+        output_leaves(aux[0], tape, aux_leaves)
     order, depends = b.read([out_idx, *aux_leaves])
     if backend == "numba":
         from bytegrad.runtime import program_numba
@@ -594,10 +537,12 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
         result = "grads" if wrt_tuple else "grads[0]"
     else:
         result = f"({grads[0]},)" if wrt_tuple else grads[0]
-    if aux is not None:  # the aux output, rebuilt from the values it holds (see `_output_code`)
-        result_var = f"({result_var}, {_output_code(aux[0], tape, _named_outputs(aux_leaves, b), b, src)})"
+    if aux is not None:  # the aux output, rebuilt from the values it holds
+        from bytegrad.runtime.program_pullback import named_outputs, output_code
+
+        result_var = f"({result_var}, {output_code(aux[0], tape, named_outputs(aux_leaves, b), b, src)})"
     src.emit(lines + [f"return {result_var}, {result}"])
-    fn, source = _compile(src, code)
+    fn, source = compile_source(src, code)
     if src.kernel_source is not None:
         source += "\n# the Numba kernel it calls\n" + src.kernel_source
     prog = Program(fn, source, src.guards, forward_records)
@@ -607,107 +552,12 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     return prog
 
 
-def _build_pullback(tape: Tape, src: Source, inputs: Inputs, specs: list, wrt: tuple[int, ...], out: Any,
-                    code: types.CodeType) -> Program:
-    """A pullback program (see `build`): the forward pass, then `back` as a nested function that
-    reads the saved values from the enclosing call. Its seeds are paired with the output's leaves by
-    `pytree.cotangent_leaves`, as the general path pairs them."""
-    leaves: dict[int, Any] = {}
-    wrt_leaves = {leaf.idx for p in wrt for leaf in pytree.leaves(specs[p])}
-    b = Builder(tape, src, inputs, wrt_leaves)
-    _output_leaves(out, tape, leaves)
-    if not leaves:
-        raise Ineligible("the output does not depend on the arguments")
-    order, depends = b.read(sorted(leaves))
-    n = b.forward_all(order, depends)
-    named = _named_outputs(leaves, b)
-    src.emit(f"out_ = {_output_code(out, tape, named, b, src)}")
-    src.back_from = len(src.stmts)
-    ids = ", ".join(f"id({named[i]}): {i}" for i in sorted(leaves))
-    src.emit(["pairs_ = []", f"_cotangent_leaves(out_, ob, {{{ids}}}, pairs_)", "seeds_ = {}",
-              "for i_, c_ in pairs_:",
-              "    if c_ is not None: seeds_[i_] = c_ if i_ not in seeds_ else seeds_[i_] + c_"])
-    for i, value in sorted(leaves.items()):
-        g = f"g{i}"
-        if type(value) is _ndarray:
-            ok = f"{g}.__class__ is ndarray and {g}.shape == {value.shape!r}"
-        else:
-            ok = f"{g}.__class__ is float or {g}.__class__ is int or {g}.__class__ is {src.const(np.float64, 'T')}"
-        src.emit(f"{g} = seeds_.get({i})")
-        src.guard("cotangent", f"{g} is None or {ok}", f"the cotangent of output value {i}: "
-                  + (f"ndarray of shape {value.shape!r}" if type(value) is _ndarray else "a float or an int"))
-        b.state[i] = _MAYBE
-    for i in reversed(order):
-        if i in b.records and i in depends:
-            b.reverse(i, depends)
-    lines: list[str] = []
-    grads = [gradient_code(src, specs[p], b.state, lines, inputs.fresh) for p in range(len(specs))]
-    src.emit(lines + [f"return _unalias(({''.join(g + ', ' for g in grads)}))"])
-    fn, source = _compile(src, code)
-    prog = Program(fn, source, src.guards, n)
-    prog.upgraded = True  # no Numba twin: pullbacks have the NumPy back end only
-    prog.pullback = True
-    prog.parts = (src.ns, *src.parts)
-    return prog
-
-
-def _named_outputs(leaves: dict[int, Any], b: Builder) -> dict[int, str]:
-    """The variable of each output leaf; a differentiated argument returned as it is comes back as a
-    view of it, as the general path returns it."""
-    named: dict[int, str] = {}
-    for i in sorted(leaves):
-        if i in b.inputs.leaf_var and type(leaves[i]) is _ndarray:
-            named[i] = b.inputs.temp()
-            b.src.emit(f"{named[i]} = {b.var[i]}.view()")
-        else:
-            named[i] = b.var[i]
-    return named
-
-
-def _output_leaves(value: Any, tape: Tape, found: dict[int, Any]) -> None:
-    """The tape indices of `value`'s tracked leaves (as `pytree.cotangent_leaves` finds them)."""
-    i = tape.ids.get(id(value))
-    t = type(value)
-    if i is not None and tape.values[i] is value and (t is _ndarray or t in FLOAT_TYPES):
-        found[i] = value
-    elif t is tuple or t is list:
-        for v in value:
-            _output_leaves(v, tape, found)
-    elif t is dict:
-        for v in value.values():
-            _output_leaves(v, tape, found)
-
-
-def _output_code(value: Any, tape: Tape, named: dict[int, str], b: Builder, src: Source) -> str:
-    """The expression that rebuilds the output `value` from the program's variables."""
-    i = tape.ids.get(id(value))
-    t = type(value)
-    if i is not None and tape.values[i] is value and (t is _ndarray or t in FLOAT_TYPES):
-        return named[i]
-    if t is tuple or t is list:
-        items = "".join(_output_code(v, tape, named, b, src) + ", " for v in value)
-        return f"({items})" if t is tuple else f"[{items}]"
-    if t is dict:
-        if not all(type(k) is str or type(k) is int for k in value):
-            raise Ineligible("an output dict with keys other than strings and ints")
-        return "{" + ", ".join(f"{k!r}: {_output_code(v, tape, named, b, src)}" for k, v in value.items()) + "}"
-    if t is _ndarray:
-        var = b.inputs.untracked.get(id(value))
-        if var is None:
-            raise Ineligible("an output array that is not computed from the arguments nor one of them")
-        return var
-    if t in (int, float, bool, str, type(None)):
-        return src.const(value)
-    raise Ineligible(f"an output of type {t.__name__} (pullback programs return arrays, floats and tuples, "
-                     "lists and dicts of them)")
-
-
 def _emit_numpy(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple[str, dict[int, int], int]:
     """The NumPy back end: each record's primal, then the reverse steps, as Python statements."""
     n = b.forward_all(order, depends)
     if out_idx in depends:
         b.src.emit(f"g{out_idx} = 1.0")
-        b.state[out_idx] = _SET
+        b.state[out_idx] = SET
         b.ones.add(f"g{out_idx}")
         for i in reversed(order):
             if i in b.records and i in depends:
@@ -715,7 +565,7 @@ def _emit_numpy(b: Builder, order: list[int], depends: set[int], out_idx: int) -
     return b.var[out_idx], b.state, n
 
 
-def _compile(src: Source, code: types.CodeType) -> tuple[Callable[[tuple], Any], str]:
+def compile_source(src: Source, code: types.CodeType) -> tuple[Callable[[tuple], Any], str]:
     source, user_lines = src.render("program", code.co_firstlineno)
     src.parts = (source, tuple(user_lines), code.co_filename)
     return compile_program(source, user_lines, code.co_filename, src.ns), source
@@ -727,11 +577,11 @@ def compile_program(source: str, user_lines: Sequence[int], filename: str, const
     `filename`), with `constants` and the helpers programs call as its globals."""
     namespace = dict(constants)
     namespace.update(MISS=MISS, DECIDED=DECIDED, ndarray=_ndarray, FunctionType=_FunctionType, ZERO=ZERO,
-                     NO_TANGENT=NO_TANGENT, _acc=_acc, _decided=_decided, _cotangent_leaves=pytree.cotangent_leaves,
+                     NO_TANGENT=NO_TANGENT, _acc=_acc, _decided=decided, _cotangent_leaves=pytree.cotangent_leaves,
                      _singular=singular_partial, _unbroadcast=unbroadcast, _materialize=materialize,
                      _untrusted=_untrusted, _project=pytree.project, _multiply=np.multiply,
                      _getrefcount=sys.getrefcount, _scalable=scalable, _unalias=pytree.unalias,
-                     _version=registry.version, _VERSION=registry.version(), MISSING=MISSING)
+                     _version=registry.version, _VERSION=registry.version(), _MISSING=MISSING)
     with AST_LOCK:
         tree = ast.parse(source)
         for node in ast.walk(tree):  # each statement at the user's line it replays

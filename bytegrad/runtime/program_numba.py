@@ -26,21 +26,20 @@ from typing import Any
 
 import numpy as np
 
+from bytegrad import _operators
 from bytegrad.errors import qualname
 from bytegrad.rules._apply import shape_of
 from bytegrad.runtime import kernels
 from bytegrad.runtime.backward import partial_uses, singular_partial
-from bytegrad.runtime.program import Builder, Ineligible, Record, operator_expr
-from bytegrad.runtime.program_source import Constants, inline_partial
+from bytegrad.runtime.program import Builder, Ineligible, Record
+from bytegrad.runtime.program_source import SET, Constants, inline_partial, operator_expr
 
 __all__ = ["emit"]
 
 _ndarray = np.ndarray
 #: the operators a kernel writes inline (a program with `//` or `%` keeps the NumPy back end)
-_BINARY = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/", operator.pow: "**",
-           operator.matmul: "@"}
+_BINARY = _operators.symbols(operator.add, operator.sub, operator.mul, operator.truediv, operator.pow, operator.matmul)
 _MATH = frozenset(v for v in vars(math).values() if callable(v))
-_SET = 1  # program.py's state of a cotangent that is assigned (this back end has no other)
 
 
 class _Kernel:
@@ -414,7 +413,7 @@ def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params
     if type(out) is not _ndarray:  # the general path's scalar type (np.float64 from a sum)
         src.emit(f"{result} = {src.const(type(out), 'T')}({result})")
     src.kernel_source = "\n".join(sources)
-    return result, {p: _SET for p in leaves}, n_records
+    return result, {p: SET for p in leaves}, n_records
 
 
 _MATMUL = (np.matmul, operator.matmul)

@@ -12,24 +12,27 @@ from __future__ import annotations
 import _thread
 import ast
 import builtins
+import operator
 import re
 import types
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
+from bytegrad import _operators
 from bytegrad.errors import qualname
 from bytegrad.rules._shape import stand_in
 from bytegrad.runtime import pytree
 
-__all__ = ["DECIDED", "GUARD_KINDS", "MISS", "Constants", "Ineligible", "Inputs", "Source", "gradient_code",
+__all__ = ["Program", "operator_expr", "DECIDED", "FLOAT_TYPES", "GUARD_KINDS", "MAYBE", "MISS", "MISSING", "SCALAR_CONSTS", "SET", "UNSET", "Constants", "Ineligible", "Inputs", "Source", "gradient_code",
            "inline_partial", "static_guards"]
 
 _ndarray = np.ndarray
 #: CPython 3.11's `ast` is not safe in threads ("AST constructor recursion depth mismatch" when two
 #: threads parse at once): programs parse and unparse under this lock
 AST_LOCK = _thread.allocate_lock()  # (`threading` costs every process's import)
-_UNSET = 0  # a cotangent no step has written (runtime/program.py's states)
+#: a cotangent's state while a program is written: no step wrote it, one did, one may have
+UNSET, SET, MAYBE = 0, 1, 2
 
 class _Miss:
     __slots__ = ("name",)
@@ -45,7 +48,7 @@ class _Miss:
 MISS = _Miss("MISS")
 #: what it returns when a decision on data came out otherwise than at capture (then too)
 DECIDED = _Miss("DECIDED")
-MISSING = object()
+MISSING = object()  # (the generated code calls it _MISSING)
 #: the kinds of guards a program checks
 GUARD_KINDS = ("type", "shape", "dtype", "value", "global", "attr", "version", "code")
 #: the guard a pullback program's `back` adds: each cotangent shaped as the output was at capture
@@ -77,6 +80,48 @@ SCALAR_CONSTS = (int, float, bool, str, bytes, type(None), complex, slice, type(
 #: q (gradients);
 #: temporaries (`_t`) live within one reverse step, constants have other names
 _VARIABLE = re.compile(r"\b[xvpgq][0-9]+\b")
+
+
+class Program:
+    """A compiled gradient program: `fn(args)` is `(value, gradient)` or `MISS`."""
+
+    __slots__ = ("fn", "source", "guards", "records", "backend", "calls", "seconds", "upgraded", "why_not_numba",
+                 "decided", "parts", "signature", "pullback")
+
+    def __init__(self, fn: Callable[[tuple], Any], source: str, guards: list[str], records: int) -> None:
+        self.fn = fn
+        self.source = source
+        self.guards = guards      # one line per guard, for explain
+        self.records = records    # forward operations in the program
+        self.backend = "numpy"
+        self.calls = 0            # calls it answered
+        self.seconds = 0.0        # time spent in it (estimated from a sample), for the tier policy
+        self.upgraded = False     # whether its Numba twin was tried (bytegrad/compiled.py)
+        self.why_not_numba = ""   # what came of that
+        self.decided = 0          # calls it refused because a decision on data came out otherwise
+        #: (constants, source, user lines, filename) of a NumPy program: what runtime/program_store.py
+        #: writes to disk; None for a Numba program
+        self.parts: Optional[tuple[dict[str, Any], str, tuple[int, ...], str]] = None
+        self.signature: tuple[type, ...] = ()  # the argument types of its capture (bytegrad/compiled.py)
+        self.pullback = False     # a pullback program (fn(args) -> (output, back))
+
+    def __repr__(self) -> str:
+        return f"<bytegrad program ({self.backend}, {self.records} operations, {len(self.guards)} guards)>"
+
+
+#: operators written inline in the generated code (`v1 * v2` costs less than `operator.mul(v1, v2)`)
+_INLINE_BINARY = _operators.symbols(operator.add, operator.sub, operator.mul, operator.truediv, operator.pow,
+                                    operator.matmul, operator.floordiv, operator.mod)
+_INLINE_UNARY = _operators.UNARY
+
+
+def operator_expr(fn: Any, ops: list[str], binary: dict[Any, str] = _INLINE_BINARY) -> Optional[str]:
+    """`fn` applied to `ops` written as its operator (`v1 * v2`, `-v1`), or None for other functions."""
+    if len(ops) == 2 and fn in binary:
+        return f"{ops[0]} {binary[fn]} {ops[1]}"
+    if len(ops) == 1 and fn in _INLINE_UNARY:
+        return f"{_INLINE_UNARY[fn]}{ops[0]}"
+    return None
 
 
 class Constants:
@@ -355,7 +400,7 @@ def gradient_code(src: Source, spec: Any, state: dict[int, int], lines: list[str
     if spec is None:  # an argument with no derivative (an int, a string)
         return "None"
     if type(spec) is pytree.Leaf:
-        g = f"g{spec.idx}" if state.get(spec.idx, _UNSET) != _UNSET else "None"
+        g = f"g{spec.idx}" if state.get(spec.idx, UNSET) != UNSET else "None"
         primal = spec.primal
         name = f"q{spec.idx}"
         if type(primal) is _ndarray:
@@ -395,7 +440,7 @@ def static_guards(src: Source, entries: list[tuple]) -> None:
                 read = f"{g}[{name!r}]"  # (a KeyError fails the call over to the general path)
             else:  # a builtin: it must stay unshadowed
                 b = src.const(_builtins_of(owner), "B")
-                read = f"({g}.get({name!r}, MISSING) is MISSING and {b}.get({name!r}))"
+                read = f"({g}.get({name!r}, _MISSING) is _MISSING and {b}.get({name!r}))"
         else:
             m = src.const(owner.__dict__, "M")
             read = f"{m}[{name!r}]"
@@ -416,3 +461,34 @@ def _describe(value: Any) -> str:
     if isinstance(value, types.ModuleType):
         return f"module {value.__name__}"
     return qualname(value) if callable(value) else type(value).__name__
+
+
+# ---- decisions on data -----------------------------------------------------------------------------
+
+
+class Decision:
+    """A decision read as a record, for the messages of `Builder.operand`."""
+
+    __slots__ = ("fn", "site")
+
+    def __init__(self, fn: Any, site: Any) -> None:
+        self.fn = fn
+        self.site = site
+
+
+def decided(got: Any, captured: Any) -> bool:
+    """Whether a decision came out as at capture: the same type, and equal (arrays: shape, dtype and
+    every element; a NaN never equals, so the call goes to the general path)."""
+    t = type(captured)
+    if type(got) is not t:
+        return False
+    if t is _ndarray:
+        return got.shape == captured.shape and got.dtype == captured.dtype and bool((got == captured).all())
+    return bool(got == captured)
+
+
+def short(value: Any) -> str:
+    if type(value) is _ndarray:
+        return f"an array of {value.dtype}{list(value.shape)}"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

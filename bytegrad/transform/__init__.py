@@ -1,7 +1,8 @@
 """Bytecode in, bytecode out: `rewrite_code` runs the passes on one code object.
 
-Passes: `activity` (which values may depend on the differentiated inputs) then `rewrite`
-(active sites call `runtime.abi`). `rewritten_function` is what the runtime calls for a callee.
+The passes, in order (`pipeline.PIPELINE`): `activity` (which values may depend on the
+differentiated inputs), `fusion` (elementwise trees that become one fused site) and `rewrite` (active
+sites call `runtime.abi`). `rewritten_function` is what the runtime calls for a callee.
 """
 from __future__ import annotations
 
@@ -51,15 +52,15 @@ def _rewrite_fresh(code: types.CodeType, active: frozenset[str], fn_globals: dic
     # Imported here: a process whose rewrites all come from the disk cache never imports `bytecode`.
     from bytecode import Bytecode
 
-    from bytegrad.transform.activity import analyze
-    from bytegrad.transform.rewrite import rewrite
+    from bytegrad.transform import pipeline
+    from bytegrad.transform.rewrite import fusion_disabled
 
     loc = SourceLoc(code.co_filename, code.co_firstlineno, code.co_qualname if hasattr(code, "co_qualname")
                     else code.co_name)
     bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
-    act = analyze(bc, set(active), fn_globals, loc, immutable_params=immutable, assumed=assumed)
-    new_bc, _hooked = rewrite(bc, act, loc)
-    return new_bc.to_code()
+    unit = pipeline.run(pipeline.Unit(bc, active, fn_globals, loc, immutable, assumed, fuse=not fusion_disabled()))
+    assert unit.out is not None
+    return unit.out.to_code()
 
 
 _INERT = (int, bool, str, bytes, type(None), range, slice, type(Ellipsis), float, complex)

@@ -1,10 +1,12 @@
 """Activity analysis: which stack values and locals may depend on the differentiated arguments.
 
 Input: a `Bytecode` and the activity of each parameter. Output: for every instruction, the abstract
-stack before it (activity, NULL-ness, and the variables a value may alias), so the rewrite can leave
-alone every site that provably cannot touch a differentiated value, and knows each call's layout.
-Locals are flow-insensitive (a local is active if any store into it may be); a container that
-receives an active value through a store, an append or a call taints every variable it may alias.
+stack before it (a `Slot` per value: activity, NULL-ness, the variables it may alias, its value when
+known statically), so the rewrite can leave alone every site that provably cannot touch a
+differentiated value, and knows each call's layout. Each kind of instruction has its transfer
+function in `TRANSFER` (one per `OpKind`, checked at import). Locals are flow-insensitive (a local is
+active if any store into it may be); a container that receives an active value through a store, an
+append or a call taints every variable it may alias.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import builtins
 import inspect
 import types
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Final, NamedTuple, Optional
 
 import numpy as np
 from bytecode import Bytecode, Instr, Label, TryBegin, TryEnd
@@ -22,12 +24,20 @@ from bytegrad.rules import registry
 from bytegrad.transform import opcodes
 from bytegrad.transform.opcodes import OpKind
 
-# A stack slot: (may be active, is a NULL, names of variables the value may alias, the value when it
-# is statically known: a builtin or a module attribute, used to see that `len(x)` is an int)
-Slot = tuple[bool, bool, frozenset, Any]
-INACTIVE: Slot = (False, False, frozenset(), None)
-ACTIVE: Slot = (True, False, frozenset(), None)
-NULL: Slot = (False, True, frozenset(), None)
+
+
+class Slot(NamedTuple):
+    """One value of the abstract stack."""
+
+    active: bool        # may depend on a differentiated argument
+    null: bool          # is the NULL of a call layout
+    aliases: frozenset  # the variables whose objects it may be: "L:name" (local), "G:name" (global)
+    known: Any          # the value when statically known (a builtin, a module attribute), else None
+
+
+INACTIVE: Final = Slot(False, False, frozenset(), None)
+ACTIVE: Final = Slot(True, False, frozenset(), None)
+NULL: Final = Slot(False, True, frozenset(), None)
 
 _MODULE = object()  # stands for "a module imported inside the function"
 
@@ -56,7 +66,8 @@ class Activity:
 def _join(a: Slot, b: Slot) -> Slot:
     if a is b or a == b:
         return a
-    return (a[0] or b[0], a[1] and b[1], a[2] | b[2], a[3] if a[3] is b[3] else None)
+    return Slot(a.active or b.active, a.null and b.null, a.aliases | b.aliases,
+                a.known if a.known is b.known else None)
 
 
 #: non-differentiable functions whose result on a differentiated value depends on its shape only:
@@ -65,11 +76,11 @@ def _join(a: Slot, b: Slot) -> Slot:
 SHAPE_ONLY = frozenset({len, isinstance, type, np.shape, np.ndim, np.size})
 
 
-def _nondiff_callable(slot: Any) -> bool:
+def nondiff_callable(slot: Optional[Slot]) -> bool:
     """A statically known callable whose result never carries a derivative (len, range, np.shape...)."""
-    if slot is None or slot[3] is None:
+    if slot is None or slot.known is None:
         return False
-    rule = registry.lookup(slot[3])
+    rule = registry.lookup(slot.known)
     return rule is not None and rule.kind is registry.RuleKind.NONDIFF
 
 
@@ -122,97 +133,122 @@ def _attr_slot(module: types.ModuleType, name: str, tainted_globals: set[str], a
     if assumed is not None:
         assumed.note_attr(module, name, value)
     if key in tainted_globals:
-        return (True, False, frozenset({"G:" + key}), None)
+        return Slot(True, False, frozenset({"G:" + key}), None)
     if isinstance(value, _INERT_TYPES):
-        return (False, False, frozenset({"G:" + key}) if isinstance(value, _WRITABLE_GLOBALS) else frozenset(),
-                value)
-    return (True, False, frozenset({"G:" + key}), value)
+        return Slot(False, False, frozenset({"G:" + key}) if isinstance(value, _WRITABLE_GLOBALS) else frozenset(),
+                    value)
+    return Slot(True, False, frozenset({"G:" + key}), value)
 
 
 def _join_all(slots: Any) -> Slot:
     active = False
     srcs: frozenset = frozenset()
     for s in slots:
-        active = active or s[0]
-        srcs = srcs | s[2]
-    return (active, False, srcs, None)
+        active = active or s.active
+        srcs = srcs | s.aliases
+    return Slot(active, False, srcs, None)
+
+
+def _derived(v: Slot) -> Slot:
+    """A value computed from `v` that may be (part of) it: its activity and aliases, nothing known."""
+    return Slot(v.active, False, v.aliases, None)
 
 
 def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], loc: SourceLoc,
-            cells_active: bool = True, immutable_params: frozenset[str] = frozenset(),
-            assumed: Any = None) -> Activity:
+            immutable_params: frozenset[str] = frozenset(), assumed: Any = None) -> Activity:
     """Compute the activity of every stack slot; see the module docstring.
 
     `immutable_params` hold ints, strings, None...: when the function never rebinds them, no
     aliasing or mutation can make them active. `assumed` (a `cache.Assumptions`) records every
     global and module attribute the analysis resolved, so a cached rewrite can be revalidated.
+    Locals and globals only ever become active, so sweeping until a sweep activates none converges.
     """
-    instrs = list(bc)
-    n = len(instrs)
-    label_pos: dict[int, int] = {}
-    handler_of: list[Optional[TryBegin]] = [None] * n
-    current: Optional[TryBegin] = None
-    for i, ins in enumerate(instrs):
-        if isinstance(ins, Label):
-            label_pos[id(ins)] = i
-        elif isinstance(ins, TryBegin):
-            current = ins
-        elif isinstance(ins, TryEnd):
-            current = None
-        handler_of[i] = current
+    a = _Analysis(bc, active_params, fn_globals, loc, immutable_params, assumed)
+    _refuse_invisible_code(a.instrs, a.active_locals | a.cell_names, loc)
+    for _round in range(50):
+        stacks = a.sweep()
+        if not a.changed:
+            return Activity(stacks, a.active_locals, a.tainted_globals)
+    raise AssertionError("activity analysis did not converge")
 
-    active_locals = set(active_params)
-    cell_names = set(bc.cellvars) | set(bc.freevars)
-    if cells_active:
-        active_locals |= cell_names
-    tainted_globals: set[str] = set()
-    bltns = fn_globals.get("__builtins__", builtins)
-    if isinstance(bltns, types.ModuleType):
-        bltns = bltns.__dict__
 
-    def global_slot(name: str) -> Slot:
-        if name in tainted_globals:
-            return (True, False, frozenset({"G:" + name}), None)
-        in_module = name in fn_globals
-        value = fn_globals.get(name, bltns.get(name))
-        if assumed is not None:
-            assumed.note_global(name, value, in_module)
+class _Analysis:
+    """The state of one analysis: what is known of the variables, and the stacks of the current sweep."""
+
+    def __init__(self, bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], loc: SourceLoc,
+                 immutable_params: frozenset[str], assumed: Any) -> None:
+        self.instrs: list[Any] = list(bc)
+        self.loc = loc
+        self.fn_globals = fn_globals
+        self.assumed = assumed
+        bltns = fn_globals.get("__builtins__", builtins)
+        self.builtins: dict[str, Any] = bltns.__dict__ if isinstance(bltns, types.ModuleType) else bltns
+        self.label_pos: dict[int, int] = {}
+        self.handler_of: list[Optional[TryBegin]] = []
+        current: Optional[TryBegin] = None
+        for i, ins in enumerate(self.instrs):
+            if isinstance(ins, Label):
+                self.label_pos[id(ins)] = i
+            elif isinstance(ins, TryBegin):
+                current = ins
+            elif isinstance(ins, TryEnd):
+                current = None
+            self.handler_of.append(current)
+        self.cell_names = set(bc.cellvars) | set(bc.freevars)
+        # a closure's cells may be shared with code bytegrad does not see: active from the start
+        self.active_locals = set(active_params) | self.cell_names
+        self.tainted_globals: set[str] = set()
+        # local -> the variables whose objects it may alias (`M = buf.reshape(2, 2)`: M ~ buf)
+        self.aliases: dict[str, set[str]] = {}
+        # locals that hold modules (`import collections` inside the function): never differentiable
+        self.module_locals: set[str] = set()
+        stored = {n for ins in self.instrs if isinstance(ins, Instr) and opcodes.kind_of(ins) in _STORES
+                  for n in opcodes.local_names(ins)}
+        self.frozen = {n for n in immutable_params if n not in stored}
+        self.changed = False  # a sweep activated a variable: sweep again
+        self.stacks: list[Optional[tuple[Slot, ...]]] = []
+        self.work: list[int] = []
+        self.queued: set[int] = set()
+
+    # ---- values of variables ----
+
+    def global_slot(self, name: str) -> Slot:
+        if name in self.tainted_globals:
+            return Slot(True, False, frozenset({"G:" + name}), None)
+        in_module = name in self.fn_globals
+        value = self.fn_globals.get(name, self.builtins.get(name))
+        if self.assumed is not None:
+            self.assumed.note_global(name, value, in_module)
         if isinstance(value, _INERT_TYPES):
             # builtins (rarely rebound) and modules are remembered, to see through `len(x)`, `np.shape(x)`
             known = value if (not in_module or isinstance(value, types.ModuleType)) else None
             # a module-level class, function or array may be written into (`K.v = x`, `f.cache = x`,
             # `BUF[:] = x`) and read back: its name is an alias source, inactive until tainted
             if in_module and isinstance(value, _WRITABLE_GLOBALS):
-                if tainted_globals and type(value) is types.FunctionType:
+                if self.tainted_globals and type(value) is types.FunctionType:
                     # a module function may read what this one wrote into a global: its call is hooked
-                    return (True, False, frozenset({"G:" + name}), None)
-                return (False, False, frozenset({"G:" + name}), known)
+                    return Slot(True, False, frozenset({"G:" + name}), None)
+                return Slot(False, False, frozenset({"G:" + name}), known)
             # no alias source: a call's result never aliases the module or function it came from
-            return (False, False, frozenset(), known)
-        return (True, False, frozenset({"G:" + name}), None)
+            return Slot(False, False, frozenset(), known)
+        return Slot(True, False, frozenset({"G:" + name}), None)
 
-    def local_slot(name: str) -> Slot:
-        if name in module_locals:
-            return (False, False, frozenset(), _MODULE)
-        return (name in active_locals, False, frozenset({"L:" + name}), None)
+    def local_slot(self, name: str) -> Slot:
+        if name in self.module_locals:
+            return Slot(False, False, frozenset(), _MODULE)
+        return Slot(name in self.active_locals, False, frozenset({"L:" + name}), None)
 
-    # local -> the variables whose objects it may alias (`M = buf.reshape(2, 2)`: M ~ buf)
-    aliases: dict[str, set[str]] = {}
-
-    # locals that hold modules (`import collections` inside the function): never differentiable
-    module_locals: set[str] = set()
-    stored = {n for ins in instrs if isinstance(ins, Instr) and opcodes.kind_of(ins) in (
-        OpKind.STORE_LOCAL, OpKind.STORE_CELL, OpKind.STORE_LOCAL_LOAD, OpKind.STORE_LOCAL_PAIR)
-        for n in opcodes.local_names(ins)}
-    frozen = {n for n in immutable_params if n not in stored}
-
-    def note_alias(name: str, srcs: frozenset) -> None:
-        others = {x for x in srcs if x != "L:" + name and x[2:] not in module_locals}
+    def bind(self, name: str, v: Slot) -> None:
+        """`name = v`: name may alias what v aliases, and is active if v may be."""
+        others = {x for x in v.aliases if x != "L:" + name and x[2:] not in self.module_locals}
         if others:
-            aliases.setdefault(name, set()).update(others)
+            self.aliases.setdefault(name, set()).update(others)
+        if v.active and name not in self.active_locals:
+            self.active_locals.add(name)
+            self.changed = True
 
-    def taint(srcs: frozenset) -> bool:
-        changed = False
+    def taint(self, srcs: frozenset) -> None:
+        """An active value was stored into the objects of `srcs`: they and their aliases are active."""
         todo = list(srcs)
         seen: set[str] = set()
         while todo:
@@ -222,280 +258,386 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
             seen.add(s)
             kind, name = s[:2], s[2:]
             if kind == "L:":
-                if name in module_locals or name in frozen:
+                if name in self.module_locals or name in self.frozen:
                     continue
-                if name not in active_locals:
-                    active_locals.add(name)
-                    changed = True
-                todo.extend(aliases.get(name, ()))
-                todo.extend("L:" + other for other, srcs2 in aliases.items() if s in srcs2)
-            elif kind == "G:" and name not in tainted_globals:
-                tainted_globals.add(name)
-                changed = True
-        return changed
+                if name not in self.active_locals:
+                    self.active_locals.add(name)
+                    self.changed = True
+                todo.extend(self.aliases.get(name, ()))
+                todo.extend("L:" + other for other, srcs2 in self.aliases.items() if s in srcs2)
+            elif kind == "G:" and name not in self.tainted_globals:
+                self.tainted_globals.add(name)
+                self.changed = True
 
-    def fail(ins: Instr, why: str) -> None:
+    def fail(self, ins: Instr, why: str) -> None:
         raise UnsupportedOpcodeError(
             f"bytegrad cannot rewrite the instruction {ins.name} ({why}).",
-            SourceLoc(loc.filename, ins.lineno or loc.lineno, loc.function),
+            SourceLoc(self.loc.filename, ins.lineno or self.loc.lineno, self.loc.function),
             "differentiate a function that avoids this construct, or move it into a helper "
             "function that does not touch differentiated values.")
 
-    _refuse_invisible_code(instrs, active_locals | cell_names, loc)
+    # ---- one sweep over the control-flow graph ----
 
-    for _round in range(50):
-        stacks: list[Optional[tuple[Slot, ...]]] = [None] * n
-        stacks[0] = ()
-        changed_vars = False
-        work = [0]
-        queued = {0}
-
-        def flow(j: int, st: tuple[Slot, ...]) -> None:
-            if j >= n:
-                return
-            old = stacks[j]
-            if old is None:
-                new = st
-            else:
-                if len(old) != len(st):
-                    raise AssertionError(f"stack depth mismatch at instruction {j}: {len(old)} vs {len(st)}")
-                new = tuple(_join(a, b) for a, b in zip(old, st))
-                if new == old:
-                    return
-            stacks[j] = new
-            if j not in queued:
-                queued.add(j)
-                work.append(j)
-
-        while work:
-            i = work.pop()
-            queued.discard(i)
-            st = stacks[i]
+    def sweep(self) -> list[Optional[tuple[Slot, ...]]]:
+        """The stacks before every instruction, given what is known of the variables so far."""
+        instrs = self.instrs
+        self.stacks = [None] * len(instrs)
+        self.stacks[0] = ()
+        self.changed = False
+        self.work = [0]
+        self.queued = {0}
+        while self.work:
+            i = self.work.pop()
+            self.queued.discard(i)
+            st = self.stacks[i]
             assert st is not None
             ins = instrs[i]
             if not isinstance(ins, Instr):
-                flow(i + 1, st)
+                self.flow(i + 1, st)
                 continue
-            handler = handler_of[i]
-            if handler is not None:
-                depth = handler.stack_depth
-                if not isinstance(depth, int) or depth > len(st):
-                    fail(ins, "exception handler with unknown stack depth")
-                # the exception may carry a differentiated value (`raise ValueError(x * x)`, then `e.args`)
-                exc = ACTIVE if active_locals or tainted_globals else INACTIVE
-                exc_stack = st[:depth] + ((INACTIVE,) if handler.push_lasti else ()) + (exc,)
-                flow(label_pos[id(handler.target)], exc_stack)
+            self.flow_to_handler(i, ins, st)
             try:
                 kind = opcodes.kind_of(ins)
             except KeyError:
-                fail(ins, "an opcode bytegrad does not know")
+                self.fail(ins, "an opcode bytegrad does not know")
             stack = list(st)
-            jump_stack: Optional[list[Slot]] = None
-
-            if kind is OpKind.LOAD_CONST:
-                stack.append(INACTIVE)
-            elif kind is OpKind.LOAD_LOCAL:
-                stack.append(local_slot(opcodes.var_name(ins.arg)))
-            elif kind is OpKind.LOAD_LOCAL_PAIR:
-                for name in opcodes.local_names(ins):
-                    stack.append(local_slot(name))
-            elif kind is OpKind.LOAD_CELL:
-                stack.append(local_slot(opcodes.var_name(ins.arg)))
-            elif kind is OpKind.LOAD_GLOBAL:
-                name, null = opcodes.global_parts(ins)
-                if null and opcodes.NULL_BELOW_CALLABLE:
-                    stack.append(NULL)
-                stack.append(global_slot(name))
-                if null and not opcodes.NULL_BELOW_CALLABLE:
-                    stack.append(NULL)
-            elif kind is OpKind.LOAD_NAME:
-                stack.append(ACTIVE)
-            elif kind in (OpKind.LOAD_ATTR, OpKind.LOAD_METHOD):
-                obj = stack.pop()
-                name, method = opcodes.attr_parts(ins)
-                if isinstance(obj[3], types.ModuleType):
-                    value = _attr_slot(obj[3], name, tainted_globals, assumed)
-                elif name in NONDIFF_ATTRS and not method:
-                    value = (False, False, frozenset(), None)
-                else:
-                    value = (obj[0], False, obj[2], None)
-                if method:  # normalised by the rewrite to a fixed [NULL, attr] / [attr, NULL] layout
-                    stack += [NULL, value] if opcodes.NULL_BELOW_CALLABLE else [value, NULL]
-                else:
-                    stack.append(value)
-            elif kind is OpKind.LOAD_SUPER_ATTR:
-                popped = [stack.pop() for _ in range(3)]
-                value = _join_all(popped)
-                if opcodes.super_attr_is_method(ins):
-                    stack += [NULL, value] if opcodes.NULL_BELOW_CALLABLE else [value, NULL]
-                else:
-                    stack.append(value)
-            elif kind is OpKind.PUSH_NULL:
-                stack.append(NULL)
-            elif kind is OpKind.STORE_LOCAL or kind is OpKind.STORE_CELL:
-                v = stack.pop()
-                name = opcodes.var_name(ins.arg)
-                if v[3] is _MODULE or isinstance(v[3], types.ModuleType):
-                    module_locals.add(name)
-                note_alias(name, v[2])
-                if v[0] and name not in active_locals:
-                    active_locals.add(name)
-                    changed_vars = True
-            elif kind is OpKind.STORE_LOCAL_LOAD:
-                store_name, load_name = opcodes.local_names(ins)
-                v = stack.pop()
-                note_alias(store_name, v[2])
-                if v[0] and store_name not in active_locals:
-                    active_locals.add(store_name)
-                    changed_vars = True
-                stack.append(local_slot(load_name))
-            elif kind is OpKind.STORE_LOCAL_PAIR:
-                for name in opcodes.local_names(ins):
-                    v = stack.pop()
-                    note_alias(name, v[2])
-                    if v[0] and name not in active_locals:
-                        active_locals.add(name)
-                        changed_vars = True
-            elif kind is OpKind.STORE_GLOBAL:
-                v = stack.pop()
-                if v[0] and ins.arg not in tainted_globals:
-                    tainted_globals.add(ins.arg)
-                    changed_vars = True
-            elif kind is OpKind.STORE_ATTR:
-                obj = stack.pop()
-                v = stack.pop()
-                if v[0] and isinstance(obj[3], types.ModuleType):  # `mod.attr = x`: a global elsewhere
-                    changed_vars = taint(frozenset({f"G:{obj[3].__name__}.{ins.arg}"})) or changed_vars
-                elif v[0] and taint(obj[2]):
-                    changed_vars = True
-            elif kind is OpKind.STORE_SUBSCR or kind is OpKind.STORE_SLICE:
-                nkeys = 1 if kind is OpKind.STORE_SUBSCR else 2
-                for _ in range(nkeys):
-                    stack.pop()
-                container = stack.pop()
-                v = stack.pop()
-                if v[0] and taint(container[2]):
-                    changed_vars = True
-            elif kind is OpKind.SWAP:
-                k = int(ins.arg)
-                stack[-1], stack[-k] = stack[-k], stack[-1]
-            elif kind is OpKind.COPY:
-                stack.append(stack[-int(ins.arg)])
-            elif kind is OpKind.POP:
-                stack.pop()
-            elif kind is OpKind.BINARY:
-                b = stack.pop()
-                a = stack.pop()
-                # `a op b` makes a new object; only the in-place forms (`a += b`) return `a` itself
-                inplace = opcodes.binary_op(ins) >= 13
-                stack.append((a[0] or b[0], False, a[2] if inplace else frozenset(), None))
-            elif kind is OpKind.SUBSCR:
-                key = stack.pop()
-                obj = stack.pop()
-                stack.append((obj[0] or key[0], False, obj[2], None))
-            elif kind is OpKind.SLICE:
-                stack.pop()
-                stack.pop()
-                obj = stack.pop()
-                stack.append((obj[0], False, obj[2], None))
-            elif kind in (OpKind.UNARY_NEG, OpKind.UNARY_POS, OpKind.INTRINSIC_1, OpKind.GET_ITER):
-                v = stack.pop()
-                stack.append((v[0], False, v[2], None))
-            elif kind is OpKind.PREDICATE:
-                k = opcodes.predicate_pops(ins)
-                for _ in range(k):
-                    stack.pop()
-                stack.append(INACTIVE)
-            elif kind is OpKind.UNPACK or kind is OpKind.UNPACK_EX:
-                v = stack.pop()
-                count = int(ins.arg) if kind is OpKind.UNPACK else opcodes.unpack_ex_count(ins)
-                stack += [(v[0], False, v[2], None)] * count
-            elif kind in (OpKind.PRECALL, OpKind.KW_NAMES):
-                pass
-            elif kind in (OpKind.CALL, OpKind.CALL_KW, OpKind.CALL_EX):
-                if kind is OpKind.CALL_EX:
-                    count = opcodes.call_ex_pops(ins)
-                else:
-                    count = int(ins.arg) + 2 + (1 if kind is OpKind.CALL_KW else 0)
-                fn_slot = opcodes.callable_slot(int(ins.arg) + (1 if kind is OpKind.CALL_KW else 0), stack) \
-                    if kind is not OpKind.CALL_EX else None
-                if kind is OpKind.CALL_KW:  # the names tuple sits on top: look below it
-                    fn_slot = opcodes.callable_slot(int(ins.arg), stack[:-1])
-                if fn_slot is not None and fn_slot[3] is not None:
-                    _refuse_invisible_call(ins, fn_slot[3], int(ins.arg), loc)
-                popped = [stack.pop() for _ in range(count)]
-                real = [p for p in popped if not p[1]]
-                if _nondiff_callable(fn_slot):
-                    stack.append(INACTIVE)
-                    continue_flow = True
-                else:
-                    continue_flow = False
-                any_active = any(p[0] for p in real) and not continue_flow
-                if any_active:
-                    # the callee may store an active value into any argument (or the receiver)
-                    for p in real:
-                        if taint(p[2]):
-                            changed_vars = True
-                if not continue_flow:
-                    stack.append(_join_all(real))
-            elif kind is OpKind.MAKE_FUNCTION:
-                popped = [stack.pop() for _ in range(opcodes.make_function_pops(ins))]
-                stack.append(_join_all(popped))
-            elif kind is OpKind.CONTAINER_ADD:
-                npop, depth = opcodes.container_add_parts(ins)
-                items = [stack.pop() for _ in range(npop)]
-                if any(x[0] for x in items):
-                    pos = len(stack) - depth  # CPython peeks the container `depth` deep after the pops
-                    c = stack[pos]
-                    stack[pos] = (True, False, c[2], None)
-                    if taint(c[2]):
-                        changed_vars = True
-            elif kind is OpKind.WITH:
-                mgr = stack.pop()
-                stack += [(mgr[0], False, mgr[2], None), (mgr[0], False, mgr[2], None)]
-            elif kind is OpKind.FOR_ITER:
-                it = stack[-1]
-                jump_stack = list(stack)
-                if opcodes.for_iter_jump_pushes() < 0:
-                    jump_stack.pop()
-                else:
-                    jump_stack.append(INACTIVE)
-                stack.append((it[0], False, it[2], None))
-            elif kind is OpKind.JUMP:
-                jump_stack = stack
-            elif kind is OpKind.POP_JUMP:
-                stack.pop()
-                jump_stack = stack
-            elif kind is OpKind.JUMP_OR_POP:
-                jump_stack = list(stack)
-                stack.pop()
-            elif kind is OpKind.RETURN:
-                pass
-            elif kind is OpKind.IMPORT:
-                consumed, produced = opcodes.stack_effect(ins, jump=False)
-                for _ in range(consumed):
-                    stack.pop()
-                stack += [(False, False, frozenset(), _MODULE)] * produced
-            else:  # OTHER
-                consumed, produced = opcodes.stack_effect(ins, jump=False)
-                if consumed > len(stack):
-                    fail(ins, "stack underflow in bytegrad's model")
-                popped = [stack.pop() for _ in range(consumed)]
-                out = _join_all(popped)
-                stack += [out] * produced
-                if opcodes.receives_sent_value(ins):  # `gen.send(v)` may pass in a differentiated value
-                    stack[-1] = (True, False, stack[-1][2], None)
-                if ins.has_jump():
-                    c2, p2 = opcodes.stack_effect(ins, jump=True)
-                    jump_stack = list(st)
-                    popped2 = [jump_stack.pop() for _ in range(c2)]
-                    jump_stack += [_join_all(popped2)] * p2
-
+            jump_stack = TRANSFER[kind](self, ins, stack)
             if jump_stack is not None and isinstance(ins.arg, Label):
-                flow(label_pos[id(ins.arg)], tuple(jump_stack))
+                self.flow(self.label_pos[id(ins.arg)], tuple(jump_stack))
             if not opcodes.is_terminator(ins):
-                flow(i + 1, tuple(stack))
+                self.flow(i + 1, tuple(stack))
+        return self.stacks
 
-        if not changed_vars:
-            return Activity(stacks, active_locals, tainted_globals)
-    raise AssertionError("activity analysis did not converge")
+    def flow(self, j: int, st: tuple[Slot, ...]) -> None:
+        """Control may reach instruction `j` with the stack `st`."""
+        if j >= len(self.instrs):
+            return
+        old = self.stacks[j]
+        if old is None:
+            new = st
+        else:
+            if len(old) != len(st):
+                raise AssertionError(f"stack depth mismatch at instruction {j}: {len(old)} vs {len(st)}")
+            new = tuple(_join(a, b) for a, b in zip(old, st))
+            if new == old:
+                return
+        self.stacks[j] = new
+        if j not in self.queued:
+            self.queued.add(j)
+            self.work.append(j)
+
+    def flow_to_handler(self, i: int, ins: Instr, st: tuple[Slot, ...]) -> None:
+        handler = self.handler_of[i]
+        if handler is None:
+            return
+        depth = handler.stack_depth
+        if not isinstance(depth, int) or depth > len(st):
+            self.fail(ins, "exception handler with unknown stack depth")
+        # the exception may carry a differentiated value (`raise ValueError(x * x)`, then `e.args`)
+        exc = ACTIVE if self.active_locals or self.tainted_globals else INACTIVE
+        exc_stack = st[:depth] + ((INACTIVE,) if handler.push_lasti else ()) + (exc,)
+        self.flow(self.label_pos[id(handler.target)], exc_stack)
+
+
+_STORES: Final = (OpKind.STORE_LOCAL, OpKind.STORE_CELL, OpKind.STORE_LOCAL_LOAD, OpKind.STORE_LOCAL_PAIR)
+
+
+# ---- transfer functions: one per OpKind ------------------------------------------------------------
+# Each updates the stack in place (the stack before `ins` becomes the stack after it, falling
+# through) and returns the stack on the jump edge, or None when `ins` does not jump.
+
+Stack = list[Slot]
+Transfer = Callable[[_Analysis, Instr, Stack], Optional[Stack]]
+
+
+def _pop(stack: Stack, n: int) -> list[Slot]:
+    """The top `n` values, top first."""
+    return [stack.pop() for _ in range(n)]
+
+
+def _push_method(stack: Stack, value: Slot) -> None:
+    """A method load, normalised by the rewrite to a fixed [NULL, attr] / [attr, NULL] layout."""
+    stack += [NULL, value] if opcodes.NULL_BELOW_CALLABLE else [value, NULL]
+
+
+def _load_const(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    stack.append(INACTIVE)
+
+
+def _load_local(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    for name in opcodes.local_names(ins):
+        stack.append(a.local_slot(name))
+
+
+def _load_global(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    name, null = opcodes.global_parts(ins)
+    if null and opcodes.NULL_BELOW_CALLABLE:
+        stack.append(NULL)
+    stack.append(a.global_slot(name))
+    if null and not opcodes.NULL_BELOW_CALLABLE:
+        stack.append(NULL)
+
+
+def _load_name(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    stack.append(ACTIVE)
+
+
+def _load_attr(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    obj = stack.pop()
+    name, method = opcodes.attr_parts(ins)
+    if isinstance(obj.known, types.ModuleType):
+        value = _attr_slot(obj.known, name, a.tainted_globals, a.assumed)
+    elif name in NONDIFF_ATTRS and not method:
+        value = INACTIVE
+    else:
+        value = _derived(obj)
+    if method:
+        _push_method(stack, value)
+    else:
+        stack.append(value)
+
+
+def _load_super_attr(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    value = _join_all(_pop(stack, 3))
+    if opcodes.super_attr_is_method(ins):
+        _push_method(stack, value)
+    else:
+        stack.append(value)
+
+
+def _push_null(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    stack.append(NULL)
+
+
+def _store_local(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    v = stack.pop()
+    name = opcodes.var_name(ins.arg)
+    if v.known is _MODULE or isinstance(v.known, types.ModuleType):
+        a.module_locals.add(name)
+    a.bind(name, v)
+
+
+def _store_local_load(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    store_name, load_name = opcodes.local_names(ins)
+    a.bind(store_name, stack.pop())
+    stack.append(a.local_slot(load_name))
+
+
+def _store_local_pair(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    for name in opcodes.local_names(ins):
+        a.bind(name, stack.pop())
+
+
+def _store_global(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    if stack.pop().active and ins.arg not in a.tainted_globals:
+        a.tainted_globals.add(ins.arg)
+        a.changed = True
+
+
+def _store_attr(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    obj, v = _pop(stack, 2)
+    if v.active and isinstance(obj.known, types.ModuleType):  # `mod.attr = x`: a global elsewhere
+        a.taint(frozenset({f"G:{obj.known.__name__}.{ins.arg}"}))
+    elif v.active:
+        a.taint(obj.aliases)
+
+
+def _store_item(nkeys: int) -> Transfer:
+    def store_item(a: _Analysis, ins: Instr, stack: Stack) -> None:
+        _pop(stack, nkeys)
+        container, v = _pop(stack, 2)
+        if v.active:
+            a.taint(container.aliases)
+    return store_item
+
+
+def _swap(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    k = int(ins.arg)
+    stack[-1], stack[-k] = stack[-k], stack[-1]
+
+
+def _copy(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    stack.append(stack[-int(ins.arg)])
+
+
+def _pop_top(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    stack.pop()
+
+
+def _binary(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    y, x = _pop(stack, 2)
+    # `x op y` makes a new object; only the in-place forms (`x += y`) return `x` itself
+    aliases = x.aliases if opcodes.binary_operator(ins).inplace else frozenset()
+    stack.append(Slot(x.active or y.active, False, aliases, None))
+
+
+def _subscr(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    key, obj = _pop(stack, 2)
+    stack.append(Slot(obj.active or key.active, False, obj.aliases, None))
+
+
+def _slice(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    obj = _pop(stack, 3)[2]
+    stack.append(_derived(obj))
+
+
+def _unary(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    stack.append(_derived(stack.pop()))
+
+
+def _predicate(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    _pop(stack, opcodes.predicate_pops(ins))
+    stack.append(INACTIVE)
+
+
+def _unpack(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    v = stack.pop()
+    stack += [_derived(v)] * opcodes.unpack_count(ins)
+
+
+def _nothing(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    pass
+
+
+def _call(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    n = int(ins.arg)
+    _call_result(a, ins, stack, n + 2, opcodes.callable_slot(n, stack))
+
+
+def _call_kw(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    n = int(ins.arg)  # the names tuple sits on top: the callable is below it
+    _call_result(a, ins, stack, n + 3, opcodes.callable_slot(n, stack[:-1]))
+
+
+def _call_ex(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    _call_result(a, ins, stack, opcodes.call_ex_pops(ins), None)
+
+
+def _call_result(a: _Analysis, ins: Instr, stack: Stack, count: int, fn_slot: Optional[Slot]) -> None:
+    if fn_slot is not None and fn_slot.known is not None:
+        _refuse_invisible_call(ins, fn_slot.known, int(ins.arg), a.loc)
+    real = [p for p in _pop(stack, count) if not p.null]
+    if nondiff_callable(fn_slot):
+        stack.append(INACTIVE)
+        return
+    if any(p.active for p in real):
+        # the callee may store an active value into any argument (or the receiver)
+        for p in real:
+            a.taint(p.aliases)
+    stack.append(_join_all(real))
+
+
+def _make_function(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    stack.append(_join_all(_pop(stack, opcodes.make_function_pops(ins))))
+
+
+def _container_add(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    npop, depth = opcodes.container_add_parts(ins)
+    if any(x.active for x in _pop(stack, npop)):
+        pos = len(stack) - depth  # CPython peeks the container `depth` deep after the pops
+        c = stack[pos]
+        stack[pos] = Slot(True, False, c.aliases, None)
+        a.taint(c.aliases)
+
+
+def _with(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    mgr = stack.pop()
+    stack += [_derived(mgr), _derived(mgr)]
+
+
+def _import(a: _Analysis, ins: Instr, stack: Stack) -> None:
+    consumed, produced = opcodes.stack_effect(ins, jump=False)
+    _pop(stack, consumed)
+    stack += [Slot(False, False, frozenset(), _MODULE)] * produced
+
+
+def _for_iter(a: _Analysis, ins: Instr, stack: Stack) -> Stack:
+    it = stack[-1]
+    jump_stack = list(stack)
+    if opcodes.for_iter_jump_pushes() < 0:
+        jump_stack.pop()
+    else:
+        jump_stack.append(INACTIVE)
+    stack.append(_derived(it))
+    return jump_stack
+
+
+def _jump(a: _Analysis, ins: Instr, stack: Stack) -> Stack:
+    return stack
+
+
+def _pop_jump(a: _Analysis, ins: Instr, stack: Stack) -> Stack:
+    stack.pop()
+    return stack
+
+
+def _jump_or_pop(a: _Analysis, ins: Instr, stack: Stack) -> Stack:
+    jump_stack = list(stack)
+    stack.pop()
+    return jump_stack
+
+
+def _other(a: _Analysis, ins: Instr, stack: Stack) -> Optional[Stack]:
+    """An instruction modelled by its stack effect: its results join its operands."""
+    before = list(stack)
+    consumed, produced = opcodes.stack_effect(ins, jump=False)
+    if consumed > len(stack):
+        a.fail(ins, "stack underflow in bytegrad's model")
+    stack += [_join_all(_pop(stack, consumed))] * produced
+    if opcodes.receives_sent_value(ins):  # `gen.send(v)` may pass in a differentiated value
+        stack[-1] = Slot(True, False, stack[-1].aliases, None)
+    if not ins.has_jump():
+        return None
+    consumed, produced = opcodes.stack_effect(ins, jump=True)
+    return before + [_join_all(_pop(before, consumed))] * produced
+
+
+TRANSFER: Final[dict[OpKind, Transfer]] = {
+    OpKind.LOAD_CONST: _load_const,
+    OpKind.LOAD_LOCAL: _load_local,
+    OpKind.LOAD_LOCAL_PAIR: _load_local,
+    OpKind.LOAD_CELL: _load_local,
+    OpKind.LOAD_GLOBAL: _load_global,
+    OpKind.LOAD_NAME: _load_name,
+    OpKind.LOAD_ATTR: _load_attr,
+    OpKind.LOAD_METHOD: _load_attr,
+    OpKind.LOAD_SUPER_ATTR: _load_super_attr,
+    OpKind.PUSH_NULL: _push_null,
+    OpKind.STORE_LOCAL: _store_local,
+    OpKind.STORE_CELL: _store_local,
+    OpKind.STORE_LOCAL_LOAD: _store_local_load,
+    OpKind.STORE_LOCAL_PAIR: _store_local_pair,
+    OpKind.STORE_GLOBAL: _store_global,
+    OpKind.STORE_ATTR: _store_attr,
+    OpKind.STORE_SUBSCR: _store_item(1),
+    OpKind.STORE_SLICE: _store_item(2),
+    OpKind.SWAP: _swap,
+    OpKind.COPY: _copy,
+    OpKind.POP: _pop_top,
+    OpKind.BINARY: _binary,
+    OpKind.SUBSCR: _subscr,
+    OpKind.SLICE: _slice,
+    OpKind.UNARY_NEG: _unary,
+    OpKind.UNARY_POS: _unary,
+    OpKind.INTRINSIC_1: _unary,
+    OpKind.GET_ITER: _unary,
+    OpKind.UNPACK: _unpack,
+    OpKind.UNPACK_EX: _unpack,
+    OpKind.PRECALL: _nothing,
+    OpKind.KW_NAMES: _nothing,
+    OpKind.CALL: _call,
+    OpKind.CALL_KW: _call_kw,
+    OpKind.CALL_EX: _call_ex,
+    OpKind.MAKE_FUNCTION: _make_function,
+    OpKind.PREDICATE: _predicate,
+    OpKind.CONTAINER_ADD: _container_add,
+    OpKind.WITH: _with,
+    OpKind.IMPORT: _import,
+    OpKind.FOR_ITER: _for_iter,
+    OpKind.JUMP: _jump,
+    OpKind.POP_JUMP: _pop_jump,
+    OpKind.JUMP_OR_POP: _jump_or_pop,
+    OpKind.RETURN: _nothing,
+    OpKind.OTHER: _other,
+}
+assert TRANSFER.keys() == set(OpKind), f"activity lacks a transfer for {set(OpKind) - TRANSFER.keys()}"

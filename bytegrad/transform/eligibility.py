@@ -122,17 +122,17 @@ def _instruction_reason(ins: Any, stack: tuple) -> str | None:
         return refused
     if kind is OpKind.JUMP_OR_POP:  # (a POP_JUMP's truth test is hooked, a decision; an `is None`
         # test is the value's type, fixed by the argument types and the operations replayed)
-        if stack[-1][0]:
+        if stack[-1].active:
             return "branches on a value computed from the arguments (`a or b`, `a and b` on 3.11)"
     elif kind is OpKind.LOAD_ATTR or kind is OpKind.LOAD_METHOD:
         obj = stack[-1]
         name, _ = opcodes.attr_parts(ins)
-        if not obj[0] and not isinstance(obj[3], types.ModuleType) and obj[3] is None:
+        if not obj.active and not isinstance(obj.known, types.ModuleType) and obj.known is None:
             return f"reads the attribute .{name} of an object that is not an argument"
     elif kind is OpKind.CALL or kind is OpKind.CALL_KW:
         return _call_reason(ins, stack, kind)
     elif kind is OpKind.CALL_EX:
-        if not any(s[0] for s in stack[len(stack) - opcodes.call_ex_pops(ins):]):
+        if not any(s.active for s in stack[len(stack) - opcodes.call_ex_pops(ins):]):
             return "calls a function with unpacked constant arguments"
     elif kind is OpKind.OTHER or kind is OpKind.INTRINSIC_1:
         if not opcodes.is_plain_builder(ins):
@@ -145,9 +145,9 @@ def _call_reason(ins: Any, stack: tuple, kind: OpKind) -> str | None:
     if kind is OpKind.CALL_KW:
         stack = stack[:-1]  # the names tuple
     fn_slot = opcodes.callable_slot(nargs, stack)
-    operands = [s for s in stack[len(stack) - nargs - 2:] if not s[1]]
-    known = fn_slot[3] if fn_slot is not None else None
-    if any(s[0] for s in operands):  # (without a derivative, the capture records it as a decision)
+    operands = [s for s in stack[len(stack) - nargs - 2:] if not s.null]
+    known = fn_slot.known if fn_slot is not None else None
+    if any(s.active for s in operands):  # (without a derivative, the capture records it as a decision)
         return None
     if known is None:
         return "calls a function that is not known statically, on constants"

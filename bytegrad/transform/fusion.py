@@ -6,9 +6,9 @@ loads to keep without their NULL (the callables become operands, checked at run 
 `runtime.fused.FusedSite` to call instead. The leaves of a tree (arrays, scalars, `W @ x`) are
 computed by their own code, in place and in the original order; constants are baked into the site.
 
-A tree is made of `+ - * / -x`, `** constant` and calls of functions in `rules.kernel_formulas`
-(np.tanh, np.exp...) reached through a global or a module attribute, all in one basic block, with at
-least two operations. `act(W @ x + b)` is such a tree, with `W @ x` as a leaf: the dense pattern.
+A tree is made of `+ - * / -x`, `** constant` and calls of functions whose rule carries a kernel
+formula (`registry.kernel_formula`: np.tanh, np.exp...) reached through a global or a module
+attribute, all in one basic block, with at least two operations. `act(W @ x + b)` is such a tree, with `W @ x` as a leaf: the dense pattern.
 Producers are found by simulating the stack inside each block; anything the simulation does not
 model exactly makes the values it touches unknown, and a tree with an unknown operand is not fused.
 """
@@ -21,16 +21,16 @@ from typing import Any, Optional
 from bytecode import Instr, Label, TryBegin, TryEnd
 
 from bytegrad.errors import SourceLoc
-from bytegrad.rules import kernel_formulas
+from bytegrad.rules import registry
 from bytegrad.runtime import abi, fused
 from bytegrad.transform import opcodes
 from bytegrad.transform.activity import Activity
 from bytegrad.transform.opcodes import OpKind
 
-#: BINARY_OP numbers that fuse (the in-place forms never do: they write into their operand)
-_FUSED_BINARY = {0: operator.add, 5: operator.mul, 8: operator.pow, 10: operator.sub, 11: operator.truediv}
+#: binary operators that fuse (the in-place forms never do: they write into their operand)
+_FUSED_BINARY = frozenset({operator.add, operator.mul, operator.pow, operator.sub, operator.truediv})
 MIN_OPS = 2
-_BRANCHES = frozenset(k for k in OpKind if "JUMP" in k.name or k.name == "FOR_ITER")
+_BRANCHES = frozenset({OpKind.JUMP, OpKind.POP_JUMP, OpKind.JUMP_OR_POP, OpKind.FOR_ITER})
 
 
 @dataclass
@@ -133,7 +133,7 @@ def _simulate(instrs: list[Any], act: Activity) -> dict[int, _Op]:
 
 def _effect(ins: Instr, kind: OpKind) -> Optional[tuple[int, int]]:
     """(consumed, produced) of an instruction, or None when it is not modelled exactly."""
-    if ins.name in opcodes.SIMPLE_LOADS:
+    if opcodes.is_simple_load(ins):
         return 0, opcodes.simple_load_pushes(ins)
     if kind is OpKind.LOAD_GLOBAL:
         return 0, 2 if opcodes.global_parts(ins)[1] else 1
@@ -155,10 +155,11 @@ def _effect(ins: Instr, kind: OpKind) -> Optional[tuple[int, int]]:
 
 def _fusable_op(ins: Instr, kind: OpKind, i: int, taken: list[_Item], st: Any, instrs: list[Any]) -> Optional[_Op]:
     if kind is OpKind.BINARY:
-        fn = _FUSED_BINARY.get(opcodes.binary_op(ins))
-        return _Op(i, fn, "bin", taken) if fn is not None and (st[-1][0] or st[-2][0]) else None
+        fn = opcodes.binary_operator(ins).fn
+        fuses = fn in _FUSED_BINARY and registry.fusable(fn) and (st[-1].active or st[-2].active)
+        return _Op(i, fn, "bin", taken) if fuses else None
     if kind is OpKind.UNARY_NEG:
-        return _Op(i, operator.neg, "neg", taken) if st[-1][0] else None
+        return _Op(i, operator.neg, "neg", taken) if st[-1].active else None
     if kind is OpKind.CALL:
         return _call_op(ins, i, int(ins.arg), taken, st, instrs)
     return None
@@ -180,14 +181,13 @@ def _call_op(ins: Instr, i: int, n: int, taken: list[_Item], st: Any, instrs: li
             return None
         j -= 1
     slot = opcodes.callable_slot(n, st)
-    if slot is None or slot[3] is None:
+    if slot is None or slot.known is None:
         return None
-    fn = slot[3]
-    if fn is operator.pow or not kernel_formulas.fusable(fn):
+    fn = slot.known
+    formula = registry.kernel_formula(fn)
+    if formula is None or len(formula.partials) != n:  # (operator.pow fuses as `x ** c` only)
         return None
-    if len(kernel_formulas.FORMULAS[fn].partials) != n:
-        return None
-    if not any(s[0] for s in st[-n:]):
+    if not any(s.active for s in st[-n:]):
         return None
     null, callee = (taken[0], taken[1]) if opcodes.NULL_BELOW_CALLABLE else (taken[1], taken[0])
     if null.producer < 0 or callee.producer < 0:
@@ -245,7 +245,7 @@ def _plan(root: _Op, ops: dict[int, _Op], instrs: list[Any], loc: SourceLoc) -> 
         start = min(start, it.start)
     for it in leaves:  # a leaf computed by arbitrary code must run before any fused operation
         ins = instrs[it.producer]
-        if ins.name not in opcodes.SIMPLE_LOADS and opcodes.kind_of(ins) is not OpKind.LOAD_GLOBAL \
+        if not opcodes.is_simple_load(ins) and opcodes.kind_of(ins) is not OpKind.LOAD_GLOBAL \
                 and it.producer > first_op:
             return None
     for j in range(start, root.index + 1):
@@ -269,7 +269,7 @@ def _numeric(v: Any) -> bool:
 
 def _leaf_key(ins: Instr, sub: int) -> Optional[str]:
     """Loads of one variable in one block without stores between them are one leaf."""
-    if ins.name in opcodes.VARIABLE_LOADS:
+    if opcodes.is_variable_load(ins):
         names = opcodes.local_names(ins)
         return names[sub] if sub < len(names) else None
     return None
@@ -313,9 +313,9 @@ def _build(root: _Op, tree: list[_Op], tree_idx: set[int], leaves: list[_Item], 
         ins = instrs[op.index]
         lineno = ins.lineno if isinstance(ins.lineno, int) else loc.lineno
         if op.kind == "bin":
-            opnum = opcodes.binary_op(ins)
-            site = abi.Site(loc.filename, lineno, loc.function, abi.BINARY_NAMES[opnum])
-            nodes.append(fused.Node("bin", op.fn, abi.BINARY_HOOKS[opnum], args, site))
+            symbol = opcodes.binary_operator(ins).symbol
+            site = abi.Site(loc.filename, lineno, loc.function, symbol)
+            nodes.append(fused.Node("bin", op.fn, abi.BINARY_HOOKS[symbol], args, site))
         elif op.kind == "neg":
             site = abi.Site(loc.filename, lineno, loc.function, "unary -")
             nodes.append(fused.Node("neg", op.fn, abi.neg, args, site))

@@ -1,7 +1,9 @@
 """The only module that spells opcode names or knows CPython 3.11 / 3.12 / 3.13 differences.
 
-Every instruction is classified into an `OpKind`; the passes dispatch on kinds. This module also
-builds the few instruction sequences the rewrite emits (calls, NULL pushes, SWAP permutations).
+Every instruction is classified into an `OpKind`; the passes dispatch on kinds, through tables
+checked complete at import. This module also decodes arguments (BINARY_OP's operator number maps to
+an operator of `bytegrad._operators`) and builds the few instruction sequences the rewrite emits
+(calls, NULL pushes, SWAP permutations).
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import sys
 from typing import Any, Final, Sequence
 
 from bytecode import Instr
+
+from bytegrad._operators import BINARY, BinaryOperator
 
 PY: Final = sys.version_info[:2]
 # 3.11/3.12 lay a call out as [NULL|method, callable|self, args...]; 3.13 as [callable, NULL|self, args...].
@@ -273,18 +277,30 @@ def local_names(instr: Instr) -> tuple[str, ...]:
     return tuple(var_name(a) for a in arg) if isinstance(arg, tuple) else (var_name(arg),)
 
 
-def binary_op(instr: Instr) -> int:
-    """The `BinaryOp` number of a BINARY_OP."""
-    return int(instr.arg)
+#: BINARY_OP's argument, CPython's NB_* numbering: the operators out of place, then the same ones
+#: in place from NB_INPLACE_ADD (13)
+_NB_SYMBOLS: Final = ("+", "&", "//", "<<", "@", "*", "%", "|", "**", ">>", "-", "/", "^")
+_NB_OPERATORS: Final[dict[int, BinaryOperator]] = {
+    **{k: BINARY[sym] for k, sym in enumerate(_NB_SYMBOLS)},
+    **{k + len(_NB_SYMBOLS): BINARY[sym + "="] for k, sym in enumerate(_NB_SYMBOLS)},
+}
+
+
+def binary_operator(instr: Instr) -> BinaryOperator:
+    """The operator of a BINARY_OP (`+`, `+=`, ...)."""
+    return _NB_OPERATORS[int(instr.arg)]
 
 
 def is_unary_positive_intrinsic(instr: Instr) -> bool:
     return int(instr.arg) == _INTRINSIC_UNARY_POSITIVE
 
 
-def unpack_ex_count(instr: Instr) -> int:
+def unpack_count(instr: Instr) -> int:
+    """The values an UNPACK_SEQUENCE or UNPACK_EX pushes."""
     arg = int(instr.arg)
-    return (arg & 0xFF) + (arg >> 8) + 1
+    if instr.name == "UNPACK_EX":
+        return (arg & 0xFF) + (arg >> 8) + 1
+    return arg
 
 
 def make_function_pops(instr: Instr) -> int:
@@ -295,22 +311,44 @@ def make_function_pops(instr: Instr) -> int:
     return 1 + bin(flags & 0x0F).count("1")
 
 
-def callable_slot(nargs: int, stack: Sequence[Any], null_flag: int = 1) -> Any:
-    """The stack slot holding the callable of a CALL with `nargs` arguments (None if unknown)."""
+def callable_slot(nargs: int, stack: Sequence[Any]) -> Any:
+    """The stack slot (an `activity.Slot`) holding the callable of a CALL with `nargs` arguments,
+    or None when the layout has no NULL (the callable is then not known)."""
     x, y = stack[-(nargs + 2)], stack[-(nargs + 1)]
     if NULL_BELOW_CALLABLE:
-        return y if x[null_flag] else None
-    return x if y[null_flag] else None
+        return y if x.null else None
+    return x if y.null else None
 
 
 def call_ex_pops(instr: Instr) -> int:
     """Values consumed by CALL_FUNCTION_EX: the NULL, the callable, the args, maybe the kwargs."""
-    return 3 + (int(instr.arg) & 1)
+    return 3 + call_ex_has_kwargs(instr)
+
+
+def call_ex_has_kwargs(instr: Instr) -> bool:
+    """Whether a CALL_FUNCTION_EX takes a `**kwargs` mapping."""
+    return bool(int(instr.arg) & 1)
+
+
+def is_resume(instr: Instr) -> bool:
+    """RESUME: where a frame starts running (and resumes, in a generator)."""
+    return instr.name == "RESUME"
+
+
+def unpacks_operand(instr: Instr) -> bool:
+    """Whether the instruction iterates over its top operand: UNPACK_SEQUENCE, UNPACK_EX, and the
+    LIST_EXTEND / SET_UPDATE of `[*x]`, `{*x}` and `f(*x)`."""
+    return instr.name in ("UNPACK_SEQUENCE", "UNPACK_EX", "LIST_EXTEND", "SET_UPDATE")
 
 
 def for_iter_jump_pushes() -> int:
     """FOR_ITER on exhaustion: 3.11 pops the iterator; 3.12+ model a dummy value for END_FOR."""
     return -1 if PY < (3, 12) else 1
+
+
+def tests_truth(instr: Instr) -> bool:
+    """A POP_JUMP that tests its operand's truth (not one that tests `is None`)."""
+    return not instr.name.endswith("NONE")
 
 
 def predicate_pops(instr: Instr) -> int:
@@ -424,6 +462,10 @@ def store_local(name: str, loc: Any) -> Instr:
     return _instr("STORE_FAST", name, loc)
 
 
+def pop_top(loc: Any) -> Instr:
+    return _instr("POP_TOP", loc=loc)
+
+
 def push_null(loc: Any) -> Instr:
     return _instr("PUSH_NULL", loc=loc)
 
@@ -454,17 +496,33 @@ def plain_global_load(name: str, loc: Any) -> Instr:
 
 
 #: loads with no side effect that push one variable or constant each (two for the 3.13 pair)
-SIMPLE_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_CONST", "LOAD_DEREF", "LOAD_FAST_LOAD_FAST"})
-VARIABLE_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_DEREF", "LOAD_FAST_LOAD_FAST"})
+_SIMPLE_LOADS: Final = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_CONST", "LOAD_DEREF", "LOAD_FAST_LOAD_FAST"})
+_VARIABLE_LOADS: Final = _SIMPLE_LOADS - {"LOAD_CONST"}
+
+
+def is_simple_load(instr: Instr) -> bool:
+    """A load with no side effect of one variable or constant (two for the 3.13 pair)."""
+    return instr.name in _SIMPLE_LOADS
+
+
+def is_variable_load(instr: Instr) -> bool:
+    """A simple load of a variable (or two): loads of one variable with no store between see one value."""
+    return instr.name in _VARIABLE_LOADS
 
 
 def simple_load_pushes(instr: Instr) -> int:
-    """How many values a SIMPLE_LOADS instruction pushes."""
+    """How many values a simple load pushes."""
     return 2 if instr.name == "LOAD_FAST_LOAD_FAST" else 1
 
 
-def is_const_load(instr: Instr) -> bool:
-    return instr.name == "LOAD_CONST"
+def is_const_load(instr: Any) -> bool:
+    """A LOAD_CONST, of `bytecode` (`.name`) or of `dis` (`.opname`)."""
+    return getattr(instr, "name", None) == "LOAD_CONST" or getattr(instr, "opname", None) == "LOAD_CONST"
+
+
+def returns_value(instr: Instr) -> bool:
+    """RETURN_VALUE or RETURN_CONST: the function returns here."""
+    return instr.name in ("RETURN_VALUE", "RETURN_CONST")
 
 
 def binds_names(instr: Instr) -> bool:
@@ -541,10 +599,6 @@ def call_hook(n_operands: int, hook: Any, tape_local: str, site: Any, loc: Any, 
     # method slot and tape plays `self`. With the NULL, hook is a plain callable of all the rest.
     seq += call(n_operands + (2 if null else 1), loc)
     return seq
-
-
-def opname(instr: Instr) -> str:
-    return instr.name
 
 
 def check_complete() -> None:

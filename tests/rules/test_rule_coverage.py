@@ -34,3 +34,24 @@ def test_every_rule_appears_in_a_test_table():
         and rule.defined_at.filename.startswith(rules_dir) and id(fn) not in checked
     )
     assert not missing, f"rules that no test table checks: {', '.join(missing)}"
+
+
+def test_every_form_of_a_rule_is_defined_in_one_file():
+    """A function's reverse, forward and scalar forms (and its kernel formula, an argument of its
+    scalar_rule) are read and changed together: one file holds them all."""
+    rules_dir = os.path.dirname(bytegrad.rules.__file__)
+    split = sorted(
+        f"{qualname(fn)}: {rule.defined_at.filename} and {rule.frule_defined_at.filename}"
+        for fn, rule in all_rules().items()
+        if rule.defined_at is not None and rule.frule_defined_at is not None
+        and rule.defined_at.filename.startswith(rules_dir)
+        and rule.frule_defined_at.filename != rule.defined_at.filename
+    )
+    assert not split, "rules whose forms are defined in two files:\n" + "\n".join(split)
+
+
+def test_kernel_formulas_have_a_partial_per_argument():
+    """A fused kernel inlines a scalar rule's formula: one partial per partial of the rule."""
+    for fn, rule in all_rules().items():
+        if isinstance(rule.kernel, bytegrad.rules.registry.Formula):
+            assert rule.kind is RuleKind.ELEMENTWISE and len(rule.kernel.partials) == len(rule.partials), qualname(fn)

@@ -74,6 +74,20 @@ def test_what_does_not_fuse():
     assert _fused(late_call) == []
 
 
+def test_a_rule_without_a_kernel_formula_does_not_fuse():
+    """A kernel inlines the rule's own formula: once np.sin's rule is replaced by one without a
+    kernel, the kernel must not compute np.sin's built-in derivative, so `np.sin` stays unfused."""
+    from bytegrad.rules import registry
+
+    saved = registry.lookup(np.sin)
+    try:
+        bytegrad.scalar_rule(np.sin, lambda x, out: np.cos(x), override=True)
+        assert _fused(chain) == ["(x * <call>) + (0.1 * cos(x))"]  # np.sin(x) is a leaf, computed by its rule
+    finally:
+        registry.register(saved, override=True)
+    assert _fused(chain) == ["(x * sin(x)) + (0.1 * cos(x))"]
+
+
 @pytest.mark.parametrize("policy", ["never", "always"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_fused_gradients_match_unfused(policy, dtype, monkeypatch):

@@ -1,7 +1,7 @@
-"""Running sums, products and differences: cumprod (function and method), NumPy 2's cumulative_sum and
-cumulative_prod (with include_initial), diff and ediff1d.
+"""Running sums, products and differences: cumsum and cumprod (functions and methods), NumPy 2's
+cumulative_sum and cumulative_prod (with include_initial), diff and ediff1d.
 
-(cumsum is in `reductions.py`.) cumprod is exact where the input has zeros: it does not divide by them.
+cumprod is exact where the input has zeros: it does not divide by them.
 """
 from __future__ import annotations
 
@@ -15,6 +15,27 @@ from bytegrad.rules._tangents import linear_frule
 from bytegrad.rules.registry import NO_TANGENT, frule, rrule
 
 _NOVALUE = getattr(np, "_NoValue", None)
+_CUMSUM_PARAMS = ("axis", "dtype", "out")
+
+
+@rrule(np.ndarray.cumsum)
+@rrule(np.cumsum)
+def cumsum_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    out = np.cumsum(x, *args, **kwargs)
+    params = dict(zip(_CUMSUM_PARAMS, args))
+    params.update(kwargs)
+    if params.get("out") is not None:
+        raise TypeError("numpy.cumsum(..., out=...) cannot be differentiated; assign the result instead.")
+    axis = params.get("axis")
+
+    def cumsum_pullback(out_bar: Any) -> tuple[Any, ...]:
+        if axis is None:
+            x_bar = np.cumsum(out_bar[::-1])[::-1].reshape(np.shape(x))
+        else:
+            x_bar = np.flip(np.cumsum(np.flip(out_bar, axis), axis), axis)
+        return (project(x_bar, x),) + (NO_TANGENT,) * len(args)
+
+    return out, cumsum_pullback
 
 
 def _reverse_cumsum(g: np.ndarray) -> np.ndarray:

@@ -12,7 +12,8 @@ import numpy as np
 
 from bytegrad.rules._project import project, stand_in
 from bytegrad.rules._shape import unbroadcast
-from bytegrad.rules.registry import NO_TANGENT, ZERO, program_form, rrule
+from bytegrad.rules._tangents import bilinear_frule
+from bytegrad.rules.registry import NO_TANGENT, ZERO, frule, program_form, rrule
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"  # string.ascii_letters
 
@@ -144,6 +145,14 @@ def vdot_rrule(a: Any, b: Any) -> tuple[Any, Callable[..., Any]]:
         return a_bar, b_bar
 
     return out, vdot_pullback
+
+
+# ---- forward rules of the products above: (a b)' = a' b + a b' ----------------------------------------
+
+for _fns, _product in (((operator.matmul, np.matmul), np.matmul), ((np.dot, np.ndarray.dot), np.dot),
+                       ((np.outer,), np.outer), ((np.inner,), np.inner), ((np.vdot,), np.vdot)):
+    for _fn in _fns:
+        frule(_fn)(bilinear_frule(_product, _fn.__name__))
 
 
 @rrule(np.ndarray.trace)

@@ -1,9 +1,8 @@
 """More products: tensordot, kron, cross, `np.linalg` multi_dot and matrix_power, and NumPy 2's vecdot
 (`np` and `np.linalg`), matvec, vecmat and `np.linalg.outer`.
 
-(matmul, dot, outer, inner, vdot, trace and einsum are in `linalg.py`; the forward rules of matmul and
-dot are here.) Cotangents of the two-operand products are thunks, computed only for the operands
-being differentiated.
+(matmul, dot, outer, inner, vdot, trace and einsum are in `linalg.py`.) Cotangents of the two-operand
+products are thunks, computed only for the operands being differentiated.
 """
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ from numpy.lib.array_utils import normalize_axis_index
 from bytegrad.errors import RuleCaseError
 from bytegrad.rules._project import project, stand_in
 from bytegrad.rules._shape import unbroadcast
-from bytegrad.rules._tangents import add_tangents, is_zero
+from bytegrad.rules._tangents import bilinear_frule
 from bytegrad.rules.registry import NO_TANGENT, ZERO, frule, rrule
 
 
@@ -273,29 +272,10 @@ if hasattr(np, "matvec"):  # NumPy >= 2.2
         return out, vecmat_pullback
 
 
-# ---- forward rules of the bilinear products (their rrules are in linalg.py) ----------------------------
+# ---- forward rules: (a b)' = a' b + a b' ------------------------------------------------------------
 
-
-def _bilinear_frule(product: Callable[..., Any], name: str) -> Callable[..., tuple[Any, Any]]:
-    """(a b)' = a' b + a b': the frule of a product linear in each of its two operands."""
-
-    def frule(args_dot: tuple[Any, ...], a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        out = product(a, b, *args, **kwargs)
-        a_dot, b_dot = args_dot[0], args_dot[1]
-        out_dot = ZERO if is_zero(a_dot) else product(a_dot, b, *args, **kwargs)
-        if not is_zero(b_dot):
-            out_dot = add_tangents(out_dot, product(a, b_dot, *args, **kwargs))
-        return out, out_dot
-
-    frule.__name__ = frule.__qualname__ = f"{name}_frule"
-    return frule
-
-
-_NUMPY2_PRODUCTS = tuple(((getattr(_ns, _name),), getattr(_ns, _name))  # where this NumPy has them
+_NUMPY2_PRODUCTS = tuple(getattr(_ns, _name)  # where this NumPy has them
                          for _ns, _name in ((np, "vecdot"), (np.linalg, "vecdot"), (np.linalg, "outer"),
                                             (np, "matvec"), (np, "vecmat")) if hasattr(_ns, _name))
-for _fns, _product in (((operator.matmul, np.matmul), np.matmul), ((np.dot, np.ndarray.dot), np.dot),
-                       ((np.outer,), np.outer), ((np.inner,), np.inner), ((np.vdot,), np.vdot),
-                       ((np.tensordot,), np.tensordot), ((np.kron,), np.kron)) + _NUMPY2_PRODUCTS:
-    for _fn in _fns:
-        frule(_fn)(_bilinear_frule(_product, _fn.__name__))
+for _fn in (np.tensordot, np.kron) + _NUMPY2_PRODUCTS:
+    frule(_fn)(bilinear_frule(_fn, _fn.__name__))

@@ -1,5 +1,5 @@
-"""Reductions: sum, mean, prod, max/min, std/var and cumsum, as functions and as ndarray methods; nansum,
-nanmean, nanprod, nanmax, nanmin and ptp.
+"""Reductions: sum, mean, prod, max/min and std/var, as functions and as ndarray methods; nansum,
+nanmean, nanprod, nanmax, nanmin and ptp. (cumsum is in `cumulative.py`.)
 
 Each rule serves both forms (`np.sum(x, 0)` and `x.sum(0)` take their arguments in the same order).
 The pullback of a full reduction returns a uniform scalar cotangent.
@@ -22,7 +22,6 @@ _SUM_PARAMS = ("axis", "dtype", "out", "keepdims", "initial", "where")
 _MEAN_PARAMS = ("axis", "dtype", "out", "keepdims")
 _MAX_PARAMS = ("axis", "out", "keepdims", "initial", "where")
 _VAR_PARAMS = ("axis", "dtype", "out", "ddof", "keepdims")
-_CUMSUM_PARAMS = ("axis", "dtype", "out")
 
 
 # Cotangents up to this many elements are materialized (cheaper than np.broadcast_to's ~4 us);
@@ -348,27 +347,28 @@ def _with_mean_rrule(x: Any, args: tuple[Any, ...], params: dict[str, Any], std:
 @rrule(np.ndarray.var)
 @rrule(np.var)
 def var_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
-    given = _given_mean(args, kwargs)
-    if given is not None:
-        return _with_mean_rrule(x, args, given, std=False)
-    out = np.var(x, *args, **kwargs)
-    r = _Reduction("var", _VAR_PARAMS, x, args, kwargs)
-
-    def var_pullback(out_bar: Any) -> tuple[Any, ...]:
-        centered, scale = _var_parts(r, out_bar)
-        return _pullback_result(r.finish(2 * centered * scale), args)
-
-    return out, var_pullback
+    return _var_or_std(x, args, kwargs, std=False)
 
 
 @rrule(np.ndarray.std)
 @rrule(np.std)
 def std_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+    return _var_or_std(x, args, kwargs, std=True)
+
+
+def _var_or_std(x: Any, args: tuple[Any, ...], kwargs: dict[str, Any], std: bool) -> tuple[Any, Callable[..., Any]]:
     given = _given_mean(args, kwargs)
     if given is not None:
-        return _with_mean_rrule(x, args, given, std=True)
-    out = np.std(x, *args, **kwargs)
-    r = _Reduction("std", _VAR_PARAMS, x, args, kwargs)
+        return _with_mean_rrule(x, args, given, std=std)
+    out = (np.std if std else np.var)(x, *args, **kwargs)
+    r = _Reduction("std" if std else "var", _VAR_PARAMS, x, args, kwargs)
+
+    if not std:
+        def var_pullback(out_bar: Any) -> tuple[Any, ...]:
+            centered, scale = _var_parts(r, out_bar)
+            return _pullback_result(r.finish(2 * centered * scale), args)
+
+        return out, var_pullback
 
     def std_pullback(out_bar: Any) -> tuple[Any, ...]:
         centered, scale = _var_parts(r, out_bar)
@@ -384,26 +384,6 @@ def std_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any
 
 
 var_rrule.__signature__ = std_rrule.__signature__ = _var_signature()  # type: ignore[attr-defined]
-
-
-@rrule(np.ndarray.cumsum)
-@rrule(np.cumsum)
-def cumsum_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
-    out = np.cumsum(x, *args, **kwargs)
-    params = dict(zip(_CUMSUM_PARAMS, args))
-    params.update(kwargs)
-    if params.get("out") is not None:
-        raise TypeError("numpy.cumsum(..., out=...) cannot be differentiated; assign the result instead.")
-    axis = params.get("axis")
-
-    def cumsum_pullback(out_bar: Any) -> tuple[Any, ...]:
-        if axis is None:
-            x_bar = np.cumsum(out_bar[::-1])[::-1].reshape(np.shape(x))
-        else:
-            x_bar = np.flip(np.cumsum(np.flip(out_bar, axis), axis), axis)
-        return (project(x_bar, x),) + (NO_TANGENT,) * len(args)
-
-    return out, cumsum_pullback
 
 
 # ---- NaN-ignoring reductions and ptp --------------------------------------------------------------

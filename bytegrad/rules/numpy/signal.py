@@ -35,6 +35,28 @@ def _window(n: int, m: int, mode: str, correlate: bool) -> tuple[int, int]:
     raise ValueError(f"mode must be 'full', 'same' or 'valid', not {mode!r}")
 
 
+def window_cotangents(full: np.ndarray, a: np.ndarray, v: np.ndarray, like_a: Any, like_v: Any, correlate: bool,
+                      correlate_valid: Callable[[Any, Any], Any]) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """The cotangents of a convolution's (or correlation's) operands a and v, as thunks, from `full`:
+    the output's cotangent zero-padded to the full convolution. A correlation is a convolution with
+    v flipped, so a's cotangent is the valid correlation of `full` with the kernel, and v's that of
+    `full` with a, flipped back for a correlation. Shared with scipy.signal's n-D rules."""
+    kernel = np.flip(v) if correlate else v
+
+    def a_bar() -> Any:
+        return project(correlate_valid(full, kernel), like_a)
+
+    def v_bar() -> Any:
+        kernel_bar = correlate_valid(full, a)
+        return project(np.flip(kernel_bar) if correlate else kernel_bar, like_v)
+
+    return a_bar, v_bar
+
+
+def _correlate_valid(x: Any, kernel: Any) -> Any:
+    return np.correlate(x, kernel, "valid")
+
+
 def _convolution_rule(fn: Callable[..., Any], correlate: bool) -> Callable[..., Any]:
     def convolution_rrule(a: Any, v: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
         _real(fn.__name__, a, v)
@@ -47,18 +69,9 @@ def _convolution_rule(fn: Callable[..., Any], correlate: bool) -> Callable[..., 
             # made here from a and v, not in the forward pass: a nested derivative records what a
             # pullback computes, and must see these made from the arguments
             A, V = np.asarray(a), np.asarray(v)
-            kernel = V[::-1] if correlate else V  # correlate(a, v) is convolve(a, v[::-1]) in full
             full = np.zeros(n + m - 1, dtype=np.result_type(out_bar, A, V, 0.0))
             full[start: start + length] = out_bar
-
-            def a_bar() -> Any:
-                return project(np.correlate(full, kernel, "valid"), a)
-
-            def v_bar() -> Any:
-                kernel_bar = np.correlate(full, A, "valid")
-                return project(kernel_bar[::-1] if correlate else kernel_bar, v)
-
-            return (a_bar, v_bar) + (NO_TANGENT,) * len(args)
+            return window_cotangents(full, A, V, a, v, correlate, _correlate_valid) + (NO_TANGENT,) * len(args)
 
         return out, convolution_pullback
 

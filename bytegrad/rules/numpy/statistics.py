@@ -108,20 +108,23 @@ def _without_overwrite(names: tuple[str, ...], args: tuple[Any, ...], kwargs: di
     return args, kwargs
 
 
+def _quantile_out(fn: Callable[..., Any], name: str, scale: float, a: Any, q: Any, args: tuple[Any, ...],
+                  kwargs: dict[str, Any]) -> tuple[Any, Callable[..., Any]]:
+    """np.quantile's and np.percentile's (out, pullback): `q` is a fraction of `scale`."""
+    params = _quantile_params(name, args, kwargs)
+    args, kwargs = _without_overwrite(_QUANTILE_PARAMS, args, kwargs)
+    out = fn(a, q, *args, **kwargs)
+    return out, _quantile_rule(a, q, scale, params.get("axis"), params.get("method", "linear"), len(args), True)
+
+
 @rrule(np.quantile)
 def quantile_rrule(a: Any, q: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
-    params = _quantile_params("quantile", args, kwargs)
-    args, kwargs = _without_overwrite(_QUANTILE_PARAMS, args, kwargs)
-    out = np.quantile(a, q, *args, **kwargs)
-    return out, _quantile_rule(a, q, 1.0, params.get("axis"), params.get("method", "linear"), len(args), True)
+    return _quantile_out(np.quantile, "quantile", 1.0, a, q, args, kwargs)
 
 
 @rrule(np.percentile)
 def percentile_rrule(a: Any, q: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
-    params = _quantile_params("percentile", args, kwargs)
-    args, kwargs = _without_overwrite(_QUANTILE_PARAMS, args, kwargs)
-    out = np.percentile(a, q, *args, **kwargs)
-    return out, _quantile_rule(a, q, 100.0, params.get("axis"), params.get("method", "linear"), len(args), True)
+    return _quantile_out(np.percentile, "percentile", 100.0, a, q, args, kwargs)
 
 
 @rrule(np.median)

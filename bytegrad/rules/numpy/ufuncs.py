@@ -10,7 +10,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from bytegrad.rules.registry import NO_TANGENT, ZERO, differentiate_through, frule, rrule, scalar_rule
+from bytegrad.rules.registry import (
+    NO_TANGENT, ZERO, Formula, differentiate_through, frule, kernel, rrule, scalar_rule,
+)
 
 _LN2 = float(np.log(2.0))
 _LN10 = float(np.log(10.0))
@@ -53,6 +55,26 @@ def power_dy(x: Any, y: Any, out: Any) -> Any:
     positive = np.greater(x, 0)
     with _errstate():
         return np.where(positive, out * np.log(np.where(positive, x, 1)), 0)
+
+
+def power_kernel(exponent: float) -> Formula:
+    """The kernel formula of `x ** c` for a constant c (fused only so: the exponent's partial would
+    need log(x), with NumPy's conventions at x <= 0): d/dx = c * x**(c-1), 0 where c == 0, as
+    `power_dx`."""
+    c = float(exponent)
+    if c == 2.0:
+        return kernel("({0} * {0})", "(2.0 * {0})")
+    if c == 1.0:
+        return kernel("({0} + 0.0)", "1.0")
+    if c == 0.0:
+        return kernel("({0} * 0.0 + 1.0)", "0.0")
+    if c == 3.0:
+        return kernel("({0} * {0} * {0})", "(3.0 * {0} * {0})")
+    if c == -1.0:
+        return kernel("(1.0 / {0})", "(-({out} * {out}))")
+    if c == 0.5:
+        return kernel("_sqrt({0})", "(0.5 / {out})")
+    return kernel(f"_pow({{0}}, {c!r})", f"({c!r} * _pow({{0}}, {c - 1.0!r}))")
 
 
 def float_power_dx(x: Any, y: Any, out: Any) -> Any:
@@ -144,16 +166,27 @@ def _copysign_dx(x: Any, y: Any, out: Any) -> Any:
 
 
 # ---- the table -------------------------------------------------------------------------------------
+# A `kernel` is the rule for one scalar, as the source a fused kernel inlines (registry.Formula);
+# in terms of `out` where the partial is, so a kernel whose backward needs only the output keeps
+# only the output (tanh, exp, sqrt). maximum/minimum split ties evenly and propagate NaN, as here.
 
-scalar_rule(np.sin, lambda x, out: np.cos(x))
-scalar_rule(np.cos, lambda x, out: -np.sin(x))
-scalar_rule(np.tan, lambda x, out: 1 + out**2)
+#: the arithmetic kernels, shared with the operators' rules (rules/builtins.py)
+ADD_KERNEL = kernel("({0} + {1})", "1.0", "1.0")
+SUB_KERNEL = kernel("({0} - {1})", "1.0", "-1.0")
+MUL_KERNEL = kernel("({0} * {1})", "{1}", "{0}")
+DIV_KERNEL = kernel("({0} / {1})", "(1.0 / {1})", "(-{out} / {1})")
+NEG_KERNEL = kernel("(-{0})", "-1.0")
+
+
+scalar_rule(np.sin, lambda x, out: np.cos(x), kernel=kernel("math.sin({0})", "math.cos({0})"))
+scalar_rule(np.cos, lambda x, out: -np.sin(x), kernel=kernel("math.cos({0})", "(-math.sin({0}))"))
+scalar_rule(np.tan, lambda x, out: 1 + out**2, kernel=kernel("math.tan({0})", "(1.0 + {out} * {out})"))
 scalar_rule(np.arcsin, lambda x, out: 1 / np.sqrt(1 - x**2))   # +-inf at |x| == 1
 scalar_rule(np.arccos, lambda x, out: -1 / np.sqrt(1 - x**2))
-scalar_rule(np.arctan, lambda x, out: 1 / (1 + x**2))
-scalar_rule(np.sinh, lambda x, out: np.cosh(x))
-scalar_rule(np.cosh, lambda x, out: np.sinh(x))
-scalar_rule(np.tanh, lambda x, out: 1 - out**2)
+scalar_rule(np.arctan, lambda x, out: 1 / (1 + x**2), kernel=kernel("math.atan({0})", "(1.0 / (1.0 + {0} * {0}))"))
+scalar_rule(np.sinh, lambda x, out: np.cosh(x), kernel=kernel("math.sinh({0})", "math.cosh({0})"))
+scalar_rule(np.cosh, lambda x, out: np.sinh(x), kernel=kernel("math.cosh({0})", "math.sinh({0})"))
+scalar_rule(np.tanh, lambda x, out: 1 - out**2, kernel=kernel("math.tanh({0})", "(1.0 - {out} * {out})"))
 scalar_rule(np.arcsinh, lambda x, out: 1 / np.sqrt(x**2 + 1))
 scalar_rule(np.arccosh, lambda x, out: 1 / np.sqrt(x**2 - 1))
 scalar_rule(np.arctanh, lambda x, out: 1 / (1 - x**2))
@@ -165,37 +198,37 @@ scalar_rule(np.radians, np.pi / 180)
 scalar_rule(np.degrees, 180 / np.pi)
 scalar_rule(np.sinc, _sinc_dx)
 
-scalar_rule(np.exp, lambda x, out: out)
+scalar_rule(np.exp, lambda x, out: out, kernel=kernel("math.exp({0})", "{out}"))
 scalar_rule(np.exp2, lambda x, out: out * _LN2)
-scalar_rule(np.expm1, lambda x, out: out + 1)
-scalar_rule(np.log, lambda x, out: 1 / x)
+scalar_rule(np.expm1, lambda x, out: out + 1, kernel=kernel("math.expm1({0})", "({out} + 1.0)"))
+scalar_rule(np.log, lambda x, out: 1 / x, kernel=kernel("_log({0})", "(1.0 / {0})"))
 scalar_rule(np.log2, lambda x, out: 1 / (x * _LN2))
 scalar_rule(np.log10, lambda x, out: 1 / (x * _LN10))
-scalar_rule(np.log1p, lambda x, out: 1 / (1 + x))
+scalar_rule(np.log1p, lambda x, out: 1 / (1 + x), kernel=kernel("_log1p({0})", "(1.0 / (1.0 + {0}))"))
 scalar_rule(np.logaddexp, lambda x, y, out: np.exp(x - out), lambda x, y, out: np.exp(y - out))
 scalar_rule(np.logaddexp2, lambda x, y, out: np.exp2(x - out), lambda x, y, out: np.exp2(y - out))
-scalar_rule(np.sqrt, lambda x, out: 0.5 / out)                 # +inf at x == 0, matching NumPy
+scalar_rule(np.sqrt, lambda x, out: 0.5 / out, kernel=kernel("_sqrt({0})", "(0.5 / {out})"))  # +inf at x == 0, as NumPy
 scalar_rule(np.cbrt, lambda x, out: 1 / (3 * out**2))
-scalar_rule(np.square, lambda x, out: 2 * x)
+scalar_rule(np.square, lambda x, out: 2 * x, kernel=kernel("({0} * {0})", "(2.0 * {0})"))
 scalar_rule(np.reciprocal, lambda x, out: -(out**2))
 scalar_rule(np.power, power_dx, power_dy)
 scalar_rule(np.float_power, float_power_dx, power_dy)
 
-scalar_rule(np.absolute, lambda x, out: abs_partial(x))       # 0 at the kink
+scalar_rule(np.absolute, lambda x, out: abs_partial(x), kernel=kernel("abs({0})", "_sign({0})"))  # 0 at the kink
 scalar_rule(np.fabs, lambda x, out: np.sign(x))
 scalar_rule(np.copysign, _copysign_dx, 0)
-scalar_rule(np.negative, -1)
+scalar_rule(np.negative, -1, kernel=NEG_KERNEL)
 scalar_rule(np.positive, 1)
-scalar_rule(np.add, 1, 1)
-scalar_rule(np.subtract, 1, -1)
-scalar_rule(np.multiply, lambda x, y, out: y, lambda x, y, out: x)
-scalar_rule(np.divide, lambda x, y, out: 1 / y, lambda x, y, out: -out / y)
+scalar_rule(np.add, 1, 1, kernel=ADD_KERNEL)
+scalar_rule(np.subtract, 1, -1, kernel=SUB_KERNEL)
+scalar_rule(np.multiply, lambda x, y, out: y, lambda x, y, out: x, kernel=MUL_KERNEL)
+scalar_rule(np.divide, lambda x, y, out: 1 / y, lambda x, y, out: -out / y, kernel=DIV_KERNEL)
 scalar_rule(np.mod, 1, lambda x, y, out: -np.floor_divide(x, y))
 scalar_rule(np.fmod, 1, lambda x, y, out: -np.trunc(x / y))
 scalar_rule(np.ldexp, lambda x, i, out: np.ldexp(np.ones_like(out), i), None)
 
-scalar_rule(np.maximum, _max_dx, _max_dy)
-scalar_rule(np.minimum, _max_dy, _max_dx)
+scalar_rule(np.maximum, _max_dx, _max_dy, kernel=kernel("_maximum({0}, {1})", "_pick({0}, {1})", "_pick({1}, {0})"))
+scalar_rule(np.minimum, _max_dy, _max_dx, kernel=kernel("_minimum({0}, {1})", "_pick({1}, {0})", "_pick({0}, {1})"))
 scalar_rule(np.fmax, _fmax_dx, _fmax_dy)
 scalar_rule(np.fmin, _fmin_dx, _fmin_dy)
 scalar_rule(np.clip, _clip_dx, _clip_dmin, _clip_dmax)

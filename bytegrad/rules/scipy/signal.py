@@ -12,7 +12,8 @@ import numpy as np
 import scipy.signal as ss
 
 from bytegrad.errors import RuleCaseError
-from bytegrad.rules._project import project, stand_in
+from bytegrad.rules._project import stand_in
+from bytegrad.rules.numpy.signal import window_cotangents
 from bytegrad.rules.registry import NO_TANGENT, rrule
 from bytegrad.rules.scipy._args import params
 
@@ -46,17 +47,11 @@ def _convolution_rule(fn: Callable[..., Any], correlate: bool) -> Callable[..., 
 
         def convolution_pullback(out_bar: Any) -> tuple[Any, ...]:
             a, v = np.asarray(in1), np.asarray(in2)
-            kernel = np.flip(v) if correlate else v
             full = np.zeros(tuple(n + m - 1 for n, m in zip(a_shape, v_shape)),
                             dtype=np.result_type(out_bar, a, v, 0.0))
             full[window] = out_bar
-            a_bar = lambda: project(ss.correlate(full, kernel, "valid", method), like_a)  # noqa: E731
-
-            def v_bar() -> Any:
-                kernel_bar = ss.correlate(full, a, "valid", method)
-                return project(np.flip(kernel_bar) if correlate else kernel_bar, like_v)
-
-            return (a_bar, v_bar) + (NO_TANGENT,) * len(args)
+            return window_cotangents(full, a, v, like_a, like_v, correlate,
+                                     lambda x, k: ss.correlate(x, k, "valid", method)) + (NO_TANGENT,) * len(args)
 
         return out, convolution_pullback
 

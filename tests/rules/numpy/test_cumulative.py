@@ -1,4 +1,4 @@
-"""cumprod, diff and ediff1d against finite differences (cumprod also where the input has zeros)."""
+"""cumsum, cumprod, diff and ediff1d against finite differences (cumprod also where the input has zeros)."""
 from __future__ import annotations
 
 import numpy as np
@@ -20,6 +20,10 @@ def _with_zeros(rng, dtype):
     return x.astype(dtype)
 
 
+CUMSUM = [
+    case(np.cumsum, X), case(np.cumsum, X, -1), case(np.cumsum, Arr((4,)), 0),
+    case(np.ndarray.cumsum, X, 1), case(np.ndarray.cumsum, X, name="x.cumsum()"),
+]
 CUMPROD = [
     case(np.cumprod, X), case(np.cumprod, X, 1, name="cumprod-axis"), case(np.cumprod, X, -1, name="cumprod-last"),
     case(np.cumprod, Gen(_with_zeros), 1, name="cumprod-zeros"), case(np.cumprod, Gen(_with_zeros), 0, name="cumprod-zeros-axis0"),
@@ -38,10 +42,10 @@ DIFF = [
     case(np.ediff1d, Arr((4,)), to_begin=2.0, name="ediff1d-keyword"),
     case(np.ediff1d, Arr((1,)), Num(), name="ediff1d-one-element"),
 ]
-TABLES = [CUMPROD, DIFF]
+TABLES = [CUMSUM, CUMPROD, DIFF]
 
 
-@pytest.mark.parametrize("case,dtype", params(CUMPROD + DIFF))
+@pytest.mark.parametrize("case,dtype", params(CUMSUM + CUMPROD + DIFF))
 def test_cumulative_rule(case, dtype):
     case.check(dtype)
 

@@ -37,7 +37,6 @@ METHODS = [
     case(np.ndarray.max, DISTINCT, 2), case(np.ndarray.min, DISTINCT), case(np.ndarray.min, DISTINCT, (0, 1), name="x.min(axes)"),
     case(np.ndarray.std, X, 0), case(np.ndarray.std, X, None, None, None, 1, name="x.std(ddof=1 positional)"),
     case(np.ndarray.var, X, 1, ddof=1), case(np.ndarray.var, X, keepdims=True, name="x.var(keepdims)"),
-    case(np.ndarray.cumsum, X, 1), case(np.ndarray.cumsum, X, name="x.cumsum()"),
 ]
 FUNCTIONS = [
     case(np.sum, X, 1, None, None, False, 0.5, name="sum-initial"),
@@ -59,7 +58,6 @@ FUNCTIONS = [
     case(np.std, X), case(np.std, X, 1, ddof=1), case(np.std, X, (0, 2), keepdims=True),
     case(np.var, X), case(np.var, X, -1, ddof=2), case(np.var, X, 0, correction=1, name="var-correction"),
     case(np.var, Arr((3, 4)), 1, where=np.array([True, True, False, True]), name="var-where"),
-    case(np.cumsum, X), case(np.cumsum, X, -1), case(np.cumsum, Arr((4,)), 0),
 ]
 
 
