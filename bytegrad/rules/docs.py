@@ -85,7 +85,7 @@ def _forms(rule: Rule) -> str:
 def defined_in(rule: Rule) -> str:
     """The file of bytegrad/rules/ that defines `rule` (every form of it: tests/test_docs.py checks
     that they share one), e.g. `numpy/ufuncs.py`."""
-    files = {loc.filename[len(_OWN_RULES_DIR):].replace("\\", "/")
+    files = {loc.filename[len(OWN_RULES_DIR):].replace("\\", "/")
              for loc in (rule.defined_at, rule.frule_defined_at) if loc is not None}
     return ", ".join(f"`{f}`" for f in sorted(files))
 
