@@ -213,6 +213,11 @@ class RuleCaseError(NotImplementedRuleError):
     user's line."""
 
 
+#: the fix a RuleCaseError gets at the user's line when its rule gave none
+RULE_CASE_FIX = ("compute this part without differentiating through it, or write a rule with "
+                 "@bytegrad.rrule(..., override=True) that covers it.")
+
+
 class MutationError(DifferentiationError):
     """An in-place write into the caller's data, or a read of a value whose memory was overwritten
     since it was computed and cannot be re-derived. (Overwriting a value an operation saved for the

@@ -16,7 +16,9 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from bytegrad.errors import DifferentiationError, NoRuleError, NotImplementedRuleError, RuleCaseError, qualname
+from bytegrad.errors import (
+    RULE_CASE_FIX, DifferentiationError, NoRuleError, NotImplementedRuleError, RuleCaseError, qualname,
+)
 from bytegrad.rules import registry
 from bytegrad.rules.numpy.ufunc_methods import ufunc_at_in_rounds
 from bytegrad.rules.registry import RuleKind
@@ -362,9 +364,7 @@ def other_case(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[di
     impl = getattr(fn, "_implementation", None)
     if type(fn) is _Dispatcher and type(impl) is _FunctionType:
         return call_python(tape, site, impl, args, kwargs)
-    raise RuleCaseError(exc.problem, site.loc(), exc.fix or
-                        "compute this part without differentiating through it, or write a rule with "
-                        "@bytegrad.rrule(..., override=True) that covers it.") from exc
+    raise RuleCaseError(exc.problem, site.loc(), exc.fix or RULE_CASE_FIX) from exc
 
 
 # ---- in-place functions and methods, and out=: recorded as writes -------------------------------------

@@ -12,7 +12,9 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from bytegrad.errors import DifferentiationError, MutationError, NaNError, PullbackError, SourceLoc
+from bytegrad.errors import (
+    RULE_CASE_FIX, DifferentiationError, MutationError, NaNError, PullbackError, RuleCaseError, SourceLoc,
+)
 from bytegrad.rules.registry import NO_TANGENT, ZERO, NoTangent, Zero
 from bytegrad.runtime import fpwarn
 from bytegrad.runtime.records import IDENTITY
@@ -398,6 +400,9 @@ def step_error(node: tuple, exc: Exception, recorded: bool = False, forward: boo
             f"the forward pass (tangents) of this operation failed: {type(exc).__name__}: {exc}", loc,
             "if this operation uses a custom rule, check its frule with bytegrad.rules.testing.check_rule.")
     if not recorded:
+        if isinstance(exc, RuleCaseError) and exc.loc is None:  # a rule's pullback met a case it does not
+            # cover (scipy.stats' cdf in a shape parameter): the same error, at the line that recorded it
+            return RuleCaseError(exc.problem, loc, exc.fix or RULE_CASE_FIX)
         if isinstance(exc, DifferentiationError):
             return None
         return PullbackError(

@@ -96,8 +96,9 @@ def test_keyword_loc_and_scale_and_frozen_distributions_differentiate():
 def test_cdf_in_a_shape_parameter_is_a_clear_error():
     import bytegrad
 
-    with pytest.raises(RuleCaseError, match="shape parameters"):
+    with pytest.raises(RuleCaseError, match="shape parameters") as info:
         bytegrad.grad(lambda a: st.gamma.cdf(1.5, a))(2.0)
+    assert info.value.loc is not None and info.value.loc.filename == __file__  # the user's line
     # in x alone it differentiates
     assert np.isclose(bytegrad.grad(lambda x: st.gamma.cdf(x, 2.0))(1.5), st.gamma.pdf(1.5, 2.0))
 
