@@ -207,7 +207,11 @@ class Tiers:
             got = program.fn(args)
         except Exception as exc:  # noqa: BLE001
             return f"the program raised {type(exc).__name__}: {exc}"
-        if got is MISS:
+        return self._verdict(got, reference)
+
+    def _verdict(self, got: Any, reference: Any) -> Optional[str]:
+        """None when a program's result `got` on its capture's arguments is the capture's `reference`."""
+        if got is MISS or got is DECIDED:
             return "the program's guards refused the arguments it was captured from"
         try:
             same = _same(got, reference)
@@ -232,8 +236,7 @@ class Tiers:
             key = program_store.key(self.code, self.key, signature)
             payload = program_store.dumps(progs) if key is not None else None
             if payload is not None and diskcache.store(program_store.NAMESPACE, key, payload,
-                                                       label=self.code.co_qualname if hasattr(self.code, "co_qualname")
-                                                       else self.code.co_name):
+                                                       label=self.code.co_qualname):
                 stored += len(progs)
         return stored
 
@@ -261,14 +264,15 @@ class Tiers:
             return
         program = pending.program
         try:
-            got = _applied(program, out_bar).fn(pending.args)
+            got = program.fn(pending.args)
+            if got is not MISS and got is not DECIDED:
+                got = (got[0], got[1](out_bar))
+                if got[1] is MISS:
+                    return  # a cotangent not shaped as at capture says nothing: the next one may
         except Exception as exc:  # noqa: BLE001 - a rule that needs a tape, say: the program is refused
             pending.sig.reason = f"the program raised {type(exc).__name__}: {exc}"
             return
-        if got is not MISS and got[1] is MISS:
-            return  # a cotangent not shaped as at capture says nothing: the next one may
-        why = self.agree(_applied(program, out_bar), pending.args, (out, grads))
-        pending.sig.reason = why
+        why = pending.sig.reason = self._verdict(got, (out, grads))
         if why is None and len(self.programs) < MAX_PROGRAMS:
             self.programs.append(program)
 
@@ -328,18 +332,6 @@ class Pending:
         self.program = program
         self.args = args
         self.sig: Optional[_Signature] = None
-
-
-class _applied:
-    """`program` seen as a gradient program: its output and its `back` applied to `probe`."""
-
-    __slots__ = ("fn",)
-
-    def __init__(self, program: Program, probe: Any) -> None:
-        def fn(args: tuple) -> Any:
-            got = program.fn(args)
-            return got if got is MISS else (got[0], got[1](probe))
-        self.fn = fn
 
 
 def _time(fn: Callable[[tuple], Any], args: tuple, repeat: int = 5) -> float:

@@ -575,13 +575,11 @@ def compile_program(source: str, user_lines: Sequence[int], filename: str, const
         -> Callable[[tuple], Any]:
     """The function `program` of a program's `source`, each line at the user's line it replays (in
     `filename`), with `constants` and the helpers programs call as its globals."""
-    namespace = dict(constants)
-    namespace.update(MISS=MISS, DECIDED=DECIDED, ndarray=_ndarray, FunctionType=_FunctionType, ZERO=ZERO,
-                     NO_TANGENT=NO_TANGENT, _acc=_acc, _decided=decided, _cotangent_leaves=pytree.cotangent_leaves,
-                     _singular=singular_partial, _unbroadcast=unbroadcast, _materialize=materialize,
-                     _untrusted=_untrusted, _project=pytree.project, _multiply=np.multiply,
-                     _getrefcount=sys.getrefcount, _scalable=scalable, _unalias=pytree.unalias,
-                     _version=registry.version, _VERSION=registry.version(), _MISSING=MISSING)
+    return program_from_code(program_code(source, user_lines, filename), constants)
+
+
+def program_code(source: str, user_lines: Sequence[int], filename: str) -> types.CodeType:
+    """The module code of a program's `source`, each line at the user's line it replays."""
     with AST_LOCK:
         tree = ast.parse(source)
         for node in ast.walk(tree):  # each statement at the user's line it replays
@@ -590,6 +588,18 @@ def compile_program(source: str, user_lines: Sequence[int], filename: str, const
                 node.end_lineno = user_lines[(node.end_lineno or node.lineno) - 1] if node.end_lineno else node.lineno
                 if node.end_lineno < node.lineno:
                     node.end_lineno = node.lineno
-        code = compile(tree, filename, "exec")
+        return compile(tree, filename, "exec")
+
+
+def program_from_code(code: types.CodeType, constants: dict[str, Any]) -> Callable[[tuple], Any]:
+    """The function `program` that `code` (from `program_code`) defines, with `constants` and the
+    helpers programs call as its globals (runtime/program_store.py loads stored code through it)."""
+    namespace = dict(constants)
+    namespace.update(MISS=MISS, DECIDED=DECIDED, ndarray=_ndarray, FunctionType=_FunctionType, ZERO=ZERO,
+                     NO_TANGENT=NO_TANGENT, _acc=_acc, _decided=decided, _cotangent_leaves=pytree.cotangent_leaves,
+                     _singular=singular_partial, _unbroadcast=unbroadcast, _materialize=materialize,
+                     _untrusted=_untrusted, _project=pytree.project, _multiply=np.multiply,
+                     _getrefcount=sys.getrefcount, _scalable=scalable, _unalias=pytree.unalias,
+                     _version=registry.version, _VERSION=registry.version(), _MISSING=MISSING)
     exec(code, namespace)  # noqa: S102
     return namespace["program"]

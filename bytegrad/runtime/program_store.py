@@ -18,7 +18,8 @@ A constant that is none of these makes the program unstorable (it is then made a
 capture in the new process). Entries go through runtime/diskcache.py (namespace "programs"):
 the same trust model as rewritten code, and its unpickler, which loads only bytegrad's, NumPy's
 and plain builtin types. The registry version a program guards is the loading process's own
-(`_VERSION` in program.compile_program).
+(`_VERSION` in program.program_from_code). The compiled code is stored too (marshal), so a load
+runs no compiler.
 """
 from __future__ import annotations
 
@@ -32,13 +33,14 @@ from typing import Any, Optional
 import numpy as np
 
 from bytegrad.rules import registry
+from bytegrad.rules._shape import is_stand_in, stand_in
 from bytegrad.runtime import diskcache, safepickle
-from bytegrad.runtime.program import Program, compile_program
+from bytegrad.runtime.program import Program, program_code, program_from_code
 
 __all__ = ["NAMESPACE", "dumps", "loads", "key"]
 
 NAMESPACE = "programs"
-_FORMAT = 1
+_FORMAT = 2  # 2: the compiled code beside the source, stand-ins by shape
 
 
 def key(code: types.CodeType, kind: Any, signature: tuple[type, ...]) -> Optional[str]:
@@ -65,7 +67,8 @@ def dumps(programs: list[Program]) -> Optional[bytes]:
         if prog.parts is None:
             return None
         ns, source, lines, filename = prog.parts
-        parts.append((ns, source, lines, filename, tuple(prog.guards), prog.records, prog.pullback))
+        code = marshal.dumps(program_code(source, lines, filename))  # a load then runs no compiler
+        parts.append((ns, source, lines, filename, code, tuple(prog.guards), prog.records, prog.pullback))
     buf = io.BytesIO()
     try:
         pickler = _Pickler(buf)
@@ -114,6 +117,8 @@ class _Pickler(pickle.Pickler):
                 raise pickle.PicklingError("a code object of no known function")
             part = "code" if t is types.CodeType else ("defaults" if t is tuple else "kwdefaults")
             return (part, _path(fn), marshal.dumps(fn.__code__, 2), fn.__defaults__, fn.__kwdefaults__)
+        if t is np.ndarray and is_stand_in(obj):  # a shape and a dtype, not the array it stands for
+            return ("stand_in", obj.shape, obj.dtype.str)
         if isinstance(obj, np.dtype):  # (guards test `x.dtype is dt`: the canonical instance)
             if np.dtype(obj.str) is not obj:
                 raise pickle.PicklingError(f"a dtype that is not NumPy's own: {obj}")
@@ -179,8 +184,8 @@ def loads(payload: bytes) -> Optional[list[Program]]:
     except (pickle.UnpicklingError, LookupError, AttributeError, TypeError, ValueError, EOFError):
         return None
     programs = []
-    for ns, source, lines, filename, guards, records, pullback in parts:
-        prog = Program(compile_program(source, lines, filename, ns), source, list(guards), records)
+    for ns, source, lines, filename, code, guards, records, pullback in parts:
+        prog = Program(program_from_code(marshal.loads(code), ns), source, list(guards), records)
         prog.parts = (ns, source, lines, filename)
         prog.pullback = prog.upgraded = pullback
         programs.append(prog)
@@ -198,6 +203,8 @@ class _Unpickler(safepickle.SafeUnpickler):
             return vars(_required(sys.modules.get(pid[1]), pid))
         if tag == "dtype":
             return np.dtype(pid[1])
+        if tag == "stand_in":
+            return stand_in(np.broadcast_to(np.zeros((), np.dtype(pid[2])), tuple(pid[1])))
         if tag == "path":
             return _required(_find(*pid[1]), pid)
         if tag == "rrule" or tag == "partial":
