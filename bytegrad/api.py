@@ -552,7 +552,8 @@ class Differentiated:
             rewriting, disk-cache loads included), `compile_s` (kernel compile or load time of
             its fused sites), `fused_sites` (one dict per fused site: line, expression, tier,
             calls per tier, compile time, choices per size class) and `disk` (this process's
-            disk-cache counters).
+            disk-cache counters); `compiled` and `compiled_pullback`: the compiled programs of its
+            gradients and of its pullbacks (tier, guards, calls, why a signature is not compiled).
         """
         s = cache.stats(self._code)
         result: dict[str, Any] = {"hits": self._hits + s["hits"], "misses": s["misses"], "entries": s["entries"]}
@@ -560,6 +561,8 @@ class Differentiated:
         result.update(introspect.function_stats(self))
         if self._tiers is not None:
             result["compiled"] = self._tiers.describe()
+        if self._pb_tiers is not None:
+            result["compiled_pullback"] = self._pb_tiers.describe()
         return result
 
     def grad(self, *args: Any, **kwargs: Any) -> Any:
@@ -578,15 +581,15 @@ class Differentiated:
     def pullback(self, *args: Any, **kwargs: Any) -> Any:
         """(output, back): `back(out_bar)` returns one cotangent per positional argument;
         `(output, back, aux)` with `has_aux=True`."""
-        if self._bound_self is None and not self._has_aux and not kwargs and getattr(tls, "tape", None) is None \
-                and not _config.debug_nans:
+        if self._bound_self is None and not kwargs and getattr(tls, "tape", None) is None and not _config.debug_nans:
             tiers = self._pb_tiers
             if tiers is None:
-                tiers = self._pb_tiers = compiled.tiers_for(self._target, compiled.PULLBACK, self._tier)
+                key = (compiled.AUX, compiled.PULLBACK) if self._has_aux else compiled.PULLBACK
+                tiers = self._pb_tiers = compiled.tiers_for(self._target, key, self._tier)
             if tiers is not None:
                 result = tiers.call(self._target, args, self._capture_pullback)
                 if result is not MISS:
-                    return result[0], self._back_or_general(result[1], args)
+                    return (result[0], self._back_or_general(result[1], args), *result[2:])
         return self._pullback_now(args, kwargs)
 
     def _back_or_general(self, back: Callable[[Any], Any], args: tuple) -> Callable[[Any], tuple[Any, ...]]:
@@ -620,9 +623,13 @@ class Differentiated:
             out, tape, specs, _ = self._forward(args, {}, positions, strict=False, capture=True)
         except Exception as exc:  # noqa: BLE001 - tracking every argument can refuse what the general path takes
             return self._pullback_now(args, {}), f"the capture run raised {type(exc).__name__}: {exc}"
+        aux = program_aux = None
+        if self._has_aux:
+            out, aux = self._split_aux(out)
+            program_aux = (aux,)
         spec_at = dict(zip(positions, specs))
         all_specs = [spec_at.get(p) for p in range(len(args))]
-        result = (out, _general_back(out, tape, all_specs, None))
+        result = (out, _general_back(out, tape, all_specs, None), *(program_aux or ()))
         if tape.refusals:
             why, site = tape.refusals[0]
             return result, str(Ineligible(why, site))
@@ -631,18 +638,19 @@ class Differentiated:
             return result, callee_why
         try:
             prog = build_program(tape, args, all_specs, positions, out, True, guards + callee_guards, self._code,
-                                 pullback=True)
+                                 pullback=True, aux=program_aux)
         except Ineligible as exc:
             return result, str(exc)
         pending, tiers, general_back = compiled.Pending(prog, args), self._pb_tiers, result[1]
+        checked_out = (out, aux) if self._has_aux else out
 
         def back(out_bar: Any) -> tuple[Any, ...]:
             grads = general_back(out_bar)
             if tiers is not None:
-                tiers.settle(pending, out, out_bar, grads)
+                tiers.settle(pending, checked_out, out_bar, grads)
             return grads
 
-        return (out, back), pending
+        return (out, back, *(program_aux or ())), pending
 
 
 _REPLAYABLE = (int, float, bool, str, bytes, complex, type(None), slice, range, type(Ellipsis), np.ndarray,

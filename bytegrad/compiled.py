@@ -258,15 +258,16 @@ class Tiers:
 
     def settle(self, pending: "Pending", out: Any, out_bar: Any, grads: Any) -> None:
         """A pullback program waiting for its check (see `Pending`) meets the general path's
-        `back(out_bar) = grads` of its capture: adopted if it gives the same output and cotangents,
-        refused if not; a cotangent the program does not take leaves it waiting."""
+        `back(out_bar) = grads` of its capture: adopted if it gives the same output (`(output, aux)`
+        with has_aux) and cotangents, refused if not; a cotangent the program does not take leaves
+        it waiting."""
         if pending.sig is None or pending.sig.reason is not PENDING:
             return
         program = pending.program
         try:
             got = program.fn(pending.args)
-            if got is not MISS and got is not DECIDED:
-                got = (got[0], got[1](out_bar))
+            if got is not MISS and got is not DECIDED:  # (output, back) or (output, back, aux)
+                got = (got[0] if len(got) == 2 else (got[0], got[2]), got[1](out_bar))
                 if got[1] is MISS:
                     return  # a cotangent not shaped as at capture says nothing: the next one may
         except Exception as exc:  # noqa: BLE001 - a rule that needs a tape, say: the program is refused

@@ -747,7 +747,7 @@ def test_a_pullback_program_is_checked_when_back_first_runs_never_earlier():
     assert fast._pb_tiers.programs
 
 
-def test_pullbacks_with_aux_kwargs_or_inside_derivatives_stay_general():
+def test_pullbacks_with_kwargs_or_inside_derivatives_stay_general():
     d = bytegrad.differentiate(fresh(pb_scalar), tier="numpy")
     x = np.ones(3)
     d.pullback(x, y=x)
@@ -913,6 +913,29 @@ def test_has_aux_programs_return_the_aux_as_the_general_path_does(tier):
         assert aux1["x"] is not args[0] and np.shares_memory(aux1["x"], args[0])  # a view, as on the general path
     st = info(fast)
     assert st["compiled_calls"] == 3 and [p["backend"] for p in st["programs"]] == ["numpy"], st
+
+
+def test_has_aux_pullback_programs_return_the_aux_and_check_it():
+    """`pullback` of a has_aux function: the program returns (output, back, aux) as the general path
+    does; the aux is part of the check that adopts the program (an aux the program would rebuild
+    wrongly refuses it)."""
+    fast = bytegrad.differentiate(fresh(loss_with_aux), has_aux=True, tier="numpy")
+    general = bytegrad.differentiate(loss_with_aux, has_aux=True, tier="general")
+    rng = np.random.default_rng(6)
+    for k in range(4):
+        args = (rng.normal(size=3), rng.normal(size=(2, 3)))
+        (v1, back1, aux1), (v2, back2, aux2) = fast.pullback(*args), general.pullback(*args)
+        assert _trees_same((v1, back1(1.5 + k)), (v2, back2(1.5 + k))) and _trees_same(aux1, aux2)
+        assert aux1["x"] is not args[0] and np.shares_memory(aux1["x"], args[0])
+    st = fast.stats()["compiled_pullback"]
+    assert st["compiled_calls"] == 3 and len(st["programs"]) == 1, st
+    # the check compares the aux: a program whose aux differs from the capture's is refused
+    tiers = bytegrad.differentiate(fresh(loss_with_aux), has_aux=True, tier="numpy")
+    out, back, aux = tiers.pullback(*args)
+    aux["h"] = aux["h"] + 1.0  # (the reference the pending program is checked against, now different)
+    back(1.0)
+    why = tiers.stats()["compiled_pullback"]["not_compiled"]
+    assert list(why.values()) == ["the program disagreed with the general path on the capture's own arguments"]
 
 
 # ---- the Numba back end: float32 loops ---------------------------------------------------------

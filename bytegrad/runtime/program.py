@@ -494,7 +494,8 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     is `fn(args) -> (output, back)`, `back(out_bar)` the cotangents of every positional argument
     (a tuple, None where an argument has no derivative) or MISS where `out_bar` is not shaped as
     at capture; `out` may then be a tree of values. `aux`: `(aux,)` for a function with
-    `has_aux=True` (the program returns `((value, aux), gradient)`). Raises `Ineligible`."""
+    `has_aux=True` (the program returns `((value, aux), gradient)`, or `(output, back, aux)` as a
+    pullback program). Raises `Ineligible`."""
     src = Source()
     inputs = Inputs(src)
     src.guard("type", f"len(args) == {len(call_args)}", f"{len(call_args)} positional arguments")
@@ -510,7 +511,7 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
             raise Ineligible("pullbacks have the NumPy back end only")
         from bytegrad.runtime.program_pullback import build_pullback
 
-        return build_pullback(tape, src, inputs, specs, wrt, out, code)
+        return build_pullback(tape, src, inputs, specs, wrt, out, code, aux)
     out_idx = tape.ids.get(id(out))
     if out_idx is None or tape.values[out_idx] is not out:
         raise Ineligible("the output does not depend on the arguments")

@@ -9,7 +9,7 @@ them). `output_leaves` and `output_code` rebuild an output (or an aux) from the 
 from __future__ import annotations
 
 import types
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -24,20 +24,27 @@ _ndarray = np.ndarray
 
 
 def build_pullback(tape: Tape, src: Source, inputs: Inputs, specs: list, wrt: tuple[int, ...], out: Any,
-                    code: types.CodeType) -> Program:
+                   code: types.CodeType, aux: Optional[tuple] = None) -> Program:
     """A pullback program (see `build`): the forward pass, then `back` as a nested function that
     reads the saved values from the enclosing call. Its seeds are paired with the output's leaves by
-    `pytree.cotangent_leaves`, as the general path pairs them."""
+    `pytree.cotangent_leaves`, as the general path pairs them. `aux`: `(aux,)` for a function with
+    `has_aux=True`: the program returns `(output, back, aux)`, the aux rebuilt from its values."""
     leaves: dict[int, Any] = {}
+    aux_leaves: dict[int, Any] = {}
     wrt_leaves = {leaf.idx for p in wrt for leaf in pytree.leaves(specs[p])}
     b = Builder(tape, src, inputs, wrt_leaves)
     output_leaves(out, tape, leaves)
     if not leaves:
         raise Ineligible("the output does not depend on the arguments")
-    order, depends = b.read(sorted(leaves))
+    if aux is not None:
+        output_leaves(aux[0], tape, aux_leaves)
+    order, depends = b.read(sorted(leaves.keys() | aux_leaves.keys()))
     n = b.forward_all(order, depends)
     named = named_outputs(leaves, b)
     src.emit(f"out_ = {output_code(out, tape, named, b, src)}")
+    if aux is not None:
+        src.emit(f"aux_ = {output_code(aux[0], tape, named_outputs(aux_leaves, b), b, src)}")
+        src.returns = "out_, back, aux_"
     src.back_from = len(src.stmts)
     ids = ", ".join(f"id({named[i]}): {i}" for i in sorted(leaves))
     src.emit(["pairs_ = []", f"_cotangent_leaves(out_, ob, {{{ids}}}, pairs_)", "seeds_ = {}",

@@ -151,6 +151,7 @@ class Source(Constants):
         self.guards: list[str] = []
         self.kernel_source: Optional[str] = None  # the Numba kernel the program calls (program_numba.py)
         self.back_from: Optional[int] = None  # a pullback program: statements from here on are `back`
+        self.returns = "out_, back"  # what a pullback program returns (`out_, back, aux_` with has_aux)
         self.parts: tuple[str, tuple[int, ...], str] = ("", (), "")  # rendered: source, user lines, file
 
     def emit(self, lines: list[str] | str, line: Optional[int] = None) -> None:
@@ -187,7 +188,7 @@ class Source(Constants):
             out.append("    def back(ob):")
             user.append(first_line)
             self._block(range(split, len(self.stmts)), "        ", True, outer, out, user)
-            out.append("    return out_, back")
+            out.append(f"    return {self.returns}")
             user.append(first_line)
         return "\n".join(out) + "\n", user
 
