@@ -473,7 +473,7 @@ class Differentiated:
             target = self._target
             defaults = (target.__defaults__ or ()) + tuple((target.__kwdefaults__ or {}).values())
             found = self._eligible[key] = eligibility.check(self._code, active, target.__globals__, immutable,
-                                                            defaults)
+                                                            defaults, target.__closure__ or ())
         return found
 
     def _check_scalar(self, out: Any) -> None:

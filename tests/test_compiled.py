@@ -307,6 +307,20 @@ def module_attribute(x):
     return np.sum(_mod.act(x))
 
 
+def closure_scaling(c):
+    """A closure whose cell `c` the returned setter rebinds."""
+    def f(x):
+        return np.sum(x * c)
+
+    def set_c(v):
+        nonlocal c
+        c = v
+    return f, set_c
+
+
+_CLOSURE, _SET_C = closure_scaling(2.0)
+
+
 def guard_case(kind):
     """(function, first call's args, a later call's args, a change made between them, undo)."""
     x = np.linspace(0.1, 1.0, 4)
@@ -326,6 +340,8 @@ def guard_case(kind):
         def change():
             _mod.act = np.cos
         return module_attribute, (x,), (x,), change
+    if kind == "cell":
+        return _CLOSURE, (x,), (x,), lambda: _SET_C(3.0)
     if kind == "code":
         def change():
             _SAVED_CODE.append(scale_by_length.__code__)
@@ -345,6 +361,7 @@ _SAVED_CODE: list = []
 
 def restore_guard_case(kind):
     globals()["SCALE"] = 2.0
+    _SET_C(2.0)
     _mod.act = np.sin
     while _SAVED_CODE:
         scale_by_length.__code__ = _SAVED_CODE.pop()
@@ -377,6 +394,64 @@ def test_each_guard_kind_is_needed(kind, omit, monkeypatch):
         assert not same, f"without the {kind} guard the program still gave the general path's result"
     else:
         assert same
+
+
+DATA = np.linspace(-1.0, 1.0, 3)
+
+
+def reads_arrays_from_a_global_and_a_closure(k):
+    def f(x, y):
+        return np.sum(np.tanh(DATA * x) * k) + np.sum(_mod.weights @ (x * y))
+    return f
+
+
+def test_arrays_read_from_globals_closures_and_module_attributes_are_inputs_read_at_call_time():
+    """Such an array is never a constant of the program: written in place or rebound, the next call
+    reads the new values (and a new shape fails its guard over to the general path)."""
+    global DATA
+    saved = DATA
+    _mod.weights = np.eye(3) * 0.5
+    k = np.array([1.0, -2.0, 0.5])
+    fn = reads_arrays_from_a_global_and_a_closure(k)
+    fast, general = compiled_and_general(fn)
+    rng = np.random.default_rng(7)
+    try:
+        for step in range(6):
+            if step == 2:
+                DATA *= 3.0  # in place
+                k[:] = rng.normal(size=3)
+            if step == 3:
+                DATA = rng.normal(size=3)  # rebound
+                _mod.weights = rng.normal(size=(3, 3))
+            if step == 4:
+                DATA = rng.normal(size=4)  # another shape: the general path broadcasts it and fails alike
+            args = (rng.normal(size=3), rng.normal(size=3))
+            try:
+                expected = general.value_and_grad(*args)
+            except ValueError:
+                with pytest.raises(ValueError):
+                    fast.value_and_grad(*args)
+                DATA = saved
+                continue
+            assert _trees_same(fast.value_and_grad(*args), expected)
+        st = info(fast)
+        assert st["compiled_calls"] >= 4 and len(st["programs"]) == 1, st
+        guards = st["programs"][0]["guards"]
+        assert not any("DATA is" in g or "weights is" in g for g in guards), guards  # no identity guard
+    finally:
+        DATA = saved
+        del _mod.weights
+
+
+def test_an_array_derived_from_a_global_stays_general_with_the_reason():
+    def g(x):
+        return np.sum(x * DATA[::-1])
+
+    fast, general = compiled_and_general(g)
+    x = np.ones(3)
+    assert _trees_same(fast.value_and_grad(x), general.value_and_grad(x))
+    (why,) = info(fast)["not_compiled"].values()
+    assert "derived from a global or closure array" in why, why
 
 
 def _trees_same(a, b) -> bool:
@@ -448,7 +523,7 @@ W_GLOBAL = np.ones(3)
 
 
 def reads_global_array(x):
-    return np.sum(x * W_GLOBAL)
+    return np.sum(x * W_GLOBAL[::-1])
 
 
 def writes_into_array(x):
@@ -458,10 +533,10 @@ def writes_into_array(x):
 
 
 def with_closure():
-    w = 2.0
+    w = [2.0]  # (a cell holding a list: no guard fixes what it holds)
 
     def f(x):
-        return np.sum(x * w)
+        return np.sum(x * w[0])
     return f
 
 
@@ -477,9 +552,9 @@ def mutable_default(x, scale={"k": 2.0}):  # noqa: B006 - the point: it can chan
     (draws_random, "random"),
     (prints, "print"),
     (calls_object, "it passes a _Scaler object to _Scaler.__call__"),
-    (reads_global_array, "an array"),
+    (reads_global_array, "derived from a global or closure array"),
     (writes_into_array, "writes into"),
-    (with_closure(), "closure"),
+    (with_closure(), "the closure variable w, a list"),
     (makes_array, "arange"),
     (mutable_default, "default argument"),
 ], ids=lambda v: getattr(v, "__name__", None) or "")

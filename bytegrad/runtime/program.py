@@ -204,8 +204,9 @@ class Builder:
         if t is _ndarray:
             var = self.inputs.untracked.get(id(a))
             if var is None:
-                raise Ineligible(f"{qualname(rec.fn)} reads an array that is not an argument (made inside the "
-                                 "function, or read from a global, a closure or an attribute)", rec.site)
+                raise Ineligible(f"{qualname(rec.fn)} reads an array computed without the arguments (made inside "
+                                 "the function, or derived from a global or closure array, as `W.T` or `W[0]`)",
+                                 rec.site)
             return var
         if t is tuple and any(type(x) is _ndarray for x in a):  # an index `x[:, idx]` with an argument array
             return "(" + "".join(self.operand(x, None, rec) + ", " for x in a) + ")"
@@ -503,7 +504,7 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
         var = inputs.temp()
         src.emit(f"{var} = args[{p}]")
         inputs.walk(var, value, specs[p], fresh=p in wrt)
-    static_guards(src, static_guards_)
+    static_guards(src, static_guards_, inputs)
     # (_VERSION: the registry's version when the program is compiled, here or loaded from disk)
     src.guard("version", "_version() == _VERSION", f"rule registry version {registry.version()}")
     if pullback:

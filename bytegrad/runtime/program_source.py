@@ -50,7 +50,7 @@ MISS = _Miss("MISS")
 DECIDED = _Miss("DECIDED")
 MISSING = object()  # (the generated code calls it _MISSING)
 #: the kinds of guards a program checks
-GUARD_KINDS = ("type", "shape", "dtype", "value", "global", "attr", "version", "code")
+GUARD_KINDS = ("type", "shape", "dtype", "value", "global", "attr", "cell", "version", "code")
 #: the guard a pullback program's `back` adds: each cotangent shaped as the output was at capture
 COTANGENT_GUARD = "cotangent"
 #: the check of a decision on data (a comparison, a function without a derivative) made again
@@ -427,7 +427,10 @@ def gradient_code(src: Source, spec: Any, state: dict[int, int], lines: list[str
         f"{src.const(t, 'T')}(({''.join(i + ', ' for i in items)}))"
 
 
-def static_guards(src: Source, entries: list[tuple]) -> None:
+def static_guards(src: Source, entries: list[tuple], inputs: Optional[Inputs] = None) -> None:
+    """The guards of eligibility's entries (transform/eligibility.py): a global, module attribute or
+    closure variable is fixed by value or identity, except an array, which is read at call time and
+    walked as an untracked input (`inputs`): type, shape and dtype guarded, its values the call's."""
     for kind, owner, name, value in entries:
         if kind == "code":  # a Python callee (owner), fixed by its caller's guards: its body too
             f = src.const(owner, "F")
@@ -442,15 +445,34 @@ def static_guards(src: Source, entries: list[tuple]) -> None:
             else:  # a builtin: it must stay unshadowed
                 b = src.const(_builtins_of(owner), "B")
                 read = f"({g}.get({name!r}, _MISSING) is _MISSING and {b}.get({name!r}))"
+        elif kind == "cell":
+            read = f"{src.const(owner, 'Z')}.cell_contents"  # (an emptied cell fails over to the general path)
         else:
             m = src.const(owner.__dict__, "M")
             read = f"{m}[{name!r}]"
-        if isinstance(value, (int, float, str, bytes, bool, complex)) or value is None:
+        if type(value) is _ndarray:
+            if inputs is None:
+                raise Ineligible(f"reads {name}, an array, where a program takes none")
+            _array_read(src, inputs, kind, owner, name, read)
+        elif isinstance(value, (int, float, str, bytes, bool, complex)) or value is None:
             c = src.const(value)
             src.guard(kind, f"{read} == {c} and {read}.__class__ is {src.const(type(value), 'T')}",
                       f"{name} == {value!r}")
         else:
             src.guard(kind, f"{read} is {src.const(value)}", f"{name} is {_describe(value)}")
+
+
+def _array_read(src: Source, inputs: Inputs, kind: str, owner: Any, name: str, read: str) -> None:
+    """An array the code reads from a global, a module attribute or a closure cell: an input read at
+    call time. Its current value (the capture's: the eligibility entry may be older) is walked."""
+    value = owner.cell_contents if kind == "cell" else (owner if kind == "global" else owner.__dict__)[name]
+    if type(value) is not _ndarray or value.dtype.kind not in "biuf":
+        raise Ineligible(f"reads {name}, no longer a numeric array")
+    if id(value) in inputs.untracked:
+        raise Ineligible(f"reads {name}, the same array as an argument or another variable it reads")
+    var = inputs.temp()
+    src.emit(f"{var} = {read}")
+    inputs.walk(var, value, None, fresh=False)
 
 
 def _builtins_of(fn_globals: dict[str, Any]) -> dict[str, Any]:

@@ -26,7 +26,7 @@ import math
 import operator
 import sys
 import types
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -58,14 +58,18 @@ _REFUSED_KINDS = {
 
 
 def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, Any],
-          immutable: frozenset[str], defaults: tuple = ()) -> tuple[list[str], list[tuple]]:
+          immutable: frozenset[str], defaults: tuple = (), closure: Optional[tuple] = None) \
+        -> tuple[list[str], list[tuple]]:
     """(reasons the function cannot be a compiled program, guards on what it reads).
 
     No reasons: the function's operations on the arguments depend on data only through recorded
-    operations. The guards are ("global", fn_globals, name, value) and ("attr", module, name,
-    value) entries; `runtime.program` checks them on every call. `defaults`: the function's default
-    argument values (a replaced tuple drops its programs; their contents must be constants)."""
-    reasons = _code_reasons(code)
+    operations. The guards are ("global", fn_globals, name, value), ("attr", module, name, value)
+    and ("cell", cell, name, value) entries; `runtime.program` checks them on every call (an array
+    among them is read at call time, an input of the program). `defaults`: the function's default
+    argument values (a replaced tuple drops its programs; their contents must be constants).
+    `closure`: the function's closure cells; without it a closure is refused (a Python callee's
+    guards fix its code, not its cells)."""
+    reasons = _code_reasons(code, closure is not None)
     if not all(_constant(v) for v in defaults):  # read as locals, never guarded: they must not change
         reasons.append("a default argument value that can change in place (a list, dict, array or object)")
     if reasons:
@@ -89,6 +93,14 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
         if why is not None:
             reasons.append(f"{why} (line {ins.lineno})")
     guards = _guards(assumed, fn_globals, reasons)
+    for name, cell in zip(code.co_freevars, closure or ()):
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            reasons.append(f"reads the closure variable {name} before it is assigned")
+            continue
+        if _guardable(value, f"the closure variable {name}", reasons):
+            guards.append(("cell", cell, name, value))
     return reasons, guards
 
 
@@ -98,11 +110,11 @@ def _constant(value: Any) -> bool:
     return type(value) in _GUARDED_BY_VALUE or isinstance(value, _GUARDED_BY_IDENTITY)
 
 
-def _code_reasons(code: types.CodeType) -> list[str]:
+def _code_reasons(code: types.CodeType, cells_guarded: bool) -> list[str]:
     reasons = []
     if code.co_flags & _SUSPENDING:
         reasons.append("a generator or coroutine")
-    if code.co_freevars:
+    if code.co_freevars and not cells_guarded:
         reasons.append(f"a closure (it reads {', '.join(code.co_freevars)} from an enclosing function)")
     if code.co_cellvars:
         reasons.append(f"inner functions read its variables ({', '.join(code.co_cellvars)})")
@@ -183,8 +195,10 @@ def _guards(assumed: Any, fn_globals: dict[str, Any], reasons: list[str]) -> lis
 def _guardable(value: Any, what: str, reasons: list[str]) -> bool:
     if isinstance(value, _GUARDED_BY_IDENTITY) or type(value) in _GUARDED_BY_VALUE or callable(value):
         return True
+    if type(value) is np.ndarray and value.dtype.kind in "biuf":
+        return True  # (read at call time: an input of the program, its type, shape and dtype guarded)
     if isinstance(value, np.ndarray):
-        reasons.append(f"reads {what}, an array (compiled programs take arrays as arguments only, for now)")
+        reasons.append(f"reads {what}, an array of dtype {value.dtype} or of a subclass")
     else:
         reasons.append(f"reads {what}, a {type(value).__name__} that a guard cannot fix")
     return False

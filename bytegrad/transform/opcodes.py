@@ -410,7 +410,7 @@ def predicate_fn(instr: Instr) -> Any:
 #: replays them as they are); every other OTHER instruction keeps a function on the general path
 _PLAIN_BUILDERS: Final = frozenset({
     "NOP", "RESUME", "CACHE", "EXTENDED_ARG", "BUILD_TUPLE", "BUILD_LIST", "BUILD_MAP", "BUILD_CONST_KEY_MAP",
-    "BUILD_SLICE", "LIST_TO_TUPLE", "END_FOR", "POP_ITER",
+    "BUILD_SLICE", "LIST_TO_TUPLE", "END_FOR", "POP_ITER", "COPY_FREE_VARS",
 })
 #: CALL_INTRINSIC_1 operands that are plain value operations: unary `+` (5), list to tuple (6)
 _PLAIN_INTRINSICS: Final = frozenset({5, 6})
