@@ -443,6 +443,20 @@ def test_arrays_read_from_globals_closures_and_module_attributes_are_inputs_read
         del _mod.weights
 
 
+def test_a_closure_variable_rebound_between_signatures_is_guarded_at_its_new_value():
+    """The guards hold the value the capture read, not the one seen when the function was first
+    checked: after `c` is rebound, a new signature's program compiles and runs."""
+    f, set_c = closure_scaling(2.0)
+    fast, general = compiled_and_general(f)
+    fast.grad(np.ones(3))
+    set_c(5.0)
+    for n in (4, 4, 4):
+        assert _trees_same(fast.value_and_grad(np.ones(n)), general.value_and_grad(np.ones(n)))
+    st = info(fast)
+    assert len(st["programs"]) == 2 and st["compiled_calls"] >= 2, st
+    assert "c == 5.0" in st["programs"][1]["guards"]
+
+
 def test_an_array_derived_from_a_global_stays_general_with_the_reason():
     def g(x):
         return np.sum(x * DATA[::-1])

@@ -450,10 +450,11 @@ def static_guards(src: Source, entries: list[tuple], inputs: Optional[Inputs] = 
         else:
             m = src.const(owner.__dict__, "M")
             read = f"{m}[{name!r}]"
+        value = _current(kind, owner, name, value)
         if type(value) is _ndarray:
             if inputs is None:
                 raise Ineligible(f"reads {name}, an array, where a program takes none")
-            _array_read(src, inputs, kind, owner, name, read)
+            _array_read(src, inputs, kind, owner, name, read, value)
         elif isinstance(value, (int, float, str, bytes, bool, complex)) or value is None:
             c = src.const(value)
             src.guard(kind, f"{read} == {c} and {read}.__class__ is {src.const(type(value), 'T')}",
@@ -462,12 +463,22 @@ def static_guards(src: Source, entries: list[tuple], inputs: Optional[Inputs] = 
             src.guard(kind, f"{read} is {src.const(value)}", f"{name} is {_describe(value)}")
 
 
-def _array_read(src: Source, inputs: Inputs, kind: str, owner: Any, name: str, read: str) -> None:
+def _current(kind: str, owner: Any, name: str, value: Any) -> Any:
+    """The value a capture just read (eligibility's entries are kept per function, so `value` may be
+    older): the program's constants are the capture's, and so must its guards be. A value that is
+    no longer of the entry's type was not checked as guardable: the program is refused."""
+    try:
+        now = owner.cell_contents if kind == "cell" else (owner if kind == "global" else owner.__dict__)[name]
+    except (KeyError, ValueError):
+        return value  # (a builtin: guarded as unshadowed; an emptied cell fails its guard)
+    if type(now) is not type(value) or (type(now) is _ndarray and now.dtype.kind not in "biuf"):
+        raise Ineligible(f"reads {name}, which is no longer a {type(value).__name__}")
+    return now
+
+
+def _array_read(src: Source, inputs: Inputs, kind: str, owner: Any, name: str, read: str, value: Any) -> None:
     """An array the code reads from a global, a module attribute or a closure cell: an input read at
-    call time. Its current value (the capture's: the eligibility entry may be older) is walked."""
-    value = owner.cell_contents if kind == "cell" else (owner if kind == "global" else owner.__dict__)[name]
-    if type(value) is not _ndarray or value.dtype.kind not in "biuf":
-        raise Ineligible(f"reads {name}, no longer a numeric array")
+    call time, walked as the capture read it."""
     if id(value) in inputs.untracked:
         raise Ineligible(f"reads {name}, the same array as an argument or another variable it reads")
     var = inputs.temp()
