@@ -250,11 +250,13 @@ class Differentiated:
         return tuple(new_args), kwargs
 
     def _forward(self, args: tuple, kwargs: dict, positions: Sequence[int], strict: bool,
-                 lean: bool = False, capture: bool = False) -> tuple[Any, Tape, list, Optional["_Nested"]]:
+                 lean: bool = False, capture: bool = False, tracked: Sequence[Any] = ()) \
+            -> tuple[Any, Tape, list, Optional["_Nested"]]:
         """Run the function with a tape: (output, tape, leaf specs, the nested record or None).
 
         `lean`: the caller sweeps the tape once and drops it (see `Tape.lean`); `capture`: record
-        on a `CaptureTape` (see `_capture`)."""
+        on a `CaptureTape` (see `_capture`), with the arrays `tracked` (read from globals, closures
+        and module attributes: inputs of the program) tracked as they are."""
         if self._target.__code__ is not self._code or self._target.__defaults__ is not self._defaults \
                 or self._target.__kwdefaults__ is not self._kwdefaults:
             old_wrt = self._wrt
@@ -293,6 +295,10 @@ class Differentiated:
                 raise self._wrt_type_error(p, exc) from None
             args[p] = fresh
             specs.append(spec)
+        for v in tracked:
+            if id(v) not in tape.ids:
+                tape.protected.add(id(v))
+                tape.leaf(v)
         if type(args) is _KeywordSlots:
             args, named = args.split()
             kwargs = {**kwargs, **named}
@@ -415,8 +421,10 @@ class Differentiated:
         if reasons:
             more = f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else ""
             return self._grad_now(args, {}), reasons[0] + more
+        from bytegrad.runtime import program_source
         try:
-            out, tape, specs, _ = self._forward(args, {}, positions, strict=False, capture=True)
+            out, tape, specs, _ = self._forward(args, {}, positions, strict=False, capture=True,
+                                                tracked=program_source.read_arrays(guards))
         except Exception as exc:  # noqa: BLE001 - tracking every argument can refuse what the general path takes
             return self._grad_now(args, {}), f"the capture run raised {type(exc).__name__}: {exc}"
         aux = program_aux = None
@@ -618,9 +626,11 @@ class Differentiated:
         if reasons:
             more = f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else ""
             return self._pullback_now(args, {}), reasons[0] + more
+        from bytegrad.runtime import program_source
         positions = compiled.capture_positions(args)
         try:
-            out, tape, specs, _ = self._forward(args, {}, positions, strict=False, capture=True)
+            out, tape, specs, _ = self._forward(args, {}, positions, strict=False, capture=True,
+                                                tracked=program_source.read_arrays(guards))
         except Exception as exc:  # noqa: BLE001 - tracking every argument can refuse what the general path takes
             return self._pullback_now(args, {}), f"the capture run raised {type(exc).__name__}: {exc}"
         aux = program_aux = None

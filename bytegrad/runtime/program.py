@@ -504,7 +504,7 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
         var = inputs.temp()
         src.emit(f"{var} = args[{p}]")
         inputs.walk(var, value, specs[p], fresh=p in wrt)
-    static_guards(src, static_guards_, inputs)
+    static_guards(src, static_guards_, inputs, tape.ids)
     # (_VERSION: the registry's version when the program is compiled, here or loaded from disk)
     src.guard("version", "_version() == _VERSION", f"rule registry version {registry.version()}")
     if pullback:

@@ -76,10 +76,10 @@ def build_pullback(tape: Tape, src: Source, inputs: Inputs, specs: list, wrt: tu
 
 def named_outputs(leaves: dict[int, Any], b: Builder) -> dict[int, str]:
     """The variable of each output leaf; a differentiated argument returned as it is comes back as a
-    view of it, as the general path returns it."""
+    view of it, as the general path returns it (an array read from a global comes back itself)."""
     named: dict[int, str] = {}
     for i in sorted(leaves):
-        if i in b.inputs.leaf_var and type(leaves[i]) is _ndarray:
+        if i in b.inputs.fresh and type(leaves[i]) is _ndarray:
             named[i] = b.inputs.temp()
             b.src.emit(f"{named[i]} = {b.var[i]}.view()")
         else:

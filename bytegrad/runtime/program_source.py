@@ -427,10 +427,25 @@ def gradient_code(src: Source, spec: Any, state: dict[int, int], lines: list[str
         f"{src.const(t, 'T')}(({''.join(i + ', ' for i in items)}))"
 
 
-def static_guards(src: Source, entries: list[tuple], inputs: Optional[Inputs] = None) -> None:
+def read_arrays(entries: list[tuple]) -> list[np.ndarray]:
+    """The arrays eligibility's entries read (from globals, module attributes and closure cells), as
+    they are now: a capture tracks them, so that what it computes from them is recorded."""
+    arrays = []
+    for kind, owner, name, value in entries:
+        if type(value) is _ndarray and kind != "code":
+            try:
+                arrays.append(_current(kind, owner, name, value))
+            except Ineligible:
+                pass  # (the build refuses it)
+    return arrays
+
+
+def static_guards(src: Source, entries: list[tuple], inputs: Optional[Inputs] = None,
+                  tracked: Optional[dict[int, int]] = None) -> None:
     """The guards of eligibility's entries (transform/eligibility.py): a global, module attribute or
     closure variable is fixed by value or identity, except an array, which is read at call time and
-    walked as an untracked input (`inputs`): type, shape and dtype guarded, its values the call's."""
+    walked as an input (`inputs`; a leaf where the capture tracked it, `tracked`: the tape's ids):
+    type, shape and dtype guarded, its values the call's."""
     for kind, owner, name, value in entries:
         if kind == "code":  # a Python callee (owner), fixed by its caller's guards: its body too
             f = src.const(owner, "F")
@@ -454,7 +469,7 @@ def static_guards(src: Source, entries: list[tuple], inputs: Optional[Inputs] = 
         if type(value) is _ndarray:
             if inputs is None:
                 raise Ineligible(f"reads {name}, an array, where a program takes none")
-            _array_read(src, inputs, kind, owner, name, read, value)
+            _array_read(src, inputs, name, read, value, (tracked or {}).get(id(value)))
         elif isinstance(value, (int, float, str, bytes, bool, complex)) or value is None:
             c = src.const(value)
             src.guard(kind, f"{read} == {c} and {read}.__class__ is {src.const(type(value), 'T')}",
@@ -476,14 +491,16 @@ def _current(kind: str, owner: Any, name: str, value: Any) -> Any:
     return now
 
 
-def _array_read(src: Source, inputs: Inputs, kind: str, owner: Any, name: str, read: str, value: Any) -> None:
+def _array_read(src: Source, inputs: Inputs, name: str, read: str, value: Any, leaf: Optional[int]) -> None:
     """An array the code reads from a global, a module attribute or a closure cell: an input read at
-    call time, walked as the capture read it."""
+    call time, walked as the capture read it (tape index `leaf` where it tracked it)."""
     if id(value) in inputs.untracked:
         raise Ineligible(f"reads {name}, the same array as an argument or another variable it reads")
+    if leaf is not None and leaf in inputs.leaf_var:
+        raise Ineligible(f"reads {name}, the same array as another variable it reads")
     var = inputs.temp()
     src.emit(f"{var} = {read}")
-    inputs.walk(var, value, None, fresh=False)
+    inputs.walk(var, value, None if leaf is None else pytree.Leaf(leaf, value), fresh=False)
 
 
 def _builtins_of(fn_globals: dict[str, Any]) -> dict[str, Any]:

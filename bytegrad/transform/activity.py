@@ -155,15 +155,19 @@ def _derived(v: Slot) -> Slot:
 
 
 def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], loc: SourceLoc,
-            immutable_params: frozenset[str] = frozenset(), assumed: Any = None) -> Activity:
+            immutable_params: frozenset[str] = frozenset(), assumed: Any = None,
+            tainted: frozenset[str] = frozenset()) -> Activity:
     """Compute the activity of every stack slot; see the module docstring.
 
     `immutable_params` hold ints, strings, None...: when the function never rebinds them, no
     aliasing or mutation can make them active. `assumed` (a `cache.Assumptions`) records every
     global and module attribute the analysis resolved, so a cached rewrite can be revalidated.
+    `tainted`: globals (`name`) and module attributes (`module.name`) taken as active from the
+    start (transform/eligibility.py traces what is computed from arrays read there).
     Locals and globals only ever become active, so sweeping until a sweep activates none converges.
     """
     a = _Analysis(bc, active_params, fn_globals, loc, immutable_params, assumed)
+    a.tainted_globals |= tainted
     _refuse_invisible_code(a.instrs, a.active_locals | a.cell_names, loc)
     for _round in range(50):
         stacks = a.sweep()

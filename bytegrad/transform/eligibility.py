@@ -93,6 +93,12 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
         if why is not None:
             reasons.append(f"{why} (line {ins.lineno})")
     guards = _guards(assumed, fn_globals, reasons)
+    arrays = frozenset(name if kind == "global" else f"{owner.__name__}.{name}"
+                       for kind, owner, name, value in guards if type(value) is np.ndarray)
+    if arrays:
+        tainted = analyze(Bytecode.from_code(code, conserve_exception_block_stackdepth=True), set(active),
+                          fn_globals, loc, immutable_params=immutable, tainted=arrays)
+        reasons += _unrecorded_array_uses(bc, act.stacks, tainted.stacks)
     for name, cell in zip(code.co_freevars, closure or ()):
         try:
             value = cell.cell_contents
@@ -102,6 +108,37 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
         if _guardable(value, f"the closure variable {name}", reasons):
             guards.append(("cell", cell, name, value))
     return reasons, guards
+
+
+#: operations on values (not loads, stores and stack shuffles)
+_COMPUTING = frozenset({OpKind.BINARY, OpKind.SUBSCR, OpKind.SLICE, OpKind.UNARY_NEG, OpKind.UNARY_POS,
+                        OpKind.INTRINSIC_1, OpKind.GET_ITER, OpKind.UNPACK, OpKind.UNPACK_EX, OpKind.CALL,
+                        OpKind.CALL_KW, OpKind.CALL_EX, OpKind.PREDICATE, OpKind.CONTAINER_ADD, OpKind.FOR_ITER,
+                        OpKind.POP_JUMP, OpKind.JUMP_OR_POP, OpKind.LOAD_ATTR, OpKind.LOAD_METHOD, OpKind.OTHER})
+#: what an array's guards fix: reading them needs no record
+_GUARDED_ATTRS = frozenset({"shape", "ndim", "dtype", "size"})
+
+
+def _unrecorded_array_uses(bc: Any, stacks: list, tainted: list) -> list[str]:
+    """An array read from a global or a module attribute is an input of the program, tracked in the
+    capture; an operation the rewrite leaves unhooked (none of its operands derives from the
+    arguments) is not recorded, so what it computes from such an array (`W[0, 0]`, `W.T`,
+    `len(W)`) would be folded into the program as a constant. `tainted`: the stacks with those
+    arrays active; each operation whose operands are active only there is refused. (A closure's
+    cells are active in the rewrite itself: their operations are hooked, so recorded.)"""
+    reasons = []
+    for ins, plain, marked in zip(bc, stacks, tainted):
+        if plain is None or marked is None or not hasattr(ins, "name"):
+            continue
+        kind = opcodes.kind_of(ins)
+        if kind not in _COMPUTING or (kind is OpKind.LOAD_ATTR and opcodes.attr_parts(ins)[0] in _GUARDED_ATTRS):
+            continue
+        n = opcodes.stack_effect(ins, False)[0]
+        if n > 0 and any(s.active for s in marked[len(marked) - n:]) \
+                and not any(s.active for s in plain[len(plain) - n:]):
+            reasons.append(f"computes from an array read from a global or module attribute without the arguments "
+                           f"(`W.T`, `W[0]`, `len(W)`: pass the array as an argument) (line {ins.lineno})")
+    return reasons
 
 
 def _constant(value: Any) -> bool:
