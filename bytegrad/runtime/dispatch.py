@@ -26,9 +26,9 @@ from bytegrad.runtime import tape as _tape
 from bytegrad.runtime import writes, zerosafe
 from bytegrad.runtime.records import Site
 from bytegrad.runtime.recording import parent_of, record_elementwise, record_rrule, snapshot
-from bytegrad.runtime.tape import CaptureTape, Tape
+from bytegrad.runtime.tape import CaptureTape, Tape, constant_tree
 
-__all__ = ["dispatch", "call_python", "set_rewriter", "construct", "with_out", "write_value", "any_tracked",
+__all__ = ["dispatch", "call_python", "set_rewriter", "construct", "with_out", "write_value", "any_tracked", "MAKERS",
            "record_rule", "other_case", "method_key", "class_attr", "PLAIN", "CALL_HANDLERS", "CALLBACKS",
            "CAPTURE_SAFE"]
 
@@ -142,6 +142,13 @@ _DUNDER_BUILTINS = {float: "__float__", complex: "__complex__", abs: "__abs__", 
                     next: "__next__"}
 
 
+#: NumPy functions that make an array from shapes and numbers alone: the rewrite hooks their calls on
+#: constants too, so that a capture run records how the array was made (`CaptureTape.make`) and
+#: its program makes it again on every call (bytegrad/compiled.py)
+MAKERS = frozenset({np.zeros, np.ones, np.full, np.eye, np.identity, np.arange, np.linspace, np.tri, np.array,
+                    np.asarray})
+
+
 def dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
     """A call with the tape active: rule, rewritten Python callee, or plain call."""
     if len(args) == 1 and not kwargs and type(args[0]) not in PLAIN:
@@ -151,6 +158,9 @@ def dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict
             if type(meth) is _FunctionType:
                 return call_python(tape, site, meth, (args[0],), None)
     rule, owner = resolve(fn)
+    if tape.__class__ is CaptureTape and owner is None and fn in MAKERS and all(map(constant_tree, args)) \
+            and (not kwargs or all(map(constant_tree, kwargs.values()))) and not any_tracked(tape.ids, args, kwargs):
+        return tape.make(fn, args, kwargs)
     if args and rule is not None and (rule.kind is ELEMENTWISE or rule.kind is RRULE):
         args = _drain_generators(tape, tuple(args))
     if rule is not None:

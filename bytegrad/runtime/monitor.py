@@ -252,8 +252,10 @@ def _guard(hook: Callable[..., Any]) -> Callable[..., Any]:
     def guarded(tape: Any, site: Site, *operands: Any) -> Any:
         if tape is not None:
             ids = tape.ids
+            made = getattr(tape, "made", ())  # (a capture tracks arrays made from constants: no derivative)
             for v in operands:
-                if parent_of(ids, v) is not None:
+                p = parent_of(ids, v)
+                if p is not None and p not in made:
                     raise BlindCallError(
                         f"a differentiated value reached the operation {site.what}, which the activity "
                         "analysis left unrewritten (BYTEGRAD_CHECK=1 checks every such site).", site.loc(),

@@ -166,9 +166,10 @@ class Builder:
         depend on a differentiated leaf."""
         tape = self.tape
         nodes, values = tape.nodes, tape.values
+        made = getattr(tape, "made", {})
         for i, node in enumerate(nodes):
             if node is None:
-                if i not in self.var:
+                if i not in self.var and i not in made:
                     raise Ineligible("a value entered the tape without an operation (a nested derivative)")
                 continue
             rec = Record(i, node, values[i])
@@ -189,6 +190,9 @@ class Builder:
             rec = self.records.get(i)
             if rec is not None:
                 todo.extend(p for p in rec.parents if p is not None)
+        for i in sorted(needed):
+            if i in made and i not in self.var:
+                self._make(i, *made[i])
         depends = set(self.wrt_leaves)
         order = sorted(needed)
         for i in order:
@@ -197,16 +201,33 @@ class Builder:
                 depends.add(i)
         return order, depends
 
+    def _made_var(self, a: np.ndarray) -> Optional[str]:
+        """The variable of `a` if the capture saw it made from constants (an index array, say, not a
+        recorded operation's parent): made where first read."""
+        made = getattr(self.tape, "made", None)
+        i = self.tape.ids.get(id(a)) if made else None
+        if i is None or self.tape.values[i] is not a or i not in made:
+            return None
+        if i not in self.var:
+            self._make(i, *made[i])
+        return self.var[i]
+
+    def _make(self, i: int, fn: Any, args: tuple, kwargs: Optional[dict]) -> None:
+        """An array the capture saw made from constants (`CaptureTape.make`), made again per call."""
+        ops = [self.src.const(a) for a in args] + [f"{k}={self.src.const(v)}" for k, v in (kwargs or {}).items()]
+        v = self.var[i] = f"v{i}"
+        self.src.emit(f"{v} = {self.src.const(fn, 'f')}({', '.join(ops)})")
+
     def operand(self, a: Any, p: Optional[int], rec: Record) -> str:
         if p is not None:
             return self.var[p]
         t = type(a)
         if t is _ndarray:
-            var = self.inputs.untracked.get(id(a))
+            var = self.inputs.untracked.get(id(a)) or self._made_var(a)
             if var is None:
-                raise Ineligible(f"{qualname(rec.fn)} reads an array computed without the arguments (made inside "
-                                 "the function, or derived from a global or closure array, as `W.T` or `W[0]`)",
-                                 rec.site)
+                raise Ineligible(f"{qualname(rec.fn)} reads an array computed without the arguments (from an "
+                                 "array made inside the function, as `0.1 * np.eye(n)`, or read from a global, as "
+                                 "`W.T`)", rec.site)
             return var
         if t is tuple and any(type(x) is _ndarray for x in a):  # an index `x[:, idx]` with an argument array
             return "(" + "".join(self.operand(x, None, rec) + ", " for x in a) + ")"

@@ -201,7 +201,7 @@ class CaptureTape(Tape):
     values of the same signature (a Python callee, a value computed from data that Python code then
     uses). The first such reason makes the capture fail; the gradient itself is unaffected."""
 
-    __slots__ = ("refusals", "checks", "callees")
+    __slots__ = ("refusals", "checks", "callees", "made")
 
     def __init__(self) -> None:
         super().__init__()
@@ -213,13 +213,43 @@ class CaptureTape(Tape):
         #: Python functions the run called with tracked values, (function, args, kwargs, site): their
         #: operations are on the tape like the caller's; their code must be as eligible (api.py)
         self.callees: list[tuple[Any, tuple, Optional[dict], Any]] = []
+        #: arrays made from constants (`np.zeros(3)`, dispatch.MAKERS): tape index -> (fn, args,
+        #: kwargs); tracked from there, so what the run computes from them is recorded
+        self.made: dict[int, tuple[Any, tuple, Optional[dict]]] = {}
 
     def refuse(self, why: str, site: Any) -> None:
         self.refusals.append((why, site))
 
+    def make(self, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
+        """`fn(*args, **kwargs)`, an array made from constants, tracked as a leaf a program makes again."""
+        out = fn(*args, **kwargs) if kwargs else fn(*args)
+        if type(out) is np.ndarray and id(out) not in self.ids:  # (lists copied: the run may change them later)
+            self.made[self.leaf(out)] = (fn, _copied(args), {k: _copied(v) for k, v in kwargs.items()} or None
+                                         if kwargs else None)
+        return out
+
     def check(self, fn: Any, args: tuple, kwargs: Optional[dict], result: Any, site: Any) -> None:
         """`fn(*args, **kwargs)` gave `result` on tracked values: Python code may decide on it."""
         self.checks.append((len(self.nodes), fn, args, kwargs, result, site))
+
+
+def constant_tree(a: Any) -> bool:
+    """A number, string, dtype or type, or a tuple or list of them: what an array made from constants
+    (`CaptureTape.make`) may be made from. (An object's `__array__`, a tracked value, an array: no.)"""
+    t = type(a)
+    if t is tuple or t is list:
+        return all(constant_tree(x) for x in a)
+    return t in _CONSTANT_TYPES or isinstance(a, (np.dtype, type)) or (isinstance(a, np.generic) and t.__module__ == "numpy")
+
+
+_CONSTANT_TYPES = frozenset({int, float, bool, complex, str, bytes, type(None)})
+
+
+def _copied(value: Any) -> Any:
+    t = type(value)
+    if t is list or t is tuple:
+        return t(_copied(v) for v in value)
+    return value
 
 
 def saved_arrays(node: tuple) -> list[np.ndarray]:

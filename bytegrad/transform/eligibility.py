@@ -31,6 +31,7 @@ from typing import Any, Optional
 import numpy as np
 
 from bytegrad.errors import DifferentiationError, SourceLoc, qualname
+from bytegrad.runtime.dispatch import MAKERS
 from bytegrad.transform import opcodes
 from bytegrad.transform.opcodes import OpKind
 
@@ -201,7 +202,7 @@ def _call_reason(ins: Any, stack: tuple, kind: OpKind) -> str | None:
     if known is None:
         return "calls a function that is not known statically, on constants"
     try:
-        pure = known in _PURE
+        pure = known in _PURE or known in MAKERS  # (a made array: the capture records how, runtime/dispatch.py)
     except TypeError:
         pure = False
     if not pure:

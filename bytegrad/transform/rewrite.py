@@ -16,6 +16,7 @@ from bytecode import Bytecode, Instr
 
 from bytegrad.errors import SourceLoc
 from bytegrad.runtime import abi, fused, monitor
+from bytegrad.runtime.dispatch import MAKERS
 from bytegrad.transform import fusion, opcodes
 from bytegrad.transform.activity import NONDIFF_ATTRS, SHAPE_ONLY, Activity, Slot, nondiff_callable
 from bytegrad.transform.opcodes import OpKind
@@ -60,7 +61,7 @@ class _Rewriter:
             self.plain_loads.update(plan.plain_loads)
         # A hooked 3.11/3.12 CALL takes its KW_NAMES (and 3.11 PRECALL) with it.
         for i, ins in enumerate(instrs):
-            if isinstance(ins, Instr) and opcodes.kind_of(ins) is OpKind.CALL and _call_active(ins, self.stacks[i]):
+            if isinstance(ins, Instr) and opcodes.kind_of(ins) is OpKind.CALL and _hooked_call(ins, self.stacks[i]):
                 j = i - 1
                 while j >= 0 and isinstance(instrs[j], Instr) and opcodes.kind_of(instrs[j]) in (
                         OpKind.PRECALL, OpKind.KW_NAMES):
@@ -203,7 +204,7 @@ def _with(r: _Rewriter, ins: Instr, st: Stack) -> None:
 
 
 def _call(r: _Rewriter, ins: Instr, st: Stack) -> None:
-    if _call_active(ins, st):
+    if _hooked_call(ins, st):
         r.out += _emit_call(ins, st, r.pending_kw, r.loc)
         r.hooked += 1
     else:
@@ -214,7 +215,7 @@ def _call(r: _Rewriter, ins: Instr, st: Stack) -> None:
 def _call_kw(r: _Rewriter, ins: Instr, st: Stack) -> None:
     n = int(ins.arg)
     slots = st[-(n + 3):]
-    if not any(s.active for s in slots if not s.null):
+    if not any(s.active for s in slots if not s.null) and not _makes_array(slots[0]):
         r.out.append(ins)
     elif slots[1].null:  # [callable, NULL, args..., names]
         r.out.append(opcodes.build_tuple(n + 1, ins.location))
@@ -298,6 +299,19 @@ assert EMIT.keys() == set(OpKind), f"the rewrite lacks an emitter for {set(OpKin
 def fusion_disabled() -> bool:
     """Fusion is off with `BYTEGRAD_DISABLE_NUMBA=1` (or `BYTEGRAD_DISABLE_FUSION=1`)."""
     return any(os.environ.get(v, "") not in ("", "0") for v in ("BYTEGRAD_DISABLE_NUMBA", "BYTEGRAD_DISABLE_FUSION"))
+
+
+def _hooked_call(ins: Instr, st: Any) -> bool:
+    return _call_active(ins, st) or (st is not None and _makes_array(opcodes.callable_slot(int(ins.arg), st)))
+
+
+def _makes_array(slot: Optional[Slot]) -> bool:
+    """A call of a NumPy function that makes an array from shapes and numbers (`np.zeros(3)`): hooked
+    on constants too, so that a capture records it (runtime/dispatch.py's MAKERS)."""
+    try:
+        return slot is not None and slot.known in MAKERS
+    except TypeError:  # (an unhashable known value)
+        return False
 
 
 def _call_active(ins: Instr, st: Any) -> bool:
