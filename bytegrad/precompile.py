@@ -24,7 +24,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from bytegrad.api import Differentiated, differentiate
-from bytegrad.runtime.program import MISS
+from bytegrad.runtime.program import MISS, Program
 from bytegrad.runtime import fused, kernels
 
 __all__ = ["precompile", "precompile_standard"]
@@ -93,7 +93,7 @@ def _precompile_programs(d: Differentiated, args: tuple) -> int:
         return 0
     try:
         d._tiers.call(d._target, args, d._capture, now=True)
-        return d._tiers.store()
+        return d._tiers.store(_twins(d._tiers, args, d._capture))
     except NonScalarOutputError:
         pass
     tiers = d._pb_tiers  # (made by the pullbacks above)
@@ -103,6 +103,30 @@ def _precompile_programs(d: Differentiated, args: tuple) -> int:
     if result is not MISS:
         result[1](_ones_like(result[0]))  # a pullback program is checked when its back() first runs
     return tiers.store()
+
+
+def _twins(tiers: Any, args: tuple, capture: Any) -> list[Program]:
+    """The NumPy programs of this signature, to store, each with its Numba twin: the twin is captured
+    (where Numba is enabled and the signature eligible), so its kernel module lands in the cache
+    directory and its compiled code in Numba's cache; the NumPy program keeps the modules' names. A
+    fresh process runs the NumPy program, and its tier-up (bytegrad/compiled.py) pays Numba's load
+    price, not its compile price: the twin's capture then writes the same module, which Numba loads."""
+    sig = tuple(map(type, args))
+    progs = [p for p in tiers.programs if p.signature == sig]
+    numpy = [p for p in progs if p.backend == "numpy"]
+    if not numpy:  # (BYTEGRAD_TIER=numba made the Numba program): the NumPy one is what loads
+        result = capture(args, ("numpy",))[1]
+        numpy = [result] if isinstance(result, Program) else []
+        for p in numpy:
+            p.signature = sig
+    if len(numpy) != 1 or kernels.disabled():
+        return numpy  # (several programs: which one a twin of these arguments belongs to is unclear)
+    twin = next((p for p in progs if p.backend == "numba"), None)
+    if twin is None:
+        twin = capture(args, ("numba",))[1]
+    if isinstance(twin, Program):
+        numpy[0].twin = twin.twin
+    return numpy
 
 
 def _ones_like(out: Any) -> Any:

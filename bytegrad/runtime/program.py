@@ -547,6 +547,7 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
         source += "\n# the Numba kernel it calls\n" + src.kernel_source
     prog = Program(fn, source, src.guards, forward_records)
     prog.backend = backend
+    prog.twin = src.kernel_stems
     if backend == "numpy":
         prog.parts = (src.ns, *src.parts)
     return prog
