@@ -308,11 +308,9 @@ def numba_price(prog: Program) -> float:
 
     if kernels.disabled():
         return float("inf")
-    if prog.twin:  # a precompile's twin: Numba loads it from its cache
-        price = kernels.program_price(prog.twin)
-        if price is not None:
-            return price
-    return (0.0 if kernels.numba_loaded() else _PRICE["import"]) + _PRICE["fixed"] + _PRICE["per_op"] * prog.records
+    build = _PRICE["fixed"] + _PRICE["per_op"] * prog.records
+    load = kernels.program_load_price(prog.twin) if prog.twin else None  # a precompile's twin, on disk
+    return (0.0 if kernels.numba_loaded() else _PRICE["import"]) + (build if load is None else min(load, build))
 
 
 def twin_note(prog: Program) -> str:
@@ -320,7 +318,7 @@ def twin_note(prog: Program) -> str:
     from bytegrad.runtime import kernels
 
     if prog.backend == "numpy":
-        if kernels.program_price(prog.twin or ()) is None:
+        if kernels.program_load_price(prog.twin or ()) is None:
             return "its Numba twin was precompiled, and is no longer on disk"
         return "its Numba twin is on disk (precompiled): tiering up loads it from Numba's cache"
     came = kernels.program_from_disk(prog.twin or ())

@@ -470,15 +470,14 @@ def program_stem(fn: Any) -> Optional[str]:
     return stem if isinstance(stem, str) and stem.startswith(PROGRAM_PREFIX) else None
 
 
-def program_price(stems: tuple[str, ...]) -> Optional[float]:
-    """Seconds loading the program kernels `stems` from Numba's cache is expected to take now (with
-    importing Numba); None when one of them is not on disk (a compile). Looked up once a process."""
+def program_load_price(stems: tuple[str, ...]) -> Optional[float]:
+    """Seconds Numba is expected to take to load the program kernels `stems` from its cache (once it
+    is imported); None when one of them is not on disk (a compile). Looked up once a process."""
     if stems not in _program_prices:
         if not _costs_read:
             _remembered()
         _program_prices[stems] = _cost["load"] * len(stems) if all(map(_on_disk, stems)) else None
-    price = _program_prices[stems]
-    return None if price is None else price + (0.0 if numba_loaded() else _cost["import"])
+    return _program_prices[stems]
 
 
 def program_from_disk(stems: tuple[str, ...]) -> Optional[bool]:
