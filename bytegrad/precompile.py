@@ -3,8 +3,10 @@
 `precompile(f, *example_args, wrt=...)` takes one gradient of `f` with every fused site compiling
 its kernels at once (instead of when ski rental says so): the rewritten code goes into the disk
 cache of rewritten code and the kernels into Numba's disk cache, both under `BYTEGRAD_CACHE_DIR`.
-It then captures the compiled program (bytegrad/compiled.py) of those arguments: the capture's
-rewrite is cached on disk too, and the calling process keeps the program.
+It then captures the compiled program (bytegrad/compiled.py) of those arguments and stores it
+(runtime/program_store.py), with its Numba twin's kernels in Numba's disk cache where the signature
+can have one (`_twins`): a fresh process's first gradient runs the stored program, and its tier-up
+to Numba loads the twin instead of compiling it.
 `precompile_standard()` compiles bytegrad's own standard kernels: the dense patterns
 `act(z + b)` for tanh, sigmoid, relu and softplus, in float32 and float64. The command line:
 

@@ -69,6 +69,10 @@ else:
         out["upgraded"], out["learned"] = prog.upgraded, compiled._PRICE["per_op"] != per_op
     out["from_disk"] = kernels.program_from_disk(tuple(out["stems"]))
     out["note"] = d.stats()["compiled"]["programs"][0].get("numba_kernels")
+    import io
+    buf = io.StringIO()
+    bytegrad.explain(usermod.loss, x, w, file=buf)
+    out["explain"] = [ln.strip() for ln in buf.getvalue().splitlines() if "Numba kernels:" in ln]
 print(json.dumps(out))
 '''
 
@@ -109,6 +113,7 @@ def test_a_forced_numba_tier_loads_the_precompiled_twin_on_the_first_call(projec
     fresh = _run(project, "numba", tier="numba")
     assert fresh["backend"] == "numba" and fresh["from_disk"] is True, fresh
     assert fresh["note"] == "loaded from Numba's disk cache" and fresh["same"], fresh
+    assert fresh["explain"] == ["Numba kernels: loaded from Numba's disk cache"], fresh
 
 
 @pytest.mark.parametrize("damage", ["edited", "garbage", "writable"])

@@ -17,7 +17,8 @@ Ufuncs broadcast, stride and cast as NumPy's own do; matmul stays in BLAS.
 
 This is the only module that imports Numba, and only inside `compile_kernels`. Generated source
 is written into the cache directory so Numba's `cache=True` works across processes; without a
-usable cache directory the source is compiled in memory (one warning). Nothing here decides when to
+usable cache directory the source is compiled in memory (one warning). Compiled programs' kernels
+(runtime/program_numba.py, `jit_program`) go there too, as modules named by their text's hash. Nothing here decides when to
 compile: runtime/fused.py does (the tiering).
 """
 from __future__ import annotations

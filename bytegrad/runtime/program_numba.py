@@ -16,6 +16,10 @@ the automatic tier measures rather than assumes. An array kernel is therefore cu
 each large tanh, exp or log (`_SIMD`, from `HYBRID_MIN` elements): the wrapper calls NumPy's ufunc
 between two Numba calls, the same call the general path makes. (Numba's own SIMD math, SVML, needs
 an llvmlite built with it; the pip wheels are not, so installing icc_rt changes nothing.)
+
+A kernel whose constants can be imported by name (`module_constants`) is a module of the cache
+directory with Numba's `cache=True`, so a process that writes the same kernel again (a precompiled
+twin) loads it from Numba's cache instead of compiling it.
 """
 from __future__ import annotations
 
