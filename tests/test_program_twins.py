@@ -6,18 +6,13 @@ A kernel source that was edited, damaged or made writable by others is not trust
 again and compiled."""
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from test_program_store import run_project, write_project
 
 from bytegrad.runtime import kernels
-
-ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.skipif(kernels.disabled() or os.environ.get("BYTEGRAD_DISABLE_NUMBA"),
                                 reason="needs Numba")
@@ -77,19 +72,9 @@ print(json.dumps(out))
 '''
 
 
-def _run(tmp: Path, mode: str, tier: str = "auto") -> dict:
-    env = dict(os.environ, BYTEGRAD_CACHE_DIR=str(tmp / "cache"), PYTHONPATH=str(ROOT), BYTEGRAD_TIER=tier)
-    proc = subprocess.run([sys.executable, str(tmp / "runner.py"), str(tmp), mode], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 @pytest.fixture()
 def project(tmp_path: Path) -> Path:
-    (tmp_path / "usermod.py").write_text(textwrap.dedent(MODULE))
-    (tmp_path / "runner.py").write_text(textwrap.dedent(RUNNER))
-    return tmp_path
+    return write_project(tmp_path, MODULE, RUNNER)
 
 
 def _sources(project: Path) -> list[Path]:
@@ -97,9 +82,9 @@ def _sources(project: Path) -> list[Path]:
 
 
 def test_precompile_stores_the_twin_and_a_fresh_tier_up_loads_it(project):
-    pre = _run(project, "precompile")
+    pre = run_project(project, "precompile")
     assert pre["stored"] == 1 and "on disk" in pre["note"], pre
-    fresh = _run(project, "auto")
+    fresh = run_project(project, "auto")
     assert fresh["loaded"] == 1 and fresh["backend"] == "numpy" and not fresh["numba_after_first"], fresh
     assert fresh["stems"] and fresh["load"] is not None, fresh
     assert fresh["price"] == min(fresh["import"] + fresh["load"], fresh["compile_price"]), fresh
@@ -109,8 +94,8 @@ def test_precompile_stores_the_twin_and_a_fresh_tier_up_loads_it(project):
 
 
 def test_a_forced_numba_tier_loads_the_precompiled_twin_on_the_first_call(project):
-    _run(project, "precompile")
-    fresh = _run(project, "numba", tier="numba")
+    run_project(project, "precompile")
+    fresh = run_project(project, "numba", tier="numba")
     assert fresh["backend"] == "numba" and fresh["from_disk"] is True, fresh
     assert fresh["note"] == "loaded from Numba's disk cache" and fresh["same"], fresh
     assert fresh["explain"] == ["Numba kernels: loaded from Numba's disk cache"], fresh
@@ -123,7 +108,7 @@ def test_a_changed_kernel_source_is_not_trusted(project, damage):
     that source (its hash in the Numba installed here; its mtime and size in older ones), loads
     the code compiled from it or compiles it again. The gradient is the general path's (the edited
     kernel's value would have the other sign)."""
-    _run(project, "precompile")
+    run_project(project, "precompile")
     (path,) = [p for p in _sources(project) if "small_matmul" not in p.read_text()]
     original = path.read_bytes()
     st = path.stat()
@@ -135,7 +120,7 @@ def test_a_changed_kernel_source_is_not_trusted(project, damage):
         path.write_bytes(b"\xff\xfe" + os.urandom(64))
     else:
         path.chmod(0o666)
-    fresh = _run(project, "numba", tier="numba")
+    fresh = run_project(project, "numba", tier="numba")
     assert fresh["backend"] == "numba" and fresh["same"], fresh
     assert path.read_bytes() == original and path.stat().st_mode & 0o077 == 0
     assert fresh["note"] in ("loaded from Numba's disk cache", "compiled in this process (and cached on disk)"), fresh
