@@ -14,8 +14,7 @@ from test_program_store import run_project, write_project
 
 from bytegrad.runtime import kernels
 
-pytestmark = pytest.mark.skipif(kernels.disabled() or os.environ.get("BYTEGRAD_DISABLE_NUMBA"),
-                                reason="needs Numba")
+pytestmark = pytest.mark.skipif(kernels.disabled(), reason="Numba disabled (BYTEGRAD_DISABLE_NUMBA)")
 
 MODULE = '''
 import numpy as np
