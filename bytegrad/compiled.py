@@ -187,6 +187,7 @@ class Tiers:
         finally:
             spent = _perf() - t0
             self.capture_s += spent
+        # what compiling cost, for the next program's price (a twin Numba loaded from its cache says nothing)
         if isinstance(twin, Program) and not kernels.program_from_disk(twin.twin or ()):
             _learn_price(spent - (0.0 if had_numba else _PRICE["import"]), twin.records)
         if not isinstance(twin, Program):
