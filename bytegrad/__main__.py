@@ -111,6 +111,9 @@ def run_precompile(args: argparse.Namespace) -> int:
             print(f"{args.prog} precompile: {args.target} cannot be differentiated:\n{exc}", file=sys.stderr)
             return 1
         print(f"precompiled {args.target} in {result['precompile_s']:.2f} s")
+        for prog in result.get("compiled", {}).get("programs", []):
+            twin = f"; Numba: {prog['numba_kernels']}" if "numba_kernels" in prog else ""
+            print(f"  compiled program: {prog['backend']} back end, {prog['operations']} operations{twin}")
         for site in result.get("fused_sites", []):
             print(f"  fused site line {site['line']}: {site['expr']} ({site['state']}, "
                   f"compile {site['compile_s']:.2f} s)")

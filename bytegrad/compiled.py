@@ -187,7 +187,8 @@ class Tiers:
         finally:
             spent = _perf() - t0
             self.capture_s += spent
-        if isinstance(twin, Program):  # what compiling cost, for the next program's price
+        # what compiling cost, for the next program's price (a twin Numba loaded from its cache says nothing)
+        if isinstance(twin, Program) and not kernels.program_from_disk(twin.twin or ()):
             _learn_price(spent - (0.0 if had_numba else _PRICE["import"]), twin.records)
         if not isinstance(twin, Program):
             prog.why_not_numba = twin
@@ -222,13 +223,13 @@ class Tiers:
             return "the program disagreed with the general path on the capture's own arguments"
         return None
 
-    def store(self) -> int:
-        """Write the NumPy programs to the disk cache, one entry per argument signature (what
-        `bytegrad.precompile` does); returns the number of programs stored."""
+    def store(self, programs: Optional[list[Program]] = None) -> int:
+        """Write the NumPy programs (default: this function's) to the disk cache, one entry per
+        argument signature (what `bytegrad.precompile` does); returns the number of programs stored."""
         from bytegrad.runtime import diskcache, program_store
 
         by_signature: dict[tuple, list[Program]] = {}
-        for prog in self.programs:
+        for prog in self.programs if programs is None else programs:
             if prog.backend == "numpy" and prog.parts is not None and prog.signature:
                 by_signature.setdefault(prog.signature, []).append(prog)
         stored = 0
@@ -250,6 +251,8 @@ class Tiers:
         progs = program_store.loads(payload) if payload is not None else None
         if not progs:
             return False
+        if self.tier == "numba":  # a precompile's Numba twin: its capture loads it from Numba's cache
+            progs = [p for p in progs if not p.twin]
         for prog in progs[:MAX_PROGRAMS - len(self.programs)]:
             prog.signature = signature
             self.programs.append(prog)
@@ -282,7 +285,8 @@ class Tiers:
             "tier": self.tier,
             "programs": [{"backend": p.backend, "operations": p.records, "guards": list(p.guards), "calls": p.calls,
                           "decided_otherwise": p.decided,
-                          **({"numba": p.why_not_numba} if p.why_not_numba else {})}
+                          **({"numba": p.why_not_numba} if p.why_not_numba else {}),
+                          **({"numba_kernels": twin_note(p)} if p.twin else {})}
                          for p in self.programs],
             "not_compiled": {", ".join(t.__name__ for t in key): s.reason
                              for key, s in self.signatures.items() if s.reason is not None},
@@ -306,7 +310,22 @@ def numba_price(prog: Program) -> float:
 
     if kernels.disabled():
         return float("inf")
-    return (0.0 if kernels.numba_loaded() else _PRICE["import"]) + _PRICE["fixed"] + _PRICE["per_op"] * prog.records
+    build = _PRICE["fixed"] + _PRICE["per_op"] * prog.records
+    load = kernels.program_load_price(prog.twin) if prog.twin else None  # a precompile's twin, on disk
+    return (0.0 if kernels.numba_loaded() else _PRICE["import"]) + (build if load is None else min(load, build))
+
+
+def twin_note(prog: Program) -> str:
+    """Where a program's Numba kernels (or its twin's) come from, for `explain` and `stats()`."""
+    from bytegrad.runtime import kernels
+
+    if prog.backend == "numpy":
+        if kernels.program_load_price(prog.twin or ()) is None:
+            return "its Numba twin was precompiled, and is no longer on disk"
+        return "its Numba twin is on disk (precompiled): tiering up loads it from Numba's cache"
+    came = kernels.program_from_disk(prog.twin or ())
+    return {True: "loaded from Numba's disk cache", False: "compiled in this process (and cached on disk)",
+            None: "not run yet"}[came]
 
 
 def _learn_price(seconds: float, records: int) -> None:

@@ -3,8 +3,10 @@
 `precompile(f, *example_args, wrt=...)` takes one gradient of `f` with every fused site compiling
 its kernels at once (instead of when ski rental says so): the rewritten code goes into the disk
 cache of rewritten code and the kernels into Numba's disk cache, both under `BYTEGRAD_CACHE_DIR`.
-It then captures the compiled program (bytegrad/compiled.py) of those arguments: the capture's
-rewrite is cached on disk too, and the calling process keeps the program.
+It then captures the compiled program (bytegrad/compiled.py) of those arguments and stores it
+(runtime/program_store.py), with its Numba twin's kernels in Numba's disk cache where the signature
+can have one (`_twins`): a fresh process's first gradient runs the stored program, and its tier-up
+to Numba loads the twin instead of compiling it.
 `precompile_standard()` compiles bytegrad's own standard kernels: the dense patterns
 `act(z + b)` for tanh, sigmoid, relu and softplus, in float32 and float64. The command line:
 
@@ -24,7 +26,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from bytegrad.api import Differentiated, differentiate
-from bytegrad.runtime.program import MISS
+from bytegrad.runtime.program import MISS, Program
 from bytegrad.runtime import fused, kernels
 
 __all__ = ["precompile", "precompile_standard"]
@@ -93,7 +95,7 @@ def _precompile_programs(d: Differentiated, args: tuple) -> int:
         return 0
     try:
         d._tiers.call(d._target, args, d._capture, now=True)
-        return d._tiers.store()
+        return d._tiers.store(_twins(d._tiers, args, d._capture))
     except NonScalarOutputError:
         pass
     tiers = d._pb_tiers  # (made by the pullbacks above)
@@ -103,6 +105,30 @@ def _precompile_programs(d: Differentiated, args: tuple) -> int:
     if result is not MISS:
         result[1](_ones_like(result[0]))  # a pullback program is checked when its back() first runs
     return tiers.store()
+
+
+def _twins(tiers: Any, args: tuple, capture: Any) -> list[Program]:
+    """The NumPy programs of this signature, to store, each with its Numba twin: the twin is captured
+    (where Numba is enabled and the signature eligible), so its kernel module lands in the cache
+    directory and its compiled code in Numba's cache; the NumPy program keeps the modules' names. A
+    fresh process runs the NumPy program, and its tier-up (bytegrad/compiled.py) pays Numba's load
+    price, not its compile price: the twin's capture then writes the same module, which Numba loads."""
+    sig = tuple(map(type, args))
+    progs = [p for p in tiers.programs if p.signature == sig]
+    numpy = [p for p in progs if p.backend == "numpy"]
+    if not numpy:  # (BYTEGRAD_TIER=numba made the Numba program): the NumPy one is what loads
+        result = capture(args, ("numpy",))[1]
+        numpy = [result] if isinstance(result, Program) else []
+        for p in numpy:
+            p.signature = sig
+    if len(numpy) != 1 or kernels.disabled():
+        return numpy  # (several programs: which one a twin of these arguments belongs to is unclear)
+    twin = next((p for p in progs if p.backend == "numba"), None)
+    if twin is None:
+        twin = capture(args, ("numba",))[1]
+    if isinstance(twin, Program):
+        numpy[0].twin = twin.twin
+    return numpy
 
 
 def _ones_like(out: Any) -> Any:

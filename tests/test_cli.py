@@ -151,7 +151,7 @@ def _cache_info(cache: Path, *args: str) -> str:
 
 
 def _fill(cache: Path) -> None:
-    env = _env(cache)
+    env = dict(_env(cache), BYTEGRAD_TIER="auto")  # (BYTEGRAD_TIER=numba would add its kernels' modules)
     code = ("import numpy as np, bytegrad\n"
             "def loss(x):\n    return np.sum(np.sin(x))\n"
             "def step(x):\n    return np.sum(x * x)\n"

@@ -71,24 +71,29 @@ print(json.dumps(out))
 '''
 
 
-def _run(tmp: Path, mode: str) -> dict:
-    env = dict(os.environ, BYTEGRAD_CACHE_DIR=str(tmp / "cache"), PYTHONPATH=str(ROOT), BYTEGRAD_TIER="auto")
+def run_project(tmp: Path, mode: str, tier: str = "auto") -> dict:
+    """The JSON line `runner.py` of `write_project` prints, run in a fresh process (the cache in `tmp`)."""
+    env = dict(os.environ, BYTEGRAD_CACHE_DIR=str(tmp / "cache"), PYTHONPATH=str(ROOT), BYTEGRAD_TIER=tier)
     proc = subprocess.run([sys.executable, str(tmp / "runner.py"), str(tmp), mode], env=env,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def write_project(tmp: Path, module: str, runner: str) -> Path:
+    (tmp / "usermod.py").write_text(textwrap.dedent(module))
+    (tmp / "runner.py").write_text(textwrap.dedent(runner))
+    return tmp
+
+
 @pytest.fixture()
 def project(tmp_path: Path) -> Path:
-    (tmp_path / "usermod.py").write_text(textwrap.dedent(MODULE))
-    (tmp_path / "runner.py").write_text(textwrap.dedent(RUNNER))
-    return tmp_path
+    return write_project(tmp_path, MODULE, RUNNER)
 
 
 def test_a_fresh_process_runs_the_precompiled_program_on_its_first_gradient(project):
-    assert _run(project, "precompile")["stored"] == [1, 1]
-    fresh = _run(project, "plain")
+    assert run_project(project, "precompile")["stored"] == [1, 1]
+    fresh = run_project(project, "plain")
     assert fresh["same"] and fresh["loaded"] == 1 and fresh["compiled_calls"] == 1, fresh
     assert fresh["vjp_same"] and fresh["vjp_loaded"] == 1, fresh
 
@@ -97,8 +102,8 @@ def test_a_fresh_process_runs_the_precompiled_program_on_its_first_gradient(proj
 def test_a_stored_program_whose_references_changed_is_not_loaded(project, mode):
     """A rule registered since (np.sin's), or a callee whose code was replaced: the stored program is
     another computation now; the first gradient runs on the general path, right."""
-    _run(project, "precompile")
-    fresh = _run(project, mode)
+    run_project(project, "precompile")
+    fresh = run_project(project, mode)
     assert fresh["loaded"] == 0 and fresh["compiled_calls"] == 0, fresh
     if mode == "override":  # the same derivative, written again: the gradient is unchanged
         assert fresh["same"]
@@ -107,6 +112,6 @@ def test_a_stored_program_whose_references_changed_is_not_loaded(project, mode):
 def test_a_loaded_program_keeps_its_guards(project):
     """A global the program read has another value now: the loaded program's guard sends the call to
     the general path, which gives the gradient for the new value."""
-    _run(project, "precompile")
-    fresh = _run(project, "global")
+    run_project(project, "precompile")
+    fresh = run_project(project, "global")
     assert fresh["loaded"] == 1 and fresh["compiled_calls"] == 0 and fresh["same"], fresh

@@ -17,7 +17,8 @@ Ufuncs broadcast, stride and cast as NumPy's own do; matmul stays in BLAS.
 
 This is the only module that imports Numba, and only inside `compile_kernels`. Generated source
 is written into the cache directory so Numba's `cache=True` works across processes; without a
-usable cache directory the source is compiled in memory (one warning). Nothing here decides when to
+usable cache directory the source is compiled in memory (one warning). Compiled programs' kernels
+(runtime/program_numba.py, `jit_program`) go there too, as modules named by their text's hash. Nothing here decides when to
 compile: runtime/fused.py does (the tiering).
 """
 from __future__ import annotations
@@ -292,19 +293,23 @@ def _source_dir() -> Optional[str]:
     return str(d) if d is not None else None
 
 
-def _module_path(p: Plan) -> Optional[str]:
+def _module_path(stem: str) -> Optional[str]:
     d = _source_dir()
-    return os.path.join(d, f"bgk_{p.key}.py") if d is not None else None
+    return os.path.join(d, f"{stem}.py") if d is not None else None
 
 
 def on_disk(p: Plan) -> bool:
     """Whether the module's source and a Numba cache index for it exist (a load, not a compile)."""
-    path = _module_path(p)
+    return _on_disk(f"bgk_{p.key}")
+
+
+def _on_disk(stem: str) -> bool:
+    path = _module_path(stem)
     if path is None or not os.path.exists(path):
         return False
     pyc = os.path.join(os.path.dirname(path), "__pycache__")
     try:
-        return any(n.startswith(f"bgk_{p.key}.") and n.endswith(".nbi") for n in os.listdir(pyc))
+        return any(n.startswith(f"{stem}.") and n.endswith(".nbi") for n in os.listdir(pyc))
     except OSError:
         return False
 
@@ -330,7 +335,7 @@ def compile_kernels(p: Plan) -> Optional[Kernels]:
             if not had_numba:
                 _cost["import"] = t1 - t0
             cached = on_disk(p)
-            mod = _load_module(p)
+            mod = _load_module(f"bgk_{p.key}", p.source)
             per = (time.perf_counter() - t1) / p.n_functions
             _cost["load" if cached else "compile"] = per
             if not had_numba:
@@ -381,45 +386,42 @@ def _ufunc_of(f: Any) -> Any:
     return u if u is not None else f
 
 
-def _load_module(p: Plan) -> types.ModuleType:
+def _load_module(stem: str, source: str, warn: bool = True) -> types.ModuleType:
+    """The module `source`, from the file `stem`.py of the cache directory (written when missing
+    or other: an edited file is replaced, and its new mtime makes Numba compile again), so that its
+    functions' `cache=True` works across processes; in memory without a usable cache directory
+    (one warning where `warn`)."""
     global _warned_no_cache
-    path = _module_path(p)
+    path = _module_path(stem)
     if path is not None:
         try:
-            if not os.path.exists(path) or _read(path) != p.source:
-                _write_source(p, path)
+            _write_source(path, source)  # (unless it holds `source` already, and is trusted)
             # Numba's cache rebuilds a kernel's environment by importing its module by name
-            name = f"bgk_{p.key}"
-            spec = importlib.util.spec_from_file_location(name, path)
+            spec = importlib.util.spec_from_file_location(stem, path)
             assert spec is not None and spec.loader is not None
             mod = importlib.util.module_from_spec(spec)
-            sys.modules[name] = mod
+            sys.modules[stem] = mod
             try:
                 spec.loader.exec_module(mod)
             except BaseException:
-                sys.modules.pop(name, None)
+                sys.modules.pop(stem, None)
                 raise
             return mod
         except OSError:
             pass
-    if not _warned_no_cache:
+    if warn and not _warned_no_cache:
         _warned_no_cache = True
         warnings.warn("bytegrad: no usable cache directory for fused kernels; they are compiled in "
                       "memory in every process (set BYTEGRAD_CACHE_DIR to a writable folder).",
                       RuntimeWarning, stacklevel=3)
     mod = types.ModuleType("__bytegrad_inmemory__")
-    exec(compile(p.source, f"<bytegrad kernel {p.key}>", "exec"), mod.__dict__)  # noqa: S102
+    exec(compile(source, f"<bytegrad kernel {stem}>", "exec"), mod.__dict__)  # noqa: S102
     return mod
 
 
-def _read(path: str) -> str:
-    with open(path, encoding="utf-8") as f:
-        return f.read()
-
-
-def _write_source(p: Plan, path: str) -> None:
+def _write_source(path: str, source: str) -> None:
     from bytegrad.runtime import diskcache
-    written = diskcache.write_source("kernels", os.path.basename(path), p.source)
+    written = diskcache.write_source("kernels", os.path.basename(path), source)
     if written is None:
         raise OSError("cache directory not writable")
 
@@ -427,10 +429,15 @@ def _write_source(p: Plan, path: str) -> None:
 # ---- compiled programs' kernels (runtime/program_numba.py) -------------------------------------
 
 
-def jit_program(source: str, namespace: dict[str, Any], name: str) -> Optional[Any]:
+def jit_program(source: str, namespace: dict[str, Any], name: str, constants: Optional[str] = None) -> Optional[Any]:
     """A program kernel (`def name(...)` in `source`, its globals in `namespace`) as a Numba `njit`
     function with NumPy's error model (a float division by zero gives inf or NaN, as NumPy's does);
-    compiled on its first call. None when Numba is disabled or cannot be imported."""
+    compiled on its first call. None when Numba is disabled or cannot be imported.
+
+    `constants`: source lines that define every global of the kernel by importing it (see
+    runtime/program_numba.py). The kernel is then a module of the cache directory, named by the hash
+    of its text, with Numba's `cache=True`, so a later process that writes the same kernel (a
+    precompile's twin) loads it from Numba's cache instead of compiling it. None: in memory."""
     global _numba_failed
     if disabled():
         return None
@@ -439,8 +446,52 @@ def jit_program(source: str, namespace: dict[str, Any], name: str) -> Optional[A
     except Exception as exc:  # noqa: BLE001
         _numba_failed = f"{type(exc).__name__}: {exc}"
         return None
+    if constants is not None:
+        text = f"{_PROGRAM_HEADER}{constants}\n\n\n@njit(error_model=\"numpy\", cache=_CACHE)\n{source.lstrip()}"
+        stem = f"{PROGRAM_PREFIX}{hashlib.sha256(text.encode()).hexdigest()[:20]}"
+        with _LOCK:
+            mod = _MODULES.get(stem)
+            if mod is None:
+                mod = _MODULES[stem] = _load_module(stem, text, warn=False)
+        return getattr(mod, name)
     exec(compile(source, f"<bytegrad program kernel {name}>", "exec"), namespace)  # noqa: S102
     return numba.njit(error_model="numpy")(namespace[name])
+
+
+PROGRAM_PREFIX = "bgp_"
+_PROGRAM_HEADER = (f"# generated by bytegrad (program kernel format {KERNEL_FORMAT}): do not edit\n"
+                   "import math\n\nimport numpy as np\nfrom numba import njit\n\n"
+                   "_CACHE = __name__ != '__bytegrad_inmemory__'\n")
+_program_prices: dict[tuple[str, ...], Optional[float]] = {}
+
+
+def program_stem(fn: Any) -> Optional[str]:
+    """The module of a program kernel `jit_program` put in the cache directory, or None."""
+    stem = getattr(getattr(fn, "py_func", None), "__module__", None)
+    return stem if isinstance(stem, str) and stem.startswith(PROGRAM_PREFIX) else None
+
+
+def program_load_price(stems: tuple[str, ...]) -> Optional[float]:
+    """Seconds Numba is expected to take to load the program kernels `stems` from its cache (once it
+    is imported); None when one of them is not on disk (a compile). Looked up once a process."""
+    if stems not in _program_prices:
+        if not _costs_read:
+            _remembered()
+        _program_prices[stems] = _cost["load"] * len(stems) if all(map(_on_disk, stems)) else None
+    return _program_prices[stems]
+
+
+def program_from_disk(stems: tuple[str, ...]) -> Optional[bool]:
+    """Whether Numba loaded the program kernels `stems` from its cache (True) or compiled one of
+    them (False) in this process; None before their first call."""
+    hits = misses = 0
+    for stem in stems:
+        mod = _MODULES.get(stem)
+        for fn in vars(mod).values() if mod is not None else ():
+            if program_stem(fn) == stem and hasattr(fn, "stats"):
+                hits += sum(fn.stats.cache_hits.values())
+                misses += sum(fn.stats.cache_misses.values())
+    return False if misses else (True if hits else None)
 
 
 _SMALL_MATMUL = """
@@ -463,7 +514,7 @@ def small_matmul() -> Optional[Any]:
     runs along rows), for program kernels: on a few hundred multiplications a BLAS call from Numba
     costs more than the arithmetic. None when Numba is disabled or cannot be imported."""
     if not _small_matmul:
-        fn = jit_program(_SMALL_MATMUL, {"np": np}, "small_matmul")
+        fn = jit_program(_SMALL_MATMUL, {"np": np}, "small_matmul", constants="")
         if fn is None:
             return None
         _small_matmul.append(fn)

@@ -569,7 +569,7 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     if src.kernel_source is not None:
         source += "\n# the Numba kernel it calls\n" + src.kernel_source
     prog = Program(fn, source, src.guards, forward_records)
-    prog.backend = backend
+    prog.backend, prog.twin = backend, src.kernel_stems
     if backend == "numpy":
         prog.parts = (src.ns, *src.parts)
     return prog

@@ -16,13 +16,18 @@ the automatic tier measures rather than assumes. An array kernel is therefore cu
 each large tanh, exp or log (`_SIMD`, from `HYBRID_MIN` elements): the wrapper calls NumPy's ufunc
 between two Numba calls, the same call the general path makes. (Numba's own SIMD math, SVML, needs
 an llvmlite built with it; the pip wheels are not, so installing icc_rt changes nothing.)
+
+A kernel whose constants can be imported by name (`module_constants`) is a module of the cache
+directory with Numba's `cache=True`, so a process that writes the same kernel again (a precompiled
+twin) loads it from Numba's cache instead of compiling it.
 """
 from __future__ import annotations
 
 import ast
+import builtins
 import math
 import operator
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -403,7 +408,7 @@ def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params
         name = "kernel" if len(parts) == 1 else f"kernel{n}"
         source = "\n".join([f"def {name}({', '.join(reads)}):"] + ["    " + ln for ln in body]
                            + [f"    return {', '.join(returns if last else gives)}{'' if last else ','}"]) + "\n"
-        fn = kernels.jit_program(source, k.names.ns, name)
+        fn = kernels.jit_program(source, k.names.ns, name, module_constants(k.names.ns))
         if fn is None:
             raise Ineligible("Numba is disabled (BYTEGRAD_DISABLE_NUMBA) or cannot be imported")
         sources.append(source)
@@ -413,6 +418,8 @@ def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params
     if type(out) is not _ndarray:  # the general path's scalar type (np.float64 from a sum)
         src.emit(f"{result} = {src.const(type(out), 'T')}({result})")
     src.kernel_source = "\n".join(sources)
+    stems = tuple(kernels.program_stem(fn) for fn in src.ns.values() if hasattr(fn, "py_func"))
+    src.kernel_stems = stems if stems and all(stems) else None  # (None: a kernel compiled in memory)
     return result, {p: SET for p in leaves}, n_records
 
 
@@ -458,3 +465,48 @@ def _parts(lines: list[str], returns: list[str], consts: set[str]) -> list[tuple
 
 def _names(expr: str) -> list[str]:
     return [n.id for n in ast.walk(ast.parse(expr, mode="eval")) if isinstance(n, ast.Name)]
+
+
+def module_constants(ns: dict[str, Any]) -> Optional[str]:
+    """Source lines that give a kernel's constants their names by importing them (NumPy, `math`, their
+    functions, float and NumPy scalars, `kernels.small_matmul`), so that Numba's cache can rebuild
+    the kernel in another process (runtime/kernels.py `jit_program`); None when one is another object
+    (the kernel is then compiled in memory)."""
+    lines = []
+    for name, value in ns.items():
+        expr = _by_name(value)
+        if expr is None:
+            return None
+        if expr != name:
+            lines.append(f"{name} = {expr}")
+    if any("_kernels." in ln for ln in lines):
+        lines.insert(0, "from bytegrad.runtime import kernels as _kernels")
+    return "\n".join(lines)
+
+
+def _by_name(v: Any) -> Optional[str]:
+    t = type(v)
+    if v is np or v is math:
+        return "np" if v is np else "math"
+    if t is float:
+        return repr(v) if math.isfinite(v) else f"float({repr(v)!r})"
+    if t is int or t is bool:
+        return repr(v)
+    if t in _SCALARS:
+        return f"np.{t.__name__}({_by_name(v.item())})"
+    name = getattr(v, "__name__", None)
+    if not isinstance(name, str):
+        return None
+    if (isinstance(v, np.ufunc) or (t is type and v in _SCALARS)) and getattr(np, name, None) is v:
+        return f"np.{name}"
+    if getattr(math, name, None) is v:
+        return f"math.{name}"
+    if getattr(builtins, name, None) is v:
+        return name
+    if name == "small_matmul" and kernels.program_stem(v) is not None and v is kernels.small_matmul():
+        return "_kernels.small_matmul()"
+    return None
+
+
+#: the NumPy scalar types a kernel's constants may have (the types themselves too, as `np.full`'s dtype)
+_SCALARS = frozenset((np.float64, np.float32, np.int64, np.int32, np.bool_))

@@ -86,7 +86,7 @@ class Program:
     """A compiled gradient program: `fn(args)` is `(value, gradient)` or `MISS`."""
 
     __slots__ = ("fn", "source", "guards", "records", "backend", "calls", "seconds", "upgraded", "why_not_numba",
-                 "decided", "parts", "signature", "pullback")
+                 "decided", "parts", "signature", "pullback", "twin")
 
     def __init__(self, fn: Callable[[tuple], Any], source: str, guards: list[str], records: int) -> None:
         self.fn = fn
@@ -104,6 +104,9 @@ class Program:
         self.parts: Optional[tuple[dict[str, Any], str, tuple[int, ...], str]] = None
         self.signature: tuple[type, ...] = ()  # the argument types of its capture (bytegrad/compiled.py)
         self.pullback = False     # a pullback program (fn(args) -> (output, back))
+        #: the Numba kernels' modules in the cache directory (runtime/kernels.py `jit_program`): of a
+        #: Numba program, its own; of a NumPy program, its twin's, where a precompile made them
+        self.twin: Optional[tuple[str, ...]] = None
 
     def __repr__(self) -> str:
         return f"<bytegrad program ({self.backend}, {self.records} operations, {len(self.guards)} guards)>"
@@ -150,6 +153,7 @@ class Source(Constants):
         self.scalars: set[str] = set()  # variables that hold floats: not worth a `del`
         self.guards: list[str] = []
         self.kernel_source: Optional[str] = None  # the Numba kernel the program calls (program_numba.py)
+        self.kernel_stems: Optional[tuple[str, ...]] = None  # its modules in the cache directory
         self.back_from: Optional[int] = None  # a pullback program: statements from here on are `back`
         self.returns = "out_, back"  # what a pullback program returns (`out_, back, aux_` with has_aux)
         self.parts: tuple[str, tuple[int, ...], str] = ("", (), "")  # rendered: source, user lines, file

@@ -40,7 +40,7 @@ from bytegrad.runtime.program import Program, program_code, program_from_code
 __all__ = ["NAMESPACE", "dumps", "loads", "key"]
 
 NAMESPACE = "programs"
-_FORMAT = 2  # 2: the compiled code beside the source, stand-ins by shape
+_FORMAT = 3  # 2: the compiled code beside the source, stand-ins by shape; 3: the Numba twin's kernels
 
 
 def key(code: types.CodeType, kind: Any, signature: tuple[type, ...]) -> Optional[str]:
@@ -68,7 +68,8 @@ def dumps(programs: list[Program]) -> Optional[bytes]:
             return None
         ns, source, lines, filename = prog.parts
         code = marshal.dumps(program_code(source, lines, filename))  # a load then runs no compiler
-        parts.append((ns, source, lines, filename, code, tuple(prog.guards), prog.records, prog.pullback))
+        parts.append((ns, source, lines, filename, code, tuple(prog.guards), prog.records, prog.pullback,
+                      prog.twin))
     buf = io.BytesIO()
     try:
         pickler = _Pickler(buf)
@@ -184,10 +185,12 @@ def loads(payload: bytes) -> Optional[list[Program]]:
     except (pickle.UnpicklingError, LookupError, AttributeError, TypeError, ValueError, EOFError):
         return None
     programs = []
-    for ns, source, lines, filename, code, guards, records, pullback in parts:
+    for ns, source, lines, filename, code, guards, records, pullback, twin in parts:
         prog = Program(program_from_code(marshal.loads(code), ns), source, list(guards), records)
         prog.parts = (ns, source, lines, filename)
         prog.pullback = prog.upgraded = pullback
+        if twin and all(type(t) is str and t.startswith("bgp_") and t[4:].isalnum() for t in twin):
+            prog.twin = tuple(twin)  # its Numba twin's kernel modules (their names: what is on disk)
         programs.append(prog)
     return programs
 
