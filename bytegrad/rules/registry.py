@@ -18,7 +18,8 @@ from bytegrad.errors import DuplicateRuleError, SourceLoc, qualname
 __all__ = [
     "Zero", "NoTangent", "ZERO", "NO_TANGENT", "RuleKind", "Rule", "register", "lookup", "version",
     "scalar_rule", "rrule", "frule", "non_differentiable", "transparent", "not_implemented",
-    "differentiate_through", "opt_out", "opted_out", "all_rules", "load_plugins", "load_lazy_rules", "rrule_via_ad",
+    "differentiate_through", "opt_out", "opted_out", "all_rules", "load_plugins", "load_lazy_rules", "lazy_rule_modules",
+    "LAZY_MODULES", "LAZY_PENDING", "rrule_via_ad",
     "set_ad_backend",
     "set_tape_probe", "recording", "Formula", "kernel", "kernel_formula", "fusable",
 ]
@@ -254,31 +255,46 @@ def lookup(fn: Any) -> Optional[Rule]:
         return None
 
 
-# Rules for optional libraries, by the module they cover: bytegrad never imports these modules; their
-# rules load (`load_lazy_rules`) on a registry miss or a rewrite once the program has imported them.
+# Rules loaded once the program imports the module they cover, by that module's name: optional
+# libraries (scipy; bytegrad never imports them) and parts of the standard library and of NumPy that
+# `import numpy` does not import, so that `import bytegrad` does not either. A function object of
+# such a module exists only once the module is in sys.modules, so loading its rules before any
+# lookup that can meet it is sound: `load_lazy_rules` runs on every registry miss (`lookup`,
+# `runtime.dispatch.resolve`), before every rewrite, and in `all_rules`. A rules module may cover
+# several names (`heapq` and the `_heapq` it re-exports): it loads on the first one imported.
 _LAZY_RULES: dict[str, str] = {
     "scipy.special": "bytegrad.rules.scipy.special",
     "scipy.linalg": "bytegrad.rules.scipy.linalg",
     "scipy.signal": "bytegrad.rules.scipy.signal",
     "scipy.stats": "bytegrad.rules.scipy.stats",
+    "numpy.fft": "bytegrad.rules.numpy.fft",
+    "statistics": "bytegrad.rules.stdlib.statistics",
+    "heapq": "bytegrad.rules.stdlib.heapq",
+    "_heapq": "bytegrad.rules.stdlib.heapq",
+    "bisect": "bytegrad.rules.stdlib.bisect",
+    "_bisect": "bytegrad.rules.stdlib.bisect",
 }
+#: every module `_LAZY_RULES` covers, loaded or not (for the docs and tests)
+LAZY_MODULES: tuple[str, ...] = tuple(_LAZY_RULES)
+#: `_LAZY_RULES` itself, for a hot path's test of whether any rules are still to load (empty: none)
+LAZY_PENDING = _LAZY_RULES
 
 
 def lazy_rule_modules() -> list[str]:
-    """The modules whose rules load once the program imports them (scipy's), not loaded yet."""
+    """The modules whose rules load once the program imports them, not loaded yet."""
     return list(_LAZY_RULES)
 
 
 def load_lazy_rules() -> int:
     """Load the rules of each module in `_LAZY_RULES` that the program has imported; return how many loaded.
 
-    Cheap when there is nothing to do (a few `sys.modules` lookups), so misses may call it freely.
-    A rule module that fails to load (an old scipy) gives one warning and is skipped.
+    Cheap when there is nothing to do (one C-level set test against sys.modules), so misses may call
+    it freely. A rule module that fails to load (an old scipy) gives one warning and is skipped.
     """
     modules = sys.modules
-    ready = [name for name in list(_LAZY_RULES) if name in modules]  # list(): a snapshot, atomic under the GIL
-    if not ready:
+    if modules.keys().isdisjoint(_LAZY_RULES.keys()):  # iterates the small side, in C
         return 0
+    ready = [name for name in list(_LAZY_RULES) if name in modules]  # list(): a snapshot, atomic under the GIL
     import importlib
 
     count = 0
@@ -287,6 +303,8 @@ def load_lazy_rules() -> int:
             rules_module = _LAZY_RULES.pop(name, None)
             if rules_module is None:  # another thread loaded it
                 continue
+            for other in [n for n, m in _LAZY_RULES.items() if m == rules_module]:
+                del _LAZY_RULES[other]  # the other names the same rules module covers
             try:
                 importlib.import_module(rules_module)
             except Exception as exc:  # reported, not raised: code that does not need them still runs
@@ -298,7 +316,10 @@ def load_lazy_rules() -> int:
 
 
 def all_rules() -> dict[Any, Rule]:
-    """A snapshot of the registry (for docs and tests)."""
+    """A snapshot of the registry (for docs and tests), with the rules of every module the program
+    has imported (`load_lazy_rules`)."""
+    if _LAZY_RULES:
+        load_lazy_rules()
     with _LOCK:
         return dict(_RULES)
 
@@ -312,7 +333,7 @@ def load_plugins() -> int:
     differentiating code that does not need it.
     """
     global _plugins_loaded
-    lazy = load_lazy_rules() if _LAZY_RULES else 0  # also a miss's: scipy imported since the last one
+    lazy = load_lazy_rules() if _LAZY_RULES else 0  # also a miss's: a module imported since the last one
     if _plugins_loaded:
         return lazy
     with _LOCK:
