@@ -4,7 +4,6 @@ Each error carries the user's source location (file, line, source text), what wa
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Optional
 
 __all__ = [
@@ -14,13 +13,38 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
 class SourceLoc:
-    """Where in the user's source an operation sits."""
+    """Where in the user's source an operation sits: immutable, compared and hashed by value.
 
+    Written out rather than a frozen dataclass: `import bytegrad` does not import dataclasses."""
+
+    __slots__ = ("filename", "lineno", "function")
     filename: str
     lineno: Optional[int]
     function: str
+
+    def __init__(self, filename: str, lineno: Optional[int], function: str) -> None:
+        object.__setattr__(self, "filename", filename)
+        object.__setattr__(self, "lineno", lineno)
+        object.__setattr__(self, "function", function)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}: a SourceLoc is immutable")
+
+    def _key(self) -> tuple[str, Optional[int], str]:
+        return (self.filename, self.lineno, self.function)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is SourceLoc and self._key() == other._key()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"SourceLoc(filename={self.filename!r}, lineno={self.lineno!r}, function={self.function!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SourceLoc, self._key())
 
     def source(self) -> str:
         if self.lineno is None:

@@ -10,7 +10,6 @@ import sys
 import _thread
 import types
 import warnings
-from dataclasses import dataclass, field, replace
 from typing import Any, Callable, NamedTuple, Optional, Union
 
 from bytegrad.errors import DuplicateRuleError, SourceLoc, qualname
@@ -113,34 +112,51 @@ def kernel(value: str, *partials: str) -> Formula:
 Kernel = Union[Formula, Callable[[float], Formula]]
 
 
-@dataclass(eq=False)
 class Rule:
     """What bytegrad knows about differentiating one function.
 
     ELEMENTWISE rules hold one `partials` entry per differentiable positional argument: a callable
     `(*args, out) -> d out / d arg`, a constant, or None for an argument with no tangent.
+    (Written out rather than a dataclass, so that `import bytegrad` does not import dataclasses.)
     """
 
     fn: Any
     kind: RuleKind
-    rrule: Optional[Callable[..., Any]] = None
-    frule: Optional[Callable[..., Any]] = None
-    partials: tuple[Partial, ...] = ()
-    impl: Optional[Callable[..., Any]] = None
-    reason: str = ""
-    defined_at: Optional[SourceLoc] = None
+    rrule: Optional[Callable[..., Any]]
+    frule: Optional[Callable[..., Any]]
+    partials: tuple[Partial, ...]
+    impl: Optional[Callable[..., Any]]
+    reason: str
+    defined_at: Optional[SourceLoc]
     # True when every partial is a constant: the reverse pass needs none of the primal values.
-    constant_partials: bool = field(default=False)
+    constant_partials: bool
     # Rules shipped in bytegrad/rules are table-tested; the runtime skips re-checking their pullbacks.
-    trusted: bool = field(default=False)
+    # Set from `defined_at`, whatever is passed.
+    trusted: bool
     # Where the frule was defined, when it was registered apart from the reverse form (defined_at).
-    frule_defined_at: Optional[SourceLoc] = None
+    frule_defined_at: Optional[SourceLoc]
     # ELEMENTWISE rules that fused kernels may inline: the scalar formula (see `Formula`).
-    kernel: Optional[Kernel] = None
+    kernel: Optional[Kernel]
 
-    def __post_init__(self) -> None:
-        loc = self.defined_at
-        self.trusted = loc is not None and loc.filename.startswith(OWN_RULES_DIR)
+    FIELDS = ("fn", "kind", "rrule", "frule", "partials", "impl", "reason", "defined_at", "constant_partials",
+              "trusted", "frule_defined_at", "kernel")
+
+    def __init__(self, fn: Any, kind: RuleKind, rrule: Optional[Callable[..., Any]] = None,
+                 frule: Optional[Callable[..., Any]] = None, partials: tuple[Partial, ...] = (),
+                 impl: Optional[Callable[..., Any]] = None, reason: str = "",
+                 defined_at: Optional[SourceLoc] = None, constant_partials: bool = False, trusted: bool = False,
+                 frule_defined_at: Optional[SourceLoc] = None, kernel: Optional[Kernel] = None) -> None:
+        self.fn, self.kind, self.rrule, self.frule, self.partials = fn, kind, rrule, frule, partials
+        self.impl, self.reason, self.defined_at, self.constant_partials = impl, reason, defined_at, constant_partials
+        self.frule_defined_at, self.kernel = frule_defined_at, kernel
+        self.trusted = defined_at is not None and defined_at.filename.startswith(OWN_RULES_DIR)
+
+    def replaced(self, **changes: Any) -> "Rule":
+        """A copy with some fields changed (`dataclasses.replace`)."""
+        return Rule(**{**{name: getattr(self, name) for name in Rule.FIELDS}, **changes})
+
+    def __repr__(self) -> str:
+        return "Rule(" + ", ".join(f"{name}={getattr(self, name)!r}" for name in Rule.FIELDS) + ")"
 
     def forms(self) -> tuple[str, ...]:
         """The forms this rule provides: 'reverse', 'forward', 'scalar'."""
@@ -206,14 +222,14 @@ def _merge(old: Rule, new: Rule, override: bool) -> Rule:
             raise _duplicate(new.fn, "forward rule (frule)", old.frule_defined_at or old.defined_at, new.defined_at)
         if _is_forward_only(old):
             return new
-        return replace(old, frule=new.frule, frule_defined_at=new.defined_at)
+        return old.replaced(frule=new.frule, frule_defined_at=new.defined_at)
     if _has_reverse(new) and _is_forward_only(old):
-        return replace(new, frule=old.frule, frule_defined_at=old.frule_defined_at or old.defined_at)
+        return new.replaced(frule=old.frule, frule_defined_at=old.frule_defined_at or old.defined_at)
     if not override:
         form = "reverse rule" if _has_reverse(new) and _has_reverse(old) else "rule"
         raise _duplicate(new.fn, form, old.defined_at, new.defined_at)
     if _has_reverse(new) and _has_reverse(old) and old.frule is not None and new.frule is None:
-        return replace(new, frule=old.frule, frule_defined_at=old.frule_defined_at)
+        return new.replaced(frule=old.frule, frule_defined_at=old.frule_defined_at)
     return new
 
 
@@ -469,8 +485,7 @@ def fusable(fn: Any) -> bool:
     return rule is not None and rule.kernel is not None
 
 
-@dataclass(frozen=True)
-class ProgramForm:
+class ProgramForm(NamedTuple):
     """A reverse rule's primal and pullback as code, for compiled programs (runtime/program.py).
 
     Templates over `{0}`, `{1}`... (the arguments), `{g}` (the output's cotangent, an array of the
