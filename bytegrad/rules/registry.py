@@ -189,8 +189,7 @@ _ad_backend: Optional[Callable[..., tuple[Any, Callable[[Any], tuple[Any, ...]]]
 
 
 def _caller_loc(depth: int) -> SourceLoc:
-    frame = sys._getframe(depth + 1)
-    return SourceLoc(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+    return SourceLoc.of_frame(sys._getframe(depth + 1))
 
 
 def _is_forward_only(rule: Rule) -> bool:

@@ -79,7 +79,7 @@ SCALAR_CONSTS = (int, float, bool, str, bytes, type(None), complex, slice, type(
 #: the generated code's variables: x (arguments), v (values), p (pullbacks), g (cotangents),
 #: q (gradients);
 #: temporaries (`_t`) live within one reverse step, constants have other names
-_VARIABLE = re.compile(r"\b[xvpgq][0-9]+\b")
+_VARIABLE = r"\b[xvpgq][0-9]+\b"  # compiled on first use (re caches it), not at import
 
 
 class Program:
@@ -156,7 +156,7 @@ class Source(Constants):
     def emit(self, lines: list[str] | str, line: Optional[int] = None) -> None:
         """Add a statement; `line`: the user's source line it stands for (tracebacks show it)."""
         lines = [lines] if isinstance(lines, str) else lines
-        self.stmts.append((lines, set(_VARIABLE.findall("\n".join(lines)))))
+        self.stmts.append((lines, set(re.findall(_VARIABLE, "\n".join(lines)))))
         self.lines.append(line)
 
     def guard(self, kind: str, cond: str, what: str) -> None:
