@@ -1,10 +1,11 @@
-"""Rules that load once the program imports the module they cover (registry._LAZY_RULES): numpy.fft,
-statistics, heapq and bisect, like scipy's. `import bytegrad` must not import those modules, and a
-function of theirs must never be met without its rule: each program below runs in a fresh process
-and reaches the function the ways users write it (`import m; m.f`, `from m import f`, an alias, a
-callee in another module, an import inside the differentiated function, the module imported before
-bytegrad). Without its rule each of them would be differentiated through its Python code or refused
-(a wrong path, an error): the gradients are checked against the formulas."""
+"""What `import bytegrad` leaves unimported, and the rules that load once the program imports the
+module they cover (registry._LAZY_RULES): numpy.fft, statistics, heapq and bisect, like scipy's.
+`import bytegrad` must not import those modules, and a function of theirs must never be met without
+its rule: each program below runs in a fresh process and reaches the function the ways users write
+it (`import m; m.f`, `from m import f`, an alias, a callee in another module, an import inside the
+differentiated function, the module imported before bytegrad). Without its rule each of them would
+be differentiated through its Python code or refused (a wrong path, an error): the gradients are
+checked against the formulas."""
 from __future__ import annotations
 
 import os
@@ -17,10 +18,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
-#: modules `import bytegrad` must leave unimported when `import numpy` did not import them
+#: modules `import bytegrad` must leave unimported when `import numpy` did not import them: the lazily
+#: loaded rules and what they cover, dataclasses and copy, and the compiled-program machinery (loaded
+#: when a function is first differentiated)
 LAZY = ("numpy.fft", "statistics", "heapq", "_heapq", "bisect", "_bisect", "random", "decimal", "fractions",
         "bytegrad.rules.numpy.fft", "bytegrad.rules.stdlib.statistics", "bytegrad.rules.stdlib.heapq",
-        "bytegrad.rules.stdlib.bisect")
+        "bytegrad.rules.stdlib.bisect", "dataclasses", "copy", "bytegrad.compiled", "bytegrad.runtime.program",
+        "bytegrad.runtime.program_source")
 
 
 def run_program(tmp_path: Path, main: str, **modules: str) -> str:

@@ -34,20 +34,7 @@ AST_LOCK = _thread.allocate_lock()  # (`threading` costs every process's import)
 #: a cotangent's state while a program is written: no step wrote it, one did, one may have
 UNSET, SET, MAYBE = 0, 1, 2
 
-class _Miss:
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-#: what a program returns when a guard fails: the call runs on the general path
-MISS = _Miss("MISS")
-#: what it returns when a decision on data came out otherwise than at capture (then too)
-DECIDED = _Miss("DECIDED")
+from bytegrad.runtime.sentinels import DECIDED as DECIDED, MISS as MISS  # noqa: E402  (re-exported)
 MISSING = object()  # (the generated code calls it _MISSING)
 #: the kinds of guards a program checks
 GUARD_KINDS = ("type", "shape", "dtype", "value", "global", "attr", "version", "code")
