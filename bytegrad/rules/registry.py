@@ -91,15 +91,17 @@ class RuleKind(enum.Enum):
 Partial = Union[None, float, int, Callable[..., Any]]
 
 
-class Formula(NamedTuple):
+# NamedTuple's call form: the class form's string annotations (`from __future__ import annotations`)
+# cost a compile() each at import
+class Formula(NamedTuple("_FormulaFields", [("value", str), ("partials", tuple)])):
     """A scalar rule as the source a fused kernel inlines (runtime/kernels.py): the value and one
-    partial per argument, Python expressions over `{0}`, `{1}` (the arguments) and `{out}` (the
-    value). They may call `math.*` and the helpers every kernel module defines (rules/_kernel.py).
-    Only functions whose scalar semantics in a compiled loop match NumPy's (NaN, inf, signed zeros,
-    the derivative conventions at kinks and ties) carry one; anything else is not fused."""
+    partial per argument (`partials`, a tuple of str), Python expressions over `{0}`, `{1}` (the
+    arguments) and `{out}` (the value). They may call `math.*` and the helpers every kernel module
+    defines (rules/_kernel.py). Only functions whose scalar semantics in a compiled loop match NumPy's
+    (NaN, inf, signed zeros, the derivative conventions at kinks and ties) carry one; anything else is
+    not fused."""
 
-    value: str
-    partials: tuple[str, ...]
+    __slots__ = ()
 
 
 def kernel(value: str, *partials: str) -> Formula:
@@ -484,7 +486,7 @@ def fusable(fn: Any) -> bool:
     return rule is not None and rule.kernel is not None
 
 
-class ProgramForm(NamedTuple):
+class ProgramForm(NamedTuple("_ProgramFormFields", [("when", Callable), ("forward", str), ("cotangents", tuple)])):
     """A reverse rule's primal and pullback as code, for compiled programs (runtime/program.py).
 
     Templates over `{0}`, `{1}`... (the arguments), `{g}` (the output's cotangent, an array of the
@@ -492,11 +494,10 @@ class ProgramForm(NamedTuple):
     shapes, fixed by the program's guards). `when(*args, **kwargs)` says on which arguments the
     form is the rule: the same operations in the same order as the rule and its pullback, so that
     a program gives the general path's result. A cotangent template of None: the argument has none.
+    Fields: `when`, `forward` (the primal's template), `cotangents` (a tuple of templates or None).
     """
 
-    when: Callable[..., bool]
-    forward: str
-    cotangents: tuple[Optional[str], ...]
+    __slots__ = ()
 
 
 def program_form(when: Callable[..., bool], forward: str,
