@@ -191,7 +191,7 @@ class Differentiated:
     def _rewritten(self, active: frozenset[str], args: tuple) -> types.FunctionType:
         # The rewrite depends on which parameters are active and on the argument types (an int
         # can never become active), not on dtypes or shapes: those stay out of the key.
-        key = (active, registry.current_version, tuple(map(type, args)))
+        key = (active, registry.settled_version(), tuple(map(type, args)))
         fn = self._fns.get(key)
         if fn is not None:
             self._hits += 1
@@ -480,7 +480,7 @@ class Differentiated:
         _, active = self._plan(len(args), positions)
         names = self._params[self._offset:]
         immutable = frozenset(n for n, a in zip(names, args) if _constant_arg(a))
-        key = (active, immutable, _registry.version())
+        key = (active, immutable, _registry.settled_version())
         found = self._eligible.get(key)
         if found is None:
             target = self._target

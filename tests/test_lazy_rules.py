@@ -178,3 +178,26 @@ FFT_HELPER = """
 @pytest.mark.parametrize("way", list(FFT_WAYS))
 def test_numpy_fft_rules_load_when_the_program_reaches_numpy_fft(tmp_path: Path, way: str) -> None:
     assert run_program(tmp_path, FFT_WAYS[way] + textwrap.dedent(FFT_CHECK), fft_helper=FFT_HELPER) == "ok"
+
+
+def test_a_rewrite_that_loads_lazy_rules_is_kept_under_the_version_it_made(tmp_path: Path) -> None:
+    """The first rewrite loads the rules of modules imported since bytegrad (here bisect), which bumps
+    the registry version that keys rewritten code: the key is taken after they load, so the second
+    gradient reuses the first's rewrite (its fused sites keep the tier they reached), for the function
+    and for a callee."""
+    out = run_program(tmp_path, """
+        import numpy as np, bytegrad, bisect
+        from bytegrad.transform import _FN_CACHE
+
+        def inner(x):
+            return np.tanh(x * 2.0)
+
+        def f(x):
+            return np.sum(inner(x))
+
+        d = bytegrad.differentiate(f)
+        for _ in range(3):
+            d.grad(np.ones(3))
+        print(len(d._fns), [len(entry[2]) for entry in _FN_CACHE.values()])
+        """)
+    assert out == "1 [1]"

@@ -16,7 +16,7 @@ from bytegrad.errors import DuplicateRuleError, SourceLoc, qualname
 
 __all__ = [
     "Zero", "NoTangent", "ZERO", "NO_TANGENT", "RuleKind", "Rule", "register", "lookup", "version",
-    "scalar_rule", "rrule", "frule", "non_differentiable", "transparent", "not_implemented",
+    "settled_version", "scalar_rule", "rrule", "frule", "non_differentiable", "transparent", "not_implemented",
     "differentiate_through", "opt_out", "opted_out", "all_rules", "load_plugins", "load_lazy_rules", "lazy_rule_modules",
     "LAZY_MODULES", "LAZY_PENDING", "rrule_via_ad",
     "set_ad_backend",
@@ -255,6 +255,14 @@ def register(rule: Rule, *, override: bool = False) -> Rule:
 def version() -> int:
     """The registry's version: it grows with every rule registered or opted out, so anything derived
     from the rules (rewritten code, compiled programs) can tell that it is out of date."""
+    return current_version
+
+
+def settled_version() -> int:
+    """`version()` once the rules of every module the program has imported are loaded (`load_lazy_rules`):
+    what a key of rewritten code holds, so that the rewrite (which loads them) does not outdate its own key."""
+    if _LAZY_RULES:
+        load_lazy_rules()
     return current_version
 
 
