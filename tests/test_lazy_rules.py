@@ -201,3 +201,29 @@ def test_a_rewrite_that_loads_lazy_rules_is_kept_under_the_version_it_made(tmp_p
         print(len(d._fns), [len(entry[2]) for entry in _FN_CACHE.values()])
         """)
     assert out == "1 [1]"
+
+
+def test_a_stored_program_guards_the_version_with_the_imported_modules_rules_loaded(tmp_path: Path) -> None:
+    """A program loaded from disk (or built) guards the registry version after the rules of modules
+    imported since load: another function's first rewrite, which would load them, leaves it valid."""
+    module = """
+        import numpy as np
+
+        def f(x):
+            return np.sum(np.tanh(x * 2.0))
+
+        def g(x):
+            return np.sum(x * x)
+        """
+    run_program(tmp_path, "import numpy as np, bytegrad, progmod\nbytegrad.precompile(progmod.f, np.ones(3))\n",
+                progmod=module)
+    out = run_program(tmp_path, """
+        import bisect, numpy as np, bytegrad, progmod
+        d = bytegrad.differentiate(progmod.f)
+        d.grad(np.ones(3))
+        bytegrad.differentiate(progmod.g, tier="general").grad(np.ones(3))
+        d.grad(np.ones(3))
+        s = d.stats()["compiled"]
+        print(s["loaded_from_disk"], s["compiled_calls"], s["general_calls"])
+        """)
+    assert out == "1 2 0"
