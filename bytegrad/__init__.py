@@ -35,14 +35,14 @@ from bytegrad.rules import (
 )
 from bytegrad.rules.control import stop_gradient as stop_gradient
 from bytegrad.rules.pytrees import register_pytree as register_pytree
-from bytegrad.runtime.checkpoint import checkpoint as checkpoint
 from bytegrad.runtime.tangents import PerformanceWarning as PerformanceWarning
 
 __version__ = "0.1.0"
 
-# `explain` and `precompile` load the fused-kernel machinery: imported on first use, so that
-# `import bytegrad` stays a small part of a process's time to first gradient.
-_LAZY = {"explain": "bytegrad.introspect", "precompile": "bytegrad.precompile"}
+# `explain` and `precompile` load the fused-kernel machinery, `checkpoint` its own module: imported on
+# first use, so that `import bytegrad` stays a small part of a process's time to first gradient.
+_LAZY = {"explain": "bytegrad.introspect", "precompile": "bytegrad.precompile",
+         "checkpoint": "bytegrad.runtime.checkpoint"}
 
 
 def __getattr__(name: str):  # noqa: ANN202 - PEP 562 module attribute hook

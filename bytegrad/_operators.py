@@ -7,11 +7,12 @@ import operator
 from typing import Any, Callable, Final, NamedTuple
 
 
-class BinaryOperator(NamedTuple):
-    symbol: str                 # "+", "+=", ...
-    fn: Callable[..., Any]      # operator.add, operator.iadd, ...
-    base: Callable[..., Any]    # the out-of-place operator: operator.add for both `+` and `+=`
-    reflected: str              # the method a right operand may answer with: "__radd__"
+# symbol: "+", "+=", ...; fn: operator.add, operator.iadd, ...; base: the out-of-place operator
+# (operator.add for both `+` and `+=`); reflected: the method a right operand may answer with ("__radd__").
+# NamedTuple's call form: the class form's string annotations cost a compile() each at import.
+class BinaryOperator(NamedTuple("_BinaryOperatorFields", [("symbol", str), ("fn", Callable), ("base", Callable),
+                                                          ("reflected", str)])):
+    __slots__ = ()
 
     @property
     def inplace(self) -> bool:

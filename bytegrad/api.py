@@ -9,11 +9,11 @@ import functools
 import inspect
 import time
 import types
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
-from bytegrad import _ruled, compiled, transform
+from bytegrad import _ruled, transform
 from bytegrad._config import config as _config
 from bytegrad.errors import (
     AuxOutputError, ComplexOutputError, NonScalarOutputError, SourceLoc, UnsupportedOpcodeError, WrtError,
@@ -22,7 +22,7 @@ from bytegrad.rules import pytrees, registry
 from bytegrad.runtime import abi, fpwarn, monitor as _monitor, nested as _nested_sweep, pytree, writes
 from bytegrad.runtime.dispatch import call_python, dispatch
 from bytegrad.runtime.forward import push_forward
-from bytegrad.runtime.program import MISS, Ineligible, Program, build as build_program
+from bytegrad.runtime.sentinels import MISS
 from bytegrad.runtime.tape import CaptureTape, Tape, call_site, sweep, tls
 from bytegrad.transform import cache
 
@@ -36,9 +36,20 @@ _ndarray = np.ndarray
 _float64 = np.float64
 
 
+if TYPE_CHECKING:
+    from bytegrad import compiled as _compiled_module
+    from bytegrad.runtime.program import Program
+
+
+def _compiled() -> Any:
+    """bytegrad.compiled, imported when a function is first differentiated (it loads runtime/program*.py)."""
+    from bytegrad import compiled
+    return compiled
+
+
 def _constant_arg(value: Any) -> bool:
     """An argument whose value a compiled program guards (an int, string, flag or None)."""
-    return type(value) in compiled.CONSTANT_TYPES
+    return type(value) in _compiled().CONSTANT_TYPES
 
 
 def _complete(spec: Any) -> bool:
@@ -87,9 +98,10 @@ class Differentiated:
         self._tier = tier
         # compiled programs of this function (bytegrad/compiled.py): plain functions without aux
         wrt_key = tuple(wrt) if isinstance(wrt, list) else wrt
+        compiled = _compiled()
         self._tiers = compiled.tiers_for(self._target, (compiled.AUX, wrt_key) if self._has_aux else wrt_key, tier) \
             if self._bound_self is None else None
-        self._pb_tiers: Optional[compiled.Tiers] = None  # pullback programs: made on the first pullback
+        self._pb_tiers: Optional[_compiled_module.Tiers] = None  # pullback programs: made on the first pullback
         self._use_code(self._target.__code__)
         self._hits = 0
         self._first_s: Optional[float] = None   # wall time of the first gradient (for stats())
@@ -179,7 +191,7 @@ class Differentiated:
     def _rewritten(self, active: frozenset[str], args: tuple) -> types.FunctionType:
         # The rewrite depends on which parameters are active and on the argument types (an int
         # can never become active), not on dtypes or shapes: those stay out of the key.
-        key = (active, registry.current_version, tuple(map(type, args)))
+        key = (active, registry.settled_version(), tuple(map(type, args)))
         fn = self._fns.get(key)
         if fn is not None:
             self._hits += 1
@@ -413,8 +425,9 @@ class Differentiated:
         """One gradient by a capture run: (its (value, gradient), the program made from it by the
         first of `backends` that can, or why none could). A function the capture cannot take runs
         on the general path instead."""
+        from bytegrad.runtime.program import Ineligible, build as build_program
         norm_wrt, _ = self._plan(len(args), self._wrt)
-        positions = compiled.capture_positions(args)
+        positions = _compiled().capture_positions(args)
         if any(p not in positions for p in norm_wrt):
             return self._grad_now(args, {}), "a differentiated argument is an int, a string or None"
         reasons, guards = self.eligibility(args)
@@ -471,11 +484,11 @@ class Differentiated:
         from bytegrad.rules import registry as _registry
         from bytegrad.transform import eligibility
 
-        positions = compiled.capture_positions(args)
+        positions = _compiled().capture_positions(args)
         _, active = self._plan(len(args), positions)
         names = self._params[self._offset:]
         immutable = frozenset(n for n, a in zip(names, args) if _constant_arg(a))
-        key = (active, immutable, _registry.version())
+        key = (active, immutable, _registry.settled_version())
         found = self._eligible.get(key)
         if found is None:
             target = self._target
@@ -592,6 +605,7 @@ class Differentiated:
         if self._bound_self is None and not kwargs and getattr(tls, "tape", None) is None and not _config.debug_nans:
             tiers = self._pb_tiers
             if tiers is None:
+                compiled = _compiled()
                 key = (compiled.AUX, compiled.PULLBACK) if self._has_aux else compiled.PULLBACK
                 tiers = self._pb_tiers = compiled.tiers_for(self._target, key, self._tier)
             if tiers is not None:
@@ -627,6 +641,8 @@ class Differentiated:
             more = f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else ""
             return self._pullback_now(args, {}), reasons[0] + more
         from bytegrad.runtime import program_source
+        from bytegrad.runtime.program import Ineligible, build as build_program
+        compiled = _compiled()
         positions = compiled.capture_positions(args)
         try:
             out, tape, specs, _ = self._forward(args, {}, positions, strict=False, capture=True,

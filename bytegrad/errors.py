@@ -4,7 +4,6 @@ Each error carries the user's source location (file, line, source text), what wa
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Optional
 
 __all__ = [
@@ -14,13 +13,58 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
 class SourceLoc:
-    """Where in the user's source an operation sits."""
+    """Where in the user's source an operation sits: immutable, compared and hashed by value.
 
+    Written out rather than a frozen dataclass: `import bytegrad` does not import dataclasses.
+    `SourceLoc.of_frame` finds the line number when it is first read (a frame's `f_lineno` scans
+    the code's line table: for a module body, thousands of instructions per rule registered)."""
+
+    __slots__ = ("filename", "_lineno", "function", "_at")
     filename: str
-    lineno: Optional[int]
     function: str
+
+    def __init__(self, filename: str, lineno: Optional[int], function: str) -> None:
+        object.__setattr__(self, "filename", filename)
+        object.__setattr__(self, "_lineno", lineno)
+        object.__setattr__(self, "function", function)
+        object.__setattr__(self, "_at", None)
+
+    @classmethod
+    def of_frame(cls, frame: Any) -> "SourceLoc":
+        """The location a frame is at (its code's file and name, the line of its current instruction)."""
+        code = frame.f_code
+        loc = cls(code.co_filename, None, code.co_name)
+        object.__setattr__(loc, "_at", (code, frame.f_lasti))
+        return loc
+
+    @property
+    def lineno(self) -> Optional[int]:
+        at = self._at
+        if at is not None:  # of_frame's: the line of the instruction at that offset (what f_lineno gives)
+            code, offset = at
+            line = next((ln for start, end, ln in code.co_lines() if start <= offset < end), None)
+            object.__setattr__(self, "_lineno", line)
+            object.__setattr__(self, "_at", None)
+        return self._lineno
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}: a SourceLoc is immutable")
+
+    def _key(self) -> tuple[str, Optional[int], str]:
+        return (self.filename, self.lineno, self.function)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is SourceLoc and self._key() == other._key()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"SourceLoc(filename={self.filename!r}, lineno={self.lineno!r}, function={self.function!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SourceLoc, self._key())
 
     def source(self) -> str:
         if self.lineno is None:

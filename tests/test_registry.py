@@ -358,3 +358,19 @@ def test_a_failing_plugin_gives_one_warning_naming_it(monkeypatch):
     messages = [str(w.message) for w in caught]
     assert len(messages) == 1 and "broken-rules" in messages[0] and "missing_dependency" in messages[0]
     assert loaded == ["good", "called"]
+
+
+def test_a_location_taken_from_a_frame_reads_the_line_f_lineno_gives():
+    """Registering a rule records `SourceLoc.of_frame` (the line found when first read, not by
+    `f_lineno` at import): the same line, in a function and deep in a long module body."""
+    from bytegrad.errors import SourceLoc
+
+    body = "\n".join(f"v{i} = {i}" for i in range(300)) + "\nlocs.append((SourceLoc.of_frame(sys._getframe()), " \
+        "sys._getframe().f_lineno))\n" + "\n".join(f"w{i} = {i}" for i in range(50))
+    scope = {"SourceLoc": SourceLoc, "sys": sys, "locs": []}
+    exec(compile(body, "<long module>", "exec"), scope)
+    loc, line = scope["locs"][0]
+    assert (loc.lineno, loc.filename, loc.function) == (line, "<long module>", "<module>") == (301, "<long module>", "<module>")
+    here = SourceLoc.of_frame(sys._getframe()); expected = sys._getframe().f_lineno  # noqa: E702
+    assert here == SourceLoc(HERE, expected, "test_a_location_taken_from_a_frame_reads_the_line_f_lineno_gives")
+    assert hash(here) == hash(SourceLoc(HERE, expected, here.function)) and str(here).endswith(f":{expected} ({here.function})")

@@ -1,11 +1,12 @@
-"""Imports every module of bytegrad's own rules, so importing `bytegrad.rules` registers them."""
+"""Imports every module of bytegrad's own rules, so importing `bytegrad.rules` registers them; except
+those that load once the program imports the module they cover (numpy.fft, statistics, heapq, bisect,
+scipy's): see `registry._LAZY_RULES`."""
 from bytegrad.rules import builtins as _builtins  # noqa: F401
 from bytegrad.rules import control as _control  # noqa: F401
 from bytegrad.rules import python_stdlib as _python_stdlib  # noqa: F401
 from bytegrad.rules.numpy import (  # noqa: F401
     building as _building,
     cumulative as _cumulative,
-    fft as _fft,
     functional as _functional,
     indexing as _indexing,
     linalg as _linalg,

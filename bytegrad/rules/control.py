@@ -6,8 +6,6 @@ any order.
 """
 from __future__ import annotations
 
-import copy
-import dataclasses
 from typing import Any, TypeVar
 
 import numpy as np
@@ -86,18 +84,18 @@ def _detach(x: Any) -> Any:
         items = [_detach(v) for v in x]
         return t(*items) if hasattr(x, "_fields") else t(items)
     if isinstance(x, dict):  # OrderedDict, defaultdict...: a copy with its keys re-assigned
-        out = copy.copy(x)
+        out = pytrees.shallow_copy(x)
         for k, v in x.items():
             out[k] = _detach(v)
         return out
     if isinstance(x, list):
-        out = copy.copy(x)
+        out = pytrees.shallow_copy(x)
         out[:] = [_detach(v) for v in x]
         return out
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        out = copy.copy(x)
-        for f in dataclasses.fields(x):
-            object.__setattr__(out, f.name, _detach(getattr(x, f.name)))
+    if pytrees.dataclass_instance(x):
+        out = pytrees.shallow_copy(x)
+        for name in pytrees.dataclass_fields(x):
+            object.__setattr__(out, name, _detach(getattr(x, name)))
         return out
     if pytrees.user_object(x):
         raise TypeError(

@@ -94,8 +94,9 @@ def _rows(rules: Iterable[tuple[str, Rule]]) -> list[str]:
     return [f"| `{name}` | {_forms(rule)} | {defined_in(rule)} |" for name, rule in sorted(rules, key=lambda p: p[0])]
 
 
-def _load_scipy_rules() -> None:
-    """Import the scipy modules bytegrad has rules for, so that their rules load (this generator may)."""
+def _load_lazy_rules() -> None:
+    """Import the modules whose rules load lazily (scipy's, numpy.fft, statistics...), so that their
+    rules load (this generator may)."""
     import importlib
 
     for module in lazy_rule_modules():
@@ -124,7 +125,7 @@ def _module_table(sections: dict[str, list[tuple[str, Rule]]]) -> list[str]:
 
 def render() -> str:
     """The whole of docs/rules.md."""
-    _load_scipy_rules()
+    _load_lazy_rules()
     # bytegrad's own rules only: not those of installed plugins or of the program importing this
     # (and not the helpers the rules' own Python code calls, such as bytegrad.rules.numpy.ufunc_methods.at_rounds)
     named = [pair for fn, rule in all_rules().items()

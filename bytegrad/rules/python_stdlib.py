@@ -1,15 +1,15 @@
 """Rules for the standard library beyond the builtins: itertools, operator's callable objects,
-functools.lru_cache, copy, statistics, heapq, bisect, complex/math.modf/math.frexp, SimpleNamespace."""
+functools.lru_cache, copy, complex/math.modf/math.frexp, SimpleNamespace.
+
+The rules for statistics, heapq and bisect are in `bytegrad.rules.stdlib`: they load once the program
+imports those modules (`registry.load_lazy_rules`), so that `import bytegrad` does not import them."""
 from __future__ import annotations
 
-import bisect
 import builtins
 import functools
-import heapq
 import itertools
 import math
 import operator
-import statistics
 import types
 from typing import Any
 
@@ -17,7 +17,7 @@ import numpy as np
 
 from bytegrad.rules import _stdlib_impls as _impls
 from bytegrad.rules._project import project, stand_in
-from bytegrad.rules.registry import ZERO, differentiate_through, non_differentiable, rrule, transparent
+from bytegrad.rules.registry import ZERO, differentiate_through, rrule, transparent
 
 # itertools (Python versions, so the items keep their identity) and callable objects of C types, whose
 # rule is on the type's `__call__` (`operator.itemgetter(0)(x)`, a functools.lru_cache helper)
@@ -115,78 +115,6 @@ def frexp_rrule(x: Any) -> tuple[tuple[float, int], Any]:
     return out, frexp_pullback
 
 
-# ---- statistics: exact values from the module, derivatives of the plain formulas ---------------------
-
-
-def _floats(data: Any) -> list[Any]:
-    return [item for item in data]
-
-
-def _pullback_to(data: Any, items_bar: list[Any]) -> Any:
-    if type(data) is np.ndarray:
-        return project(np.asarray(items_bar), data)
-    bars = [project(b, item) for b, item in zip(items_bar, data)]
-    return tuple(bars) if type(data) is tuple else bars
-
-
-def _mean_rrule(fn: Any) -> Any:
-    def mean_rrule(data: Any) -> tuple[Any, Any]:
-        items = _floats(data)
-        out = fn(items)
-        n = len(items)
-        like = data if type(data) is not np.ndarray else stand_in(data)
-
-        def mean_pullback(out_bar: Any) -> tuple[Any]:
-            return (_pullback_to(like, [out_bar / n] * n),)
-
-        return out, mean_pullback
-
-    mean_rrule.__name__ = mean_rrule.__qualname__ = f"{fn.__name__}_rrule"
-    return mean_rrule
-
-
-def _variance_rrule(fn: Any, ddof: int, root: bool) -> Any:
-    def variance_rrule(data: Any, *given: Any) -> tuple[Any, Any]:
-        items = _floats(data)
-        out = fn(items, *given)
-        xbar = given[0] if given else None
-        n = len(items)
-        mean = math.fsum(float(v) for v in items) / n if xbar is None else float(xbar)
-        centred = [float(v) - mean for v in items]
-        like = data if type(data) is not np.ndarray else stand_in(data)
-
-        def variance_pullback(out_bar: Any) -> tuple[Any, Any]:
-            # var == sum((x - m)**2) / (n - ddof): with m the data's mean its own term vanishes,
-            # with a given `xbar` the mean is an input too; stdev == sqrt(var), 0 at var == 0
-            var_bar = out_bar
-            if root:
-                var_bar = out_bar / (2.0 * out) if out else 0.0 * out_bar
-            scale = var_bar * 2.0 / (n - ddof)
-            items_bar = [scale * c for c in centred]
-            if not given:
-                return (_pullback_to(like, items_bar),)
-            return _pullback_to(like, items_bar), None if xbar is None else project(-sum(items_bar, 0.0), xbar)
-
-        return out, variance_pullback
-
-    variance_rrule.__name__ = variance_rrule.__qualname__ = f"{fn.__name__}_rrule"
-    return variance_rrule
-
-
-for _fn in (statistics.mean, statistics.fmean):
-    rrule(_fn)(_mean_rrule(_fn))
-for _fn, _ddof, _root in ((statistics.pvariance, 0, False), (statistics.pstdev, 0, True),
-                          (statistics.variance, 1, False), (statistics.stdev, 1, True)):
-    rrule(_fn)(_variance_rrule(_fn, _ddof, _root))
-
 # ---- containers that only hold references ----------------------------------------------------------
 
 transparent(types.SimpleNamespace, dict.fromkeys)
-# heapq compares items and moves them about; the items keep their identity (nsmallest, nlargest and
-# merge are Python and run rewritten on top of these)
-transparent(*(getattr(heapq, name) for name in (
-    "heappush", "heappop", "heapify", "heapreplace", "heappushpop", "_heapify_max", "_heappop_max",
-    "_heapreplace_max", "heapify_max", "heappop_max", "heapreplace_max", "heappush_max", "heappushpop_max")
-    if hasattr(heapq, name)))
-transparent(bisect.insort_left, bisect.insort_right)
-non_differentiable(bisect.bisect_left, bisect.bisect_right)

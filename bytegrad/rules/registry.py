@@ -10,15 +10,15 @@ import sys
 import _thread
 import types
 import warnings
-from dataclasses import dataclass, field, replace
 from typing import Any, Callable, NamedTuple, Optional, Union
 
 from bytegrad.errors import DuplicateRuleError, SourceLoc, qualname
 
 __all__ = [
     "Zero", "NoTangent", "ZERO", "NO_TANGENT", "RuleKind", "Rule", "register", "lookup", "version",
-    "scalar_rule", "rrule", "frule", "non_differentiable", "transparent", "not_implemented",
-    "differentiate_through", "opt_out", "opted_out", "all_rules", "load_plugins", "load_lazy_rules", "rrule_via_ad",
+    "settled_version", "scalar_rule", "rrule", "frule", "non_differentiable", "transparent", "not_implemented",
+    "differentiate_through", "opt_out", "opted_out", "all_rules", "load_plugins", "load_lazy_rules", "lazy_rule_modules",
+    "LAZY_MODULES", "LAZY_PENDING", "rrule_via_ad",
     "set_ad_backend",
     "set_tape_probe", "recording", "Formula", "kernel", "kernel_formula", "fusable",
 ]
@@ -91,15 +91,17 @@ class RuleKind(enum.Enum):
 Partial = Union[None, float, int, Callable[..., Any]]
 
 
-class Formula(NamedTuple):
+# NamedTuple's call form: the class form's string annotations (`from __future__ import annotations`)
+# cost a compile() each at import
+class Formula(NamedTuple("_FormulaFields", [("value", str), ("partials", tuple)])):
     """A scalar rule as the source a fused kernel inlines (runtime/kernels.py): the value and one
-    partial per argument, Python expressions over `{0}`, `{1}` (the arguments) and `{out}` (the
-    value). They may call `math.*` and the helpers every kernel module defines (rules/_kernel.py).
-    Only functions whose scalar semantics in a compiled loop match NumPy's (NaN, inf, signed zeros,
-    the derivative conventions at kinks and ties) carry one; anything else is not fused."""
+    partial per argument (`partials`, a tuple of str), Python expressions over `{0}`, `{1}` (the
+    arguments) and `{out}` (the value). They may call `math.*` and the helpers every kernel module
+    defines (rules/_kernel.py). Only functions whose scalar semantics in a compiled loop match NumPy's
+    (NaN, inf, signed zeros, the derivative conventions at kinks and ties) carry one; anything else is
+    not fused."""
 
-    value: str
-    partials: tuple[str, ...]
+    __slots__ = ()
 
 
 def kernel(value: str, *partials: str) -> Formula:
@@ -112,34 +114,51 @@ def kernel(value: str, *partials: str) -> Formula:
 Kernel = Union[Formula, Callable[[float], Formula]]
 
 
-@dataclass(eq=False)
 class Rule:
     """What bytegrad knows about differentiating one function.
 
     ELEMENTWISE rules hold one `partials` entry per differentiable positional argument: a callable
     `(*args, out) -> d out / d arg`, a constant, or None for an argument with no tangent.
+    (Written out rather than a dataclass, so that `import bytegrad` does not import dataclasses.)
     """
 
     fn: Any
     kind: RuleKind
-    rrule: Optional[Callable[..., Any]] = None
-    frule: Optional[Callable[..., Any]] = None
-    partials: tuple[Partial, ...] = ()
-    impl: Optional[Callable[..., Any]] = None
-    reason: str = ""
-    defined_at: Optional[SourceLoc] = None
+    rrule: Optional[Callable[..., Any]]
+    frule: Optional[Callable[..., Any]]
+    partials: tuple[Partial, ...]
+    impl: Optional[Callable[..., Any]]
+    reason: str
+    defined_at: Optional[SourceLoc]
     # True when every partial is a constant: the reverse pass needs none of the primal values.
-    constant_partials: bool = field(default=False)
+    constant_partials: bool
     # Rules shipped in bytegrad/rules are table-tested; the runtime skips re-checking their pullbacks.
-    trusted: bool = field(default=False)
+    # Set from `defined_at`, whatever is passed.
+    trusted: bool
     # Where the frule was defined, when it was registered apart from the reverse form (defined_at).
-    frule_defined_at: Optional[SourceLoc] = None
+    frule_defined_at: Optional[SourceLoc]
     # ELEMENTWISE rules that fused kernels may inline: the scalar formula (see `Formula`).
-    kernel: Optional[Kernel] = None
+    kernel: Optional[Kernel]
 
-    def __post_init__(self) -> None:
-        loc = self.defined_at
-        self.trusted = loc is not None and loc.filename.startswith(OWN_RULES_DIR)
+    FIELDS = ("fn", "kind", "rrule", "frule", "partials", "impl", "reason", "defined_at", "constant_partials",
+              "trusted", "frule_defined_at", "kernel")
+
+    def __init__(self, fn: Any, kind: RuleKind, rrule: Optional[Callable[..., Any]] = None,
+                 frule: Optional[Callable[..., Any]] = None, partials: tuple[Partial, ...] = (),
+                 impl: Optional[Callable[..., Any]] = None, reason: str = "",
+                 defined_at: Optional[SourceLoc] = None, constant_partials: bool = False, trusted: bool = False,
+                 frule_defined_at: Optional[SourceLoc] = None, kernel: Optional[Kernel] = None) -> None:
+        self.fn, self.kind, self.rrule, self.frule, self.partials = fn, kind, rrule, frule, partials
+        self.impl, self.reason, self.defined_at, self.constant_partials = impl, reason, defined_at, constant_partials
+        self.frule_defined_at, self.kernel = frule_defined_at, kernel
+        self.trusted = defined_at is not None and defined_at.filename.startswith(OWN_RULES_DIR)
+
+    def replaced(self, **changes: Any) -> "Rule":
+        """A copy with some fields changed (`dataclasses.replace`)."""
+        return Rule(**{**{name: getattr(self, name) for name in Rule.FIELDS}, **changes})
+
+    def __repr__(self) -> str:
+        return "Rule(" + ", ".join(f"{name}={getattr(self, name)!r}" for name in Rule.FIELDS) + ")"
 
     def forms(self) -> tuple[str, ...]:
         """The forms this rule provides: 'reverse', 'forward', 'scalar'."""
@@ -172,8 +191,7 @@ _ad_backend: Optional[Callable[..., tuple[Any, Callable[[Any], tuple[Any, ...]]]
 
 
 def _caller_loc(depth: int) -> SourceLoc:
-    frame = sys._getframe(depth + 1)
-    return SourceLoc(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+    return SourceLoc.of_frame(sys._getframe(depth + 1))
 
 
 def _is_forward_only(rule: Rule) -> bool:
@@ -205,14 +223,14 @@ def _merge(old: Rule, new: Rule, override: bool) -> Rule:
             raise _duplicate(new.fn, "forward rule (frule)", old.frule_defined_at or old.defined_at, new.defined_at)
         if _is_forward_only(old):
             return new
-        return replace(old, frule=new.frule, frule_defined_at=new.defined_at)
+        return old.replaced(frule=new.frule, frule_defined_at=new.defined_at)
     if _has_reverse(new) and _is_forward_only(old):
-        return replace(new, frule=old.frule, frule_defined_at=old.frule_defined_at or old.defined_at)
+        return new.replaced(frule=old.frule, frule_defined_at=old.frule_defined_at or old.defined_at)
     if not override:
         form = "reverse rule" if _has_reverse(new) and _has_reverse(old) else "rule"
         raise _duplicate(new.fn, form, old.defined_at, new.defined_at)
     if _has_reverse(new) and _has_reverse(old) and old.frule is not None and new.frule is None:
-        return replace(new, frule=old.frule, frule_defined_at=old.frule_defined_at)
+        return new.replaced(frule=old.frule, frule_defined_at=old.frule_defined_at)
     return new
 
 
@@ -240,6 +258,14 @@ def version() -> int:
     return current_version
 
 
+def settled_version() -> int:
+    """`version()` once the rules of every module the program has imported are loaded (`load_lazy_rules`):
+    what a key of rewritten code holds, so that the rewrite (which loads them) does not outdate its own key."""
+    if _LAZY_RULES:
+        load_lazy_rules()
+    return current_version
+
+
 def lookup(fn: Any) -> Optional[Rule]:
     """The rule for `fn`, or None (also for functions opted out with `opt_out`, and unhashable ones).
 
@@ -254,31 +280,46 @@ def lookup(fn: Any) -> Optional[Rule]:
         return None
 
 
-# Rules for optional libraries, by the module they cover: bytegrad never imports these modules; their
-# rules load (`load_lazy_rules`) on a registry miss or a rewrite once the program has imported them.
+# Rules loaded once the program imports the module they cover, by that module's name: optional
+# libraries (scipy; bytegrad never imports them) and parts of the standard library and of NumPy that
+# `import numpy` does not import, so that `import bytegrad` does not either. A function object of
+# such a module exists only once the module is in sys.modules, so loading its rules before any
+# lookup that can meet it is sound: `load_lazy_rules` runs on every registry miss (`lookup`,
+# `runtime.dispatch.resolve`), before every rewrite, and in `all_rules`. A rules module may cover
+# several names (`heapq` and the `_heapq` it re-exports): it loads on the first one imported.
 _LAZY_RULES: dict[str, str] = {
     "scipy.special": "bytegrad.rules.scipy.special",
     "scipy.linalg": "bytegrad.rules.scipy.linalg",
     "scipy.signal": "bytegrad.rules.scipy.signal",
     "scipy.stats": "bytegrad.rules.scipy.stats",
+    "numpy.fft": "bytegrad.rules.numpy.fft",
+    "statistics": "bytegrad.rules.stdlib.statistics",
+    "heapq": "bytegrad.rules.stdlib.heapq",
+    "_heapq": "bytegrad.rules.stdlib.heapq",
+    "bisect": "bytegrad.rules.stdlib.bisect",
+    "_bisect": "bytegrad.rules.stdlib.bisect",
 }
+#: every module `_LAZY_RULES` covers, loaded or not (for the docs and tests)
+LAZY_MODULES: tuple[str, ...] = tuple(_LAZY_RULES)
+#: `_LAZY_RULES` itself, for a hot path's test of whether any rules are still to load (empty: none)
+LAZY_PENDING = _LAZY_RULES
 
 
 def lazy_rule_modules() -> list[str]:
-    """The modules whose rules load once the program imports them (scipy's), not loaded yet."""
+    """The modules whose rules load once the program imports them, not loaded yet."""
     return list(_LAZY_RULES)
 
 
 def load_lazy_rules() -> int:
     """Load the rules of each module in `_LAZY_RULES` that the program has imported; return how many loaded.
 
-    Cheap when there is nothing to do (a few `sys.modules` lookups), so misses may call it freely.
-    A rule module that fails to load (an old scipy) gives one warning and is skipped.
+    Cheap when there is nothing to do (one C-level set test against sys.modules), so misses may call
+    it freely. A rule module that fails to load (an old scipy) gives one warning and is skipped.
     """
     modules = sys.modules
-    ready = [name for name in list(_LAZY_RULES) if name in modules]  # list(): a snapshot, atomic under the GIL
-    if not ready:
+    if modules.keys().isdisjoint(_LAZY_RULES.keys()):  # iterates the small side, in C
         return 0
+    ready = [name for name in list(_LAZY_RULES) if name in modules]  # list(): a snapshot, atomic under the GIL
     import importlib
 
     count = 0
@@ -287,6 +328,8 @@ def load_lazy_rules() -> int:
             rules_module = _LAZY_RULES.pop(name, None)
             if rules_module is None:  # another thread loaded it
                 continue
+            for other in [n for n, m in _LAZY_RULES.items() if m == rules_module]:
+                del _LAZY_RULES[other]  # the other names the same rules module covers
             try:
                 importlib.import_module(rules_module)
             except Exception as exc:  # reported, not raised: code that does not need them still runs
@@ -298,7 +341,10 @@ def load_lazy_rules() -> int:
 
 
 def all_rules() -> dict[Any, Rule]:
-    """A snapshot of the registry (for docs and tests)."""
+    """A snapshot of the registry (for docs and tests), with the rules of every module the program
+    has imported (`load_lazy_rules`)."""
+    if _LAZY_RULES:
+        load_lazy_rules()
     with _LOCK:
         return dict(_RULES)
 
@@ -312,7 +358,7 @@ def load_plugins() -> int:
     differentiating code that does not need it.
     """
     global _plugins_loaded
-    lazy = load_lazy_rules() if _LAZY_RULES else 0  # also a miss's: scipy imported since the last one
+    lazy = load_lazy_rules() if _LAZY_RULES else 0  # also a miss's: a module imported since the last one
     if _plugins_loaded:
         return lazy
     with _LOCK:
@@ -448,8 +494,7 @@ def fusable(fn: Any) -> bool:
     return rule is not None and rule.kernel is not None
 
 
-@dataclass(frozen=True)
-class ProgramForm:
+class ProgramForm(NamedTuple("_ProgramFormFields", [("when", Callable), ("forward", str), ("cotangents", tuple)])):
     """A reverse rule's primal and pullback as code, for compiled programs (runtime/program.py).
 
     Templates over `{0}`, `{1}`... (the arguments), `{g}` (the output's cotangent, an array of the
@@ -457,11 +502,10 @@ class ProgramForm:
     shapes, fixed by the program's guards). `when(*args, **kwargs)` says on which arguments the
     form is the rule: the same operations in the same order as the rule and its pullback, so that
     a program gives the general path's result. A cotangent template of None: the argument has none.
+    Fields: `when`, `forward` (the primal's template), `cotangents` (a tuple of templates or None).
     """
 
-    when: Callable[..., bool]
-    forward: str
-    cotangents: tuple[Optional[str], ...]
+    __slots__ = ()
 
 
 def program_form(when: Callable[..., bool], forward: str,

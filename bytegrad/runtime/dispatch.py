@@ -39,6 +39,7 @@ _BuiltinMethod = types.BuiltinMethodType
 _BuiltinFunction = types.BuiltinFunctionType
 _ModuleType = types.ModuleType
 _rules_get = registry.get_rule
+_lazy_rules = registry.LAZY_PENDING  # the modules whose rules are not loaded yet (shrinks)
 ELEMENTWISE = RuleKind.ELEMENTWISE
 RRULE = RuleKind.RRULE
 NONDIFF = RuleKind.NONDIFF
@@ -134,6 +135,8 @@ def resolve(fn: Any) -> tuple[Any, Any]:
                     rule = None
                 if rule is not None:
                     return rule, owner
+    if _lazy_rules and registry.load_lazy_rules():  # a module whose rules load lazily was imported since
+        return resolve(fn)
     return None, None
 
 

@@ -623,6 +623,6 @@ def program_from_code(code: types.CodeType, constants: dict[str, Any]) -> Callab
                      _singular=singular_partial, _unbroadcast=unbroadcast, _materialize=materialize,
                      _untrusted=_untrusted, _project=pytree.project, _multiply=np.multiply,
                      _getrefcount=sys.getrefcount, _scalable=scalable, _unalias=pytree.unalias,
-                     _version=registry.version, _VERSION=registry.version(), _MISSING=MISSING)
+                     _version=registry.version, _VERSION=registry.settled_version(), _MISSING=MISSING)
     exec(code, namespace)  # noqa: S102
     return namespace["program"]

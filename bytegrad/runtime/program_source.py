@@ -34,20 +34,7 @@ AST_LOCK = _thread.allocate_lock()  # (`threading` costs every process's import)
 #: a cotangent's state while a program is written: no step wrote it, one did, one may have
 UNSET, SET, MAYBE = 0, 1, 2
 
-class _Miss:
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-#: what a program returns when a guard fails: the call runs on the general path
-MISS = _Miss("MISS")
-#: what it returns when a decision on data came out otherwise than at capture (then too)
-DECIDED = _Miss("DECIDED")
+from bytegrad.runtime.sentinels import DECIDED as DECIDED, MISS as MISS  # noqa: E402  (re-exported)
 MISSING = object()  # (the generated code calls it _MISSING)
 #: the kinds of guards a program checks
 GUARD_KINDS = ("type", "shape", "dtype", "value", "global", "attr", "cell", "version", "code")
@@ -79,7 +66,7 @@ SCALAR_CONSTS = (int, float, bool, str, bytes, type(None), complex, slice, type(
 #: the generated code's variables: x (arguments), v (values), p (pullbacks), g (cotangents),
 #: q (gradients);
 #: temporaries (`_t`) live within one reverse step, constants have other names
-_VARIABLE = re.compile(r"\b[xvpgq][0-9]+\b")
+_VARIABLE = r"\b[xvpgq][0-9]+\b"  # compiled on first use (re caches it), not at import
 
 
 class Program:
@@ -161,7 +148,7 @@ class Source(Constants):
     def emit(self, lines: list[str] | str, line: Optional[int] = None) -> None:
         """Add a statement; `line`: the user's source line it stands for (tracebacks show it)."""
         lines = [lines] if isinstance(lines, str) else lines
-        self.stmts.append((lines, set(_VARIABLE.findall("\n".join(lines)))))
+        self.stmts.append((lines, set(re.findall(_VARIABLE, "\n".join(lines)))))
         self.lines.append(line)
 
     def guard(self, kind: str, cond: str, what: str) -> None:

@@ -7,8 +7,6 @@ Trees are dicts, lists, tuples, namedtuples, dataclasses and classes registered 
 """
 from __future__ import annotations
 
-import copy
-import dataclasses
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -84,10 +82,9 @@ def prepare(value: Any, tape: Tape, strict: bool = False) -> tuple[Any, Any]:
         else:
             fresh = t(v[0] for v in items) if t is not tuple else tuple(v[0] for v in items)
         return fresh, (t, [v[1] for v in items])
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = [f.name for f in dataclasses.fields(value)]
-        items = {name: prepare(getattr(value, name), tape) for name in fields}
-        fresh = copy.copy(value)
+    if pytrees.dataclass_instance(value):
+        items = {name: prepare(getattr(value, name), tape) for name in pytrees.dataclass_fields(value)}
+        fresh = pytrees.shallow_copy(value)
         for name, (v, _) in items.items():
             object.__setattr__(fresh, name, v)
         return fresh, ("dataclass", value, {k: v[1] for k, v in items.items()})
@@ -197,7 +194,7 @@ def gradient(spec: Any, cts: list[Any], project: Callable[[Any, Any], Any] = pro
     kind = spec[0]
     if kind == "dataclass":
         original, fields = spec[1], spec[2]
-        out = copy.copy(original)
+        out = pytrees.shallow_copy(original)
         for name, sub in fields.items():
             object.__setattr__(out, name, gradient(sub, cts, project))
         return out
@@ -271,9 +268,9 @@ def _walk_out(value: Any, ids: dict[int, int], found: list, depth: int) -> None:
     elif isinstance(value, (list, tuple)):
         for v in value:
             _walk_out(v, ids, found, depth + 1)
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for f in dataclasses.fields(value):
-            _walk_out(getattr(value, f.name), ids, found, depth + 1)
+    elif pytrees.dataclass_instance(value):
+        for name in pytrees.dataclass_fields(value):
+            _walk_out(getattr(value, name), ids, found, depth + 1)
 
 
 def cotangent_leaves(value: Any, cotangent: Any, ids: dict[int, int], out: list) -> None:
@@ -298,6 +295,6 @@ def cotangent_leaves(value: Any, cotangent: Any, ids: dict[int, int], out: list)
     elif isinstance(value, (list, tuple)):
         for v, c in zip(value, cotangent):
             cotangent_leaves(v, c, ids, out)
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for f in dataclasses.fields(value):
-            cotangent_leaves(getattr(value, f.name), getattr(cotangent, f.name), ids, out)
+    elif pytrees.dataclass_instance(value):
+        for name in pytrees.dataclass_fields(value):
+            cotangent_leaves(getattr(value, name), getattr(cotangent, name), ids, out)

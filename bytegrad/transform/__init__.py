@@ -34,7 +34,7 @@ def rewrite_code(code: types.CodeType, active: frozenset[str], fn_globals: dict[
     A rewrite stored on disk by an earlier process is loaded instead when everything it assumed
     (the globals and rules it resolved) still holds: see `cache.rewrite_cached`.
     """
-    if registry._LAZY_RULES:  # scipy imported since the last rewrite: its rules decide what to rewrite
+    if registry._LAZY_RULES:  # scipy, numpy.fft... imported since the last rewrite: their rules decide what to rewrite
         registry.load_lazy_rules()
     new_code = cache.rewrite_cached(
         code, active, immutable, fn_globals,
@@ -188,8 +188,7 @@ def rewritten_function(f: types.FunctionType, args: tuple, kwargs: Optional[dict
         # (a generator that uses sent values is rewritten: `send` may pass in a tracked value; so is a
         # helper that reads a global the function wrote a tracked value into)
         return None
-    version = registry.current_version
-    key = (bits, version)
+    key = (bits, registry.settled_version())
     entry = _FN_CACHE.get(id(f))
     if entry is not None and entry[0]() is f and entry[1] is f.__code__:
         fn = entry[2].get(key)

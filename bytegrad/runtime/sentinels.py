@@ -1,0 +1,22 @@
+"""What a compiled program answers instead of a result (`MISS`, `DECIDED`): here, not in
+runtime/program_source.py, so that `bytegrad.api` can test for them without importing the program
+machinery (bytegrad.compiled and runtime/program*.py load when a function is first differentiated)."""
+from __future__ import annotations
+
+__all__ = ["MISS", "DECIDED"]
+
+
+class _Miss:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+#: what a program returns when a guard fails: the call runs on the general path
+MISS = _Miss("MISS")
+#: what it returns when a decision on data came out otherwise than at capture (then too)
+DECIDED = _Miss("DECIDED")
