@@ -60,7 +60,7 @@ class _Rewriter:
             self.plain_loads.update(plan.plain_loads)
         # A hooked 3.11/3.12 CALL takes its KW_NAMES (and 3.11 PRECALL) with it.
         for i, ins in enumerate(instrs):
-            if isinstance(ins, Instr) and opcodes.kind_of(ins) is OpKind.CALL and _call_active(ins, self.stacks[i]):
+            if isinstance(ins, Instr) and opcodes.kind_of(ins) is OpKind.CALL and call_active(ins, self.stacks[i]):
                 j = i - 1
                 while j >= 0 and isinstance(instrs[j], Instr) and opcodes.kind_of(instrs[j]) in (
                         OpKind.PRECALL, OpKind.KW_NAMES):
@@ -203,7 +203,7 @@ def _with(r: _Rewriter, ins: Instr, st: Stack) -> None:
 
 
 def _call(r: _Rewriter, ins: Instr, st: Stack) -> None:
-    if _call_active(ins, st):
+    if call_active(ins, st):
         r.out += _emit_call(ins, st, r.pending_kw, r.loc)
         r.hooked += 1
     else:
@@ -300,7 +300,7 @@ def fusion_disabled() -> bool:
     return any(os.environ.get(v, "") not in ("", "0") for v in ("BYTEGRAD_DISABLE_NUMBA", "BYTEGRAD_DISABLE_FUSION"))
 
 
-def _call_active(ins: Instr, st: Any) -> bool:
+def call_active(ins: Instr, st: Any) -> bool:
     """A call is hooked when its callable or an argument may be active, unless the callable is a
     known shape query (`len(x)` runs as it is)."""
     if st is None:
