@@ -5,7 +5,8 @@ shares that tape: its leaves are identity nodes linked to the outer values, its 
 recorded like any user code, and its reverse sweep (`tape.sweep`, handed a `Recorder`) runs the
 records' backward functions and the rules' pullbacks (plain Python + NumPy) through the
 rewriter, so every operation of the sweep is recorded too and the outer derivative
-differentiates through it. The sweep stops at the inner leaves:
+differentiates through it. Forward mode inside a differentiated function (`jvp`) runs its
+pushforwards through the same `Recording`. The sweep stops at the inner leaves:
 values recorded before them are constants for the inner derivative, which is what keeps two
 levels from confusing their perturbations.
 
@@ -24,7 +25,7 @@ from bytegrad.runtime.dispatch import call_python
 from bytegrad.runtime.records import Site
 from bytegrad.runtime.tape import Recorder, Tape, sweep
 
-__all__ = ["sweep_recorded", "recorded_call", "recorded_add", "project_traced"]
+__all__ = ["sweep_recorded", "Recording", "recorded_call", "recorded_add", "project_traced"]
 
 _ndarray = np.ndarray
 
@@ -53,12 +54,13 @@ def sweep_recorded(tape: Tape, seeds: dict[int, Any], stop: int) -> list[Any]:
     `tape` must be the thread's current tape (the rewritten pullbacks fetch it). Nodes appended
     while sweeping (the sweep's own record) are not visited.
     """
-    return sweep(tape, seeds, stop, _Recording(tape))
+    return sweep(tape, seeds, stop, Recording(tape))
 
 
-class _Recording(Recorder):
-    """Runs the sweep's steps rewritten and its additions through the add hook, on `tape`, at the
-    site of the node they serve."""
+class Recording(Recorder):
+    """Runs a sweep's steps rewritten and its additions through the add hook, on `tape`, at the
+    site of the node they serve: the `Recorder` of a nested derivative's reverse sweep and of its
+    forward pass (`forward.push_forward`)."""
 
     __slots__ = ("tape",)
 
