@@ -15,7 +15,7 @@ from typing import Any, Callable, Final, Optional
 from bytecode import Bytecode, Instr
 
 from bytegrad.errors import SourceLoc
-from bytegrad.runtime import abi, fused, monitor
+from bytegrad.runtime import abi, fused, guards, monitor
 from bytegrad.transform import fusion, opcodes
 from bytegrad.transform.activity import NONDIFF_ATTRS, SHAPE_ONLY, Activity, Slot, nondiff_callable
 from bytegrad.transform.opcodes import OpKind
@@ -96,7 +96,7 @@ class _Rewriter:
 
     def guard(self, n_operands: int, hook: Any, ins: Instr, what: str) -> None:
         """BYTEGRAD_CHECK=1: a site left inactive still checks that no operand is differentiated."""
-        self.out += opcodes.call_hook(n_operands, monitor.guard_for(hook), TAPE_LOCAL, _site(self.loc, ins, what),
+        self.out += opcodes.call_hook(n_operands, guards.guard_for(hook), TAPE_LOCAL, _site(self.loc, ins, what),
                                       ins.location)
 
 
