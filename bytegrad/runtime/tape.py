@@ -230,7 +230,14 @@ def saved_arrays(node: tuple) -> list[np.ndarray]:
 
 def collect(item: Any, found: list[np.ndarray], depth: int) -> None:
     """Append to `found` the arrays `item` holds, `depth` levels down through tuples, lists, closure
-    cells and bytegrad's slotted records: what a rule's pullback captured (runtime/backward.py)."""
+    cells and bytegrad's slotted records: what a rule's pullback captured (runtime/backward.py).
+
+    Rules do not declare what they save. Copy-on-write (`Tape._keep_saved`) must not only find a
+    saved array but make the pullback read the copy, and a closure's captures are reachable only
+    through its cells (`_replaced`): a declared list beside the closure would be a second record of
+    what it holds, which nothing could check, where an omission is a wrong gradient. A rule that
+    keeps its state in a slotted record (rules/numpy/reductions.py's `_Reduction`) has in effect
+    declared it: its slots are read and replaced by name."""
     t = type(item)
     if t is _ndarray:
         found.append(item)
