@@ -743,7 +743,7 @@ class _Nested:
         if self.recording():
             tls.nesting = getattr(tls, "nesting", 0) + 1
             try:
-                return _nested_sweep.sweep_recorded(self.tape, seeds, self.stop)
+                return sweep(self.tape, seeds, self.stop, self.recorder())
             finally:
                 tls.nesting -= 1
         return sweep(self.tape, seeds, self.stop)
