@@ -14,6 +14,9 @@ __all__ = ["parameters_read"]
 #: the reads of a plain local: LOAD_FAST and its checked (3.12+), clearing (3.12+) and paired
 #: (3.13+: LOAD_FAST_LOAD_FAST, whose argval is a pair of names) forms
 _LOCAL_READS: Final = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "LOAD_FAST_LOAD_FAST"})
+#: 3.13+: a store and a load in one instruction (`c = out * 0.0; y = x * 2.0` on one line), argval
+#: (stored name, loaded name)
+_STORE_THEN_READ: Final = "STORE_FAST_LOAD_FAST"
 
 _CO_VARARGS: Final = 0x04
 
@@ -27,9 +30,12 @@ def parameters_read(code: types.CodeType) -> frozenset[str] | None:
     params = code.co_varnames[: code.co_argcount]
     loaded: set[str] = set(code.co_cellvars)
     for ins in dis.get_instructions(code):
-        if ins.opname in _LOCAL_READS:
+        name = ins.opname
+        if name in _LOCAL_READS:
             if isinstance(ins.argval, tuple):
                 loaded.update(ins.argval)
             else:
                 loaded.add(ins.argval)
+        elif name == _STORE_THEN_READ:
+            loaded.add(ins.argval[1])
     return frozenset(n for n in params if n in loaded)
