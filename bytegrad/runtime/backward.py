@@ -39,28 +39,45 @@ def singular_partial(d: Any, args: tuple, out: Any) -> Any:
 
 def partial_term(ct: Any, node: tuple, out: Any, i: int = 0, seed: bool = True) -> Any:
     """`ct` times the partial of argument `i` of an elementwise record (a constant, or a function of
-    `(*args, out)`): the one evaluation of an elementwise partial. It is the reverse step of a
-    `UNARY` record itself (i = 0, a bare parent index, a bare cotangent), and serves
-    `_bw_elementwise` per argument and the pushforward (`ct` a tangent, `seed` False). With `seed`,
-    the float 1.0 of an unrecorded step (the seed of a sum) is not multiplied by: the product is the
-    partial. The one-argument case is tested first and without a call (`len`): it is the hot one."""
+    `(*args, out)`): the evaluation of an elementwise partial, for `_bw_elementwise` per argument and
+    for the pushforward (`ct` a tangent, `seed` False); `_bw_unary` is its one-argument case written
+    out. With `seed`, the float 1.0 of an unrecorded step
+    (the seed of a sum) is not multiplied by: the product is the partial."""
     d = node[3].partials[i]
     if d.__class__ is int or d.__class__ is float:
         return ct if d == 1 else (-ct if d == -1 else ct * d)
     args = node[4]
     try:
-        if node[1].__class__ is int:  # a UNARY record
-            v = d(args[0], out)
-        else:
-            v = d(args[0], args[1], out) if len(args) == 2 else d(*args, out)
+        v = d(args[0], out) if len(args) == 1 else (d(args[0], args[1], out) if len(args) == 2 else d(*args, out))
     except ZeroDivisionError:
         v = singular_partial(d, args, out)
     if seed and ct.__class__ is float and ct == 1.0 and (
             (type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float) and unrecorded():
         return v
-    if type(v) is _ndarray and v.size >= INPLACE_MIN_SIZE and unrecorded() and _getrefcount(v) == 2 \
+    if type(v) is _ndarray and v.size >= INPLACE_MIN_SIZE and _getrefcount(v) == 2 and unrecorded() \
             and scalable(ct, v):
         return _multiply(ct, v, out=v)  # a partial only this step holds: scaled in place
+    return ct * v
+
+
+def _bw_unary(ct: Any, node: tuple, out: Any) -> Any:
+    """The reverse step of a `UNARY` record: `partial_term` for its one argument, written out (one
+    call less per operation: measured under valgrind, 280 instructions, 1.4% of a chain of 100
+    np.sin on a one-element array)."""
+    d = node[3].partials[0]
+    if d.__class__ is int or d.__class__ is float:
+        return ct if d == 1 else (-ct if d == -1 else ct * d)
+    a = node[4][0]
+    try:
+        v = d(a, out)
+    except ZeroDivisionError:
+        v = singular_partial(d, (a,), out)
+    if ct.__class__ is float and ct == 1.0 and ((type(v) is _ndarray and v.dtype.kind == "f") or type(v) is float) \
+            and unrecorded():
+        return v
+    if type(v) is _ndarray and v.size >= INPLACE_MIN_SIZE and unrecorded() and _getrefcount(v) == 2 \
+            and scalable(ct, v):
+        return _multiply(ct, v, out=v)
     return ct * v
 
 
@@ -329,7 +346,7 @@ def pf_tuple_item(node: tuple, out: Any, parent_dots: Any) -> Any:
 _EW_FIELDS = ("rule", "args", "fn")
 ELEMENTWISE = Kind("elementwise", _EW_FIELDS, _bw_elementwise, pushforward=pf_elementwise, saved=_saved_elementwise,
                    reads_out=_reads_out_elementwise, slim=_slim_elementwise, fn_at=5, args_at=4)
-UNARY = Kind("unary", _EW_FIELDS, partial_term, pushforward=pf_elementwise, saved=_saved_elementwise,
+UNARY = Kind("unary", _EW_FIELDS, _bw_unary, pushforward=pf_elementwise, saved=_saved_elementwise,
              reads_out=_reads_out_elementwise, slim=_slim_elementwise, fn_at=5, args_at=4)
 _RULE_FIELDS = ("pullback", "args", "fn", "kwargs")
 RULE = Kind("rule", _RULE_FIELDS, _bw_rrule, pushforward=pf_rrule, saved=_saved_rrule, fn_at=5, args_at=4)
