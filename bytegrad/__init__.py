@@ -19,6 +19,7 @@ from bytegrad.errors import (
     NonScalarOutputError as NonScalarOutputError,
     NoRuleError as NoRuleError,
     PullbackError as PullbackError,
+    PushforwardError as PushforwardError,
     UnsupportedOpcodeError as UnsupportedOpcodeError,
     WrtError as WrtError,
 )
@@ -65,7 +66,7 @@ __all__ = [
     "explain", "precompile",
     "AuxOutputError", "config", "DifferentiationError", "DuplicateRuleError", "MutationError", "NaNError",
     "NonScalarOutputError", "NoRuleError",
-    "PullbackError", "UnsupportedOpcodeError", "WrtError",
+    "PullbackError", "PushforwardError", "UnsupportedOpcodeError", "WrtError",
     "NO_TANGENT", "ZERO", "differentiate_through", "frule", "non_differentiable", "not_implemented",
     "opt_out", "rrule", "scalar_rule",
 ]

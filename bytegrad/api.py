@@ -766,6 +766,10 @@ class _Nested:
             return _nested_sweep.recorded_call(self.tape, self.site, fn, args)
         return fn(*args)
 
+    def recorder(self) -> Optional[_nested_sweep.Recording]:
+        """What runs the forward pass's steps recorded while the tape is current (else None)."""
+        return _nested_sweep.Recording(self.tape) if self.recording() else None
+
     def sweep(self, seeds: dict[int, Any]) -> list[Any]:
         seeds = {i: c for i, c in seeds.items() if i >= self.start}  # earlier outputs: constants here
         if not seeds:
@@ -773,7 +777,7 @@ class _Nested:
         if self.recording():
             tls.nesting = getattr(tls, "nesting", 0) + 1
             try:
-                return _nested_sweep.sweep_recorded(self.tape, seeds, self.stop)
+                return sweep(self.tape, seeds, self.stop, self.recorder())
             finally:
                 tls.nesting -= 1
         return sweep(self.tape, seeds, self.stop)
@@ -1050,8 +1054,7 @@ def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any])
     for k, (spec, tangent) in enumerate(zip(specs, tangents)):
         _seed(spec, tangent, seeds, tape, d, k)
     start = nested.start if nested is not None else 0
-    call = nested.call if nested is not None and nested.recording() else None
-    dots = push_forward(tape, seeds, start, call)
+    dots = push_forward(tape, seeds, start, nested.recorder() if nested is not None else None)
     return out, _tangent_out(out, dots, tape.ids, start, nested)
 
 
@@ -1238,7 +1241,7 @@ def _jacobian_rev(tape: Tape, specs: list, out: Any, idx: int, nested: Optional[
 def _jacobian_fwd(tape: Tape, specs: list, out: Any, idx: int, nested: Optional[_Nested]) -> list[Any]:
     out_shape = np.shape(out)
     start = nested.start if nested is not None else 0
-    call = nested.call if nested is not None and nested.recording() else None
+    recorder = nested.recorder() if nested is not None else None
     jacs = []
     for s in specs:
         shape = np.shape(s.primal)
@@ -1246,7 +1249,7 @@ def _jacobian_fwd(tape: Tape, specs: list, out: Any, idx: int, nested: Optional[
         cols = []
         for k in range(int(np.prod(shape, dtype=np.int64))):
             seed = _basis(shape, dtype, k) if shape else 1.0
-            dots = push_forward(tape, {s.idx: seed}, start, call)
+            dots = push_forward(tape, {s.idx: seed}, start, recorder)
             col = dots[idx]
             if col is None:
                 col = np.zeros(out_shape, _float_dtype(out, s.primal))

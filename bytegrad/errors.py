@@ -291,6 +291,13 @@ class PullbackError(DifferentiationError):
     _cites_caller = False
 
 
+class PushforwardError(DifferentiationError):
+    """Forward mode's PullbackError: a rule's frule (or another pushforward) failed while tangents
+    were pushed through the recorded operations (`jvp`, `jacobian(mode="fwd")`)."""
+
+    _cites_caller = False
+
+
 class NaNError(DifferentiationError):
     """Debug mode (`bytegrad.config.debug_nans`, BYTEGRAD_DEBUG_NANS=1): an operation produced the
     first NaN or inf of the forward or reverse pass."""

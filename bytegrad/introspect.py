@@ -150,10 +150,10 @@ def _left_as_is(ins: Any, kind: Any, st: Any) -> Optional[str]:
     """Why the rewrite left this operation of the function's own code as it is, or None if it hooked it."""
     from bytegrad.transform.activity import nondiff_callable
     from bytegrad.transform.opcodes import OpKind, attr_parts, callable_slot
-    from bytegrad.transform.rewrite import NONDIFF_ATTRS, _call_active
+    from bytegrad.transform.rewrite import NONDIFF_ATTRS, call_active
 
     if kind is OpKind.CALL:
-        if _call_active(ins, st):
+        if call_active(ins, st):
             return None
         slot = callable_slot(int(ins.arg), st)
         if nondiff_callable(slot):

@@ -14,7 +14,7 @@ import pytest
 
 import bytegrad
 from bytegrad import DifferentiationError, grad
-from bytegrad.runtime import monitor
+from bytegrad.runtime import guards, monitor
 from tests.gradcheck import numerical_grad
 
 
@@ -280,7 +280,7 @@ def test_checking_mode_guards_inactive_sites():
     x = np.ones(2)
     tape.leaf(x)
     site = abi.Site(__file__, 1, "f", "+")
-    guarded = monitor.guard_for(abi.BINARY_HOOKS["+"])
+    guarded = guards.guard_for(abi.BINARY_HOOKS["+"])
     old = set_tape(tape)
     try:
         with pytest.raises(monitor.BlindCallError, match="left unrewritten"):

@@ -745,3 +745,44 @@ def test_nested_gradient_is_a_clear_error_naming_the_line():
     assert "nested derivative" in message and "frexp" in message
     line = inner.fn.__code__.co_firstlineno
     assert f"line {line}" in message and "np.sum(cube(v))" in message
+
+# ---- forward mode ---------------------------------------------------------------------------------
+
+
+def _op_failing_frule(x):
+    return x * 3.0
+
+
+@rrule(_op_failing_frule)
+def _op_failing_frule_rrule(x):
+    return x * 3.0, lambda out_bar: (out_bar * 3.0,)
+
+
+@bytegrad.frule(_op_failing_frule)
+def _op_failing_frule_frule(args_dot, x):
+    raise ValueError("boom in the frule")
+
+
+def calls_failing_frule(x):
+    y = np.sin(x)
+    return _op_failing_frule(y)  # recorded here
+
+
+def test_a_failing_frule_is_a_pushforward_error():
+    """Forward mode turns a failing step into an error as the reverse sweep does: a PushforwardError
+    at the line that recorded the operation, run as itself or recorded by a nested derivative (jvp
+    inside grad, worded as the reverse sweep's recorded failures are). Before, both were a bare
+    DifferentiationError, whatever a recorded step's error was."""
+    x = np.linspace(0.1, 0.9, 3)
+    with pytest.raises(bytegrad.PushforwardError) as info:
+        bytegrad.jvp(calls_failing_frule, (x,), (np.ones(3),))
+    assert_cites(info.value, calls_failing_frule, "# recorded here")
+    assert isinstance(info.value.__cause__, ValueError) and "frule" in str(info.value)
+
+    def outer(x):
+        return np.sum(bytegrad.jvp(calls_failing_frule, (x,), (np.ones(3),))[1])
+
+    with pytest.raises(bytegrad.PushforwardError) as info:
+        bytegrad.grad(outer)(x)
+    assert_cites(info.value, calls_failing_frule, "# recorded here")
+    assert "nested derivative" in str(info.value) and "boom in the frule" in str(info.value)

@@ -2,7 +2,8 @@
 
 Each hook runs the plain operation when no tape is active or no operand is being differentiated;
 otherwise it looks up the rule, runs the primal and records a node. Emitted code calls these names
-and, for a fused elementwise expression, `runtime.fused.fused_hook`. The hot paths (one-argument
+and, for a fused elementwise expression, `runtime.fused.fused_hook` (in the checking mode, at
+sites left alone, their guarded twins: runtime/guards.py). The hot paths (one-argument
 calls, binary operators, subscripts) record inline, their commonest cases pushing onto the tape
 without a method call; everything else delegates: calls to runtime/dispatch.py, recording to runtime/recording.py,
 operators off the fast path to runtime/operators.py, writes to runtime/writes.py.

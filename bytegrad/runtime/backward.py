@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from bytegrad._bytecode import parameters_read
 from bytegrad.errors import DifferentiationError, PullbackError, qualname
 from bytegrad.rules import registry
 from bytegrad.rules._apply import shape_of
@@ -152,24 +153,19 @@ _USES: dict[Any, frozenset[int]] = {}
 
 
 def partial_uses(d: Any, nargs: int) -> frozenset[int]:
-    """Which of (*args, out) a partial reads: positions 0..nargs (out is nargs)."""
+    """Which of (*args, out) a partial reads: positions 0..nargs (out is nargs). A partial that is
+    not a Python function, or takes `*args`, reads them all (`_bytecode.parameters_read`)."""
     uses = _USES.get(d)
     if uses is None:
         code = getattr(d, "__code__", None)
-        if code is None:
+        read = parameters_read(code) if code is not None else None
+        if read is None:
             uses = frozenset(range(nargs + 1))
         else:
-            import dis
             names = code.co_varnames[: code.co_argcount]
-            loaded = {ins.argval for ins in dis.get_instructions(code) if ins.opname.startswith("LOAD_FAST")}
-            loaded |= {n for ins in dis.get_instructions(code) if ins.opname == "LOAD_FAST_LOAD_FAST"
-                       for n in ins.argval}
-            if code.co_flags & 0x04:  # CO_VARARGS
-                uses = frozenset(range(nargs + 1))
-            else:
-                uses = frozenset(i for i, n in enumerate(names) if n in loaded)
-                if len(names) == nargs + 1 and names[-1] in loaded:
-                    uses |= {nargs}
+            uses = frozenset(i for i, n in enumerate(names) if n in read)
+            if len(names) == nargs + 1 and names[-1] in read:
+                uses |= {nargs}
         _USES[d] = uses
     return uses
 

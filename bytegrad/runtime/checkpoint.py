@@ -16,6 +16,10 @@ call whose `fn` writes into an array written before the call (with a `Performanc
 `fn` must be deterministic and return what it computes: a value it computed and left elsewhere
 (a global list, an attribute, an outside array it wrote into) is an error, found by reference
 counts once the segment's records are gone.
+
+Rewritten code hands a call of a `Checkpointed` over to its `__bytegrad_call__` (runtime/dispatch.py
+asks the callable's type for one), so the dispatcher needs no import of, or registration from, this
+module, which sits above it.
 """
 from __future__ import annotations
 
@@ -32,7 +36,7 @@ from bytegrad.rules._shape import is_stand_in
 from bytegrad.rules.registry import ZERO
 from bytegrad.runtime import forward, pytree, zerosafe
 from bytegrad.runtime.backward import TUPLE_ITEM
-from bytegrad.runtime.dispatch import CALL_HANDLERS, dispatch
+from bytegrad.runtime.dispatch import dispatch
 from bytegrad.runtime.records import Kind, Site, TupleOut
 from bytegrad.runtime.tangents import PerformanceWarning
 from bytegrad.runtime.tape import CaptureTape, Tape, saved_arrays, sweep, tls
@@ -73,6 +77,10 @@ class Checkpointed:
 
     def __repr__(self) -> str:
         return f"<bytegrad.checkpoint of {qualname(self.fn)}>"
+
+    def __bytegrad_call__(self, tape: Tape, site: Site, args: tuple, kwargs: Optional[dict]) -> Any:
+        """This call from rewritten code (dispatch hands it over): see `call`."""
+        return call(tape, site, self, args, kwargs)
 
 
 def checkpoint(fn: Callable[..., Any]) -> Checkpointed:
@@ -483,4 +491,3 @@ def pf_checkpoint(node: tuple, out: Any, parent_dots: Any) -> Any:
 #: `(CHECKPOINT, parents, site, segment)`: a collapsed segment, rerun in its reverse step
 CHECKPOINT = Kind("checkpoint", ("segment",), _bw_checkpoint, pushforward=pf_checkpoint, saved=_saved_checkpoint)
 CHECKPOINT.safe = CHECKPOINT.twin("zero-safe checkpoint", _bw_checkpoint_safe)
-CALL_HANDLERS[Checkpointed] = call

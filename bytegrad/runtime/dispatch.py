@@ -1,11 +1,13 @@
 """Dispatch: what a call with the tape active becomes.
 
 A callable with a rule is recorded (runtime/recording.py); a Python function is run rewritten
-(the transform registers how, `set_rewriter`: the runtime never imports it); bound methods,
+(the transform registers how, `set_rewriter`, when bytegrad.api is imported: a genuine inversion,
+the runtime calling the layer above it, which it may not import); bound methods,
 `functools.partial`, classes (`construct`), callable objects and NumPy functions written in Python
 are followed to the code they run; an in-place function or method (`a.sort()`, `np.copyto`,
 `np.add.at`, `out=`) is recorded as a write of its new value (runtime/writes.py); a C function
-without a rule that meets a differentiated value raises NoRuleError.
+without a rule that meets a differentiated value raises NoRuleError. A C function handed a Python
+function or object arms the frame watch (runtime/monitor.py) for the rest of the forward pass.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from bytegrad.rules import registry
 from bytegrad.rules.numpy.ufunc_methods import ufunc_at_in_rounds
 from bytegrad.rules.registry import RuleKind
 from bytegrad.runtime import tape as _tape
-from bytegrad.runtime import writes, zerosafe
+from bytegrad.runtime import monitor, writes, zerosafe
 from bytegrad.runtime.records import Site
 from bytegrad.runtime.recording import parent_of, record_elementwise, record_rrule, snapshot
 from bytegrad.runtime.tape import CaptureTape, Tape, constant_tree
@@ -190,8 +192,11 @@ def dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict
         # a NumPy function written in Python (np.diff, np.pad...): differentiate through its code
         return call_python(tape, site, fn._implementation, tuple(args), kwargs)
     handler = CALL_HANDLERS.get(t)
-    if handler is not None:  # bytegrad's own callables (runtime/checkpoint.py)
+    if handler is not None:  # C callables that call back into Python (operator.attrgetter: runtime/callbacks.py)
         return handler(tape, site, fn, tuple(args), kwargs)
+    own = getattr(t, "__bytegrad_call__", None)
+    if own is not None:  # a callable that takes over its calls from rewritten code (runtime/checkpoint.py)
+        return own(fn, tape, site, tuple(args), kwargs)
     dunder_call = getattr(t, "__call__", None)
     # a callable object (`np.vectorize(f)(x)`, `operator.itemgetter(0)(x)`, an lru_cache wrapper):
     # the rule of its type's `__call__`, or that method's Python code
@@ -205,8 +210,7 @@ def dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict
         if registry.load_plugins():
             return dispatch(tape, site, fn, args, kwargs)
         raise NoRuleError(method_key(fn), site.loc())
-    if "watch" in CALLBACKS:
-        _watch_objects(args, kwargs)
+    _watch_objects(args, kwargs)
     return fn(*args, **kwargs) if kwargs else fn(*args)
 
 
@@ -238,8 +242,7 @@ def _with_rule(tape: Tape, site: Site, fn: Any, rule: Any, owner: Any, args: tup
     if kind is RRULE and rule.rrule is not None:
         return record_rule(tape, site, rule, call_fn, tuple(args), kwargs)
     if kind is NONDIFF or kind is TRANSPARENT:
-        if "watch" in CALLBACKS:
-            _watch_objects(args, kwargs)
+        _watch_objects(args, kwargs)
         out = fn(*args[1:] if owner is not None else args, **kwargs) if kwargs else \
             fn(*(args[1:] if owner is not None else args))
         if tape.__class__ is CaptureTape and rule.fn not in CAPTURE_SAFE and any_tracked(tape.ids, tuple(args), kwargs):
@@ -268,7 +271,7 @@ def _watch_objects(args: tuple, kwargs: Optional[dict]) -> None:
         if (t is list or t is tuple) and a:
             t = type(a[0])
         if t.__flags__ & _HEAPTYPE or t is _FunctionType or t is _MethodType:
-            CALLBACKS["watch"]()
+            monitor.arm()
             return
 
 
@@ -284,8 +287,9 @@ CALLBACKS: dict[Any, Callable[..., Any]] = {}
 _callbacks_get = CALLBACKS.get
 
 
-#: callable types that take over their own calls from rewritten code: `handler(tape, site, fn,
-#: args, kwargs)` (runtime/checkpoint.py registers `Checkpointed`; runtime never imports upward)
+#: C callable types that call back into Python, by type: `handler(tape, site, fn, args, kwargs)`
+#: (runtime/callbacks.py fills it in, as CALLBACKS; a Python class takes over its own calls with a
+#: `__bytegrad_call__(self, tape, site, args, kwargs)` method instead: runtime/checkpoint.py's)
 CALL_HANDLERS: dict[type, Callable[..., Any]] = {}
 
 
@@ -305,8 +309,7 @@ def construct(tape: Tape, site: Site, cls: type, args: tuple, kwargs: Optional[d
     # an object argument may hold differentiated values (`W(p)`, whose `__init__` reads `p.v`)
     if not tracked and not (cls.__flags__ & _HEAPTYPE and type(cls.__init__) is _FunctionType and
                             any(type(a) not in PLAIN for a in args)):
-        if "watch" in CALLBACKS:  # `itertools.groupby(objs, key=f)`, `W(obj)` reading obj's values
-            _watch_objects(args, kwargs)
+        _watch_objects(args, kwargs)  # `itertools.groupby(objs, key=f)`, `W(obj)` reading obj's values
         return cls(*args, **kwargs) if kwargs else cls(*args)
     if tracked and tape.__class__ is CaptureTape:
         tape.refuse(f"builds a {qualname(cls)} from a differentiated value", site)

@@ -19,33 +19,29 @@ tuple of them for a rule's tuple output).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from bytegrad.runtime.tangents import TRANSPOSE_LIMIT, PerformanceWarning, fit_tangent, pf_transpose
-from bytegrad.runtime.tape import Tape, step_error
+from bytegrad.runtime.tape import Recorder, Tape, step_error
 
 __all__ = ["PerformanceWarning", "push_forward", "fit_tangent", "TRANSPOSE_LIMIT"]
 
 
-Call = Callable[[Callable[..., Any], tuple], Any]
-
-
-def _direct(fn: Callable[..., Any], args: tuple) -> Any:
-    return fn(*args)
-
-
-def push_forward(tape: Tape, seeds: dict[int, Any], start: int = 0, call: Optional[Call] = None) -> list[Any]:
+def push_forward(tape: Tape, seeds: dict[int, Any], start: int = 0, recorder: Optional[Recorder] = None) -> list[Any]:
     """Tangents of every node from index `start` on, given the tangents `seeds` of some leaves.
 
     Nodes before `start` belong to an enclosing computation: their tangents are None (they are
-    constants for this derivative). `call(fn, args)` runs each pushforward; a nested derivative
-    passes one that records the work on the tape.
+    constants for this derivative). This is `tape.sweep` run the other way, and it shares what the
+    two directions can: a nested derivative hands both the same `Recorder` (runtime/nested.py),
+    whose `call` runs each step recorded on the tape (nodes that appends are not visited), and a
+    failing step raises what `tape.step_error` says (a PushforwardError where the reverse sweep
+    raises a PullbackError). The walk itself is its own: it goes from the leaves up and gathers
+    each node's parents' tangents, where the reverse sweep scatters a cotangent to the parents
+    (and keeps that loop inline: it is every gradient's hot path).
     """
-    if call is None:
-        call = _direct
     nodes = tape.nodes
     values = tape.values
-    n = len(nodes)  # nodes a recorded pushforward appends are not visited
+    n = len(nodes)
     dots: list[Any] = [None] * n
     for i in range(start, n):
         seed = seeds.get(i)
@@ -65,11 +61,12 @@ def push_forward(tape: Tape, seeds: dict[int, Any], start: int = 0, call: Option
             parent_dots = _gather(parents, dots)
             if parent_dots is None:
                 continue
-        pushforward = node[0].pushforward or pf_transpose
+        step = node[0].pushforward or pf_transpose
         try:
-            dots[i] = call(pushforward, (node, values[i], parent_dots))
+            dots[i] = step(node, values[i], parent_dots) if recorder is None else \
+                recorder.call(node, step, (node, values[i], parent_dots))
         except Exception as exc:
-            error = step_error(node, exc, forward=True)
+            error = step_error(node, exc, recorded=recorder is not None, forward=True)
             if error is None:
                 raise
             raise error from exc

@@ -12,23 +12,22 @@ On 3.11 the same watch runs through `sys.setprofile`, from the same moment (a fo
 a Python object or function to C) to the end of the pass. With `BYTEGRAD_CHECK=1` (the test suite
 sets it) the watch runs from the start of every forward pass, and every site the rewrite left
 alone as inactive checks its operands (`GUARDS`): a differentiated value there raises
-`BlindCallError` instead of passing through.
+`BlindCallError` instead of passing through (those guards are runtime/guards.py's).
+
+`runtime/dispatch.py` imports this module and calls `arm` when a C function is handed a Python
+function or object; this module imports nothing that imports dispatch.
 """
 from __future__ import annotations
 
 import os
 import sys
 import types
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from bytegrad.errors import BlindCallError, SourceLoc
-from bytegrad.runtime import abi
-from bytegrad.runtime.dispatch import CALLBACKS
-from bytegrad.runtime.records import Site
-from bytegrad.runtime.recording import parent_of
 from bytegrad.runtime import tape as _tape
 
-__all__ = ["CHECK", "BlindCallError", "start", "arm", "stop", "GUARDS", "guard_for"]
+__all__ = ["CHECK", "BlindCallError", "start", "arm", "stop"]
 
 #: the checking mode (BYTEGRAD_CHECK=1): guards at inactive sites, and the frame watch on 3.11 too
 CHECK = os.environ.get("BYTEGRAD_CHECK", "") not in ("", "0")
@@ -240,45 +239,3 @@ def stop(token: Any) -> None:
         _MONITORING.set_events(_TOOL, 0)
     else:
         sys.setprofile(_saved_profile[0])
-
-
-CALLBACKS["watch"] = arm
-
-
-# ---- the checking mode's guards at inactive sites ----------------------------------------------------
-
-
-def _guard(hook: Callable[..., Any]) -> Callable[..., Any]:
-    def guarded(tape: Any, site: Site, *operands: Any) -> Any:
-        if tape is not None:
-            ids = tape.ids
-            made = getattr(tape, "made", ())  # (a capture tracks arrays made from constants: no derivative)
-            for v in operands:
-                p = parent_of(ids, v)
-                if p is not None and p not in made:
-                    raise BlindCallError(
-                        f"a differentiated value reached the operation {site.what}, which the activity "
-                        "analysis left unrewritten (BYTEGRAD_CHECK=1 checks every such site).", site.loc(),
-                        "report this as a bytegrad bug, with the function; meanwhile compute the value "
-                        "through a helper function that takes it as an argument.")
-        return hook(None, site, *operands)
-
-    guarded.__name__ = guarded.__qualname__ = f"guarded_{getattr(hook, '__name__', 'hook')}"
-    return guarded
-
-
-#: hook name -> the same operation, checking that no operand is differentiated (rewrite.py emits
-#: them at inactive sites in the checking mode; a public dict, so the disk cache refers to them)
-GUARDS: dict[str, Callable[..., Any]] = {}
-for _k, _hook in abi.BINARY_HOOKS.items():
-    GUARDS[f"binary{_k}"] = _guard(_hook)
-for _name in ("getitem", "getslice", "getattr_", "neg", "pos", "iter_"):
-    GUARDS[_name] = _guard(getattr(abi, _name))
-
-
-def guard_for(hook: Callable[..., Any]) -> Callable[..., Any]:
-    """The guarded twin of a hook of `abi`."""
-    for k, h in abi.BINARY_HOOKS.items():
-        if h is hook:
-            return GUARDS[f"binary{k}"]
-    return GUARDS[hook.__name__]

@@ -5,7 +5,9 @@ shares that tape: its leaves are identity nodes linked to the outer values, its 
 recorded like any user code, and its reverse sweep (`tape.sweep`, handed a `Recorder`) runs the
 records' backward functions and the rules' pullbacks (plain Python + NumPy) through the
 rewriter, so every operation of the sweep is recorded too and the outer derivative
-differentiates through it. The sweep stops at the inner leaves:
+differentiates through it: `Recording` is that recorder, which bytegrad.api's nested derivative
+hands to `tape.sweep`, and to `forward.push_forward` for forward mode inside a differentiated
+function (`jvp`). The sweep stops at the inner leaves:
 values recorded before them are constants for the inner derivative, which is what keeps two
 levels from confusing their perturbations.
 
@@ -22,9 +24,9 @@ from bytegrad.rules.registry import ZERO
 from bytegrad.runtime import abi
 from bytegrad.runtime.dispatch import call_python
 from bytegrad.runtime.records import Site
-from bytegrad.runtime.tape import Recorder, Tape, sweep
+from bytegrad.runtime.tape import Recorder, Tape
 
-__all__ = ["sweep_recorded", "recorded_call", "recorded_add", "project_traced"]
+__all__ = ["Recording", "recorded_call", "recorded_add", "project_traced"]
 
 _ndarray = np.ndarray
 
@@ -47,18 +49,10 @@ def recorded_add(tape: Tape, site: Site, old: Any, new: Any) -> Any:
     return _add(tape, site, old, new)
 
 
-def sweep_recorded(tape: Tape, seeds: dict[int, Any], stop: int) -> list[Any]:
-    """`tape.sweep(tape, seeds, stop)`, with every backward step recorded on `tape` itself.
-
-    `tape` must be the thread's current tape (the rewritten pullbacks fetch it). Nodes appended
-    while sweeping (the sweep's own record) are not visited.
-    """
-    return sweep(tape, seeds, stop, _Recording(tape))
-
-
-class _Recording(Recorder):
-    """Runs the sweep's steps rewritten and its additions through the add hook, on `tape`, at the
-    site of the node they serve."""
+class Recording(Recorder):
+    """Runs a sweep's steps rewritten and its additions through the add hook, on `tape`, at the
+    site of the node they serve: the `Recorder` of a nested derivative's reverse sweep and of its
+    forward pass (`forward.push_forward`)."""
 
     __slots__ = ("tape",)
 

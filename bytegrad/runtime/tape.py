@@ -13,7 +13,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from bytegrad.errors import (
-    RULE_CASE_FIX, DifferentiationError, MutationError, NaNError, PullbackError, RuleCaseError, SourceLoc,
+    RULE_CASE_FIX, DifferentiationError, MutationError, NaNError, PullbackError, PushforwardError, RuleCaseError,
+    SourceLoc,
 )
 from bytegrad.rules.registry import NO_TANGENT, ZERO, NoTangent, Zero
 from bytegrad.runtime import fpwarn
@@ -259,7 +260,14 @@ def saved_arrays(node: tuple) -> list[np.ndarray]:
 
 def collect(item: Any, found: list[np.ndarray], depth: int) -> None:
     """Append to `found` the arrays `item` holds, `depth` levels down through tuples, lists, closure
-    cells and bytegrad's slotted records: what a rule's pullback captured (runtime/backward.py)."""
+    cells and bytegrad's slotted records: what a rule's pullback captured (runtime/backward.py).
+
+    Rules do not declare what they save. Copy-on-write (`Tape._keep_saved`) must not only find a
+    saved array but make the pullback read the copy, and a closure's captures are reachable only
+    through its cells (`_replaced`): a declared list beside the closure would be a second record of
+    what it holds, which nothing could check, where an omission is a wrong gradient. A rule that
+    keeps its state in a slotted record (rules/numpy/reductions.py's `_Reduction`) has in effect
+    declared it: its slots are read and replaced by name."""
     t = type(item)
     if t is _ndarray:
         found.append(item)
@@ -326,9 +334,11 @@ def accumulate(old: Any, new: Any) -> Any:
 
 
 class Recorder:
-    """How a nested derivative's sweep runs its steps (runtime/nested.py): `call(node, fn, args)`
-    runs a reverse step or a cotangent thunk of `node` rewritten, recorded on the tape, and
-    `add(node, old, new)` adds two cotangents with the addition recorded."""
+    """How a nested derivative's sweep runs its steps (runtime/nested.py), in either direction:
+    `call(node, fn, args)` runs a step of `node` (a reverse step, a cotangent thunk, a pushforward)
+    rewritten, recorded on the tape, and `add(node, old, new)` adds two cotangents with the
+    addition recorded. `sweep` and `forward.push_forward` take one; without it they run the
+    steps as themselves."""
 
     def call(self, node: Optional[tuple], fn: Callable[..., Any], args: tuple) -> Any:
         raise NotImplementedError
@@ -415,39 +425,36 @@ def sweep(tape: Tape, seeds: dict[int, Any], stop: int = -1, recorder: Optional[
 def step_error(node: tuple, exc: Exception, recorded: bool = False, forward: bool = False) -> Optional[Exception]:
     """The error a failing step of a sweep raises in place of `exc` (None: `exc` itself).
 
-    The one place that says how a reverse step, a recorded one (a nested derivative runs it
-    rewritten, to differentiate it) or a forward step fails: a DifferentiationError passes through
-    as it is, any other exception becomes a PullbackError (a DifferentiationError in forward mode)
-    naming the line that recorded the operation. A recorded step's DifferentiationError (an
-    operation of a pullback that has no rule) is named as the nested derivative's failure.
+    The one place that says how a step fails, in either direction: a reverse step (`sweep`) or a
+    forward one (`forward.push_forward`), run as itself or recorded (a nested derivative runs it
+    rewritten, to differentiate it). A DifferentiationError passes through as it is (a rule's
+    RuleCaseError without a location gets the line that recorded the operation); any other
+    exception becomes a PullbackError, or a PushforwardError in forward mode, naming that line. A
+    recorded step's DifferentiationError (an operation of a pullback that has no rule) is named as
+    the nested derivative's failure.
     """
     site = node[2]
     loc = site.loc() if site is not None else None
-    if forward:
-        if isinstance(exc, DifferentiationError):
-            return None
-        return DifferentiationError(
-            f"the forward pass (tangents) of this operation failed: {type(exc).__name__}: {exc}", loc,
-            "if this operation uses a custom rule, check its frule with bytegrad.rules.testing.check_rule.")
+    cls, what, fn = (PushforwardError, "forward pass (tangents)", "frule") if forward else \
+        (PullbackError, "reverse pass", "pullback")
     if not recorded:
         if isinstance(exc, RuleCaseError) and exc.loc is None:  # a rule's pullback met a case it does not
             # cover (scipy.stats' cdf in a shape parameter): the same error, at the line that recorded it
             return RuleCaseError(exc.problem, loc, exc.fix or RULE_CASE_FIX)
         if isinstance(exc, DifferentiationError):
             return None
-        return PullbackError(
-            f"the reverse pass of this operation failed: {type(exc).__name__}: {exc}", loc,
-            "if this operation uses a custom rule, check its pullback with bytegrad.rules.testing.check_rule.")
-    if isinstance(exc, PullbackError):
+        return cls(f"the {what} of this operation failed: {type(exc).__name__}: {exc}", loc,
+                   f"if this operation uses a custom rule, check its {fn} with bytegrad.rules.testing.check_rule.")
+    if isinstance(exc, (PullbackError, PushforwardError)):
         return None
     if isinstance(exc, NaNError):  # debug mode: named at the line that recorded this operation
-        return NaNError(f"while a nested derivative ran the reverse pass of {node[0].describe(node)} (recorded at "
+        return NaNError(f"while a nested derivative ran the {what} of {node[0].describe(node)} (recorded at "
                         f"this line), {exc.problem}", loc if site is not None else exc.loc, exc.fix)
     detail = " / ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip())
-    return PullbackError(
-        "a nested derivative differentiates the reverse pass of this operation, and that failed: "
+    return cls(
+        f"a nested derivative differentiates the {what} of this operation, and that failed: "
         f"{type(exc).__name__}: {detail}", loc,
-        "give the function a rule whose pullback uses only differentiable operations, or take the "
+        f"give the function a rule whose {fn} uses only differentiable operations, or take the "
         "inner derivative outside the differentiated function.")
 
 

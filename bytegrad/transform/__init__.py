@@ -34,8 +34,7 @@ def rewrite_code(code: types.CodeType, active: frozenset[str], fn_globals: dict[
     A rewrite stored on disk by an earlier process is loaded instead when everything it assumed
     (the globals and rules it resolved) still holds: see `cache.rewrite_cached`.
     """
-    if registry._LAZY_RULES:  # scipy, numpy.fft... imported since the last rewrite: their rules decide what to rewrite
-        registry.load_lazy_rules()
+    registry.load_lazy_rules()  # scipy imported since the last rewrite: its rules decide what to rewrite
     new_code = cache.rewrite_cached(
         code, active, immutable, fn_globals,
         lambda assumed: _rewrite_fresh(code, active, fn_globals, immutable, assumed))

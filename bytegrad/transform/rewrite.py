@@ -15,7 +15,7 @@ from typing import Any, Callable, Final, Optional
 from bytecode import Bytecode, Instr
 
 from bytegrad.errors import SourceLoc
-from bytegrad.runtime import abi, fused, monitor
+from bytegrad.runtime import abi, fused, guards, monitor
 from bytegrad.runtime.dispatch import MAKERS
 from bytegrad.transform import fusion, opcodes
 from bytegrad.transform.activity import NONDIFF_ATTRS, SHAPE_ONLY, Activity, Slot, nondiff_callable
@@ -97,7 +97,7 @@ class _Rewriter:
 
     def guard(self, n_operands: int, hook: Any, ins: Instr, what: str) -> None:
         """BYTEGRAD_CHECK=1: a site left inactive still checks that no operand is differentiated."""
-        self.out += opcodes.call_hook(n_operands, monitor.guard_for(hook), TAPE_LOCAL, _site(self.loc, ins, what),
+        self.out += opcodes.call_hook(n_operands, guards.guard_for(hook), TAPE_LOCAL, _site(self.loc, ins, what),
                                       ins.location)
 
 
@@ -302,7 +302,7 @@ def fusion_disabled() -> bool:
 
 
 def _hooked_call(ins: Instr, st: Any) -> bool:
-    return _call_active(ins, st) or (st is not None and _makes_array(opcodes.callable_slot(int(ins.arg), st)))
+    return call_active(ins, st) or (st is not None and _makes_array(opcodes.callable_slot(int(ins.arg), st)))
 
 
 def _makes_array(slot: Optional[Slot]) -> bool:
@@ -314,7 +314,7 @@ def _makes_array(slot: Optional[Slot]) -> bool:
         return False
 
 
-def _call_active(ins: Instr, st: Any) -> bool:
+def call_active(ins: Instr, st: Any) -> bool:
     """A call is hooked when its callable or an argument may be active, unless the callable is a
     known shape query (`len(x)` runs as it is)."""
     if st is None:

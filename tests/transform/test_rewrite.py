@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bytegrad import transform
-from bytegrad.runtime import abi, monitor
+from bytegrad.runtime import abi, guards, monitor
 from bytegrad.runtime.tape import Tape, set_tape
 from bytegrad.transform import opcodes
 
@@ -91,7 +91,7 @@ def test_checking_mode_guards_the_inactive_sites(monkeypatch):
     new = transform.rewrite_code(sample_active.__code__, frozenset({"x"}), sample_active.__globals__)
     consts = set(c for c in new.co_consts if callable(c))
     assert abi.BINARY_HOOKS["*"] in consts                              # x * y: hooked
-    assert monitor.guard_for(abi.BINARY_HOOKS["%"]) in consts           # i % len(z): guarded
+    assert guards.guard_for(abi.BINARY_HOOKS["%"]) in consts           # i % len(z): guarded
 
 
 def test_rewritten_code_records_on_a_tape():
