@@ -468,3 +468,42 @@ def small_matmul() -> Optional[Any]:
             return None
         _small_matmul.append(fn)
     return _small_matmul[0]
+
+
+_vector_math: dict[str, Any] = {}
+
+
+def vector_math() -> dict[str, Any]:
+    """runtime/vmath.py's functions as `njit` functions that Numba inlines where a kernel calls them
+    (so its element loop vectorises), by name, with `radd`: an addition LLVM may reassociate, for the
+    sums a loop accumulates (a vectorised sum adds in another order, as NumPy's pairwise sum does).
+    Empty when Numba is disabled or cannot be imported."""
+    with _LOCK:
+        if not _vector_math and jit_program("def _probe():\n    pass\n", {}, "_probe") is not None:
+            _vector_math.update(_compile_vector_math())
+    return _vector_math
+
+
+def _compile_vector_math() -> dict[str, Any]:
+    from llvmlite import ir
+    from numba import njit, types as nbtypes
+    from numba.extending import intrinsic
+
+    from bytegrad.runtime import vmath
+
+    @intrinsic
+    def _bits(typingctx, x):  # noqa: ARG001 - Numba's intrinsic signature
+        return nbtypes.int64(nbtypes.float64), lambda context, builder, sig, args: builder.bitcast(args[0], ir.IntType(64))
+
+    @intrinsic
+    def _float(typingctx, i):  # noqa: ARG001
+        return nbtypes.float64(nbtypes.int64), lambda context, builder, sig, args: builder.bitcast(args[0], ir.DoubleType())
+
+    ns = dict(vars(vmath), _bits=_bits, _float=_float)
+    out = {}
+    for name in vmath.HELPERS + vmath.FUNCTIONS:
+        f = getattr(vmath, name)
+        ns[name] = out[name] = njit(inline="always", error_model="numpy")(
+            types.FunctionType(f.__code__, ns, name, f.__defaults__))
+    out["radd"] = njit(inline="never", fastmath={"reassoc"}, error_model="numpy")(lambda a, b: a + b)
+    return {name: out[name] for name in vmath.FUNCTIONS + ("radd",)}

@@ -32,7 +32,7 @@ from bytegrad.rules._apply import shape_of
 from bytegrad.runtime import kernels
 from bytegrad.runtime.backward import partial_uses, singular_partial
 from bytegrad.runtime.program import Builder, Ineligible, Record
-from bytegrad.runtime.program_source import SET, Constants, inline_partial, operator_expr
+from bytegrad.runtime.program_source import AST_LOCK, SET, Constants, inline_partial, operator_expr
 
 __all__ = ["emit"]
 
@@ -336,13 +336,51 @@ def _emit_loop(b: Builder, records: list[int], depends: set[int], out_idx: int, 
     if shape == ():  # floats only: no loop
         lines += body + [f"total = {result}"]
     else:
+        body.append(f"total += {_elements(result, arrays)}")
         lines += ["total = 0.0", f"for i in range({math.prod(shape)}):"]
         lines += [f"    {a}_i = float({a}[i])" if a in narrow else f"    {a}_i = {a}[i]" for a in arrays]
-        lines += ["    " + ln for ln in body] + [f"    total += {_elements(result, arrays)}"]
+        lines += ["    " + ln for ln in vector_calls(body, k.names)]
     ret = ["total"] + [f"r{p}" for p in leaves]
     params = list(dict.fromkeys(k.params))
     flat = [f"{v}.reshape(-1)" if v in arrays else v for v in params]
     return k, lines, ret, params, flat, leaves
+
+
+def vector_calls(lines: list[str], names: Constants) -> list[str]:
+    """Element-loop `lines` with their exp, expm1, log, log1p and tanh calls on one float (a ufunc
+    or `math` function, or `np.`/`math.` one written by a partial) turned into runtime/vmath.py's,
+    which LLVM vectorises, and each `s += x` into `s = radd(s, x)`, a sum it may vectorise (in
+    another order of additions, as NumPy's pairwise sum has its own). Unchanged without Numba."""
+    vm = kernels.vector_math()
+    if not vm:
+        return lines
+    fns = {n: _VECTOR.get(id(v)) for n, v in names.ns.items()}
+    mods = {n for n, v in names.ns.items() if v is np or v is math}
+
+    class _Swap(ast.NodeTransformer):
+        def visit_Call(self, node: ast.Call) -> ast.AST:
+            self.generic_visit(node)
+            f = node.func
+            name = (fns.get(f.id) if isinstance(f, ast.Name) else
+                    f.attr if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
+                    and f.value.id in mods and f.attr in vm and f.attr != "radd" else None)
+            if name is None or len(node.args) != 1 or node.keywords:
+                return node
+            return ast.copy_location(ast.Call(ast.Name(names.const(vm[name], "vm"), ast.Load()), node.args, []), node)
+
+    out = []
+    for ln in lines:
+        target, plus, expr = ln.partition(" += ")
+        if plus:
+            ln = f"{target} = {names.const(vm['radd'], 'radd')}({target}, {expr})"
+        with AST_LOCK:
+            out.append(ast.unparse(_Swap().visit(ast.parse(ln))))
+    return out
+
+
+#: NumPy ufuncs and `math` functions (by id) with a vectorisable runtime/vmath.py twin, by its name
+_VECTOR = {id(f): f.__name__ for f in (np.exp, np.expm1, np.log, np.log1p, np.tanh, math.exp, math.expm1,
+                                       math.log1p, math.tanh)}
 
 
 def _elements(line: str, arrays: list[str]) -> str:
