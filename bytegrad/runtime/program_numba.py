@@ -113,7 +113,10 @@ class _Kernel:
             self.b.forms[i] = form
             expr = self._loops(rec, self.b.fill(form.forward, rec, ops))
         v = f"v{i}"
-        if self.hybrid and fn in _SIMD and type(out) is _ndarray and out.size >= HYBRID_MIN and len(ops) == 1:
+        vm = self.hybrid and type(out) is _ndarray and len(ops) == 1 and _VECTOR.get(id(fn)) and kernels.vector_math()
+        if vm:  # runtime/vmath.py's loop, vectorised, in place of Numba's libm call per element
+            self.lines.append(f"{v} = {self.names.const(vm[_VECTOR[id(fn)] + '_array'], 'vm')}({ops[0]})")
+        elif self.hybrid and fn in _SIMD and type(out) is _ndarray and out.size >= HYBRID_MIN and len(ops) == 1:
             self.splits[v] = fn
             self.lines.append(f"{_SPLIT}{v} = {ops[0]}")
         else:
@@ -189,7 +192,7 @@ class _Kernel:
             a_shape = a.shape if type(a) is _ndarray else shape_of(a)
             t = f"t{self.b.tmp()[2:]}"
             self.lines.append(f"{t} = {bar}")
-            self.contribute(p, *_reduce(self.lines, t, shape, out_shape, a_shape))
+            self.contribute(p, *_reduce(self.names, t, shape, out_shape, a_shape))
 
     def _form(self, rec: Record, g: str, targets: list) -> None:
         form = self.b.forms[rec.idx]
@@ -215,7 +218,7 @@ def _partial_value(d: Any, rec: Record) -> Any:
         return singular_partial(d, rec.args, rec.out)
 
 
-def _reduce(lines: list[str], t: str, shape: Any, out_shape: tuple, a_shape: tuple) -> tuple[str, Any]:
+def _reduce(names: Constants, t: str, shape: Any, out_shape: tuple, a_shape: tuple) -> tuple[str, Any]:
     """`unbroadcast` of runtime/_shape.py written out: (the expression, its shape or None for a float)."""
     if shape is None:  # a uniform float: scaled by how many output elements each input fed
         if a_shape == out_shape:
@@ -229,6 +232,9 @@ def _reduce(lines: list[str], t: str, shape: Any, out_shape: tuple, a_shape: tup
     lead = len(shape) - len(a_shape)
     kept = shape[lead:]
     axes = [j + lead for j, n in enumerate(a_shape) if n == 1 and kept[j] != 1] + list(range(lead))
+    vm = kernels.vector_math() if len(shape) == 2 and len(axes) == 1 else None
+    if vm:  # a 2-D array summed along one axis: a loop
+        return f"{names.const(vm['sum_rows' if axes == [1] else 'sum_cols'], 'vm')}({t}).reshape({a_shape!r})", a_shape
     expr = t
     for ax in sorted(axes, reverse=True):
         expr = f"{expr}.sum(axis={ax})"

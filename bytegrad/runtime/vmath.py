@@ -65,7 +65,7 @@ def _expm1_poly(r):
 
 
 def exp(x):
-    xc = min(max(x, -750.0), 750.0)
+    xc = min(max(x if x == x else 0.0, -750.0), 750.0)  # (NaN: selected back at the end)
     n, r = _reduce(xc)
     h = (n * 0.5 + _SHIFT) - _SHIFT  # 2^n as 2^h * 2^(n - h): each factor stays a normal float
     y = (1.0 + _expm1_poly(r)) * _pow2(h) * _pow2(n - h)
@@ -73,7 +73,7 @@ def exp(x):
 
 
 def expm1(x):
-    xc = min(max(x, -60.0), 750.0)
+    xc = min(max(x if x == x else 0.0, -60.0), 750.0)
     n, r = _reduce(xc)
     e = _expm1_poly(r)
     h = (n * 0.5 + _SHIFT) - _SHIFT
@@ -140,8 +140,9 @@ def log(x):
 
 def log1p(x):
     u = 1.0 + x
-    k, f = _log_parts(u if u > 0.0 else 1.0)
-    c = (x - (u - 1.0)) / u  # what 1 + x lost in rounding, relative to u (no loss when k is 0... exact)
+    u = u if u > 0.0 and u < _INF else 1.0  # (the others are selected at the end)
+    k, f = _log_parts(u)
+    c = (x - (u - 1.0)) / u  # what rounding 1 + x lost, relative to it
     y = k * _LN2_LO + (_log1p_f(f) + c) + k * _LN2_HI
     y = x if abs(x) < 1e-300 else y
     y = -_INF if x == -1.0 else y
