@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 import types
 
@@ -137,15 +138,20 @@ def _dense(W, b, x):
     return np.sum(np.tanh(W @ x + b[:, None]))
 
 
+def _both_sides(W, x):  # x before the loop (in W @ x) and in it; a float operand
+    z = W @ x
+    return np.sum(np.exp(-0.5 * z * z) * x + 2.0)
+
+
 def _make(fn, rng, dtype):
     shapes = {_chain: [(500,)], _row_bias: [(6, 150), (6, 1)], _col_bias: [(150, 6), (6,)], _outer: [(30, 1), (1, 20)],
-              _dense: [(5, 5), (5,), (5, 130)]}[fn]
+              _dense: [(5, 5), (5,), (5, 130)], _both_sides: [(4, 4), (4, 70)]}[fn]
     return tuple(rng.standard_normal(s).astype(dtype) for s in shapes)
 
 
 @needs_numba
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("fn", [_chain, _row_bias, _col_bias, _outer, _dense], ids=lambda f: f.__name__.strip("_"))
+@pytest.mark.parametrize("fn", [_chain, _row_bias, _col_bias, _outer, _dense, _both_sides], ids=lambda f: f.__name__.strip("_"))
 def test_kernels_with_vector_math_agree_with_the_general_path(fn, dtype):
     """Each program runs as a Numba kernel calling vmath (its source says so), and its value and
     gradients are the general path's over calls with new values: to 1e-12 in float64, within float32
@@ -164,4 +170,6 @@ def test_kernels_with_vector_math_agree_with_the_general_path(fn, dtype):
             assert g.shape == a.shape and g.dtype == a.dtype
     (prog,) = [p for t in compiled._BY_FUNCTION[own].values() for p in t.programs]
     assert prog.backend == "numba" and "vm" in prog.source, prog.source
+    if fn is not _chain:  # one loop nest over the broadcast shape (runtime/program_fused.py)
+        assert re.search(r"for i in range\(\d+\):\n(.*\n)*\s+for j in range", prog.source), prog.source
     assert fast.stats()["compiled"]["disagreements"] == 0

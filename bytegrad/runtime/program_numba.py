@@ -29,7 +29,7 @@ import numpy as np
 from bytegrad import _operators
 from bytegrad.errors import qualname
 from bytegrad.rules._apply import shape_of
-from bytegrad.runtime import kernels
+from bytegrad.runtime import kernels, program_fused
 from bytegrad.runtime.backward import partial_uses, singular_partial
 from bytegrad.runtime.program import Builder, Ineligible, Record
 from bytegrad.runtime.program_source import AST_LOCK, SET, Constants, inline_partial, operator_expr
@@ -55,6 +55,7 @@ class _Kernel:
         #: array kernels: run NumPy's SIMD loops for large transcendental steps between kernel parts
         self.hybrid = False
         self.splits: dict[str, Any] = {}        # the variable a NumPy ufunc gives -> the ufunc
+        self.loop = False  # writing the body of an element loop (program_fused.py): every value a float
 
     # -- values --
 
@@ -182,7 +183,7 @@ class _Kernel:
                 inline = inline_partial(d, read, self.names)
                 if inline is None:
                     raise Ineligible(f"a partial of {qualname(rec.fn)} that is not a one-line lambda", rec.site)
-                pv = _partial_value(d, rec)
+                pv = None if self.loop else _partial_value(d, rec)
                 p_shape = pv.shape if type(pv) is _ndarray else None
                 shape = g_shape if g_shape is not None else p_shape
                 if shape is not None and shape != out_shape:
@@ -192,6 +193,9 @@ class _Kernel:
             a_shape = a.shape if type(a) is _ndarray else shape_of(a)
             t = f"t{self.b.tmp()[2:]}"
             self.lines.append(f"{t} = {bar}")
+            if self.loop:  # one element's contribution: program_fused.py sums it where it broadcast
+                self.contribute(p, t, None)
+                continue
             self.contribute(p, *_reduce(self.names, t, shape, out_shape, a_shape))
 
     def _form(self, rec: Record, g: str, targets: list) -> None:
@@ -409,6 +413,11 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
     if loop is not None:
         k, lines, ret, params, flat, leaves = _emit_loop(b, records, depends, out_idx, loop)
         return _finish(b, k, lines, ret, params, flat, leaves, out_idx, len(records))
+    k = _Kernel(b, depends)
+    fused = program_fused.emit(k, records, out_idx)
+    if fused is not None:
+        params = list(dict.fromkeys(k.params))
+        return _finish(b, k, fused[0], fused[1], params, params, fused[2], out_idx, len(records))
     k = _Kernel(b, depends)
     k.hybrid = True
     for i in records:
