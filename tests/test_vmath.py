@@ -173,3 +173,20 @@ def test_kernels_with_vector_math_agree_with_the_general_path(fn, dtype):
     if fn is not _chain:  # one loop nest over the broadcast shape (runtime/program_fused.py)
         assert re.search(r"for i in range\(\d+\):\n(.*\n)*\s+for j in range", prog.source), prog.source
     assert fast.stats()["compiled"]["disagreements"] == 0
+
+
+def _float_scale(x, b, s):  # a differentiated float in the loop: its cotangent summed over all elements
+    return np.sum(np.tanh(x + b) * s)
+
+
+@needs_numba
+def test_a_float_argument_of_the_loop_gets_the_sum_of_its_elements():
+    rng = np.random.default_rng(6)
+    own = _fresh(_float_scale)
+    fast = bytegrad.differentiate(own, wrt=(0, 1, 2), tier="numba")
+    general = bytegrad.differentiate(_float_scale, wrt=(0, 1, 2), tier="general")
+    for _ in range(3):
+        args = rng.standard_normal((4, 50)), rng.standard_normal((4, 1)), float(rng.uniform(0.5, 2))
+        assert_trees_close(fast.value_and_grad(*args), general.value_and_grad(*args), rtol=1e-12, atol=1e-12)
+    (prog,) = [p for t in compiled._BY_FUNCTION[own].values() for p in t.programs]
+    assert prog.backend == "numba" and "for j in range" in prog.source, prog.source

@@ -50,15 +50,19 @@ def _split(b: Builder, records: list[int], out_idx: int) -> Optional[tuple[tuple
     for i in before:
         if any(p in inside for p in b.records[i].parents if p is not None):
             return None  # a record before the chain reads an element of it
+    narrow = False
     for i in chain:
         rec = b.records[i]
         for a in rec.args:
             if type(a) is _ndarray:
+                narrow = narrow or a.dtype == np.float32
                 if a.dtype not in _FLOATS or a.ndim > len(shape) or a.ndim == 0 or \
                         any(n not in (1, s) for n, s in zip(a.shape[::-1], shape[::-1])):
                     return None
             elif not (type(a) in (int, float) or isinstance(a, (np.floating, np.integer))):
                 return None
+    if narrow and any(type(b.tape.values[p]) is not _ndarray for p in b.wrt_leaves):
+        return None  # a float argument's gradient from float32 arithmetic: as program_numba._loop_shape
     return shape, before, chain
 
 
@@ -69,8 +73,9 @@ def _index(a_shape: tuple, shape: tuple) -> tuple[str, ...]:
     return tuple(v if n != 1 or s == 1 else "0" for v, n, s in zip(tail, a_shape, shape[len(shape) - len(a_shape):]))
 
 
-def emit(k: Any, records: list[int], out_idx: int) -> Optional[tuple[list[str], list[str], list[int]]]:
-    """The kernel's lines, what it returns and the differentiated leaves it returns cotangents of,
+def emit(k: Any, records: list[int], out_idx: int) -> Optional[tuple[list[str], list[str], list[int], frozenset]]:
+    """The kernel's lines, what it returns, the differentiated leaves it returns cotangents of and
+    those of its returns that are arrays it made and holds nowhere else,
     written with `k` (program_numba's `_Kernel`, fresh); None when the program is not of this shape
     (then `k` is spent)."""
     vm = kernels.vector_math()
@@ -94,7 +99,7 @@ def emit(k: Any, records: list[int], out_idx: int) -> Optional[tuple[list[str], 
         rec = b.records[i]
         k.array.pop(f"v{i}", None)
         for a, p in zip(rec.args, rec.parents + (None,) * len(rec.args)):
-            if type(a) is _ndarray and p not in inside:
+            if (type(a) is _ndarray or p is not None) and p not in inside:  # an array, or a float argument
                 operands.setdefault(k.operand(a, p, rec), (a, p))
     top = b.records[out_idx].parents[0]
     radd = k.names.const(vm["radd"], "radd")
@@ -108,21 +113,25 @@ def emit(k: Any, records: list[int], out_idx: int) -> Optional[tuple[list[str], 
                 k.reverse(i)
         k.loop = False
     outside = sorted({p for _, p in operands.values() if p is not None and p in k.set})
-    for v in operands:
-        body[:] = [re.sub(rf"\b{v}\b", f"{v}_e", ln) for ln in body]
+    for v, (a, _) in operands.items():
+        if type(a) is _ndarray:
+            body[:] = [re.sub(rf"\b{v}\b", f"{v}_e", ln) for ln in body]
     for p in outside:  # inside the loop an operand's cotangent is one element's
         body[:] = [re.sub(rf"\bg{p}\b", f"e{p}", ln) for ln in body]
     from bytegrad.runtime.program_numba import vector_calls
 
     loops = _loops(k, shape, operands, outside, vector_calls(body, k.names), radd)
     for p in outside:
-        k.array[f"g{p}"] = b.tape.values[p].shape
+        if type(b.tape.values[p]) is _ndarray:
+            k.array[f"g{p}"] = b.tape.values[p].shape
     for i in reversed(before):
         if i in depends:
             k.lines = post
             k.reverse(i)
     leaves = sorted(p for p in b.wrt_leaves if p in k.set)
-    return pre + loops + post, ["total"] + [f"g{p}" for p in leaves], leaves
+    # a leaf's array from the loop that nothing after it wrote: made here, held nowhere else
+    owned = frozenset(f"g{p}" for p in outside if not any(ln.startswith(f"g{p} = ") for ln in post))
+    return pre + loops + post, ["total"] + [f"g{p}" for p in leaves], leaves, owned
 
 
 def _loops(k: Any, shape: tuple, operands: dict[str, tuple[Any, Any]], outside: list[int], body: list[str],
@@ -135,7 +144,7 @@ def _loops(k: Any, shape: tuple, operands: dict[str, tuple[Any, Any]], outside: 
     first, outer_end, inner_end, after = ["total = 0.0"], [], [], []
     outer_start: list[str] = []
     loads = [f"{v}_e = {'float(' if a.dtype == np.float32 else '('}{v}[{', '.join(_index(a.shape, shape))}])"
-             for v, (a, _) in operands.items()]
+             for v, (a, _) in operands.items() if type(a) is _ndarray]
     for p in outside:
         value = values[p]
         if type(value) is not _ndarray:

@@ -32,7 +32,7 @@ from bytegrad.rules._apply import shape_of
 from bytegrad.runtime import kernels, program_fused
 from bytegrad.runtime.backward import partial_uses, singular_partial
 from bytegrad.runtime.program import Builder, Ineligible, Record
-from bytegrad.runtime.program_source import AST_LOCK, SET, Constants, inline_partial, operator_expr
+from bytegrad.runtime.program_source import AST_LOCK, OWNED, SET, Constants, inline_partial, operator_expr
 
 __all__ = ["emit"]
 
@@ -412,12 +412,13 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
     loop = _loop_shape(b, records, out_idx)
     if loop is not None:
         k, lines, ret, params, flat, leaves = _emit_loop(b, records, depends, out_idx, loop)
-        return _finish(b, k, lines, ret, params, flat, leaves, out_idx, len(records))
+        owned = frozenset(f"r{p}" for p in leaves if type(b.tape.values[p]) is _ndarray)
+        return _finish(b, k, lines, ret, params, flat, leaves, out_idx, len(records), owned)
     k = _Kernel(b, depends)
     fused = program_fused.emit(k, records, out_idx)
     if fused is not None:
         params = list(dict.fromkeys(k.params))
-        return _finish(b, k, fused[0], fused[1], params, params, fused[2], out_idx, len(records))
+        return _finish(b, k, fused[0], fused[1], params, params, fused[2], out_idx, len(records), fused[3])
     k = _Kernel(b, depends)
     k.hybrid = True
     for i in records:
@@ -436,8 +437,19 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
 
 
 def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params: list[str], call: list[str],
-            leaves: list[int], out_idx: int, n_records: int) -> tuple[str, dict[int, int], int]:
+            leaves: list[int], out_idx: int, n_records: int, owned: frozenset = frozenset()
+            ) -> tuple[str, dict[int, int], int]:
+    """The kernel compiled and its call written; an array cotangent it returns is `owned` (an array
+    it made and holds nowhere else) or returned as a copy, so that the wrapper hands it over without
+    a copy of its own (an array a kernel returns always has a base: Numba's memory record)."""
     src = b.src
+    state = {p: SET for p in leaves}
+    if not k.splits:
+        for n, p in enumerate(leaves, 1):
+            if returns[n] not in owned and returns[n] in k.array:
+                returns[n] = f"{returns[n]}.copy()"
+            if returns[n] in owned or returns[n].endswith(".copy()"):
+                state[p] = OWNED
     parts = _parts(lines, returns, set(k.names.ns)) if k.splits else [(lines, params, [])]
     result = f"v{out_idx}_out"
     sources = []
@@ -466,7 +478,7 @@ def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params
     if type(out) is not _ndarray:  # the general path's scalar type (np.float64 from a sum)
         src.emit(f"{result} = {src.const(type(out), 'T')}({result})")
     src.kernel_source = "\n".join(sources)
-    return result, {p: SET for p in leaves}, n_records
+    return result, state, n_records
 
 
 _MATMUL = (np.matmul, operator.matmul)
