@@ -9,13 +9,16 @@ the kernel holds no Python objects. Each cotangent is statically an array or a u
 seed of a sum stays a float, as on the general path), so the reverse pass needs no run-time type
 checks. Anything else raises `Ineligible`, and the NumPy back end serves the signature.
 
-Numba's transcendental functions are scalar libm calls, not NumPy's SIMD loops, and may differ
-from NumPy's in the last bit: a kernel is kept only when its first result agrees with the general
-path's to 1e-12 relative (bytegrad/compiled.py), and on large arrays NumPy is often faster, which
-the automatic tier measures rather than assumes. An array kernel is therefore cut in parts around
-each large tanh, exp or log (`_SIMD`, from `HYBRID_MIN` elements): the wrapper calls NumPy's ufunc
-between two Numba calls, the same call the general path makes. (Numba's own SIMD math, SVML, needs
-an llvmlite built with it; the pip wheels are not, so installing icc_rt changes nothing.)
+Numba's transcendental functions are scalar libm calls, several times slower than NumPy's SIMD
+loops, and a loop that calls one is not vectorised: kernels call runtime/vmath.py's exp, expm1, log,
+log1p and tanh instead (`vector_calls`; on whole arrays their `*_array` loops), which LLVM vectorises
+and which may differ from NumPy's in the last bits: a kernel is kept only when its first result
+agrees with the general path's to 1e-12 relative (bytegrad/compiled.py). A program that ends in the
+sum of an elementwise chain with broadcast operands is one loop nest (runtime/program_fused.py).
+Other array kernels are cut in parts around each large exp2, log2 or log10 (`_SIMD`, from
+`HYBRID_MIN` elements): the wrapper calls NumPy's ufunc between two Numba calls, the same call the
+general path makes. (Numba's own SIMD math, SVML, needs an llvmlite built with it; the pip wheels are
+not, so installing icc_rt changes nothing.)
 """
 from __future__ import annotations
 
