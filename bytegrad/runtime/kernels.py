@@ -503,7 +503,11 @@ def _compile_vector_math() -> dict[str, Any]:
     out = {}
     for name in vmath.HELPERS + vmath.FUNCTIONS:
         f = getattr(vmath, name)
-        ns[name] = out[name] = njit(inline="always", error_model="numpy")(
+        # exp, expm1 and tanh compile on their own with fused multiply-adds (`contract`, within
+        # these functions only) and LLVM inlines them where they are called, 20-30% faster in a loop
+        # than Numba's inlining without them; log and log1p are too large for LLVM's inliner: Numba's
+        options = dict(inline="never", fastmath={"contract"}) if name in vmath.FUSED else dict(inline="always")
+        ns[name] = out[name] = njit(error_model="numpy", **options)(
             types.FunctionType(f.__code__, ns, name, f.__defaults__))
     out["radd"] = njit(inline="never", fastmath={"reassoc"}, error_model="numpy")(lambda a, b: a + b)
     for name in vmath.FUNCTIONS:  # on a whole array: a fresh array of its shape and dtype

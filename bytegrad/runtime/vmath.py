@@ -146,4 +146,6 @@ def log1p(x):
 
 #: what a kernel may call, by the NumPy ufunc or `math` function it stands for (in kernels.vector_math)
 FUNCTIONS = ("exp", "expm1", "log", "log1p", "tanh")
+#: compiled on their own, with fused multiply-adds, for LLVM to inline (runtime/kernels.py)
+FUSED = ("exp", "expm1", "tanh")
 HELPERS = ("_reduce", "_pow2", "_expm1_poly", "_log_parts", "_log1p_f")
