@@ -103,7 +103,8 @@ def test_array_functions_take_float32_and_any_layout(name):
 def test_sums_along_an_axis():
     rng = np.random.default_rng(3)
     vm = kernels.vector_math()
-    for a in (rng.standard_normal((7, 300)), rng.standard_normal((300, 7)).T, rng.standard_normal((5, 9)).astype(np.float32)):
+    arrays = rng.standard_normal((7, 300)), rng.standard_normal((300, 7)).T, rng.standard_normal((5, 9)).astype(np.float32)
+    for a in arrays:
         rows, cols = vm["sum_rows"](a), vm["sum_cols"](a)
         assert rows.dtype == cols.dtype == a.dtype and rows.shape == (a.shape[0],) and cols.shape == (a.shape[1],)
         rtol = 1e-6 if a.dtype == np.float32 else 1e-13
@@ -151,7 +152,8 @@ def _make(fn, rng, dtype):
 
 @needs_numba
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("fn", [_chain, _row_bias, _col_bias, _outer, _dense, _both_sides], ids=lambda f: f.__name__.strip("_"))
+@pytest.mark.parametrize("fn", [_chain, _row_bias, _col_bias, _outer, _dense, _both_sides],
+                         ids=lambda f: f.__name__.strip("_"))
 def test_kernels_with_vector_math_agree_with_the_general_path(fn, dtype):
     """Each program runs as a Numba kernel calling vmath (its source says so), and its value and
     gradients are the general path's over calls with new values: to 1e-12 in float64, within float32

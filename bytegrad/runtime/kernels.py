@@ -491,13 +491,16 @@ def _compile_vector_math() -> dict[str, Any]:
 
     from bytegrad.runtime import vmath
 
+    def cast(to: Any) -> Any:  # an LLVM bit cast of the one argument
+        return lambda context, builder, sig, args: builder.bitcast(args[0], to)
+
     @intrinsic
     def _bits(typingctx, x):  # noqa: ARG001 - Numba's intrinsic signature
-        return nbtypes.int64(nbtypes.float64), lambda context, builder, sig, args: builder.bitcast(args[0], ir.IntType(64))
+        return nbtypes.int64(nbtypes.float64), cast(ir.IntType(64))
 
     @intrinsic
     def _float(typingctx, i):  # noqa: ARG001
-        return nbtypes.float64(nbtypes.int64), lambda context, builder, sig, args: builder.bitcast(args[0], ir.DoubleType())
+        return nbtypes.float64(nbtypes.int64), cast(ir.DoubleType())
 
     ns = dict(vars(vmath), _bits=_bits, _float=_float, np=np)
     out = {}

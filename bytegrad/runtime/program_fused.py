@@ -21,7 +21,7 @@ from typing import Any, Optional
 import numpy as np
 
 from bytegrad.runtime import kernels
-from bytegrad.runtime.program import Builder, Record
+from bytegrad.runtime.program import Builder
 
 __all__ = ["emit"]
 
