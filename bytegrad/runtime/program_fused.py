@@ -35,8 +35,9 @@ def _split(b: Builder, records: list[int], out_idx: int) -> Optional[tuple[tuple
     """(S, the records before the chain, the chain's records), or None when the program is not a full
     sum of an elementwise chain over S whose other operands broadcast to S."""
     last = b.records.get(out_idx)
-    if last is None or last.fn not in _SUMS or len(last.args) != 1 or last.parents[0] is None:
-        return None
+    if last is None or last.fn not in _SUMS or len(last.args) != 1 or last.kwargs or last.parents[0] is None \
+            or type(last.out) is _ndarray:
+        return None  # only a full sum, to a float
     top = last.args[0]
     if type(top) is not _ndarray or top.dtype not in _FLOATS or not 1 <= top.ndim <= 2 or top.size == 0:
         return None
