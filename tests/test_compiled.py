@@ -1220,19 +1220,24 @@ def _two_ufuncs(x, w):
     return np.sum(np.log(np.exp(x * w) + 1.0))
 
 
+def _exp2_first(x, w):
+    return np.sum((w @ np.exp2(x)) * 2.0)
+
+
 @needs_numba
-@pytest.mark.parametrize("fn", [_tanh_first, _exp_between, _two_ufuncs, bench_cases.dense_loss],
+@pytest.mark.parametrize("fn", [_tanh_first, _exp_between, _two_ufuncs, _exp2_first, bench_cases.dense_loss],
                          ids=lambda f: f.__name__)
-def test_hybrid_kernels_leave_large_transcendental_steps_to_numpy(fn):
-    """An array kernel calls NumPy's SIMD loop for tanh, exp, log... from HYBRID_MIN elements, its
-    Numba parts around it: at the start, between parts, twice; the results are the general path's."""
+def test_array_kernels_vectorise_or_split_around_large_transcendental_steps(fn):
+    """An array kernel computes tanh, exp, log, expm1 and log1p with runtime/vmath.py's vectorised
+    loops, in one Numba call; it calls NumPy's SIMD loop for exp2, log2 and log10 from HYBRID_MIN
+    elements, its Numba parts around it. The results are the general path's."""
     from bytegrad.runtime import program_numba
 
     rng = np.random.default_rng(3)
     n = program_numba.HYBRID_MIN
     make = ((lambda: ((rng.standard_normal((4, 4)), rng.standard_normal(4)), rng.standard_normal((4, n))))
             if fn is bench_cases.dense_loss else (lambda: (rng.standard_normal((2, n)), rng.standard_normal(n)))
-            if fn is not _tanh_first else (lambda: (rng.standard_normal((2, n)), rng.standard_normal((3, 2)))))
+            if fn not in (_tanh_first, _exp2_first) else (lambda: (rng.standard_normal((2, n)), rng.standard_normal((3, 2)))))
     own = fresh(fn)
     fast = bytegrad.differentiate(own, wrt=(0, 1), tier="numba")
     general = bytegrad.differentiate(fn, wrt=(0, 1), tier="general")
@@ -1240,7 +1245,9 @@ def test_hybrid_kernels_leave_large_transcendental_steps_to_numpy(fn):
         args = make()
         assert_same(fast.value_and_grad(*args), general.value_and_grad(*args))
     (prog,) = [p for t in compiled._BY_FUNCTION[own].values() for p in t.programs]
-    assert prog.backend == "numba" and re.search(r"def kernel\d+\(", prog.source), prog.source  # in parts
+    split = re.search(r"def kernel\d+\(", prog.source)
+    assert prog.backend == "numba" and (split if fn is _exp2_first else not split), prog.source
+    assert fn is _exp2_first or re.search(r"= vm\d+\(", prog.source), prog.source
     assert info(fast)["disagreements"] == 0
 
 

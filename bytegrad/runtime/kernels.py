@@ -519,3 +519,93 @@ def small_matmul() -> Optional[Any]:
             return None
         _small_matmul.append(fn)
     return _small_matmul[0]
+
+
+_vector_math: dict[str, Any] = {}
+
+
+def vector_math() -> dict[str, Any]:
+    """runtime/vmath.py's functions as `njit` functions that Numba inlines where a kernel calls them
+    (so its element loop vectorises), by name, with `radd`: an addition LLVM may reassociate, for the
+    sums a loop accumulates (a vectorised sum adds in another order, as NumPy's pairwise sum does).
+    Empty when Numba is disabled or cannot be imported."""
+    with _LOCK:
+        if not _vector_math and jit_program("def _probe():\n    pass\n", {}, "_probe") is not None:
+            _vector_math.update(_compile_vector_math())
+    return _vector_math
+
+
+def _compile_vector_math() -> dict[str, Any]:
+    from llvmlite import ir
+    from numba import njit, types as nbtypes
+    from numba.extending import intrinsic
+
+    from bytegrad.runtime import vmath
+
+    def cast(to: Any) -> Any:  # an LLVM bit cast of the one argument
+        return lambda context, builder, sig, args: builder.bitcast(args[0], to)
+
+    @intrinsic
+    def _bits(typingctx, x):  # noqa: ARG001 - Numba's intrinsic signature
+        return nbtypes.int64(nbtypes.float64), cast(ir.IntType(64))
+
+    @intrinsic
+    def _float(typingctx, i):  # noqa: ARG001
+        return nbtypes.float64(nbtypes.int64), cast(ir.DoubleType())
+
+    ns = dict(vars(vmath), _bits=_bits, _float=_float, np=np)
+    out = {}
+    for name in vmath.HELPERS + vmath.FUNCTIONS:
+        f = getattr(vmath, name)
+        # exp, expm1 and tanh compile on their own with fused multiply-adds (`contract`, within
+        # these functions only) and LLVM inlines them where they are called, 20-30% faster in a loop
+        # than Numba's inlining without them; log and log1p are too large for LLVM's inliner: Numba's
+        options = dict(inline="never", fastmath={"contract"}) if name in vmath.FUSED else dict(inline="always")
+        ns[name] = out[name] = njit(error_model="numpy", **options)(
+            types.FunctionType(f.__code__, ns, name, f.__defaults__))
+    out["radd"] = njit(inline="never", fastmath={"reassoc"}, error_model="numpy")(lambda a, b: a + b)
+    for name in vmath.FUNCTIONS:  # on a whole array: a fresh array of its shape and dtype
+        exec(compile(_ARRAY_MATH.format(name=name), "<bytegrad vector math>", "exec"), ns)  # noqa: S102
+        out[f"{name}_array"] = njit(error_model="numpy")(ns[f"{name}_array"])
+    exec(compile(_SUMS, "<bytegrad vector math>", "exec"), ns)  # noqa: S102
+    ns["radd"] = out["radd"]
+    for name in ("sum_rows", "sum_cols"):
+        out[name] = njit(error_model="numpy")(ns[name])
+    return {name: out[name] for name in vmath.FUNCTIONS + ("radd", "sum_rows", "sum_cols")
+            + tuple(f"{n}_array" for n in vmath.FUNCTIONS)}
+
+
+#: a 2-D array's sums along axis 1 and 0 as loops (Numba's `sum(axis=...)` is several times slower),
+#: added in float64
+_SUMS = """
+def sum_rows(a):
+    n, m = a.shape
+    out = np.empty(n, a.dtype)
+    for i in range(n):
+        s = 0.0
+        for j in range(m):
+            s = radd(s, float(a[i, j]))
+        out[i] = s
+    return out
+
+
+def sum_cols(a):
+    n, m = a.shape
+    acc = np.zeros(m, np.float64)
+    for i in range(n):
+        for j in range(m):
+            acc[j] += a[i, j]
+    return acc.astype(a.dtype)
+"""
+
+
+_ARRAY_MATH = """
+def {name}_array(a):
+    c = np.ascontiguousarray(a)
+    out = np.empty_like(c)
+    flat = c.reshape(-1)
+    into = out.reshape(-1)
+    for i in range(flat.size):
+        into[i] = {name}(float(flat[i]))
+    return out
+"""

@@ -9,13 +9,16 @@ the kernel holds no Python objects. Each cotangent is statically an array or a u
 seed of a sum stays a float, as on the general path), so the reverse pass needs no run-time type
 checks. Anything else raises `Ineligible`, and the NumPy back end serves the signature.
 
-Numba's transcendental functions are scalar libm calls, not NumPy's SIMD loops, and may differ
-from NumPy's in the last bit: a kernel is kept only when its first result agrees with the general
-path's to 1e-12 relative (bytegrad/compiled.py), and on large arrays NumPy is often faster, which
-the automatic tier measures rather than assumes. An array kernel is therefore cut in parts around
-each large tanh, exp or log (`_SIMD`, from `HYBRID_MIN` elements): the wrapper calls NumPy's ufunc
-between two Numba calls, the same call the general path makes. (Numba's own SIMD math, SVML, needs
-an llvmlite built with it; the pip wheels are not, so installing icc_rt changes nothing.)
+Numba's transcendental functions are scalar libm calls, several times slower than NumPy's SIMD
+loops, and a loop that calls one is not vectorised: kernels call runtime/vmath.py's exp, expm1, log,
+log1p and tanh instead (`vector_calls`; on whole arrays their `*_array` loops), which LLVM vectorises
+and which may differ from NumPy's in the last bits: a kernel is kept only when its first result
+agrees with the general path's to 1e-12 relative (bytegrad/compiled.py). A program that ends in the
+sum of an elementwise chain with broadcast operands is one loop nest (runtime/program_fused.py).
+Other array kernels are cut in parts around each large exp2, log2 or log10 (`_SIMD`, from
+`HYBRID_MIN` elements): the wrapper calls NumPy's ufunc between two Numba calls, the same call the
+general path makes. (Numba's own SIMD math, SVML, needs an llvmlite built with it; the pip wheels are
+not, so installing icc_rt changes nothing.)
 
 A kernel whose constants can be imported by name (`module_constants`) is a module of the cache
 directory with Numba's `cache=True`, so a process that writes the same kernel again (a precompiled
@@ -34,10 +37,10 @@ import numpy as np
 from bytegrad import _operators
 from bytegrad.errors import qualname
 from bytegrad.rules._apply import shape_of
-from bytegrad.runtime import kernels
+from bytegrad.runtime import kernels, program_fused
 from bytegrad.runtime.backward import partial_uses, singular_partial
 from bytegrad.runtime.program import Builder, Ineligible, Record
-from bytegrad.runtime.program_source import SET, Constants, inline_partial, operator_expr
+from bytegrad.runtime.program_source import AST_LOCK, OWNED, SET, Constants, inline_partial, operator_expr
 
 __all__ = ["emit"]
 
@@ -60,6 +63,7 @@ class _Kernel:
         #: array kernels: run NumPy's SIMD loops for large transcendental steps between kernel parts
         self.hybrid = False
         self.splits: dict[str, Any] = {}        # the variable a NumPy ufunc gives -> the ufunc
+        self.loop = False  # writing the body of an element loop (program_fused.py): every value a float
 
     # -- values --
 
@@ -118,7 +122,10 @@ class _Kernel:
             self.b.forms[i] = form
             expr = self._loops(rec, self.b.fill(form.forward, rec, ops))
         v = f"v{i}"
-        if self.hybrid and fn in _SIMD and type(out) is _ndarray and out.size >= HYBRID_MIN and len(ops) == 1:
+        vm = self.hybrid and type(out) is _ndarray and len(ops) == 1 and _VECTOR.get(id(fn)) and kernels.vector_math()
+        if vm:  # runtime/vmath.py's loop, vectorised, in place of Numba's libm call per element
+            self.lines.append(f"{v} = {self.names.const(vm[_VECTOR[id(fn)] + '_array'], 'vm')}({ops[0]})")
+        elif self.hybrid and fn in _SIMD and type(out) is _ndarray and out.size >= HYBRID_MIN and len(ops) == 1:
             self.splits[v] = fn
             self.lines.append(f"{_SPLIT}{v} = {ops[0]}")
         else:
@@ -184,7 +191,7 @@ class _Kernel:
                 inline = inline_partial(d, read, self.names)
                 if inline is None:
                     raise Ineligible(f"a partial of {qualname(rec.fn)} that is not a one-line lambda", rec.site)
-                pv = _partial_value(d, rec)
+                pv = None if self.loop else _partial_value(d, rec)
                 p_shape = pv.shape if type(pv) is _ndarray else None
                 shape = g_shape if g_shape is not None else p_shape
                 if shape is not None and shape != out_shape:
@@ -194,7 +201,10 @@ class _Kernel:
             a_shape = a.shape if type(a) is _ndarray else shape_of(a)
             t = f"t{self.b.tmp()[2:]}"
             self.lines.append(f"{t} = {bar}")
-            self.contribute(p, *_reduce(self.lines, t, shape, out_shape, a_shape))
+            if self.loop:  # one element's contribution: program_fused.py sums it where it broadcast
+                self.contribute(p, t, None)
+                continue
+            self.contribute(p, *_reduce(self.names, t, shape, out_shape, a_shape))
 
     def _form(self, rec: Record, g: str, targets: list) -> None:
         form = self.b.forms[rec.idx]
@@ -220,7 +230,7 @@ def _partial_value(d: Any, rec: Record) -> Any:
         return singular_partial(d, rec.args, rec.out)
 
 
-def _reduce(lines: list[str], t: str, shape: Any, out_shape: tuple, a_shape: tuple) -> tuple[str, Any]:
+def _reduce(names: Constants, t: str, shape: Any, out_shape: tuple, a_shape: tuple) -> tuple[str, Any]:
     """`unbroadcast` of runtime/_shape.py written out: (the expression, its shape or None for a float)."""
     if shape is None:  # a uniform float: scaled by how many output elements each input fed
         if a_shape == out_shape:
@@ -234,6 +244,9 @@ def _reduce(lines: list[str], t: str, shape: Any, out_shape: tuple, a_shape: tup
     lead = len(shape) - len(a_shape)
     kept = shape[lead:]
     axes = [j + lead for j, n in enumerate(a_shape) if n == 1 and kept[j] != 1] + list(range(lead))
+    vm = kernels.vector_math() if len(shape) == 2 and len(axes) == 1 else None
+    if vm:  # a 2-D array summed along one axis: a loop
+        return f"{names.const(vm['sum_rows' if axes == [1] else 'sum_cols'], 'vm')}({t}).reshape({a_shape!r})", a_shape
     expr = t
     for ax in sorted(axes, reverse=True):
         expr = f"{expr}.sum(axis={ax})"
@@ -341,13 +354,51 @@ def _emit_loop(b: Builder, records: list[int], depends: set[int], out_idx: int, 
     if shape == ():  # floats only: no loop
         lines += body + [f"total = {result}"]
     else:
+        body.append(f"total += {_elements(result, arrays)}")
         lines += ["total = 0.0", f"for i in range({math.prod(shape)}):"]
         lines += [f"    {a}_i = float({a}[i])" if a in narrow else f"    {a}_i = {a}[i]" for a in arrays]
-        lines += ["    " + ln for ln in body] + [f"    total += {_elements(result, arrays)}"]
+        lines += ["    " + ln for ln in vector_calls(body, k.names)]
     ret = ["total"] + [f"r{p}" for p in leaves]
     params = list(dict.fromkeys(k.params))
     flat = [f"{v}.reshape(-1)" if v in arrays else v for v in params]
     return k, lines, ret, params, flat, leaves
+
+
+def vector_calls(lines: list[str], names: Constants) -> list[str]:
+    """Element-loop `lines` with their exp, expm1, log, log1p and tanh calls on one float (a ufunc
+    or `math` function, or `np.`/`math.` one written by a partial) turned into runtime/vmath.py's,
+    which LLVM vectorises, and each `s += x` into `s = radd(s, x)`, a sum it may vectorise (in
+    another order of additions, as NumPy's pairwise sum has its own). Unchanged without Numba."""
+    vm = kernels.vector_math()
+    if not vm:
+        return lines
+    fns = {n: _VECTOR.get(id(v)) for n, v in names.ns.items()}
+    mods = {n for n, v in names.ns.items() if v is np or v is math}
+
+    class _Swap(ast.NodeTransformer):
+        def visit_Call(self, node: ast.Call) -> ast.AST:
+            self.generic_visit(node)
+            f = node.func
+            name = (fns.get(f.id) if isinstance(f, ast.Name) else
+                    f.attr if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
+                    and f.value.id in mods and f.attr in vm and f.attr != "radd" else None)
+            if name is None or len(node.args) != 1 or node.keywords:
+                return node
+            return ast.copy_location(ast.Call(ast.Name(names.const(vm[name], "vm"), ast.Load()), node.args, []), node)
+
+    out = []
+    for ln in lines:
+        target, plus, expr = ln.partition(" += ")
+        if plus:
+            ln = f"{target} = {names.const(vm['radd'], 'radd')}({target}, {expr})"
+        with AST_LOCK:
+            out.append(ast.unparse(_Swap().visit(ast.parse(ln))))
+    return out
+
+
+#: NumPy ufuncs and `math` functions (by id) with a vectorisable runtime/vmath.py twin, by its name
+_VECTOR = {id(f): f.__name__ for f in (np.exp, np.expm1, np.log, np.log1p, np.tanh, math.exp, math.expm1,
+                                       math.log1p, math.tanh)}
 
 
 def _elements(line: str, arrays: list[str]) -> str:
@@ -369,7 +420,13 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
     loop = _loop_shape(b, records, out_idx)
     if loop is not None:
         k, lines, ret, params, flat, leaves = _emit_loop(b, records, depends, out_idx, loop)
-        return _finish(b, k, lines, ret, params, flat, leaves, out_idx, len(records))
+        owned = frozenset(f"r{p}" for p in leaves if type(b.tape.values[p]) is _ndarray)
+        return _finish(b, k, lines, ret, params, flat, leaves, out_idx, len(records), owned)
+    k = _Kernel(b, depends)
+    fused = program_fused.emit(k, records, out_idx)
+    if fused is not None:
+        params = list(dict.fromkeys(k.params))
+        return _finish(b, k, fused[0], fused[1], params, params, fused[2], out_idx, len(records), fused[3])
     k = _Kernel(b, depends)
     k.hybrid = True
     for i in records:
@@ -388,8 +445,19 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
 
 
 def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params: list[str], call: list[str],
-            leaves: list[int], out_idx: int, n_records: int) -> tuple[str, dict[int, int], int]:
+            leaves: list[int], out_idx: int, n_records: int, owned: frozenset = frozenset()
+            ) -> tuple[str, dict[int, int], int]:
+    """The kernel compiled and its call written; an array cotangent it returns is `owned` (an array
+    it made and holds nowhere else) or returned as a copy, so that the wrapper hands it over without
+    a copy of its own (an array a kernel returns always has a base: Numba's memory record)."""
     src = b.src
+    state = {p: SET for p in leaves}
+    if not k.splits:
+        for n, p in enumerate(leaves, 1):
+            if returns[n] not in owned and returns[n] in k.array:
+                returns[n] = f"{returns[n]}.copy()"
+            if returns[n] in owned or returns[n].endswith(".copy()"):
+                state[p] = OWNED
     parts = _parts(lines, returns, set(k.names.ns)) if k.splits else [(lines, params, [])]
     result = f"v{out_idx}_out"
     sources = []
@@ -420,7 +488,7 @@ def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params
     src.kernel_source = "\n".join(sources)
     stems = tuple(kernels.program_stem(fn) for fn in src.ns.values() if hasattr(fn, "py_func"))
     src.kernel_stems = stems if stems and all(stems) else None  # (None: a kernel compiled in memory)
-    return result, {p: SET for p in leaves}, n_records
+    return result, state, n_records
 
 
 _MATMUL = (np.matmul, operator.matmul)

@@ -24,7 +24,7 @@ from bytegrad.errors import qualname
 from bytegrad.rules._shape import stand_in
 from bytegrad.runtime import pytree
 
-__all__ = ["Program", "operator_expr", "DECIDED", "FLOAT_TYPES", "GUARD_KINDS", "MAYBE", "MISS", "MISSING", "SCALAR_CONSTS", "SET", "UNSET", "Constants", "Ineligible", "Inputs", "Source", "gradient_code",
+__all__ = ["Program", "operator_expr", "DECIDED", "FLOAT_TYPES", "GUARD_KINDS", "MAYBE", "MISS", "OWNED", "MISSING", "SCALAR_CONSTS", "SET", "UNSET", "Constants", "Ineligible", "Inputs", "Source", "gradient_code",
            "inline_partial", "static_guards"]
 
 _ndarray = np.ndarray
@@ -33,6 +33,8 @@ _ndarray = np.ndarray
 AST_LOCK = _thread.allocate_lock()  # (`threading` costs every process's import)
 #: a cotangent's state while a program is written: no step wrote it, one did, one may have
 UNSET, SET, MAYBE = 0, 1, 2
+#: a cotangent the program made itself, an array no one else holds (a Numba kernel's copy)
+OWNED = 3
 
 from bytegrad.runtime.sentinels import DECIDED as DECIDED, MISS as MISS  # noqa: E402  (re-exported)
 MISSING = object()  # (the generated code calls it _MISSING)
@@ -398,8 +400,10 @@ def gradient_code(src: Source, spec: Any, state: dict[int, int], lines: list[str
         if type(primal) is _ndarray:
             like = src.const(stand_in(primal), "like")
             dt = src.const(primal.dtype, "dt")
-            lines.append(f"{name} = {g} if {g}.__class__ is ndarray and {g}.base is None and {g}.dtype is {dt} and "
-                         f"{g}.shape == {primal.shape!r} and {g}.flags.writeable else _project({g}, {like})")
+            owned = state.get(spec.idx) == OWNED
+            lines.append(f"{name} = {g} if {g}.__class__ is ndarray{'' if owned else f' and {g}.base is None'} and "
+                         f"{g}.dtype is {dt} and {g}.shape == {primal.shape!r}"
+                         f"{'' if owned else f' and {g}.flags.writeable'} else _project({g}, {like})")
             if spec.idx in fresh:  # the general path differentiates a fresh view of the caller's array
                 lines.append(f"if {name} is {fresh[spec.idx]}: {name} = {name}.copy()")
         else:

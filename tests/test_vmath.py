@@ -1,0 +1,194 @@
+"""runtime/vmath.py, the vectorisable exp, expm1, log, log1p and tanh of Numba program kernels:
+their accuracy against NumPy over wide ranges and every special value, in plain Python and as
+compiled (kernels.vector_math), and the program kernels that call them (runtime/program_numba.py)
+against the general path."""
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+import types
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from gradcheck import assert_trees_close  # noqa: E402
+
+import bytegrad  # noqa: E402
+from bytegrad import compiled  # noqa: E402
+from bytegrad.runtime import kernels, vmath  # noqa: E402
+
+needs_numba = pytest.mark.skipif(kernels.disabled(), reason="Numba disabled (BYTEGRAD_DISABLE_NUMBA)")
+
+#: the largest error measured (tests below, a million points each): exp 1 ulp, expm1 2, log 2, log1p 2, tanh 3
+MAX_ULP = {"exp": 1, "expm1": 2, "log": 2, "log1p": 2, "tanh": 3}
+TINY = 2.2250738585072014e-308
+SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 1e-310, -1e-310, TINY, -TINY, 1e-300, 1e-20,
+           -1e-20, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 709.782712893384, 709.7827128933841, 710.0, -745.1332191019411,
+           -745.1332191019412, -746.0, -708.4, 1e300, -1e300, 1.7976931348623157e308, -1.7976931348623157e308,
+           0.34657359027997264, -0.34657359027997264, 19.06, -19.06, 22.0, 40.0, -40.0, -0.99999999, 1e16]
+
+
+def _inputs(name: str, n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    sign = rng.choice([-1.0, 1.0], n)
+    parts = [rng.uniform(-1, 1, n), rng.uniform(-50, 50, n), sign * np.exp(rng.uniform(-745, 709, n)),
+             rng.uniform(-1e-6, 1e-6, n), np.array(SPECIAL)]
+    if name == "log1p":
+        parts.append(np.expm1(rng.uniform(-40, 0, n)))  # near -1
+    if name == "log":
+        parts.append(rng.uniform(0.5, 2.0, n))  # around 1
+    return np.concatenate(parts)
+
+
+def _ulps(got: np.ndarray, want: np.ndarray) -> float:
+    """The largest error in units of the last place of NumPy's result (NaN where NumPy gives NaN,
+    the same infinities and the same signs of zero are 0 ulp; anything else is a failure: inf)."""
+    both_nan = np.isnan(got) & np.isnan(want)
+    if np.any(np.isnan(got) != np.isnan(want)):
+        return math.inf
+    same = (got == want) & (np.signbit(got) == np.signbit(want))
+    finite = np.isfinite(want) & ~same & ~both_nan
+    if np.any(~same & ~both_nan & ~finite):
+        return math.inf  # an infinity or a signed zero that differs
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.abs(got[finite] - want[finite]) / np.spacing(np.maximum(np.abs(want[finite]), TINY))
+    return float(err.max(initial=0.0))
+
+
+def _numpy(name: str, x: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return getattr(np, name)(x)
+
+
+@pytest.mark.parametrize("name", vmath.FUNCTIONS)
+def test_plain_python_functions_agree_with_numpy(name):
+    """The functions as plain Python (how the tests read them, no Numba): a sample of each range."""
+    x = _inputs(name, 300, seed=1)
+    f = getattr(vmath, name)
+    got = np.array([f(float(v)) for v in x])
+    assert _ulps(got, _numpy(name, x)) <= MAX_ULP[name]
+
+
+@needs_numba
+@pytest.mark.parametrize("name", vmath.FUNCTIONS)
+def test_compiled_functions_agree_with_numpy_to_a_few_ulp(name):
+    x = _inputs(name, 200_000)
+    got = kernels.vector_math()[f"{name}_array"](x)
+    assert got.dtype == np.float64
+    assert _ulps(got, _numpy(name, x)) <= MAX_ULP[name]
+
+
+@needs_numba
+@pytest.mark.parametrize("name", vmath.FUNCTIONS)
+def test_array_functions_take_float32_and_any_layout(name):
+    """On float32 (computed in float64, rounded once: within 2 float32 ulp of NumPy's float32, itself
+    not correctly rounded) and
+    on a transposed, strided view (its shape kept)."""
+    rng = np.random.default_rng(2)
+    x = rng.uniform({"log": 0.01, "log1p": -0.99}.get(name, -3.0), 3, (40, 30))
+    fn = kernels.vector_math()[f"{name}_array"]
+    got32 = fn(x.astype(np.float32))
+    assert got32.dtype == np.float32
+    want32 = _numpy(name, x.astype(np.float32))
+    np.testing.assert_array_max_ulp(got32, want32, maxulp=2)
+    view = x.T[::2]
+    np.testing.assert_array_max_ulp(fn(view), _numpy(name, view), maxulp=MAX_ULP[name])
+
+
+@needs_numba
+def test_sums_along_an_axis():
+    rng = np.random.default_rng(3)
+    vm = kernels.vector_math()
+    arrays = rng.standard_normal((7, 300)), rng.standard_normal((300, 7)).T, rng.standard_normal((5, 9)).astype(np.float32)
+    for a in arrays:
+        rows, cols = vm["sum_rows"](a), vm["sum_cols"](a)
+        assert rows.dtype == cols.dtype == a.dtype and rows.shape == (a.shape[0],) and cols.shape == (a.shape[1],)
+        rtol = 1e-6 if a.dtype == np.float32 else 1e-13
+        np.testing.assert_allclose(rows, a.sum(axis=1), rtol=rtol)
+        np.testing.assert_allclose(cols, a.sum(axis=0), rtol=rtol)
+
+
+# ---- program kernels that call them -------------------------------------------------------------
+
+
+def _fresh(fn):
+    return types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
+def _chain(x):
+    return np.sum(np.tanh(x) * np.exp(-x * x) + np.log1p(x * x) - np.expm1(0.1 * x) + np.log(2.0 + np.sin(x)))
+
+
+def _row_bias(x, b):  # (n, m) + (n, 1): the bias's cotangent sums along axis 1
+    return np.sum(np.tanh(x + b) * x)
+
+
+def _col_bias(x, b):  # (n, m) + (m,): along axis 0
+    return np.sum(np.exp(0.1 * (x + b)))
+
+
+def _outer(u, v):  # (n, 1) + (1, m): both reduced
+    return np.sum(np.tanh(u + v))
+
+
+def _dense(W, b, x):
+    return np.sum(np.tanh(W @ x + b[:, None]))
+
+
+def _both_sides(W, x):  # x before the loop (in W @ x) and in it; a float operand
+    z = W @ x
+    return np.sum(np.exp(-0.5 * z * z) * x + 2.0)
+
+
+def _make(fn, rng, dtype):
+    shapes = {_chain: [(500,)], _row_bias: [(6, 150), (6, 1)], _col_bias: [(150, 6), (6,)], _outer: [(30, 1), (1, 20)],
+              _dense: [(5, 5), (5,), (5, 130)], _both_sides: [(4, 4), (4, 70)]}[fn]
+    return tuple(rng.standard_normal(s).astype(dtype) for s in shapes)
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("fn", [_chain, _row_bias, _col_bias, _outer, _dense, _both_sides],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_kernels_with_vector_math_agree_with_the_general_path(fn, dtype):
+    """Each program runs as a Numba kernel calling vmath (its source says so), and its value and
+    gradients are the general path's over calls with new values: to 1e-12 in float64, within float32
+    rounding in float32; a broadcast operand's cotangent is summed along the right axis."""
+    rng = np.random.default_rng(5)
+    own = _fresh(fn)
+    n = fn.__code__.co_argcount
+    fast = bytegrad.differentiate(own, wrt=tuple(range(n)), tier="numba")
+    general = bytegrad.differentiate(fn, wrt=tuple(range(n)), tier="general")
+    for _ in range(3):
+        args = _make(fn, rng, dtype)
+        got, want = fast.value_and_grad(*args), general.value_and_grad(*args)
+        rtol = 1e-12 if dtype == np.float64 else 2e-5
+        assert_trees_close(got, want, rtol=rtol, atol=rtol * 10)
+        for g, a in zip(got[1], args):
+            assert g.shape == a.shape and g.dtype == a.dtype
+    (prog,) = [p for t in compiled._BY_FUNCTION[own].values() for p in t.programs]
+    assert prog.backend == "numba" and "vm" in prog.source, prog.source
+    if fn is not _chain:  # one loop nest over the broadcast shape (runtime/program_fused.py)
+        assert re.search(r"for i in range\(\d+\):\n(.*\n)*\s+for j in range", prog.source), prog.source
+    assert fast.stats()["compiled"]["disagreements"] == 0
+
+
+def _float_scale(x, b, s):  # a differentiated float in the loop: its cotangent summed over all elements
+    return np.sum(np.tanh(x + b) * s)
+
+
+@needs_numba
+def test_a_float_argument_of_the_loop_gets_the_sum_of_its_elements():
+    rng = np.random.default_rng(6)
+    own = _fresh(_float_scale)
+    fast = bytegrad.differentiate(own, wrt=(0, 1, 2), tier="numba")
+    general = bytegrad.differentiate(_float_scale, wrt=(0, 1, 2), tier="general")
+    for _ in range(3):
+        args = rng.standard_normal((4, 50)), rng.standard_normal((4, 1)), float(rng.uniform(0.5, 2))
+        assert_trees_close(fast.value_and_grad(*args), general.value_and_grad(*args), rtol=1e-12, atol=1e-12)
+    (prog,) = [p for t in compiled._BY_FUNCTION[own].values() for p in t.programs]
+    assert prog.backend == "numba" and "for j in range" in prog.source, prog.source
