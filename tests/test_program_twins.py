@@ -111,9 +111,9 @@ def test_a_changed_kernel_source_is_not_trusted(project, damage):
     (path,) = [p for p in _sources(project) if "small_matmul" not in p.read_text()]
     original = path.read_bytes()
     st = path.stat()
-    if damage == "edited":  # the same size: the gradient's loop would subtract
-        assert b"total += " in original
-        path.write_bytes(original.replace(b"total += ", b"total -= "))
+    if damage == "edited":  # the same size: the loss would have the other sign
+        assert b"return total, " in original
+        path.write_bytes(original.replace(b"return total, ", b"return -total,"))
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     elif damage == "garbage":
         path.write_bytes(b"\xff\xfe" + os.urandom(64))

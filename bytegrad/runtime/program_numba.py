@@ -573,6 +573,9 @@ def _by_name(v: Any) -> Optional[str]:
         return name
     if name == "small_matmul" and kernels.program_stem(v) is not None and v is kernels.small_matmul():
         return "_kernels.small_matmul()"
+    for key, f in kernels.vector_math().items() if hasattr(v, "py_func") else ():
+        if f is v:  # (runtime/vmath.py's functions, as `kernels.vector_math` compiles them)
+            return f"_kernels.vector_math()[{key!r}]"
     return None
 
 
