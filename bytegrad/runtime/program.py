@@ -52,6 +52,7 @@ from bytegrad.runtime.program_source import (
     Ineligible, Inputs, Program, Source, decided, gradient_code, inline_partial, operator_expr, short,
     static_guards,
 )
+from bytegrad.runtime.program_reuse import accumulate, forward_alternatives
 from bytegrad.runtime.tape import Tape
 
 __all__ = ["DECIDED", "MISS", "Ineligible", "Program", "build"]
@@ -235,7 +236,7 @@ class Builder:
         fn = rec.fn
         if rec.kind == "elementwise":
             expr = operator_expr(fn, ops) or f"{self.src.const(fn, 'f')}({', '.join(ops)})"
-            self.src.emit(f"{v} = {expr}", rec.site.lineno)
+            self.src.emit(f"{v} = {expr}", rec.site.lineno, reuse=forward_alternatives(self, rec, ops, expr))
             return
         kw = ""
         if rec.kwargs:
@@ -326,6 +327,10 @@ class Builder:
             pre.append(f"{g} = None")
             st = MAYBE
         statement, new = _ACCUMULATE[may_be_none, st]
+        value = self.tape.values[p]
+        inplace = accumulate(g, bar, value.size, self.src) if st == SET and type(value) is _ndarray else None
+        if inplace is not None:  # `g + bar` written into g where nothing else holds it
+            statement = ("if {bar} is not None: " if may_be_none else "") + inplace
         body.append(statement.format(g=g, bar=bar))
         first = st == UNSET and not cond and not may_be_none
         for known in (self.ones, self.arrays):  # a first assignment copies what is known of `bar`

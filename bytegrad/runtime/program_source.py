@@ -23,6 +23,7 @@ from bytegrad import _operators
 from bytegrad.errors import qualname
 from bytegrad.rules._shape import stand_in
 from bytegrad.runtime import pytree
+from bytegrad.runtime.program_reuse import dead as operand_dead
 
 __all__ = ["Program", "operator_expr", "DECIDED", "FLOAT_TYPES", "GUARD_KINDS", "MAYBE", "MISS", "MISSING", "SCALAR_CONSTS", "SET", "UNSET", "Constants", "Ineligible", "Inputs", "Source", "gradient_code",
            "inline_partial", "static_guards"]
@@ -151,11 +152,18 @@ class Source(Constants):
         self.guards: list[str] = []
         self.kernel_source: Optional[str] = None  # the Numba kernel the program calls (program_numba.py)
         self.back_from: Optional[int] = None  # a pullback program: statements from here on are `back`
+        #: statement -> [(variable, the statement written to reuse its buffer)] (runtime/program_reuse.py)
+        self.reuse: dict[int, list[tuple[str, list[str]]]] = {}
         self.parts: tuple[str, tuple[int, ...], str] = ("", (), "")  # rendered: source, user lines, file
 
-    def emit(self, lines: list[str] | str, line: Optional[int] = None) -> None:
-        """Add a statement; `line`: the user's source line it stands for (tracebacks show it)."""
+    def emit(self, lines: list[str] | str, line: Optional[int] = None,
+             reuse: Optional[list[tuple[str, list[str]]]] = None) -> None:
+        """Add a statement; `line`: the user's source line it stands for (tracebacks show it).
+        `reuse`: (variable, statement) alternatives that write the result into the variable's
+        buffer; `render` writes the first whose variable no later statement reads."""
         lines = [lines] if isinstance(lines, str) else lines
+        if reuse:
+            self.reuse[len(self.stmts)] = reuse
         self.stmts.append((lines, set(_VARIABLE.findall("\n".join(lines)))))
         self.lines.append(line)
 
@@ -201,6 +209,10 @@ class Source(Constants):
                 last[n] = k
         for k in ks:
             lines = self.stmts[k][0]
+            for var, alt in self.reuse.get(k, ()):
+                if operand_dead(var, k, last, keep):
+                    lines = alt
+                    break
             out += [indent + ln for ln in lines]
             user += [self.lines[k] or user[0]] * len(lines)
             if ends and k == ks[-1]:
