@@ -223,3 +223,28 @@ def test_without_the_dead_rule_an_aux_temporary_is_overwritten(monkeypatch):
     fast.grad(x)
     (_, a), _ = fast.value_and_grad(x)
     assert not np.array_equal(a, x * 3.0) or fast.stats()["compiled"]["compiled_calls"] == 0
+
+
+# ---- a bias's gradient: summed straight to its shape -----------------------------------------------
+
+
+def dense(W, b, x):
+    return np.sum(np.tanh(W @ x + b[:, None]))
+
+
+def test_a_bias_gradient_is_its_sum_not_a_copy_of_a_reshaped_view():
+    """`b[:, None]`'s cotangent is `sum(g, axis=1)` itself: no keepdims, no reshape, no copy."""
+    src = _program_text(dense, (0, 1), lambda r: arg_inputs(r, (20, 20), (20,), (20, 128)))
+    assert ".reshape(" not in src and "keepdims" not in src, src
+    same, untouched, compiled, fast = run(dense, lambda r: arg_inputs(r, (20, 20), (20,), (20, 128)), (0, 1))
+    assert same and untouched and compiled
+
+
+def shared_bias(W, b, x):  # b[:, None] read twice: its cotangent has two contributions
+    c = b[:, None]
+    return np.sum(np.tanh(W @ x + c) * c)
+
+
+def test_a_bias_read_twice_keeps_the_general_form():
+    same, untouched, compiled, _ = run(shared_bias, lambda r: arg_inputs(r, (20, 20), (20,), (20, 128)), (0, 1))
+    assert same and untouched and compiled

@@ -52,7 +52,7 @@ from bytegrad.runtime.program_source import (
     Ineligible, Inputs, Program, Source, decided, gradient_code, inline_partial, operator_expr, short,
     static_guards,
 )
-from bytegrad.runtime.program_reuse import accumulate, forward_alternatives
+from bytegrad.runtime.program_reuse import accumulate, forward_alternatives, lower_partial
 from bytegrad.runtime.tape import Tape
 
 __all__ = ["DECIDED", "MISS", "Ineligible", "Program", "build"]
@@ -152,6 +152,7 @@ class Builder:
         self.records: dict[int, Record] = {}
         self.state: dict[int, int] = {}
         self.forms: dict[int, Any] = {}  # records written as their rule's ProgramForm
+        self.squeezed: set[int] = set()  # new-axes getitems whose cotangent is summed to their argument
         #: cotangent variables known when the program is written to hold the float 1.0 (the seed of
         #: a full sum and its copies), and to hold an array of their record's output shape
         self.ones: set[str] = set()
@@ -374,7 +375,9 @@ class Builder:
                     body.append(f"{bar} = {g} * {expr}")  # no division, no call: no ZeroDivisionError
                 else:
                     t = self.tmp()
-                    body += ["try:", f"    {t} = {expr}", "except ZeroDivisionError:",
+                    computed = [f"{t} = {expr}"] if inline is None or not big else lower_partial(
+                        t, expr, dict(zip(ops + [v], (*rec.args, out))), self.src)
+                    body += ["try:", *("    " + c for c in computed), "except ZeroDivisionError:",
                              f"    {t} = _singular({dn}, ({''.join(o + ', ' for o in read[:-1])}), {read[-1]})"]
                     body.append(f"{bar} = _multiply({g}, {t}, out={t}) if {t}.__class__ is ndarray and "
                                 f"_getrefcount({t}) == 2 and _scalable({g}, {t}) else {g} * {t}" if big
@@ -383,7 +386,8 @@ class Builder:
             a_shape = a.shape if type(a) is _ndarray else shape_of(a)
             if a_shape != out_shape:
                 b = self.tmp()
-                body.append(f"{b} = {self._unbroadcast(bar, a_shape, out_shape, known_array)}")
+                squeezed = None if cond else self._squeezed_sum(p, bar, a_shape, out_shape, known_array)
+                body.append(f"{b} = {squeezed or self._unbroadcast(bar, a_shape, out_shape, known_array)}")
                 bar = b
             elif bar != g and not bar.startswith("_t"):  # `-g`, `g * 2.0`
                 b = self.tmp()
@@ -402,6 +406,25 @@ class Builder:
         total = self.src.const(np.add.reduce, "sum")
         expr = f"{total}({bar}, axis={lead!r})" if lead else bar
         return f"{total}({expr}, axis={axes!r}, keepdims=True)" if axes else expr
+
+    def _squeezed_sum(self, p: int, bar: str, a_shape: tuple, out_shape: tuple, known_array: bool) -> Optional[str]:
+        """The cotangent of a bias `b[:, None]` (a new-axes getitem, p) summed straight to b's shape:
+        `sum(g, axis=1)`, a new array handed over as b's gradient, in place of `sum(g, axis=1,
+        keepdims=True).reshape(...)` and the copy of that view (the same sums). Only where this is
+        p's only contribution and the sum keeps an axis (an array, not a scalar)."""
+        rec = self.records.get(p)
+        form = self.forms.get(p)
+        if rec is None or form is None or form.cotangents[0] != "{g}.reshape({shape0})" or not known_array \
+                or self.state.get(p, UNSET) != UNSET or len(a_shape) != len(out_shape):
+            return None
+        if sum(1 for r in self.records.values() if p in r.parents) != 1:
+            return None
+        lead, axes = unbroadcast_plan(out_shape, a_shape)
+        kept = tuple(n for k, n in enumerate(a_shape) if k not in axes)
+        if lead or not axes or not kept or kept != rec.args[0].shape:
+            return None
+        self.squeezed.add(p)
+        return f"{self.src.const(np.add.reduce, 'sum')}({bar}, axis={axes!r})"
 
     def form(self, rec: Record, depends: set[int]) -> Any:
         """The rule's ProgramForm when it holds for these arguments and gives every needed cotangent."""
@@ -422,6 +445,9 @@ class Builder:
         if not targets:
             return
         form = self.forms.get(rec.idx)
+        if rec.idx in self.squeezed:  # its cotangent came summed to its argument's shape (_squeezed_sum)
+            self._contribute(targets[0][1], g, False, body, pre, cond)
+            return
         if form is not None or rec.trusted:
             if type(rec.out) is _ndarray:  # as runtime/backward.py gives a trusted rule's pullback
                 like = self.src.const(stand_in(rec.out), "like")

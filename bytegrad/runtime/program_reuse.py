@@ -25,6 +25,7 @@ The rules, each needed (tests/test_program_reuse.py fails when one is left out):
 """
 from __future__ import annotations
 
+import ast
 import operator
 import sys
 from typing import Any, Optional
@@ -33,7 +34,7 @@ import numpy as np
 
 from bytegrad.runtime.backward import INPLACE_MIN_SIZE
 
-__all__ = ["accumulate", "dead", "forward_alternatives", "made_here", "SOLE"]
+__all__ = ["accumulate", "dead", "forward_alternatives", "lower_partial", "made_here", "SOLE"]
 
 _ndarray = np.ndarray
 
@@ -130,3 +131,38 @@ def accumulate(g: str, bar: str, size: int, src: Any) -> Optional[str]:
     add = src.const(np.add, "u")
     sole = "" if "sole" in _RELAXED else f" and _getrefcount({g}) == {SOLE}"
     return f"{g} = {add}({g}, {bar}, out={g}) if {g}.__class__ is ndarray{sole} and _scalable({bar}, {g}) else {g} + {bar}"
+
+
+_BINARY_UFUNCS = {ast.Add: np.add, ast.Sub: np.subtract, ast.Mult: np.multiply, ast.Div: np.true_divide}
+
+
+def lower_partial(t: str, expr: str, values: dict[str, Any], src: Any) -> list[str]:
+    """`t = expr` for an inlined partial (`1 - v ** 2`), as statements that compute its outer
+    operation into the array its inner one made (`t = v ** 2`, `t = np.subtract(1, t, out=t)`):
+    where the outer operation is an arithmetic operator between that inner operation (a new array,
+    rule 1, never read again: rule 3) and a name or a constant, and the inner result has the whole
+    partial's shape and dtype on the capture's values (`values`, by variable; rule 2)."""
+    from bytegrad.runtime.program_source import AST_LOCK
+
+    with AST_LOCK:
+        node = ast.parse(expr, mode="eval").body
+        if not isinstance(node, ast.BinOp) or type(node.op) not in _BINARY_UFUNCS:
+            return [f"{t} = {expr}"]
+        for inner, other in ((node.right, node.left), (node.left, node.right)):
+            if isinstance(inner, (ast.BinOp, ast.UnaryOp)) and isinstance(other, (ast.Name, ast.Constant)):
+                break
+        else:
+            return [f"{t} = {expr}"]
+        inner_src, other_src = ast.unparse(inner), ast.unparse(other)
+    env = dict(src.ns)
+    env.update(values)
+    try:
+        whole, part = eval(expr, env), eval(inner_src, env)  # noqa: S307 - the program's own code
+    except Exception:  # noqa: BLE001 - what does not evaluate here is not lowered
+        return [f"{t} = {expr}"]
+    if type(whole) is not _ndarray or type(part) is not _ndarray or whole.shape != part.shape or \
+            whole.dtype != part.dtype or whole.size < INPLACE_MIN_SIZE:
+        return [f"{t} = {expr}"]
+    uf = src.const(_BINARY_UFUNCS[type(node.op)], "u")
+    args = f"{t}, {other_src}" if inner is node.left else f"{other_src}, {t}"
+    return [f"{t} = {inner_src}", f"{t} = {uf}({args}, out={t})"]

@@ -176,10 +176,15 @@ class Source(Constants):
         self.guards.append(what)
 
     def array_guard(self, expr: str, value: np.ndarray) -> None:
+        """An array's type, shape and dtype guards, checked in one statement."""
         dt = self.const(value.dtype, "dt")
-        self.guard("type", f"{expr}.__class__ is ndarray", f"{expr}: ndarray")
-        self.guard("shape", f"{expr}.shape == {value.shape!r}", f"{expr}.shape == {value.shape!r}")
-        self.guard("dtype", f"{expr}.dtype is {dt}", f"{expr}.dtype is {value.dtype}")
+        checks = [(kind, cond, what) for kind, cond, what in (
+            ("type", f"{expr}.__class__ is ndarray", f"{expr}: ndarray"),
+            ("shape", f"{expr}.shape == {value.shape!r}", f"{expr}.shape == {value.shape!r}"),
+            ("dtype", f"{expr}.dtype is {dt}", f"{expr}.dtype is {value.dtype}")) if kind not in _OMITTED]
+        if checks:
+            self.emit(f"if not ({' and '.join(cond for _, cond, _ in checks)}): return MISS")
+            self.guards += [what for _, _, what in checks]
 
     def render(self, name: str, first_line: int) -> tuple[str, list[int]]:
         """The function's source, every variable deleted after its last use, and the user's line of
@@ -246,16 +251,17 @@ class Inputs:
         src = self.src
         t = type(value)
         if type(spec) is pytree.Leaf:
-            var = f"x{self._n + 1}"
-            self._n += 1
+            var = expr if _VARIABLE.fullmatch(expr) else self.temp()  # (a variable already: no copy of it)
             if t is _ndarray:
                 src.array_guard(expr, value)
-                src.emit(f"{var} = {expr}")
+                if var != expr:
+                    src.emit(f"{var} = {expr}")
                 if fresh:  # a gradient is never the caller's array itself (see `gradient_code`)
                     self.fresh[spec.idx] = var
             elif t in FLOAT_TYPES:
                 src.guard("type", f"{expr}.__class__ is {src.const(t, 'T')}", f"{expr}: {t.__name__}")
-                src.emit(f"{var} = {expr}")
+                if var != expr:
+                    src.emit(f"{var} = {expr}")
                 src.scalars.update((var, f"g{spec.idx}"))
             else:
                 raise Ineligible(f"a differentiated argument of type {t.__name__} (complex values stay on the "
