@@ -245,6 +245,39 @@ def shared_bias(W, b, x):  # b[:, None] read twice: its cotangent has two contri
     return np.sum(np.tanh(W @ x + c) * c)
 
 
-def test_a_bias_read_twice_keeps_the_general_form():
-    same, untouched, compiled, _ = run(shared_bias, lambda r: arg_inputs(r, (20, 20), (20,), (20, 128)), (0, 1))
+def bias_clipped_to_itself(W, b, x):  # one record reads b[:, None] twice: two contributions
+    c = b[:, None]
+    return np.sum(np.tanh(np.clip(W @ x, c, c)))
+
+
+@pytest.mark.parametrize("fn", [shared_bias, bias_clipped_to_itself], ids=lambda f: f.__name__)
+def test_a_bias_read_twice_keeps_the_general_form(fn):
+    same, untouched, compiled, _ = run(fn, lambda r: arg_inputs(r, (20, 20), (20,), (20, 128)), (0, 1))
     assert same and untouched and compiled
+
+
+# ---- the gradient alone: the output's value is not computed ----------------------------------------
+
+
+def loss_read_by_a_decision(x):
+    loss = np.sum(np.exp(x) * x)
+    if loss > 1e9:  # the decision reads the loss: it is computed for `grad` too
+        return loss * 2.0
+    return loss
+
+
+@pytest.mark.parametrize("fn", [chain, dense, loss_read_by_a_decision], ids=lambda f: f.__name__)
+def test_grad_alone_skips_the_value_and_agrees(fn):
+    shapes = {"chain": [(N, N), (N, N)], "dense": [(20, 20), (20,), (20, 128)],
+              "loss_read_by_a_decision": [(8, 8)]}[fn.__name__]
+    wrt = tuple(range(len(shapes)))
+    fast = bytegrad.differentiate(fresh(fn), wrt=wrt, tier="numpy")
+    general = bytegrad.differentiate(fn, wrt=wrt, tier="general")
+    rng = np.random.default_rng(6)
+    for _ in range(3):
+        args = arg_inputs(rng, *shapes)
+        assert _same(fast.grad(*args), general.grad(*args))
+        assert _same(fast.value_and_grad(*args), general.value_and_grad(*args))
+    assert fast.stats()["compiled"]["compiled_calls"] == 6
+    src = _program_text(fn, wrt, lambda r: arg_inputs(r, *shapes))
+    assert ("if value:" in src) == (fn is not loss_read_by_a_decision), src

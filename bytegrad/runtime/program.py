@@ -153,6 +153,7 @@ class Builder:
         self.state: dict[int, int] = {}
         self.forms: dict[int, Any] = {}  # records written as their rule's ProgramForm
         self.squeezed: set[int] = set()  # new-axes getitems whose cotangent is summed to their argument
+        self.stmt_of: dict[int, int] = {}  # record -> the statement of its forward step
         #: cotangent variables known when the program is written to hold the float 1.0 (the seed of
         #: a full sum and its copies), and to hold an array of their record's output shape
         self.ones: set[str] = set()
@@ -232,6 +233,7 @@ class Builder:
         _check_shapes(rec)
         ops = [self.operand(a, p, rec) for a, p in zip(rec.args, rec.parents + (None,) * len(rec.args))]
         v = self.var[i] = f"v{i}"
+        self.stmt_of[i] = len(self.src.stmts)  # (the statement emitted below)
         if type(rec.out) is not _ndarray:
             self.src.scalars.update((v, f"g{i}"))
         fn = rec.fn
@@ -417,7 +419,7 @@ class Builder:
         if rec is None or form is None or form.cotangents[0] != "{g}.reshape({shape0})" or not known_array \
                 or self.state.get(p, UNSET) != UNSET or len(a_shape) != len(out_shape):
             return None
-        if sum(1 for r in self.records.values() if p in r.parents) != 1:
+        if sum(r.parents.count(p) for r in self.records.values()) != 1:  # (`c + c` contributes twice)
             return None
         lead, axes = unbroadcast_plan(out_shape, a_shape)
         kept = tuple(n for k, n in enumerate(a_shape) if k not in axes)
@@ -561,6 +563,8 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
         result_var, state, forward_records = program_numba.emit(b, order, depends, out_idx)
     else:
         result_var, state, forward_records = _emit_numpy(b, order, depends, out_idx)
+    if backend == "numpy" and aux is None:
+        _value_only(b, out_idx)
     lines: list[str] = []
     grads = [gradient_code(src, specs[p], state, lines, inputs.fresh) for p in wrt]
     if len(grads) > 1:
@@ -581,6 +585,33 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     if backend == "numpy":
         prog.parts = (src.ns, *src.parts)
     return prog
+
+
+def _value_only(b: Builder, out_idx: int) -> None:
+    """The forward steps only the output's value reads (the loss, and what only it reads): a
+    gradient asked alone (`program(args, False)`, `grad`) skips them, and gets None for the value.
+    A step that the reverse pass, a decision or another kept step reads is kept."""
+    stmts = b.src.stmts
+    readers: dict[str, set[int]] = {}
+    for k, (_, names) in enumerate(stmts):
+        for n in names:
+            readers.setdefault(n, set()).add(k)
+    skipped: set[int] = set()
+    for i in sorted(b.stmt_of, reverse=True):  # readers before what they read
+        k = b.stmt_of[i]
+        lines, names = stmts[k]
+        others = readers.get(f"v{i}", set()) - {k}
+        if len(lines) != 1 or f"p{i}" in names or not others <= skipped or (not others and i != out_idx):
+            continue
+        skipped.add(k)
+        stmts[k] = (_unless_value(lines), names)
+        if k in b.src.reuse:
+            b.src.reuse[k] = [(var, _unless_value(alt)) for var, alt in b.src.reuse[k]]
+
+
+def _unless_value(lines: list[str]) -> list[str]:
+    var = lines[0].split(" = ", 1)[0]
+    return [f"if value: {lines[0]}", f"else: {var} = None"]
 
 
 def _emit_numpy(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple[str, dict[int, int], int]:
