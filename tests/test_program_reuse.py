@@ -10,6 +10,7 @@ general path refuses it, so the signature is not compiled).
 from __future__ import annotations
 
 import os
+import re
 import sys
 import types
 
@@ -302,3 +303,44 @@ def test_reuse_happens_when_the_program_runs(monkeypatch):
     monkeypatch.setitem(prog.fn.__globals__, "_getrefcount", counting)
     d.grad(*args)
     assert counts.count(program_reuse.SOLE) >= 4, counts
+
+
+# ---- a partial computed into a value of the forward pass (tanh's `1 - out**2` into out) -----------
+
+
+def tanh_as_aux(x):  # the tanh output is returned: its buffer is not the partial's
+    h = np.tanh(x * 3.0)
+    return np.sum(h), h
+
+
+def tanh_view_as_aux(x):  # a view of the tanh output is returned: it holds the buffer
+    h = np.tanh(x * 3.0)
+    return np.sum(h), h.T
+
+
+def run_aux(fn, calls=3):
+    """(aux and gradient bit for bit the general path's, every call compiled) with has_aux."""
+    fast = bytegrad.differentiate(fresh(fn), has_aux=True, tier="numpy")
+    general = bytegrad.differentiate(fn, has_aux=True, tier="general")
+    rng = np.random.default_rng(8)
+    same = True
+    for _ in range(calls):
+        x = rng.standard_normal((N, N))
+        g1, a1 = fast.grad(x)
+        g2, a2 = general.grad(x)
+        same &= _same(g1, g2) and _same(a1, a2)
+    s = fast.stats()["compiled"]
+    return same, s["compiled_calls"] == calls
+
+
+def test_tanh_partial_is_computed_into_its_output():
+    src = _program_text(chain, (0, 1), CASES["chain"][1])
+    assert re.search(r"= u\d+\(v\d+, out=v\d+\) if _getrefcount\(v\d+\) == \d else v\d+ \*\* 2", src), src
+
+
+@pytest.mark.parametrize("rule, fn", [("dead", tanh_as_aux), ("sole", tanh_view_as_aux)],
+                         ids=["dead", "sole"])
+def test_a_returned_tanh_output_keeps_its_buffer(rule, fn, monkeypatch):
+    assert run_aux(fn) == (True, True)
+    monkeypatch.setattr(program_reuse, "_RELAXED", frozenset({rule}))
+    assert run_aux(fn) != (True, True)

@@ -52,7 +52,7 @@ from bytegrad.runtime.program_source import (
     Ineligible, Inputs, Program, Source, decided, gradient_code, inline_partial, operator_expr, short,
     static_guards,
 )
-from bytegrad.runtime.program_reuse import accumulate, forward_alternatives, lower_partial
+from bytegrad.runtime.program_reuse import accumulate, forward_alternatives, lower_partial, made_here
 from bytegrad.runtime.tape import Tape
 
 __all__ = ["DECIDED", "MISS", "Ineligible", "Program", "build"]
@@ -154,6 +154,8 @@ class Builder:
         self.forms: dict[int, Any] = {}  # records written as their rule's ProgramForm
         self.squeezed: set[int] = set()  # new-axes getitems whose cotangent is summed to their argument
         self.stmt_of: dict[int, int] = {}  # record -> the statement of its forward step
+        #: (variable, line, the line computing into the variable) of the reverse step being written
+        self.into: list[tuple[str, str, str]] = []
         #: cotangent variables known when the program is written to hold the float 1.0 (the seed of
         #: a full sum and its copies), and to hold an array of their record's output shape
         self.ones: set[str] = set()
@@ -321,7 +323,21 @@ class Builder:
             # pullback results) go when it ends; an elementwise step on floats has only floats
             body.append(f"del {', '.join(temps)}")
         lines = pre + ([f"if {g} is not None:"] + ["    " + b for b in body] if cond else body)
-        self.src.emit(lines, rec.site.lineno)
+        self.src.emit(lines, rec.site.lineno, reuse=self._into_alternatives(lines))
+
+    def _into_alternatives(self, lines: list[str]) -> Optional[list[tuple[str, list[str]]]]:
+        """The step written to compute a partial's inner operation into a value of the forward pass
+        (program_reuse.lower_partial's candidates), for each such value no other line of the step
+        reads; `Source.render` takes one that no later statement reads."""
+        found, self.into = self.into, []
+        # (a `_singular` line runs on ZeroDivisionError only, which operations on arrays never raise:
+        # it reads what its partial's own line reads, counted there)
+        text = "\n".join(ln for ln in lines if "_singular(" not in ln)
+        alts = []
+        for var, line, alt in found:
+            if len(re.findall(rf"\b{var}\b", text)) == 1 and text.count(line) == 1:
+                alts.append((var, [ln.replace(line, alt) for ln in lines]))
+        return alts or None
 
     def _contribute(self, p: int, bar: str, may_be_none: bool, body: list[str], pre: list[str], cond: bool) -> None:
         g = f"g{p}"
@@ -369,17 +385,22 @@ class Builder:
                 # a partial only this step holds is scaled in place from INPLACE_MIN_SIZE elements, as
                 # runtime/backward.py does (the same products: results stay bit for bit the same)
                 big = type(out) is _ndarray and out.size >= INPLACE_MIN_SIZE
+
+                def computed(t: str) -> list[str]:  # `t = expr`, written into buffers it owns where it can
+                    if inline is None or not big:
+                        return [f"{t} = {expr}"]
+                    made = frozenset(o for o, q in zip(ops + [v], rec.parents + (rec.idx,)) if made_here(self, q))
+                    return lower_partial(t, expr, dict(zip(ops + [v], (*rec.args, out))), self.src, self.into, made)
+
                 if g in self.ones and known_array:  # 1.0 * partial is the partial: no product
-                    body += ([f"{bar} = {expr}"] if inline is not None and not inline[1] else
-                             ["try:", f"    {bar} = {expr}", "except ZeroDivisionError:",
+                    body += (computed(bar) if inline is not None and not inline[1] else
+                             ["try:", *("    " + c for c in computed(bar)), "except ZeroDivisionError:",
                               f"    {bar} = _singular({dn}, ({''.join(o + ', ' for o in read[:-1])}), {read[-1]})"])
                 elif inline is not None and not inline[1] and not big:
                     body.append(f"{bar} = {g} * {expr}")  # no division, no call: no ZeroDivisionError
                 else:
                     t = self.tmp()
-                    computed = [f"{t} = {expr}"] if inline is None or not big else lower_partial(
-                        t, expr, dict(zip(ops + [v], (*rec.args, out))), self.src)
-                    body += ["try:", *("    " + c for c in computed), "except ZeroDivisionError:",
+                    body += ["try:", *("    " + c for c in computed(t)), "except ZeroDivisionError:",
                              f"    {t} = _singular({dn}, ({''.join(o + ', ' for o in read[:-1])}), {read[-1]})"]
                     body.append(f"{bar} = _multiply({g}, {t}, out={t}) if {t}.__class__ is ndarray and "
                                 f"_getrefcount({t}) == 2 and _scalable({g}, {t}) else {g} * {t}" if big

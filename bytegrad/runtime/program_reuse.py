@@ -136,7 +136,9 @@ def accumulate(g: str, bar: str, size: int, src: Any) -> Optional[str]:
 _BINARY_UFUNCS = {ast.Add: np.add, ast.Sub: np.subtract, ast.Mult: np.multiply, ast.Div: np.true_divide}
 
 
-def lower_partial(t: str, expr: str, values: dict[str, Any], src: Any) -> list[str]:
+def lower_partial(t: str, expr: str, values: dict[str, Any], src: Any,
+                  candidates: Optional[list[tuple[str, str, str]]] = None, made: frozenset[str] = frozenset()) \
+        -> list[str]:
     """`t = expr` for an inlined partial (`1 - v ** 2`), as statements that compute its outer
     operation into the array its inner one made (`t = v ** 2`, `t = np.subtract(1, t, out=t)`):
     where the outer operation is an arithmetic operator between that inner operation (a new array,
@@ -165,4 +167,39 @@ def lower_partial(t: str, expr: str, values: dict[str, Any], src: Any) -> list[s
         return [f"{t} = {expr}"]
     uf = src.const(_BINARY_UFUNCS[type(node.op)], "u")
     args = f"{t}, {other_src}" if inner is node.left else f"{other_src}, {t}"
-    return [f"{t} = {inner_src}", f"{t} = {uf}({args}, out={t})"]
+    first = f"{t} = {inner_src}"
+    if candidates is not None:
+        into = _into_operand(inner, part, values, made, src)
+        if into is not None:  # (var, the inner operation written into var): taken by `Source.render`
+            # (then the variable lets go of the buffer, which t alone holds: `out=t` below, and the
+            # product by the cotangent after it, may write into it)
+            candidates.append((into[0], first, f"{t} = {into[1]} if {into[2]} else {inner_src}; {into[0]} = None"))
+    return [first, f"{t} = {uf}({args}, out={t})"]
+
+
+def _into_operand(inner: ast.expr, part: Any, values: dict[str, Any], made: frozenset[str], src: Any) \
+        -> Optional[tuple[str, str, str]]:
+    """(variable, the inner operation of a partial written into that operand of it, the run-time
+    check of rule 4): `v ** 2` as np.square(v, out=v), `-v` as np.negative(v, out=v), `v * w` as
+    np.multiply(v, w, out=v), where v is a value of the forward pass (made there: rule 1) with the
+    inner result's shape and dtype (rule 2). The caller checks that nothing else in the step reads
+    v, and `Source.render` that nothing after it does (rule 3)."""
+    if isinstance(inner, ast.UnaryOp) and isinstance(inner.op, ast.USub) and isinstance(inner.operand, ast.Name):
+        name, call = inner.operand.id, "{u}({v}, out={v})"
+        uf: Any = np.negative
+    elif isinstance(inner, ast.BinOp) and isinstance(inner.left, ast.Name) and isinstance(inner.op, ast.Pow) \
+            and isinstance(inner.right, ast.Constant) and inner.right.value == 2:
+        name, call, uf = inner.left.id, "{u}({v}, out={v})", np.square
+    elif isinstance(inner, ast.BinOp) and isinstance(inner.left, ast.Name) and type(inner.op) in _BINARY_UFUNCS \
+            and isinstance(inner.right, (ast.Name, ast.Constant)):
+        name, uf = inner.left.id, _BINARY_UFUNCS[type(inner.op)]
+        call = "{u}({v}, " + ast.unparse(inner.right).replace("{", "{{").replace("}", "}}") + ", out={v})"
+    else:
+        return None
+    value = values.get(name)
+    if type(value) is not _ndarray or (name not in made and "made_here" not in _RELAXED):
+        return None
+    if (value.shape != part.shape or value.dtype != part.dtype) and "shape" not in _RELAXED:
+        return None
+    sole = "True" if "sole" in _RELAXED else f"_getrefcount({name}) == {SOLE}"
+    return name, call.format(u=src.const(uf, "u"), v=name), sole
