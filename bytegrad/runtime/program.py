@@ -15,7 +15,11 @@ argument. `build` turns that tape into straight-line Python source:
 - the reverse pass the records imply, for the differentiated arguments only: cotangents are
   local variables, accumulated in the order the tape's sweep accumulates them (so results are
   the general path's, bit for bit), broadcasting is undone with the shapes seen at capture
-  (fixed by the guards), and every value is deleted after its last use.
+  (fixed by the guards), and every value is deleted after its last use;
+- buffers reused within the call where nothing else can see them (runtime/program_reuse.py: a
+  step's result written into a dead temporary of the program's own, a cotangent accumulated in
+  place, tanh's `1 - out**2` computed into out), and a bias's gradient summed straight to its shape;
+- `program(args, value=False)` (`grad`) skips the steps only the output's value reads.
 
 Anything such a program cannot reproduce raises `Ineligible` with the reason, and the signature
 stays on the general path. The program has no hooks, no tape and no identity lookups.

@@ -6,6 +6,10 @@ when each dies, so an elementwise step may write its result into a dead operand
 fewer allocations, and the result lands in memory that is already in cache. The values are the
 same as without (the same ufunc on the same operands, in the same order), bit for bit.
 
+Three places use it: `forward_alternatives` (an elementwise forward step into an operand),
+`accumulate` (a contribution added into a cotangent) and `lower_partial` (a partial's outer
+operation into the array its inner one made, and that inner one into a dead forward value).
+
 The rules, each needed (tests/test_program_reuse.py fails when one is left out):
 
 1. *made here*: the operand is the output of one of the program's own ufuncs (an arithmetic
