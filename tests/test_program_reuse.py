@@ -20,7 +20,6 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bytegrad  # noqa: E402
-from bytegrad.compiled import Tiers  # noqa: E402
 from bytegrad.runtime import program_reuse  # noqa: E402
 
 N = 64  # 64 x 64 = INPLACE_MIN_SIZE elements: big enough for reuse
