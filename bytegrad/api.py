@@ -401,22 +401,23 @@ class Differentiated:
                         "differentiate with respect to float arrays, floats, or containers of them; "
                         "leave ints, strings and flags out of wrt.")
 
-    def _grad(self, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+    def _grad(self, args: tuple, kwargs: dict, value: bool = True) -> tuple[Any, Any]:
         if self._first_s is None:
             t0 = time.perf_counter()
-            result = self._grad_tiered(args, kwargs)
+            result = self._grad_tiered(args, kwargs, value)
             self._first_s = time.perf_counter() - t0
             return result
-        return self._grad_tiered(args, kwargs)
+        return self._grad_tiered(args, kwargs, value)
 
-    def _grad_tiered(self, args: tuple, kwargs: dict) -> tuple[Any, Any]:
-        """A compiled program's result when one applies (bytegrad/compiled.py), else the general path's."""
+    def _grad_tiered(self, args: tuple, kwargs: dict, value: bool = True) -> tuple[Any, Any]:
+        """A compiled program's result when one applies (bytegrad/compiled.py), else the general path's.
+        `value=False`: only the gradient is used (a program skips the output's value)."""
         tiers = self._tiers
         if tiers is not None and getattr(tls, "tape", None) is None and not _config.debug_nans:
             if kwargs:  # keywords of positional parameters move into place; others stay general
                 args, kwargs = self._normalize_call(args, kwargs)
             if not kwargs:
-                result = tiers.call(self._target, args, self._capture)
+                result = tiers.call(self._target, args, self._capture, value=value)
                 if result is not MISS:
                     return result
         return self._grad_now(args, kwargs)
@@ -592,7 +593,7 @@ class Differentiated:
         if self._has_aux:
             (_, aux), grads = self._grad(args, kwargs)
             return grads, aux
-        return self._grad(args, kwargs)[1]
+        return self._grad(args, kwargs, value=False)[1]
 
     def value_and_grad(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         """(output, gradient) from one forward and one reverse pass; `((output, aux), gradient)`

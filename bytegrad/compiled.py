@@ -97,9 +97,11 @@ class Tiers:
         self.capture_s = 0.0
         self.disagreements = 0
 
-    def call(self, fn: types.FunctionType, args: tuple, capture: Callable[[tuple], Any], now: bool = False) -> Any:
+    def call(self, fn: types.FunctionType, args: tuple, capture: Callable[[tuple], Any], now: bool = False,
+             value: bool = True) -> Any:
         """`(value, gradient)` from a program, from a capture (`capture(args)`), or MISS: the caller
-        runs the general path. `now`: capture without waiting for the warm-up (precompile)."""
+        runs the general path. `now`: capture without waiting for the warm-up (precompile).
+        `value=False`: the caller uses the gradient only (a program may give None for the value)."""
         if fn.__code__ is not self.code or fn.__defaults__ is not self.defaults \
                 or fn.__kwdefaults__ is not self.kwdefaults:
             self.__init__(fn, self.tier, self.key)  # the body or defaults were replaced: start again
@@ -109,7 +111,7 @@ class Tiers:
             timed = calls & 15 == 0 and prog.backend == "numpy" and self.tier == "auto"
             t0 = _perf() if timed else 0.0
             try:
-                result = prog.fn(args)
+                result = prog.fn(args, value)
             except Exception:  # noqa: BLE001 - the general path raises it again, with the user's line
                 self.general_calls += 1
                 return MISS
@@ -129,7 +131,7 @@ class Tiers:
         if sig is None:
             sig = self.signatures[key] = _Signature()
             if self._load(key):  # programs a precompile stored: this call runs one
-                return self.call(fn, args, capture, now)
+                return self.call(fn, args, capture, now, value)
         if decided:
             self._decided(sig)
         if sig.reason is None and len(self.programs) < MAX_PROGRAMS and \

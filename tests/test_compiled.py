@@ -1300,7 +1300,7 @@ def test_a_partial_under_the_seed_is_not_multiplied_by_one():
         params, data = bench_cases.dense_inputs(3, batch=7)(rng)
         assert_same(fast.value_and_grad(params, *data), general.value_and_grad(params, *data))
     (prog,) = [p for t in compiled._BY_FUNCTION[own].values() for p in t.programs]
-    assert "_unbroadcast(" not in prog.source and "keepdims=True" in prog.source, prog.source
+    assert "_unbroadcast(" not in prog.source and re.search(r"= sum\d+\(", prog.source), prog.source
     assert not re.search(r"= g\d+ \* ", prog.source), prog.source
 
 

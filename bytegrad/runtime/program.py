@@ -15,7 +15,11 @@ argument. `build` turns that tape into straight-line Python source:
 - the reverse pass the records imply, for the differentiated arguments only: cotangents are
   local variables, accumulated in the order the tape's sweep accumulates them (so results are
   the general path's, bit for bit), broadcasting is undone with the shapes seen at capture
-  (fixed by the guards), and every value is deleted after its last use.
+  (fixed by the guards), and every value is deleted after its last use;
+- buffers reused within the call where nothing else can see them (runtime/program_reuse.py: a
+  step's result written into a dead temporary of the program's own, a cotangent accumulated in
+  place, tanh's `1 - out**2` computed into out), and a bias's gradient summed straight to its shape;
+- `program(args, value=False)` (`grad`) skips the steps only the output's value reads.
 
 Anything such a program cannot reproduce raises `Ineligible` with the reason, and the signature
 stays on the general path. The program has no hooks, no tape and no identity lookups.
@@ -52,6 +56,7 @@ from bytegrad.runtime.program_source import (
     Ineligible, Inputs, Program, Source, decided, gradient_code, inline_partial, operator_expr, short,
     static_guards,
 )
+from bytegrad.runtime.program_reuse import accumulate, forward_alternatives, lower_partial, made_here
 from bytegrad.runtime.tape import Tape
 
 __all__ = ["DECIDED", "MISS", "Ineligible", "Program", "build"]
@@ -151,6 +156,10 @@ class Builder:
         self.records: dict[int, Record] = {}
         self.state: dict[int, int] = {}
         self.forms: dict[int, Any] = {}  # records written as their rule's ProgramForm
+        self.squeezed: set[int] = set()  # new-axes getitems whose cotangent is summed to their argument
+        self.stmt_of: dict[int, int] = {}  # record -> the statement of its forward step
+        #: (variable, line, the line computing into the variable) of the reverse step being written
+        self.into: list[tuple[str, str, str]] = []
         #: cotangent variables known when the program is written to hold the float 1.0 (the seed of
         #: a full sum and its copies), and to hold an array of their record's output shape
         self.ones: set[str] = set()
@@ -252,12 +261,13 @@ class Builder:
         _check_shapes(rec)
         ops = [self.operand(a, p, rec) for a, p in zip(rec.args, rec.parents + (None,) * len(rec.args))]
         v = self.var[i] = f"v{i}"
+        self.stmt_of[i] = len(self.src.stmts)  # (the statement emitted below)
         if type(rec.out) is not _ndarray:
             self.src.scalars.update((v, f"g{i}"))
         fn = rec.fn
         if rec.kind == "elementwise":
             expr = operator_expr(fn, ops) or f"{self.src.const(fn, 'f')}({', '.join(ops)})"
-            self.src.emit(f"{v} = {expr}", rec.site.lineno)
+            self.src.emit(f"{v} = {expr}", rec.site.lineno, reuse=forward_alternatives(self, rec, ops, expr))
             return
         kw = ""
         if rec.kwargs:
@@ -339,7 +349,21 @@ class Builder:
             # pullback results) go when it ends; an elementwise step on floats has only floats
             body.append(f"del {', '.join(temps)}")
         lines = pre + ([f"if {g} is not None:"] + ["    " + b for b in body] if cond else body)
-        self.src.emit(lines, rec.site.lineno)
+        self.src.emit(lines, rec.site.lineno, reuse=self._into_alternatives(lines))
+
+    def _into_alternatives(self, lines: list[str]) -> Optional[list[tuple[str, list[str]]]]:
+        """The step written to compute a partial's inner operation into a value of the forward pass
+        (program_reuse.lower_partial's candidates), for each such value no other line of the step
+        reads; `Source.render` takes one that no later statement reads."""
+        found, self.into = self.into, []
+        # (a `_singular` line runs on ZeroDivisionError only, which operations on arrays never raise:
+        # it reads what its partial's own line reads, counted there)
+        text = "\n".join(ln for ln in lines if "_singular(" not in ln)
+        alts = []
+        for var, line, alt in found:
+            if len(re.findall(rf"\b{var}\b", text)) == 1 and text.count(line) == 1:
+                alts.append((var, [ln.replace(line, alt) for ln in lines]))
+        return alts or None
 
     def _contribute(self, p: int, bar: str, may_be_none: bool, body: list[str], pre: list[str], cond: bool) -> None:
         g = f"g{p}"
@@ -348,6 +372,10 @@ class Builder:
             pre.append(f"{g} = None")
             st = MAYBE
         statement, new = _ACCUMULATE[may_be_none, st]
+        value = self.tape.values[p]
+        inplace = accumulate(g, bar, value.size, self.src) if st == SET and type(value) is _ndarray else None
+        if inplace is not None:  # `g + bar` written into g where nothing else holds it
+            statement = ("if {bar} is not None: " if may_be_none else "") + inplace
         body.append(statement.format(g=g, bar=bar))
         first = st == UNSET and not cond and not may_be_none
         for known in (self.ones, self.arrays):  # a first assignment copies what is known of `bar`
@@ -383,15 +411,22 @@ class Builder:
                 # a partial only this step holds is scaled in place from INPLACE_MIN_SIZE elements, as
                 # runtime/backward.py does (the same products: results stay bit for bit the same)
                 big = type(out) is _ndarray and out.size >= INPLACE_MIN_SIZE
+
+                def computed(t: str) -> list[str]:  # `t = expr`, written into buffers it owns where it can
+                    if inline is None or not big:
+                        return [f"{t} = {expr}"]
+                    made = frozenset(o for o, q in zip(ops + [v], rec.parents + (rec.idx,)) if made_here(self, q))
+                    return lower_partial(t, expr, dict(zip(ops + [v], (*rec.args, out))), self.src, self.into, made)
+
                 if g in self.ones and known_array:  # 1.0 * partial is the partial: no product
-                    body += ([f"{bar} = {expr}"] if inline is not None and not inline[1] else
-                             ["try:", f"    {bar} = {expr}", "except ZeroDivisionError:",
+                    body += (computed(bar) if inline is not None and not inline[1] else
+                             ["try:", *("    " + c for c in computed(bar)), "except ZeroDivisionError:",
                               f"    {bar} = _singular({dn}, ({''.join(o + ', ' for o in read[:-1])}), {read[-1]})"])
                 elif inline is not None and not inline[1] and not big:
                     body.append(f"{bar} = {g} * {expr}")  # no division, no call: no ZeroDivisionError
                 else:
                     t = self.tmp()
-                    body += ["try:", f"    {t} = {expr}", "except ZeroDivisionError:",
+                    body += ["try:", *("    " + c for c in computed(t)), "except ZeroDivisionError:",
                              f"    {t} = _singular({dn}, ({''.join(o + ', ' for o in read[:-1])}), {read[-1]})"]
                     body.append(f"{bar} = _multiply({g}, {t}, out={t}) if {t}.__class__ is ndarray and "
                                 f"_getrefcount({t}) == 2 and _scalable({g}, {t}) else {g} * {t}" if big
@@ -400,7 +435,8 @@ class Builder:
             a_shape = a.shape if type(a) is _ndarray else shape_of(a)
             if a_shape != out_shape:
                 b = self.tmp()
-                body.append(f"{b} = {self._unbroadcast(bar, a_shape, out_shape, known_array)}")
+                squeezed = None if cond else self._squeezed_sum(p, bar, a_shape, out_shape, known_array)
+                body.append(f"{b} = {squeezed or self._unbroadcast(bar, a_shape, out_shape, known_array)}")
                 bar = b
             elif bar != g and not bar.startswith("_t"):  # `-g`, `g * 2.0`
                 b = self.tmp()
@@ -419,6 +455,25 @@ class Builder:
         total = self.src.const(np.add.reduce, "sum")
         expr = f"{total}({bar}, axis={lead!r})" if lead else bar
         return f"{total}({expr}, axis={axes!r}, keepdims=True)" if axes else expr
+
+    def _squeezed_sum(self, p: int, bar: str, a_shape: tuple, out_shape: tuple, known_array: bool) -> Optional[str]:
+        """The cotangent of a bias `b[:, None]` (a new-axes getitem, p) summed straight to b's shape:
+        `sum(g, axis=1)`, a new array handed over as b's gradient, in place of `sum(g, axis=1,
+        keepdims=True).reshape(...)` and the copy of that view (the same sums). Only where this is
+        p's only contribution and the sum keeps an axis (an array, not a scalar)."""
+        rec = self.records.get(p)
+        form = self.forms.get(p)
+        if rec is None or form is None or form.cotangents[0] != "{g}.reshape({shape0})" or not known_array \
+                or self.state.get(p, UNSET) != UNSET or len(a_shape) != len(out_shape):
+            return None
+        if sum(r.parents.count(p) for r in self.records.values()) != 1:  # (`c + c` contributes twice)
+            return None
+        lead, axes = unbroadcast_plan(out_shape, a_shape)
+        kept = tuple(n for k, n in enumerate(a_shape) if k not in axes)
+        if lead or not axes or not kept or kept != rec.args[0].shape:
+            return None
+        self.squeezed.add(p)
+        return f"{self.src.const(np.add.reduce, 'sum')}({bar}, axis={axes!r})"
 
     def form(self, rec: Record, depends: set[int]) -> Any:
         """The rule's ProgramForm when it holds for these arguments and gives every needed cotangent."""
@@ -439,6 +494,9 @@ class Builder:
         if not targets:
             return
         form = self.forms.get(rec.idx)
+        if rec.idx in self.squeezed:  # its cotangent came summed to its argument's shape (_squeezed_sum)
+            self._contribute(targets[0][1], g, False, body, pre, cond)
+            return
         if form is not None or rec.trusted:
             if type(rec.out) is _ndarray:  # as runtime/backward.py gives a trusted rule's pullback
                 like = self.src.const(stand_in(rec.out), "like")
@@ -553,6 +611,8 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
         result_var, state, forward_records = program_numba.emit(b, order, depends, out_idx)
     else:
         result_var, state, forward_records = _emit_numpy(b, order, depends, out_idx)
+    if backend == "numpy" and aux is None:
+        _value_only(b, out_idx)
     lines: list[str] = []
     grads = [gradient_code(src, specs[p], state, lines, inputs.fresh) for p in wrt]
     if len(grads) > 1:
@@ -573,6 +633,33 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     if backend == "numpy":
         prog.parts = (src.ns, *src.parts)
     return prog
+
+
+def _value_only(b: Builder, out_idx: int) -> None:
+    """The forward steps only the output's value reads (the loss, and what only it reads): a
+    gradient asked alone (`program(args, False)`, `grad`) skips them, and gets None for the value.
+    A step that the reverse pass, a decision or another kept step reads is kept."""
+    stmts = b.src.stmts
+    readers: dict[str, set[int]] = {}
+    for k, (_, names) in enumerate(stmts):
+        for n in names:
+            readers.setdefault(n, set()).add(k)
+    skipped: set[int] = set()
+    for i in sorted(b.stmt_of, reverse=True):  # readers before what they read
+        k = b.stmt_of[i]
+        lines, names = stmts[k]
+        others = readers.get(f"v{i}", set()) - {k}
+        if len(lines) != 1 or f"p{i}" in names or not others <= skipped or (not others and i != out_idx):
+            continue
+        skipped.add(k)
+        stmts[k] = (_unless_value(lines), names)
+        if k in b.src.reuse:
+            b.src.reuse[k] = [(var, _unless_value(alt)) for var, alt in b.src.reuse[k]]
+
+
+def _unless_value(lines: list[str]) -> list[str]:
+    var = lines[0].split(" = ", 1)[0]
+    return [f"if value: {lines[0]}", f"else: {var} = None"]
 
 
 def _emit_numpy(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple[str, dict[int, int], int]:

@@ -23,6 +23,7 @@ from bytegrad import _operators
 from bytegrad.errors import qualname
 from bytegrad.rules._shape import stand_in
 from bytegrad.runtime import pytree
+from bytegrad.runtime.program_reuse import dead as operand_dead
 
 __all__ = ["Program", "operator_expr", "DECIDED", "FLOAT_TYPES", "GUARD_KINDS", "MAYBE", "MISS", "OWNED", "MISSING", "SCALAR_CONSTS", "SET", "UNSET", "Constants", "Ineligible", "Inputs", "Source", "gradient_code",
            "inline_partial", "static_guards"]
@@ -145,11 +146,18 @@ class Source(Constants):
         self.kernel_stems: Optional[tuple[str, ...]] = None  # its modules in the cache directory
         self.back_from: Optional[int] = None  # a pullback program: statements from here on are `back`
         self.returns = "out_, back"  # what a pullback program returns (`out_, back, aux_` with has_aux)
+        #: statement -> [(variable, the statement written to reuse its buffer)] (runtime/program_reuse.py)
+        self.reuse: dict[int, list[tuple[str, list[str]]]] = {}
         self.parts: tuple[str, tuple[int, ...], str] = ("", (), "")  # rendered: source, user lines, file
 
-    def emit(self, lines: list[str] | str, line: Optional[int] = None) -> None:
-        """Add a statement; `line`: the user's source line it stands for (tracebacks show it)."""
+    def emit(self, lines: list[str] | str, line: Optional[int] = None,
+             reuse: Optional[list[tuple[str, list[str]]]] = None) -> None:
+        """Add a statement; `line`: the user's source line it stands for (tracebacks show it).
+        `reuse`: (variable, statement) alternatives that write the result into the variable's
+        buffer; `render` writes the first whose variable no later statement reads."""
         lines = [lines] if isinstance(lines, str) else lines
+        if reuse:
+            self.reuse[len(self.stmts)] = reuse
         self.stmts.append((lines, set(re.findall(_VARIABLE, "\n".join(lines)))))
         self.lines.append(line)
 
@@ -162,10 +170,15 @@ class Source(Constants):
         self.guards.append(what)
 
     def array_guard(self, expr: str, value: np.ndarray) -> None:
+        """An array's type, shape and dtype guards, checked in one statement."""
         dt = self.const(value.dtype, "dt")
-        self.guard("type", f"{expr}.__class__ is ndarray", f"{expr}: ndarray")
-        self.guard("shape", f"{expr}.shape == {value.shape!r}", f"{expr}.shape == {value.shape!r}")
-        self.guard("dtype", f"{expr}.dtype is {dt}", f"{expr}.dtype is {value.dtype}")
+        checks = [(kind, cond, what) for kind, cond, what in (
+            ("type", f"{expr}.__class__ is ndarray", f"{expr}: ndarray"),
+            ("shape", f"{expr}.shape == {value.shape!r}", f"{expr}.shape == {value.shape!r}"),
+            ("dtype", f"{expr}.dtype is {dt}", f"{expr}.dtype is {value.dtype}")) if kind not in _OMITTED]
+        if checks:
+            self.emit(f"if not ({' and '.join(cond for _, cond, _ in checks)}): return MISS")
+            self.guards += [what for _, _, what in checks]
 
     def render(self, name: str, first_line: int) -> tuple[str, list[int]]:
         """The function's source, every variable deleted after its last use, and the user's line of
@@ -173,7 +186,7 @@ class Source(Constants):
         pullback program's statements from `back_from` on become `def back(ob)`, nested in it:
         what `back` reads stays alive in the enclosing call, and `back` deletes only its own names."""
         split = len(self.stmts) if self.back_from is None else self.back_from
-        out = [f"def {name}(args):"]
+        out = [f"def {name}(args, value=True):"]  # value=False: the gradient alone (program._value_only)
         user = [first_line]
         self._block(range(split), "    ", self.back_from is None, frozenset(), out, user)
         if self.back_from is not None:
@@ -195,6 +208,10 @@ class Source(Constants):
                 last[n] = k
         for k in ks:
             lines = self.stmts[k][0]
+            for var, alt in self.reuse.get(k, ()):
+                if operand_dead(var, k, last, keep):
+                    lines = alt
+                    break
             out += [indent + ln for ln in lines]
             user += [self.lines[k] or user[0]] * len(lines)
             if ends and k == ks[-1]:
@@ -228,16 +245,17 @@ class Inputs:
         src = self.src
         t = type(value)
         if type(spec) is pytree.Leaf:
-            var = f"x{self._n + 1}"
-            self._n += 1
+            var = expr if re.fullmatch(_VARIABLE, expr) else self.temp()  # (a variable already: no copy of it)
             if t is _ndarray:
                 src.array_guard(expr, value)
-                src.emit(f"{var} = {expr}")
+                if var != expr:
+                    src.emit(f"{var} = {expr}")
                 if fresh:  # a gradient is never the caller's array itself (see `gradient_code`)
                     self.fresh[spec.idx] = var
             elif t in FLOAT_TYPES:
                 src.guard("type", f"{expr}.__class__ is {src.const(t, 'T')}", f"{expr}: {t.__name__}")
-                src.emit(f"{var} = {expr}")
+                if var != expr:
+                    src.emit(f"{var} = {expr}")
                 src.scalars.update((var, f"g{spec.idx}"))
             else:
                 raise Ineligible(f"a differentiated argument of type {t.__name__} (complex values stay on the "

@@ -40,7 +40,7 @@ from bytegrad.runtime.program import Program, program_code, program_from_code
 __all__ = ["NAMESPACE", "dumps", "loads", "key"]
 
 NAMESPACE = "programs"
-_FORMAT = 3  # 2: the compiled code beside the source, stand-ins by shape; 3: the Numba twin's kernels
+_FORMAT = 4  # 2: the compiled code beside the source, stand-ins by shape; 3: the Numba twin's kernels; 4: program(args, value=True)
 
 
 def key(code: types.CodeType, kind: Any, signature: tuple[type, ...]) -> Optional[str]:
