@@ -39,7 +39,8 @@ from bytegrad.errors import qualname
 from bytegrad.rules._apply import shape_of
 from bytegrad.runtime import kernels, program_fused
 from bytegrad.runtime.backward import partial_uses, singular_partial
-from bytegrad.runtime.program import Builder, Ineligible, Record
+from bytegrad.runtime.program import Builder, Ineligible
+from bytegrad.runtime.program_parts import Record
 from bytegrad.runtime.program_source import AST_LOCK, OWNED, SET, Constants, inline_partial, operator_expr
 
 __all__ = ["emit"]

@@ -18,7 +18,7 @@ A constant that is none of these makes the program unstorable (it is then made a
 capture in the new process). Entries go through runtime/diskcache.py (namespace "programs"):
 the same trust model as rewritten code, and its unpickler, which loads only bytegrad's, NumPy's
 and plain builtin types. The registry version a program guards is the loading process's own
-(`_VERSION` in program.program_from_code). The compiled code is stored too (marshal), so a load
+(`_VERSION` in program_parts.program_from_code). The compiled code is stored too (marshal), so a load
 runs no compiler.
 """
 from __future__ import annotations
@@ -35,7 +35,8 @@ import numpy as np
 from bytegrad.rules import registry
 from bytegrad.rules._shape import is_stand_in, stand_in
 from bytegrad.runtime import diskcache, safepickle
-from bytegrad.runtime.program import Program, program_code, program_from_code
+from bytegrad.runtime.program_parts import program_code, program_from_code
+from bytegrad.runtime.program_source import Program
 
 __all__ = ["NAMESPACE", "dumps", "loads", "key"]
 

@@ -1,0 +1,138 @@
+"""The parts of a compiled program (runtime/program.py) that its builder, the disk store and the
+generated code share: a tape record as code generation reads it (`Record`), the checks of what a
+program can reproduce (`check_shapes`), and the compile of a program's source into the function
+`program`, with the helpers generated code calls (`program_code`, `program_from_code`).
+"""
+from __future__ import annotations
+
+import ast
+import operator
+import sys
+import types
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from bytegrad.errors import qualname
+from bytegrad.rules import registry
+from bytegrad.rules._shape import materialize, unbroadcast
+from bytegrad.rules.registry import NO_TANGENT, ZERO
+from bytegrad.runtime import pytree
+from bytegrad.runtime.backward import ELEMENTWISE, RULE, RULE_TRUSTED, UNARY, scalable, singular_partial
+from bytegrad.runtime.program_source import AST_LOCK, DECIDED, FLOAT_TYPES, MISS, MISSING, Ineligible, decided
+
+__all__ = ["Record", "check_shapes", "compile_program", "program_code", "program_from_code"]
+
+_ndarray = np.ndarray
+_FunctionType = types.FunctionType
+
+
+class Record:
+    """One tape record, read into the form code generation needs."""
+
+    __slots__ = ("idx", "kind", "parents", "args", "fn", "rule", "kwargs", "site", "out", "trusted")
+
+    def __init__(self, idx: int, node: tuple, out: Any) -> None:
+        kind = node[0]
+        self.idx = idx
+        self.out = out
+        self.site = node[2]
+        if kind is ELEMENTWISE or kind is UNARY:
+            self.kind = "elementwise"
+            self.parents = (node[1],) if kind is UNARY else node[1]
+            self.rule = node[3]
+            self.args = node[4]
+            self.fn = node[5]
+            self.kwargs = None
+        elif kind is RULE or kind is RULE_TRUSTED:
+            self.kind = "rrule"
+            self.parents = tuple(node[1])
+            self.args = node[4]
+            self.fn = node[5]
+            self.rule = _rule_of(self.fn)
+            self.kwargs = node[6] if len(node) > 6 else None
+            self.trusted = kind is RULE_TRUSTED
+            if self.rule is None or self.rule.rrule is None:
+                raise Ineligible(f"no reverse rule found again for {qualname(self.fn)}", self.site)
+        else:
+            raise Ineligible(f"a {kind.name} record "
+                             "(in-place writes, fused kernels and nested derivatives stay on the general path)",
+                             self.site)
+        to = type(out)
+        if not (to in FLOAT_TYPES or (to is _ndarray and out.dtype.kind == "f")):
+            what = f"ndarray of {out.dtype}" if to is _ndarray else to.__name__
+            raise Ineligible(f"{qualname(self.fn)} gives a {what} (compiled programs handle real float "
+                             "values)", self.site)
+        for p in self.parents:
+            if p is not None and type(p) is not int:
+                raise Ineligible(f"a list of differentiated values passed to {qualname(self.fn)}", self.site)
+
+
+def _rule_of(fn: Any) -> Any:
+    rule = registry.lookup(fn)
+    if rule is None and type(fn) is types.MethodWrapperType:  # `desc.__get__` of `.T`, `.real`
+        rule = registry.lookup(fn.__self__)
+    return rule
+
+
+#: functions whose output shape depends on the values of their input (a program fixes shapes)
+_DATA_SHAPED = {np.nonzero, np.flatnonzero, np.argwhere, np.unique, np.compress, np.extract, np.trim_zeros,
+                np.ndarray.nonzero, np.ndarray.compress}
+
+
+def check_shapes(rec: Record) -> None:
+    if rec.fn in _DATA_SHAPED:
+        raise Ineligible(f"{qualname(rec.fn)} (its output's shape depends on data)", rec.site)
+    if rec.fn is operator.getitem:
+        key = rec.args[1]
+        keys = key if type(key) is tuple else (key,)
+        for k in keys:
+            if (type(k) is _ndarray and k.dtype.kind == "b") or type(k) is list:
+                raise Ineligible("indexing with a boolean mask or a list (its shape depends on data)", rec.site)
+
+
+def _acc(old: Any, new: Any) -> Any:
+    if old is None:
+        return new
+    if new is None:
+        return old
+    return old + new
+
+
+def _untrusted(ct: Any, node: tuple, pullback: Any, like: Any) -> Any:
+    """A plugin rule's reverse step, checked as the general path checks it (runtime/backward.py)."""
+    return RULE.backward(ct, node[:3] + (pullback,) + node[4:], like)
+
+
+def compile_program(source: str, user_lines: Sequence[int], filename: str, constants: dict[str, Any]) \
+        -> Callable[[tuple], Any]:
+    """The function `program` of a program's `source`, each line at the user's line it replays (in
+    `filename`), with `constants` and the helpers programs call as its globals."""
+    return program_from_code(program_code(source, user_lines, filename), constants)
+
+
+def program_code(source: str, user_lines: Sequence[int], filename: str) -> types.CodeType:
+    """The module code of a program's `source`, each line at the user's line it replays."""
+    with AST_LOCK:
+        tree = ast.parse(source)
+        for node in ast.walk(tree):  # each statement at the user's line it replays
+            if hasattr(node, "lineno"):
+                node.lineno = user_lines[node.lineno - 1]
+                node.end_lineno = user_lines[(node.end_lineno or node.lineno) - 1] if node.end_lineno else node.lineno
+                if node.end_lineno < node.lineno:
+                    node.end_lineno = node.lineno
+        return compile(tree, filename, "exec")
+
+
+def program_from_code(code: types.CodeType, constants: dict[str, Any]) -> Callable[[tuple], Any]:
+    """The function `program` that `code` (from `program_code`) defines, with `constants` and the
+    helpers programs call as its globals (runtime/program_store.py loads stored code through it)."""
+    namespace = dict(constants)
+    namespace.update(MISS=MISS, DECIDED=DECIDED, ndarray=_ndarray, FunctionType=_FunctionType, ZERO=ZERO,
+                     NO_TANGENT=NO_TANGENT, _acc=_acc, _decided=decided, _cotangent_leaves=pytree.cotangent_leaves,
+                     _singular=singular_partial, _unbroadcast=unbroadcast, _materialize=materialize,
+                     _untrusted=_untrusted, _project=pytree.project, _multiply=np.multiply,
+                     _getrefcount=sys.getrefcount, _scalable=scalable, _unalias=pytree.unalias,
+                     _version=registry.version, _VERSION=registry.settled_version(), _MISSING=MISSING)
+    exec(code, namespace)  # noqa: S102
+    return namespace["program"]
