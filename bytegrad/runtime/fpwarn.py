@@ -59,20 +59,44 @@ def _redirected() -> dict[str, str]:
     return {k: "call" for k, v in np.geterr().items() if v == "warn"}
 
 
+try:  # what `np.errstate` does, without its cost per use (NumPy 2's error state is a context variable)
+    from numpy._core.umath import _extobj_contextvar as _EXTOBJ, _make_extobj
+except ImportError:  # (another NumPy layout: np.errstate every time)
+    _EXTOBJ = _make_extobj = None
+
+#: id of an error state -> (that state, the same with "warn" categories redirected to `_report`, or
+#: None when none warns): made once per state the user sets, not per gradient (np.geterr() and a new
+#: state cost about 7 us, twice a gradient: as much as the rest of a small gradient's bookkeeping)
+_REDIRECTED: dict[int, tuple[Any, Any]] = {}
+
+
 class at_user_lines:
     """Context manager: floating-point warnings inside are reported at the user's line."""
 
-    __slots__ = ("_state",)
+    __slots__ = ("_state", "_token")
 
     def __enter__(self) -> None:
-        redirect = _redirected()
-        self._state = np.errstate(call=_report, **redirect) if redirect else None
-        if self._state is not None:
-            self._state.__enter__()
+        if _EXTOBJ is None:
+            redirect = _redirected()
+            self._state = np.errstate(call=_report, **redirect) if redirect else None
+            if self._state is not None:
+                self._state.__enter__()
+            return
+        self._state = None
+        current = _EXTOBJ.get()
+        known = _REDIRECTED.get(id(current))
+        if known is None or known[0] is not current:
+            redirect = _redirected()
+            if len(_REDIRECTED) > 64:
+                _REDIRECTED.clear()
+            known = _REDIRECTED[id(current)] = (current, _make_extobj(call=_report, **redirect) if redirect else None)
+        self._token = _EXTOBJ.set(known[1]) if known[1] is not None else None
 
     def __exit__(self, *exc: Any) -> None:
         if self._state is not None:
             self._state.__exit__(*exc)
+        elif _EXTOBJ is not None and self._token is not None:
+            _EXTOBJ.reset(self._token)
 
 
 def sweeps(fn: Callable[..., Any]) -> Callable[..., Any]:
