@@ -52,3 +52,26 @@ def test_the_users_errstate_and_seterr_are_kept():
             bytegrad.grad(lambda x: np.sum(np.log(x)))(np.array([0.0, 1.0]))
     finally:
         np.seterr(**old)
+
+
+def test_the_error_state_is_read_on_every_gradient():
+    """bytegrad keeps the redirected error state it makes per state the user sets: a later
+    np.seterr, and a state set back, are each honoured on the next gradient of the same function."""
+    g = bytegrad.grad(lambda x: np.sum(np.log(x)))
+    x = np.array([0.0, 1.0])
+    old = np.seterr()
+    try:
+        for setting in ("warn", "ignore", "raise", "warn", "raise", "ignore"):
+            np.seterr(divide=setting)
+            if setting == "raise":
+                with pytest.raises(FloatingPointError):
+                    g(x)
+                continue
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                g(x)
+            messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+            assert bool(messages) == (setting == "warn"), (setting, messages)
+            assert np.geterr()["divide"] == setting and np.geterrcall() is None
+    finally:
+        np.seterr(**old)
