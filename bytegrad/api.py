@@ -431,20 +431,11 @@ class Differentiated:
         positions = _compiled().capture_positions(args)
         if any(p not in positions for p in norm_wrt):
             return self._grad_now(args, {}), "a differentiated argument is an int, a string or None"
-        reasons, guards = self.eligibility(args)
-        if reasons:
-            more = f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else ""
-            return self._grad_now(args, {}), reasons[0] + more
-        from bytegrad.runtime import program_source
-        try:
-            out, tape, specs, _ = self._forward(args, {}, positions, strict=False, capture=True,
-                                                tracked=program_source.read_arrays(guards))
-        except Exception as exc:  # noqa: BLE001 - tracking every argument can refuse what the general path takes
-            return self._grad_now(args, {}), f"the capture run raised {type(exc).__name__}: {exc}"
-        aux = program_aux = None
-        if self._has_aux:
-            out, aux = self._split_aux(out)
-            program_aux = (aux,)
+        run = self._capture_run(args, positions)
+        if type(run) is str:
+            return self._grad_now(args, {}), run
+        out, aux, tape, specs, guards = run
+        program_aux = (aux,) if self._has_aux else None
         self._check_scalar(out)
         if type(out) is _ndarray and out.ndim:
             return self._grad_now(args, {}), "the output is a one-element array, not a scalar"
@@ -478,6 +469,23 @@ class Differentiated:
             if why is None:
                 return result, prog
         return result, why
+
+    def _capture_run(self, args: tuple, positions: tuple[int, ...]) -> Union[str, tuple]:
+        """The capture's forward pass: (output, aux or None, tape, leaf specs, guards), or why the
+        function cannot be captured for arguments like `args` (the caller then runs the general path)."""
+        reasons, guards = self.eligibility(args)
+        if reasons:
+            return reasons[0] + (f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else "")
+        from bytegrad.runtime import program_source
+        try:
+            out, tape, specs, _ = self._forward(args, {}, positions, strict=False, capture=True,
+                                                tracked=program_source.read_arrays(guards))
+        except Exception as exc:  # noqa: BLE001 - tracking every argument can refuse what the general path takes
+            return f"the capture run raised {type(exc).__name__}: {exc}"
+        aux = None
+        if self._has_aux:
+            out, aux = self._split_aux(out)
+        return out, aux, tape, specs, guards
 
     def eligibility(self, args: tuple) -> tuple[list[str], list[tuple]]:
         """(reasons this function cannot be a compiled program for arguments like `args`, guards on
@@ -637,23 +645,14 @@ class Differentiated:
     def _capture_pullback(self, args: tuple, backends: Sequence[str] = ()) -> tuple[Any, Union[Program, str]]:
         """One pullback by a capture run: ((output, back), the pullback program made from it, or why
         none could be). Pullback programs have the NumPy back end only."""
-        reasons, guards = self.eligibility(args)
-        if reasons:
-            more = f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else ""
-            return self._pullback_now(args, {}), reasons[0] + more
-        from bytegrad.runtime import program_source
         from bytegrad.runtime.program import Ineligible, build as build_program
         compiled = _compiled()
         positions = compiled.capture_positions(args)
-        try:
-            out, tape, specs, _ = self._forward(args, {}, positions, strict=False, capture=True,
-                                                tracked=program_source.read_arrays(guards))
-        except Exception as exc:  # noqa: BLE001 - tracking every argument can refuse what the general path takes
-            return self._pullback_now(args, {}), f"the capture run raised {type(exc).__name__}: {exc}"
-        aux = program_aux = None
-        if self._has_aux:
-            out, aux = self._split_aux(out)
-            program_aux = (aux,)
+        run = self._capture_run(args, positions)
+        if type(run) is str:
+            return self._pullback_now(args, {}), run
+        out, aux, tape, specs, guards = run
+        program_aux = (aux,) if self._has_aux else None
         spec_at = dict(zip(positions, specs))
         all_specs = [spec_at.get(p) for p in range(len(args))]
         result = (out, _general_back(out, tape, all_specs, None), *(program_aux or ()))

@@ -42,12 +42,9 @@ _BuiltinFunction = types.BuiltinFunctionType
 _ModuleType = types.ModuleType
 _rules_get = registry.get_rule
 _lazy_rules = registry.LAZY_PENDING  # the modules whose rules are not loaded yet (shrinks)
-ELEMENTWISE = RuleKind.ELEMENTWISE
-RRULE = RuleKind.RRULE
-NONDIFF = RuleKind.NONDIFF
-TRANSPARENT = RuleKind.TRANSPARENT
-THROUGH = RuleKind.THROUGH
-NOT_IMPLEMENTED = RuleKind.NOT_IMPLEMENTED
+ELEMENTWISE, RRULE, NONDIFF, TRANSPARENT, THROUGH, NOT_IMPLEMENTED = (
+    RuleKind.ELEMENTWISE, RuleKind.RRULE, RuleKind.NONDIFF, RuleKind.TRANSPARENT,
+    RuleKind.THROUGH, RuleKind.NOT_IMPLEMENTED)
 
 #: types whose operators never run user Python code
 PLAIN = frozenset({int, float, bool, complex, str, bytes, list, tuple, dict, set, type(None), np.ndarray,

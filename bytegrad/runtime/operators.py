@@ -32,10 +32,8 @@ _ndarray = np.ndarray
 _float64 = np.float64
 _FunctionType = types.FunctionType
 _rules_get = registry.get_rule
-ELEMENTWISE = RuleKind.ELEMENTWISE
-RRULE = RuleKind.RRULE
-NONDIFF = RuleKind.NONDIFF
-TRANSPARENT = RuleKind.TRANSPARENT
+ELEMENTWISE, RRULE, NONDIFF, TRANSPARENT = (
+    RuleKind.ELEMENTWISE, RuleKind.RRULE, RuleKind.NONDIFF, RuleKind.TRANSPARENT)
 
 
 def binary_tracked(tape: Tape, site: Site, op: Any, a: Any, b: Any, ia: Any, ib: Any) -> Any:

@@ -41,7 +41,9 @@ from bytegrad.runtime.program_source import Program
 __all__ = ["NAMESPACE", "dumps", "loads", "key"]
 
 NAMESPACE = "programs"
-_FORMAT = 4  # 2: the compiled code beside the source, stand-ins by shape; 3: the Numba twin's kernels; 4: program(args, value=True)
+#: 2: the compiled code beside the source, stand-ins by shape; 3: the Numba twin's kernels;
+#: 4: program(args, value=True)
+_FORMAT = 4
 
 
 def key(code: types.CodeType, kind: Any, signature: tuple[type, ...]) -> Optional[str]:
