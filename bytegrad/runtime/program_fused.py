@@ -121,7 +121,8 @@ def emit(k: Any, records: list[int], out_idx: int) -> Optional[tuple[list[str], 
         body[:] = [re.sub(rf"\bg{p}\b", f"e{p}", ln) for ln in body]
     from bytegrad.runtime.program_numba import vector_calls
 
-    loops = _loops(k, shape, operands, outside, vector_calls(body, k.names), radd)
+    narrow = all(a.dtype == np.float32 for a, _ in operands.values() if type(a) is _ndarray)
+    loops = _loops(k, shape, operands, outside, vector_calls(body, k.names, narrow), radd)
     for p in outside:
         if type(b.tape.values[p]) is _ndarray:
             k.array[f"g{p}"] = b.tape.values[p].shape

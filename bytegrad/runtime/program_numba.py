@@ -124,7 +124,8 @@ class _Kernel:
         v = f"v{i}"
         vm = self.hybrid and type(out) is _ndarray and len(ops) == 1 and _VECTOR.get(id(fn)) and kernels.vector_math()
         if vm:  # runtime/vmath.py's loop, vectorised, in place of Numba's libm call per element
-            self.lines.append(f"{v} = {self.names.const(vm[_VECTOR[id(fn)] + '_array'], 'vm')}({ops[0]})")
+            name = _VECTOR[id(fn)] + ("_f32" if out.dtype == np.float32 else "")  # (float32 math for float32)
+            self.lines.append(f"{v} = {self.names.const(vm[name + '_array'], 'vm')}({ops[0]})")
         elif self.hybrid and fn in _SIMD and type(out) is _ndarray and out.size >= HYBRID_MIN and len(ops) == 1:
             self.splits[v] = fn
             self.lines.append(f"{_SPLIT}{v} = {ops[0]}")
@@ -357,21 +358,24 @@ def _emit_loop(b: Builder, records: list[int], depends: set[int], out_idx: int, 
         body.append(f"total += {_elements(result, arrays)}")
         lines += ["total = 0.0", f"for i in range({math.prod(shape)}):"]
         lines += [f"    {a}_i = float({a}[i])" if a in narrow else f"    {a}_i = {a}[i]" for a in arrays]
-        lines += ["    " + ln for ln in vector_calls(body, k.names)]
+        lines += ["    " + ln for ln in vector_calls(body, k.names, narrow=len(narrow) == len(arrays))]
     ret = ["total"] + [f"r{p}" for p in leaves]
     params = list(dict.fromkeys(k.params))
     flat = [f"{v}.reshape(-1)" if v in arrays else v for v in params]
     return k, lines, ret, params, flat, leaves
 
 
-def vector_calls(lines: list[str], names: Constants) -> list[str]:
+def vector_calls(lines: list[str], names: Constants, narrow: bool = False) -> list[str]:
     """Element-loop `lines` with their exp, expm1, log, log1p and tanh calls on one float (a ufunc
     or `math` function, or `np.`/`math.` one written by a partial) turned into runtime/vmath.py's,
     which LLVM vectorises, and each `s += x` into `s = radd(s, x)`, a sum it may vectorise (in
-    another order of additions, as NumPy's pairwise sum has its own). Unchanged without Numba."""
+    another order of additions, as NumPy's pairwise sum has its own). Unchanged without Numba.
+    `narrow`: every array of the loop is float32, so the calls are to the float32 functions (`exp_f32`),
+    on their argument rounded to float32, as NumPy's float32 ufunc would compute them."""
     vm = kernels.vector_math()
     if not vm:
         return lines
+    f32 = names.const(np.float32, "f32") if narrow else None
     fns = {n: _VECTOR.get(id(v)) for n, v in names.ns.items()}
     mods = {n for n, v in names.ns.items() if v is np or v is math}
 
@@ -384,7 +388,11 @@ def vector_calls(lines: list[str], names: Constants) -> list[str]:
                     and f.value.id in mods and f.attr in vm and f.attr != "radd" else None)
             if name is None or len(node.args) != 1 or node.keywords:
                 return node
-            return ast.copy_location(ast.Call(ast.Name(names.const(vm[name], "vm"), ast.Load()), node.args, []), node)
+            args = node.args
+            if f32 is not None:
+                name = f"{name}_f32"
+                args = [ast.Call(ast.Name(f32, ast.Load()), args, [])]
+            return ast.copy_location(ast.Call(ast.Name(names.const(vm[name], "vm"), ast.Load()), args, []), node)
 
     out = []
     for ln in lines:
