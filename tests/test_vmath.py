@@ -249,8 +249,10 @@ def test_kernels_with_vector_math_agree_with_the_general_path(fn, dtype):
             assert g.shape == a.shape and g.dtype == a.dtype
     (prog,) = [p for t in compiled._BY_FUNCTION[own].values() for p in t.programs]
     assert prog.backend == "numba" and "vm" in prog.source, prog.source
-    if dtype == np.float32:  # the float32 functions, on their argument rounded to float32
+    if dtype == np.float32 and fn is _chain:  # the float32 functions, on their argument rounded to float32
         assert re.search(r"vm\d+\(f32\d+\(", prog.source), prog.source
+    elif dtype == np.float32:  # a float32 loop (elements read as they are), float32 partial sums
+        assert "float(" not in prog.source and re.search(r"part = f32\d+\(0\.0\)", prog.source), prog.source
     if fn is not _chain:  # one loop nest over the broadcast shape (runtime/program_fused.py)
         assert re.search(r"for i in range\(\d+\):\n(.*\n)*\s+for j in range", prog.source), prog.source
     assert fast.stats()["compiled"]["disagreements"] == 0
@@ -271,3 +273,28 @@ def test_a_float_argument_of_the_loop_gets_the_sum_of_its_elements():
         assert_trees_close(fast.value_and_grad(*args), general.value_and_grad(*args), rtol=1e-12, atol=1e-12)
     (prog,) = [p for t in compiled._BY_FUNCTION[own].values() for p in t.programs]
     assert prog.backend == "numba" and "for j in range" in prog.source, prog.source
+
+
+def _blocks(x, b):  # one dimension, a broadcast (1,) operand and a float constant: float32 sums in blocks
+    return np.sum(np.exp(0.5 * np.tanh(x + b)) * x - 2)
+
+
+@needs_numba
+@pytest.mark.parametrize("n", [1000, 2500])
+def test_a_float32_loop_sums_in_float32_blocks_into_a_float64_total(n):
+    """A one-dimensional float32 loop computes in float32 and sums blocks of elements in float32: its
+    value and gradients are the general path's within float32 rounding, for one block and for several
+    (the last one short)."""
+    rng = np.random.default_rng(7)
+    own = _fresh(_blocks)
+    fast = bytegrad.differentiate(own, wrt=(0, 1), tier="numba")
+    general = bytegrad.differentiate(_blocks, wrt=(0, 1), tier="general")
+    for _ in range(3):
+        args = rng.standard_normal(n).astype(np.float32), rng.standard_normal(1).astype(np.float32)
+        got, want = fast.value_and_grad(*args), general.value_and_grad(*args)
+        assert_trees_close(got, want, rtol=2e-5, atol=2e-4)
+        assert [g.dtype for g in got[1]] == [np.float32, np.float32]
+    for prog in [p for t in compiled._BY_FUNCTION[own].values() for p in t.programs]:  # (one per rule registry)
+        assert prog.backend == "numba" and "for i0 in range(0, " in prog.source and "float(" not in prog.source, \
+            prog.source
+    assert fast.stats()["compiled"]["disagreements"] == 0

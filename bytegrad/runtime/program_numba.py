@@ -365,17 +365,26 @@ def _emit_loop(b: Builder, records: list[int], depends: set[int], out_idx: int, 
     return k, lines, ret, params, flat, leaves
 
 
-def vector_calls(lines: list[str], names: Constants, narrow: bool = False) -> list[str]:
+def vector_calls(lines: list[str], names: Constants, narrow: bool = False,
+                 float32: Optional[set[str]] = None) -> list[str]:
     """Element-loop `lines` with their exp, expm1, log, log1p and tanh calls on one float (a ufunc
     or `math` function, or `np.`/`math.` one written by a partial) turned into runtime/vmath.py's,
     which LLVM vectorises, and each `s += x` into `s = radd(s, x)`, a sum it may vectorise (in
     another order of additions, as NumPy's pairwise sum has its own). Unchanged without Numba.
     `narrow`: every array of the loop is float32, so the calls are to the float32 functions (`exp_f32`),
-    on their argument rounded to float32, as NumPy's float32 ufunc would compute them."""
+    on their argument rounded to float32, as NumPy's float32 ufunc would compute them. `float32`:
+    the loop's elements are float32 values (not float64 ones), and so stay: its number constants,
+    its constants' names and these names (float operands) are wrapped in `np.float32` (a Python
+    float would make Numba compute in float64), which LLVM folds."""
     vm = kernels.vector_math()
     if not vm:
         return lines
-    f32 = names.const(np.float32, "f32") if narrow else None
+    f32 = names.const(np.float32, "f32") if narrow or float32 is not None else None
+    wrap = None if float32 is None else float32 | {
+        n for n, v in names.ns.items() if type(v) in (int, float) or isinstance(v, (np.floating, np.integer))}
+
+    def as_f32(node: ast.expr) -> ast.expr:
+        return ast.copy_location(ast.Call(ast.Name(f32, ast.Load()), [node], []), node)
     fns = {n: _VECTOR.get(id(v)) for n, v in names.ns.items()}
     mods = {n for n, v in names.ns.items() if v is np or v is math}
 
@@ -391,8 +400,25 @@ def vector_calls(lines: list[str], names: Constants, narrow: bool = False) -> li
             args = node.args
             if f32 is not None:
                 name = f"{name}_f32"
-                args = [ast.Call(ast.Name(f32, ast.Load()), args, [])]
+                args = args if wrap is not None else [as_f32(args[0])]
             return ast.copy_location(ast.Call(ast.Name(names.const(vm[name], "vm"), ast.Load()), args, []), node)
+
+        def visit_Constant(self, node: ast.Constant) -> ast.AST:
+            number = type(node.value) in (int, float)
+            return as_f32(node) if wrap is not None and number else node
+
+        def visit_Name(self, node: ast.Name) -> ast.AST:
+            return as_f32(node) if wrap is not None and isinstance(node.ctx, ast.Load) and node.id in wrap else node
+
+        def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+            if isinstance(node.op, ast.Pow) and isinstance(node.right, ast.Constant):  # x ** 2: an int power
+                node.left = self.visit(node.left)
+                return node
+            return self.generic_visit(node)
+
+        def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+            node.value = self.visit(node.value)  # (not its index)
+            return node
 
     out = []
     for ln in lines:
