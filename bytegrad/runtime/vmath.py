@@ -4,9 +4,10 @@ Numba calls libm for `math.exp` and `np.tanh` on a float: one scalar call per el
 tanh 23 ns here), and a loop holding such a call is never vectorised. These functions are range
 reduction and polynomials in plain float arithmetic, with every special case (NaN, infinities,
 signed zeros, overflow, underflow, subnormals) a branch-free select, so a kernel's element loop
-that calls them (Numba inlines them) becomes SIMD code. Each is float64 in, float64 out; a float32
-kernel computes in float64 and rounds what it stores. Accuracy against NumPy (tests/test_vmath.py
-measures it over wide ranges and the special values): exp 1 ulp, log 2, expm1 and log1p 2, tanh 3.
+that calls them (Numba inlines them) becomes SIMD code. Each is float64 in, float64 out. Accuracy
+against NumPy (tests/test_vmath.py measures it over wide ranges and the special values): exp 1 ulp,
+log 2, expm1 and log1p 2, tanh 3. Each has a float32 twin (`exp_f32`, `FLOAT32`) in float32
+arithmetic, with shorter polynomials, for float32 kernels: twice the SIMD lanes of float64.
 
 The functions are plain Python (they run as such, slowly, which the tests use too); runtime/kernels.py
 compiles them for kernels with `_bits` and `_float` as bit casts, inlined where they are called.
