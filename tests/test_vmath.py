@@ -44,9 +44,10 @@ def _inputs(name: str, n: int, seed: int = 0) -> np.ndarray:
     return np.concatenate(parts)
 
 
-def _ulps(got: np.ndarray, want: np.ndarray) -> float:
+def _ulps(got: np.ndarray, want: np.ndarray, tiny: float = TINY) -> float:
     """The largest error in units of the last place of NumPy's result (NaN where NumPy gives NaN,
-    the same infinities and the same signs of zero are 0 ulp; anything else is a failure: inf)."""
+    the same infinities and the same signs of zero are 0 ulp; anything else is a failure: inf);
+    `tiny`: the smallest normal of their dtype."""
     both_nan = np.isnan(got) & np.isnan(want)
     if np.any(np.isnan(got) != np.isnan(want)):
         return math.inf
@@ -54,8 +55,9 @@ def _ulps(got: np.ndarray, want: np.ndarray) -> float:
     finite = np.isfinite(want) & ~same & ~both_nan
     if np.any(~same & ~both_nan & ~finite):
         return math.inf  # an infinity or a signed zero that differs
+    w = want[finite]
     with np.errstate(invalid="ignore", over="ignore"):
-        err = np.abs(got[finite] - want[finite]) / np.spacing(np.maximum(np.abs(want[finite]), TINY))
+        err = np.abs(got[finite].astype(np.float64) - w) / np.spacing(np.maximum(np.abs(w), w.dtype.type(tiny)))
     return float(err.max(initial=0.0))
 
 
@@ -110,6 +112,81 @@ def test_sums_along_an_axis():
         rtol = 1e-6 if a.dtype == np.float32 else 1e-13
         np.testing.assert_allclose(rows, a.sum(axis=1), rtol=rtol)
         np.testing.assert_allclose(cols, a.sum(axis=0), rtol=rtol)
+
+
+# ---- the float32 functions ----------------------------------------------------------------------
+
+#: against NumPy's float32 ufuncs (a million points each; NumPy's own float32 log is up to 3 ulp from
+#: float64 math rounded, expm1 3); against float64 math rounded to float32: 2 for all (exp, expm1, log 1)
+MAX_ULP_F32 = {"exp": 2, "expm1": 2, "log": 4, "log1p": 2, "tanh": 3}
+TINY32 = float(np.finfo(np.float32).tiny)
+SPECIAL32 = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1e-40, -1e-40, TINY32, -TINY32, 1e-30, -1e-30, 1e-7,
+             -1e-7, 1.0, -1.0, 0.5, -0.5, 88.72283, 88.72284, 89.0, 100.0, -87.33654, -103.27893, -103.97208,
+             -104.0, -120.0, 3.4028235e38, -3.4028235e38, 0.34657359, -0.34657359, 9.0, -9.0, 9.1, 10.0, -10.0,
+             24.0, -0.99999994, 1.6777216e7]
+
+
+def _inputs32(name: str, n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    sign = rng.choice([-1.0, 1.0], n)
+    parts = [rng.uniform(-1, 1, n), rng.uniform(-12, 12, n), rng.uniform(-110, 95, n),
+             sign * np.exp(rng.uniform(-103, 88.7, n)), rng.uniform(-1e-4, 1e-4, n), np.array(SPECIAL32)]
+    if name == "log1p":
+        parts.append(np.expm1(rng.uniform(-17, 0, n)))  # near -1
+    if name == "log":
+        parts.append(rng.uniform(0.5, 2.0, n))  # around 1
+    return np.concatenate(parts).astype(np.float32)
+
+
+def _rounded(name: str, x: np.ndarray) -> np.ndarray:
+    """float64 math on float32 `x`, rounded to float32."""
+    with np.errstate(all="ignore"):
+        return _numpy(name, x.astype(np.float64)).astype(np.float32)
+
+
+def _ulps32(got: np.ndarray, want: np.ndarray) -> float:
+    assert got.dtype == want.dtype == np.float32
+    return _ulps(got, want, TINY32)
+
+
+@pytest.mark.parametrize("name", vmath.FUNCTIONS)
+def test_plain_python_float32_functions_agree_with_numpy(name):
+    """The float32 functions as plain Python (np.float32 arithmetic): a sample of each range, against
+    NumPy's float32 ufunc and against float64 math rounded to float32."""
+    x = _inputs32(name, 200, seed=1)
+    f = getattr(vmath, vmath.FLOAT32[name])
+    with np.errstate(all="ignore"):  # (float32 scalar arithmetic overflows to inf where it should)
+        got = np.array([f(v) for v in x], np.float32)
+    assert _ulps32(got, _numpy(name, x)) <= MAX_ULP_F32[name]
+    assert _ulps32(got, _rounded(name, x)) <= 2
+
+
+@needs_numba
+@pytest.mark.parametrize("name", vmath.FUNCTIONS)
+def test_compiled_float32_functions_agree_with_numpy_to_a_few_ulp(name):
+    """Compiled, on float32 arrays: float32 out, a few float32 ulp from NumPy's float32 ufunc and at
+    most 2 from float64 math rounded (so computed to float32's precision, not to float64's)."""
+    x = _inputs32(name, 200_000)
+    got = kernels.vector_math()[f"{vmath.FLOAT32[name]}_array"](x)
+    assert got.dtype == np.float32
+    assert _ulps32(got, _numpy(name, x)) <= MAX_ULP_F32[name]
+    assert _ulps32(got, _rounded(name, x)) <= 2
+    view = x[:4000].reshape(40, 100).T[::3]  # any layout, its shape kept
+    assert _ulps32(kernels.vector_math()[f"{vmath.FLOAT32[name]}_array"](view), _numpy(name, view)) <= MAX_ULP_F32[name]
+
+
+@needs_numba
+def test_float32_functions_compute_in_float32():
+    """Numba types them on float32 throughout (a Python float constant would promote to float64):
+    float32 in, float32 out."""
+    import numba
+
+    vm = kernels.vector_math()
+    for name in vmath.FUNCTIONS:
+        f = vm[vmath.FLOAT32[name]]
+        f(np.float32(0.75))
+        (sig,) = [s for s in f.nopython_signatures if s.args == (numba.float32,)]
+        assert sig.return_type == numba.float32, (name, sig)
 
 
 # ---- program kernels that call them -------------------------------------------------------------
@@ -172,6 +249,10 @@ def test_kernels_with_vector_math_agree_with_the_general_path(fn, dtype):
             assert g.shape == a.shape and g.dtype == a.dtype
     (prog,) = [p for t in compiled._BY_FUNCTION[own].values() for p in t.programs]
     assert prog.backend == "numba" and "vm" in prog.source, prog.source
+    if dtype == np.float32 and fn is _chain:  # the float32 functions, on their argument rounded to float32
+        assert re.search(r"vm\d+\(f32\d+\(", prog.source), prog.source
+    elif dtype == np.float32:  # a float32 loop (elements read as they are), float32 partial sums
+        assert "float(" not in prog.source and re.search(r"part = f32\d+\(0\.0\)", prog.source), prog.source
     if fn is not _chain:  # one loop nest over the broadcast shape (runtime/program_fused.py)
         assert re.search(r"for i in range\(\d+\):\n(.*\n)*\s+for j in range", prog.source), prog.source
     assert fast.stats()["compiled"]["disagreements"] == 0
@@ -192,3 +273,28 @@ def test_a_float_argument_of_the_loop_gets_the_sum_of_its_elements():
         assert_trees_close(fast.value_and_grad(*args), general.value_and_grad(*args), rtol=1e-12, atol=1e-12)
     (prog,) = [p for t in compiled._BY_FUNCTION[own].values() for p in t.programs]
     assert prog.backend == "numba" and "for j in range" in prog.source, prog.source
+
+
+def _blocks(x, b):  # one dimension, a broadcast (1,) operand and a float constant: float32 sums in blocks
+    return np.sum(np.exp(0.5 * np.tanh(x + b)) * x - 2)
+
+
+@needs_numba
+@pytest.mark.parametrize("n", [1000, 2500])
+def test_a_float32_loop_sums_in_float32_blocks_into_a_float64_total(n):
+    """A one-dimensional float32 loop computes in float32 and sums blocks of elements in float32: its
+    value and gradients are the general path's within float32 rounding, for one block and for several
+    (the last one short)."""
+    rng = np.random.default_rng(7)
+    own = _fresh(_blocks)
+    fast = bytegrad.differentiate(own, wrt=(0, 1), tier="numba")
+    general = bytegrad.differentiate(_blocks, wrt=(0, 1), tier="general")
+    for _ in range(3):
+        args = rng.standard_normal(n).astype(np.float32), rng.standard_normal(1).astype(np.float32)
+        got, want = fast.value_and_grad(*args), general.value_and_grad(*args)
+        assert_trees_close(got, want, rtol=2e-5, atol=2e-4)
+        assert [g.dtype for g in got[1]] == [np.float32, np.float32]
+    for prog in [p for t in compiled._BY_FUNCTION[own].values() for p in t.programs]:  # (one per rule registry)
+        assert prog.backend == "numba" and "for i0 in range(0, " in prog.source and "float(" not in prog.source, \
+            prog.source
+    assert fast.stats()["compiled"]["disagreements"] == 0

@@ -553,9 +553,21 @@ def _compile_vector_math() -> dict[str, Any]:
     def _float(typingctx, i):  # noqa: ARG001
         return nbtypes.float64(nbtypes.int64), cast(ir.DoubleType())
 
-    ns = dict(vars(vmath), _bits=_bits, _float=_float, np=np)
+    @intrinsic
+    def _bits32(typingctx, x):  # noqa: ARG001
+        return nbtypes.int32(nbtypes.float32), cast(ir.IntType(32))
+
+    @intrinsic
+    def _float32(typingctx, i):  # noqa: ARG001 - the low 32 bits of an int as a float32
+        def codegen(context, builder, sig, args):  # noqa: ARG001
+            return builder.bitcast(builder.trunc(args[0], ir.IntType(32)) if i.bitwidth > 32 else args[0],
+                                   ir.FloatType())
+        return nbtypes.float32(i), codegen
+
+    ns = dict(vars(vmath), _bits=_bits, _float=_float, _bits32=_bits32, _float32=_float32, np=np)
     out = {}
-    for name in vmath.HELPERS + vmath.FUNCTIONS:
+    names = vmath.FUNCTIONS + tuple(vmath.FLOAT32.values())
+    for name in vmath.HELPERS + names:
         f = getattr(vmath, name)
         # exp, expm1 and tanh compile on their own with fused multiply-adds (`contract`, within
         # these functions only) and LLVM inlines them where they are called, 20-30% faster in a loop
@@ -564,15 +576,15 @@ def _compile_vector_math() -> dict[str, Any]:
         ns[name] = out[name] = njit(error_model="numpy", **options)(
             types.FunctionType(f.__code__, ns, name, f.__defaults__))
     out["radd"] = njit(inline="never", fastmath={"reassoc"}, error_model="numpy")(lambda a, b: a + b)
-    for name in vmath.FUNCTIONS:  # on a whole array: a fresh array of its shape and dtype
-        exec(compile(_ARRAY_MATH.format(name=name), "<bytegrad vector math>", "exec"), ns)  # noqa: S102
+    for name in names:  # on a whole array: a fresh array of its shape and dtype
+        load = "flat[i]" if name.endswith("_f32") else "float(flat[i])"  # (the _f32 ones: float32 arrays)
+        exec(compile(_ARRAY_MATH.format(name=name, load=load), "<bytegrad vector math>", "exec"), ns)  # noqa: S102
         out[f"{name}_array"] = njit(error_model="numpy")(ns[f"{name}_array"])
     exec(compile(_SUMS, "<bytegrad vector math>", "exec"), ns)  # noqa: S102
     ns["radd"] = out["radd"]
     for name in ("sum_rows", "sum_cols"):
         out[name] = njit(error_model="numpy")(ns[name])
-    return {name: out[name] for name in vmath.FUNCTIONS + ("radd", "sum_rows", "sum_cols")
-            + tuple(f"{n}_array" for n in vmath.FUNCTIONS)}
+    return {name: out[name] for name in names + ("radd", "sum_rows", "sum_cols") + tuple(f"{n}_array" for n in names)}
 
 
 #: a 2-D array's sums along axis 1 and 0 as loops (Numba's `sum(axis=...)` is several times slower),
@@ -606,6 +618,6 @@ def {name}_array(a):
     flat = c.reshape(-1)
     into = out.reshape(-1)
     for i in range(flat.size):
-        into[i] = {name}(float(flat[i]))
+        into[i] = {name}({load})
     return out
 """

@@ -67,6 +67,10 @@ def _split(b: Builder, records: list[int], out_idx: int) -> Optional[tuple[tuple
     return shape, before, chain
 
 
+#: the elements of a one-dimensional float32 loop summed in float32 before they go to the float64 total
+_BLOCK = 1024
+
+
 def _index(a_shape: tuple, shape: tuple) -> tuple[str, ...]:
     """The index of an operand of `a_shape` broadcast over S, in the loop variables (0 where it broadcast)."""
     loops = _LOOP[2 - len(shape):] if len(shape) == 2 else ("i",)
@@ -104,7 +108,11 @@ def emit(k: Any, records: list[int], out_idx: int) -> Optional[tuple[list[str], 
                 operands.setdefault(k.operand(a, p, rec), (a, p))
     top = b.records[out_idx].parents[0]
     radd = k.names.const(vm["radd"], "radd")
-    body.append(f"total = {radd}(total, v{top})")
+    f32 = all(type(b.records[i].out) is _ndarray and b.records[i].out.dtype == np.float32 for i in chain) and \
+        all(a.dtype == np.float32 for a, _ in operands.values() if type(a) is _ndarray)
+    # float32 elements: the loop computes in float32 (8 lanes), summing into float32 partial sums of a
+    # row or a block of _BLOCK elements, each added to the float64 total
+    body.append(f"{'part' if f32 else 'total'} = {radd}({'part' if f32 else 'total'}, v{top})")
     if out_idx in depends:
         k.loop = True
         body.append(f"g{top} = 1.0")
@@ -121,7 +129,10 @@ def emit(k: Any, records: list[int], out_idx: int) -> Optional[tuple[list[str], 
         body[:] = [re.sub(rf"\bg{p}\b", f"e{p}", ln) for ln in body]
     from bytegrad.runtime.program_numba import vector_calls
 
-    loops = _loops(k, shape, operands, outside, vector_calls(body, k.names), radd)
+    narrow = all(a.dtype == np.float32 for a, _ in operands.values() if type(a) is _ndarray)
+    scalars = {v for v, (a, _) in operands.items() if type(a) is not _ndarray}
+    loops = _loops(k, shape, operands, outside, vector_calls(body, k.names, narrow, scalars if f32 else None), radd,
+                   f32)
     for p in outside:
         if type(b.tape.values[p]) is _ndarray:
             k.array[f"g{p}"] = b.tape.values[p].shape
@@ -136,15 +147,21 @@ def emit(k: Any, records: list[int], out_idx: int) -> Optional[tuple[list[str], 
 
 
 def _loops(k: Any, shape: tuple, operands: dict[str, tuple[Any, Any]], outside: list[int], body: list[str],
-           radd: str) -> list[str]:
+           radd: str, f32: bool = False) -> list[str]:
     """The loop nest over `shape`: each operand's element read, `body`, and each outside cotangent
-    accumulated where its operand broadcast; then `g{p}` the array of each."""
+    accumulated where its operand broadcast; then `g{p}` the array of each. `f32`: the elements stay
+    float32, and the body sums into `part`, a float32 sum of a row (of a block of one dimension)."""
     values = k.b.tape.values
     two = len(shape) == 2
     inner = "j" if two else "i"
     first, outer_end, inner_end, after = ["total = 0.0"], [], [], []
     outer_start: list[str] = []
-    loads = [f"{v}_e = {'float(' if a.dtype == np.float32 else '('}{v}[{', '.join(_index(a.shape, shape))}])"
+    zero = f"{k.names.const(np.float32, 'f32')}(0.0)" if f32 else "0.0"
+    if f32:
+        outer_start.append(f"part = {zero}")
+        outer_end.append("total = total + part")
+    widen = "float(" if not f32 else "("
+    loads = [f"{v}_e = {widen if a.dtype == np.float32 else '('}{v}[{', '.join(_index(a.shape, shape))}])"
              for v, (a, _) in operands.items() if type(a) is _ndarray]
     for p in outside:
         value = values[p]
@@ -165,16 +182,22 @@ def _loops(k: Any, shape: tuple, operands: dict[str, tuple[Any, Any]], outside: 
             after.append(f"r{p} = r{p}.astype({dt})")
         else:  # one float per row, or one in all
             per_row = two and "i" in idx
-            (outer_start if per_row else first).append(f"a{p} = 0.0")
-            inner_end.append(f"a{p} = {radd}(a{p}, e{p})")
+            (outer_start if per_row else first).append(f"a{p} = {zero if per_row else '0.0'}")
+            if f32 and not per_row:  # one in all: float32 sums of each row (block), into a float64 one
+                outer_start.append(f"b{p} = {zero}")
+                outer_end.append(f"a{p} = a{p} + b{p}")
+            inner_end.append(f"b{p} = {radd}(b{p}, e{p})" if f32 and not per_row else f"a{p} = {radd}(a{p}, e{p})")
             if per_row:
                 first.append(f"r{p} = np.empty({value.shape!r}, {dt})")
                 outer_end.append(f"{at} = a{p}")
             else:
                 after.append(f"r{p} = np.full({value.shape!r}, a{p}, {dt})")
         after.append(f"g{p} = r{p}")
-    pad = "        " if two else "    "
-    lines = first + ([f"for i in range({shape[0]}):"] + ["    " + ln for ln in outer_start] if two else [])
-    lines += [f"{pad[4:]}for {inner} in range({shape[-1]}):"]
+    blocks = f32 and not two  # one dimension in float32: in blocks, each with its float32 partial sum
+    pad = "        " if two or blocks else "    "
+    n = shape[-1]
+    outer = f"for i in range({shape[0]}):" if two else f"for i0 in range(0, {n}, {_BLOCK}):"
+    lines = first + ([outer] + ["    " + ln for ln in outer_start] if two or blocks else [])
+    lines += [f"{pad[4:]}for {inner} in range({f'i0, min(i0 + {_BLOCK}, {n})' if blocks else n}):"]
     lines += [pad + ln for ln in loads + body + inner_end]
     return lines + ["    " + ln for ln in outer_end] + after

@@ -125,7 +125,8 @@ class _Kernel:
         v = f"v{i}"
         vm = self.hybrid and type(out) is _ndarray and len(ops) == 1 and _VECTOR.get(id(fn)) and kernels.vector_math()
         if vm:  # runtime/vmath.py's loop, vectorised, in place of Numba's libm call per element
-            self.lines.append(f"{v} = {self.names.const(vm[_VECTOR[id(fn)] + '_array'], 'vm')}({ops[0]})")
+            name = _VECTOR[id(fn)] + ("_f32" if out.dtype == np.float32 else "")  # (float32 math for float32)
+            self.lines.append(f"{v} = {self.names.const(vm[name + '_array'], 'vm')}({ops[0]})")
         elif self.hybrid and fn in _SIMD and type(out) is _ndarray and out.size >= HYBRID_MIN and len(ops) == 1:
             self.splits[v] = fn
             self.lines.append(f"{_SPLIT}{v} = {ops[0]}")
@@ -358,21 +359,33 @@ def _emit_loop(b: Builder, records: list[int], depends: set[int], out_idx: int, 
         body.append(f"total += {_elements(result, arrays)}")
         lines += ["total = 0.0", f"for i in range({math.prod(shape)}):"]
         lines += [f"    {a}_i = float({a}[i])" if a in narrow else f"    {a}_i = {a}[i]" for a in arrays]
-        lines += ["    " + ln for ln in vector_calls(body, k.names)]
+        lines += ["    " + ln for ln in vector_calls(body, k.names, narrow=len(narrow) == len(arrays))]
     ret = ["total"] + [f"r{p}" for p in leaves]
     params = list(dict.fromkeys(k.params))
     flat = [f"{v}.reshape(-1)" if v in arrays else v for v in params]
     return k, lines, ret, params, flat, leaves
 
 
-def vector_calls(lines: list[str], names: Constants) -> list[str]:
+def vector_calls(lines: list[str], names: Constants, narrow: bool = False,
+                 float32: Optional[set[str]] = None) -> list[str]:
     """Element-loop `lines` with their exp, expm1, log, log1p and tanh calls on one float (a ufunc
     or `math` function, or `np.`/`math.` one written by a partial) turned into runtime/vmath.py's,
     which LLVM vectorises, and each `s += x` into `s = radd(s, x)`, a sum it may vectorise (in
-    another order of additions, as NumPy's pairwise sum has its own). Unchanged without Numba."""
+    another order of additions, as NumPy's pairwise sum has its own). Unchanged without Numba.
+    `narrow`: every array of the loop is float32, so the calls are to the float32 functions (`exp_f32`),
+    on their argument rounded to float32, as NumPy's float32 ufunc would compute them. `float32`:
+    the loop's elements are float32 values (not float64 ones), and so stay: its number constants,
+    its constants' names and these names (float operands) are wrapped in `np.float32` (a Python
+    float would make Numba compute in float64), which LLVM folds."""
     vm = kernels.vector_math()
     if not vm:
         return lines
+    f32 = names.const(np.float32, "f32") if narrow or float32 is not None else None
+    wrap = None if float32 is None else float32 | {
+        n for n, v in names.ns.items() if type(v) in (int, float) or isinstance(v, (np.floating, np.integer))}
+
+    def as_f32(node: ast.expr) -> ast.expr:
+        return ast.copy_location(ast.Call(ast.Name(f32, ast.Load()), [node], []), node)
     fns = {n: _VECTOR.get(id(v)) for n, v in names.ns.items()}
     mods = {n for n, v in names.ns.items() if v is np or v is math}
 
@@ -385,7 +398,28 @@ def vector_calls(lines: list[str], names: Constants) -> list[str]:
                     and f.value.id in mods and f.attr in vm and f.attr != "radd" else None)
             if name is None or len(node.args) != 1 or node.keywords:
                 return node
-            return ast.copy_location(ast.Call(ast.Name(names.const(vm[name], "vm"), ast.Load()), node.args, []), node)
+            args = node.args
+            if f32 is not None:
+                name = f"{name}_f32"
+                args = args if wrap is not None else [as_f32(args[0])]
+            return ast.copy_location(ast.Call(ast.Name(names.const(vm[name], "vm"), ast.Load()), args, []), node)
+
+        def visit_Constant(self, node: ast.Constant) -> ast.AST:
+            number = type(node.value) in (int, float)
+            return as_f32(node) if wrap is not None and number else node
+
+        def visit_Name(self, node: ast.Name) -> ast.AST:
+            return as_f32(node) if wrap is not None and isinstance(node.ctx, ast.Load) and node.id in wrap else node
+
+        def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+            if isinstance(node.op, ast.Pow) and isinstance(node.right, ast.Constant):  # x ** 2: an int power
+                node.left = self.visit(node.left)
+                return node
+            return self.generic_visit(node)
+
+        def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+            node.value = self.visit(node.value)  # (not its index)
+            return node
 
     out = []
     for ln in lines:

@@ -4,18 +4,23 @@ Numba calls libm for `math.exp` and `np.tanh` on a float: one scalar call per el
 tanh 23 ns here), and a loop holding such a call is never vectorised. These functions are range
 reduction and polynomials in plain float arithmetic, with every special case (NaN, infinities,
 signed zeros, overflow, underflow, subnormals) a branch-free select, so a kernel's element loop
-that calls them (Numba inlines them) becomes SIMD code. Each is float64 in, float64 out; a float32
-kernel computes in float64 and rounds what it stores. Accuracy against NumPy (tests/test_vmath.py
-measures it over wide ranges and the special values): exp 1 ulp, log 2, expm1 and log1p 2, tanh 3.
+that calls them (Numba inlines them) becomes SIMD code. Each is float64 in, float64 out. Accuracy
+against NumPy (tests/test_vmath.py measures it over wide ranges and the special values): exp 1 ulp,
+log 2, expm1 and log1p 2, tanh 3. Each has a float32 twin (`exp_f32`, `FLOAT32`) in float32
+arithmetic, with shorter polynomials, for float32 kernels: twice the SIMD lanes of float64.
 
 The functions are plain Python (they run as such, slowly, which the tests use too); runtime/kernels.py
 compiles them for kernels with `_bits` and `_float` as bit casts, inlined where they are called.
 """
 from __future__ import annotations
 
+import math
 import struct
 
-__all__ = ["exp", "expm1", "log", "log1p", "tanh", "FUNCTIONS", "HELPERS"]
+import numpy as np
+
+__all__ = ["exp", "expm1", "log", "log1p", "tanh", "exp_f32", "expm1_f32", "log_f32", "log1p_f32", "tanh_f32",
+           "FUNCTIONS", "HELPERS"]
 
 
 def _bits(x: float) -> int:
@@ -144,8 +149,130 @@ def log1p(x):
     return x if x != x else (y if x >= -1.0 else _NAN)
 
 
+# ---- float32: float32 arithmetic, float32-sized polynomials (8 lanes of AVX2 where float64 has 4) ----
+# Every constant is an np.float32, so that Numba keeps the arithmetic in float32 (a Python float would
+# promote it to float64). Accuracy against NumPy's float32 ufuncs (tests/test_vmath.py): exp 1 ulp,
+# expm1 2, log 1, log1p 2, tanh 3.
+
+
+def _bits32(x):
+    """The IEEE bits of a float32 as an int (in a kernel: an LLVM bit cast to int32)."""
+    return struct.unpack("<i", struct.pack("<f", x))[0]
+
+
+def _float32(i):
+    """The float32 whose IEEE bits are the low 32 bits of the int `i`."""
+    return np.float32(struct.unpack("<f", struct.pack("<I", i & 0xFFFFFFFF))[0])
+
+
+_F0 = np.float32(0.0)
+_F1 = np.float32(1.0)
+_F2 = np.float32(2.0)
+_FHALF = np.float32(0.5)
+_FINF = np.float32(np.inf)
+_FNAN = np.float32(np.nan)
+_FLOG2E = np.float32(1.4426950408889634)
+_FLN2_HI = np.float32(0.693359375)          # ln 2 in 9 bits: n * _FLN2_HI is exact for |n| < 2^15
+_FLN2_LO = np.float32(-2.12194440e-4)       # ln 2 - _FLN2_HI
+_FSHIFT = np.float32(12582912.0)            # 1.5 * 2^23: adding it rounds a float32 below 2^22 to an integer
+_FTINY = np.float32(1e-30)                  # below it expm1, log1p and tanh give x itself
+_FC = tuple(np.float32(1.0 / math.factorial(n)) for n in range(2, 9))
+_FL = tuple(np.float32(1.0 / n) for n in (3, 5, 7, 9, 11))
+
+
+def _reduce_f32(x):
+    """(k, n, r): n = round(x / ln 2) as a float32 and k as an int, r = x - n ln 2 (x within +-150)."""
+    t = x * _FLOG2E + _FSHIFT
+    n = t - _FSHIFT
+    return _bits32(t) - 0x4B400000, n, (x - n * _FLN2_HI) - n * _FLN2_LO
+
+
+def _expm1_poly_f32(r):
+    """exp(r) - 1 for |r| <= 0.35: Taylor to degree 8 (relative error below 2^-27)."""
+    r2 = r * r
+    r4 = r2 * r2
+    s0 = (_FC[0] + r * _FC[1]) + r2 * (_FC[2] + r * _FC[3])
+    s1 = (_FC[4] + r * _FC[5]) + r2 * _FC[6]
+    return r + r2 * (s0 + r4 * s1)
+
+
+def exp_f32(x):
+    xc = min(max(x if x == x else _F0, np.float32(-104.0)), np.float32(89.0))
+    k, n, r = _reduce_f32(xc)
+    h = k >> 1  # 2^k as 2^h * 2^(k - h): each factor a normal float32
+    y = (_F1 + _expm1_poly_f32(r)) * _float32((h + 127) << 23) * _float32((k - h + 127) << 23)
+    return x if x != x else y
+
+
+def expm1_f32(x):
+    xc = min(max(x if x == x else _F0, np.float32(-30.0)), np.float32(89.0))
+    k, n, r = _reduce_f32(xc)
+    e = _expm1_poly_f32(r)
+    h = k >> 1
+    s1 = _float32((h + 127) << 23)
+    s2 = _float32((k - h + 127) << 23)
+    s = s1 * s2  # 2^k, exact for k in [-44, 30]
+    y = (s - _F1) + s * e
+    y = (_F1 + e) * s1 * s2 if n > np.float32(24.0) else y  # the 1 is below rounding; inf past 88.72
+    y = e if n == _F0 else y
+    return x if abs(x) < _FTINY or x != x else y
+
+
+def tanh_f32(x):
+    a = abs(x)
+    u = expm1_f32(np.float32(-2.0) * min(a, np.float32(10.0)))   # in (-1, 0]
+    t = -u / (_F2 + u)
+    t = -t if x < _F0 else t
+    return x if a < _FTINY or x != x else t
+
+
+def _log_parts_f32(x):
+    """(k, f) with x = 2^k (1 + f), 1 + f in [sqrt(1/2), sqrt(2)), for a positive finite float32 x."""
+    small = x < np.float32(1.1754944e-38)
+    xs = x * np.float32(33554432.0) if small else x   # subnormals: times 2^25 first
+    bits = _bits32(xs)
+    m = _float32((bits & 0x7FFFFF) | 0x3F800000)  # in [1, 2)
+    big = m > np.float32(1.4142135)
+    k = ((bits >> 23) & 0xFF) - (126 if big else 127) - (25 if small else 0)
+    m = m * _FHALF if big else m
+    return np.float32(k), m - _F1
+
+
+def _log1p_f_f32(f):
+    """log(1 + f) for 1 + f in [sqrt(1/2), sqrt(2)): 2 atanh(s), s = f / (2 + f), |s| < 0.1716."""
+    s = f / (_F2 + f)
+    z = s * s
+    p = ((_FL[4] * z + _FL[3]) * z + _FL[2]) * z
+    p = (p + _FL[1]) * z + _FL[0]
+    hf = _FHALF * f * f
+    return f - hf + s * (hf + _F2 * z * p)
+
+
+def log_f32(x):
+    k, f = _log_parts_f32(x if x > _F0 else _F1)
+    y = k * _FLN2_LO + _log1p_f_f32(f) + k * _FLN2_HI
+    y = -_FINF if x == _F0 else y
+    y = _FINF if x == _FINF else y
+    return x if x != x else (y if x >= _F0 else _FNAN)
+
+
+def log1p_f32(x):
+    u = _F1 + x
+    u = u if u > _F0 and u < _FINF else _F1  # (the others are selected at the end)
+    k, f = _log_parts_f32(u)
+    c = (x - (u - _F1)) / u  # what rounding 1 + x lost, relative to it
+    y = k * _FLN2_LO + (_log1p_f_f32(f) + c) + k * _FLN2_HI
+    y = x if abs(x) < _FTINY else y
+    y = -_FINF if x == -_F1 else y
+    y = _FINF if x == _FINF else y
+    return x if x != x else (y if x >= -_F1 else _FNAN)
+
+
 #: what a kernel may call, by the NumPy ufunc or `math` function it stands for (in kernels.vector_math)
 FUNCTIONS = ("exp", "expm1", "log", "log1p", "tanh")
 #: compiled on their own, with fused multiply-adds, for LLVM to inline (runtime/kernels.py)
-FUSED = ("exp", "expm1", "tanh")
-HELPERS = ("_reduce", "_pow2", "_expm1_poly", "_log_parts", "_log1p_f")
+FUSED = ("exp", "expm1", "tanh", "exp_f32", "expm1_f32", "tanh_f32")
+HELPERS = ("_reduce", "_pow2", "_expm1_poly", "_log_parts", "_log1p_f", "_reduce_f32", "_expm1_poly_f32",
+           "_log_parts_f32", "_log1p_f_f32")
+#: each function's float32 twin, for kernels whose elements are float32
+FLOAT32 = {name: f"{name}_f32" for name in FUNCTIONS}
