@@ -192,7 +192,8 @@ def test_stats_is_reachable_from_grad_and_value_and_grad():
     np.testing.assert_allclose(g(x), np.cos(x) * x + np.sin(x), rtol=1e-12)
     g(x)
     stats = g.stats()
-    assert stats["hits"] >= 1 and stats["first_gradient_s"] > 0
+    compiled = stats.get("compiled", {}).get("compiled_calls", 0)  # (a pinned tier compiles the first call)
+    assert stats["hits"] + compiled >= 1 and stats["first_gradient_s"] > 0
     assert g.__name__ == "f" and g.__wrapped__ is f and "bytegrad.grad of" in repr(g)
     vg = bytegrad.value_and_grad(f, wrt="x")
     value, x_bar = vg(x)

@@ -1353,3 +1353,20 @@ def test_a_uniform_cotangent_of_a_broadcast_operand_keeps_the_general_sum():
         assert_same(fast.value_and_grad(*args), general.value_and_grad(*args))
     s = info(fast)
     assert s["compiled_calls"] == 3 and s["general_calls"] == 0, s
+
+
+@needs_numba
+def test_a_numba_program_leaves_a_floating_point_error_in_the_loss_to_the_general_path():
+    """A Numba kernel ignores NumPy's error state: an inf or NaN loss sends the call to the general
+    path, which raises or warns as np.seterr says (the kernel alone returned -inf silently)."""
+    fast = bytegrad.differentiate(fresh(lambda x: np.sum(np.log(x))), tier="numba")
+    fast.grad(np.array([1.0, 2.0]))
+    assert info(fast)["programs"][0]["backend"] == "numba"
+    old = np.seterr(divide="raise")
+    try:
+        with pytest.raises(FloatingPointError):
+            fast.grad(np.array([0.0, 2.0]))
+    finally:
+        np.seterr(**old)
+    with pytest.warns(RuntimeWarning, match="divide by zero"):
+        fast.grad(np.array([0.0, 2.0]))

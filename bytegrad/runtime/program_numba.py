@@ -519,6 +519,9 @@ def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params
         src.emit(f"{gets}= {src.const(fn, 'K')}({', '.join(args)})")
     out = b.tape.values[out_idx]
     if type(out) is not _ndarray:  # the general path's scalar type (np.float64 from a sum)
+        # an inf or NaN loss: NumPy would have met a floating-point error, which the general path
+        # reports as the user's error state says (a warning at the user's line, FloatingPointError)
+        src.emit(f"if {result} - {result} != 0.0: return MISS")
         src.emit(f"{result} = {src.const(type(out), 'T')}({result})")
     src.kernel_source = "\n".join(sources)
     stems = tuple(kernels.program_stem(fn) for fn in src.ns.values() if hasattr(fn, "py_func"))
