@@ -41,6 +41,7 @@ import numpy as np
 
 from bytegrad.rules import _kernel, registry
 from bytegrad.rules.registry import Formula
+from bytegrad.runtime import vmath_sources
 
 KERNEL_FORMAT = 2
 _DTYPES = frozenset({"float64", "float32"})
@@ -494,18 +495,6 @@ def program_from_disk(stems: tuple[str, ...]) -> Optional[bool]:
     return False if misses else (True if hits else None)
 
 
-_SMALL_MATMUL = """
-def small_matmul(a, b):
-    m, k = a.shape
-    n = b.shape[1]
-    out = np.zeros((m, n), a.dtype)
-    for i in range(m):
-        for l in range(k):
-            ail = a[i, l]
-            for j in range(n):
-                out[i, j] += ail * b[l, j]
-    return out
-"""
 _small_matmul: list[Any] = []
 
 
@@ -514,7 +503,7 @@ def small_matmul() -> Optional[Any]:
     runs along rows), for program kernels: on a few hundred multiplications a BLAS call from Numba
     costs more than the arithmetic. None when Numba is disabled or cannot be imported."""
     if not _small_matmul:
-        fn = jit_program(_SMALL_MATMUL, {"np": np}, "small_matmul", constants="")
+        fn = jit_program(vmath_sources.SMALL_MATMUL, {"np": np}, "small_matmul", constants="")
         if fn is None:
             return None
         _small_matmul.append(fn)
@@ -578,46 +567,11 @@ def _compile_vector_math() -> dict[str, Any]:
     out["radd"] = njit(inline="never", fastmath={"reassoc"}, error_model="numpy")(lambda a, b: a + b)
     for name in names:  # on a whole array: a fresh array of its shape and dtype
         load = "flat[i]" if name.endswith("_f32") else "float(flat[i])"  # (the _f32 ones: float32 arrays)
-        exec(compile(_ARRAY_MATH.format(name=name, load=load), "<bytegrad vector math>", "exec"), ns)  # noqa: S102
+        text = vmath_sources.ARRAY_MATH.format(name=name, load=load)
+        exec(compile(text, "<bytegrad vector math>", "exec"), ns)  # noqa: S102
         out[f"{name}_array"] = njit(error_model="numpy")(ns[f"{name}_array"])
-    exec(compile(_SUMS, "<bytegrad vector math>", "exec"), ns)  # noqa: S102
+    exec(compile(vmath_sources.SUMS, "<bytegrad vector math>", "exec"), ns)  # noqa: S102
     ns["radd"] = out["radd"]
     for name in ("sum_rows", "sum_cols"):
         out[name] = njit(error_model="numpy")(ns[name])
     return {name: out[name] for name in names + ("radd", "sum_rows", "sum_cols") + tuple(f"{n}_array" for n in names)}
-
-
-#: a 2-D array's sums along axis 1 and 0 as loops (Numba's `sum(axis=...)` is several times slower),
-#: added in float64
-_SUMS = """
-def sum_rows(a):
-    n, m = a.shape
-    out = np.empty(n, a.dtype)
-    for i in range(n):
-        s = 0.0
-        for j in range(m):
-            s = radd(s, float(a[i, j]))
-        out[i] = s
-    return out
-
-
-def sum_cols(a):
-    n, m = a.shape
-    acc = np.zeros(m, np.float64)
-    for i in range(n):
-        for j in range(m):
-            acc[j] += a[i, j]
-    return acc.astype(a.dtype)
-"""
-
-
-_ARRAY_MATH = """
-def {name}_array(a):
-    c = np.ascontiguousarray(a)
-    out = np.empty_like(c)
-    flat = c.reshape(-1)
-    into = out.reshape(-1)
-    for i in range(flat.size):
-        into[i] = {name}({load})
-    return out
-"""

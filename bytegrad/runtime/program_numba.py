@@ -20,14 +20,13 @@ Other array kernels are cut in parts around each large exp2, log2 or log10 (`_SI
 general path makes. (Numba's own SIMD math, SVML, needs an llvmlite built with it; the pip wheels are
 not, so installing icc_rt changes nothing.)
 
-A kernel whose constants can be imported by name (`module_constants`) is a module of the cache
+A kernel whose constants can be imported by name (runtime/program_kernel.py) is a module of the cache
 directory with Numba's `cache=True`, so a process that writes the same kernel again (a precompiled
 twin) loads it from Numba's cache instead of compiling it.
 """
 from __future__ import annotations
 
 import ast
-import builtins
 import math
 import operator
 from typing import Any, Optional
@@ -40,6 +39,7 @@ from bytegrad.rules._apply import shape_of
 from bytegrad.runtime import kernels, program_fused
 from bytegrad.runtime.backward import partial_uses, singular_partial
 from bytegrad.runtime.program import Builder, Ineligible
+from bytegrad.runtime.program_kernel import SPLIT, module_constants, parts as kernel_parts
 from bytegrad.runtime.program_parts import Record
 from bytegrad.runtime.program_source import AST_LOCK, OWNED, SET, Constants, inline_partial, operator_expr
 
@@ -129,7 +129,7 @@ class _Kernel:
             self.lines.append(f"{v} = {self.names.const(vm[name + '_array'], 'vm')}({ops[0]})")
         elif self.hybrid and fn in _SIMD and type(out) is _ndarray and out.size >= HYBRID_MIN and len(ops) == 1:
             self.splits[v] = fn
-            self.lines.append(f"{_SPLIT}{v} = {ops[0]}")
+            self.lines.append(f"{SPLIT}{v} = {ops[0]}")
         else:
             self.lines.append(f"{v} = {expr}")
         self.var[i] = v
@@ -493,14 +493,14 @@ def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params
                 returns[n] = f"{returns[n]}.copy()"
             if returns[n] in owned or returns[n].endswith(".copy()"):
                 state[p] = OWNED
-    parts = _parts(lines, returns, set(k.names.ns)) if k.splits else [(lines, params, [])]
+    parts = kernel_parts(lines, returns, set(k.names.ns)) if k.splits else [(lines, params, [])]
     result = f"v{out_idx}_out"
     sources = []
     targets = f"{result}, {''.join(f'g{p}, ' for p in leaves)}"
     for n, (body, reads, gives) in enumerate(parts):
         last = n == len(parts) - 1
-        if body[0].startswith(_SPLIT):  # a NumPy ufunc between two kernel parts
-            v, arg = body[0][len(_SPLIT):].split(" = ")
+        if body[0].startswith(SPLIT):  # a NumPy ufunc between two kernel parts
+            v, arg = body[0][len(SPLIT):].split(" = ")
             src.emit(f"{v} = {src.const(k.splits[v], 'f')}({arg})")
             if last:
                 src.emit(f"{targets}= {', '.join(returns)},")
@@ -537,85 +537,3 @@ SMALL_MATMUL = 4096
 #: an array kernel leaves them to NumPy from HYBRID_MIN elements, split in parts around them
 _SIMD = frozenset((np.tanh, np.exp, np.log, np.expm1, np.log1p, np.exp2, np.log2, np.log10))
 HYBRID_MIN = 128
-_SPLIT = "#numpy "
-
-
-def _parts(lines: list[str], returns: list[str], consts: set[str]) -> list[tuple[list[str], list[str], list[str]]]:
-    """`lines` cut at each NumPy step: per part, its lines, the variables it reads that an earlier
-    part (or the wrapper) gives, and those it gives that a later part or the result reads."""
-    chunks: list[list[str]] = [[]]
-    for ln in lines:
-        if ln.startswith(_SPLIT):
-            chunks += [[ln], []]
-        else:
-            chunks[-1].append(ln)
-    chunks = [c for c in chunks if c]
-    parts = []
-    for c in chunks:
-        reads: list[str] = []
-        made: set[str] = set()
-        for ln in c:
-            target, expr = ln[len(_SPLIT):].split(" = ", 1) if ln.startswith(_SPLIT) else ln.split(" = ", 1)
-            for name in _names(expr):
-                if name not in made and name not in consts and name not in reads:
-                    reads.append(name)
-            made.add(target)
-        parts.append((c, reads, made))
-    later = set(returns)
-    out = []
-    for c, reads, made in reversed(parts):
-        out.append((c, reads, sorted(made & later)))
-        later |= set(reads)
-    return out[::-1]
-
-
-def _names(expr: str) -> list[str]:
-    return [n.id for n in ast.walk(ast.parse(expr, mode="eval")) if isinstance(n, ast.Name)]
-
-
-def module_constants(ns: dict[str, Any]) -> Optional[str]:
-    """Source lines that give a kernel's constants their names by importing them (NumPy, `math`, their
-    functions, float and NumPy scalars, `kernels.small_matmul`), so that Numba's cache can rebuild
-    the kernel in another process (runtime/kernels.py `jit_program`); None when one is another object
-    (the kernel is then compiled in memory)."""
-    lines = []
-    for name, value in ns.items():
-        expr = _by_name(value)
-        if expr is None:
-            return None
-        if expr != name:
-            lines.append(f"{name} = {expr}")
-    if any("_kernels." in ln for ln in lines):
-        lines.insert(0, "from bytegrad.runtime import kernels as _kernels")
-    return "\n".join(lines)
-
-
-def _by_name(v: Any) -> Optional[str]:
-    t = type(v)
-    if v is np or v is math:
-        return "np" if v is np else "math"
-    if t is float:
-        return repr(v) if math.isfinite(v) else f"float({repr(v)!r})"
-    if t is int or t is bool:
-        return repr(v)
-    if t in _SCALARS:
-        return f"np.{t.__name__}({_by_name(v.item())})"
-    name = getattr(v, "__name__", None)
-    if not isinstance(name, str):
-        return None
-    if (isinstance(v, np.ufunc) or (t is type and v in _SCALARS)) and getattr(np, name, None) is v:
-        return f"np.{name}"
-    if getattr(math, name, None) is v:
-        return f"math.{name}"
-    if getattr(builtins, name, None) is v:
-        return name
-    if name == "small_matmul" and kernels.program_stem(v) is not None and v is kernels.small_matmul():
-        return "_kernels.small_matmul()"
-    for key, f in kernels.vector_math().items() if hasattr(v, "py_func") else ():
-        if f is v:  # (runtime/vmath.py's functions, as `kernels.vector_math` compiles them)
-            return f"_kernels.vector_math()[{key!r}]"
-    return None
-
-
-#: the NumPy scalar types a kernel's constants may have (the types themselves too, as `np.full`'s dtype)
-_SCALARS = frozenset((np.float64, np.float32, np.int64, np.int32, np.bool_))

@@ -1,0 +1,54 @@
+"""Kernel sources that runtime/kernels.py compiles with Numba beside runtime/vmath.py's functions: a
+small matrix product as loops, a 2-D array's sums along one axis as loops, and a vmath function
+over a whole array. Plain text here (this module imports nothing), so that kernels.py, the one
+module that imports Numba, stays the size of what it does.
+"""
+
+__all__ = ["ARRAY_MATH", "SMALL_MATMUL", "SUMS"]
+
+SMALL_MATMUL = """
+def small_matmul(a, b):
+    m, k = a.shape
+    n = b.shape[1]
+    out = np.zeros((m, n), a.dtype)
+    for i in range(m):
+        for l in range(k):
+            ail = a[i, l]
+            for j in range(n):
+                out[i, j] += ail * b[l, j]
+    return out
+"""
+
+#: a 2-D array's sums along axis 1 and 0 as loops (Numba's `sum(axis=...)` is several times slower),
+#: added in float64
+SUMS = """
+def sum_rows(a):
+    n, m = a.shape
+    out = np.empty(n, a.dtype)
+    for i in range(n):
+        s = 0.0
+        for j in range(m):
+            s = radd(s, float(a[i, j]))
+        out[i] = s
+    return out
+
+
+def sum_cols(a):
+    n, m = a.shape
+    acc = np.zeros(m, np.float64)
+    for i in range(n):
+        for j in range(m):
+            acc[j] += a[i, j]
+    return acc.astype(a.dtype)
+"""
+
+ARRAY_MATH = """
+def {name}_array(a):
+    c = np.ascontiguousarray(a)
+    out = np.empty_like(c)
+    flat = c.reshape(-1)
+    into = out.reshape(-1)
+    for i in range(flat.size):
+        into[i] = {name}({load})
+    return out
+"""
