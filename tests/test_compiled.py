@@ -1370,3 +1370,26 @@ def test_a_numba_program_leaves_a_floating_point_error_in_the_loss_to_the_genera
         np.seterr(**old)
     with pytest.warns(RuntimeWarning, match="divide by zero"):
         fast.grad(np.array([0.0, 2.0]))
+
+
+def test_rules_loaded_for_a_module_imported_later_keep_the_programs(tmp_path, monkeypatch):
+    """Importing a module whose built-in rules load lazily (Numba's import brings heapq and bisect)
+    adds rules for functions that had none: programs stay (no capture again); a rule a user
+    registers still outdates them (the version guard's own test)."""
+    (tmp_path / "bg_lazy_target.py").write_text("def f(x):\n    return x\n")
+    (tmp_path / "bg_lazy_rules.py").write_text(
+        "import bytegrad, bg_lazy_target\n"
+        "bytegrad.scalar_rule(bg_lazy_target.f, lambda x, out: 1.0)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(registry.LAZY_PENDING, "bg_lazy_target", "bg_lazy_rules")
+    fast, general = compiled_and_general(scale_by_length)
+    x = np.linspace(0.1, 1.0, 4)
+    fast.grad(x)
+    before = registry.version()
+    import bg_lazy_target  # noqa: F401 - imported: its rules load on the next lookup
+    registry.load_lazy_rules()
+    assert registry.version() > before and registry.lookup(bg_lazy_target.f) is not None
+    for _ in range(3):
+        assert _trees_same(fast.value_and_grad(x), general.value_and_grad(x))
+    st = info(fast)
+    assert len(st["programs"]) == 1 and st["compiled_calls"] == 4 and st["general_calls"] == 0, st

@@ -258,6 +258,14 @@ def version() -> int:
     return current_version
 
 
+def program_version() -> int:
+    """`version()` less what loading bytegrad's own rules for a module imported later added (Numba's
+    import brings heapq and bisect, say): those rules cover functions that had none, so a compiled
+    program built before them still computes what the general path computed; any other rule
+    registered or opted out outdates every program. Cheap: a program checks it on every call."""
+    return current_version - _lazy_increments
+
+
 def settled_version() -> int:
     """`version()` once the rules of every module the program has imported are loaded (`load_lazy_rules`):
     what a key of rewritten code holds, so that the rewrite (which loads them) does not outdate its own key."""
@@ -310,12 +318,17 @@ def lazy_rule_modules() -> list[str]:
     return list(_LAZY_RULES)
 
 
+#: what loading lazy rule modules added to `current_version` (see `program_version`)
+_lazy_increments = 0
+
+
 def load_lazy_rules() -> int:
     """Load the rules of each module in `_LAZY_RULES` that the program has imported; return how many loaded.
 
     Cheap when there is nothing to do (one C-level set test against sys.modules), so misses may call
     it freely. A rule module that fails to load (an old scipy) gives one warning and is skipped.
     """
+    global _lazy_increments
     modules = sys.modules
     if modules.keys().isdisjoint(_LAZY_RULES.keys()):  # iterates the small side, in C
         return 0
@@ -330,12 +343,15 @@ def load_lazy_rules() -> int:
                 continue
             for other in [n for n, m in _LAZY_RULES.items() if m == rules_module]:
                 del _LAZY_RULES[other]  # the other names the same rules module covers
+            before = current_version
             try:
                 importlib.import_module(rules_module)
             except Exception as exc:  # reported, not raised: code that does not need them still runs
                 warnings.warn(f"bytegrad: the rules for {name} ({rules_module}) failed to load and are "
                               f"skipped: {type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
                 continue
+            finally:
+                _lazy_increments += current_version - before
             count += 1
     return count
 

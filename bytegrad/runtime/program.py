@@ -501,7 +501,7 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
         inputs.walk(var, value, specs[p], fresh=p in wrt)
     static_guards(src, static_guards_, inputs, tape.ids)
     # (_VERSION: the registry's version when the program is compiled, here or loaded from disk)
-    src.guard("version", "_version() == _VERSION", f"rule registry version {registry.version()}")
+    src.guard("version", "_version() == _VERSION", f"rule registry version {registry.program_version()}")
     if pullback:
         if backend != "numpy":
             raise Ineligible("pullbacks have the NumPy back end only")

@@ -124,6 +124,11 @@ def program_code(source: str, user_lines: Sequence[int], filename: str) -> types
         return compile(tree, filename, "exec")
 
 
+def _program_version() -> int:
+    registry.settled_version()  # (the rules of the modules imported so far, loaded first)
+    return registry.program_version()
+
+
 def program_from_code(code: types.CodeType, constants: dict[str, Any]) -> Callable[[tuple], Any]:
     """The function `program` that `code` (from `program_code`) defines, with `constants` and the
     helpers programs call as its globals (runtime/program_store.py loads stored code through it)."""
@@ -133,6 +138,6 @@ def program_from_code(code: types.CodeType, constants: dict[str, Any]) -> Callab
                      _singular=singular_partial, _unbroadcast=unbroadcast, _materialize=materialize,
                      _untrusted=_untrusted, _project=pytree.project, _multiply=np.multiply,
                      _getrefcount=sys.getrefcount, _scalable=scalable, _unalias=pytree.unalias,
-                     _version=registry.version, _VERSION=registry.settled_version(), _MISSING=MISSING)
+                     _version=registry.program_version, _VERSION=_program_version(), _MISSING=MISSING)
     exec(code, namespace)  # noqa: S102
     return namespace["program"]
