@@ -225,7 +225,7 @@ class CaptureTape(Tape):
         """`fn(*args, **kwargs)`, an array made from constants, tracked as a leaf a program makes again."""
         out = fn(*args, **kwargs) if kwargs else fn(*args)
         if type(out) is np.ndarray and id(out) not in self.ids:  # (lists copied: the run may change them later)
-            self.made[self.leaf(out)] = (fn, _copied(args), {k: _copied(v) for k, v in kwargs.items()} or None
+            self.made[self.leaf(out)] = (fn, _copied(args), {k: _copied(v) for k, v in kwargs.items()}
                                          if kwargs else None)
         return out
 
