@@ -151,6 +151,17 @@ MAKERS = frozenset({np.zeros, np.ones, np.full, np.eye, np.identity, np.arange, 
                     np.asarray})
 
 
+def _made_from_constants(tape: CaptureTape, fn: Any, args: tuple, kwargs: Optional[dict]) -> bool:
+    """A MAKERS call whose arguments are all numbers, strings, dtypes or lists of them, none tracked."""
+    try:
+        if fn not in MAKERS:
+            return False
+    except TypeError:  # (an unhashable callable object)
+        return False
+    return all(map(constant_tree, args)) and (not kwargs or all(map(constant_tree, kwargs.values()))) \
+        and not any_tracked(tape.ids, args, kwargs)
+
+
 def dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
     """A call with the tape active: rule, rewritten Python callee, or plain call."""
     if len(args) == 1 and not kwargs and type(args[0]) not in PLAIN:
@@ -160,8 +171,7 @@ def dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict
             if type(meth) is _FunctionType:
                 return call_python(tape, site, meth, (args[0],), None)
     rule, owner = resolve(fn)
-    if tape.__class__ is CaptureTape and owner is None and fn in MAKERS and all(map(constant_tree, args)) \
-            and (not kwargs or all(map(constant_tree, kwargs.values()))) and not any_tracked(tape.ids, args, kwargs):
+    if tape.__class__ is CaptureTape and owner is None and _made_from_constants(tape, fn, args, kwargs):
         return tape.make(fn, args, kwargs)
     if args and rule is not None and (rule.kind is ELEMENTWISE or rule.kind is RRULE):
         args = _drain_generators(tape, tuple(args))

@@ -240,7 +240,8 @@ def constant_tree(a: Any) -> bool:
     t = type(a)
     if t is tuple or t is list:
         return all(constant_tree(x) for x in a)
-    return t in _CONSTANT_TYPES or isinstance(a, (np.dtype, type)) or (isinstance(a, np.generic) and t.__module__ == "numpy")
+    return t in _CONSTANT_TYPES or isinstance(a, (np.dtype, type)) \
+        or (isinstance(a, np.generic) and t.__module__ == "numpy")
 
 
 _CONSTANT_TYPES = frozenset({int, float, bool, complex, str, bytes, type(None)})
