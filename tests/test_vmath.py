@@ -114,6 +114,31 @@ def test_sums_along_an_axis():
         np.testing.assert_allclose(cols, a.sum(axis=0), rtol=rtol)
 
 
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_small_matmul_agrees_with_matmul_on_every_layout(dtype):
+    """kernels.small_matmul takes either loop order by the right operand's strides (a dot product
+    along a transposed operand's contiguous columns, else rows): every pair of layouts (C, F, a
+    strided view), empty inner dimensions and one column, in the operands' dtype."""
+    rng = np.random.default_rng(7)
+    mm = kernels.small_matmul()
+
+    def layouts(m, n):
+        a = rng.standard_normal((m, n)).astype(dtype)
+        yield a
+        yield np.asfortranarray(a)
+        yield rng.standard_normal((n, m)).astype(dtype).T
+        yield rng.standard_normal((2 * m, n)).astype(dtype)[::2]
+
+    rtol = 1e-5 if dtype is np.float32 else 1e-13
+    for m, k, n in [(2, 128, 2), (3, 5, 1), (1, 7, 4), (4, 0, 3), (2, 2, 128)]:
+        for a in layouts(m, k):
+            for b in layouts(k, n):
+                got = mm(a, b)
+                assert got.dtype == dtype and got.shape == (m, n)
+                np.testing.assert_allclose(got, a @ b, rtol=rtol, atol=rtol * max(k, 1) ** 0.5)
+
+
 # ---- the float32 functions ----------------------------------------------------------------------
 
 #: against NumPy's float32 ufuncs (a million points each; NumPy's own float32 log is up to 3 ulp from

@@ -419,8 +419,9 @@ def gradient_code(src: Source, spec: Any, state: dict[int, int], lines: list[str
             like = src.const(stand_in(primal), "like")
             dt = src.const(primal.dtype, "dt")
             owned = state.get(spec.idx) == OWNED
+            # (a Numba kernel loaded from its cache gives arrays whose dtype equals NumPy's, another object)
             lines.append(f"{name} = {g} if {g}.__class__ is ndarray{'' if owned else f' and {g}.base is None'} and "
-                         f"{g}.dtype is {dt} and {g}.shape == {primal.shape!r}"
+                         f"{g}.dtype {'==' if owned else 'is'} {dt} and {g}.shape == {primal.shape!r}"
                          f"{'' if owned else f' and {g}.flags.writeable'} else _project({g}, {like})")
             if spec.idx in fresh:  # the general path differentiates a fresh view of the caller's array
                 lines.append(f"if {name} is {fresh[spec.idx]}: {name} = {name}.copy()")

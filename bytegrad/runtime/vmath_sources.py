@@ -4,13 +4,21 @@ over a whole array. Plain text here (this module imports nothing), so that kerne
 module that imports Numba, stays the size of what it does.
 """
 
-__all__ = ["ARRAY_MATH", "SMALL_MATMUL", "SUMS"]
+__all__ = ["ARRAY_MATH", "SMALL_MATMUL", "SMALL_MATMUL_CONSTANTS", "SUMS"]
 
 SMALL_MATMUL = """
 def small_matmul(a, b):
     m, k = a.shape
     n = b.shape[1]
     out = np.zeros((m, n), a.dtype)
+    if b.strides[0] < b.strides[1]:  # b's columns are contiguous (`x.T`): i, j, l, a dot product each
+        for i in range(m):
+            for j in range(n):
+                s = out[i, j]
+                for l in range(k):
+                    s = _radd(s, a[i, l] * b[l, j])
+                out[i, j] = s
+        return out
     for i in range(m):
         for l in range(k):
             ail = a[i, l]
@@ -18,6 +26,10 @@ def small_matmul(a, b):
                 out[i, j] += ail * b[l, j]
     return out
 """
+#: small_matmul's one constant: vector_math's `radd`, an addition LLVM may reassociate, so that a dot
+#: product vectorises (it adds in another order than BLAS, as BLAS's own kernels differ between machines)
+SMALL_MATMUL_CONSTANTS = ("from bytegrad.runtime import kernels as _kernels\n"
+                          "_radd = _kernels.vector_math()['radd']")
 
 #: a 2-D array's sums along axis 1 and 0 as loops (Numba's `sum(axis=...)` is several times slower),
 #: added in float64
