@@ -522,7 +522,7 @@ def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params
         # an inf or NaN loss: NumPy would have met a floating-point error, which the general path
         # reports as the user's error state says (a warning at the user's line, FloatingPointError)
         src.emit(f"if {result} - {result} != 0.0: return MISS")
-        src.emit(f"{result} = {src.const(type(out), 'T')}({result})")
+        src.emit(f"if value: {result} = {src.const(type(out), 'T')}({result})")  # (grad drops it)
     src.kernel_source = "\n".join(sources)
     stems = tuple(kernels.program_stem(fn) for fn in src.ns.values() if hasattr(fn, "py_func"))
     src.kernel_stems = stems if stems and all(stems) else None  # (None: a kernel compiled in memory)

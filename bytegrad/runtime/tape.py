@@ -20,9 +20,18 @@ from bytegrad.rules.registry import NO_TANGENT, ZERO, NoTangent, Zero
 from bytegrad.runtime import fpwarn
 from bytegrad.runtime.records import IDENTITY
 
-#: this thread's state: `tape` (the current tape), `site` (the call site through which user code
-#: entered an API function under a tape), `nesting` (depth of nested derivatives)
-tls = _thread._local()  # threading.local, without importing threading (2-3 ms)
+class _ThreadState(_thread._local):  # threading.local, without importing threading (2-3 ms)
+    """This thread's state: `tape` (the current tape), `site` (the call site through which user code
+    entered an API function under a tape), `nesting` (depth of nested derivatives). The class
+    attributes are every thread's defaults, so reading one that a thread never set costs a lookup,
+    not an AttributeError caught inside `getattr` (0.47 us, once per compiled gradient)."""
+
+    tape: Optional["Tape"] = None
+    site: Any = None
+    nesting = 0
+
+
+tls = _ThreadState()
 _FunctionType = types.FunctionType
 _ndarray = np.ndarray
 
