@@ -117,8 +117,9 @@ class Tiers:
                 return MISS
             if result is not MISS and result is not DECIDED:
                 self.compiled_calls += 1
-                if timed:  # one call in 16 is timed: the ski-rental meter of the Numba back end
-                    prog.seconds += 16 * (_perf() - t0)
+                if timed:  # one call in 16 is timed: the ski-rental meter of the Numba back end, which
+                    # counts the share of the time that a twin could save (not its BLAS calls)
+                    prog.seconds += 16 * (_perf() - t0) * prog.share
                     if prog.seconds >= numba_price(prog) and not prog.upgraded:
                         return self._upgrade(prog, args, capture)
                 return result

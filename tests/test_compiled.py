@@ -819,6 +819,38 @@ def test_auto_tier_moves_a_hot_program_to_numba_when_it_is_faster(monkeypatch):
     assert_same(fast.grad(x, 20), general.grad(x, 20))
 
 
+def _wide_layer(W, x):
+    return np.sum(np.tanh(W @ x))
+
+
+def test_the_tier_up_meter_counts_the_time_a_numba_twin_could_save(monkeypatch):
+    """A NumPy program's ski-rental meter counts the share of its time outside contractions
+    (runtime/program_parts.py `savable_share`): a twin runs the same BLAS, so a program that spends
+    its time in a large matrix product reaches the twin's price far later (an MLP's 200 training
+    steps imported Numba and compiled a twin no faster than the NumPy program); a loop of small
+    operations counts all of its time. A fake clock makes each timed call last one second; the
+    program store keeps the share."""
+    from bytegrad.runtime import program_store
+
+    monkeypatch.setattr(compiled, "numba_price", lambda prog: float("inf"))  # watch the meter, never tier up
+    ticks = iter(range(10**9))
+    monkeypatch.setattr(compiled, "_perf", lambda: float(next(ticks)))
+    rng = np.random.default_rng(9)
+    W, x = rng.standard_normal((300, 300)), rng.standard_normal((300, 40))
+    wide = bytegrad.differentiate(fresh(_wide_layer), tier="auto")
+    loop = bytegrad.differentiate(fresh(bench_cases.loop_loss), tier="auto")
+    for _ in range(compiled.AUTO_AFTER + 1 + 64):
+        wide.grad(W, x)
+        loop.grad(np.linspace(0.5, 1.5, 10), 5)
+    (pw,) = [p for t in compiled._BY_FUNCTION[wide.fn].values() for p in t.programs]
+    (pl,) = [p for t in compiled._BY_FUNCTION[loop.fn].values() for p in t.programs]
+    assert pw.backend == pl.backend == "numpy" and pw.calls == pl.calls == 64
+    assert pw.share < 0.3 and pl.share == 1.0, (pw.share, pl.share)
+    assert pw.seconds == pytest.approx(4 * 16 * pw.share) and pl.seconds == pytest.approx(4 * 16)
+    (back,) = program_store.loads(program_store.dumps([pw]))
+    assert back.share == pw.share
+
+
 def test_numba_back_end_refused_when_numba_is_disabled(monkeypatch):
     monkeypatch.setattr(kernels, "disabled", lambda: True)
     fast = bytegrad.differentiate(fresh(bench_cases.sin_chain_loss), tier="numba")

@@ -44,7 +44,7 @@ from bytegrad.rules._apply import shape_of
 from bytegrad.rules._shape import stand_in, unbroadcast_plan
 from bytegrad.runtime import pytree
 from bytegrad.runtime.backward import INPLACE_MIN_SIZE, partial_uses
-from bytegrad.runtime.program_parts import Record, check_shapes, compile_program
+from bytegrad.runtime.program_parts import Record, check_shapes, compile_program, savable_share
 from bytegrad.runtime.program_source import (
     DECIDED, DECISION_GUARD, MAYBE, MISS, SCALAR_CONSTS, SET, UNSET, Decision, Ineligible, Inputs, Program, Source,
     gradient_code, inline_partial, operator_expr, short, static_guards,
@@ -548,6 +548,7 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     prog.backend, prog.twin = backend, src.kernel_stems
     if backend == "numpy":
         prog.parts = (src.ns, *src.parts)
+        prog.share = savable_share([b.records[i] for i in order if i in b.records])
     return prog
 
 

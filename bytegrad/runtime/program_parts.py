@@ -21,7 +21,7 @@ from bytegrad.runtime import pytree
 from bytegrad.runtime.backward import ELEMENTWISE, RULE, RULE_TRUSTED, UNARY, scalable, singular_partial
 from bytegrad.runtime.program_source import AST_LOCK, DECIDED, FLOAT_TYPES, MISS, MISSING, Ineligible, decided
 
-__all__ = ["Record", "check_shapes", "compile_program", "program_code", "program_from_code"]
+__all__ = ["Record", "check_shapes", "compile_program", "program_code", "program_from_code", "savable_share"]
 
 _ndarray = np.ndarray
 _FunctionType = types.FunctionType
@@ -73,6 +73,31 @@ def _rule_of(fn: Any) -> Any:
     if rule is None and type(fn) is types.MethodWrapperType:  # `desc.__get__` of `.T`, `.real`
         rule = registry.lookup(fn.__self__)
     return rule
+
+
+#: contractions BLAS computes: a Numba kernel calls the same BLAS (or, below a size, loops that are no faster)
+_CONTRACTIONS = frozenset((np.matmul, operator.matmul, np.dot, np.vdot, np.inner, np.tensordot, np.einsum))
+#: rough costs on this machine kind: per record, its Python (forward and reverse); per element of an
+#: array step, its NumPy passes; per multiply-add of a contraction, BLAS's
+_PER_RECORD_S, _PER_ELEMENT_S, _PER_MAC_S = 1.5e-6, 1e-9, 0.025e-9
+
+
+def savable_share(records: Sequence[Record]) -> float:
+    """The share of a NumPy program's time that its Numba twin could save, estimated from its
+    records: all of it but its contractions (matrix products, tensordot, einsum), which the twin
+    runs in the same BLAS. A program's ski-rental meter (bytegrad/compiled.py) counts only this
+    share of its time, so a program that spends its time in BLAS (an MLP's large layers) does not
+    import Numba and compile a twin that cannot be faster."""
+    blas = rest = 0.0
+    for rec in records:
+        sizes = [a.size for a in rec.args[:2] if type(a) is _ndarray]
+        size = rec.out.size if type(rec.out) is _ndarray else 1
+        if rec.fn in _CONTRACTIONS and len(sizes) == 2:  # m k n multiply-adds, and twice that in reverse
+            blas += 3 * (sizes[0] * sizes[1] * size) ** 0.5 * _PER_MAC_S
+        else:
+            rest += 3 * size * _PER_ELEMENT_S
+        rest += _PER_RECORD_S
+    return rest / (rest + blas) if rest + blas > 0 else 1.0
 
 
 #: functions whose output shape depends on the values of their input (a program fixes shapes)

@@ -76,7 +76,7 @@ class Program:
     """A compiled gradient program: `fn(args)` is `(value, gradient)` or `MISS`."""
 
     __slots__ = ("fn", "source", "guards", "records", "backend", "calls", "seconds", "upgraded", "why_not_numba",
-                 "decided", "parts", "signature", "pullback", "twin")
+                 "decided", "parts", "signature", "pullback", "twin", "share")
 
     def __init__(self, fn: Callable[[tuple], Any], source: str, guards: list[str], records: int) -> None:
         self.fn = fn
@@ -97,6 +97,8 @@ class Program:
         #: the Numba kernels' modules in the cache directory (runtime/kernels.py `jit_program`): of a
         #: Numba program, its own; of a NumPy program, its twin's, where a precompile made them
         self.twin: Optional[tuple[str, ...]] = None
+        #: the share of its time a Numba twin could save (runtime/program_parts.py `savable_share`)
+        self.share = 1.0
 
     def __repr__(self) -> str:
         return f"<bytegrad program ({self.backend}, {self.records} operations, {len(self.guards)} guards)>"

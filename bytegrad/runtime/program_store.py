@@ -42,8 +42,8 @@ __all__ = ["NAMESPACE", "dumps", "loads", "key"]
 
 NAMESPACE = "programs"
 #: 2: the compiled code beside the source, stand-ins by shape; 3: the Numba twin's kernels;
-#: 4: program(args, value=True)
-_FORMAT = 4
+#: 4: program(args, value=True); 5: the share of its time a Numba twin could save
+_FORMAT = 5
 
 
 def key(code: types.CodeType, kind: Any, signature: tuple[type, ...]) -> Optional[str]:
@@ -72,7 +72,7 @@ def dumps(programs: list[Program]) -> Optional[bytes]:
         ns, source, lines, filename = prog.parts
         code = marshal.dumps(program_code(source, lines, filename))  # a load then runs no compiler
         parts.append((ns, source, lines, filename, code, tuple(prog.guards), prog.records, prog.pullback,
-                      prog.twin))
+                      prog.twin, prog.share))
     buf = io.BytesIO()
     try:
         pickler = _Pickler(buf)
@@ -188,8 +188,9 @@ def loads(payload: bytes) -> Optional[list[Program]]:
     except (pickle.UnpicklingError, LookupError, AttributeError, TypeError, ValueError, EOFError):
         return None
     programs = []
-    for ns, source, lines, filename, code, guards, records, pullback, twin in parts:
+    for ns, source, lines, filename, code, guards, records, pullback, twin, share in parts:
         prog = Program(program_from_code(marshal.loads(code), ns), source, list(guards), records)
+        prog.share = share if type(share) is float and 0.0 <= share <= 1.0 else 1.0
         prog.parts = (ns, source, lines, filename)
         prog.pullback = prog.upgraded = pullback
         if twin and all(type(t) is str and t.startswith("bgp_") and t[4:].isalnum() for t in twin):
