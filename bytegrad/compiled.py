@@ -288,7 +288,7 @@ class Tiers:
             "tier": self.tier,
             "programs": [{"backend": p.backend, "operations": p.records, "guards": list(p.guards), "calls": p.calls,
                           "decided_otherwise": p.decided,
-                          **({"numba": p.why_not_numba} if p.why_not_numba else {}),
+                          **({"numba": numba_note(p, self.tier)} if numba_note(p, self.tier) else {}),
                           **({"numba_kernels": twin_note(p)} if p.twin else {})}
                          for p in self.programs],
             "not_compiled": {", ".join(t.__name__ for t in key): s.reason
@@ -316,6 +316,14 @@ def numba_price(prog: Program) -> float:
     build = _PRICE["fixed"] + _PRICE["per_op"] * prog.records
     load = kernels.program_load_price(prog.twin) if prog.twin else None  # a precompile's twin, on disk
     return (0.0 if kernels.numba_loaded() else _PRICE["import"]) + (build if load is None else min(load, build))
+
+
+def numba_note(prog: Program, tier: str) -> str:
+    """What came of a NumPy program's Numba twin under the automatic tier, or where its meter stands."""
+    if prog.why_not_numba or prog.backend != "numpy" or tier != "auto" or prog.upgraded:
+        return prog.why_not_numba
+    return (f"not tried yet: {prog.seconds:.2g} s of its time counted against the twin's price, "
+            f"{numba_price(prog):.2g} s (the meter counts {prog.share:.0%} of its time: what a twin could save)")
 
 
 def twin_note(prog: Program) -> str:

@@ -219,8 +219,10 @@ def _explain_tier(d: Any, args: tuple, out: io.StringIO) -> None:
                   "to compile (see stats()['compiled'])\n")
     for k, p in enumerate(tiers.programs):
         out.write(f"  program {k}: {p.backend} back end, {p.records} operations; guards: {'; '.join(p.guards)}\n")
+        from bytegrad.compiled import numba_note, twin_note
+        if numba_note(p, tiers.tier):
+            out.write(f"    Numba twin: {numba_note(p, tiers.tier)}\n")
         if p.twin:
-            from bytegrad.compiled import twin_note
             out.write(f"    Numba kernels: {twin_note(p)}\n")
     for sig, why in tiers.describe()["not_compiled"].items():
         out.write(f"  not compiled for ({sig}): {why}\n")

@@ -847,6 +847,8 @@ def test_the_tier_up_meter_counts_the_time_a_numba_twin_could_save(monkeypatch):
     assert pw.backend == pl.backend == "numpy" and pw.calls == pl.calls == 64
     assert pw.share < 0.3 and pl.share == 1.0, (pw.share, pl.share)
     assert pw.seconds == pytest.approx(4 * 16 * pw.share) and pl.seconds == pytest.approx(4 * 16)
+    note = info(wide)["programs"][0]["numba"]  # (stats() and explain say where the meter stands)
+    assert note.startswith("not tried yet") and f"counts {pw.share:.0%} of its time" in note, note
     (back,) = program_store.loads(program_store.dumps([pw]))
     assert back.share == pw.share
 
