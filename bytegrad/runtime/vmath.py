@@ -86,12 +86,33 @@ def expm1(x):
     return y
 
 
+def _tanh_ratio(s, e, big, one):
+    """tanh(a) = (1 - w) / (1 + w) from w = exp(-2a) = s (1 + e), s a power of two (s e is exact) and
+    e = expm1(r), in the type of `one`. One division for both forms: 1 - 2w / (1 + w) where a is
+    `big` (t near 1: within an ulp there, where (1 - w) / (1 + w) was 2.5 ulp off), else the ratio."""
+    se = s * e
+    d = (one + s) + se   # 1 + s is exact
+    w = s + se
+    q = (w + w if big else (one - s) - se) / d
+    return one - q if big else q
+
+
+_ABS = 0x7FFFFFFFFFFFFFFF
+_SIGN = -0x8000000000000000
+
+
 def tanh(x):
+    """Through exp(-2|x|) on [-40, 0], with no special case of its own: one power of two (normal there),
+    from the shifted float's bits; NaN flows through (the clamp keeps it), infinities are clamped to
+    20 (tanh 1), a tiny or subnormal |x| comes out exactly (e = -2|x|, s = 1); x's sign bit is copied."""
     a = abs(x)
-    u = expm1(-2.0 * min(a, 40.0))   # in (-1, 0]
-    t = -u / (2.0 + u)
-    t = -t if x < 0.0 else t
-    return x if a < 1e-300 or x != x else t
+    m = 20.0 if a > 20.0 else a
+    t = m * -2.8853900817779268 + _SHIFT    # -2 log2(e): n = round(-2m / ln 2) in t's low bits
+    n = t - _SHIFT
+    r = (-2.0 * m - n * _LN2_HI) - n * _LN2_LO
+    s = _float(((_bits(t) + 1023) & 0x7FF) << 52)  # 2^n (the mask: NaN in plain Python)
+    y = _tanh_ratio(s, _expm1_poly(r), a > 0.625, 1.0)
+    return _float((_bits(y) & _ABS) | (_bits(x) & _SIGN))
 
 
 _SQRT_HALF = 0.7071067811865476
@@ -219,11 +240,11 @@ def expm1_f32(x):
 
 
 def tanh_f32(x):
+    """As tanh, in float32: |x| clamped to 10."""
     a = abs(x)
-    u = expm1_f32(np.float32(-2.0) * min(a, np.float32(10.0)))   # in (-1, 0]
-    t = -u / (_F2 + u)
-    t = -t if x < _F0 else t
-    return x if a < _FTINY or x != x else t
+    k, n, r = _reduce_f32(np.float32(-2.0) * (np.float32(10.0) if a > np.float32(10.0) else a))
+    y = _tanh_ratio(_float32((k + 127) << 23), _expm1_poly_f32(r), a > np.float32(0.625), _F1)
+    return _float32((_bits32(y) & 0x7FFFFFFF) | (_bits32(x) & -0x80000000))
 
 
 def _log_parts_f32(x):
@@ -272,7 +293,7 @@ def log1p_f32(x):
 FUNCTIONS = ("exp", "expm1", "log", "log1p", "tanh")
 #: compiled on their own, with fused multiply-adds, for LLVM to inline (runtime/kernels.py)
 FUSED = ("exp", "expm1", "tanh", "exp_f32", "expm1_f32", "tanh_f32")
-HELPERS = ("_reduce", "_pow2", "_expm1_poly", "_log_parts", "_log1p_f", "_reduce_f32", "_expm1_poly_f32",
-           "_log_parts_f32", "_log1p_f_f32")
+HELPERS = ("_reduce", "_pow2", "_expm1_poly", "_tanh_ratio", "_log_parts", "_log1p_f", "_reduce_f32",
+           "_expm1_poly_f32", "_log_parts_f32", "_log1p_f_f32")
 #: each function's float32 twin, for kernels whose elements are float32
 FLOAT32 = {name: f"{name}_f32" for name in FUNCTIONS}
