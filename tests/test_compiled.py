@@ -1315,6 +1315,119 @@ def test_small_matrix_products_are_loops_in_a_kernel(w_dtype, cols, loops):
     assert prog.source.count(" @ ") == (0 if loops else 3)
 
 
+# ---- lists of differentiated values --------------------------------------------------------------
+
+
+def _stacks(x, ys):
+    parts = [x]
+    for y in ys:
+        parts.append(y * x)
+    return (np.sum(np.concatenate(parts) ** 2) + np.sum(np.tanh(np.vstack((x, x[::-1], np.ones(3)))))
+            + np.sum(np.stack(ys) * 2.0))
+
+
+def _bias_twice(x, b):
+    bb = b[:, None]
+    return np.sum(np.stack([bb, bb]) ** 2) + np.sum(np.tanh(x + bb))
+
+
+@pytest.mark.parametrize("tier", ["numpy", "numba"])
+@pytest.mark.parametrize("fn, shapes", [(_stacks, None), (_bias_twice, ((3, 4), (3,)))], ids=["stacks", "bias"])
+def test_a_list_of_differentiated_values_passed_to_a_function(fn, shapes, tier):
+    """np.stack([a, b]), np.concatenate, np.vstack((...)): a list or tuple holding values of the tape
+    (with constants, views and arrays made inside among them) is rebuilt as a literal, and the rule's
+    cotangent for it is routed to each item, as the general path's sweep routes it. `_bias_twice`: a
+    bias read by a broadcast and inside a list gets both contributions (the summed-bias shortcut,
+    `_squeezed_sum`, counts the reads inside lists). The Numba back end leaves such programs to the
+    NumPy one."""
+    own = fresh(fn)
+    fast = bytegrad.differentiate(own, wrt=(0, 1), tier=tier)
+    general = bytegrad.differentiate(fn, wrt=(0, 1), tier="general")
+    rng = np.random.default_rng(12)
+    for _ in range(3):
+        if shapes is None:
+            args = rng.standard_normal(3), [rng.standard_normal(3) for _ in range(2)]
+        else:
+            args = tuple(rng.standard_normal(s) for s in shapes)
+        assert_same(fast.value_and_grad(*args), general.value_and_grad(*args))
+    (prog,) = [p for t in compiled._BY_FUNCTION[own].values() for p in t.programs]
+    assert prog.backend == "numpy" and info(fast)["compiled_calls"] == 3 and info(fast)["disagreements"] == 0
+
+
+def _pair_sum(xs):
+    return xs[0] + xs[1]
+
+
+@bytegrad.rrule(_pair_sum)
+def _pair_sum_rrule(xs):
+    def pair_sum_pullback(out_bar):  # three cotangents for two items once the data is large
+        return ([out_bar, out_bar, out_bar] if np.max(xs[1]) > 5.0 else [out_bar, out_bar],)
+    return xs[0] + xs[1], pair_sum_pullback
+
+
+def _uses_pair(x, y):
+    return np.sum(_pair_sum([x * 2.0, y]) ** 2)
+
+
+def test_a_list_cotangent_of_another_length_is_the_general_paths_error():
+    """A rule whose pullback gives a list argument a cotangent with another number of items: the
+    program leaves that call to the general path, which raises PullbackError, as it does without a
+    program (the program does not take the first items and go on)."""
+    own = fresh(_uses_pair)
+    fast = bytegrad.differentiate(own, wrt=(0, 1), tier="numpy")
+    general = bytegrad.differentiate(_uses_pair, wrt=(0, 1), tier="general")
+    x = np.linspace(0.1, 0.3, 3)
+    for _ in range(2):
+        assert_same(fast.grad(x, x + 1.0), general.grad(x, x + 1.0))
+    assert [p["backend"] for p in info(fast)["programs"]] == ["numpy"]
+    with pytest.raises(bytegrad.PullbackError):
+        general.grad(x, x + 9.0)
+    with pytest.raises(bytegrad.PullbackError):
+        fast.grad(x, x + 9.0)
+
+
+# ---- NumPy ufuncs on constants ----------------------------------------------------------------------
+
+
+def _scaled_by_width(x):
+    return np.sum(x) / np.sqrt(x.shape[-1]) + np.exp(0.5) * np.sum(x * x)
+
+
+_BUF = np.zeros(3)
+
+
+def _writes_with_out(x):
+    np.add(_BUF, 1.0, _BUF)  # a ufunc's positional `out`: it writes a global array on every call
+    return np.sum(x * _BUF)
+
+
+def _writes_with_out_keyword(x):
+    np.multiply(_BUF, 1.0, out=_BUF)
+    return np.sum(x * _BUF)
+
+
+def test_a_ufunc_on_constants_is_compiled_unless_it_may_write():
+    """`np.sqrt(d)` of a shape, `np.exp(0.5)`: a ufunc called with its inputs alone gives what the
+    guards fix, so the program keeps its value; a ufunc given `out` (positionally or by keyword)
+    writes an array, a side effect no program replays: that function stays on the general path."""
+    own = fresh(_scaled_by_width)
+    fast = bytegrad.differentiate(own, tier="numpy")
+    general = bytegrad.differentiate(_scaled_by_width, tier="general")
+    rng = np.random.default_rng(13)
+    for n in (3, 3, 5, 5):
+        x = rng.standard_normal(n)
+        assert_same(fast.value_and_grad(x), general.value_and_grad(x))
+    assert len(info(fast)["programs"]) == 2 and info(fast)["compiled_calls"] == 4, info(fast)
+    for fn in (_writes_with_out, _writes_with_out_keyword):
+        d = bytegrad.differentiate(fresh(fn), tier="numpy")
+        for _ in range(3):
+            before = _BUF.copy()
+            g = d.grad(np.ones(3))
+            assert not np.array_equal(_BUF, before) or fn is _writes_with_out_keyword
+            np.testing.assert_array_equal(g, _BUF)
+        assert info(d)["programs"] == [] and "on constants" in " ".join(info(d)["not_compiled"].values())
+
+
 # ---- the NumPy back end: what is known when the program is written ------------------------------
 
 

@@ -111,7 +111,10 @@ class Builder:
                     raise Ineligible("a value entered the tape without an operation (a nested derivative)")
                 continue
             rec = Record(i, node, values[i])
-            for p, a in zip(rec.parents, rec.args):
+            read = list(zip(rec.parents, rec.args))
+            for k, items in rec.nested.items():
+                read += list(zip(items, rec.args[k]))
+            for p, a in read:
                 if p is not None and values[p] is not a:
                     raise Ineligible(f"an argument of {qualname(rec.fn)} was overwritten in place", rec.site)
             self.records[i] = rec
@@ -127,7 +130,7 @@ class Builder:
             needed.add(i)
             rec = self.records.get(i)
             if rec is not None:
-                todo.extend(p for p in rec.parents if p is not None)
+                todo.extend(rec.inputs())
         for i in sorted(needed):
             if i in made and i not in self.var:
                 self._make(i, *made[i])
@@ -135,7 +138,7 @@ class Builder:
         order = sorted(needed)
         for i in order:
             rec = self.records.get(i)
-            if rec is not None and any(p in depends for p in rec.parents if p is not None):
+            if rec is not None and any(p in depends for p in rec.inputs()):
                 depends.add(i)
         return order, depends
 
@@ -172,6 +175,11 @@ class Builder:
         self._check_const(a, rec)
         return self.src.const(a)
 
+    def _items_literal(self, a: Any, items: tuple, rec: Record) -> str:
+        """A list or tuple argument holding values of the tape (`np.stack([a, b])`), rebuilt as a literal."""
+        made = "".join(self.operand(x, q, rec) + ", " for x, q in zip(a, items))
+        return f"[{made}]" if type(a) is list else f"({made})"
+
     def _check_const(self, a: Any, rec: Record) -> None:
         t = type(a)
         if t is tuple or t is list:
@@ -188,7 +196,8 @@ class Builder:
     def forward(self, i: int, depends: set[int]) -> None:
         rec = self.records[i]
         check_shapes(rec)
-        ops = [self.operand(a, p, rec) for a, p in zip(rec.args, rec.parents + (None,) * len(rec.args))]
+        ops = [self.operand(a, p, rec) if k not in rec.nested else self._items_literal(a, rec.nested[k], rec)
+               for k, (a, p) in enumerate(zip(rec.args, rec.parents + (None,) * len(rec.args)))]
         v = self.var[i] = f"v{i}"
         self.stmt_of[i] = len(self.src.stmts)  # (the statement emitted below)
         if type(rec.out) is not _ndarray:
@@ -264,6 +273,7 @@ class Builder:
         rec = self.records[i]
         g = f"g{i}"
         targets = [(k, p) for k, p in enumerate(rec.parents) if p is not None and p in depends]
+        targets += [(k, items) for k, items in rec.nested.items() if any(q in depends for q in items)]
         pre: list[str] = []
         body: list[str] = []
         cond = st == MAYBE
@@ -395,7 +405,7 @@ class Builder:
         if rec is None or form is None or form.cotangents[0] != "{g}.reshape({shape0})" or not known_array \
                 or self.state.get(p, UNSET) != UNSET or len(a_shape) != len(out_shape):
             return None
-        if sum(r.parents.count(p) for r in self.records.values()) != 1:  # (`c + c` contributes twice)
+        if sum(r.inputs().count(p) for r in self.records.values()) != 1:  # (`c + c` contributes twice)
             return None
         lead, axes = unbroadcast_plan(out_shape, a_shape)
         kept = tuple(n for k, n in enumerate(a_shape) if k not in axes)
@@ -407,7 +417,7 @@ class Builder:
     def form(self, rec: Record, depends: set[int]) -> Any:
         """The rule's ProgramForm when it holds for these arguments and gives every needed cotangent."""
         form = getattr(rec.rule.rrule, "program_form", None)
-        if form is None or not rec.trusted or not form.when(*rec.args, **(rec.kwargs or {})):
+        if form is None or not rec.trusted or rec.nested or not form.when(*rec.args, **(rec.kwargs or {})):
             return None
         for k, p in enumerate(rec.parents):
             if p is not None and p in depends and (k >= len(form.cotangents) or form.cotangents[k] is None):
@@ -453,7 +463,23 @@ class Builder:
             b = self.tmp()
             body += [f"{b} = {bars}[{k}]", f"if {b}.__class__ is FunctionType: {b} = {b}()",
                      f"if {b} is ZERO or {b} is NO_TANGENT: {b} = None"]
-            self._contribute(p, b, True, body, pre, cond)
+            if type(p) is tuple:  # a list argument: one cotangent per item, routed as runtime/tape.py does
+                self._items(p, b, body, pre, cond)
+            else:
+                self._contribute(p, b, True, body, pre, cond)
+
+    def _items(self, items: tuple, b: str, body: list[str], pre: list[str], cond: bool) -> None:
+        """The cotangents of a list argument's items, from its cotangent `b` (a list or tuple, or
+        None); a pullback that gives another number of items leaves the call to the general path,
+        which reports it."""
+        body.append(f"if {b} is not None and len({b}) != {len(items)}: return MISS")
+        for j, q in enumerate(items):
+            if q is None:
+                continue
+            e = self.tmp()
+            body += [f"{e} = None if {b} is None else {b}[{j}]", f"if {e}.__class__ is FunctionType: {e} = {e}()",
+                     f"if {e} is ZERO or {e} is NO_TANGENT: {e} = None"]
+            self._contribute(q, e, True, body, pre, cond)
 
     def tmp(self) -> str:
         self._t += 1

@@ -452,6 +452,9 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
         raise Ineligible("it decides on data (a comparison, a function without a derivative): the Numba back end "
                          "does not check decisions yet")
     records = [i for i in order if i in b.records]
+    if any(b.records[i].nested for i in records):
+        raise Ineligible("a list of differentiated values passed to a function (`np.stack([a, b])`): the Numba "
+                         "back end takes arrays and floats")
     loop = _loop_shape(b, records, out_idx)
     if loop is not None:
         k, lines, ret, params, flat, leaves = _emit_loop(b, records, depends, out_idx, loop)

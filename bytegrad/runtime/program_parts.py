@@ -30,7 +30,7 @@ _FunctionType = types.FunctionType
 class Record:
     """One tape record, read into the form code generation needs."""
 
-    __slots__ = ("idx", "kind", "parents", "args", "fn", "rule", "kwargs", "site", "out", "trusted")
+    __slots__ = ("idx", "kind", "parents", "args", "fn", "rule", "kwargs", "site", "out", "trusted", "nested")
 
     def __init__(self, idx: int, node: tuple, out: Any) -> None:
         kind = node[0]
@@ -63,9 +63,27 @@ class Record:
             what = f"ndarray of {out.dtype}" if to is _ndarray else to.__name__
             raise Ineligible(f"{qualname(self.fn)} gives a {what} (compiled programs handle real float "
                              "values)", self.site)
-        for p in self.parents:
-            if p is not None and type(p) is not int:
-                raise Ineligible(f"a list of differentiated values passed to {qualname(self.fn)}", self.site)
+        #: argument position -> the tape indices (or None) of a list or tuple argument's items, for a
+        #: rule that takes differentiated values in a list (`np.stack([a, b])`); `parents` holds None
+        #: there, so code that reads `parents` sees only values passed as themselves
+        self.nested: dict[int, tuple] = {}
+        for k, p in enumerate(self.parents):
+            if p is None or type(p) is int:
+                continue
+            if self.kind != "rrule" or type(p) not in (list, tuple) or type(self.args[k]) not in (list, tuple) \
+                    or len(p) != len(self.args[k]) or not all(q is None or type(q) is int for q in p):
+                raise Ineligible(f"a nested structure of differentiated values passed to {qualname(self.fn)}",
+                                 self.site)
+            self.nested[k] = tuple(p)
+        if self.nested:
+            self.parents = tuple(None if k in self.nested else p for k, p in enumerate(self.parents))
+
+    def inputs(self) -> list[int]:
+        """The tape indices this record reads: its parents and the items of its list arguments."""
+        found = [p for p in self.parents if p is not None]
+        for items in self.nested.values():
+            found += [q for q in items if q is not None]
+        return found
 
 
 def _rule_of(fn: Any) -> Any:

@@ -11,8 +11,8 @@ non-constant parameter active and refuses, with a reason per site:
   call of a function without a derivative on one (`np.argmax(x)`) are hooked instead, and the
   capture records each as a decision that the program computes again and checks
   (runtime/program.py);
-- calls, with no argument-derived operand, of anything but pure builtins and `math` (random
-  draws, I/O, user functions);
+- calls, with no argument-derived operand, of anything but pure builtins, `math`, NumPy's array
+  makers and NumPy ufuncs given their inputs alone (random draws, I/O, user functions, `out=`);
 - writes outside the function's locals, closures, inner functions, `with`, `try`, imports.
 
 What the analysis cannot see (which Python function an active call reaches, a non-differentiable
@@ -205,9 +205,14 @@ def _call_reason(ins: Any, stack: tuple, kind: OpKind) -> str | None:
         pure = known in _PURE or known in MAKERS  # (a made array: the capture records how, runtime/dispatch.py)
     except TypeError:
         pure = False
+    # a NumPy ufunc on its inputs alone (`np.sqrt(d)` of a shape): what it gives from guarded numbers is
+    # fixed; an array it gives is refused where a recorded operation reads it (runtime/program.py), and
+    # without `out` (a positional one, or any keyword) it writes nothing
+    pure = pure or (isinstance(known, np.ufunc) and kind is OpKind.CALL and nargs == known.nin)
     if not pure:
-        return (f"calls {qualname(known)} on constants (a compiled program takes only pure builtins and math "
-                "there: no arrays made inside yet, nothing that may depend on state such as random draws or I/O)")
+        return (f"calls {qualname(known)} on constants (a compiled program takes only pure builtins, math, NumPy's "
+                "array makers and its ufuncs without `out` there: nothing that may depend on state such as random "
+                "draws or I/O, or write)")
     return None
 
 
