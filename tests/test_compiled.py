@@ -1390,7 +1390,7 @@ def test_a_list_cotangent_of_another_length_is_the_general_paths_error():
 
 
 def _scaled_by_width(x):
-    return np.sum(x) / np.sqrt(x.shape[-1]) + np.exp(0.5) * np.sum(x * x)
+    return np.sum(x) / np.sqrt(x.shape[-1]) + np.exp(0.5) * np.sum(x * x) * np.float32(0.5) / np.prod(x.shape)
 
 
 _BUF = np.zeros(3)
@@ -1407,8 +1407,9 @@ def _writes_with_out_keyword(x):
 
 
 def test_a_ufunc_on_constants_is_compiled_unless_it_may_write():
-    """`np.sqrt(d)` of a shape, `np.exp(0.5)`: a ufunc called with its inputs alone gives what the
-    guards fix, so the program keeps its value; a ufunc given `out` (positionally or by keyword)
+    """`np.sqrt(d)` of a shape, `np.exp(0.5)`, `np.float32(0.5)`, `np.prod(x.shape)`: a ufunc called
+    with its inputs alone, or a NumPy scalar type or shape function, gives what the guards fix, so the
+    program keeps its value; a ufunc given `out` (positionally or by keyword)
     writes an array, a side effect no program replays: that function stays on the general path."""
     own = fresh(_scaled_by_width)
     fast = bytegrad.differentiate(own, tier="numpy")

@@ -43,6 +43,11 @@ _PURE = frozenset({range, len, int, float, bool, abs, min, max, round, tuple, li
     | frozenset(v for v in vars(math).values() if callable(v)) \
     | frozenset(v for k, v in vars(operator).items() if callable(v) and not k.startswith("_"))
 
+#: NumPy callables a compiled program may call, positionally, on constants and guarded values: no
+#: state, and without keywords no `out` to write (ufuncs are taken the same way, given their inputs alone)
+_NUMPY_PURE = frozenset({np.all, np.any, np.prod, np.shape, np.ndim, np.size, np.isscalar, np.float64, np.float32,
+                         np.int64, np.int32, np.bool_})
+
 _SUSPENDING = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 _REFUSED_KINDS = {
     OpKind.STORE_GLOBAL: "writes a global variable",
@@ -201,14 +206,14 @@ def _call_reason(ins: Any, stack: tuple, kind: OpKind) -> str | None:
         return None
     if known is None:
         return "calls a function that is not known statically, on constants"
-    try:
-        pure = known in _PURE or known in MAKERS  # (a made array: the capture records how, runtime/dispatch.py)
-    except TypeError:
-        pure = False
     # a NumPy ufunc on its inputs alone (`np.sqrt(d)` of a shape): what it gives from guarded numbers is
     # fixed; an array it gives is refused where a recorded operation reads it (runtime/program.py), and
     # without `out` (a positional one, or any keyword) it writes nothing
-    pure = pure or (isinstance(known, np.ufunc) and kind is OpKind.CALL and nargs == known.nin)
+    try:
+        pure = known in _PURE or known in MAKERS or (  # (a made array: the capture records how, runtime/dispatch.py)
+            kind is OpKind.CALL and (nargs == known.nin if isinstance(known, np.ufunc) else known in _NUMPY_PURE))
+    except TypeError:
+        pure = False
     if not pure:
         return (f"calls {qualname(known)} on constants (a compiled program takes only pure builtins, math, NumPy's "
                 "array makers and its ufuncs without `out` there: nothing that may depend on state such as random "
