@@ -94,7 +94,7 @@ def _rule_of(fn: Any) -> Any:
 
 
 #: contractions BLAS computes: a Numba kernel calls the same BLAS (or, below a size, loops that are no faster)
-_CONTRACTIONS = frozenset((np.matmul, operator.matmul, np.dot, np.vdot, np.inner, np.tensordot, np.einsum))
+_CONTRACTIONS = (np.matmul, operator.matmul, np.dot, np.vdot, np.inner, np.tensordot, np.einsum)
 #: rough costs on this machine kind: per record, its Python (forward and reverse); per element of an
 #: array step, its NumPy passes; per multiply-add of a contraction, BLAS's
 _PER_RECORD_S, _PER_ELEMENT_S, _PER_MAC_S = 1.5e-6, 1e-9, 0.025e-9
@@ -110,7 +110,7 @@ def savable_share(records: Sequence[Record]) -> float:
     for rec in records:
         sizes = [a.size for a in rec.args[:2] if type(a) is _ndarray]
         size = rec.out.size if type(rec.out) is _ndarray else 1
-        if rec.fn in _CONTRACTIONS and len(sizes) == 2:  # m k n multiply-adds, and twice that in reverse
+        if len(sizes) == 2 and any(rec.fn is f for f in _CONTRACTIONS):  # m k n multiply-adds, twice in reverse
             blas += 3 * (sizes[0] * sizes[1] * size) ** 0.5 * _PER_MAC_S
         else:
             rest += 3 * size * _PER_ELEMENT_S
