@@ -576,9 +576,9 @@ def _compile_vector_math() -> dict[str, Any]:
     names = vmath.FUNCTIONS + tuple(vmath.FLOAT32.values())
     for name in vmath.HELPERS + vmath.GUARDS + names:
         f = getattr(vmath, name)
-        # exp, expm1, tanh, sin and cos compile on their own with fused multiply-adds (`contract`, within
-        # these functions only) and LLVM inlines them where they are called, 20-30% faster in a loop
-        # than Numba's inlining without them; log and log1p are too large for LLVM's inliner: Numba's
+        # exp, expm1, tanh (and float32 sin, cos) compile on their own with fused multiply-adds (`contract`,
+        # within these functions only) and LLVM inlines them where they are called, 20-30% faster in a loop
+        # than Numba's inlining; log, log1p, sin and cos are too large for LLVM's inliner (3.12): Numba's
         options = dict(inline="never", fastmath={"contract"}) if name in vmath.FUSED else dict(inline="always")
         ns[name] = out[name] = njit(error_model="numpy", **options)(
             types.FunctionType(f.__code__, ns, name, f.__defaults__))

@@ -323,17 +323,20 @@ def _quadrant(q, s, c):
 
 
 def sin(x):
+    ok = abs(x) <= TRIG_MAX
     q, r = _trig_reduce(x)
     s, c = _sin_cos_poly(r)
     y = _quadrant(q, s, c)
     y = x if abs(x) < 1e-9 else y  # sin x rounds to x there: -0.0 kept (the polynomial gives +0.0)
-    return y if abs(x) <= TRIG_MAX else _NAN
+    return y if ok else _NAN
 
 
 def cos(x):
-    q, r = _trig_reduce(x)
+    ok = abs(x) <= TRIG_MAX  # (tested before the rest, and the call apart from the select: else
+    q, r = _trig_reduce(x)   # LLVM leaves a branch, and the loop that calls it is not vectorised)
     s, c = _sin_cos_poly(r)
-    return _quadrant(q + 1, s, c) if abs(x) <= TRIG_MAX else _NAN
+    y = _quadrant(q + 1, s, c)
+    return y if ok else _NAN
 
 
 def trig_guard(x):
@@ -368,17 +371,20 @@ def _sin_cos_poly_f32(r):
 
 
 def cos_f32(x):
+    ok = abs(x) <= _FTRIG_MAX
     q, r = _trig_reduce_f32(x)
     s, c = _sin_cos_poly_f32(r)
-    return _quadrant(q + 1, s, c) if abs(x) <= _FTRIG_MAX else _FNAN
+    y = _quadrant(q + 1, s, c)
+    return y if ok else _FNAN
 
 
 def sin_f32(x):
+    ok = abs(x) <= _FTRIG_MAX
     q, r = _trig_reduce_f32(x)
     s, c = _sin_cos_poly_f32(r)
     y = _quadrant(q, s, c)
     y = x if abs(x) < np.float32(1e-4) else y
-    return y if abs(x) <= _FTRIG_MAX else _FNAN
+    return y if ok else _FNAN
 
 
 #: what a kernel may call, by the NumPy ufunc or `math` function it stands for (in kernels.vector_math)
@@ -386,7 +392,7 @@ FUNCTIONS = ("exp", "expm1", "log", "log1p", "tanh", "sin", "cos")
 #: those a kernel's element loop calls only with `trig_guard` (`trig_guard_f32`) of their argument in its sum
 TRIG = ("sin", "cos")
 #: compiled on their own, with fused multiply-adds, for LLVM to inline (runtime/kernels.py)
-FUSED = ("exp", "expm1", "tanh", "exp_f32", "expm1_f32", "tanh_f32", "sin", "cos", "sin_f32", "cos_f32")
+FUSED = ("exp", "expm1", "tanh", "exp_f32", "expm1_f32", "tanh_f32", "sin_f32", "cos_f32")
 HELPERS = ("_reduce", "_pow2", "_expm1_poly", "_log_parts", "_log1p_f", "_reduce_f32", "_expm1_poly_f32",
            "_log_parts_f32", "_log1p_f_f32", "_trig_reduce", "_sin_cos_poly", "_quadrant", "_trig_reduce_f32",
            "_sin_cos_poly_f32")
