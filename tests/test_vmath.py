@@ -1,4 +1,4 @@
-"""runtime/vmath.py, the vectorisable exp, expm1, log, log1p and tanh of Numba program kernels:
+"""runtime/vmath.py, the vectorisable exp, expm1, log, log1p, tanh, sin and cos of Numba program kernels:
 their accuracy against NumPy over wide ranges and every special value, in plain Python and as
 compiled (kernels.vector_math), and the program kernels that call them (runtime/program_numba.py)
 against the general path."""
@@ -23,8 +23,9 @@ from bytegrad.runtime import kernels, vmath  # noqa: E402
 
 needs_numba = pytest.mark.skipif(kernels.disabled(), reason="Numba disabled (BYTEGRAD_DISABLE_NUMBA)")
 
-#: the largest error measured (tests below, a million points each): exp 1 ulp, expm1 2, log 2, log1p 2, tanh 3
-MAX_ULP = {"exp": 1, "expm1": 2, "log": 2, "log1p": 2, "tanh": 3}
+#: the largest error measured (tests below, a million points each): exp 1 ulp, expm1 2, log 2, log1p 2, tanh 3,
+#: sin 2, cos 2 (also on the doubles nearest multiples of pi/2 up to TRIG_MAX, where reduction cancels most)
+MAX_ULP = {"exp": 1, "expm1": 2, "log": 2, "log1p": 2, "tanh": 3, "sin": 2, "cos": 2}
 TINY = 2.2250738585072014e-308
 SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 1e-310, -1e-310, TINY, -TINY, 1e-300, 1e-20,
            -1e-20, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 709.782712893384, 709.7827128933841, 710.0, -745.1332191019411,
@@ -41,6 +42,10 @@ def _inputs(name: str, n: int, seed: int = 0) -> np.ndarray:
         parts.append(np.expm1(rng.uniform(-40, 0, n)))  # near -1
     if name == "log":
         parts.append(rng.uniform(0.5, 2.0, n))  # around 1
+    if name in vmath.TRIG:
+        turns = np.pi / 2 * rng.integers(0, int(vmath.TRIG_MAX / (np.pi / 2)), n // 3)  # the doubles nearest
+        parts += [rng.uniform(-vmath.TRIG_MAX, vmath.TRIG_MAX, n), turns, np.nextafter(turns, np.inf),
+                  -np.nextafter(turns, -np.inf)]
     return np.concatenate(parts)
 
 
@@ -66,13 +71,20 @@ def _numpy(name: str, x: np.ndarray) -> np.ndarray:
         return getattr(np, name)(x)
 
 
+def _plain(name: str, x: np.ndarray) -> np.ndarray:
+    """NumPy's values where vmath's function gives them: sin and cos give NaN beyond TRIG_MAX (the
+    kernels that call them, and their `*_array`, do not use those values)."""
+    want = _numpy(name, x)
+    return np.where(np.abs(x) <= vmath.TRIG_MAX, want, np.nan).astype(x.dtype) if name in vmath.TRIG else want
+
+
 @pytest.mark.parametrize("name", vmath.FUNCTIONS)
 def test_plain_python_functions_agree_with_numpy(name):
     """The functions as plain Python (how the tests read them, no Numba): a sample of each range."""
     x = _inputs(name, 300, seed=1)
     f = getattr(vmath, name)
     got = np.array([f(float(v)) for v in x])
-    assert _ulps(got, _numpy(name, x)) <= MAX_ULP[name]
+    assert _ulps(got, _plain(name, x)) <= MAX_ULP[name]
 
 
 @needs_numba
@@ -143,7 +155,7 @@ def test_small_matmul_agrees_with_matmul_on_every_layout(dtype):
 
 #: against NumPy's float32 ufuncs (a million points each; NumPy's own float32 log is up to 3 ulp from
 #: float64 math rounded, expm1 3); against float64 math rounded to float32: 2 for all (exp, expm1, log 1)
-MAX_ULP_F32 = {"exp": 2, "expm1": 2, "log": 4, "log1p": 2, "tanh": 3}
+MAX_ULP_F32 = {"exp": 2, "expm1": 2, "log": 4, "log1p": 2, "tanh": 3, "sin": 2, "cos": 2}
 TINY32 = float(np.finfo(np.float32).tiny)
 SPECIAL32 = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1e-40, -1e-40, TINY32, -TINY32, 1e-30, -1e-30, 1e-7,
              -1e-7, 1.0, -1.0, 0.5, -0.5, 88.72283, 88.72284, 89.0, 100.0, -87.33654, -103.27893, -103.97208,
@@ -160,6 +172,10 @@ def _inputs32(name: str, n: int, seed: int = 0) -> np.ndarray:
         parts.append(np.expm1(rng.uniform(-17, 0, n)))  # near -1
     if name == "log":
         parts.append(rng.uniform(0.5, 2.0, n))  # around 1
+    if name in vmath.TRIG:  # and the float32 values nearest multiples of pi/2
+        turns = (np.pi / 2 * rng.integers(0, int(vmath.TRIG_MAX / (np.pi / 2)), n // 3)).astype(np.float32)
+        parts += [rng.uniform(-vmath.TRIG_MAX, vmath.TRIG_MAX, n), turns, np.nextafter(turns, np.float32(np.inf)),
+                  -np.nextafter(turns, np.float32(-np.inf))]
     return np.concatenate(parts).astype(np.float32)
 
 
@@ -182,8 +198,8 @@ def test_plain_python_float32_functions_agree_with_numpy(name):
     f = getattr(vmath, vmath.FLOAT32[name])
     with np.errstate(all="ignore"):  # (float32 scalar arithmetic overflows to inf where it should)
         got = np.array([f(v) for v in x], np.float32)
-    assert _ulps32(got, _numpy(name, x)) <= MAX_ULP_F32[name]
-    assert _ulps32(got, _rounded(name, x)) <= 2
+    assert _ulps32(got, _plain(name, x)) <= MAX_ULP_F32[name]
+    assert _ulps32(got, np.where(np.isnan(_plain(name, x)), np.float32(np.nan), _rounded(name, x))) <= 2
 
 
 @needs_numba
@@ -212,6 +228,25 @@ def test_float32_functions_compute_in_float32():
         f(np.float32(0.75))
         (sig,) = [s for s in f.nopython_signatures if s.args == (numba.float32,)]
         assert sig.return_type == numba.float32, (name, sig)
+
+
+@needs_numba
+@pytest.mark.parametrize("name", ["sin", "cos", "sin_f32", "cos_f32"])
+def test_a_loop_calling_sin_or_cos_is_vectorised(name):
+    """A loop that calls sin or cos is vectorised: its IR holds vectors of floats (a branch left
+    around a call, as cos once had, or a call LLVM does not inline, as the float64 ones compiled on
+    their own were on Python 3.12, leaves it scalar: 3.7 times slower)."""
+    import numba
+
+    fn = kernels.vector_math()[name]
+
+    @numba.njit(error_model="numpy")
+    def loop(a, out):
+        for i in range(a.size):
+            out[i] = fn(a[i])
+    a = np.linspace(-2, 2, 16).astype(np.float32 if name.endswith("_f32") else np.float64)
+    loop(a, a.copy())
+    assert re.search(r"<\d+ x (double|float)>", loop.inspect_llvm(loop.signatures[0])), name
 
 
 # ---- program kernels that call them -------------------------------------------------------------
@@ -323,3 +358,147 @@ def test_a_float32_loop_sums_in_float32_blocks_into_a_float64_total(n):
         assert prog.backend == "numba" and "for i0 in range(0, " in prog.source and "float(" not in prog.source, \
             prog.source
     assert fast.stats()["compiled"]["disagreements"] == 0
+
+
+# ---- sin and cos: beyond TRIG_MAX, and the kernels that call them -------------------------------
+
+HUGE = [1e22, 2.0 ** 60, 1e300, -1e300, 1.7976931348623157e308, 10000000.000000002, -3e7]
+
+
+@pytest.mark.parametrize("compiled_", [False, pytest.param(True, marks=needs_numba)], ids=["python", "compiled"])
+def test_sin_and_cos_give_nan_beyond_trig_max_and_their_guards_say_so(compiled_):
+    """Beyond TRIG_MAX (and at inf, NaN) the functions give NaN, not a wrong number, and `trig_guard`
+    NaN (0.0 within, TRIG_MAX itself included); on whole arrays those elements are NumPy's values."""
+    get = kernels.vector_math().__getitem__ if compiled_ else lambda name: getattr(vmath, name)
+    for x in HUGE + [np.inf, -np.inf, np.nan]:
+        for name in ("sin", "cos", "sin_f32", "cos_f32"):
+            with np.errstate(over="ignore"):
+                arg = np.float32(x) if name.endswith("_f32") else x
+                if abs(arg) <= vmath.TRIG_MAX:  # (1e7 + 2e-9 is 1e7 in float32)
+                    continue
+                assert math.isnan(get(name)(arg)), (name, x)
+                assert math.isnan(get("trig_guard_f32" if name.endswith("_f32") else "trig_guard")(arg))
+    for x in (vmath.TRIG_MAX, -vmath.TRIG_MAX, 0.0, -0.0, 1e-310, 3.0):
+        assert get("trig_guard")(x) == 0.0 and get("trig_guard_f32")(np.float32(x)) == 0.0
+        assert not math.isnan(get("sin")(x)) and not math.isnan(get("cos_f32")(np.float32(x)))
+    assert math.copysign(1.0, get("sin")(-0.0)) == -1.0 and math.copysign(1.0, get("sin_f32")(np.float32(-0.0))) == -1.0
+    if compiled_:
+        x = np.array(HUGE + [np.inf, 1.0, -2.0, np.nan])
+        with np.errstate(all="ignore"):
+            for name in ("sin", "cos"):
+                assert _ulps(get(f"{name}_array")(x), _numpy(name, x)) <= 1
+                x32 = x.astype(np.float32)
+                assert _ulps32(get(f"{name}_f32_array")(x32), _numpy(name, x32)) <= 1
+
+
+def _elem10(x):  # bench/cases.py's elem10
+    return np.sum(np.tanh(x) * np.exp(-x * x) + np.sin(x) / (1.0 + x * x) - 0.5 * x)
+
+
+def _loop_body(x):  # bench/cases.py's loop50, one step of it
+    return np.sum(x * np.sin(x) + 0.1 * np.cos(x))
+
+
+def _sin_chain(x):
+    for _ in range(4):
+        x = np.sin(x)
+    return np.sum(x)
+
+
+def _loop50(x):  # bench/cases.py's loop50
+    for _ in range(50):
+        x = x * np.sin(x) + 0.1 * np.cos(x)
+    return np.sum(x)
+
+
+def _sin100(x):  # bench/cases.py's sin100
+    for _ in range(100):
+        x = np.sin(x)
+    return np.sum(x)
+
+
+def _sin_bias(x, b):  # (n, m) + (n, 1): one loop nest (runtime/program_fused.py)
+    return np.sum(np.sin(x + b) * np.cos(x))
+
+
+_TRIG_ARGS = {_elem10: [(1000, -2.0, 2.0)], _loop_body: [(1000, -30.0, 30.0)], _sin_chain: [(500, -3.0, 3.0)],
+              _sin_bias: [((6, 150), -20.0, 20.0), ((6, 1), -1.0, 1.0)]}
+_LIBM_ARGS = {_loop50: [(10, 0.5, 1.5)], _sin100: [(1, 0.5, 1.5)], (_loop50, 1000): [(1000, 0.5, 1.5)]}
+
+
+def _trig_args(fn, rng, dtype):
+    return tuple(rng.uniform(lo, hi, shape).astype(dtype) for shape, lo, hi in {**_TRIG_ARGS, **_LIBM_ARGS}[fn])
+
+
+def _numba_and_general(fn):
+    own = _fresh(fn)
+    wrt = tuple(range(fn.__code__.co_argcount))
+    return own, bytegrad.differentiate(own, wrt=wrt, tier="numba"), bytegrad.differentiate(fn, wrt=wrt, tier="general")
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("fn", list(_TRIG_ARGS), ids=lambda f: f.__name__.strip("_"))
+def test_kernels_with_sin_and_cos_agree_with_the_general_path(fn, dtype):
+    """elem10, loop50's body, a sin chain, a broadcast loop nest: Numba kernels whose element loops call
+    vmath's sin and cos (float32 ones in float32 loops) and add their guards to the sum (the source
+    says so), with the general path's value and gradients to 1e-12 (float32: within its rounding)."""
+    prog = _kernel_agrees(fn, dtype, 2e-5)
+    assert re.search(r"(total|part) = radd\d+\(\1, vm\d+\(", prog.source), prog.source
+    assert "np.sin" not in prog.source and "np.cos" not in prog.source and "math." not in prog.source, prog.source
+    assert not re.search(r"= f(?!32)\d+\(", prog.source), prog.source  # (a ufunc's call: Numba's libm; f32: float32)
+
+
+def _kernel_agrees(fn, dtype, rtol32):
+    """fn's Numba program (its source), which gave the general path's value and gradients on 3 calls."""
+    rng = np.random.default_rng(11)
+    own, fast, general = _numba_and_general(fn[0] if isinstance(fn, tuple) else fn)
+    for _ in range(3):
+        args = _trig_args(fn, rng, dtype)
+        got, want = fast.value_and_grad(*args), general.value_and_grad(*args)
+        rtol = 1e-12 if dtype == np.float64 else rtol32
+        assert_trees_close(got, want, rtol=rtol, atol=rtol * 10)
+    (prog,) = [p for t in compiled._BY_FUNCTION[own].values() for p in t.programs]
+    assert prog.backend == "numba", prog.source
+    assert fast.stats()["compiled"]["disagreements"] == 0 and fast.stats()["compiled"]["compiled_calls"] >= 2
+    return prog
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("fn", list(_LIBM_ARGS), ids=["loop50", "sin100", "loop50-1000"])
+def test_long_chains_of_sin_and_cos_and_short_loops_keep_numbas_sin_and_cos(fn, dtype):
+    """loop50 (200 sin and cos an element, on 10 or 1000 elements) and 100 chained np.sin on array[1]:
+    vmath's would be slower (latency on a few elements) or take long to compile (every call
+    inlined), so the kernel keeps Numba's (program_numba.TRIG_MIN_SIZE, TRIG_MAX_CALLS). loop50
+    multiplies 50 derivatives: bench/cases.py's float32 tolerance."""
+    prog = _kernel_agrees(fn, dtype, 1e-3)
+    assert "radd" in prog.source and not re.search(r"vm\d+\(", prog.source), prog.source
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("fn", [_elem10, _loop_body, _sin_bias], ids=lambda f: f.__name__.strip("_"))
+def test_a_huge_argument_of_sin_or_cos_gets_the_general_paths_gradient(fn, dtype):
+    """An argument beyond TRIG_MAX (1e22, 2^60, 1e300, float32's 3e38) in a kernel's element loop
+    makes its loss NaN (the guard; sin's own NaN there would too, where the loss reads it), so the
+    call runs on the general path and gives its value and gradients; the next ordinary call runs the
+    kernel again."""
+    rng = np.random.default_rng(12)
+    own, fast, general = _numba_and_general(fn)
+    huge = [1e22, 2.0 ** 60, 1e300 if dtype == np.float64 else 3e38]
+    for big in [None] + huge + [None]:
+        args = _trig_args(fn, rng, dtype)
+        if big is not None:
+            args[0].reshape(-1)[3] = big
+        with np.errstate(all="ignore"):
+            got, want = fast.value_and_grad(*args), general.value_and_grad(*args)
+        rtol = 1e-12 if big is not None or dtype == np.float64 else 2e-5
+        assert_trees_close(got, want, rtol=rtol, atol=rtol * 10)
+        (prog, *others) = [p for t in compiled._BY_FUNCTION[own].values() for p in t.programs]
+        if big is None:  # the kernel's call
+            calls = prog.calls
+            assert np.all(np.isfinite(got[1][0])), got
+        else:  # not the kernel's (a program of the NumPy back end may have been captured from it)
+            assert prog.calls == calls and all(p.backend == "numpy" for p in others)
+    assert prog.backend == "numba" and re.search(r"(total|part) = radd\d+\(\1, vm\d+\((f32\d+\()?x1", prog.source), prog.source

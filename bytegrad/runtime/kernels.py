@@ -575,22 +575,21 @@ def _compile_vector_math() -> dict[str, Any]:
     ns = dict(vars(vmath), _bits=_bits, _float=_float, _bits32=_bits32, _float32=_float32, np=np)
     out = {}
     names = vmath.FUNCTIONS + tuple(vmath.FLOAT32.values())
-    for name in vmath.HELPERS + names:
+    for name in vmath.HELPERS + vmath.GUARDS + names:
         f = getattr(vmath, name)
-        # exp, expm1 and tanh compile on their own with fused multiply-adds (`contract`, within
-        # these functions only) and LLVM inlines them where they are called, 20-30% faster in a loop
-        # than Numba's inlining without them; log and log1p are too large for LLVM's inliner: Numba's
+        # exp, expm1, tanh (and float32 sin, cos) compile on their own with fused multiply-adds (`contract`,
+        # within these functions only) and LLVM inlines them where they are called, 20-30% faster in a loop
+        # than Numba's inlining; log, log1p, sin and cos are too large for LLVM's inliner (3.12): Numba's
         options = dict(inline="never", fastmath={"contract"}) if name in vmath.FUSED else dict(inline="always")
         ns[name] = out[name] = njit(error_model="numpy", **options)(
             types.FunctionType(f.__code__, ns, name, f.__defaults__))
     out["radd"] = njit(inline="never", fastmath={"reassoc"}, error_model="numpy")(lambda a, b: a + b)
     for name in names:  # on a whole array: a fresh array of its shape and dtype
-        load = "flat[i]" if name.endswith("_f32") else "float(flat[i])"  # (the _f32 ones: float32 arrays)
-        text = vmath_sources.ARRAY_MATH.format(name=name, load=load)
-        exec(compile(text, "<bytegrad vector math>", "exec"), ns)  # noqa: S102
+        exec(compile(vmath_sources.array_math(name, vmath.TRIG), "<bytegrad vector math>", "exec"), ns)  # noqa: S102
         out[f"{name}_array"] = njit(error_model="numpy")(ns[f"{name}_array"])
     exec(compile(vmath_sources.SUMS, "<bytegrad vector math>", "exec"), ns)  # noqa: S102
     ns["radd"] = out["radd"]
     for name in ("sum_rows", "sum_cols"):
         out[name] = njit(error_model="numpy")(ns[name])
-    return {name: out[name] for name in names + ("radd", "sum_rows", "sum_cols") + tuple(f"{n}_array" for n in names)}
+    keep = names + vmath.GUARDS + ("radd", "sum_rows", "sum_cols") + tuple(f"{n}_array" for n in names)
+    return {name: out[name] for name in keep}

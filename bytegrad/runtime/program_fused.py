@@ -15,6 +15,7 @@ operand's elements across rows in a float64 array, an operand of S's shape store
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Optional
 
@@ -131,8 +132,8 @@ def emit(k: Any, records: list[int], out_idx: int) -> Optional[tuple[list[str], 
 
     narrow = all(a.dtype == np.float32 for a, _ in operands.values() if type(a) is _ndarray)
     scalars = {v for v, (a, _) in operands.items() if type(a) is not _ndarray}
-    loops = _loops(k, shape, operands, outside, vector_calls(body, k.names, narrow, scalars if f32 else None), radd,
-                   f32)
+    body = vector_calls(body, k.names, narrow, scalars if f32 else None, "part" if f32 else "total", math.prod(shape))
+    loops = _loops(k, shape, operands, outside, body, radd, f32)
     for p in outside:
         if type(b.tape.values[p]) is _ndarray:
             k.array[f"g{p}"] = b.tape.values[p].shape

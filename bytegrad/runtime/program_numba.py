@@ -11,13 +11,14 @@ checks. Anything else raises `Ineligible`, and the NumPy back end serves the sig
 
 Numba's transcendental functions are scalar libm calls, several times slower than NumPy's SIMD
 loops, and a loop that calls one is not vectorised: kernels call runtime/vmath.py's exp, expm1, log,
-log1p and tanh instead (`vector_calls`; on whole arrays their `*_array` loops), which LLVM vectorises
-and which may differ from NumPy's in the last bits: a kernel is kept only when its first result
-agrees with the general path's to 1e-12 relative (bytegrad/compiled.py). A program that ends in the
-sum of an elementwise chain with broadcast operands is one loop nest (runtime/program_fused.py).
-Other array kernels are cut in parts around each large exp2, log2 or log10 (`_SIMD`, from
-`HYBRID_MIN` elements): the wrapper calls NumPy's ufunc between two Numba calls, the same call the
-general path makes. (Numba's own SIMD math, SVML, needs an llvmlite built with it; the pip wheels are
+log1p, tanh, sin and cos instead (`vector_calls`: sin and cos with a guard that sends an argument
+beyond vmath.TRIG_MAX to the general path, and only in loops where they are faster than libm's; on
+whole arrays their `*_array` loops), which LLVM vectorises and which may differ from NumPy's in the
+last bits: a kernel is kept only when its first result agrees with the general path's to 1e-12
+relative (bytegrad/compiled.py). A program that ends in the sum of an elementwise chain with
+broadcast operands is one loop nest (runtime/program_fused.py). Other array kernels are cut in parts
+around each large exp2, log2 or log10 (`_SIMD`, from `HYBRID_MIN` elements): the wrapper calls
+NumPy's ufunc between two Numba calls, the same call the general path makes. (Numba's own SIMD math, SVML, needs an llvmlite built with it; the pip wheels are
 not, so installing icc_rt changes nothing.)
 
 A kernel whose constants can be imported by name (runtime/program_kernel.py) is a module of the cache
@@ -36,7 +37,7 @@ import numpy as np
 from bytegrad import _operators
 from bytegrad.errors import qualname
 from bytegrad.rules._apply import shape_of
-from bytegrad.runtime import kernels, program_fused
+from bytegrad.runtime import kernels, program_fused, vmath
 from bytegrad.runtime.backward import partial_uses, singular_partial
 from bytegrad.runtime.program import Builder, Ineligible
 from bytegrad.runtime.program_kernel import SPLIT, module_constants, parts as kernel_parts
@@ -359,7 +360,8 @@ def _emit_loop(b: Builder, records: list[int], depends: set[int], out_idx: int, 
         body.append(f"total += {_elements(result, arrays)}")
         lines += ["total = 0.0", f"for i in range({math.prod(shape)}):"]
         lines += [f"    {a}_i = float({a}[i])" if a in narrow else f"    {a}_i = {a}[i]" for a in arrays]
-        lines += ["    " + ln for ln in vector_calls(body, k.names, narrow=len(narrow) == len(arrays))]
+        lines += ["    " + ln for ln in vector_calls(body, k.names, narrow=len(narrow) == len(arrays), guard="total",
+                                                          size=math.prod(shape))]
     ret = ["total"] + [f"r{p}" for p in leaves]
     params = list(dict.fromkeys(k.params))
     flat = [f"{v}.reshape(-1)" if v in arrays else v for v in params]
@@ -367,8 +369,8 @@ def _emit_loop(b: Builder, records: list[int], depends: set[int], out_idx: int, 
 
 
 def vector_calls(lines: list[str], names: Constants, narrow: bool = False,
-                 float32: Optional[set[str]] = None) -> list[str]:
-    """Element-loop `lines` with their exp, expm1, log, log1p and tanh calls on one float (a ufunc
+                 float32: Optional[set[str]] = None, guard: Optional[str] = None, size: int = 0) -> list[str]:
+    """Element-loop `lines` with their exp, expm1, log, log1p, tanh, sin and cos calls on one float (a ufunc
     or `math` function, or `np.`/`math.` one written by a partial) turned into runtime/vmath.py's,
     which LLVM vectorises, and each `s += x` into `s = radd(s, x)`, a sum it may vectorise (in
     another order of additions, as NumPy's pairwise sum has its own). Unchanged without Numba.
@@ -376,7 +378,8 @@ def vector_calls(lines: list[str], names: Constants, narrow: bool = False,
     on their argument rounded to float32, as NumPy's float32 ufunc would compute them. `float32`:
     the loop's elements are float32 values (not float64 ones), and so stay: its number constants,
     its constants' names and these names (float operands) are wrapped in `np.float32` (a Python
-    float would make Numba compute in float64), which LLVM folds."""
+    float would make Numba compute in float64), which LLVM folds. sin and cos: only with `guard`, the
+    loop's sum, which each one's `trig_guard` is added to (vmath.py), in a loop of `size` elements."""
     vm = kernels.vector_math()
     if not vm:
         return lines
@@ -396,12 +399,15 @@ def vector_calls(lines: list[str], names: Constants, narrow: bool = False,
             name = (fns.get(f.id) if isinstance(f, ast.Name) else
                     f.attr if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
                     and f.value.id in mods and f.attr in vm and f.attr != "radd" else None)
-            if name is None or len(node.args) != 1 or node.keywords:
+            if name is None or len(node.args) != 1 or node.keywords or (name in vmath.TRIG and not trig):
                 return node
             args = node.args
             if f32 is not None:
                 name = f"{name}_f32"
                 args = args if wrap is not None else [as_f32(args[0])]
+            if name.removesuffix("_f32") in vmath.TRIG:
+                check = vm["trig_guard_f32" if f32 is not None else "trig_guard"]
+                guards.append(ast.Call(ast.Name(names.const(check, "vm"), ast.Load()), args, []))
             return ast.copy_location(ast.Call(ast.Name(names.const(vm[name], "vm"), ast.Load()), args, []), node)
 
         def visit_Constant(self, node: ast.Constant) -> ast.AST:
@@ -421,19 +427,37 @@ def vector_calls(lines: list[str], names: Constants, narrow: bool = False,
             node.value = self.visit(node.value)  # (not its index)
             return node
 
-    out = []
-    for ln in lines:
-        target, plus, expr = ln.partition(" += ")
-        if plus:
-            ln = f"{target} = {names.const(vm['radd'], 'radd')}({target}, {expr})"
-        with AST_LOCK:
-            out.append(ast.unparse(_Swap().visit(ast.parse(ln))))
-    return out
+    guards: list[ast.expr] = []
+    radd = names.const(vm["radd"], "radd")
+
+    def swap() -> list[str]:
+        out = []
+        for ln in lines:
+            target, plus, expr = ln.partition(" += ")
+            if plus:
+                ln = f"{target} = {radd}({target}, {expr})"
+            n = len(guards)
+            with AST_LOCK:
+                out.append(ast.unparse(_Swap().visit(ast.parse(ln))))
+                out += [f"{guard} = {radd}({guard}, {ast.unparse(g)})" for g in guards[n:]]
+        return out
+    trig = guard is not None and size >= TRIG_MIN_SIZE
+    out = swap()
+    trig = len(guards) <= TRIG_MAX_CALLS  # (else Numba's, in a second pass)
+    return out if trig else swap()
+
+
+#: vmath's sin and cos in an element loop of this many elements or more (on fewer, a chain of them is
+#: bound by their latency, longer than libm's: loop50 on array[10] 15 -> 22 us, 100 np.sin on array[1]
+#: 6.9 -> 10 us), and in a loop with at most TRIG_MAX_CALLS of them (LLVM compiles each inlined copy:
+#: loop50's 200 took 16 s where libm's took 2.7 s)
+TRIG_MIN_SIZE = 64
+TRIG_MAX_CALLS = 16
 
 
 #: NumPy ufuncs and `math` functions (by id) with a vectorisable runtime/vmath.py twin, by its name
-_VECTOR = {id(f): f.__name__ for f in (np.exp, np.expm1, np.log, np.log1p, np.tanh, math.exp, math.expm1,
-                                       math.log1p, math.tanh)}
+_VECTOR = {id(f): f.__name__ for f in (np.exp, np.expm1, np.log, np.log1p, np.tanh, np.sin, np.cos, math.exp,
+                                       math.expm1, math.log1p, math.tanh, math.sin, math.cos)}
 
 
 def _elements(line: str, arrays: list[str]) -> str:

@@ -1,4 +1,4 @@
-"""Elementwise math that LLVM vectorises: exp, expm1, log, log1p and tanh for Numba program kernels.
+"""Elementwise math that LLVM vectorises: exp, expm1, log, log1p, tanh, sin and cos for Numba program kernels.
 
 Numba calls libm for `math.exp` and `np.tanh` on a float: one scalar call per element (exp 9.5 ns,
 tanh 23 ns here), and a loop holding such a call is never vectorised. These functions are range
@@ -6,8 +6,18 @@ reduction and polynomials in plain float arithmetic, with every special case (Na
 signed zeros, overflow, underflow, subnormals) a branch-free select, so a kernel's element loop
 that calls them (Numba inlines them) becomes SIMD code. Each is float64 in, float64 out. Accuracy
 against NumPy (tests/test_vmath.py measures it over wide ranges and the special values): exp 1 ulp,
-log 2, expm1 and log1p 2, tanh 3. Each has a float32 twin (`exp_f32`, `FLOAT32`) in float32
-arithmetic, with shorter polynomials, for float32 kernels: twice the SIMD lanes of float64.
+log 2, expm1 and log1p 2, tanh 3, sin and cos 2. Each has a float32 twin (`exp_f32`, `FLOAT32`) in
+float32 arithmetic, with shorter polynomials, for float32 kernels: twice the SIMD lanes of float64.
+
+sin and cos reduce their argument by pi/2 in exact steps (Cody-Waite, pi/2 in four parts), which is
+good to TRIG_MAX (1e7); the float32 twins reduce in float64 (three operations) and evaluate in
+float32. Beyond TRIG_MAX an exact reduction needs hundreds of bits of 2/pi (Payne-Hanek: a table
+look-up per element, slow in SIMD), so there they give NaN instead, never a wrong number, and what
+calls them makes sure no such NaN is used: a kernel's element loop adds `trig_guard(x)` (0.0, or NaN
+beyond TRIG_MAX) of each argument to its sum, so that the loss is NaN and the program's wrapper
+sends the call to the general path, as it does with any inf or NaN loss (runtime/program_numba.py's
+`vector_calls`, `_finish`); their `*_array` loops recompute such elements with Numba's libm call.
+Ordinary arguments pay one compare, select and add per call, and the loop stays vectorised.
 
 The functions are plain Python (they run as such, slowly, which the tests use too); runtime/kernels.py
 compiles them for kernels with `_bits` and `_float` as bit casts, inlined where they are called.
@@ -19,8 +29,8 @@ import struct
 
 import numpy as np
 
-__all__ = ["exp", "expm1", "log", "log1p", "tanh", "exp_f32", "expm1_f32", "log_f32", "log1p_f32", "tanh_f32",
-           "FUNCTIONS", "HELPERS"]
+__all__ = ["exp", "expm1", "log", "log1p", "tanh", "sin", "cos", "exp_f32", "expm1_f32", "log_f32", "log1p_f32",
+           "tanh_f32", "sin_f32", "cos_f32", "trig_guard", "trig_guard_f32", "FUNCTIONS", "GUARDS", "HELPERS", "TRIG"]
 
 
 def _bits(x: float) -> int:
@@ -289,11 +299,124 @@ def log1p_f32(x):
     return x if x != x else (y if x >= -_F1 else _FNAN)
 
 
+# ---- sin and cos: reduction by pi/2 in exact steps (Cody-Waite), Taylor polynomials, quadrant selects ----
+# pi/2 in four parts: the first three of 30 bits, so that n * part is exact for every n below 2^23, and
+# x - n pi/2 is good to about 2^-145 of pi/2 (the worst cancellation of a double below 1e7 loses about
+# 60 bits). Beyond TRIG_MAX (and for inf and NaN) the functions give NaN; a kernel that calls them adds
+# `trig_guard` of their argument to its sum, so that such an argument makes its loss NaN, and the
+# program's wrapper sends the call to the general path (runtime/program_numba.py); `*_array` recompute
+# those elements with Numba's libm call.
+TRIG_MAX = 1e7
+_TWO_OVER_PI = 0.6366197723675814
+_PIO2 = (1.570796325802803, 9.920935791635221e-10, 5.17018297889025e-19, 2.9038559739793605e-28)
+_PIO2_1T = 9.920935796805404e-10       # pi/2 - _PIO2[0], to 53 bits (float32: pi/2 to 83 bits in two parts)
+_SIN = tuple((-1.0) ** k / math.factorial(2 * k + 1) for k in range(1, 9))   # x^3 ... x^17 (|x| <= pi/4:
+_COS = tuple((-1.0) ** k / math.factorial(2 * k) for k in range(2, 9))       # x^4 ... x^16 below 2^-60)
+
+
+def _trig_reduce(x):
+    """(q, r): x = n pi/2 + r with |r| <= pi/4 (a little more where x / (pi/2) rounds the other way),
+    q = n mod 4, for |x| <= TRIG_MAX."""
+    t = x * _TWO_OVER_PI + _SHIFT
+    n = t - _SHIFT
+    r = ((x - n * _PIO2[0]) - n * _PIO2[1]) - n * _PIO2[2]
+    return _bits(t) & 3, r - n * _PIO2[3]
+
+
+def _sin_cos_poly(r):
+    """(sin r, cos r) for |r| <= pi/4 + 1e-9: Taylor to degree 17 and 16, in Estrin's scheme; cos as
+    (1 - r^2/2) plus what rounding that lost plus the tail."""
+    z = r * r
+    z2 = z * z
+    z4 = z2 * z2
+    s = (_SIN[0] + z * _SIN[1]) + z2 * (_SIN[2] + z * _SIN[3])
+    s = s + z4 * ((_SIN[4] + z * _SIN[5]) + z2 * (_SIN[6] + z * _SIN[7]))
+    c = ((_COS[0] + z * _COS[1]) + z2 * (_COS[2] + z * _COS[3])) + z4 * ((_COS[4] + z * _COS[5]) + z2 * _COS[6])
+    h = 0.5 * z
+    w = 1.0 - h
+    return r + (r * z) * s, w + (((1.0 - w) - h) + z2 * c)
+
+
+def _quadrant(q, s, c):
+    """sin(n pi/2 + r) from q = n mod 4 (cos: from q + 1), s = sin r and c = cos r."""
+    y = c if q & 1 else s
+    return -y if q & 2 else y
+
+
+def sin(x):
+    ok = abs(x) <= TRIG_MAX
+    q, r = _trig_reduce(x)
+    s, c = _sin_cos_poly(r)
+    y = _quadrant(q, s, c)
+    y = x if abs(x) < 1e-9 else y  # sin x rounds to x there: -0.0 kept (the polynomial gives +0.0)
+    return y if ok else _NAN
+
+
+def cos(x):
+    ok = abs(x) <= TRIG_MAX  # (tested before the rest, and the call apart from the select: else
+    q, r = _trig_reduce(x)   # LLVM leaves a branch, and the loop that calls it is not vectorised)
+    s, c = _sin_cos_poly(r)
+    y = _quadrant(q + 1, s, c)
+    return y if ok else _NAN
+
+
+def trig_guard(x):
+    """0.0 where sin and cos are exact to a few ulp at x, NaN elsewhere (a kernel adds it to its sum)."""
+    return 0.0 if abs(x) <= TRIG_MAX else _NAN
+
+
+_FTRIG_MAX = np.float32(TRIG_MAX)
+_FSIN = tuple(np.float32(c) for c in _SIN[:4])   # x^3 ... x^9, x^4 ... x^10: below 2^-28 for |x| <= pi/4
+_FCOS = tuple(np.float32(c) for c in _COS[:4])
+
+
+def trig_guard_f32(x):
+    return _F0 if abs(x) <= _FTRIG_MAX else _FNAN
+
+
+def _trig_reduce_f32(x):
+    """(q, r) of `_trig_reduce` for a float32 x, r a float32: the reduction in float64 arithmetic
+    (three operations; pi/2 to 83 bits), the polynomials after it in float32."""
+    d = float(x)
+    t = d * _TWO_OVER_PI + _SHIFT
+    n = t - _SHIFT
+    return _bits(t) & 3, np.float32((d - n * _PIO2[0]) - n * _PIO2_1T)
+
+
+def _sin_cos_poly_f32(r):
+    z = r * r
+    z2 = z * z
+    s = (_FSIN[0] + z * _FSIN[1]) + z2 * (_FSIN[2] + z * _FSIN[3])
+    c = (_FCOS[0] + z * _FCOS[1]) + z2 * (_FCOS[2] + z * _FCOS[3])
+    return r + (r * z) * s, (_F1 - _FHALF * z) + z2 * c
+
+
+def cos_f32(x):
+    ok = abs(x) <= _FTRIG_MAX
+    q, r = _trig_reduce_f32(x)
+    s, c = _sin_cos_poly_f32(r)
+    y = _quadrant(q + 1, s, c)
+    return y if ok else _FNAN
+
+
+def sin_f32(x):
+    ok = abs(x) <= _FTRIG_MAX
+    q, r = _trig_reduce_f32(x)
+    s, c = _sin_cos_poly_f32(r)
+    y = _quadrant(q, s, c)
+    y = x if abs(x) < np.float32(1e-4) else y
+    return y if ok else _FNAN
+
+
 #: what a kernel may call, by the NumPy ufunc or `math` function it stands for (in kernels.vector_math)
-FUNCTIONS = ("exp", "expm1", "log", "log1p", "tanh")
+FUNCTIONS = ("exp", "expm1", "log", "log1p", "tanh", "sin", "cos")
+#: those a kernel's element loop calls only with `trig_guard` (`trig_guard_f32`) of their argument in its sum
+TRIG = ("sin", "cos")
 #: compiled on their own, with fused multiply-adds, for LLVM to inline (runtime/kernels.py)
-FUSED = ("exp", "expm1", "tanh", "exp_f32", "expm1_f32", "tanh_f32")
+FUSED = ("exp", "expm1", "tanh", "exp_f32", "expm1_f32", "tanh_f32", "sin_f32", "cos_f32")
 HELPERS = ("_reduce", "_pow2", "_expm1_poly", "_tanh_ratio", "_log_parts", "_log1p_f", "_reduce_f32",
-           "_expm1_poly_f32", "_log_parts_f32", "_log1p_f_f32")
+           "_expm1_poly_f32", "_log_parts_f32", "_log1p_f_f32", "_trig_reduce", "_sin_cos_poly", "_quadrant",
+           "_trig_reduce_f32", "_sin_cos_poly_f32")
+GUARDS = ("trig_guard", "trig_guard_f32")
 #: each function's float32 twin, for kernels whose elements are float32
 FLOAT32 = {name: f"{name}_f32" for name in FUNCTIONS}

@@ -4,7 +4,8 @@ over a whole array. Plain text here (this module imports nothing), so that kerne
 module that imports Numba, stays the size of what it does.
 """
 
-__all__ = ["ARRAY_MATH", "SMALL_MATMUL", "SMALL_MATMUL_CONSTANTS", "SUMS"]
+#: the sources (kernels.py hashes them into a program kernel's module name)
+__all__ = ["ARRAY_MATH", "SMALL_MATMUL", "SMALL_MATMUL_CONSTANTS", "SUMS", "TRIG_FIX"]
 
 SMALL_MATMUL = """
 def small_matmul(a, b):
@@ -62,5 +63,27 @@ def {name}_array(a):
     into = out.reshape(-1)
     for i in range(flat.size):
         into[i] = {name}({load})
-    return out
+{fix}    return out
 """
+
+#: in sin's or cos's `*_array`, after its loop: the elements beyond TRIG_MAX (where vmath gives NaN)
+#: recomputed by Numba's libm call, NumPy's value to an ulp (a second pass, its branch taken only then)
+TRIG_FIX = """\
+    bad = False
+    for i in range(flat.size):
+        bad = bad | (not abs(flat[i]) <= {limit})
+    if bad:
+        for i in range(flat.size):
+            if not abs(flat[i]) <= {limit}:
+                into[i] = np.{base}({load})
+"""
+
+
+def array_math(name: str, trig: tuple[str, ...]) -> str:
+    """The source of `{name}_array`, vmath's function `name` over a whole array (its float32 twins
+    on float32 arrays: elements read as they are), with TRIG_FIX for those of `trig`."""
+    load = "flat[i]" if name.endswith("_f32") else "float(flat[i])"
+    base = name.removesuffix("_f32")
+    limit = "_FTRIG_MAX" if name.endswith("_f32") else "TRIG_MAX"
+    fix = TRIG_FIX.format(base=base, limit=limit, load=load) if base in trig else ""
+    return ARRAY_MATH.format(name=name, load=load, fix=fix)
