@@ -44,7 +44,7 @@ from bytegrad.rules._apply import shape_of
 from bytegrad.rules._shape import stand_in, unbroadcast_plan
 from bytegrad.runtime import pytree
 from bytegrad.runtime.backward import INPLACE_MIN_SIZE, partial_uses
-from bytegrad.runtime.program_parts import Record, check_shapes, compile_program, savable_share
+from bytegrad.runtime.program_parts import Record, check_shapes, compile_program, savable_share, value_only
 from bytegrad.runtime.program_source import (
     DECIDED, DECISION_GUARD, MAYBE, MISS, SCALAR_CONSTS, SET, UNSET, Decision, Ineligible, Inputs, Program, Source,
     gradient_code, inline_partial, operator_expr, short, static_guards,
@@ -554,7 +554,7 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     else:
         result_var, state, forward_records = _emit_numpy(b, order, depends, out_idx)
     if backend == "numpy" and aux is None:
-        _value_only(b, out_idx)
+        value_only(b.src, b.stmt_of, out_idx)
     lines: list[str] = []
     grads = [gradient_code(src, specs[p], state, lines, inputs.fresh) for p in wrt]
     if len(grads) > 1:
@@ -576,33 +576,6 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
         prog.parts = (src.ns, *src.parts)
         prog.share = savable_share([b.records[i] for i in order if i in b.records])
     return prog
-
-
-def _value_only(b: Builder, out_idx: int) -> None:
-    """The forward steps only the output's value reads (the loss, and what only it reads): a
-    gradient asked alone (`program(args, False)`, `grad`) skips them, and gets None for the value.
-    A step that the reverse pass, a decision or another kept step reads is kept."""
-    stmts = b.src.stmts
-    readers: dict[str, set[int]] = {}
-    for k, (_, names) in enumerate(stmts):
-        for n in names:
-            readers.setdefault(n, set()).add(k)
-    skipped: set[int] = set()
-    for i in sorted(b.stmt_of, reverse=True):  # readers before what they read
-        k = b.stmt_of[i]
-        lines, names = stmts[k]
-        others = readers.get(f"v{i}", set()) - {k}
-        if len(lines) != 1 or f"p{i}" in names or not others <= skipped or (not others and i != out_idx):
-            continue
-        skipped.add(k)
-        stmts[k] = (_unless_value(lines), names)
-        if k in b.src.reuse:
-            b.src.reuse[k] = [(var, _unless_value(alt)) for var, alt in b.src.reuse[k]]
-
-
-def _unless_value(lines: list[str]) -> list[str]:
-    var = lines[0].split(" = ", 1)[0]
-    return [f"if value: {lines[0]}", f"else: {var} = None"]
 
 
 def _emit_numpy(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple[str, dict[int, int], int]:

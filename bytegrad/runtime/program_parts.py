@@ -1,7 +1,9 @@
 """The parts of a compiled program (runtime/program.py) that its builder, the disk store and the
 generated code share: a tape record as code generation reads it (`Record`), the checks of what a
-program can reproduce (`check_shapes`), and the compile of a program's source into the function
-`program`, with the helpers generated code calls (`program_code`, `program_from_code`).
+program can reproduce (`check_shapes`), its steps that only the value reads (`value_only`), how
+much of its time a Numba twin could save (`savable_share`), and the compile of a program's source
+into the function `program`, with the helpers generated code calls (`program_code`,
+`program_from_code`).
 """
 from __future__ import annotations
 
@@ -19,9 +21,12 @@ from bytegrad.rules._shape import materialize, unbroadcast
 from bytegrad.rules.registry import NO_TANGENT, ZERO
 from bytegrad.runtime import pytree
 from bytegrad.runtime.backward import ELEMENTWISE, RULE, RULE_TRUSTED, UNARY, scalable, singular_partial
-from bytegrad.runtime.program_source import AST_LOCK, DECIDED, FLOAT_TYPES, MISS, MISSING, Ineligible, decided
+from bytegrad.runtime.program_source import (
+    AST_LOCK, DECIDED, FLOAT_TYPES, MISS, MISSING, Ineligible, Source, decided,
+)
 
-__all__ = ["Record", "check_shapes", "compile_program", "program_code", "program_from_code", "savable_share"]
+__all__ = ["Record", "check_shapes", "compile_program", "program_code", "program_from_code", "savable_share",
+           "value_only"]
 
 _ndarray = np.ndarray
 _FunctionType = types.FunctionType
@@ -116,6 +121,34 @@ def savable_share(records: Sequence[Record]) -> float:
             rest += 3 * size * _PER_ELEMENT_S
         rest += _PER_RECORD_S
     return rest / (rest + blas) if rest + blas > 0 else 1.0
+
+
+def value_only(src: Source, stmt_of: dict[int, int], out_idx: int) -> None:
+    """The forward steps only the output's value reads (the loss, and what only it reads): a
+    gradient asked alone (`program(args, False)`, `grad`) skips them, and gets None for the value.
+    A step that the reverse pass, a decision or another kept step reads is kept. `stmt_of`: each
+    record's statement in `src` (runtime/program.py's Builder)."""
+    stmts = src.stmts
+    readers: dict[str, set[int]] = {}
+    for k, (_, names) in enumerate(stmts):
+        for n in names:
+            readers.setdefault(n, set()).add(k)
+    skipped: set[int] = set()
+    for i in sorted(stmt_of, reverse=True):  # readers before what they read
+        k = stmt_of[i]
+        lines, names = stmts[k]
+        others = readers.get(f"v{i}", set()) - {k}
+        if len(lines) != 1 or f"p{i}" in names or not others <= skipped or (not others and i != out_idx):
+            continue
+        skipped.add(k)
+        stmts[k] = (_unless_value(lines), names)
+        if k in src.reuse:
+            src.reuse[k] = [(var, _unless_value(alt)) for var, alt in src.reuse[k]]
+
+
+def _unless_value(lines: list[str]) -> list[str]:
+    var = lines[0].split(" = ", 1)[0]
+    return [f"if value: {lines[0]}", f"else: {var} = None"]
 
 
 #: functions whose output shape depends on the values of their input (a program fixes shapes)

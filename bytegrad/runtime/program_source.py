@@ -188,7 +188,7 @@ class Source(Constants):
         pullback program's statements from `back_from` on become `def back(ob)`, nested in it:
         what `back` reads stays alive in the enclosing call, and `back` deletes only its own names."""
         split = len(self.stmts) if self.back_from is None else self.back_from
-        out = [f"def {name}(args, value=True):"]  # value=False: the gradient alone (program._value_only)
+        out = [f"def {name}(args, value=True):"]  # value=False: the gradient alone (program_parts.value_only)
         user = [first_line]
         self._block(range(split), "    ", self.back_from is None, frozenset(), out, user)
         if self.back_from is not None:
