@@ -18,8 +18,8 @@ last bits: a kernel is kept only when its first result agrees with the general p
 relative (bytegrad/compiled.py). A program that ends in the sum of an elementwise chain with
 broadcast operands is one loop nest (runtime/program_fused.py). Other array kernels are cut in parts
 around each large exp2, log2 or log10 (`_SIMD`, from `HYBRID_MIN` elements): the wrapper calls
-NumPy's ufunc between two Numba calls, the same call the general path makes. (Numba's own SIMD math, SVML, needs an llvmlite built with it; the pip wheels are
-not, so installing icc_rt changes nothing.)
+NumPy's ufunc between two Numba calls, the same call the general path makes. (Numba's own SIMD math,
+SVML, needs an llvmlite built with it; the pip wheels are not, so installing icc_rt changes nothing.)
 
 A kernel whose constants can be imported by name (runtime/program_kernel.py) is a module of the cache
 directory with Numba's `cache=True`, so a process that writes the same kernel again (a precompiled
