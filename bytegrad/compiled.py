@@ -288,7 +288,7 @@ class Tiers:
             "tier": self.tier,
             "programs": [{"backend": p.backend, "operations": p.records, "guards": list(p.guards), "calls": p.calls,
                           "decided_otherwise": p.decided,
-                          **({"numba": numba_note(p, self.tier)} if numba_note(p, self.tier) else {}),
+                          **({"numba": note} if (note := numba_note(p, self.tier)) else {}),
                           **({"numba_kernels": twin_note(p)} if p.twin else {})}
                          for p in self.programs],
             "not_compiled": {", ".join(t.__name__ for t in key): s.reason

@@ -217,11 +217,12 @@ def _explain_tier(d: Any, args: tuple, out: io.StringIO) -> None:
     else:
         out.write(f"\ncompiled program: eligible (tier: {tiers.tier}); the capture run may still find a reason not "
                   "to compile (see stats()['compiled'])\n")
+    from bytegrad.compiled import numba_note, twin_note
     for k, p in enumerate(tiers.programs):
         out.write(f"  program {k}: {p.backend} back end, {p.records} operations; guards: {'; '.join(p.guards)}\n")
-        from bytegrad.compiled import numba_note, twin_note
-        if numba_note(p, tiers.tier):
-            out.write(f"    Numba twin: {numba_note(p, tiers.tier)}\n")
+        note = numba_note(p, tiers.tier)
+        if note:
+            out.write(f"    Numba twin: {note}\n")
         if p.twin:
             out.write(f"    Numba kernels: {twin_note(p)}\n")
     for sig, why in tiers.describe()["not_compiled"].items():

@@ -12,7 +12,8 @@ non-constant parameter active and refuses, with a reason per site:
   capture records each as a decision that the program computes again and checks
   (runtime/program.py);
 - calls, with no argument-derived operand, of anything but pure builtins, `math`, NumPy's array
-  makers and NumPy ufuncs given their inputs alone (random draws, I/O, user functions, `out=`);
+  makers, NumPy ufuncs given their inputs alone and the NumPy scalar types and shape functions of
+  `_NUMPY_PURE` called positionally (random draws, I/O, user functions, `out=`);
 - writes outside the function's locals, closures, inner functions, `with`, `try`, imports.
 
 What the analysis cannot see (which Python function an active call reaches, a non-differentiable
@@ -216,8 +217,8 @@ def _call_reason(ins: Any, stack: tuple, kind: OpKind) -> str | None:
         pure = False
     if not pure:
         return (f"calls {qualname(known)} on constants (a compiled program takes only pure builtins, math, NumPy's "
-                "array makers and its ufuncs without `out` there: nothing that may depend on state such as random "
-                "draws or I/O, or write)")
+                "array makers, scalar types, shape functions and its ufuncs without `out` there: nothing that may "
+                "depend on state such as random draws or I/O, or write)")
     return None
 
 
