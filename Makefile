@@ -32,7 +32,7 @@ LONG_EXAMPLES ?= 10000
 PYTEST_ARGS ?=
 # the test venvs install the docs extra too: tests/test_docs.py builds the site
 TEST_EXTRAS ?= test,docs
-# `make test` also runs the suite on one CPython under each of these compiled tiers (bytegrad/compiled.py)
+# `make test` also runs the suite on one CPython under each of these compiled tiers (bytegrad/compiled/policy.py)
 TIER_RUNS ?= numpy numba
 TIER_PYTHON ?= 3.11
 BENCH_ARGS ?=
@@ -142,7 +142,7 @@ bench-hotpath: .venv-bench/.stamp-bench
 bench-instructions: .venv-bench/.stamp-bench
 	$(BENCH_PY) -m bench.instructions $(INSTRUCTIONS_ARGS)
 
-# The compiled-programs report (bytegrad/compiled.py): each tier as its own system, one run.
+# The compiled-programs report (bytegrad/compiled/policy.py): each tier as its own system, one run.
 bench-compiled: .venv-bench/.stamp-bench
 	$(BENCH_PY) -m bench.compiled $(COMPILED_ARGS)
 

@@ -81,7 +81,7 @@ def prepare_bytegrad(case: Case, params: Any, data: tuple[Any, ...], direction: 
 
 #: seconds of gradients the default tier gets before it is timed: what a training loop's first
 #: steps give it (a capture on the third call, then a move to Numba once that pays: see
-#: bytegrad/compiled.py); without them the harness's calibration would time the capture itself
+#: bytegrad/compiled/policy.py); without them the harness's calibration would time the capture itself
 WARM_UP_S = 2.0
 
 
@@ -94,7 +94,7 @@ def _warm_up(call: Callable[[], Any]) -> None:
 
 
 def _prepare_tier(tier: str) -> Callable[[Case, Any, tuple[Any, ...], str], Prepared]:
-    """bytegrad with its tier pinned (bytegrad/compiled.py): "general" (a hook per operation and a
+    """bytegrad with its tier pinned (bytegrad/compiled/policy.py): "general" (a hook per operation and a
     tape, every call), "numpy" or "numba" (a compiled program from the first call, by that back
     end where it can be written; the Numba tier falls back to the NumPy back end elsewhere)."""
     def prepare(case: Case, params: Any, data: tuple[Any, ...], direction: str) -> Prepared:

@@ -37,13 +37,13 @@ _float64 = np.float64
 
 
 if TYPE_CHECKING:
-    from bytegrad import compiled as _compiled_module
-    from bytegrad.runtime.program import Program
+    from bytegrad.compiled import policy as _compiled_module
+    from bytegrad.compiled.lower_numpy import Program
 
 
 def _compiled() -> Any:
-    """bytegrad.compiled, imported when a function is first differentiated (it loads runtime/program*.py)."""
-    from bytegrad import compiled
+    """bytegrad.compiled, imported when a function is first differentiated (it loads bytegrad/compiled/)."""
+    from bytegrad.compiled import policy as compiled
     return compiled
 
 
@@ -96,7 +96,7 @@ class Differentiated:
         self._wrt_spec = wrt
         self._has_aux = bool(has_aux)
         self._tier = tier
-        # compiled programs of this function (bytegrad/compiled.py): plain functions without aux
+        # compiled programs of this function (bytegrad/compiled/policy.py): plain functions without aux
         wrt_key = tuple(wrt) if isinstance(wrt, list) else wrt
         compiled = _compiled()
         self._tiers = compiled.tiers_for(self._target, (compiled.AUX, wrt_key) if self._has_aux else wrt_key, tier) \
@@ -410,7 +410,7 @@ class Differentiated:
         return self._grad_tiered(args, kwargs, value)
 
     def _grad_tiered(self, args: tuple, kwargs: dict, value: bool = True) -> tuple[Any, Any]:
-        """A compiled program's result when one applies (bytegrad/compiled.py), else the general path's.
+        """A compiled program's result when one applies (bytegrad/compiled/policy.py), else the general path's.
         `value=False`: only the gradient is used (a program skips the output's value)."""
         tiers = self._tiers
         if tiers is not None and getattr(tls, "tape", None) is None and not _config.debug_nans:
@@ -426,7 +426,7 @@ class Differentiated:
         """One gradient by a capture run: (its (value, gradient), the program made from it by the
         first of `backends` that can, or why none could). A function the capture cannot take runs
         on the general path instead."""
-        from bytegrad.runtime.program import Ineligible, build as build_program
+        from bytegrad.compiled.lower_numpy import Ineligible, build as build_program
         norm_wrt, _ = self._plan(len(args), self._wrt)
         positions = _compiled().capture_positions(args)
         if any(p not in positions for p in norm_wrt):
@@ -476,7 +476,7 @@ class Differentiated:
         reasons, guards = self.eligibility(args)
         if reasons:
             return reasons[0] + (f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else "")
-        from bytegrad.runtime import program_source
+        from bytegrad.compiled import source as program_source
         try:
             out, tape, specs, _ = self._forward(args, {}, positions, strict=False, capture=True,
                                                 tracked=program_source.read_arrays(guards))
@@ -489,9 +489,9 @@ class Differentiated:
 
     def eligibility(self, args: tuple) -> tuple[list[str], list[tuple]]:
         """(reasons this function cannot be a compiled program for arguments like `args`, guards on
-        the globals it reads): see transform/eligibility.py."""
+        the globals it reads): see compiled/eligibility.py."""
         from bytegrad.rules import registry as _registry
-        from bytegrad.transform import eligibility
+        from bytegrad.compiled import eligibility
 
         positions = _compiled().capture_positions(args)
         _, active = self._plan(len(args), positions)
@@ -645,7 +645,7 @@ class Differentiated:
     def _capture_pullback(self, args: tuple, backends: Sequence[str] = ()) -> tuple[Any, Union[Program, str]]:
         """One pullback by a capture run: ((output, back), the pullback program made from it, or why
         none could be). Pullback programs have the NumPy back end only."""
-        from bytegrad.runtime.program import Ineligible, build as build_program
+        from bytegrad.compiled.lower_numpy import Ineligible, build as build_program
         compiled = _compiled()
         positions = compiled.capture_positions(args)
         run = self._capture_run(args, positions)
@@ -701,9 +701,9 @@ def _unreplayable(value: Any, ids: dict[int, int]) -> Optional[str]:
 def _callee_guards(tape: CaptureTape) -> tuple[Optional[str], list[tuple]]:
     """(why a Python function the capture run called cannot be part of a program, or None; the guards
     on what those functions read: their globals, module attributes, code and defaults). Each is
-    checked as the differentiated function is (transform/eligibility.py), with the parameters that
+    checked as the differentiated function is (compiled/eligibility.py), with the parameters that
     held tracked values in the capture active."""
-    from bytegrad.transform import eligibility
+    from bytegrad.compiled import eligibility
 
     guards: list[tuple] = []
     seen: set[tuple] = set()
@@ -859,7 +859,7 @@ def differentiate(fn: Optional[Callable[..., Any]] = None, *, wrt: Wrt = 0, has_
         How gradients run: "general" (the rewritten code and a tape, every call), "numpy" (a
         compiled program from the first call that can be compiled) or "auto" (a compiled program
         once the function has run a few gradients). Default: the BYTEGRAD_TIER environment
-        variable, else "auto". See bytegrad/compiled.py.
+        variable, else "auto". See bytegrad/compiled/policy.py.
 
     Returns
     -------

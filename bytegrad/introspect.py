@@ -217,7 +217,7 @@ def _explain_tier(d: Any, args: tuple, out: io.StringIO) -> None:
     else:
         out.write(f"\ncompiled program: eligible (tier: {tiers.tier}); the capture run may still find a reason not "
                   "to compile (see stats()['compiled'])\n")
-    from bytegrad.compiled import numba_note, twin_note
+    from bytegrad.compiled.policy import numba_note, twin_note
     for k, p in enumerate(tiers.programs):
         out.write(f"  program {k}: {p.backend} back end, {p.records} operations; guards: {'; '.join(p.guards)}\n")
         note = numba_note(p, tiers.tier)

@@ -3,8 +3,8 @@
 `precompile(f, *example_args, wrt=...)` takes one gradient of `f` with every fused site compiling
 its kernels at once (instead of when ski rental says so): the rewritten code goes into the disk
 cache of rewritten code and the kernels into Numba's disk cache, both under `BYTEGRAD_CACHE_DIR`.
-It then captures the compiled program (bytegrad/compiled.py) of those arguments and stores it
-(runtime/program_store.py), with its Numba twin's kernels in Numba's disk cache where the signature
+It then captures the compiled program (bytegrad/compiled/policy.py) of those arguments and stores it
+(compiled/store.py), with its Numba twin's kernels in Numba's disk cache where the signature
 can have one (`_twins`): a fresh process's first gradient runs the stored program, and its tier-up
 to Numba loads the twin instead of compiling it.
 `precompile_standard()` compiles bytegrad's own standard kernels: the dense patterns
@@ -26,7 +26,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from bytegrad.api import Differentiated, differentiate
-from bytegrad.runtime.program import MISS, Program
+from bytegrad.compiled.lower_numpy import MISS, Program
 from bytegrad.runtime import fused, kernels
 
 __all__ = ["precompile", "precompile_standard"]
@@ -86,7 +86,7 @@ def precompile(fn: Any, *example_args: Any, wrt: Any = 0, **example_kwargs: Any)
 
 
 def _precompile_programs(d: Differentiated, args: tuple) -> int:
-    """Capture the compiled program (bytegrad/compiled.py) of these arguments, for gradients or,
+    """Capture the compiled program (bytegrad/compiled/policy.py) of these arguments, for gradients or,
     for a function whose output is not a scalar, for pullbacks, and store it on disk, so that a
     fresh process's first gradient of the signature runs it; returns the programs stored."""
     from bytegrad.errors import NonScalarOutputError
@@ -111,7 +111,7 @@ def _twins(tiers: Any, args: tuple, capture: Any) -> list[Program]:
     """The NumPy programs of this signature, to store, each with its Numba twin: the twin is captured
     (where Numba is enabled and the signature eligible), so its kernel module lands in the cache
     directory and its compiled code in Numba's cache; the NumPy program keeps the modules' names. A
-    fresh process runs the NumPy program, and its tier-up (bytegrad/compiled.py) pays Numba's load
+    fresh process runs the NumPy program, and its tier-up (bytegrad/compiled/policy.py) pays Numba's load
     price, not its compile price: the twin's capture then writes the same module, which Numba loads."""
     sig = tuple(map(type, args))
     progs = [p for p in tiers.programs if p.signature == sig]

@@ -42,7 +42,7 @@ def pytest_configure(config):
 @pytest.fixture(autouse=True)
 def _pin_general_path(request, monkeypatch):
     if request.node.get_closest_marker("general_path") is not None:
-        from bytegrad import compiled
+        from bytegrad.compiled import policy as compiled
 
         monkeypatch.setattr(compiled, "_DEFAULT", "general")
         monkeypatch.setenv("BYTEGRAD_TIER", "general")

@@ -1,4 +1,4 @@
-"""Compiled gradient programs (bytegrad/compiled.py, runtime/program.py) against the general path.
+"""Compiled gradient programs (bytegrad/compiled/policy.py, compiled/lower_numpy.py) against the general path.
 
 Every program must give what the general path gives: on the benchmark cases and the catalogue
 over repeated calls with new values, and across everything its guards are there for. Each kind of
@@ -23,9 +23,10 @@ import functions as catalogue  # noqa: E402
 from gradcheck import assert_trees_close  # noqa: E402
 
 import bytegrad  # noqa: E402
-from bytegrad import compiled  # noqa: E402
+from bytegrad.compiled import policy as compiled  # noqa: E402
 from bytegrad.rules import registry  # noqa: E402
-from bytegrad.runtime import kernels, program_source  # noqa: E402
+from bytegrad.compiled import source as program_source  # noqa: E402
+from bytegrad.runtime import kernels  # noqa: E402
 
 from bench import cases as bench_cases  # noqa: E402
 
@@ -524,7 +525,7 @@ def test_arrays_made_inside_from_constants_are_made_again_by_the_program():
         assert _trees_same(got, expected)
     st = info(fast)
     assert st["compiled_calls"] == 5 and len(st["programs"]) == 2, st
-    source = [t for t in bytegrad.compiled._BY_FUNCTION[fast._target].values()][0].programs[0].source
+    source = [t for t in bytegrad.compiled.policy._BY_FUNCTION[fast._target].values()][0].programs[0].source
     assert "arange" in source and "linspace" in source and "zeros" in source
 
 
@@ -825,12 +826,12 @@ def _wide_layer(W, x):
 
 def test_the_tier_up_meter_counts_the_time_a_numba_twin_could_save(monkeypatch):
     """A NumPy program's ski-rental meter counts the share of its time outside contractions
-    (runtime/program_parts.py `savable_share`): a twin runs the same BLAS, so a program that spends
+    (compiled/parts.py `savable_share`): a twin runs the same BLAS, so a program that spends
     its time in a large matrix product reaches the twin's price far later (an MLP's 200 training
     steps imported Numba and compiled a twin no faster than the NumPy program); a loop of small
     operations counts all of its time. A fake clock makes each timed call last one second; the
     program store keeps the share."""
-    from bytegrad.runtime import program_store
+    from bytegrad.compiled import store as program_store
 
     monkeypatch.setattr(compiled, "numba_price", lambda prog: float("inf"))  # watch the meter, never tier up
     ticks = iter(range(10**9))
@@ -1265,7 +1266,7 @@ def test_array_kernels_vectorise_or_split_around_large_transcendental_steps(fn):
     """An array kernel computes tanh, exp, log, expm1 and log1p with runtime/vmath.py's vectorised
     loops, in one Numba call; it calls NumPy's SIMD loop for exp2, log2 and log10 from HYBRID_MIN
     elements, its Numba parts around it. The results are the general path's."""
-    from bytegrad.runtime import program_numba
+    from bytegrad.compiled import lower_numba as program_numba
 
     rng = np.random.default_rng(3)
     n = program_numba.HYBRID_MIN

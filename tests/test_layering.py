@@ -1,7 +1,8 @@
 """The import layering of STYLE.md G1, checked by walking every import in the package with `ast`.
 
-api.py, precompile.py, __main__.py -> transform/ -> runtime/ -> rules/ -> errors.py: nothing imports
-upward, and only runtime/kernels.py imports numba, inside functions.
+api.py, precompile.py, __main__.py -> compiled/ -> transform/ -> runtime/ -> rules/ -> errors.py:
+nothing imports upward (the general path never imports the compiled tier), and only
+runtime/kernels.py imports numba, inside functions.
 """
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent / "bytegrad"
 TOP = ("bytegrad.api", "bytegrad.precompile", "bytegrad.__main__")
 
 BANNED: dict[str, tuple[str, ...]] = {
-    "bytegrad.errors": ("bytegrad.rules", "bytegrad.runtime", "bytegrad.transform", *TOP),
-    "bytegrad.rules": ("bytegrad.transform", "bytegrad.runtime", *TOP),
-    "bytegrad.runtime": ("bytegrad.transform", *TOP),
-    "bytegrad.transform": ("bytegrad.runtime.kernels", "numba", *TOP),
+    "bytegrad.errors": ("bytegrad.rules", "bytegrad.runtime", "bytegrad.transform", "bytegrad.compiled", *TOP),
+    "bytegrad.rules": ("bytegrad.transform", "bytegrad.runtime", "bytegrad.compiled", *TOP),
+    "bytegrad.runtime": ("bytegrad.transform", "bytegrad.compiled", *TOP),
+    "bytegrad.transform": ("bytegrad.runtime.kernels", "bytegrad.compiled", "numba", *TOP),
+    "bytegrad.compiled": TOP,
 }
 LOWER_LAYERS = tuple(BANNED)
 NUMBA_ONLY_IN = "bytegrad.runtime.kernels"

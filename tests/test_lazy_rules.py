@@ -23,8 +23,8 @@ REPO = Path(__file__).resolve().parent.parent
 #: when a function is first differentiated)
 LAZY = ("numpy.fft", "statistics", "heapq", "_heapq", "bisect", "_bisect", "random", "decimal", "fractions",
         "bytegrad.rules.numpy.fft", "bytegrad.rules.stdlib.statistics", "bytegrad.rules.stdlib.heapq",
-        "bytegrad.rules.stdlib.bisect", "dataclasses", "copy", "bytegrad.compiled", "bytegrad.runtime.program",
-        "bytegrad.runtime.program_source")
+        "bytegrad.rules.stdlib.bisect", "dataclasses", "copy", "bytegrad.compiled", "bytegrad.compiled.lower_numpy",
+        "bytegrad.compiled.source")
 
 
 def run_program(tmp_path: Path, main: str, env_extra: dict[str, str] | None = None, **modules: str) -> str:

@@ -1,4 +1,4 @@
-"""Buffer reuse in compiled NumPy programs (runtime/program_reuse.py): a step writes its result into a
+"""Buffer reuse in compiled NumPy programs (compiled/reuse.py): a step writes its result into a
 dead temporary of the program's own, and a cotangent takes a contribution in place.
 
 Each case runs under the numpy tier against the general path, bit for bit, over calls with new
@@ -20,7 +20,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bytegrad  # noqa: E402
-from bytegrad.runtime import program_reuse  # noqa: E402
+from bytegrad.compiled import reuse as program_reuse  # noqa: E402
 
 N = 64  # 64 x 64 = INPLACE_MIN_SIZE elements: big enough for reuse
 assert N * N >= program_reuse.INPLACE_MIN_SIZE
@@ -150,7 +150,7 @@ def test_the_mlp_shape_reuses_its_forward_temporaries():
 
 
 def _program_text(fn, wrt, make):
-    from bytegrad import compiled
+    from bytegrad.compiled import policy as compiled
 
     f = fresh(fn)
     d = bytegrad.differentiate(f, wrt=wrt, tier="numpy")
@@ -286,7 +286,7 @@ def test_grad_alone_skips_the_value_and_agrees(fn):
 def test_reuse_happens_when_the_program_runs(monkeypatch):
     """Rule 4 holds at run time on this Python (the counts `SOLE` was calibrated to): the chain's
     forward temporaries are written in place, not only written so in the source."""
-    from bytegrad import compiled
+    from bytegrad.compiled import policy as compiled
 
     f = fresh(chain)
     d = bytegrad.differentiate(f, wrt=(0, 1), tier="numpy")

@@ -1,4 +1,4 @@
-"""Compiled programs on disk (runtime/program_store.py): `bytegrad.precompile` stores a function's
+"""Compiled programs on disk (compiled/store.py): `bytegrad.precompile` stores a function's
 programs, and a fresh process's first gradient of that signature runs one, without a capture; a
 program whose references no longer hold (a rule, a callee's code) is not loaded."""
 from __future__ import annotations
@@ -66,7 +66,7 @@ else:
     y, back = bytegrad.vjp(usermod.vector, x)
     (g,) = back(np.ones(3))
     out["vjp_same"] = bool(np.allclose(g, np.exp(x) * (x + 1.0), rtol=1e-12))
-    out["vjp_loaded"] = bytegrad.compiled.tiers_for(usermod.vector, bytegrad.compiled.PULLBACK, None).loaded
+    out["vjp_loaded"] = bytegrad.compiled.policy.tiers_for(usermod.vector, bytegrad.compiled.policy.PULLBACK, None).loaded
 print(json.dumps(out))
 '''
 

@@ -31,7 +31,7 @@ import json, sys
 import numpy as np
 sys.path.insert(0, sys.argv[1])
 import bytegrad, usermod
-from bytegrad import compiled
+from bytegrad.compiled import policy as compiled
 from bytegrad.runtime import kernels
 mode = sys.argv[2]
 x, w = np.linspace(0.1, 1.0, 12), 1.5
@@ -132,7 +132,7 @@ def test_a_kernel_with_a_constant_numba_cannot_import_stays_in_memory():
 
     import numpy as np
 
-    from bytegrad.runtime.program_numba import module_constants
+    from bytegrad.compiled.lower_numba import module_constants
 
     text = module_constants({"np": np, "f1": np.sin, "f2": math.cos, "c3": float("nan"), "c4": np.float32(0.5),
                              "dt5": np.float32, "k6": 3})

@@ -1,6 +1,6 @@
 """runtime/vmath.py, the vectorisable exp, expm1, log, log1p, tanh, sin and cos of Numba program kernels:
 their accuracy against NumPy over wide ranges and every special value, in plain Python and as
-compiled (kernels.vector_math), and the program kernels that call them (runtime/program_numba.py)
+compiled (kernels.vector_math), and the program kernels that call them (compiled/lower_numba.py)
 against the general path."""
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from gradcheck import assert_trees_close  # noqa: E402
 
 import bytegrad  # noqa: E402
-from bytegrad import compiled  # noqa: E402
+from bytegrad.compiled import policy as compiled  # noqa: E402
 from bytegrad.runtime import kernels, vmath  # noqa: E402
 
 needs_numba = pytest.mark.skipif(kernels.disabled(), reason="Numba disabled (BYTEGRAD_DISABLE_NUMBA)")
@@ -313,7 +313,7 @@ def test_kernels_with_vector_math_agree_with_the_general_path(fn, dtype):
         assert re.search(r"vm\d+\(f32\d+\(", prog.source), prog.source
     elif dtype == np.float32:  # a float32 loop (elements read as they are), float32 partial sums
         assert "float(" not in prog.source and re.search(r"part = f32\d+\(0\.0\)", prog.source), prog.source
-    if fn is not _chain:  # one loop nest over the broadcast shape (runtime/program_fused.py)
+    if fn is not _chain:  # one loop nest over the broadcast shape (compiled/numba_fused.py)
         assert re.search(r"for i in range\(\d+\):\n(.*\n)*\s+for j in range", prog.source), prog.source
     assert fast.stats()["compiled"]["disagreements"] == 0
 
@@ -417,7 +417,7 @@ def _sin100(x):  # bench/cases.py's sin100
     return np.sum(x)
 
 
-def _sin_bias(x, b):  # (n, m) + (n, 1): one loop nest (runtime/program_fused.py)
+def _sin_bias(x, b):  # (n, m) + (n, 1): one loop nest (compiled/numba_fused.py)
     return np.sum(np.sin(x + b) * np.cos(x))
 
 

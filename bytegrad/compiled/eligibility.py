@@ -1,6 +1,6 @@
 """Which functions can become compiled gradient programs, read from their bytecode.
 
-A compiled program (bytegrad/compiled.py, runtime/program.py) replays the operations one capture
+A compiled program (bytegrad/compiled/policy.py, compiled/lower_numpy.py) replays the operations one capture
 run recorded. That is the same computation on other argument values only if nothing the function
 decides depends on those values beyond what the program's guards fix (types, shapes, dtypes, the
 values of ints and strings, the globals read). `check` runs the activity analysis with every
@@ -10,7 +10,7 @@ non-constant parameter active and refuses, with a reason per site:
   comparison, `is`, `in`, `not` or truth test of such a value (`if x.sum() > 0`, `if x[0]:`) and a
   call of a function without a derivative on one (`np.argmax(x)`) are hooked instead, and the
   capture records each as a decision that the program computes again and checks
-  (runtime/program.py);
+  (compiled/lower_numpy.py);
 - calls, with no argument-derived operand, of anything but pure builtins, `math`, NumPy's array
   makers, NumPy ufuncs given their inputs alone and the NumPy scalar types and shape functions of
   `_NUMPY_PURE` called positionally (random draws, I/O, user functions, `out=`);
@@ -208,7 +208,7 @@ def _call_reason(ins: Any, stack: tuple, kind: OpKind) -> str | None:
     if known is None:
         return "calls a function that is not known statically, on constants"
     # a NumPy ufunc on its inputs alone (`np.sqrt(d)` of a shape): what it gives from guarded numbers is
-    # fixed; an array it gives is refused where a recorded operation reads it (runtime/program.py), and
+    # fixed; an array it gives is refused where a recorded operation reads it (compiled/lower_numpy.py), and
     # without `out` (a positional one, or any keyword) it writes nothing
     try:
         pure = known in _PURE or known in MAKERS or (  # (a made array: the capture records how, runtime/dispatch.py)

@@ -1,6 +1,6 @@
 """Compiled programs, Numba back end: a program's forward and reverse pass as one `@njit` call.
 
-runtime/program.py writes the program's Python wrapper (guards, argument bindings, gradients in
+compiled/lower_numpy.py writes the program's Python wrapper (guards, argument bindings, gradients in
 the caller's structure); this module writes the computation in between as a kernel that Numba
 compiles (through runtime/kernels.py, the one module that imports Numba). It takes programs
 whose every record is an elementwise operation (an operator, a ufunc or a `math` function) whose
@@ -15,13 +15,13 @@ log1p, tanh, sin and cos instead (`vector_calls`: sin and cos with a guard that 
 beyond vmath.TRIG_MAX to the general path, and only in loops where they are faster than libm's; on
 whole arrays their `*_array` loops), which LLVM vectorises and which may differ from NumPy's in the
 last bits: a kernel is kept only when its first result agrees with the general path's to 1e-12
-relative (bytegrad/compiled.py). A program that ends in the sum of an elementwise chain with
-broadcast operands is one loop nest (runtime/program_fused.py). Other array kernels are cut in parts
+relative (bytegrad/compiled/policy.py). A program that ends in the sum of an elementwise chain with
+broadcast operands is one loop nest (compiled/numba_fused.py). Other array kernels are cut in parts
 around each large exp2, log2 or log10 (`_SIMD`, from `HYBRID_MIN` elements): the wrapper calls
 NumPy's ufunc between two Numba calls, the same call the general path makes. (Numba's own SIMD math,
 SVML, needs an llvmlite built with it; the pip wheels are not, so installing icc_rt changes nothing.)
 
-A kernel whose constants can be imported by name (runtime/program_kernel.py) is a module of the cache
+A kernel whose constants can be imported by name (compiled/numba_kernel.py) is a module of the cache
 directory with Numba's `cache=True`, so a process that writes the same kernel again (a precompiled
 twin) loads it from Numba's cache instead of compiling it.
 """
@@ -37,12 +37,13 @@ import numpy as np
 from bytegrad import _operators
 from bytegrad.errors import qualname
 from bytegrad.rules._apply import shape_of
-from bytegrad.runtime import kernels, program_fused, vmath
+from bytegrad.compiled import numba_fused as program_fused
+from bytegrad.runtime import kernels, vmath
 from bytegrad.runtime.backward import partial_uses, singular_partial
-from bytegrad.runtime.program import Builder, Ineligible
-from bytegrad.runtime.program_kernel import SPLIT, module_constants, parts as kernel_parts
-from bytegrad.runtime.program_parts import Record
-from bytegrad.runtime.program_source import AST_LOCK, OWNED, SET, Constants, inline_partial, operator_expr
+from bytegrad.compiled.lower_numpy import Builder, Ineligible
+from bytegrad.compiled.numba_kernel import SPLIT, module_constants, parts as kernel_parts
+from bytegrad.compiled.parts import Record
+from bytegrad.compiled.source import AST_LOCK, OWNED, SET, Constants, inline_partial, operator_expr
 
 __all__ = ["emit"]
 
@@ -305,7 +306,7 @@ def _loop_shape(b: Builder, records: list[int], out_idx: int) -> Any:
 
 
 #: a float32 loop computes in float64 and rounds what it stores: within float32 rounding of the
-#: general path's float32 arithmetic, not bit for bit (bytegrad/compiled.py checks it to that)
+#: general path's float32 arithmetic, not bit for bit (bytegrad/compiled/policy.py checks it to that)
 _LOOP_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 _SUMS = (np.sum, np.ndarray.sum)
 

@@ -1,6 +1,6 @@
 """Compiled gradient programs, NumPy back end: a capture tape becomes one generated Python function.
 
-A capture run (bytegrad/compiled.py) executes the rewritten function with every float argument
+A capture run (bytegrad/compiled/policy.py) executes the rewritten function with every float argument
 tracked, on a `CaptureTape`, so the tape holds every operation whose result depends on any
 argument. `build` turns that tape into straight-line Python source:
 
@@ -16,7 +16,7 @@ argument. `build` turns that tape into straight-line Python source:
   local variables, accumulated in the order the tape's sweep accumulates them (so results are
   the general path's, bit for bit), broadcasting is undone with the shapes seen at capture
   (fixed by the guards), and every value is deleted after its last use;
-- buffers reused within the call where nothing else can see them (runtime/program_reuse.py: a
+- buffers reused within the call where nothing else can see them (compiled/reuse.py: a
   step's result written into a dead temporary of the program's own, a cotangent accumulated in
   place, tanh's `1 - out**2` computed into out), and a bias's gradient summed straight to its shape;
 - `program(args, value=False)` (`grad`) skips the steps only the output's value reads.
@@ -25,10 +25,10 @@ Anything such a program cannot reproduce raises `Ineligible` with the reason, an
 stays on the general path. The program has no hooks, no tape and no identity lookups.
 
 The generated function's source, its argument guards, constants and gradient expressions are
-written through runtime/program_source.py; a record as code generation reads it, and the compile of
-the source with the helpers generated code calls, are runtime/program_parts.py's; pullback programs
-and `has_aux` outputs are runtime/program_pullback.py's; the Numba back end is
-runtime/program_numba.py; programs on disk are runtime/program_store.py's.
+written through compiled/source.py; a record as code generation reads it, and the compile of
+the source with the helpers generated code calls, are compiled/parts.py's; pullback programs
+and `has_aux` outputs are compiled/pullback.py's; the Numba back end is
+compiled/lower_numba.py; programs on disk are compiled/store.py's.
 """
 from __future__ import annotations
 
@@ -44,12 +44,12 @@ from bytegrad.rules._apply import shape_of
 from bytegrad.rules._shape import stand_in, unbroadcast_plan
 from bytegrad.runtime import pytree
 from bytegrad.runtime.backward import INPLACE_MIN_SIZE, partial_uses
-from bytegrad.runtime.program_parts import Record, check_shapes, compile_program, savable_share, value_only
-from bytegrad.runtime.program_source import (
+from bytegrad.compiled.parts import Record, check_shapes, compile_program, savable_share, value_only
+from bytegrad.compiled.source import (
     DECIDED, DECISION_GUARD, MAYBE, MISS, SCALAR_CONSTS, SET, UNSET, Decision, Ineligible, Inputs, Program, Source,
     gradient_code, inline_partial, operator_expr, short, static_guards,
 )
-from bytegrad.runtime.program_reuse import accumulate, forward_alternatives, lower_partial, made_here
+from bytegrad.compiled.reuse import accumulate, forward_alternatives, lower_partial, made_here
 from bytegrad.runtime.tape import Tape
 
 __all__ = ["DECIDED", "MISS", "Ineligible", "Program", "build", "compile_source"]
@@ -512,7 +512,7 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     `wrt`. `static_guards_`: ("global", globals dict, name, value) and ("attr", module, name, value)
     entries the code's reads were resolved against; `code`: the user's function, whose file and
     lines the program's operations carry (an error raised in one shows the user's line).
-    `backend`: "numpy" (this module) or "numba" (runtime/program_numba.py). `pullback`: the program
+    `backend`: "numpy" (this module) or "numba" (compiled/lower_numba.py). `pullback`: the program
     is `fn(args) -> (output, back)`, `back(out_bar)` the cotangents of every positional argument
     (a tuple, None where an argument has no derivative) or MISS where `out_bar` is not shaped as
     at capture; `out` may then be a tree of values. `aux`: `(aux,)` for a function with
@@ -531,7 +531,7 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     if pullback:
         if backend != "numpy":
             raise Ineligible("pullbacks have the NumPy back end only")
-        from bytegrad.runtime.program_pullback import build_pullback
+        from bytegrad.compiled.pullback import build_pullback
 
         return build_pullback(tape, src, inputs, specs, wrt, out, code, aux)
     out_idx = tape.ids.get(id(out))
@@ -543,12 +543,12 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     if aux is not None:
         if backend != "numpy":
             raise Ineligible("has_aux programs have the NumPy back end only")
-        from bytegrad.runtime.program_pullback import output_leaves
+        from bytegrad.compiled.pullback import output_leaves
 
         output_leaves(aux[0], tape, aux_leaves)
     order, depends = b.read([out_idx, *aux_leaves])
     if backend == "numba":
-        from bytegrad.runtime import program_numba
+        from bytegrad.compiled import lower_numba as program_numba
 
         result_var, state, forward_records = program_numba.emit(b, order, depends, out_idx)
     else:
@@ -563,7 +563,7 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     else:
         result = f"({grads[0]},)" if wrt_tuple else grads[0]
     if aux is not None:  # the aux output, rebuilt from the values it holds
-        from bytegrad.runtime.program_pullback import named_outputs, output_code
+        from bytegrad.compiled.pullback import named_outputs, output_code
 
         result_var = f"({result_var}, {output_code(aux[0], tape, named_outputs(aux_leaves, b), b, src)})"
     src.emit(lines + [f"return {result_var}, {result}"])

@@ -22,7 +22,7 @@ from typing import Any, Optional
 import numpy as np
 
 from bytegrad.runtime import kernels
-from bytegrad.runtime.program import Builder
+from bytegrad.compiled.lower_numpy import Builder
 
 __all__ = ["emit"]
 
@@ -128,7 +128,7 @@ def emit(k: Any, records: list[int], out_idx: int) -> Optional[tuple[list[str], 
             body[:] = [re.sub(rf"\b{v}\b", f"{v}_e", ln) for ln in body]
     for p in outside:  # inside the loop an operand's cotangent is one element's
         body[:] = [re.sub(rf"\bg{p}\b", f"e{p}", ln) for ln in body]
-    from bytegrad.runtime.program_numba import vector_calls
+    from bytegrad.compiled.lower_numba import vector_calls
 
     narrow = all(a.dtype == np.float32 for a, _ in operands.values() if type(a) is _ndarray)
     scalars = {v for v, (a, _) in operands.items() if type(a) is not _ndarray}

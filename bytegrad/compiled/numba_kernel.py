@@ -1,4 +1,4 @@
-"""A Numba program's kernel source on its way to Numba (runtime/program_numba.py): cut in parts around
+"""A Numba program's kernel source on its way to Numba (compiled/lower_numba.py): cut in parts around
 the NumPy steps a hybrid kernel leaves to NumPy (`parts`), and its constants named by imports
 (`module_constants`), so that Numba's disk cache can rebuild the kernel in another process
 (runtime/kernels.py `jit_program`).

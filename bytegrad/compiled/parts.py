@@ -1,4 +1,4 @@
-"""The parts of a compiled program (runtime/program.py) that its builder, the disk store and the
+"""The parts of a compiled program (compiled/lower_numpy.py) that its builder, the disk store and the
 generated code share: a tape record as code generation reads it (`Record`), the checks of what a
 program can reproduce (`check_shapes`), its steps that only the value reads (`value_only`), how
 much of its time a Numba twin could save (`savable_share`), and the compile of a program's source
@@ -21,7 +21,7 @@ from bytegrad.rules._shape import materialize, unbroadcast
 from bytegrad.rules.registry import NO_TANGENT, ZERO
 from bytegrad.runtime import pytree
 from bytegrad.runtime.backward import ELEMENTWISE, RULE, RULE_TRUSTED, UNARY, scalable, singular_partial
-from bytegrad.runtime.program_source import (
+from bytegrad.compiled.source import (
     AST_LOCK, DECIDED, FLOAT_TYPES, MISS, MISSING, Ineligible, Source, decided,
 )
 
@@ -108,7 +108,7 @@ _PER_RECORD_S, _PER_ELEMENT_S, _PER_MAC_S = 1.5e-6, 1e-9, 0.025e-9
 def savable_share(records: Sequence[Record]) -> float:
     """The share of a NumPy program's time that its Numba twin could save, estimated from its
     records: all of it but its contractions (matrix products, tensordot, einsum), which the twin
-    runs in the same BLAS. A program's ski-rental meter (bytegrad/compiled.py) counts only this
+    runs in the same BLAS. A program's ski-rental meter (bytegrad/compiled/policy.py) counts only this
     share of its time, so a program that spends its time in BLAS (an MLP's large layers) does not
     import Numba and compile a twin that cannot be faster."""
     blas = rest = 0.0
@@ -127,7 +127,7 @@ def value_only(src: Source, stmt_of: dict[int, int], out_idx: int) -> None:
     """The forward steps only the output's value reads (the loss, and what only it reads): a
     gradient asked alone (`program(args, False)`, `grad`) skips them, and gets None for the value.
     A step that the reverse pass, a decision or another kept step reads is kept. `stmt_of`: each
-    record's statement in `src` (runtime/program.py's Builder)."""
+    record's statement in `src` (compiled/lower_numpy.py's Builder)."""
     stmts = src.stmts
     readers: dict[str, set[int]] = {}
     for k, (_, names) in enumerate(stmts):
@@ -207,7 +207,7 @@ def _program_version() -> int:
 
 def program_from_code(code: types.CodeType, constants: dict[str, Any]) -> Callable[[tuple], Any]:
     """The function `program` that `code` (from `program_code`) defines, with `constants` and the
-    helpers programs call as its globals (runtime/program_store.py loads stored code through it)."""
+    helpers programs call as its globals (compiled/store.py loads stored code through it)."""
     namespace = dict(constants)
     namespace.update(MISS=MISS, DECIDED=DECIDED, ndarray=_ndarray, FunctionType=_FunctionType, ZERO=ZERO,
                      NO_TANGENT=NO_TANGENT, _acc=_acc, _decided=decided, _cotangent_leaves=pytree.cotangent_leaves,

@@ -4,7 +4,7 @@ The general path (the rewritten function, a hook per operation, a tape) is the r
 fallback for everything. Once a signature has run there often enough, one gradient call is a
 *capture*: the rewritten function runs with every float argument tracked (so the tape holds every
 operation on the arguments, differentiated or not), the bytecode is checked for what a replay
-cannot reproduce (transform/eligibility.py), and runtime/program.py turns the tape into one
+cannot reproduce (compiled/eligibility.py), and compiled/lower_numpy.py turns the tape into one
 generated function with guards. The program is then run once on the capture's own arguments and
 must agree with the capture's gradient; from the next call on, calls whose guards hold run it.
 
@@ -12,7 +12,7 @@ must agree with the capture's gradient; from the next call on, calls whose guard
 
 - `general`: never compile;
 - `numpy`: the NumPy back end, compiled on the first call that can be (no warm-up);
-- `numba`: the Numba back end (runtime/program_numba.py) on the first call, where a kernel can
+- `numba`: the Numba back end (compiled/lower_numba.py) on the first call, where a kernel can
   be written; the NumPy back end elsewhere;
 - `auto` (the default): the NumPy back end after `AUTO_AFTER` general-path gradients of a
   signature, so a function called once never pays for a capture; then, once the program has
@@ -35,7 +35,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from bytegrad.runtime.program import DECIDED, MISS, Program
+from bytegrad.compiled.lower_numpy import DECIDED, MISS, Program
 
 _perf = time.perf_counter
 
@@ -229,7 +229,8 @@ class Tiers:
     def store(self, programs: Optional[list[Program]] = None) -> int:
         """Write the NumPy programs (default: this function's) to the disk cache, one entry per
         argument signature (what `bytegrad.precompile` does); returns the number of programs stored."""
-        from bytegrad.runtime import diskcache, program_store
+        from bytegrad.compiled import store as program_store
+        from bytegrad.runtime import diskcache
 
         by_signature: dict[tuple, list[Program]] = {}
         for prog in self.programs if programs is None else programs:
@@ -247,7 +248,8 @@ class Tiers:
     def _load(self, signature: tuple) -> bool:
         """Programs of this signature from the disk cache, if a precompile stored them and every
         reference in them still holds; they join this function's programs."""
-        from bytegrad.runtime import diskcache, program_store
+        from bytegrad.compiled import store as program_store
+        from bytegrad.runtime import diskcache
 
         key = program_store.key(self.code, self.key, signature)
         payload = diskcache.load(program_store.NAMESPACE, key) if key is not None else None

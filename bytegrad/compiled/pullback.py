@@ -1,6 +1,6 @@
 """Compiled programs whose output is a tree: pullback programs, and the aux of `has_aux`.
 
-`build_pullback` writes a pullback program (runtime/program.py's `build` with `pullback=True`): the
+`build_pullback` writes a pullback program (compiled/lower_numpy.py's `build` with `pullback=True`): the
 forward pass, the output rebuilt from its values, and `def back(ob)` nested in the program, which
 reads the saved values from the enclosing call and is seeded from any cotangent shaped like the
 output (paired with the output's leaves by `pytree.cotangent_leaves`, as the general path pairs
@@ -14,8 +14,8 @@ from typing import Any, Optional
 import numpy as np
 
 from bytegrad.runtime import pytree
-from bytegrad.runtime.program import Builder, Program, compile_source
-from bytegrad.runtime.program_source import FLOAT_TYPES, MAYBE, Ineligible, Inputs, Source, gradient_code
+from bytegrad.compiled.lower_numpy import Builder, Program, compile_source
+from bytegrad.compiled.source import FLOAT_TYPES, MAYBE, Ineligible, Inputs, Source, gradient_code
 from bytegrad.runtime.tape import Tape
 
 __all__ = ["build_pullback", "named_outputs", "output_code", "output_leaves"]

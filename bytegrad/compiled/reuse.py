@@ -148,7 +148,7 @@ def lower_partial(t: str, expr: str, values: dict[str, Any], src: Any,
     where the outer operation is an arithmetic operator between that inner operation (a new array,
     rule 1, never read again: rule 3) and a name or a constant, and the inner result has the whole
     partial's shape and dtype on the capture's values (`values`, by variable; rule 2)."""
-    from bytegrad.runtime.program_source import AST_LOCK
+    from bytegrad.compiled.source import AST_LOCK
 
     with AST_LOCK:
         node = ast.parse(expr, mode="eval").body

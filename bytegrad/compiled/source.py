@@ -1,6 +1,6 @@
 """Compiled gradient programs: the generated function's source, its arguments and its constants.
 
-runtime/program.py (the records, the forward and reverse steps) and runtime/program_numba.py
+compiled/lower_numpy.py (the records, the forward and reverse steps) and compiled/lower_numba.py
 write a program through a `Source`: statements with the user's line of each, constants by name,
 guards by kind. `Inputs` walks the call's arguments beside their capture specs and writes the
 guards on them; `static_guards` those on the globals and module attributes the code reads;
@@ -23,7 +23,7 @@ from bytegrad import _operators
 from bytegrad.errors import qualname
 from bytegrad.rules._shape import stand_in
 from bytegrad.runtime import pytree
-from bytegrad.runtime.program_reuse import dead as operand_dead
+from bytegrad.compiled.reuse import dead as operand_dead
 
 __all__ = ["Program", "operator_expr", "DECIDED", "FLOAT_TYPES", "GUARD_KINDS", "MAYBE", "MISS", "OWNED", "MISSING", "SCALAR_CONSTS", "SET", "UNSET", "Constants", "Ineligible", "Inputs", "Source", "gradient_code",
            "inline_partial", "static_guards"]
@@ -86,18 +86,18 @@ class Program:
         self.backend = "numpy"
         self.calls = 0            # calls it answered
         self.seconds = 0.0        # time spent in it (estimated from a sample), for the tier policy
-        self.upgraded = False     # whether its Numba twin was tried (bytegrad/compiled.py)
+        self.upgraded = False     # whether its Numba twin was tried (bytegrad/compiled/policy.py)
         self.why_not_numba = ""   # what came of that
         self.decided = 0          # calls it refused because a decision on data came out otherwise
-        #: (constants, source, user lines, filename) of a NumPy program: what runtime/program_store.py
+        #: (constants, source, user lines, filename) of a NumPy program: what compiled/store.py
         #: writes to disk; None for a Numba program
         self.parts: Optional[tuple[dict[str, Any], str, tuple[int, ...], str]] = None
-        self.signature: tuple[type, ...] = ()  # the argument types of its capture (bytegrad/compiled.py)
+        self.signature: tuple[type, ...] = ()  # the argument types of its capture (bytegrad/compiled/policy.py)
         self.pullback = False     # a pullback program (fn(args) -> (output, back))
         #: the Numba kernels' modules in the cache directory (runtime/kernels.py `jit_program`): of a
         #: Numba program, its own; of a NumPy program, its twin's, where a precompile made them
         self.twin: Optional[tuple[str, ...]] = None
-        #: the share of its time a Numba twin could save (runtime/program_parts.py `savable_share`)
+        #: the share of its time a Numba twin could save (compiled/parts.py `savable_share`)
         self.share = 1.0
 
     def __repr__(self) -> str:
@@ -148,7 +148,7 @@ class Source(Constants):
         self.kernel_stems: Optional[tuple[str, ...]] = None  # its modules in the cache directory
         self.back_from: Optional[int] = None  # a pullback program: statements from here on are `back`
         self.returns = "out_, back"  # what a pullback program returns (`out_, back, aux_` with has_aux)
-        #: statement -> [(variable, the statement written to reuse its buffer)] (runtime/program_reuse.py)
+        #: statement -> [(variable, the statement written to reuse its buffer)] (compiled/reuse.py)
         self.reuse: dict[int, list[tuple[str, list[str]]]] = {}
         self.parts: tuple[str, tuple[int, ...], str] = ("", (), "")  # rendered: source, user lines, file
 
@@ -458,7 +458,7 @@ def read_arrays(entries: list[tuple]) -> list[np.ndarray]:
 
 def static_guards(src: Source, entries: list[tuple], inputs: Optional[Inputs] = None,
                   tracked: Optional[dict[int, int]] = None) -> None:
-    """The guards of eligibility's entries (transform/eligibility.py): a global, module attribute or
+    """The guards of eligibility's entries (compiled/eligibility.py): a global, module attribute or
     closure variable is fixed by value or identity, except an array, which is read at call time and
     walked as an input (`inputs`; a leaf where the capture tracked it, `tracked`: the tape's ids):
     type, shape and dtype guarded, its values the call's."""

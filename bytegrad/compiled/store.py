@@ -1,7 +1,7 @@
 """Compiled programs on disk: `bytegrad.precompile` stores a function's NumPy programs, and a fresh
 process loads them on the first gradient of a signature, so that gradient already runs compiled.
 
-A program is its generated source and its constants (runtime/program.py). The source is text; a
+A program is its generated source and its constants (compiled/lower_numpy.py). The source is text; a
 constant is written as data (arrays, dtypes, numbers, tuples, `Site`s) or, where it is part of the
 process rather than data, as a reference that a load resolves in the new process, without
 importing anything:
@@ -35,8 +35,8 @@ import numpy as np
 from bytegrad.rules import registry
 from bytegrad.rules._shape import is_stand_in, stand_in
 from bytegrad.runtime import diskcache, safepickle
-from bytegrad.runtime.program_parts import program_code, program_from_code
-from bytegrad.runtime.program_source import Program
+from bytegrad.compiled.parts import program_code, program_from_code
+from bytegrad.compiled.source import Program
 
 __all__ = ["NAMESPACE", "dumps", "loads", "key"]
 
@@ -47,7 +47,7 @@ _FORMAT = 5
 
 
 def key(code: types.CodeType, kind: Any, signature: tuple[type, ...]) -> Optional[str]:
-    """The disk key of the programs of `code` for one kind (the `wrt` key of bytegrad/compiled.py)
+    """The disk key of the programs of `code` for one kind (the `wrt` key of bytegrad/compiled/policy.py)
     and argument signature; None for code marshal cannot write."""
     try:
         raw = marshal.dumps(code, 2)

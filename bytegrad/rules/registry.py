@@ -511,7 +511,7 @@ def fusable(fn: Any) -> bool:
 
 
 class ProgramForm(NamedTuple("_ProgramFormFields", [("when", Callable), ("forward", str), ("cotangents", tuple)])):
-    """A reverse rule's primal and pullback as code, for compiled programs (runtime/program.py).
+    """A reverse rule's primal and pullback as code, for compiled programs (compiled/lower_numpy.py).
 
     Templates over `{0}`, `{1}`... (the arguments), `{g}` (the output's cotangent, an array of the
     output's shape when the output is an array) and `{shape0}`, `{shape1}`... (the arguments'

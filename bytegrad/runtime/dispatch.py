@@ -146,7 +146,7 @@ _DUNDER_BUILTINS = {float: "__float__", complex: "__complex__", abs: "__abs__", 
 
 #: NumPy functions that make an array from shapes and numbers alone: the rewrite hooks their calls on
 #: constants too, so that a capture run records how the array was made (`CaptureTape.make`) and
-#: its program makes it again on every call (bytegrad/compiled.py)
+#: its program makes it again on every call (bytegrad/compiled/policy.py)
 MAKERS = frozenset({np.zeros, np.ones, np.full, np.eye, np.identity, np.arange, np.linspace, np.tri, np.array,
                     np.asarray})
 

@@ -18,7 +18,7 @@ Ufuncs broadcast, stride and cast as NumPy's own do; matmul stays in BLAS.
 This is the only module that imports Numba, and only inside `compile_kernels`. Generated source
 is written into the cache directory so Numba's `cache=True` works across processes; without a
 usable cache directory the source is compiled in memory (one warning). Compiled programs' kernels
-(runtime/program_numba.py, `jit_program`) go there too, as modules named by their text's hash. Nothing here decides when to
+(compiled/lower_numba.py, `jit_program`) go there too, as modules named by their text's hash. Nothing here decides when to
 compile: runtime/fused.py does (the tiering).
 """
 from __future__ import annotations
@@ -427,7 +427,7 @@ def _write_source(path: str, source: str) -> None:
         raise OSError("cache directory not writable")
 
 
-# ---- compiled programs' kernels (runtime/program_numba.py) -------------------------------------
+# ---- compiled programs' kernels (compiled/lower_numba.py) -------------------------------------
 
 
 def jit_program(source: str, namespace: dict[str, Any], name: str, constants: Optional[str] = None) -> Optional[Any]:
@@ -436,7 +436,7 @@ def jit_program(source: str, namespace: dict[str, Any], name: str, constants: Op
     compiled on its first call. None when Numba is disabled or cannot be imported.
 
     `constants`: source lines that define every global of the kernel by importing it (see
-    runtime/program_numba.py). The kernel is then a module of the cache directory, named by the hash
+    compiled/lower_numba.py). The kernel is then a module of the cache directory, named by the hash
     of its text, with Numba's `cache=True`, so a later process that writes the same kernel (a
     precompile's twin) loads it from Numba's cache instead of compiling it. None: in memory."""
     global _numba_failed

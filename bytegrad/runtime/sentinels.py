@@ -1,6 +1,6 @@
 """What a compiled program answers instead of a result (`MISS`, `DECIDED`): here, not in
-runtime/program_source.py, so that `bytegrad.api` can test for them without importing the program
-machinery (bytegrad.compiled and runtime/program*.py load when a function is first differentiated)."""
+compiled/source.py, so that `bytegrad.api` can test for them without importing the program
+machinery (bytegrad.compiled and bytegrad/compiled/ load when a function is first differentiated)."""
 from __future__ import annotations
 
 __all__ = ["MISS", "DECIDED"]

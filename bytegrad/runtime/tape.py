@@ -206,7 +206,7 @@ class Tape:
 
 
 class CaptureTape(Tape):
-    """The tape of a capture run (bytegrad/compiled.py): every float argument is tracked, and the
+    """The tape of a capture run (bytegrad/compiled/policy.py): every float argument is tracked, and the
     hooks report here what would make the recorded graph differ from the computation on other
     values of the same signature (a Python callee, a value computed from data that Python code then
     uses). The first such reason makes the capture fail; the gradient itself is unaffected."""

@@ -15,7 +15,7 @@ float32. Beyond TRIG_MAX an exact reduction needs hundreds of bits of 2/pi (Payn
 look-up per element, slow in SIMD), so there they give NaN instead, never a wrong number, and what
 calls them makes sure no such NaN is used: a kernel's element loop adds `trig_guard(x)` (0.0, or NaN
 beyond TRIG_MAX) of each argument to its sum, so that the loss is NaN and the program's wrapper
-sends the call to the general path, as it does with any inf or NaN loss (runtime/program_numba.py's
+sends the call to the general path, as it does with any inf or NaN loss (compiled/lower_numba.py's
 `vector_calls`, `_finish`); their `*_array` loops recompute such elements with Numba's libm call.
 Ordinary arguments pay one compare, select and add per call, and the loop stays vectorised.
 
@@ -304,7 +304,7 @@ def log1p_f32(x):
 # x - n pi/2 is good to about 2^-145 of pi/2 (the worst cancellation of a double below 1e7 loses about
 # 60 bits). Beyond TRIG_MAX (and for inf and NaN) the functions give NaN; a kernel that calls them adds
 # `trig_guard` of their argument to its sum, so that such an argument makes its loss NaN, and the
-# program's wrapper sends the call to the general path (runtime/program_numba.py); `*_array` recompute
+# program's wrapper sends the call to the general path (compiled/lower_numba.py); `*_array` recompute
 # those elements with Numba's libm call.
 TRIG_MAX = 1e7
 _TWO_OVER_PI = 0.6366197723675814

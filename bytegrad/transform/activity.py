@@ -72,7 +72,7 @@ def _join(a: Slot, b: Slot) -> Slot:
 
 #: non-differentiable functions whose result on a differentiated value depends on its shape only:
 #: calls of them run as they are (any other call on a differentiated value is hooked, so that a
-#: capture run sees it: bytegrad/compiled.py checks its result as a decision)
+#: capture run sees it: bytegrad/compiled/policy.py checks its result as a decision)
 SHAPE_ONLY = frozenset({len, isinstance, type, np.shape, np.ndim, np.size})
 
 
@@ -163,7 +163,7 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
     aliasing or mutation can make them active. `assumed` (a `cache.Assumptions`) records every
     global and module attribute the analysis resolved, so a cached rewrite can be revalidated.
     `tainted`: globals (`name`) and module attributes (`module.name`) taken as active from the
-    start (transform/eligibility.py traces what is computed from arrays read there).
+    start (compiled/eligibility.py traces what is computed from arrays read there).
     Locals and globals only ever become active, so sweeping until a sweep activates none converges.
     """
     a = _Analysis(bc, active_params, fn_globals, loc, immutable_params, assumed)

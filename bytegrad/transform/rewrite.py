@@ -236,7 +236,7 @@ def _call_ex(r: _Rewriter, ins: Instr, st: Stack) -> None:
 
 def _predicate(r: _Rewriter, ins: Instr, st: Stack) -> None:
     # a decision on a differentiated value: the hook computes it as it is, and a capture
-    # run records it for the compiled program to check (bytegrad/compiled.py)
+    # run records it for the compiled program to check (bytegrad/compiled/policy.py)
     n = opcodes.predicate_pops(ins)
     if any(s.active for s in st[len(st) - n:]):
         r.hook(n, abi.predicate_hook(opcodes.predicate_fn(ins)), ins, "decision")

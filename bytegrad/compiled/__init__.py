@@ -1,0 +1,13 @@
+"""The compiled tier: programs that replace the general path for a signature, behind guards.
+
+A front end (`capture`: a run of the rewritten function on a capture tape; `eligibility`: what a
+replay cannot reproduce, read off the bytecode), guards (`guards`), back ends that turn the tape
+into one generated function (`lower_numpy`: straight-line NumPy; `lower_numba`, `numba_kernel`,
+`numba_fused`: one Numba kernel), passes over the generated program (`reuse`: buffer reuse and dead
+operands; `parts`: value-only, the summed bias, shared parts), pullback programs (`pullback`), the
+on-disk store (`store`) and the policy that decides when to capture, tier up and give up
+(`policy`). Nothing here is imported by `import bytegrad`: `bytegrad.api` loads `policy` when a
+function is first differentiated, and Numba is imported only when a Numba program is built.
+
+The general path (`bytegrad.runtime`) does not import this package.
+"""
