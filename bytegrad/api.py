@@ -23,7 +23,7 @@ from bytegrad.runtime import abi, fpwarn, monitor as _monitor, nested as _nested
 from bytegrad.runtime.dispatch import call_python, dispatch
 from bytegrad.runtime.forward import push_forward
 from bytegrad.runtime.sentinels import MISS
-from bytegrad.runtime.tape import CaptureTape, Tape, call_site, sweep, tls
+from bytegrad.runtime.tape import Tape, call_site, sweep, tls
 from bytegrad.transform import cache
 
 __all__ = ["differentiate", "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp", "Differentiated",
@@ -45,24 +45,6 @@ def _compiled() -> Any:
     """bytegrad.compiled, imported when a function is first differentiated (it loads bytegrad/compiled/)."""
     from bytegrad.compiled import policy as compiled
     return compiled
-
-
-def _constant_arg(value: Any) -> bool:
-    """An argument whose value a compiled program guards (an int, string, flag or None)."""
-    return type(value) in _compiled().CONSTANT_TYPES
-
-
-def _complete(spec: Any) -> bool:
-    """Whether a differentiated argument's spec is a plain tree (dicts, lists, tuples) of
-    differentiable leaves."""
-    if spec is None:
-        return False
-    if type(spec) is pytree.Leaf:
-        return True
-    if isinstance(spec[0], str):  # a dataclass or registered pytree: compiled programs do not take them yet
-        return False
-    subs = spec[1]
-    return all(_complete(s) for s in (subs.values() if isinstance(subs, dict) else subs))
 
 
 _perf = time.perf_counter
@@ -262,12 +244,12 @@ class Differentiated:
         return tuple(new_args), kwargs
 
     def _forward(self, args: tuple, kwargs: dict, positions: Sequence[int], strict: bool,
-                 lean: bool = False, capture: bool = False, tracked: Sequence[Any] = ()) \
+                 lean: bool = False, capture: Optional[type] = None, tracked: Sequence[Any] = ()) \
             -> tuple[Any, Tape, list, Optional["_Nested"]]:
         """Run the function with a tape: (output, tape, leaf specs, the nested record or None).
 
         `lean`: the caller sweeps the tape once and drops it (see `Tape.lean`); `capture`: record
-        on a `CaptureTape` (see `_capture`), with the arrays `tracked` (read from globals, closures
+        on a tape of this class (compiled/capture.py), with the arrays `tracked` (read from globals, closures
         and module attributes: inputs of the program) tracked as they are."""
         if self._target.__code__ is not self._code or self._target.__defaults__ is not self._defaults \
                 or self._target.__kwdefaults__ is not self._kwdefaults:
@@ -284,7 +266,7 @@ class Differentiated:
         outer = getattr(tls, "tape", None)
         if outer is not None:
             return self._forward_nested(outer, args, kwargs, norm, strict)
-        tape = CaptureTape() if capture else (Tape() if not _config.debug_nans else _checking_tape())
+        tape = capture() if capture is not None else (Tape() if not _config.debug_nans else _checking_tape())
         tape.lean = lean
         args = list(args)
         if any(type(p) is str for p in norm):
@@ -423,88 +405,20 @@ class Differentiated:
         return self._grad_now(args, kwargs)
 
     def _capture(self, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[tuple[Any, Any], Union[Program, str]]:
-        """One gradient by a capture run: (its (value, gradient), the program made from it by the
-        first of `backends` that can, or why none could). A function the capture cannot take runs
-        on the general path instead."""
-        from bytegrad.compiled.lower_numpy import Ineligible, build as build_program
-        norm_wrt, _ = self._plan(len(args), self._wrt)
-        positions = _compiled().capture_positions(args)
-        if any(p not in positions for p in norm_wrt):
-            return self._grad_now(args, {}), "a differentiated argument is an int, a string or None"
-        run = self._capture_run(args, positions)
-        if type(run) is str:
-            return self._grad_now(args, {}), run
-        out, aux, tape, specs, guards = run
-        program_aux = (aux,) if self._has_aux else None
-        self._check_scalar(out)
-        if type(out) is _ndarray and out.ndim:
-            return self._grad_now(args, {}), "the output is a one-element array, not a scalar"
-        spec_at = dict(zip(positions, specs))
-        wrt_specs = [spec_at[p] for p in norm_wrt]
-        callee_why, callee_guards = _callee_guards(tape)
-        if not all(_complete(s) for s in wrt_specs):  # (the general path's strict check refuses some of these)
-            return self._grad_now(args, {}), ("a differentiated argument holds values with no derivative, a "
-                                              "dataclass or a registered pytree")
-        idx = tape.ids.get(id(out))
-        cts = sweep(tape, {idx: 1.0}) if idx is not None else [None] * len(tape.nodes)
-        grads = tuple(pytree.gradient(s, cts) for s in wrt_specs)
-        if len(grads) > 1:
-            grads = pytree.unalias(grads)
-        result = ((out, aux) if self._has_aux else out, grads if self._wrt_tuple else grads[0])
-        if tape.refusals:
-            why, site = tape.refusals[0]
-            return result, str(Ineligible(why, site))
-        if callee_why is not None:
-            return result, callee_why
-        guards = guards + callee_guards
-        why = "no back end"
-        for backend in backends:  # the first that builds and agrees with the capture's gradient
-            try:
-                prog = build_program(tape, args, [spec_at.get(p) for p in range(len(args))], norm_wrt, out,
-                                     self._wrt_tuple, guards, self._code, backend, aux=program_aux)
-            except Ineligible as exc:
-                why = str(exc)
-                continue
-            why = self._tiers.agree(prog, args, result) if self._tiers is not None else None
-            if why is None:
-                return result, prog
-        return result, why
+        """One gradient by a capture run, and the program made from it or why none (compiled/capture.py)."""
+        from bytegrad.compiled import capture
+        return capture.capture(self, args, backends)
 
-    def _capture_run(self, args: tuple, positions: tuple[int, ...]) -> Union[str, tuple]:
-        """The capture's forward pass: (output, aux or None, tape, leaf specs, guards), or why the
-        function cannot be captured for arguments like `args` (the caller then runs the general path)."""
-        reasons, guards = self.eligibility(args)
-        if reasons:
-            return reasons[0] + (f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else "")
-        from bytegrad.compiled import source as program_source
-        try:
-            out, tape, specs, _ = self._forward(args, {}, positions, strict=False, capture=True,
-                                                tracked=program_source.read_arrays(guards))
-        except Exception as exc:  # noqa: BLE001 - tracking every argument can refuse what the general path takes
-            return f"the capture run raised {type(exc).__name__}: {exc}"
-        aux = None
-        if self._has_aux:
-            out, aux = self._split_aux(out)
-        return out, aux, tape, specs, guards
+    def _capture_pullback(self, args: tuple, backends: Sequence[str] = ()) -> tuple[Any, Union[Program, str]]:
+        """One pullback by a capture run, and the pullback program made from it or why none."""
+        from bytegrad.compiled import capture
+        return capture.capture_pullback(self, args, _general_back, backends)
 
     def eligibility(self, args: tuple) -> tuple[list[str], list[tuple]]:
         """(reasons this function cannot be a compiled program for arguments like `args`, guards on
         the globals it reads): see compiled/eligibility.py."""
-        from bytegrad.rules import registry as _registry
-        from bytegrad.compiled import eligibility
-
-        positions = _compiled().capture_positions(args)
-        _, active = self._plan(len(args), positions)
-        names = self._params[self._offset:]
-        immutable = frozenset(n for n, a in zip(names, args) if _constant_arg(a))
-        key = (active, immutable, _registry.settled_version())
-        found = self._eligible.get(key)
-        if found is None:
-            target = self._target
-            defaults = (target.__defaults__ or ()) + tuple((target.__kwdefaults__ or {}).values())
-            found = self._eligible[key] = eligibility.check(self._code, active, target.__globals__, immutable,
-                                                            defaults, target.__closure__ or ())
-        return found
+        from bytegrad.compiled import capture
+        return capture.eligibility(self, args)
 
     def _check_scalar(self, out: Any) -> None:
         t = type(out)
@@ -641,89 +555,6 @@ class Differentiated:
             out, aux = self._split_aux(out)
         back = _general_back(out, tape, specs, nested)
         return (out, back, aux) if self._has_aux else (out, back)
-
-    def _capture_pullback(self, args: tuple, backends: Sequence[str] = ()) -> tuple[Any, Union[Program, str]]:
-        """One pullback by a capture run: ((output, back), the pullback program made from it, or why
-        none could be). Pullback programs have the NumPy back end only."""
-        from bytegrad.compiled.lower_numpy import Ineligible, build as build_program
-        compiled = _compiled()
-        positions = compiled.capture_positions(args)
-        run = self._capture_run(args, positions)
-        if type(run) is str:
-            return self._pullback_now(args, {}), run
-        out, aux, tape, specs, guards = run
-        program_aux = (aux,) if self._has_aux else None
-        spec_at = dict(zip(positions, specs))
-        all_specs = [spec_at.get(p) for p in range(len(args))]
-        result = (out, _general_back(out, tape, all_specs, None), *(program_aux or ()))
-        if tape.refusals:
-            why, site = tape.refusals[0]
-            return result, str(Ineligible(why, site))
-        callee_why, callee_guards = _callee_guards(tape)
-        if callee_why is not None:
-            return result, callee_why
-        try:
-            prog = build_program(tape, args, all_specs, positions, out, True, guards + callee_guards, self._code,
-                                 pullback=True, aux=program_aux)
-        except Ineligible as exc:
-            return result, str(exc)
-        pending, tiers, general_back = compiled.Pending(prog, args), self._pb_tiers, result[1]
-        checked_out = (out, aux) if self._has_aux else out
-
-        def back(out_bar: Any) -> tuple[Any, ...]:
-            grads = general_back(out_bar)
-            if tiers is not None:
-                tiers.settle(pending, checked_out, out_bar, grads)
-            return grads
-
-        return (out, back, *(program_aux or ())), pending
-
-
-_REPLAYABLE = (int, float, bool, str, bytes, complex, type(None), slice, range, type(Ellipsis), np.ndarray,
-               np.generic, np.dtype, type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType, np.ufunc)
-
-
-def _unreplayable(value: Any, ids: dict[int, int]) -> Optional[str]:
-    """None when a value handed to a Python callee is one a program reproduces (a tracked value, a
-    constant, an array, a function, a tuple, list or dict of them); else what it is."""
-    if id(value) in ids or isinstance(value, _REPLAYABLE):
-        return None
-    t = type(value)
-    if t is tuple or t is list or t is dict:
-        for v in (value.values() if t is dict else value):
-            bad = _unreplayable(v, ids)
-            if bad is not None:
-                return bad
-        return None
-    return f"a {t.__qualname__} object"
-
-
-def _callee_guards(tape: CaptureTape) -> tuple[Optional[str], list[tuple]]:
-    """(why a Python function the capture run called cannot be part of a program, or None; the guards
-    on what those functions read: their globals, module attributes, code and defaults). Each is
-    checked as the differentiated function is (compiled/eligibility.py), with the parameters that
-    held tracked values in the capture active."""
-    from bytegrad.compiled import eligibility
-
-    guards: list[tuple] = []
-    seen: set[tuple] = set()
-    for f, args, kwargs, site in tape.callees:
-        for v in (*args, *(kwargs or {}).values()):
-            bad = _unreplayable(v, tape.ids)
-            if bad is not None:
-                return f"it passes {bad} to {f.__qualname__} (line {site.lineno}): its state is not guarded", []
-        active, immutable = transform.callee_activity(f, args, kwargs, tape.ids)
-        key = (f, active, immutable)
-        if key in seen:
-            continue
-        seen.add(key)
-        defaults = (f.__defaults__ or ()) + tuple((f.__kwdefaults__ or {}).values())
-        reasons, more = eligibility.check(f.__code__, active, f.__globals__, immutable, defaults)
-        if reasons:
-            return f"it calls {f.__qualname__} (line {site.lineno}), which {reasons[0]}", []
-        guards += more
-        guards.append(("code", f, f.__code__, (f.__defaults__, f.__kwdefaults__)))
-    return None, guards
 
 
 def _general_back(out: Any, tape: Tape, specs: list, nested: Optional["_Nested"]) -> Callable[[Any], tuple]:

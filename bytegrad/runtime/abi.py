@@ -33,7 +33,7 @@ from bytegrad.runtime.operators import (
 )
 from bytegrad.runtime.records import Site
 from bytegrad.runtime.recording import as_array, push_output, trackable, untracked_views
-from bytegrad.runtime.tape import CaptureTape, Tape, current_tape
+from bytegrad.runtime.tape import Tape, current_tape
 
 __all__ = ["Site", "current_tape", "BINARY_HOOKS", "call", "call0", "call1", "call2",
            "call_kw", "call_ex", "getitem", "getslice", "setitem", "setslice", "getattr_", "neg", "pos",
@@ -143,7 +143,7 @@ def predicate_hook(fn: Callable[..., Any]) -> Callable[..., Any]:
     if hook is None:
         def hook(tape: Optional[Tape], site: Site, *operands: Any) -> Any:
             out = fn(*operands)
-            if tape.__class__ is CaptureTape:
+            if tape.capturing:
                 tape.check(fn, operands, None, out, site)
             return out
 

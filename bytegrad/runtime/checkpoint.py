@@ -39,7 +39,7 @@ from bytegrad.runtime.backward import TUPLE_ITEM
 from bytegrad.runtime.dispatch import dispatch
 from bytegrad.runtime.records import Kind, Site, TupleOut
 from bytegrad.runtime.tangents import PerformanceWarning
-from bytegrad.runtime.tape import CaptureTape, Tape, saved_arrays, sweep, tls
+from bytegrad.runtime.tape import Tape, saved_arrays, sweep, tls
 from bytegrad.runtime.writes import WRITE_KINDS
 
 __all__ = ["checkpoint", "Checkpointed"]
@@ -146,7 +146,7 @@ checkpoint.__module__ = "bytegrad"  # its public name, in error messages
 def call(tape: Tape, site: Site, cp: Checkpointed, args: tuple, kwargs: Optional[dict]) -> Any:
     """`cp(*args, **kwargs)` from rewritten code: recorded, then collapsed into one record."""
     fn = cp.fn
-    if tape.__class__ is CaptureTape:
+    if tape.capturing:
         tape.refuse("calls a checkpointed function (a compiled program keeps every value)", site)
         return dispatch(tape, site, fn, args, kwargs)
     if getattr(tls, "nesting", 0):  # a nested derivative differentiates its own sweep: see module doc

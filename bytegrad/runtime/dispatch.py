@@ -28,7 +28,7 @@ from bytegrad.runtime import tape as _tape
 from bytegrad.runtime import monitor, writes, zerosafe
 from bytegrad.runtime.records import Site
 from bytegrad.runtime.recording import parent_of, record_elementwise, record_rrule, snapshot
-from bytegrad.runtime.tape import CaptureTape, Tape, constant_tree
+from bytegrad.runtime.tape import Tape, constant_tree
 
 __all__ = ["dispatch", "call_python", "set_rewriter", "construct", "with_out", "write_value", "any_tracked", "MAKERS",
            "record_rule", "other_case", "method_key", "class_attr", "PLAIN", "CALL_HANDLERS", "CALLBACKS",
@@ -61,7 +61,7 @@ def set_rewriter(fn: Callable[[Any, tuple, Optional[dict], dict], Optional[Calla
 
 
 def call_python(tape: Tape, site: Site, f: Any, args: tuple, kwargs: Optional[dict]) -> Any:
-    if tape.__class__ is CaptureTape:
+    if tape.capturing:
         if f.__class__ is types.FunctionType and f.__module__ != "bytegrad.api":
             tape.callees.append((f, args, kwargs, site))  # its code is checked as the caller's is
         else:
@@ -145,13 +145,13 @@ _DUNDER_BUILTINS = {float: "__float__", complex: "__complex__", abs: "__abs__", 
 
 
 #: NumPy functions that make an array from shapes and numbers alone: the rewrite hooks their calls on
-#: constants too, so that a capture run records how the array was made (`CaptureTape.make`) and
+#: constants too, so that a capture run records how the array was made (`make` of a capturing tape) and
 #: its program makes it again on every call (bytegrad/compiled/policy.py)
 MAKERS = frozenset({np.zeros, np.ones, np.full, np.eye, np.identity, np.arange, np.linspace, np.tri, np.array,
                     np.asarray})
 
 
-def _made_from_constants(tape: CaptureTape, fn: Any, args: tuple, kwargs: Optional[dict]) -> bool:
+def _made_from_constants(tape: Tape, fn: Any, args: tuple, kwargs: Optional[dict]) -> bool:
     """A MAKERS call whose arguments are all numbers, strings, dtypes or lists of them, none tracked."""
     try:
         if fn not in MAKERS:
@@ -171,7 +171,7 @@ def dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict
             if type(meth) is _FunctionType:
                 return call_python(tape, site, meth, (args[0],), None)
     rule, owner = resolve(fn)
-    if tape.__class__ is CaptureTape and owner is None and _made_from_constants(tape, fn, args, kwargs):
+    if tape.capturing and owner is None and _made_from_constants(tape, fn, args, kwargs):
         return tape.make(fn, args, kwargs)
     if args and rule is not None and (rule.kind is ELEMENTWISE or rule.kind is RRULE):
         args = _drain_generators(tape, tuple(args))
@@ -252,7 +252,7 @@ def _with_rule(tape: Tape, site: Site, fn: Any, rule: Any, owner: Any, args: tup
         _watch_objects(args, kwargs)
         out = fn(*args[1:] if owner is not None else args, **kwargs) if kwargs else \
             fn(*(args[1:] if owner is not None else args))
-        if tape.__class__ is CaptureTape and rule.fn not in CAPTURE_SAFE and any_tracked(tape.ids, tuple(args), kwargs):
+        if tape.capturing and rule.fn not in CAPTURE_SAFE and any_tracked(tape.ids, tuple(args), kwargs):
             if kind is NONDIFF:  # Python code may decide on its result: the program checks it
                 tape.check(rule.fn if owner is not None else fn, tuple(args), kwargs, out, site)
             else:
@@ -318,7 +318,7 @@ def construct(tape: Tape, site: Site, cls: type, args: tuple, kwargs: Optional[d
                             any(type(a) not in PLAIN for a in args)):
         _watch_objects(args, kwargs)  # `itertools.groupby(objs, key=f)`, `W(obj)` reading obj's values
         return cls(*args, **kwargs) if kwargs else cls(*args)
-    if tracked and tape.__class__ is CaptureTape:
+    if tracked and tape.capturing:
         tape.refuse(f"builds a {qualname(cls)} from a differentiated value", site)
     if not cls.__flags__ & _HEAPTYPE:
         if issubclass(cls, BaseException):  # `raise ValueError(x)`: it only holds its arguments

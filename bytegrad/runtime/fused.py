@@ -36,7 +36,7 @@ import numpy as np
 
 from bytegrad import _operators
 from bytegrad.runtime.kernel_records import FUSED, PARTIALS
-from bytegrad.runtime.tape import SLIM_MIN_SIZE, CaptureTape, Tape, sweep, tls
+from bytegrad.runtime.tape import SLIM_MIN_SIZE, Tape, sweep, tls
 
 if TYPE_CHECKING:
     from bytegrad.runtime import kernels
@@ -151,7 +151,7 @@ def _expr(nodes: tuple[Node, ...], names: tuple[str, ...]) -> str:
 
 def fused_hook(tape: Optional[Tape], fs: FusedSite, ops: tuple) -> Any:
     state = fs.state
-    if tape is None or state == "disabled" or tape.__class__ is CaptureTape:  # (a capture records each op)
+    if tape is None or state == "disabled" or tape.capturing:  # (a capture records each op)
         return run_numpy(tape, fs, ops)
     if state == "kernel":
         dtype = _kernel_dtype(fs, ops)

@@ -24,7 +24,7 @@ from bytegrad.runtime.records import Site
 from bytegrad.runtime.recording import (
     as_array, parent_of, push_output, refresh_parents, snapshot, trackable, untracked_views,
 )
-from bytegrad.runtime.tape import CaptureTape, Tape
+from bytegrad.runtime.tape import Tape
 
 __all__ = ["binary_tracked", "user_binary", "python_operator", "list_as_array", "inplace_array"]
 
@@ -63,7 +63,7 @@ def binary_tracked(tape: Tape, site: Site, op: Any, a: Any, b: Any, ia: Any, ib:
         node = (TRUSTED_RECORD if rule.trusted else RULE_RECORD, (ia, ib), site, pullback, (a, b), op)
         return push_output(tape, node, out)
     if kind is NONDIFF or kind is TRANSPARENT:
-        if tape.__class__ is CaptureTape:
+        if tape.capturing:
             tape.refuse(f"computes {qualname(op)} of a differentiated value (no derivative)", site)
         return op(a, b)
     return dispatch(tape, site, op, (a, b), None)

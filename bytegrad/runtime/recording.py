@@ -17,7 +17,7 @@ from bytegrad.runtime.backward import (  # the record kinds (runtime/records.py)
     ELEMENTWISE as EW_RECORD, RULE as RULE_RECORD, RULE_TRUSTED as TRUSTED_RECORD, TUPLE_ITEM,
 )
 from bytegrad.runtime.records import IDENTITY, Site, TupleOut
-from bytegrad.runtime.tape import CaptureTape, Tape
+from bytegrad.runtime.tape import Tape
 
 __all__ = ["parent_of", "refresh_parents", "untracked_views", "record_elementwise", "record_rrule", "push_output",
            "trackable", "as_array", "snapshot"]
@@ -67,7 +67,7 @@ def record_elementwise(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, 
     ids = tape.ids
     n = len(rule.partials)
     parents = tuple(ids.get(id(a)) for a in args[:n])
-    if tape.__class__ is CaptureTape and (kwargs or len(args) > n):  # the record keeps args[:n] only
+    if tape.capturing and (kwargs or len(args) > n):  # the record keeps args[:n] only
         tape.refuse(f"passes options to {qualname(fn)} (a compiled program replays its positional arguments)", site)
     if tape.owners:
         parents = untracked_views(tape, site, args, parents)
@@ -160,7 +160,7 @@ def push_output(tape: Tape, node: tuple, out: Any) -> Any:
         _push_items(tape, idx, out, node[2])
         return out
     if t is int or t is bool or out is None:
-        if tape.__class__ is CaptureTape and out is not None:
+        if tape.capturing and out is not None:
             tape.refuse(f"computes a {t.__name__} from a differentiated value with {qualname(node[5])}", node[2])
         return out
     return tape.push(node, out)

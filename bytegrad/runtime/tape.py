@@ -58,10 +58,21 @@ def set_tape(tape: Optional["Tape"]) -> Optional["Tape"]:
 
 
 class Tape:
-    """A record of one forward pass."""
+    """A record of one forward pass.
+
+    A tape may also observe the run for a caller above the runtime (the compiled tier's capture,
+    compiled/capture.py): such a tape sets `capturing`, and the hooks then report to it what a
+    replay of the recorded operations could not reproduce, through four members it defines:
+    `refuse(why, site)` (the run did something a replay cannot), `check(fn, args, kwargs, result,
+    site)` (Python code may decide on `result`, computed from tracked values), `make(fn, args,
+    kwargs)` (an array made from constants, to be tracked) and `callees` (a list: the Python
+    functions called with tracked values, as `(fn, args, kwargs, site)`). The runtime knows only
+    this protocol, not who implements it."""
 
     #: a tape that checks for NaNs (runtime/nancheck.py, `CheckingTape`) sweeps through its own method
     nan_check = False
+    #: a tape that observes the run through the protocol above
+    capturing = False
 
     __slots__ = ("values", "nodes", "ids", "protected", "stale", "owners", "_index", "_indexed", "lean",
                  "trials", "trial_clock", "guarded", "__weakref__")
@@ -205,47 +216,9 @@ class Tape:
             "take a copy before overwriting (`v = x[i].copy()`), or avoid writing into the array.")
 
 
-class CaptureTape(Tape):
-    """The tape of a capture run (bytegrad/compiled/policy.py): every float argument is tracked, and the
-    hooks report here what would make the recorded graph differ from the computation on other
-    values of the same signature (a Python callee, a value computed from data that Python code then
-    uses). The first such reason makes the capture fail; the gradient itself is unaffected."""
-
-    __slots__ = ("refusals", "checks", "callees", "made")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.refusals: list[tuple[str, Any]] = []
-        #: decisions on data: (records before it, fn, args, kwargs, result, site), one per call of a
-        #: function without a derivative (or a comparison) on a tracked value; a compiled program
-        #: computes each again and runs only where every one gives the captured result
-        self.checks: list[tuple[int, Any, tuple, Optional[dict], Any, Any]] = []
-        #: Python functions the run called with tracked values, (function, args, kwargs, site): their
-        #: operations are on the tape like the caller's; their code must be as eligible (api.py)
-        self.callees: list[tuple[Any, tuple, Optional[dict], Any]] = []
-        #: arrays made from constants (`np.zeros(3)`, dispatch.MAKERS): tape index -> (fn, args,
-        #: kwargs); tracked from there, so what the run computes from them is recorded
-        self.made: dict[int, tuple[Any, tuple, Optional[dict]]] = {}
-
-    def refuse(self, why: str, site: Any) -> None:
-        self.refusals.append((why, site))
-
-    def make(self, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
-        """`fn(*args, **kwargs)`, an array made from constants, tracked as a leaf a program makes again."""
-        out = fn(*args, **kwargs) if kwargs else fn(*args)
-        if type(out) is np.ndarray and id(out) not in self.ids:  # (lists copied: the run may change them later)
-            self.made[self.leaf(out)] = (fn, _copied(args), {k: _copied(v) for k, v in kwargs.items()}
-                                         if kwargs else None)
-        return out
-
-    def check(self, fn: Any, args: tuple, kwargs: Optional[dict], result: Any, site: Any) -> None:
-        """`fn(*args, **kwargs)` gave `result` on tracked values: Python code may decide on it."""
-        self.checks.append((len(self.nodes), fn, args, kwargs, result, site))
-
-
 def constant_tree(a: Any) -> bool:
     """A number, string, dtype or type, or a tuple or list of them: what an array made from constants
-    (`CaptureTape.make`) may be made from. (An object's `__array__`, a tracked value, an array: no.)"""
+    (`make` of a capturing tape) may be made from. (An object's `__array__`, a tracked value, an array: no.)"""
     t = type(a)
     if t is tuple or t is list:
         return all(constant_tree(x) for x in a)
@@ -254,13 +227,6 @@ def constant_tree(a: Any) -> bool:
 
 
 _CONSTANT_TYPES = frozenset({int, float, bool, complex, str, bytes, type(None)})
-
-
-def _copied(value: Any) -> Any:
-    t = type(value)
-    if t is list or t is tuple:
-        return t(_copied(v) for v in value)
-    return value
 
 
 def saved_arrays(node: tuple) -> list[np.ndarray]:
