@@ -244,13 +244,17 @@ class Differentiated:
         return tuple(new_args), kwargs
 
     def _forward(self, args: tuple, kwargs: dict, positions: Sequence[int], strict: bool,
-                 lean: bool = False, capture: Optional[type] = None, tracked: Sequence[Any] = ()) \
+                 lean: bool = False, capture: Optional[type] = None, tracked: Sequence[Any] = (),
+                 protect: Optional[frozenset] = None, prepare_other: Optional[Callable] = None) \
             -> tuple[Any, Tape, list, Optional["_Nested"]]:
         """Run the function with a tape: (output, tape, leaf specs, the nested record or None).
 
         `lean`: the caller sweeps the tape once and drops it (see `Tape.lean`); `capture`: record
         on a tape of this class (compiled/capture.py), with the arrays `tracked` (read from globals, closures
-        and module attributes: inputs of the program) tracked as they are."""
+        and module attributes: inputs of the program) tracked as they are; `protect`: the positions whose
+        arrays a write may not touch (default: all of `positions`; a capture tracks more arguments
+        than it differentiates, and writes into the others are the user's, as on the general path);
+        `prepare_other`: how the arguments outside `protect` are tracked (default `pytree.prepare`)."""
         if self._target.__code__ is not self._code or self._target.__defaults__ is not self._defaults \
                 or self._target.__kwdefaults__ is not self._kwdefaults:
             old_wrt = self._wrt
@@ -274,7 +278,7 @@ class Differentiated:
         specs = []
         for p in norm:
             v = args[p]
-            if type(v) is _ndarray and v.dtype.kind == "f":  # the common case, inline
+            if type(v) is _ndarray and v.dtype.kind == "f" and (protect is None or p in protect):  # the common case
                 fresh = v.view()
                 tape.protected.add(id(v))
                 if v.base is not None:
@@ -284,14 +288,18 @@ class Differentiated:
                 specs.append(spec)
                 continue
             try:
-                fresh, spec = pytree.prepare(args[p], tape, strict=strict)
+                if protect is None or p in protect or prepare_other is None:
+                    fresh, spec = pytree.prepare(args[p], tape, strict=strict)
+                else:
+                    fresh, spec = prepare_other(args[p], tape)
             except pytree.NotDifferentiable as exc:
                 raise self._wrt_type_error(p, exc) from None
             args[p] = fresh
             specs.append(spec)
         for v in tracked:
             if id(v) not in tape.ids:
-                tape.protected.add(id(v))
+                if protect is None:
+                    tape.protected.add(id(v))
                 tape.leaf(v)
         if type(args) is _KeywordSlots:
             args, named = args.split()
@@ -448,6 +456,7 @@ class Differentiated:
             cts = sweep(tape, {idx: seed}) if idx is not None else [None] * len(tape.nodes)
             grads = tuple([pytree.project(cts[s.idx], s.primal) if type(s) is pytree.Leaf else pytree.gradient(s, cts)
                            for s in specs])
+            grads = pytree.not_callers(grads, args)
             if len(grads) > 1:
                 grads = pytree.unalias(grads)
             if tape.trials:  # fused sites comparing their tiers: the whole gradient's time

@@ -75,6 +75,34 @@ def _copied(value: Any) -> Any:
     return value
 
 
+class Unobservable(Exception):
+    """An argument the capture would have to copy to track, so that writes into it would go unseen."""
+
+
+def track_in_place(value: Any, tape: Tape) -> tuple[Any, Any]:
+    """`pytree.prepare` for an argument the capture tracks but the call does not differentiate: its
+    float arrays are tracked as they are, in the caller's own containers (no copy, so that what the
+    function writes into a list, dict or array of the caller's is written there, as on the general
+    path, and the effect check sees it). A float held by a list or dict is refused (`Unobservable`):
+    tracking it needs a copy of its container."""
+    t = type(value)
+    if t is _ndarray:
+        if value.dtype.kind not in "fc":
+            return value, None
+        return value, pytree.Leaf(tape.leaf(value), value)
+    if t is list or t is dict:
+        items = value.items() if t is dict else enumerate(value)
+        subs = {}
+        for k, v in items:
+            tv = type(v)
+            if tv is float or tv is complex or isinstance(v, (np.floating, np.complexfloating)):
+                raise Unobservable(f"a {t.__name__} argument holding floats that is not differentiated (the capture "
+                                   "would copy it, and writes into it would go unseen)")
+            subs[k] = track_in_place(v, tape)[1]
+        return value, (t, subs if t is dict else [subs[k] for k in range(len(value))])
+    return pytree.prepare(value, tape)
+
+
 def _constant_arg(value: Any) -> bool:
     """An argument whose value a compiled program guards (an int, string, flag or None)."""
     return type(value) in policy.CONSTANT_TYPES
@@ -118,7 +146,7 @@ def capture(d: Any, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[
                                           "dataclass or a registered pytree")
     idx = tape.ids.get(id(out))
     cts = sweep(tape, {idx: 1.0}) if idx is not None else [None] * len(tape.nodes)
-    grads = tuple(pytree.gradient(s, cts) for s in wrt_specs)
+    grads = pytree.not_callers(tuple(pytree.gradient(s, cts) for s in wrt_specs), args)
     if len(grads) > 1:
         grads = pytree.unalias(grads)
     result = ((out, aux) if d._has_aux else out, grads if d._wrt_tuple else grads[0])
@@ -148,11 +176,29 @@ def capture_run(d: Any, args: tuple, positions: tuple[int, ...]) -> Union[str, t
     if reasons:
         return reasons[0] + (f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else "")
     from bytegrad.compiled import source as program_source
+    from bytegrad.compiled.effects import Snapshot
+    from bytegrad.errors import DifferentiationError
+
+    wrt, _ = d._plan(len(args), d._wrt)
+    names = d._params[d._offset:]
+    tracked = program_source.read_arrays(guards)
+    # what the run may write besides its result (differentiated arrays are protected: never written)
+    snapshot = Snapshot(tuple(None if p in wrt else a for p, a in enumerate(args)), tuple(names), tuple(tracked))
     try:
         out, tape, specs, _ = d._forward(args, {}, positions, strict=False, capture=CaptureTape,
-                                            tracked=program_source.read_arrays(guards))
-    except Exception as exc:  # noqa: BLE001 - tracking every argument can refuse what the general path takes
+                                         tracked=tracked, protect=frozenset(wrt), prepare_other=track_in_place)
+    except Unobservable as exc:  # (raised before the function ran)
+        return str(exc)
+    except DifferentiationError as exc:
+        # tracking every float argument can refuse what the general path takes (a function without a
+        # rule given a float that is not differentiated): the caller runs the general path, which
+        # runs the function's body a second time (its effects too): see docs/compiled.md
         return f"the capture run raised {type(exc).__name__}: {exc}"
+    # any other exception is the user's code raising, as it would on the general path: it propagates
+    # from this run, the call's only one
+    why = snapshot.changed()
+    if why is not None:
+        tape.refuse(why, None)
     aux = None
     if d._has_aux:
         out, aux = d._split_aux(out)

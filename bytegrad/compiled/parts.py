@@ -8,6 +8,7 @@ into the function `program`, with the helpers generated code calls (`program_cod
 from __future__ import annotations
 
 import ast
+import math
 import operator
 import sys
 import types
@@ -15,6 +16,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from bytegrad.compiled.guards import same_state, same_value
 from bytegrad.errors import qualname
 from bytegrad.rules import registry
 from bytegrad.rules._shape import materialize, unbroadcast
@@ -214,6 +216,7 @@ def program_from_code(code: types.CodeType, constants: dict[str, Any]) -> Callab
                      _singular=singular_partial, _unbroadcast=unbroadcast, _materialize=materialize,
                      _untrusted=_untrusted, _project=pytree.project, _multiply=np.multiply,
                      _getrefcount=sys.getrefcount, _scalable=scalable, _unalias=pytree.unalias,
-                     _version=registry.program_version, _VERSION=_program_version(), _MISSING=MISSING)
+                     _version=registry.program_version, _VERSION=_program_version(), _MISSING=MISSING, _same_state=same_state,
+                     _same_value=same_value, _copysign=math.copysign)
     exec(code, namespace)  # noqa: S102
     return namespace["program"]

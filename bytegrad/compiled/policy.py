@@ -161,7 +161,8 @@ class Tiers:
             self.capture_s += time.perf_counter() - t0
         if isinstance(program, Program):
             program.signature = tuple(map(type, args))
-            self.programs.append(program)
+            if len(self.programs) < MAX_PROGRAMS:  # (threads that captured at once: the budget holds)
+                self.programs.append(program)
             self.compiled_calls += 1
         elif isinstance(program, Pending):  # adopted or refused by `settle`, later
             program.program.signature = tuple(map(type, args))

@@ -23,6 +23,7 @@ from bytegrad import _operators
 from bytegrad.errors import qualname
 from bytegrad.rules._shape import stand_in
 from bytegrad.runtime import pytree
+from bytegrad.compiled.guards import callable_state, number_condition, same_value
 from bytegrad.compiled.reuse import dead as operand_dead
 
 __all__ = ["Program", "operator_expr", "DECIDED", "FLOAT_TYPES", "GUARD_KINDS", "MAYBE", "MISS", "OWNED", "MISSING", "SCALAR_CONSTS", "SET", "UNSET", "Constants", "Ineligible", "Inputs", "Source", "gradient_code",
@@ -177,7 +178,8 @@ class Source(Constants):
         checks = [(kind, cond, what) for kind, cond, what in (
             ("type", f"{expr}.__class__ is ndarray", f"{expr}: ndarray"),
             ("shape", f"{expr}.shape == {value.shape!r}", f"{expr}.shape == {value.shape!r}"),
-            ("dtype", f"{expr}.dtype is {dt}", f"{expr}.dtype is {value.dtype}")) if kind not in _OMITTED]
+            ("dtype", f"({expr}.dtype is {dt} or {expr}.dtype == {dt})", f"{expr}.dtype is {value.dtype}"))
+            if kind not in _OMITTED]
         if checks:
             self.emit(f"if not ({' and '.join(cond for _, cond, _ in checks)}): return MISS")
             self.guards += [what for _, _, what in checks]
@@ -274,8 +276,13 @@ class Inputs:
         if kind is not t:
             raise Ineligible(f"an argument of type {t.__name__}")
         tn = src.const(t, "T")
-        src.guard("type", f"{expr}.__class__ is {tn} and len({expr}) == {len(subs)}",
-                  f"{expr}: {t.__name__} of {len(subs)}")
+        if isinstance(subs, dict):  # its keys in their order: a loop over the dict follows it
+            keys = src.const(tuple(subs), "K")
+            src.guard("type", f"{expr}.__class__ is {tn} and tuple({expr}) == {keys}",
+                      f"{expr}: {t.__name__} with keys {tuple(subs)!r} in this order")
+        else:
+            src.guard("type", f"{expr}.__class__ is {tn} and len({expr}) == {len(subs)}",
+                      f"{expr}: {t.__name__} of {len(subs)}")
         items = subs.items() if isinstance(subs, dict) else enumerate(subs)
         for key, sub in items:
             if not isinstance(key, (str, int)) or isinstance(key, bool):
@@ -465,9 +472,8 @@ def static_guards(src: Source, entries: list[tuple], inputs: Optional[Inputs] = 
     for kind, owner, name, value in entries:
         if kind == "code":  # a Python callee (owner), fixed by its caller's guards: its body too
             f = src.const(owner, "F")
-            src.guard("code", f"{f}.__code__ is {src.const(name, 'C')} and {f}.__defaults__ is "
-                      f"{src.const(value[0])} and {f}.__kwdefaults__ is {src.const(value[1])}",
-                      f"{qualname(owner)} keeps its code and defaults")
+            src.guard("code", f"_same_state({f}, {src.const(callable_state(owner), 'S')})",
+                      f"{qualname(owner)} keeps its code, defaults and keyword defaults")
             continue
         if kind == "global":
             g = src.const(owner, "G")
@@ -488,10 +494,15 @@ def static_guards(src: Source, entries: list[tuple], inputs: Optional[Inputs] = 
             _array_read(src, inputs, name, read, value, (tracked or {}).get(id(value)))
         elif isinstance(value, (int, float, str, bytes, bool, complex)) or value is None:
             c = src.const(value)
-            src.guard(kind, f"{read} == {c} and {read}.__class__ is {src.const(type(value), 'T')}",
-                      f"{name} == {value!r}")
+            src.guard(kind, f"{read}.__class__ is {src.const(type(value), 'T')} and "
+                      f"{number_condition(read, value, c)}", f"{name} == {value!r}")
         else:
-            src.guard(kind, f"{read} is {src.const(value)}", f"{name} is {_describe(value)}")
+            state = callable_state(value)
+            if state is None:
+                src.guard(kind, f"{read} is {src.const(value)}", f"{name} is {_describe(value)}")
+            else:  # a function or partial: the state that shapes its call too
+                src.guard(kind, f"{read} is {src.const(value)} and _same_state({read}, {src.const(state, 'S')})",
+                          f"{name} is {_describe(value)}, with its code, defaults and arguments")
 
 
 def _current(kind: str, owner: Any, name: str, value: Any) -> Any:
@@ -550,7 +561,12 @@ def decided(got: Any, captured: Any) -> bool:
     if type(got) is not t:
         return False
     if t is _ndarray:
-        return got.shape == captured.shape and got.dtype == captured.dtype and bool((got == captured).all())
+        if got.shape != captured.shape or got.dtype != captured.dtype or not bool((got == captured).all()):
+            return False
+        # -0.0 == 0.0: a float decision's zeros must have their signs too
+        return got.dtype.kind not in "fc" or bool((np.signbit(got) == np.signbit(captured)).all())
+    if t is float or t is complex or isinstance(captured, (np.floating, np.complexfloating)):
+        return same_value(complex(got), complex(captured)) if t is not float else same_value(got, captured)
     return bool(got == captured)
 
 

@@ -213,6 +213,22 @@ def gradient(spec: Any, cts: list[Any], project: Callable[[Any, Any], Any] = pro
     return t(values) if t is not tuple else tuple(values)
 
 
+def not_callers(grads: tuple[Any, ...], args: tuple) -> tuple[Any, ...]:
+    """Gradients handed to the user are never an array argument of the call (nor a view of one): a
+    rule's pullback may pass a partial through unchanged (`x` for the gradient of `sum(x * w)` in
+    `w`), and the caller's `x` must not come back as a gradient the user then writes into."""
+    out = None
+    for k, g in enumerate(grads):
+        if type(g) is _ndarray:
+            base = g.base
+            for a in args:
+                if a is g or (base is not None and a is base):
+                    out = list(grads) if out is None else out
+                    out[k] = g.copy()
+                    break
+    return grads if out is None else tuple(out)
+
+
 def unalias(grads: tuple[Any, ...], copy: Optional[Callable[[Any], Any]] = None) -> tuple[Any, ...]:
     """Gradients handed to the user never share memory with each other."""
     ids = [id(g) for g in grads if type(g) is _ndarray]

@@ -191,7 +191,9 @@ def rewritten_function(f: types.FunctionType, args: tuple, kwargs: Optional[dict
     entry = _FN_CACHE.get(id(f))
     if entry is not None and entry[0]() is f and entry[1] is f.__code__:
         fn = entry[2].get(key)
-        if fn is not None:
+        # (the rewritten function copied `f`'s defaults: a replaced tuple makes it anew; the keyword
+        # defaults are the same dict, so writes into it are seen)
+        if fn is not None and fn.__defaults__ is f.__defaults__ and fn.__kwdefaults__ is f.__kwdefaults__:
             return fn
     return _make_function(f, bits, key)
 
