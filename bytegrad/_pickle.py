@@ -29,7 +29,7 @@ def _lookup(module: str, qualname: str) -> Any:
 
 
 def reduce_differentiated(d: Any, cls: type) -> Any:
-    """`d.__reduce__()`: a global name, `(cls, (fn, wrt))`, or `(from_value, (payload, wrt))`."""
+    """`d.__reduce__()`: a global name, `(cls, (fn, wrt))`, or `(from_value, (cls, payload, wrt))`."""
     fn, wrt = d.fn, d._wrt_spec
     module = getattr(fn, "__module__", None)
     qualname = getattr(fn, "__qualname__", None)
@@ -51,7 +51,7 @@ def reduce_differentiated(d: Any, cls: type) -> Any:
             "or a function that cannot be imported by name, and cloudpickle is not installed. Fix: "
             "`pip install cloudpickle` (or `bytegrad[dask]`), or define the function at module level."
         ) from None
-    return from_value, (cloudpickle.dumps(fn), wrt)
+    return from_value, (cls, cloudpickle.dumps(fn), wrt)
 
 
 def _has_cloudpickle() -> bool:
@@ -62,12 +62,11 @@ def _has_cloudpickle() -> bool:
     return True
 
 
-def from_value(payload: bytes, wrt: Any) -> Any:
-    """The receiving side of a function pickled by value (cloudpickle's output loads with pickle)."""
-    from bytegrad.api import Differentiated
-
+def from_value(cls: type, payload: bytes, wrt: Any) -> Any:
+    """The receiving side of a function pickled by value (cloudpickle's output loads with pickle):
+    `cls` is `bytegrad.Differentiated`, pickled by reference beside it."""
     fn: Callable[..., Any] = pickle.loads(payload)
-    return Differentiated(fn, wrt)
+    return cls(fn, wrt)
 
 
 _FunctionType = type(_lookup)

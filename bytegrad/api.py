@@ -510,8 +510,8 @@ class Differentiated:
         """
         s = cache.stats(self._code)
         result: dict[str, Any] = {"hits": self._hits + s["hits"], "misses": s["misses"], "entries": s["entries"]}
-        from bytegrad import introspect
-        result.update(introspect.function_stats(self))
+        from bytegrad import _stats
+        result.update(_stats.function_stats(self))
         if self._tiers is not None:
             result["compiled"] = self._tiers.describe()
         if self._pb_tiers is not None:

@@ -1121,8 +1121,8 @@ def test_python_callees_are_part_of_the_program():
     st = info(fast)
     assert st["programs"] and st["compiled_calls"] == 4, st
     guards = st["programs"][0]["guards"]
-    assert any("layer keeps its code and defaults" in g for g in guards)
-    assert any("squash keeps its code and defaults" in g for g in guards)
+    assert any("layer keeps its code, defaults and keyword defaults" in g for g in guards)
+    assert any("squash keeps its code, defaults and keyword defaults" in g for g in guards)
 
 
 def writes_attribute(x):

@@ -81,7 +81,16 @@ def imports_in_source(source: str, module: str, package: bool,
                 return False
         return True
 
+    def typing_only(node: ast.AST) -> bool:  # under `if TYPE_CHECKING:`: read by type checkers only
+        while node in parents:
+            node = parents[node]
+            if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+                return True
+        return False
+
     for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and typing_only(node):
+            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, node.lineno, top_level(node)
@@ -225,3 +234,78 @@ def test_private_reads_are_seen() -> None:
     found = [what for what, _ in private_reads(source, "bytegrad.runtime.abi", False)]
     assert found == ["from bytegrad.runtime.backward import _bw_identity",
                      "registry._version (bytegrad.rules.registry)", "_tape._tls (bytegrad.runtime.tape)"]
+
+
+# ---- no import cycles ------------------------------------------------------------------------------
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the bytegrad modules it imports (at module level or inside functions)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        graph[module_name(path)] = {t for t, _, _ in iter_imports(path) if t.startswith("bytegrad")}
+    modules = set(graph)
+
+    def owner(target: str) -> str:
+        while target not in modules and "." in target:
+            target = target.rsplit(".", 1)[0]
+        return target
+
+    return {m: {owner(t) for t in targets} - {m} for m, targets in graph.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, children = work[-1]
+            for w in children:
+                if w not in graph:
+                    continue
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    component = []
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        component.append(w)
+                        if w == v:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert _cycles(graph) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles() -> None:
+    """No module of bytegrad imports, directly or through others, a module that imports it back,
+    counting imports inside functions: each layer's modules form a tree that reads top to bottom."""
+    cycles = _cycles(_import_graph())
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)

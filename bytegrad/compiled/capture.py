@@ -125,7 +125,7 @@ def capture(d: Any, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[
     """One gradient by a capture run: (its (value, gradient), the program made from it by the
     first of `backends` that can, or why none could). A function the capture cannot take runs
     on the general path instead."""
-    from bytegrad.compiled.lower_numpy import Ineligible, build as build_program
+    from bytegrad.compiled.build import Ineligible, build as build_program
     norm_wrt, _ = d._plan(len(args), d._wrt)
     positions = policy.capture_positions(args)
     if any(p not in positions for p in norm_wrt):
@@ -226,7 +226,7 @@ def eligibility(d: Any, args: tuple) -> tuple[list[str], list[tuple]]:
 def capture_pullback(d: Any, args: tuple, general_back: Callable[..., Any], backends: Sequence[str] = ()) -> tuple[Any, Union[Program, str]]:
     """One pullback by a capture run: ((output, back), the pullback program made from it, or why
     none could be). Pullback programs have the NumPy back end only."""
-    from bytegrad.compiled.lower_numpy import Ineligible, build as build_program
+    from bytegrad.compiled.build import Ineligible, build as build_program
     compiled = policy
     positions = compiled.capture_positions(args)
     run = capture_run(d, args, positions)

@@ -486,7 +486,7 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
         owned = frozenset(f"r{p}" for p in leaves if type(b.tape.values[p]) is _ndarray)
         return _finish(b, k, lines, ret, params, flat, leaves, out_idx, len(records), owned)
     k = _Kernel(b, depends)
-    fused = program_fused.emit(k, records, out_idx)
+    fused = program_fused.emit(k, records, out_idx, vector_calls)  # (passed: no import back)
     if fused is not None:
         params = list(dict.fromkeys(k.params))
         return _finish(b, k, fused[0], fused[1], params, params, fused[2], out_idx, len(records), fused[3])

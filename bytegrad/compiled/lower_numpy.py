@@ -39,20 +39,18 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from bytegrad.errors import qualname
-from bytegrad.rules import registry
 from bytegrad.rules._apply import shape_of
 from bytegrad.rules._shape import stand_in, unbroadcast_plan
-from bytegrad.runtime import pytree
 from bytegrad.runtime.backward import INPLACE_MIN_SIZE, partial_uses
-from bytegrad.compiled.parts import Record, check_shapes, compile_program, savable_share, value_only
+from bytegrad.compiled.parts import Record, check_shapes, compile_program
 from bytegrad.compiled.source import (
     DECIDED, DECISION_GUARD, MAYBE, MISS, SCALAR_CONSTS, SET, UNSET, Decision, Ineligible, Inputs, Program, Source,
-    gradient_code, inline_partial, operator_expr, short, static_guards,
+    inline_partial, operator_expr, short,
 )
 from bytegrad.compiled.reuse import accumulate, forward_alternatives, lower_partial, made_here
 from bytegrad.runtime.tape import Tape
 
-__all__ = ["DECIDED", "MISS", "Ineligible", "Program", "build", "compile_source"]
+__all__ = ["DECIDED", "MISS", "Builder", "Ineligible", "Program", "compile_source", "emit"]
 
 _ndarray = np.ndarray
 _FunctionType = types.FunctionType
@@ -504,81 +502,7 @@ def _array_partial(d: Any, rec: Record) -> bool:
 
 
 
-def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: Any, wrt_tuple: bool,
-          static_guards_: list[tuple], code: types.CodeType, backend: str = "numpy",
-          pullback: bool = False, aux: Optional[tuple] = None) -> Program:
-    """The program for the computation recorded on `tape` (a capture run of `call_args`, every
-    positional argument `p` with a spec in `specs[p]`), differentiated with respect to positions
-    `wrt`. `static_guards_`: ("global", globals dict, name, value) and ("attr", module, name, value)
-    entries the code's reads were resolved against; `code`: the user's function, whose file and
-    lines the program's operations carry (an error raised in one shows the user's line).
-    `backend`: "numpy" (this module) or "numba" (compiled/lower_numba.py). `pullback`: the program
-    is `fn(args) -> (output, back)`, `back(out_bar)` the cotangents of every positional argument
-    (a tuple, None where an argument has no derivative) or MISS where `out_bar` is not shaped as
-    at capture; `out` may then be a tree of values. `aux`: `(aux,)` for a function with
-    `has_aux=True` (the program returns `((value, aux), gradient)`, or `(output, back, aux)` as a
-    pullback program). Raises `Ineligible`."""
-    src = Source()
-    inputs = Inputs(src)
-    src.guard("type", f"len(args) == {len(call_args)}", f"{len(call_args)} positional arguments")
-    for p, value in enumerate(call_args):
-        var = inputs.temp()
-        src.emit(f"{var} = args[{p}]")
-        inputs.walk(var, value, specs[p], fresh=p in wrt)
-    static_guards(src, static_guards_, inputs, tape.ids)
-    # (_VERSION: the registry's version when the program is compiled, here or loaded from disk)
-    src.guard("version", "_version() == _VERSION", f"rule registry version {registry.program_version()}")
-    if pullback:
-        if backend != "numpy":
-            raise Ineligible("pullbacks have the NumPy back end only")
-        from bytegrad.compiled.pullback import build_pullback
-
-        return build_pullback(tape, src, inputs, specs, wrt, out, code, aux)
-    out_idx = tape.ids.get(id(out))
-    if out_idx is None or tape.values[out_idx] is not out:
-        raise Ineligible("the output does not depend on the arguments")
-    wrt_leaves = {leaf.idx for p in wrt for leaf in pytree.leaves(specs[p])}
-    b = Builder(tape, src, inputs, wrt_leaves)
-    aux_leaves: dict[int, Any] = {}
-    if aux is not None:
-        if backend != "numpy":
-            raise Ineligible("has_aux programs have the NumPy back end only")
-        from bytegrad.compiled.pullback import output_leaves
-
-        output_leaves(aux[0], tape, aux_leaves)
-    order, depends = b.read([out_idx, *aux_leaves])
-    if backend == "numba":
-        from bytegrad.compiled import lower_numba as program_numba
-
-        result_var, state, forward_records = program_numba.emit(b, order, depends, out_idx)
-    else:
-        result_var, state, forward_records = _emit_numpy(b, order, depends, out_idx)
-    if backend == "numpy" and aux is None:
-        value_only(b.src, b.stmt_of, out_idx)
-    lines: list[str] = []
-    grads = [gradient_code(src, specs[p], state, lines, inputs.fresh) for p in wrt]
-    if len(grads) > 1:
-        lines.append(f"grads = _unalias(({', '.join(grads)},))")
-        result = "grads" if wrt_tuple else "grads[0]"
-    else:
-        result = f"({grads[0]},)" if wrt_tuple else grads[0]
-    if aux is not None:  # the aux output, rebuilt from the values it holds
-        from bytegrad.compiled.pullback import named_outputs, output_code
-
-        result_var = f"({result_var}, {output_code(aux[0], tape, named_outputs(aux_leaves, b), b, src)})"
-    src.emit(lines + [f"return {result_var}, {result}"])
-    fn, source = compile_source(src, code)
-    if src.kernel_source is not None:
-        source += "\n# the Numba kernel it calls\n" + src.kernel_source
-    prog = Program(fn, source, src.guards, forward_records)
-    prog.backend, prog.twin = backend, src.kernel_stems
-    if backend == "numpy":
-        prog.parts = (src.ns, *src.parts)
-        prog.share = savable_share([b.records[i] for i in order if i in b.records])
-    return prog
-
-
-def _emit_numpy(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple[str, dict[int, int], int]:
+def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple[str, dict[int, int], int]:
     """The NumPy back end: each record's primal, then the reverse steps, as Python statements."""
     n = b.forward_all(order, depends)
     if out_idx in depends:

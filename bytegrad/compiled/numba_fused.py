@@ -79,7 +79,7 @@ def _index(a_shape: tuple, shape: tuple) -> tuple[str, ...]:
     return tuple(v if n != 1 or s == 1 else "0" for v, n, s in zip(tail, a_shape, shape[len(shape) - len(a_shape):]))
 
 
-def emit(k: Any, records: list[int], out_idx: int) -> Optional[tuple[list[str], list[str], list[int], frozenset]]:
+def emit(k: Any, records: list[int], out_idx: int, vector_calls: Any) -> Optional[tuple[list[str], list[str], list[int], frozenset]]:
     """The kernel's lines, what it returns, the differentiated leaves it returns cotangents of and
     those of its returns that are arrays it made and holds nowhere else,
     written with `k` (program_numba's `_Kernel`, fresh); None when the program is not of this shape
@@ -128,8 +128,6 @@ def emit(k: Any, records: list[int], out_idx: int) -> Optional[tuple[list[str], 
             body[:] = [re.sub(rf"\b{v}\b", f"{v}_e", ln) for ln in body]
     for p in outside:  # inside the loop an operand's cotangent is one element's
         body[:] = [re.sub(rf"\bg{p}\b", f"e{p}", ln) for ln in body]
-    from bytegrad.compiled.lower_numba import vector_calls
-
     narrow = all(a.dtype == np.float32 for a, _ in operands.values() if type(a) is _ndarray)
     scalars = {v for v, (a, _) in operands.items() if type(a) is not _ndarray}
     body = vector_calls(body, k.names, narrow, scalars if f32 else None, "part" if f32 else "total", math.prod(shape))

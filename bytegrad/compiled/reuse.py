@@ -29,6 +29,7 @@ The rules, each needed (tests/test_program_reuse.py fails when one is left out):
 """
 from __future__ import annotations
 
+import _thread
 import ast
 import operator
 import sys
@@ -37,6 +38,9 @@ from typing import Any, Optional
 import numpy as np
 
 from bytegrad.runtime.backward import INPLACE_MIN_SIZE
+
+#: held while Python's `ast` module is used (programs are built in several threads at once)
+AST_LOCK = _thread.allocate_lock()  # (`threading` costs every process's import)
 
 __all__ = ["accumulate", "dead", "forward_alternatives", "lower_partial", "made_here", "SOLE"]
 
@@ -148,7 +152,6 @@ def lower_partial(t: str, expr: str, values: dict[str, Any], src: Any,
     where the outer operation is an arithmetic operator between that inner operation (a new array,
     rule 1, never read again: rule 3) and a name or a constant, and the inner result has the whole
     partial's shape and dtype on the capture's values (`values`, by variable; rule 2)."""
-    from bytegrad.compiled.source import AST_LOCK
 
     with AST_LOCK:
         node = ast.parse(expr, mode="eval").body

@@ -9,7 +9,6 @@ lambda partial as an expression in place of a call to it.
 """
 from __future__ import annotations
 
-import _thread
 import ast
 import builtins
 import operator
@@ -24,7 +23,7 @@ from bytegrad.errors import qualname
 from bytegrad.rules._shape import stand_in
 from bytegrad.runtime import pytree
 from bytegrad.compiled.guards import callable_state, number_condition, same_value
-from bytegrad.compiled.reuse import dead as operand_dead
+from bytegrad.compiled.reuse import AST_LOCK as AST_LOCK, dead as operand_dead  # (AST_LOCK re-exported)
 
 __all__ = ["Program", "operator_expr", "DECIDED", "FLOAT_TYPES", "GUARD_KINDS", "MAYBE", "MISS", "OWNED", "MISSING", "SCALAR_CONSTS", "SET", "UNSET", "Constants", "Ineligible", "Inputs", "Source", "gradient_code",
            "inline_partial", "static_guards"]
@@ -32,7 +31,6 @@ __all__ = ["Program", "operator_expr", "DECIDED", "FLOAT_TYPES", "GUARD_KINDS", 
 _ndarray = np.ndarray
 #: CPython 3.11's `ast` is not safe in threads ("AST constructor recursion depth mismatch" when two
 #: threads parse at once): programs parse and unparse under this lock
-AST_LOCK = _thread.allocate_lock()  # (`threading` costs every process's import)
 #: a cotangent's state while a program is written: no step wrote it, one did, one may have
 UNSET, SET, MAYBE = 0, 1, 2
 #: a cotangent the program made itself, an array no one else holds (a Numba kernel's copy)
@@ -500,9 +498,10 @@ def static_guards(src: Source, entries: list[tuple], inputs: Optional[Inputs] = 
             state = callable_state(value)
             if state is None:
                 src.guard(kind, f"{read} is {src.const(value)}", f"{name} is {_describe(value)}")
-            else:  # a function or partial: the state that shapes its call too
-                src.guard(kind, f"{read} is {src.const(value)} and _same_state({read}, {src.const(state, 'S')})",
-                          f"{name} is {_describe(value)}, with its code, defaults and arguments")
+            else:  # a function or partial: the state that shapes its call too (a "code" guard)
+                src.guard(kind, f"{read} is {src.const(value)}", f"{name} is {_describe(value)}")
+                src.guard("code", f"_same_state({read}, {src.const(state, 'S')})",
+                          f"{name} keeps its code, defaults and arguments")
 
 
 def _current(kind: str, owner: Any, name: str, value: Any) -> Any:

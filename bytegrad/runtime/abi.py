@@ -489,5 +489,3 @@ def before_with(tape: Optional[Tape], site: Site, mgr: Any) -> tuple[Any, Any]:
         return call_python(tape, site, enter, (mgr,), None), bound_exit
     return enter.__get__(mgr, cls)(), bound_exit
 
-
-from bytegrad.runtime import callbacks as _callbacks  # noqa: E402,F401  (fills CALLBACKS; imports abi)

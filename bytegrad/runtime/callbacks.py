@@ -9,7 +9,7 @@ through the hooks of `runtime.abi`, so the Python it reaches runs rewritten like
 `dispatch.CALL_HANDLERS` (keyed by the callable's type); `abi.getitem` and `dispatch.construct` call
 `missing` and `metaclass_call`.
 
-This module fills those two tables when it is imported (abi.py imports it last), rather than being
+This module fills those two tables when it is imported (the package's __init__ imports it), rather than being
 imported by dispatch: a genuine cycle, not a dodge of the layering. Its handlers do the C
 function's work through `abi`'s hooks and `dispatch` itself, and abi imports dispatch, so dispatch
 cannot import this module before it is complete.

@@ -170,7 +170,7 @@ class Tape:
         """Copy-on-write: node `node_idx` saved `arr` for its reverse step, and `arr`'s memory is
         about to be overwritten. The node is given a copy of `arr` as it is now (a recorded copy,
         so that a nested derivative still sees where it came from) in every place it holds it."""
-        from bytegrad.runtime import writes  # (writes imports this module)
+        from bytegrad.runtime import writes  # (loaded when a write first needs it)
 
         node = self.nodes[node_idx]
         copy = arr.copy()

@@ -11,7 +11,7 @@ shape, which of repeated positions wrote last), `VIEW` (positions, owner shape, 
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -19,7 +19,9 @@ from numpy.lib.stride_tricks import as_strided
 from bytegrad.errors import MutationError
 from bytegrad.rules._shape import materialize, unbroadcast
 from bytegrad.runtime.records import Kind
-from bytegrad.runtime.tape import Tape
+
+if TYPE_CHECKING:  # (tape.py imports this module)
+    from bytegrad.runtime.tape import Tape
 
 _ndarray = np.ndarray
 _BASIC = (int, slice, type(None), type(Ellipsis))

@@ -14,16 +14,13 @@ from typing import Any, Optional
 from bytegrad.errors import SourceLoc
 from bytegrad.rules import registry
 from bytegrad.transform import cache
+from bytegrad.transform.cache import param_names as param_names  # (re-exported)
 
 __all__ = ["rewrite_code", "rewritten_function", "param_names"]
 
 _DUMP = os.environ.get("BYTEGRAD_DUMP", "")
 
 
-def param_names(code: types.CodeType) -> tuple[str, ...]:
-    n = code.co_argcount + code.co_kwonlyargcount
-    n += bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)
-    return code.co_varnames[:n]
 
 
 def rewrite_code(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, Any],

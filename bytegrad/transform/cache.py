@@ -334,3 +334,10 @@ def rewrite_cached(code: types.CodeType, active: frozenset[str], immutable: froz
         elif diskcache.store(DISK_NAMESPACE, key, payload, label=_label(code)):
             _disk["disk_stores"] += 1
     return new_code
+
+
+def param_names(code: types.CodeType) -> tuple[str, ...]:
+    """The names of `code`'s parameters, positional, keyword-only, *args and **kwargs, in order."""
+    n = code.co_argcount + code.co_kwonlyargcount
+    n += bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)
+    return code.co_varnames[:n]

@@ -87,7 +87,7 @@ def _dump_after() -> frozenset[str]:
 def listings(fn: types.FunctionType, active: Any = None, *, fuse: bool = True) -> dict[str, str]:
     """The listing of `fn`'s code after each pass, by pass name, with the parameters `active`
     (names; by default the first) differentiated. For debugging and tests: nothing is cached."""
-    from bytegrad.transform import param_names
+    from bytegrad.transform.cache import param_names
     code = fn.__code__
     if active is None:
         active = param_names(code)[:1]
