@@ -258,8 +258,10 @@ def _with_rule(tape: Tape, site: Site, fn: Any, rule: Any, owner: Any, args: tup
             else:
                 tape.refuse(f"passes a differentiated value through {qualname(rule.fn)}", site)
         return out
-    if kind is THROUGH:
-        return call_python(tape, site, rule.impl, tuple(args), kwargs)
+    if kind is THROUGH:  # a Python implementation runs rewritten; any other callable is dispatched
+        if type(rule.impl) is _FunctionType:
+            return call_python(tape, site, rule.impl, tuple(args), kwargs)
+        return dispatch(tape, site, rule.impl, tuple(args), kwargs)
     if kind is NOT_IMPLEMENTED and any_tracked(tape.ids, tuple(args), kwargs):
         raise NotImplementedRuleError(
             f"differentiating {qualname(rule.fn)} is not supported: {rule.reason}.", site.loc(),
