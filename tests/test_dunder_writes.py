@@ -108,12 +108,14 @@ def made_then_written_statements(a):
 
 def operators_spelled_as_dunders(a):
     b = a.__add__(1.0).__mul__(a.__getitem__(slice(1, None)).__rsub__(4.0).__getitem__(0))
-    return np.sum(b.__pow__(2.0)) + a.__rmul__(3.0).__getitem__(2)
+    c = a.__neg__().__mul__(a.__abs__()).__add__(a.__pos__())
+    return np.sum(b.__pow__(2.0)) + a.__rmul__(3.0).__getitem__(2) + np.sum(c) * a[1].__float__()
 
 
 def operators_spelled_as_statements(a):
     b = (a + 1.0) * (4.0 - a[1:])[0]
-    return np.sum(b ** 2.0) + (3.0 * a)[2]
+    c = -a * abs(a) + (+a)
+    return np.sum(b ** 2.0) + (3.0 * a)[2] + np.sum(c) * float(a[1])
 
 
 @pytest.mark.parametrize("tier", TIERS)

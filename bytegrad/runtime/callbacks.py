@@ -140,6 +140,9 @@ def _dunder_ops() -> dict[str, tuple[Any, bool, bool]]:
 
 
 _DUNDER_OPS = _dunder_ops()
+#: dunders that spell a call: `a.__neg__()` is `-a` (operator.neg's rule), `a.__float__()` is `float(a)`
+_DUNDER_CALLS = {"__neg__": operator.neg, "__pos__": operator.pos, "__abs__": abs, "__invert__": operator.invert,
+                 "__float__": float, "__complex__": complex}
 
 
 def _dunder(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
@@ -147,7 +150,8 @@ def _dunder(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict]
     `a.__setitem__(k, v)` as `a[k] = v` (a write into a differentiated input is a MutationError, into
     an intermediate a recorded write), `a.__iadd__(b)` as `a += b`, `a.__add__(b)` as `a + b`
     (when the type takes `b`: NotImplemented is returned as the plain call returns it),
-    `a.__getitem__(k)` as `a[k]`; also spelled unbound, `np.ndarray.__setitem__(a, k, v)`."""
+    `a.__getitem__(k)` as `a[k]`, `a.__neg__()` as `-a`, `a.__float__()` as `float(a)`; also spelled
+    unbound, `np.ndarray.__setitem__(a, k, v)`."""
     if kwargs:
         return NotImplemented
     if type(fn) is types.MethodWrapperType:
@@ -162,6 +166,8 @@ def _dunder(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict]
         return None
     if name == "__getitem__" and len(rest) == 1:
         return abi.getitem(tape, site, obj, rest[0])
+    if name in _DUNDER_CALLS and not rest:
+        return dispatch(tape, site, _DUNDER_CALLS[name], (obj,), None)
     op = _DUNDER_OPS.get(name)
     if op is None or len(rest) != 1:
         return NotImplemented
