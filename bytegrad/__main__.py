@@ -81,6 +81,39 @@ def add_cache(subparsers: Any) -> None:
 class UsageError(Exception):
     """A mistake on the command line: printed as one line on stderr, exit code 2."""
 
+    code = 2
+
+
+class UserCodeError(UsageError):
+    """The user's module failed to import: one paragraph naming its file and line, exit code 1."""
+
+    code = 1
+
+
+def _user_line(exc: BaseException) -> tuple[str, int, str]:
+    """(file, line, source) where `exc` left the user's code: a SyntaxError's own position, else the
+    innermost frame outside the standard library, NumPy, bytegrad and the import machinery."""
+    import linecache
+    import traceback
+
+    from bytegrad.errors import library_file
+
+    if isinstance(exc, SyntaxError):
+        return exc.filename or "?", exc.lineno or 0, (exc.text or "").strip()
+    where = ("?", 0)
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if not frame.filename.startswith("<frozen") and not library_file(frame.filename):
+            where = (frame.filename, frame.lineno or 0)
+    return where[0], where[1], linecache.getline(where[0], where[1]).strip()
+
+
+def _failure(what: str, exc: BaseException, fix: str) -> str:
+    """One paragraph: what failed, at which file and line (with its source), the exception, the fix."""
+    filename, lineno, source = _user_line(exc)
+    detail = str(exc.msg if isinstance(exc, SyntaxError) else exc)
+    shown = f"\n    {source}" if source else ""
+    return f"{what} at {filename}, line {lineno}:{shown}\n  {type(exc).__name__}: {detail}\n  {fix}"
+
 
 def run_precompile(args: argparse.Namespace) -> int:
     """Fill the disk caches: a function's rewritten code and kernels, and/or the standard kernels."""
@@ -110,6 +143,12 @@ def run_precompile(args: argparse.Namespace) -> int:
         except DifferentiationError as exc:  # a problem in the function itself: its line, the fix
             print(f"{args.prog} precompile: {args.target} cannot be differentiated:\n{exc}", file=sys.stderr)
             return 1
+        except Exception as exc:  # noqa: BLE001 - the function failed on the examples (a wrong shape...)
+            if _user_line(exc)[0] == "?":
+                raise  # nothing of the user's on the way: bytegrad's own failure keeps its traceback
+            raise UsageError(_failure(f"{args.target} failed on the --example values", exc,
+                                      "Check that each --example has the shape and dtype the function expects "
+                                      "(one per positional argument, in order).")) from None
         print(f"precompiled {args.target} in {result['precompile_s']:.2f} s")
         for prog in result.get("compiled", {}).get("programs", []):
             twin = f"; Numba: {prog['numba_kernels']}" if "numba_kernels" in prog else ""
@@ -134,6 +173,13 @@ def _import_target(pc: Any, target: str) -> Any:
         fn, module = pc.resolve(target)
     except LookupError as exc:
         raise UsageError(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - the module's own code failed while it was imported
+        name = target.partition(":")[0]
+        fix = ("Install the module it imports, or correct the import" if isinstance(exc, ImportError) else
+               "Correct that line")
+        raise UserCodeError(_failure(f"importing {name} failed", exc,
+                                     f"{fix}, and run the command again; `python -c \"import {name}\"` "
+                                     f"shows the whole traceback.")) from None
     print(f"precompiling {target} from {getattr(module, '__file__', None) or module.__name__}")
     if not callable(fn):
         raise UsageError(f"{target} is a {type(fn).__name__}, not a function")
@@ -197,7 +243,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run one command; returns the exit code (2: a mistake on the command line, said in one line)."""
+    """Run one command; returns the exit code (2: a mistake on the command line, said in one line;
+    1: the user's module or function failed, said in one paragraph)."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # `bytegrad cache info | head`: the reader has gone; stop quietly, as Unix tools do
+        try:  # (the interpreter's flush of stdout at exit would fail again, with a message)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return 128 + 13  # what a shell reports for a tool that SIGPIPE stopped
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
     import warnings
 
     parser = build_parser()
@@ -206,10 +264,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     formatwarning = warnings.formatwarning  # a warning (the cache refused) is one line too
     warnings.formatwarning = lambda message, category, *_, **__: f"{parser.prog}: {category.__name__}: {message}\n"
     try:
-        return int(args.run(args) or 0)
+        code = int(args.run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, while BrokenPipeError is handled
+        return code
     except UsageError as exc:
         print(f"{parser.prog} {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.code
     finally:
         warnings.formatwarning = formatwarning
 

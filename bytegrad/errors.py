@@ -272,9 +272,10 @@ class NonScalarOutputError(DifferentiationError):
     """`grad` needs a function whose output is a scalar."""
 
 
-class ComplexOutputError(NonScalarOutputError):
+class ComplexOutputError(NonScalarOutputError, TypeError):
     """`grad` needs a real output: the gradient of a complex value is not defined (JAX and PyTorch
-    refuse it too); differentiate its real part, its absolute value, or use `bytegrad.vjp`."""
+    refuse it too); differentiate its real part, its absolute value, or use `bytegrad.vjp`. Also a
+    `TypeError`, which is what JAX and autograd raise here."""
 
 
 class AuxOutputError(DifferentiationError):

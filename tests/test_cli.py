@@ -104,12 +104,48 @@ def test_precompile_names_what_the_module_has(tmp_path):
     assert f"{tmp_path / 'bg_cli_model.py'}) has no 'lost'; it has loss" in line
 
 
-def test_an_error_inside_the_users_module_keeps_its_traceback(tmp_path):
-    (tmp_path / "bg_cli_broken.py").write_text("import bg_cli_missing_dependency\n\ndef f(x):\n    return x\n")
+@pytest.mark.parametrize("source, line, error", [
+    ("import numpy as np\nimport bg_cli_missing_dependency\n\ndef f(x):\n    return x\n", 2,
+     "ModuleNotFoundError: No module named 'bg_cli_missing_dependency'"),
+    ("import numpy as np\n\ndef f(x)\n    return x\n", 3, "SyntaxError: expected ':'"),
+    ("import numpy as np\n\nSCALE = np.ones(3) @ np.ones(4)\n\ndef f(x):\n    return x\n", 3, "ValueError: matmul"),
+], ids=["import-error", "syntax-error", "error-at-import"])
+def test_an_error_inside_the_users_module_is_one_paragraph_naming_its_line(tmp_path, source, line, error):
+    (tmp_path / "bg_cli_broken.py").write_text(source)
     proc = subprocess.run([sys.executable, "-m", "bytegrad", "precompile", "bg_cli_broken:f", "--example", "1.0"],
                           env=_env(tmp_path / "cache"), cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1
-    assert "bg_cli_broken.py" in proc.stderr and "No module named 'bg_cli_missing_dependency'" in proc.stderr
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(f"python -m bytegrad precompile: error: importing bg_cli_broken failed at "
+                                  f"{tmp_path / 'bg_cli_broken.py'}, line {line}:\n    "), proc.stderr
+    assert source.splitlines()[line - 1].strip() in proc.stderr and error in proc.stderr
+    assert 'python -c "import bg_cli_broken"' in proc.stderr
+
+
+def test_examples_of_the_wrong_shape_are_a_usage_error_naming_the_line(tmp_path):
+    proc = _precompile(tmp_path, "bg_cli_model:loss", "--example", "np.ones((4, 3))", "--example", "np.ones((5, 5))",
+                       "--example", "np.zeros(3)")
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("python -m bytegrad precompile: error: bg_cli_model:loss failed on the --example "
+                                  f"values at {tmp_path / 'bg_cli_model.py'}, line 6:\n"), proc.stderr
+    assert "return np.sum(np.tanh(x @ W + b))" in proc.stderr and "ValueError: matmul" in proc.stderr
+    assert "shape and dtype" in proc.stderr
+
+
+@pytest.mark.parametrize("command", [("cache", "info"), ("cache", "info", "--list")])
+def test_a_closed_pipe_ends_the_command_quietly(tmp_path, command):
+    """`bytegrad cache info | head`: the reader leaves; no BrokenPipeError traceback (here the read end
+    is closed before the command writes, so that every write fails)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "bytegrad", *command], env=_env(tmp_path / "cache"),
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert proc.stderr == "", proc.stderr
+    assert proc.returncode == 141  # 128 + SIGPIPE, as a shell reports a tool stopped by the signal
 
 
 def test_precompile_imports_from_the_current_directory_and_says_so(tmp_path, monkeypatch, capsys):

@@ -374,3 +374,30 @@ def test_a_location_taken_from_a_frame_reads_the_line_f_lineno_gives():
     here = SourceLoc.of_frame(sys._getframe()); expected = sys._getframe().f_lineno  # noqa: E702
     assert here == SourceLoc(HERE, expected, "test_a_location_taken_from_a_frame_reads_the_line_f_lineno_gives")
     assert hash(here) == hash(SourceLoc(HERE, expected, here.function)) and str(here).endswith(f":{expected} ({here.function})")
+
+
+# differentiate_through with an implementation that is not a plain Python function: before, the
+# rewriter was handed it and failed (`AttributeError: '_ArrayFunctionDispatcher' object has no
+# attribute '__code__'` for np.copy)
+def test_differentiate_through_a_numpy_function_itself_runs_its_python_code():
+    registry.differentiate_through(np.copy, np.copy, override=True)
+    x = np.array([1.0, -2.0, 3.0])
+    for _ in range(2):  # the second gradient takes the rewritten implementation from the caches
+        np.testing.assert_array_equal(bytegrad.grad(lambda v: np.sum(np.copy(v) ** 2))(x), 2 * x)
+
+
+def test_differentiate_through_a_callable_that_has_a_rule_uses_its_rule():
+    def duplicate(v):
+        return v.copy()
+
+    registry.differentiate_through(duplicate, np.copy)  # np.copy's rule, as at any call site
+    x = np.array([1.0, -2.0, 3.0])
+    np.testing.assert_array_equal(bytegrad.grad(lambda v: np.sum(duplicate(v) * v))(x), 2 * x)
+
+
+def test_differentiate_through_a_c_function_itself_is_refused_when_registered():
+    with pytest.raises(TypeError, match="other than math.exp itself"):
+        registry.differentiate_through(math.exp, math.exp, override=True)
+    with pytest.raises(TypeError, match="callable"):
+        registry.differentiate_through(math.exp, 3.0, override=True)
+    assert lookup(math.exp).kind is not RuleKind.THROUGH  # the rule it had is kept

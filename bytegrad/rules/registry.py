@@ -663,7 +663,20 @@ def differentiate_through(fn: Any, impl: Callable[..., Any], *, override: bool =
         A Python function with `fn`'s signature and result.
     override : bool, default False
         Replace an existing rule for `fn` instead of raising `DuplicateRuleError`.
+
+    Raises
+    ------
+    TypeError
+        When `impl` is not callable, or is `fn` itself without Python code of its own (a NumPy
+        function written in Python, `differentiate_through(np.copy, np.copy)`, runs its Python
+        implementation).
     """
+    if impl is fn and isinstance(getattr(fn, "_implementation", None), types.FunctionType):
+        impl = fn._implementation  # calling the dispatcher would come back to this rule
+    elif impl is fn or not callable(impl):
+        raise TypeError(f"differentiate_through({qualname(fn)}, {qualname(impl) if callable(impl) else repr(impl)}): "
+                        f"the implementation must be a callable other than {qualname(fn)} itself (a Python "
+                        f"function computing the same result); or give {qualname(fn)} a rule with @bytegrad.rrule")
     register(Rule(fn, RuleKind.THROUGH, impl=impl, defined_at=_caller_loc(1)), override=override)
 
 

@@ -23,6 +23,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from bytegrad import _operators
 from bytegrad.runtime import abi
 from bytegrad.runtime.dispatch import CALL_HANDLERS, CALLBACKS, call_python, class_attr, dispatch
 from bytegrad.runtime.records import Site
@@ -121,3 +122,60 @@ CALLBACKS.update({getattr: _getattr, setattr: _setattr, dict: _dict, np.asarray:
                       np.array: _asarray, np.asanyarray: _asarray,
                       "missing": missing, "metaclass": metaclass_call})
 CALL_HANDLERS[operator.attrgetter] = _attrgetter
+
+
+def _dunder_ops() -> dict[str, tuple[Any, bool, bool]]:
+    """{dunder name: (the hook of the operator it spells, reflected, in place)}: `__add__`, `__radd__`,
+    `__iadd__`... for every binary operator."""
+    table = {}
+    for op in _operators.BINARY.values():
+        hook = abi.BINARY_HOOKS[op.symbol]
+        name = op.reflected[3:]  # "__radd__" -> "add__"
+        if op.inplace:
+            table["__i" + name] = (hook, False, True)
+        else:
+            table["__" + name] = (hook, False, False)
+            table[op.reflected] = (hook, True, False)
+    return table
+
+
+_DUNDER_OPS = _dunder_ops()
+#: dunders that spell a call: `a.__neg__()` is `-a` (operator.neg's rule), `a.__float__()` is `float(a)`
+_DUNDER_CALLS = {"__neg__": operator.neg, "__pos__": operator.pos, "__abs__": abs, "__invert__": operator.invert,
+                 "__float__": float, "__complex__": complex}
+
+
+def _dunder(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
+    """An explicit dunder call runs as the statement or expression it spells, through the same hook:
+    `a.__setitem__(k, v)` as `a[k] = v` (a write into a differentiated input is a MutationError, into
+    an intermediate a recorded write), `a.__iadd__(b)` as `a += b`, `a.__add__(b)` as `a + b`
+    (when the type takes `b`: NotImplemented is returned as the plain call returns it),
+    `a.__getitem__(k)` as `a[k]`, `a.__neg__()` as `-a`, `a.__float__()` as `float(a)`; also spelled
+    unbound, `np.ndarray.__setitem__(a, k, v)`."""
+    if kwargs:
+        return NotImplemented
+    if type(fn) is types.MethodWrapperType:
+        obj, rest = fn.__self__, args
+    elif args and isinstance(args[0], fn.__objclass__):
+        obj, rest = args[0], args[1:]
+    else:
+        return NotImplemented
+    name = fn.__name__
+    if name == "__setitem__" and len(rest) == 2:
+        abi.setitem(tape, site, rest[1], obj, rest[0])
+        return None
+    if name == "__getitem__" and len(rest) == 1:
+        return abi.getitem(tape, site, obj, rest[0])
+    if name in _DUNDER_CALLS and not rest:
+        return dispatch(tape, site, _DUNDER_CALLS[name], (obj,), None)
+    op = _DUNDER_OPS.get(name)
+    if op is None or len(rest) != 1:
+        return NotImplemented
+    hook, reflected, inplace = op
+    if not inplace and fn(*args) is NotImplemented:  # (an out-of-place operator computes nothing else)
+        return NotImplemented
+    return hook(tape, site, rest[0], obj) if reflected else hook(tape, site, obj, rest[0])
+
+
+CALL_HANDLERS[types.MethodWrapperType] = _dunder
+CALL_HANDLERS[types.WrapperDescriptorType] = _dunder

@@ -200,7 +200,9 @@ def dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict
         return call_python(tape, site, fn._implementation, tuple(args), kwargs)
     handler = CALL_HANDLERS.get(t)
     if handler is not None:  # C callables that call back into Python (operator.attrgetter: runtime/callbacks.py)
-        return handler(tape, site, fn, tuple(args), kwargs)
+        out = handler(tape, site, fn, tuple(args), kwargs)  # or explicit dunders (`a.__setitem__(k, v)`)
+        if out is not NotImplemented:  # (declined: dispatched as usual)
+            return out
     own = getattr(t, "__bytegrad_call__", None)
     if own is not None:  # a callable that takes over its calls from rewritten code (runtime/checkpoint.py)
         return own(fn, tape, site, tuple(args), kwargs)
@@ -258,8 +260,10 @@ def _with_rule(tape: Tape, site: Site, fn: Any, rule: Any, owner: Any, args: tup
             else:
                 tape.refuse(f"passes a differentiated value through {qualname(rule.fn)}", site)
         return out
-    if kind is THROUGH:
-        return call_python(tape, site, rule.impl, tuple(args), kwargs)
+    if kind is THROUGH:  # a Python implementation runs rewritten; any other callable is dispatched
+        if type(rule.impl) is _FunctionType:
+            return call_python(tape, site, rule.impl, tuple(args), kwargs)
+        return dispatch(tape, site, rule.impl, tuple(args), kwargs)
     if kind is NOT_IMPLEMENTED and any_tracked(tape.ids, tuple(args), kwargs):
         raise NotImplementedRuleError(
             f"differentiating {qualname(rule.fn)} is not supported: {rule.reason}.", site.loc(),
@@ -294,9 +298,10 @@ CALLBACKS: dict[Any, Callable[..., Any]] = {}
 _callbacks_get = CALLBACKS.get
 
 
-#: C callable types that call back into Python, by type: `handler(tape, site, fn, args, kwargs)`
-#: (runtime/callbacks.py fills it in, as CALLBACKS; a Python class takes over its own calls with a
-#: `__bytegrad_call__(self, tape, site, args, kwargs)` method instead: runtime/checkpoint.py's)
+#: C callable types that call back into Python, by type: `handler(tape, site, fn, args, kwargs)`,
+#: NotImplemented to dispatch as usual (runtime/callbacks.py fills it in, as CALLBACKS; a Python
+#: class takes over its own calls with a `__bytegrad_call__(self, tape, site, args, kwargs)` method
+#: instead: runtime/checkpoint.py's)
 CALL_HANDLERS: dict[type, Callable[..., Any]] = {}
 
 

@@ -221,12 +221,42 @@ def arm() -> Any:
     # 3.11 (no sys.monitoring): a profile function for the rest of this forward pass. It costs a
     # Python call per call, but only gradients that hand a Python object or function to C pay it.
     _on = True
-    _saved_profile[0] = sys.getprofile()
-    sys.setprofile(_on_profile)
+    _saved[:] = [_install(sys.getprofile(), sys.gettrace())]
     return None
 
 
-_saved_profile: list = [None]
+#: how `stop` puts back what `arm` replaced on 3.11: a callable of no arguments
+_saved: list = [None]
+
+
+def _install(profiler: Any, tracer: Any) -> Any:
+    """Start the 3.11 watch beside whatever profiler or tracer runs (cProfile, a debugger, coverage)
+    and return how to restore it exactly. `sys.getprofile()` returns cProfile's `Profile` object,
+    which `sys.setprofile` cannot re-install (it is not callable: it was installed from C), so a
+    running profiler is left alone and the watch uses the trace hook instead (its global function
+    sees every call just as a profile function does, and starts no line tracing)."""
+    if profiler is None:
+        sys.setprofile(_on_profile)
+        return lambda: sys.setprofile(None)
+    if tracer is None:
+        sys.settrace(_on_trace)
+        return lambda: sys.settrace(None)
+    if callable(profiler):  # a profile function written in Python: it keeps receiving every event
+        def chained(frame: Any, event: str, arg: Any) -> Any:
+            _on_profile(frame, event, arg)
+            return profiler(frame, event, arg)
+        sys.setprofile(chained)
+        return lambda: sys.setprofile(profiler)
+    # a C profiler and a tracer both run: cProfile's `enable()` re-installs it (the calls of the
+    # watched forward pass go unprofiled); another C profiler cannot be put back from Python
+    enable = getattr(profiler, "enable", None)
+    sys.setprofile(_on_profile)
+    return enable if callable(enable) else (lambda: sys.setprofile(None))
+
+
+def _on_trace(frame: Any, event: str, arg: Any) -> None:
+    _on_profile(frame, event, arg)
+    return None  # no local trace function: no line events
 
 
 def stop(token: Any) -> None:
@@ -238,4 +268,5 @@ def stop(token: Any) -> None:
     if _TOOL is not None:
         _MONITORING.set_events(_TOOL, 0)
     else:
-        sys.setprofile(_saved_profile[0])
+        restore, _saved[0] = _saved[0], None
+        restore()

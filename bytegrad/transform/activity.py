@@ -96,10 +96,14 @@ _INVISIBLE_CALLS = {
 }
 
 
-def _refuse_invisible_call(ins: Instr, fn: Any, nargs: int, loc: SourceLoc) -> None:
+def _refuse_invisible_call(a: _Analysis, ins: Instr, fn: Any, nargs: int) -> None:
     what = _INVISIBLE_CALLS.get(fn) if type(fn) is types.BuiltinFunctionType else None
     if what is None and fn is vars and nargs == 0:
         what = _INVISIBLE_CALLS[locals]
+    if what is _INVISIBLE_CALLS[locals] and \
+            opcodes.tests_membership_next(a.instrs, next(k for k, x in enumerate(a.instrs) if x is ins)):
+        return  # `'x' in locals()` (pytest's assert messages): only the names are read
+    loc = a.loc
     if what is not None:
         raise UnsupportedOpcodeError(
             f"{what[0]}: the values it computes would have no derivative.",
@@ -519,7 +523,7 @@ def _call_ex(a: _Analysis, ins: Instr, stack: Stack) -> None:
 
 def _call_result(a: _Analysis, ins: Instr, stack: Stack, count: int, fn_slot: Optional[Slot]) -> None:
     if fn_slot is not None and fn_slot.known is not None:
-        _refuse_invisible_call(ins, fn_slot.known, int(ins.arg), a.loc)
+        _refuse_invisible_call(a, ins, fn_slot.known, int(ins.arg))
     real = [p for p in _pop(stack, count) if not p.null]
     if nondiff_callable(fn_slot):
         stack.append(INACTIVE)

@@ -520,6 +520,18 @@ def is_const_load(instr: Any) -> bool:
     return getattr(instr, "name", None) == "LOAD_CONST" or getattr(instr, "opname", None) == "LOAD_CONST"
 
 
+def tests_membership_next(instrs: Sequence[Any], i: int) -> bool:
+    """Whether the value instruction `i` pushes is consumed at once by `in` / `not in` (CONTAINS_OP
+    with it on the right, nothing but line markers between): pytest's rewritten asserts test
+    `'x' in @py_builtins.locals()`, which reads the dictionary's keys, never the values."""
+    for ins in instrs[i + 1:]:
+        if isinstance(ins, Instr):
+            return ins.name == "CONTAINS_OP"
+        if type(ins).__name__ != "SetLineno":
+            return False  # a label (another path may join) or an exception-table marker
+    return False
+
+
 def returns_value(instr: Instr) -> bool:
     """RETURN_VALUE or RETURN_CONST: the function returns here."""
     return instr.name in ("RETURN_VALUE", "RETURN_CONST")
