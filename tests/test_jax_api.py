@@ -115,6 +115,14 @@ def test_a_partial_over_differentiated_values_inside_a_derivative():
     np.testing.assert_allclose(bytegrad.grad(outer)(X), expected, rtol=1e-6)
 
 
+def test_a_callable_bytegrad_cannot_differentiate_is_named_once():
+    # (a partial was refused as `functools.functools.partial(...)`: the module written twice)
+    import operator
+
+    with pytest.raises(TypeError, match=r"; operator\.methodcaller\('sum'\) \(methodcaller\) has neither"):
+        bytegrad.grad(operator.methodcaller("sum"))(np.ones(2))
+
+
 # Every entry point takes the same kinds of callable: (name, call) with call(fn_of_w_and_x) -> result
 # to compare against the same entry point on the plain function.
 def _entry_points():
