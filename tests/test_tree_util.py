@@ -149,3 +149,17 @@ def test_an_sgd_step_over_every_kind_of_tree(dtype):
 
     tree_map(check, params, grads, new)
     assert loss(new, x) < loss(params, x)
+
+
+def _python_blocks(page: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
+
+
+@pytest.mark.parametrize("k", range(len(_python_blocks(ROOT / "docs" / "pytrees.md"))))
+def test_the_pytrees_page_examples_run(k):
+    # each block in a fresh interpreter, as a reader would paste it (it registers a class)
+    code = _python_blocks(ROOT / "docs" / "pytrees.md")[k]
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
