@@ -71,7 +71,7 @@ def jacobian_of(d: Any, args: tuple, kwargs: dict, mode: str, grad_like: bool = 
         mode = "fwd" if in_size < out_size else "rev"
     blocks: list[dict[int, Any]] = [{} for _ in out_leaves]
     if mode == "rev":
-        _reverse(tape, ins, out_leaves, idxs, block_shapes, blocks, nested)
+        _reverse(tape, ins, out_leaves, idxs, block_shapes, blocks, nested, grad_like)
     else:
         _forward(tape, ins, out_leaves, idxs, block_shapes, blocks, nested)
     for o, leaf in enumerate(out_leaves):
@@ -98,8 +98,9 @@ def _basis(shape: tuple[int, ...], dtype: Any, k: int) -> Any:
 
 
 def _reverse(tape: Any, ins: list, out_leaves: list, idxs: list, block_shapes: list, blocks: list,
-             nested: Any) -> None:
-    """One reverse sweep per element of each output leaf: the rows of its blocks."""
+             nested: Any, grad_like: bool = False) -> None:
+    """One reverse sweep per element of each output leaf: the rows of its blocks (a scalar's
+    gradient as it is, when `grad_like`: as `grad`'s, without stacking it)."""
     project = nested.project if nested is not None else pytree.project
     for o, (leaf, i) in enumerate(zip(out_leaves, idxs)):
         if i is None:
@@ -112,6 +113,11 @@ def _reverse(tape: Any, ins: list, out_leaves: list, idxs: list, block_shapes: l
             cts = nested.sweep({i: seed}) if nested is not None else sweep(tape, {i: seed})
             for j, s in enumerate(ins):
                 rows[j].append(project(cts[s.idx], s.primal))
+        if grad_like and block_shapes[o] == ():
+            copy = (lambda g: nested.call(np.copy, (g,))) if nested is not None else None
+            grads = pytree.unalias(tuple(r[0] for r in rows), copy)  # blocks never share memory
+            blocks[o].update((s.idx, g) for s, g in zip(ins, grads))
+            continue
         for j, s in enumerate(ins):
             blocks[o][s.idx] = _assemble(rows[j], block_shapes[o], np.shape(s.primal), 0, nested)
 

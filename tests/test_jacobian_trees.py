@@ -189,3 +189,13 @@ def test_a_one_element_output_still_has_a_hessian_shaped_like_grads():
     H = bytegrad.hessian(lambda x: np.sum(x ** 3, keepdims=True))(np.array([1.0, 2.0]))
     np.testing.assert_allclose(H, np.diag([6.0, 12.0]))
     assert float(bytegrad.hessian(lambda t: t ** 3)(1.5)) == pytest.approx(9.0)
+
+
+@pytest.mark.parametrize("mode", ("fwd", "rev"))
+def test_hessian_blocks_where_the_gradients_share_a_cotangent(mode):
+    # x + y: one cotangent object reaches both arguments (the inner gradients are unaliased)
+    x, y = np.array([0.5, 1.0]), np.array([-1.0, 2.0])
+    H = bytegrad.hessian(lambda x, y: np.sum(x + y) ** 2 + np.sum(x ** 3), wrt=(0, 1), mode=mode)(x, y)
+    np.testing.assert_allclose(H[0][0], 2.0 + np.diag(6 * x), rtol=1e-12)
+    for block in (H[0][1], H[1][0], H[1][1]):
+        np.testing.assert_allclose(block, 2.0 * np.ones((2, 2)), rtol=1e-12)
