@@ -37,6 +37,12 @@ from bytegrad.rules import (
 from bytegrad.rules.control import stop_gradient as stop_gradient
 from bytegrad.rules.pytrees import register_pytree as register_pytree
 from bytegrad.runtime.tangents import PerformanceWarning as PerformanceWarning
+from bytegrad.tree_util import (
+    tree_flatten as tree_flatten,
+    tree_leaves as tree_leaves,
+    tree_map as tree_map,
+    tree_unflatten as tree_unflatten,
+)
 
 __version__ = "0.1.0"
 
@@ -61,6 +67,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "differentiate", "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp", "stop_gradient", "register_pytree",
+    "tree_map", "tree_flatten", "tree_unflatten", "tree_leaves",
     "checkpoint",
     "PerformanceWarning",
     "explain", "precompile",

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
-from bytegrad import _ruled, transform
+from bytegrad import _jacobian, _ruled, transform
 from bytegrad._config import config as _config
 from bytegrad.errors import (
     AuxOutputError, ComplexOutputError, NonScalarOutputError, SourceLoc, UnsupportedOpcodeError, WrtError,
@@ -27,7 +27,7 @@ from bytegrad.runtime.tape import Tape, call_site, sweep, tls
 from bytegrad.transform import cache
 
 __all__ = ["differentiate", "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp", "Differentiated",
-           "GradFunction"]
+           "GradFunction", "JacobianFunction"]
 
 Wrt = Union[int, str, Sequence[Union[int, str]]]
 
@@ -65,16 +65,20 @@ class Differentiated:
         if isinstance(fn, Differentiated):
             tier = fn._tier if tier is None else tier
             fn = fn.fn
-        target = fn
-        if not isinstance(fn, types.FunctionType):
-            call = getattr(type(fn), "__call__", None)
-            if not (isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType)
+        # a functools.partial: its function, called with the partial's arguments in front (wrt counts
+        # the arguments the partial is called with, as in JAX)
+        target, bound, self._bound_kwargs = _unwrap_partial(fn)
+        if not isinstance(target, types.FunctionType):
+            call = getattr(type(target), "__call__", None)
+            if not (isinstance(target, types.MethodType) and isinstance(target.__func__, types.FunctionType)
                     or isinstance(call, types.FunctionType)):
-                target = _ruled.python_caller(fn)  # np.sum, np.add: its rule (TypeError without one)
+                target = _ruled.python_caller(target)  # np.sum, np.add: its rule (TypeError without one)
         self.fn = fn
         functools.update_wrapper(self, fn)
-        self._target, self._bound_self = self._python_target(target)
-        self._offset = 1 if self._bound_self is not None else 0
+        self._target, bound_self = self._python_target(target)
+        #: the arguments put in front of the caller's: a bound method's object, a partial's arguments
+        self._bound = bound if bound_self is None else (bound_self, *bound)
+        self._offset = len(self._bound)
         self._wrt_spec = wrt
         self._has_aux = bool(has_aux)
         self._tier = tier
@@ -82,7 +86,7 @@ class Differentiated:
         wrt_key = tuple(wrt) if isinstance(wrt, list) else wrt
         compiled = _compiled()
         self._tiers = compiled.tiers_for(self._target, (compiled.AUX, wrt_key) if self._has_aux else wrt_key, tier) \
-            if self._bound_self is None else None
+            if not self._bound and not self._bound_kwargs else None
         self._pb_tiers: Optional[_compiled_module.Tiers] = None  # pullback programs: made on the first pullback
         self._use_code(self._target.__code__)
         self._hits = 0
@@ -209,7 +213,7 @@ class Differentiated:
         norm = tuple(p if type(p) is str else p % nargs for p in positions)
         code = self._target.__code__
         names = self._params[self._offset:]
-        argc = code.co_argcount - self._offset
+        argc = max(code.co_argcount - self._offset, 0)
         varkw = code.co_varnames[code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 0x04)] \
             if code.co_flags & 0x08 else None
         active = {names[p] for p in norm if type(p) is not str and p < argc}
@@ -263,6 +267,8 @@ class Differentiated:
                 positions = self._wrt
         if self._code.co_flags & _SUSPENDING:
             raise self._suspending_error()
+        if self._bound_kwargs:  # a partial's keywords; the call's own win, as in functools.partial
+            kwargs = {**self._bound_kwargs, **kwargs}
         if kwargs:
             args, kwargs = self._normalize_call(args, kwargs)
         plan = self._plans.get((len(args), positions))
@@ -304,7 +310,7 @@ class Differentiated:
         if type(args) is _KeywordSlots:
             args, named = args.split()
             kwargs = {**kwargs, **named}
-        call_args = tuple(args) if self._bound_self is None else (self._bound_self, *args)
+        call_args = (*self._bound, *args) if self._bound else tuple(args)
         # bytegrad's own functions (hessian = jacobian of grad) run as they are: they find the tape
         fn = self._rewritten(active, call_args) if self._target.__module__ != __name__ else self._target
         old = getattr(tls, "tape", None)
@@ -351,7 +357,7 @@ class Differentiated:
             kwargs = {**kwargs, **named}
         nested.stop = len(tape.nodes) - 1
         added = tape.protected - protected  # the inner inputs are protected while the inner code runs
-        call_args = tuple(args) if self._bound_self is None else (self._bound_self, *args)
+        call_args = (*self._bound, *args) if self._bound else tuple(args)
         # while it runs, checkpointed calls record as usual and fused sites run their NumPy tier (their
         # kernels compute partials unrecorded): see runtime/checkpoint.py and runtime/fused.py
         tls.nesting = getattr(tls, "nesting", 0) + 1
@@ -534,7 +540,8 @@ class Differentiated:
     def pullback(self, *args: Any, **kwargs: Any) -> Any:
         """(output, back): `back(out_bar)` returns one cotangent per positional argument;
         `(output, back, aux)` with `has_aux=True`."""
-        if self._bound_self is None and not kwargs and getattr(tls, "tape", None) is None and not _config.debug_nans:
+        if not self._bound and not self._bound_kwargs and not kwargs and getattr(tls, "tape", None) is None \
+                and not _config.debug_nans:
             tiers = self._pb_tiers
             if tiers is None:
                 compiled = _compiled()
@@ -564,6 +571,22 @@ class Differentiated:
             out, aux = self._split_aux(out)
         back = _general_back(out, tape, specs, nested)
         return (out, back, aux) if self._has_aux else (out, back)
+
+
+def _unwrap_partial(fn: Any) -> tuple[Any, tuple, dict]:
+    """(the function, the positional arguments put in front, the keywords) of a functools.partial,
+    nested ones and partials of differentiated functions included; `(fn, (), {})` for anything else."""
+    args: tuple = ()
+    keywords: dict = {}
+    while True:
+        if isinstance(fn, functools.partial):
+            args = (*fn.args, *args)
+            keywords = {**fn.keywords, **keywords}  # the outer partial's keywords win
+            fn = fn.func
+        elif isinstance(fn, Differentiated):  # its function (run as it is, it would hide the derivative)
+            fn = fn.fn
+        else:
+            return fn, args, keywords
 
 
 def _general_back(out: Any, tape: Tape, specs: list, nested: Optional["_Nested"]) -> Callable[[Any], tuple]:
@@ -678,14 +701,17 @@ def _checking_tape() -> Tape:
     return CheckingTape()
 
 
-def differentiate(fn: Optional[Callable[..., Any]] = None, *, wrt: Wrt = 0, has_aux: bool = False,
-                  tier: Optional[str] = None) -> Any:
+def differentiate(fn: Optional[Callable[..., Any]] = None, *, wrt: Optional[Wrt] = None, has_aux: bool = False,
+                  tier: Optional[str] = None, argnums: Optional[Wrt] = None) -> Any:
     """Decorator: `fn` keeps working as before and gains `.grad`, `.value_and_grad` and `.pullback`.
 
     Parameters
     ----------
     fn : callable, optional
         The function. Without it, `differentiate(wrt=..., has_aux=...)` returns the decorator.
+        As everywhere in this API it may be a Python function, a bound method, a static or class
+        method, an object with a `__call__` method, or a `functools.partial` of one (`wrt` then
+        counts the arguments the partial is called with, as in JAX).
     wrt : int, str or tuple of them, default 0
         The argument(s) to differentiate with respect to, by position or parameter name; a tuple
         gives a tuple of gradients.
@@ -700,6 +726,8 @@ def differentiate(fn: Optional[Callable[..., Any]] = None, *, wrt: Wrt = 0, has_
         compiled program from the first call that can be compiled) or "auto" (a compiled program
         once the function has run a few gradients). Default: the BYTEGRAD_TIER environment
         variable, else "auto". See bytegrad/compiled/policy.py.
+    argnums : int or tuple of int, optional
+        JAX's name for `wrt`: give one or the other.
 
     Returns
     -------
@@ -723,9 +751,20 @@ def differentiate(fn: Optional[Callable[..., Any]] = None, *, wrt: Wrt = 0, has_
     >>> g.tolist(), aux
     ([-2.0, 4.0], {'max_err': 2.0})
     """
+    wrt = _wrt_or_argnums("differentiate", wrt, argnums)
     if fn is None:
         return lambda f: Differentiated(f, wrt, has_aux, tier)
     return Differentiated(fn, wrt, has_aux, tier)
+
+
+def _wrt_or_argnums(name: str, wrt: Optional[Wrt], argnums: Optional[Wrt], default: Wrt = 0) -> Wrt:
+    """The `wrt` of a call that may spell it JAX's way (`argnums=`); TypeError when it gives both."""
+    if argnums is None:
+        return default if wrt is None else wrt
+    if wrt is not None:
+        raise TypeError(f"{name}() got both wrt={wrt!r} and argnums={argnums!r}: they are the same setting "
+                        "(argnums is JAX's name for wrt); pass one of them.")
+    return argnums
 
 
 class GradFunction:
@@ -760,17 +799,21 @@ def _grad_function(d: Differentiated, name: str) -> GradFunction:
     return GradFunction(getattr(d, name))
 
 
-def grad(fn: Callable[..., Any], wrt: Wrt = 0, has_aux: bool = False) -> Callable[..., Any]:
+def grad(fn: Callable[..., Any], wrt: Optional[Wrt] = None, has_aux: bool = False, *,
+         argnums: Optional[Wrt] = None) -> Callable[..., Any]:
     """The gradient function of scalar-valued `fn` with respect to `wrt`.
 
     Parameters
     ----------
     fn : callable
-        A Python function returning a scalar (or `(scalar, aux)` with `has_aux=True`).
+        A Python function returning a scalar (or `(scalar, aux)` with `has_aux=True`); or a bound
+        method, a callable object, a `functools.partial` (see `differentiate`).
     wrt : int, str or tuple of them, default 0
         The argument(s) to differentiate with respect to; a tuple gives a tuple of gradients.
     has_aux : bool, default False
         `fn` returns `(value, aux)`; the gradient function then returns `(gradient, aux)`.
+    argnums : int or tuple of int, optional
+        JAX's name for `wrt`: give one or the other.
 
     Returns
     -------
@@ -785,11 +828,17 @@ def grad(fn: Callable[..., Any], wrt: Wrt = 0, has_aux: bool = False) -> Callabl
     [3.0, 12.0]
     >>> grad(lambda x: (x ** 2, "aux"), has_aux=True)(3.0)
     (6.0, 'aux')
+    >>> import functools
+    >>> grad(functools.partial(lambda w, x: np.sum(w * x), x=np.array([1.0, 2.0])))(np.zeros(2)).tolist()
+    [1.0, 2.0]
+    >>> grad(lambda w, x: np.sum(w * x), argnums=1)(np.array([3.0, 4.0]), np.zeros(2)).tolist()
+    [3.0, 4.0]
     """
-    return GradFunction(Differentiated(fn, wrt, has_aux).grad)
+    return GradFunction(Differentiated(fn, _wrt_or_argnums("grad", wrt, argnums), has_aux).grad)
 
 
-def value_and_grad(fn: Callable[..., Any], wrt: Wrt = 0, has_aux: bool = False) -> Callable[..., tuple[Any, Any]]:
+def value_and_grad(fn: Callable[..., Any], wrt: Optional[Wrt] = None, has_aux: bool = False, *,
+                   argnums: Optional[Wrt] = None) -> Callable[..., tuple[Any, Any]]:
     """A function returning `(fn(...), gradient)`, from one forward and one reverse pass.
 
     Parameters
@@ -800,6 +849,8 @@ def value_and_grad(fn: Callable[..., Any], wrt: Wrt = 0, has_aux: bool = False) 
         The argument(s) to differentiate with respect to.
     has_aux : bool, default False
         `fn` returns `(value, aux)`; the function then returns `((value, aux), gradient)`.
+    argnums : int or tuple of int, optional
+        JAX's name for `wrt`: give one or the other.
 
     Returns
     -------
@@ -811,6 +862,7 @@ def value_and_grad(fn: Callable[..., Any], wrt: Wrt = 0, has_aux: bool = False) 
     >>> value_and_grad(lambda x: (x ** 2, x + 1.0), has_aux=True)(3.0)
     ((9.0, 4.0), 6.0)
     """
+    wrt = _wrt_or_argnums("value_and_grad", wrt, argnums)
     return GradFunction(Differentiated(fn, wrt, has_aux).value_and_grad)
 
 
@@ -980,27 +1032,78 @@ def _tangent_out(value: Any, dots: list[Any], ids: dict[int, int], start: int, n
 _MODES = ("auto", "rev", "fwd")
 
 
-def jacobian(fn: Callable[..., Any], wrt: Wrt = 0, mode: str = "auto") -> Callable[..., Any]:
-    """The Jacobian function of `fn` with respect to argument(s) `wrt` (float arrays or floats).
+class JacobianFunction:
+    """What `jacobian` and `hessian` return: call it with `fn`'s arguments.
 
-    The function runs once; the Jacobian is assembled from sweeps of its tape.
+    `stats()` reports on the differentiated function, as `GradFunction.stats` does;
+    `differentiated` is the `Differentiated` it takes the Jacobian of.
+    """
+
+    def __init__(self, d: Differentiated, mode: str = "auto", grad_like: bool = False,
+                 stats_of: Optional[Differentiated] = None) -> None:
+        if mode not in _MODES:
+            raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
+        self.differentiated = d
+        self.mode = mode
+        self._grad_like = grad_like  # the inner derivative of a hessian: a scalar output's blocks are gradients
+        self._stats_of = stats_of    # a hessian's: the user's function, not the inner Jacobian
+        functools.update_wrapper(self, (stats_of or d).fn, updated=())
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return _jacobian_at(self, args, kwargs)
+
+    def stats(self) -> dict[str, Any]:
+        """The differentiated function's `Differentiated.stats()`."""
+        return (self._stats_of or self.differentiated).stats()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return JacobianFunction, (self.differentiated, self.mode, self._grad_like, self._stats_of)
+
+    def __repr__(self) -> str:
+        d = self._stats_of or self.differentiated
+        what = "hessian" if self._stats_of is not None else "jacobian"
+        return f"<bytegrad.{what} of {getattr(d.fn, '__qualname__', d.fn)!r} wrt={d._wrt_spec!r} mode={self.mode!r}>"
+
+
+def _jacobian_at(j: JacobianFunction, args: tuple, kwargs: dict) -> Any:
+    # (a function of this module, so that rewritten code calling a JacobianFunction runs it as it is)
+    d = j._stats_of or j.differentiated
+    if d._first_s is None and getattr(tls, "tape", None) is None:  # stats()["first_gradient_s"]
+        t0 = _perf()
+        result = _jacobian.jacobian_of(j.differentiated, args, kwargs, j.mode, j._grad_like)
+        d._first_s = _perf() - t0
+        return result
+    return _jacobian.jacobian_of(j.differentiated, args, kwargs, j.mode, j._grad_like)
+
+
+def jacobian(fn: Callable[..., Any], wrt: Optional[Wrt] = None, mode: str = "auto", *,
+             argnums: Optional[Wrt] = None) -> JacobianFunction:
+    """The Jacobian function of `fn` with respect to argument(s) `wrt`.
+
+    The function runs once; the Jacobian is assembled from sweeps of its tape. Arguments and
+    outputs may be trees (dicts, lists, tuples, dataclasses, registered pytrees): the Jacobian
+    then has JAX's layout, the output's structure outside and the argument's inside.
 
     Parameters
     ----------
     fn : callable
-        A Python function returning a float array or a float.
+        A Python function returning a float array or a float, or a tree of them.
     wrt : int, str or tuple of them, default 0
-        The argument(s) to differentiate with respect to, by position or parameter name; a tuple
-        gives a tuple of Jacobians.
+        The argument(s) to differentiate with respect to, by position or parameter name (float
+        arrays, floats, or trees of them); a tuple gives a tuple of Jacobians.
     mode : {"auto", "rev", "fwd"}, default "auto"
         "rev": one reverse sweep per output element; "fwd": one tangent sweep per input element;
         "auto": "fwd" when the inputs have fewer elements than the output, else "rev".
+    argnums : int or tuple of int, optional
+        JAX's name for `wrt`: give one or the other.
 
     Returns
     -------
-    callable
+    JacobianFunction
         Takes `fn`'s arguments and returns the Jacobian, of shape `out.shape + x.shape` for an
-        output of shape `out.shape` and an argument of shape `x.shape` (as `jax.jacobian`).
+        output of shape `out.shape` and an argument of shape `x.shape` (as `jax.jacobian`). For
+        trees, the output's tree holding, at each leaf `y`, the argument's tree (a tuple of them
+        when `wrt` is a tuple) of blocks shaped `y.shape + x.shape`. Its `stats()` reports on `fn`.
 
     Examples
     --------
@@ -1008,127 +1111,41 @@ def jacobian(fn: Callable[..., Any], wrt: Wrt = 0, mode: str = "auto") -> Callab
     >>> J = jacobian(lambda x: np.sin(x) * x[0])(np.array([1.0, 2.0]))
     >>> J.shape
     (2, 2)
+    >>> J = jacobian(lambda p: {"y": p["w"] * 2.0, "s": np.sum(p["w"])})({"w": np.ones(3)})
+    >>> J["y"]["w"].shape, J["s"]["w"].shape
+    ((3, 3), (3,))
     """
-    if mode not in _MODES:
-        raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
-    d = Differentiated(fn, wrt)
-
-    def jacobian_fn(*args: Any, **kwargs: Any) -> Any:
-        return _jacobian(d, args, kwargs, mode)
-
-    functools.update_wrapper(jacobian_fn, d.fn)
-    return jacobian_fn
+    return JacobianFunction(Differentiated(fn, _wrt_or_argnums("jacobian", wrt, argnums)), mode)
 
 
-def _jacobian(d: Differentiated, args: tuple, kwargs: dict, mode: str) -> Any:
-    out, tape, specs, nested = d._forward(args, kwargs, d._wrt, strict=True)
-    for k, spec in enumerate(specs):
-        if type(spec) is not pytree.Leaf:
-            raise WrtError(f"jacobian differentiates float arrays and floats, but argument {d._wrt[k]} is a "
-                           "container.", d._loc(), "pass the arrays as separate arguments (wrt=(0, 1, ...)), "
-                           "or use bytegrad.jvp / bytegrad.vjp for trees.")
-    to = type(out)
-    if not ((to is _ndarray and out.dtype.kind in "fc") or to is float or isinstance(out, np.floating)):
-        found = f"an array of dtype {out.dtype}" if to is _ndarray else f"a {to.__name__}"
-        raise NonScalarOutputError(f"jacobian needs a function that returns a float array or a float, but "
-                                   f"{d._code.co_name} returned {found}.", d._return_loc(),
-                                   "return one array (stack or concatenate several outputs).")
-    start = nested.start if nested is not None else 0
-    idx = tape.ids.get(id(out))
-    out_shape = np.shape(out)
-    out_size = int(np.prod(out_shape, dtype=np.int64))
-    in_size = sum(int(np.size(s.primal)) for s in specs)
-    if mode == "auto":
-        mode = "fwd" if in_size < out_size else "rev"
-    if idx is None or idx < start:  # the output does not depend on the arguments
-        jacs = [np.zeros(out_shape + np.shape(s.primal), _float_dtype(out, s.primal)) for s in specs]
-    elif mode == "rev":
-        jacs = _jacobian_rev(tape, specs, out, idx, nested)
-    else:
-        jacs = _jacobian_fwd(tape, specs, out, idx, nested)
-    return tuple(jacs) if d._wrt_tuple else jacs[0]
-
-
-def _float_dtype(*values: Any) -> Any:
-    return np.result_type(*[getattr(v, "dtype", np.float64) for v in values], np.float32)
-
-
-def _basis(shape: tuple[int, ...], dtype: Any, k: int) -> Any:
-    if not shape:
-        return dtype.type(1) if hasattr(dtype, "type") else 1.0
-    e = np.zeros(shape, dtype)
-    e.reshape(-1)[k] = 1
-    return e
-
-
-def _jacobian_rev(tape: Tape, specs: list, out: Any, idx: int, nested: Optional[_Nested]) -> list[Any]:
-    out_shape = np.shape(out)
-    dtype = np.dtype(getattr(out, "dtype", np.float64))
-    rows: list[list[Any]] = [[] for _ in specs]
-    for k in range(int(np.prod(out_shape, dtype=np.int64))):
-        seed = _basis(out_shape, dtype, k) if out_shape else 1.0
-        if nested is None:
-            cts = sweep(tape, {idx: seed})
-            for j, s in enumerate(specs):
-                rows[j].append(pytree.project(cts[s.idx], s.primal))
-        else:
-            cts = nested.sweep({idx: seed})
-            for j, s in enumerate(specs):
-                rows[j].append(nested.project(cts[s.idx], s.primal))
-    return [_assemble(rows[j], out_shape, np.shape(s.primal), 0, nested) for j, s in enumerate(specs)]
-
-
-def _jacobian_fwd(tape: Tape, specs: list, out: Any, idx: int, nested: Optional[_Nested]) -> list[Any]:
-    out_shape = np.shape(out)
-    start = nested.start if nested is not None else 0
-    recorder = nested.recorder() if nested is not None else None
-    jacs = []
-    for s in specs:
-        shape = np.shape(s.primal)
-        dtype = np.dtype(getattr(s.primal, "dtype", np.float64))
-        cols = []
-        for k in range(int(np.prod(shape, dtype=np.int64))):
-            seed = _basis(shape, dtype, k) if shape else 1.0
-            dots = push_forward(tape, {s.idx: seed}, start, recorder)
-            col = dots[idx]
-            if col is None:
-                col = np.zeros(out_shape, _float_dtype(out, s.primal))
-            cols.append(col)
-        jacs.append(_assemble(cols, out_shape, shape, len(out_shape), nested))
-    return jacs
-
-
-def _assemble(parts: list[Any], out_shape: tuple[int, ...], in_shape: tuple[int, ...], axis: int,
-              nested: Optional[_Nested]) -> Any:
-    """Stack rows (axis 0) or columns (axis -1) and shape them `out_shape + in_shape`."""
-    op = nested.op if nested is not None else (lambda f, *a, **k: f(*a, **k))
-    if not out_shape and not in_shape:
-        return op(np.asarray, parts[0])
-    stacked = op(np.stack, parts, axis=axis)
-    return op(np.reshape, stacked, out_shape + in_shape)
-
-
-def hessian(fn: Callable[..., Any], wrt: Union[int, str] = 0, mode: str = "fwd") -> Callable[..., Any]:
-    """The Hessian function of scalar-valued `fn` with respect to one argument `wrt`.
+def hessian(fn: Callable[..., Any], wrt: Optional[Wrt] = None, mode: str = "fwd", *,
+            argnums: Optional[Wrt] = None) -> JacobianFunction:
+    """The Hessian function of `fn` with respect to argument(s) `wrt`: the Jacobian of its gradient.
 
     The gradient is computed by a nested reverse pass recorded on the outer tape, and
-    differentiated again.
+    differentiated again. For a function whose output is not a scalar, the inner derivative is
+    its Jacobian, as in JAX (`jacobian(jacobian(fn))`).
 
     Parameters
     ----------
     fn : callable
-        A Python function returning a scalar.
-    wrt : int or str, default 0
-        The one argument to differentiate with respect to (for blocks of several, use
-        `jacobian(grad(f, wrt=i), wrt=j)`).
+        A Python function, usually returning a scalar (an array of one element counts as one, as
+        in `grad`).
+    wrt : int, str or tuple of them, default 0
+        The argument(s) to differentiate with respect to; a tuple gives the blocks
+        `((H00, H01), (H10, H11))`, and an argument that is a tree (a dict of arrays) gives a tree
+        of trees (`{k: {k2: block}}`), as `jax.hessian` does.
     mode : {"fwd", "rev"}, default "fwd"
         "fwd" pushes one tangent per input element through the gradient (forward-over-reverse);
         "rev" sweeps it backwards once per element (reverse-over-reverse).
+    argnums : int or tuple of int, optional
+        JAX's name for `wrt`: give one or the other.
 
     Returns
     -------
-    callable
-        Takes `fn`'s arguments and returns the Hessian, of shape `x.shape + x.shape`.
+    JacobianFunction
+        Takes `fn`'s arguments and returns the Hessian, of shape `x.shape + x.shape` for a scalar
+        output (`out.shape + x.shape + x.shape` otherwise). Its `stats()` reports on `fn`.
 
     Examples
     --------
@@ -1137,12 +1154,14 @@ def hessian(fn: Callable[..., Any], wrt: Union[int, str] = 0, mode: str = "fwd")
     >>> H = hessian(lambda x: 0.5 * x @ A @ x)(np.array([1.0, -1.0]))
     >>> bool(np.allclose(H, A))
     True
+    >>> (Hxx, Hxy), (Hyx, Hyy) = hessian(lambda x, y: x * x * y, wrt=(0, 1))(2.0, 3.0)
+    >>> float(Hxx), float(Hxy), float(Hyx), float(Hyy)
+    (6.0, 4.0, 4.0, 0.0)
     """
-    if isinstance(wrt, (tuple, list)):
-        raise WrtError("hessian takes one argument to differentiate with respect to, not a tuple.",
-                       Differentiated(fn)._loc(), "compute blocks with jacobian(grad(f, wrt=i), wrt=j).")
-    d = Differentiated(fn, wrt)
-    return jacobian(d.grad, wrt=d._wrt[0], mode=mode)
+    inner = JacobianFunction(Differentiated(fn, _wrt_or_argnums("hessian", wrt, argnums)), "rev", grad_like=True)
+    d = inner.differentiated
+    outer = Differentiated(inner, d._wrt if d._wrt_tuple else d._wrt[0])
+    return JacobianFunction(outer, mode, stats_of=d)
 
 
 def hvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any], wrt: Optional[Wrt] = None) -> Any:
@@ -1158,16 +1177,19 @@ def hvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any],
     primals : tuple or list
         The positional arguments of `fn`.
     tangents : tuple or list
-        The vector `v`: one entry per differentiated primal, shaped like it.
+        The vector `v`: one entry per differentiated primal, shaped like it. Without `wrt`, one
+        entry per primal, None for a primal that is not differentiated (an int, labels, data).
     wrt : int, str or tuple of them, optional
         The primals to differentiate with respect to, by position or parameter name, as in `grad`;
-        the others (ints, labels, data) are passed as they are. Default: all of them.
+        the others (ints, labels, data) are passed as they are. Default: all of them whose tangent
+        is not None.
 
     Returns
     -------
     Any
-        With one differentiated primal, `H @ v` shaped like it; with several, a tuple with one entry
-        per differentiated primal (the rows of the block Hessian applied to all the tangents).
+        With one primal, `H @ v` shaped like it. With several, a tuple (the rows of the block
+        Hessian applied to all the tangents): with `wrt`, one entry per differentiated primal;
+        without, one per primal, None where the tangent was None.
 
     Examples
     --------
@@ -1179,9 +1201,15 @@ def hvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any],
     """
     primals, tangents = _as_args(primals, "primals"), _as_args(tangents, "tangents")
     if wrt is None:
-        gradient = Differentiated(fn, tuple(range(len(primals)))).grad
-        _, hv = jvp(gradient, primals, tangents)
-        return hv[0] if len(primals) == 1 else hv
+        given = tuple(k for k, t in enumerate(tangents) if t is not None)
+        if len(given) == len(primals) or len(tangents) != len(primals):  # (jvp names the mismatch)
+            gradient = Differentiated(fn, tuple(range(len(primals)))).grad
+            _, hv = jvp(gradient, primals, tangents)
+            return hv[0] if len(primals) == 1 else hv
+        if not given:  # nothing differentiated
+            return None if len(primals) == 1 else (None,) * len(primals)
+        rows = iter(hvp(fn, primals, [tangents[k] for k in given], wrt=given))
+        return tuple(next(rows) if t is not None else None for t in tangents)
     d = Differentiated(fn, wrt)
     positions = d._plan(len(primals), d._wrt)[0]
     gradient = Differentiated(fn, positions).grad

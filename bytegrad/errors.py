@@ -87,7 +87,9 @@ def qualname(fn: Any) -> str:
     if isinstance(fn, tuple) and len(fn) == 2 and isinstance(fn[0], type):  # (type, method name)
         return f"{qualname(fn[0])}.{fn[1]}"
     mod = getattr(fn, "__module__", None)
-    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    if name is None:  # an instance (`operator.methodcaller('sum')`): its repr, without the module again
+        return repr(fn)
     if type(fn).__name__ == "ufunc":
         return f"{_public_module(fn, 'numpy') or _public_module(fn, 'scipy.special') or 'numpy'}.{fn.__name__}"
     if mod in (None, "builtins"):

@@ -37,7 +37,7 @@ def test_rules_md_lists_forms_nondifferentiable_functions_and_counts():
 
 # The modules whose docstrings the API reference (docs/api.md) renders; their examples must run.
 DOCTESTED = ("bytegrad.api", "bytegrad.introspect", "bytegrad.precompile", "bytegrad.rules.registry",
-             "bytegrad.rules.testing", "bytegrad.runtime.checkpoint")
+             "bytegrad.rules.testing", "bytegrad.runtime.checkpoint", "bytegrad.tree_util")
 
 
 def test_the_public_docstrings_examples_run():
