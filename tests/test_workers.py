@@ -36,7 +36,9 @@ def mlp_loss(params, x, y, n_total):
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     path = tmp_path / "cache"
-    monkeypatch.setenv("BYTEGRAD_CACHE_DIR", str(path))  # spawned children inherit it
+    monkeypatch.setattr(bytegrad.config, "cache_dir", str(path))
+    monkeypatch.setattr(bytegrad.config, "disable_disk_cache", False)
+    monkeypatch.setenv("BYTEGRAD_CACHE_DIR", str(path))  # spawned children read it when they import bytegrad
     monkeypatch.delenv("BYTEGRAD_DISABLE_DISK_CACHE", raising=False)
     diskcache._reset_for_tests()
     yield path
