@@ -53,20 +53,20 @@ SWITCHES: tuple[Switch, ...] = (
            "never compiles; `numpy` and `numba` compile a program on the first call that can be compiled "
            "(`numba`: with the Numba back end where it can be written); `auto` compiles a NumPy program "
            "after a few gradients of a signature and its Numba twin once that pays (docs/compiled.md).",
-           ("general", "numpy", "numba", "auto"), when="read when `grad(f)` or `differentiate(f)` is made"),
+           ("general", "numpy", "numba", "auto"), when="a change applies to functions differentiated after it"),
     Switch("check", "BYTEGRAD_CHECK", "bool", False,
            "The checking mode: every site the rewrite left alone checks that no differentiated value "
            "reaches it, and Python code run blind from C is watched in every forward pass (the test "
-           "suite sets it). Slower; for finding bugs in bytegrad.", when="functions rewritten after the change"),
+           "suite sets it). Slower; for finding bugs in bytegrad."),
     Switch("debug_nans", "BYTEGRAD_DEBUG_NANS", "bool", False,
            "The first NaN or inf an operation produces, in the forward or the reverse pass, raises "
-           "`bytegrad.NaNError` naming the line and the operation (docs/nans.md).", when="read per gradient"),
+           "`bytegrad.NaNError` naming the line and the operation (docs/nans.md)."),
     Switch("disable_numba", "BYTEGRAD_DISABLE_NUMBA", "bool", False,
            "Never use Numba: no fused kernels and no Numba programs; every operation runs on its "
-           "NumPy rule.", when="functions rewritten after the change"),
+           "NumPy rule."),
     Switch("disable_fusion", "BYTEGRAD_DISABLE_FUSION", "bool", False,
            "The rewrite fuses no elementwise expressions: each operation is hooked and recorded on "
-           "its own.", when="functions rewritten after the change"),
+           "its own."),
     Switch("fusion", "BYTEGRAD_FUSION", "choice", "auto",
            "When a fused site runs its Numba kernel: `auto` once the site has spent what compiling "
            "it is expected to cost (then the faster tier per size), `always` from its first call, "
@@ -296,7 +296,7 @@ def markdown_table() -> str:
                   "passes": " ".join(f"`{c}`" for c in s.choices) + ", or `all`"}.get(s.kind) \
             or " ".join(f"`{c}`" for c in s.choices)
         default = _shown(s, s.default)
-        effect = s.doc + (f" ({s.when[0].upper()}{s.when[1:]}.)" if s.when else "")
+        effect = s.doc + (f" {s.when[0].upper()}{s.when[1:]}." if s.when else "")
         rows.append(f"| `{s.env}` | `{s.name}` | {values} | {f'`{default}`' if default else 'unset'} | {effect} |")
     return "\n".join(rows) + "\n"
 
