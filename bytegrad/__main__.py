@@ -1,4 +1,4 @@
-"""bytegrad's command-line tools: `cache info`, `cache clear`, `precompile`.
+"""bytegrad's command-line tools: `cache info`, `cache clear`, `precompile`, `config`.
 
 Run as the console script `bytegrad` (installed with the package) or as `python -m bytegrad`.
 
@@ -227,7 +227,22 @@ def add_precompile(subparsers: Any) -> None:
     p.set_defaults(run=run_precompile)
 
 
-COMMANDS: list[Callable[[Any], None]] = [add_cache, add_precompile]
+def run_config(args: argparse.Namespace) -> int:
+    """Print each switch of `bytegrad.config`, its value and where it came from; with --markdown, the
+    table of every switch that docs/usage.md shows."""
+    from bytegrad import _config
+
+    print(_config.markdown_table() if args.markdown else _config.describe(_config.config), end="")
+    return 0
+
+
+def add_config(subparsers: Any) -> None:
+    p = subparsers.add_parser("config", help="the switches of bytegrad.config (BYTEGRAD_* variables) and their values")
+    p.add_argument("--markdown", action="store_true", help="print the table of every switch (docs/usage.md)")
+    p.set_defaults(run=run_config)
+
+
+COMMANDS: list[Callable[[Any], None]] = [add_cache, add_precompile, add_config]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -721,11 +721,12 @@ def differentiate(fn: Optional[Callable[..., Any]] = None, *, wrt: Optional[Wrt]
         `.value_and_grad` returns `((value, aux), gradient)` and `.pullback` returns
         `(value, back, aux)`, as in JAX. A function that returns something else raises
         `bytegrad.AuxOutputError`.
-    tier : {"general", "numpy", "auto"}, optional
+    tier : {"general", "numpy", "numba", "auto"}, optional
         How gradients run: "general" (the rewritten code and a tape, every call), "numpy" (a
-        compiled program from the first call that can be compiled) or "auto" (a compiled program
-        once the function has run a few gradients). Default: the BYTEGRAD_TIER environment
-        variable, else "auto". See bytegrad/compiled/policy.py.
+        compiled program from the first call that can be compiled), "numba" (the same, with the
+        Numba back end where it can be written) or "auto" (a compiled program once the function
+        has run a few gradients). Default: `bytegrad.config.tier` when `fn` is differentiated
+        (the BYTEGRAD_TIER environment variable, else "auto"). See bytegrad/compiled/policy.py.
     argnums : int or tuple of int, optional
         JAX's name for `wrt`: give one or the other.
 

@@ -1,6 +1,6 @@
 """Data-parallel training of the digits MLP on a Dask cluster, with gradients from bytegrad.
 
-    pip install 'bytegrad[dask,demo]'
+    python -m pip install -e '.[dask,demo]'    # in a clone of bytegrad
     python examples/train_mlp_digits_dask.py [--workers 2] [--epochs 20] [--batch-size 256]
 
 The model and loss are those of examples/train_mlp_digits.py. Dask is the engine: a

@@ -27,6 +27,9 @@ import tempfile  # noqa: E402
 _TEST_CACHE_DIR = tempfile.mkdtemp(prefix="bytegrad-test-cache-")
 os.environ["BYTEGRAD_CACHE_DIR"] = _TEST_CACHE_DIR
 atexit.register(shutil.rmtree, _TEST_CACHE_DIR, True)
+import bytegrad  # noqa: E402
+
+bytegrad.config.cache_dir = _TEST_CACHE_DIR  # (in case a plugin imported bytegrad before the line above)
 
 
 # Tests of the general path's own machinery (rewrite and kernel caches, fused sites tiering up,
@@ -42,10 +45,8 @@ def pytest_configure(config):
 @pytest.fixture(autouse=True)
 def _pin_general_path(request, monkeypatch):
     if request.node.get_closest_marker("general_path") is not None:
-        from bytegrad.compiled import policy as compiled
-
-        monkeypatch.setattr(compiled, "_DEFAULT", "general")
-        monkeypatch.setenv("BYTEGRAD_TIER", "general")
+        monkeypatch.setattr(bytegrad.config, "tier", "general")
+        monkeypatch.setenv("BYTEGRAD_TIER", "general")  # (for subprocesses)
     yield
 
 

@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture
 def disk(tmp_path, monkeypatch):
     path = tmp_path / "cache"
-    monkeypatch.setenv("BYTEGRAD_CACHE_DIR", str(path))
-    monkeypatch.delenv("BYTEGRAD_DISABLE_DISK_CACHE", raising=False)
+    monkeypatch.setattr(bytegrad.config, "cache_dir", str(path))
+    monkeypatch.setattr(bytegrad.config, "disable_disk_cache", False)
     diskcache._reset_for_tests()
     cache.clear()
     yield path
@@ -129,7 +129,7 @@ def test_unserializable_constant_skips_the_store_and_keeps_working(disk, monkeyp
 
 
 def test_disabled_disk_cache_writes_nothing(disk, monkeypatch):
-    monkeypatch.setenv("BYTEGRAD_DISABLE_DISK_CACHE", "1")
+    monkeypatch.setattr(bytegrad.config, "disable_disk_cache", True)
     np.testing.assert_allclose(fresh_gradient(), poly_grad(X, W))
     assert not disk.exists()
 

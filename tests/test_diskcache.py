@@ -27,9 +27,9 @@ POSIX = hasattr(os, "getuid")
 def cache(tmp_path, monkeypatch):
     """A fresh cache directory for this test, with the module's per-process state reset."""
     path = tmp_path / "cache"
-    monkeypatch.setenv("BYTEGRAD_CACHE_DIR", str(path))
-    monkeypatch.delenv("BYTEGRAD_DISABLE_DISK_CACHE", raising=False)
-    monkeypatch.delenv("BYTEGRAD_CACHE_MAX_MB", raising=False)
+    monkeypatch.setattr(bytegrad.config, "cache_dir", str(path))
+    monkeypatch.setattr(bytegrad.config, "disable_disk_cache", False)
+    monkeypatch.setattr(bytegrad.config, "cache_max_mb", diskcache.DEFAULT_MAX_MB)
     diskcache._reset_for_tests()
     yield path
     diskcache._reset_for_tests()
@@ -63,8 +63,8 @@ def test_directory_is_created_with_mode_0700(cache):
 
 
 def test_default_directory_is_per_user(tmp_path, monkeypatch):
-    monkeypatch.delenv("BYTEGRAD_CACHE_DIR", raising=False)
-    monkeypatch.delenv("BYTEGRAD_DISABLE_DISK_CACHE", raising=False)
+    monkeypatch.setattr(bytegrad.config, "cache_dir", None)
+    monkeypatch.setattr(bytegrad.config, "disable_disk_cache", False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     diskcache._reset_for_tests()
     assert diskcache.cache_dir() == str((tmp_path / "xdg" / "bytegrad").resolve())
@@ -77,7 +77,7 @@ def test_default_directory_is_per_user(tmp_path, monkeypatch):
 
 
 def test_disable_env_turns_the_disk_cache_off(cache, monkeypatch):
-    monkeypatch.setenv("BYTEGRAD_DISABLE_DISK_CACHE", "1")
+    monkeypatch.setattr(bytegrad.config, "disable_disk_cache", True)
     assert diskcache.cache_dir() is None
     assert not diskcache.store("code", "k", b"x")
     assert not cache.exists()
@@ -217,7 +217,7 @@ def test_entry_of_another_python_is_rejected(cache, monkeypatch):
     monkeypatch.setattr(sys.implementation, "cache_tag", "cpython-299")
     assert diskcache.store("code", "k", b"other python")
     monkeypatch.undo()
-    monkeypatch.setenv("BYTEGRAD_CACHE_DIR", str(cache))
+    monkeypatch.setattr(bytegrad.config, "cache_dir", str(cache))
     assert diskcache.load("code", "k") is None
 
 
@@ -314,7 +314,7 @@ def test_really_read_only_directory(cache):
 
 
 def test_lru_eviction_under_a_small_cap(cache, monkeypatch):
-    monkeypatch.setenv("BYTEGRAD_CACHE_MAX_MB", str(20 / 1024))  # 20 KiB
+    monkeypatch.setattr(bytegrad.config, "cache_max_mb", 20 / 1024)  # 20 KiB
     payload = b"x" * 3000
     base = time.time() - 1000
     for i in range(6):
@@ -340,7 +340,7 @@ def test_stores_do_not_walk_the_whole_cache_each_time(cache, monkeypatch):
     for i in range(10):
         assert diskcache.store("code", f"w{i}", b"y" * 100)
     assert len(walks) == 1
-    monkeypatch.setenv("BYTEGRAD_CACHE_MAX_MB", str(1 / 1024))  # 1 KiB: the next store re-measures
+    monkeypatch.setattr(bytegrad.config, "cache_max_mb", 1 / 1024)  # 1 KiB: the next store re-measures
     assert diskcache.store("code", "w10", b"y" * 100)
     assert len(walks) == 2
 

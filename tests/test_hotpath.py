@@ -98,7 +98,7 @@ def test_cli_precompile(tmp_path):
 
 
 def test_fusion_is_off_with_disable_numba(monkeypatch):
-    monkeypatch.setenv("BYTEGRAD_DISABLE_NUMBA", "1")
+    monkeypatch.setattr(bytegrad.config, "disable_numba", True)
 
     def f(x):
         return np.sum(np.tanh(x * 2.0 + 1.0))

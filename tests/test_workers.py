@@ -36,7 +36,9 @@ def mlp_loss(params, x, y, n_total):
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     path = tmp_path / "cache"
-    monkeypatch.setenv("BYTEGRAD_CACHE_DIR", str(path))  # spawned children inherit it
+    monkeypatch.setattr(bytegrad.config, "cache_dir", str(path))
+    monkeypatch.setattr(bytegrad.config, "disable_disk_cache", False)
+    monkeypatch.setenv("BYTEGRAD_CACHE_DIR", str(path))  # spawned children read it when they import bytegrad
     monkeypatch.delenv("BYTEGRAD_DISABLE_DISK_CACHE", raising=False)
     diskcache._reset_for_tests()
     yield path
@@ -68,7 +70,7 @@ def test_decorated_module_level_function_pickles_as_itself():
 
 
 def test_lambda_and_closure_pickle_by_value_through_cloudpickle():
-    pytest.importorskip("cloudpickle", reason="cloudpickle is not installed (pip install 'bytegrad[dask]')")
+    pytest.importorskip("cloudpickle", reason="cloudpickle is not installed (pip install -e '.[dask]')")
     scale = 3.0
     for fn in (lambda x: np.sum(x ** 3), lambda x: scale * np.sum(np.exp(x))):
         g = roundtrip(bytegrad.grad(fn))  # plain pickle: the function travels inside as bytes
@@ -148,7 +150,7 @@ def _mlp_data(n, seed=0):
 
 def test_dask_local_cluster_summed_shard_gradients_equal_the_one_process_gradient(cache, monkeypatch):
     distributed = pytest.importorskip("dask.distributed",
-                                      reason="dask[distributed] is not installed (pip install 'bytegrad[dask]')")
+                                      reason="dask[distributed] is not installed (pip install -e '.[dask]')")
     monkeypatch.syspath_prepend(str(ROOT / "examples"))  # the worker processes start with this sys.path
     import train_mlp_digits_dask as example
     params, x, y = _mlp_data(96)

@@ -27,7 +27,6 @@ path). Forward mode and higher order stay on the general path.
 """
 from __future__ import annotations
 
-import os
 import time
 import types
 import weakref
@@ -35,6 +34,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from bytegrad._config import config as _config
 from bytegrad.compiled.lower_numpy import DECIDED, MISS, Program
 
 _perf = time.perf_counter
@@ -66,7 +66,7 @@ def default_tier() -> str:
     return _DEFAULT
 
 
-_DEFAULT = _check_tier(os.environ.get("BYTEGRAD_TIER", "auto") or "auto", "BYTEGRAD_TIER")
+_DEFAULT = _config.bind("tier", __name__, "_DEFAULT")  # bytegrad.config.tier (BYTEGRAD_TIER), checked there
 
 
 class _Signature:

@@ -15,7 +15,7 @@ from typing import Any, Callable, NamedTuple, Optional, Union
 from bytegrad.errors import DuplicateRuleError, SourceLoc, qualname
 
 __all__ = [
-    "Zero", "NoTangent", "ZERO", "NO_TANGENT", "RuleKind", "Rule", "register", "lookup", "version",
+    "Zero", "NoTangent", "ZERO", "NO_TANGENT", "RuleKind", "Rule", "register", "lookup", "outdate", "version",
     "settled_version", "scalar_rule", "rrule", "frule", "non_differentiable", "transparent", "not_implemented",
     "differentiate_through", "opt_out", "opted_out", "all_rules", "load_plugins", "load_lazy_rules", "lazy_rule_modules",
     "LAZY_MODULES", "LAZY_PENDING", "rrule_via_ad",
@@ -250,6 +250,14 @@ def register(rule: Rule, *, override: bool = False) -> Rule:
         table[rule.fn] = merged
         current_version += 1
         return merged
+
+
+def outdate() -> None:
+    """Something the rewrite depends on besides the rules changed (a `bytegrad.config` switch such as
+    `disable_fusion`): a new version, so that rewritten code and programs keyed by it are made again."""
+    global current_version
+    with _LOCK:
+        current_version += 1
 
 
 def version() -> int:

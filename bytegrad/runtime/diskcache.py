@@ -25,9 +25,10 @@ API (namespaces are short names such as "code" or "kernels", one sub-folder each
                                           (both from runtime/safepickle.py)
     stats() -> dict                       counters: hits, misses, rejected, stores, store_failures, evicted
 
-Environment: BYTEGRAD_CACHE_DIR (default $XDG_CACHE_HOME/bytegrad or ~/.cache/bytegrad),
-BYTEGRAD_CACHE_MAX_MB (size cap, default 256; least recently loaded entries are evicted first),
-BYTEGRAD_DISABLE_DISK_CACHE=1 (no disk cache at all).
+Switches (bytegrad.config, read from the environment at import): `cache_dir` (BYTEGRAD_CACHE_DIR,
+default $XDG_CACHE_HOME/bytegrad or ~/.cache/bytegrad), `cache_max_mb` (BYTEGRAD_CACHE_MAX_MB, size
+cap, default 256; least recently loaded entries are evicted first), `disable_disk_cache`
+(BYTEGRAD_DISABLE_DISK_CACHE=1, no disk cache at all).
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ import time
 import warnings
 from typing import Any, Iterator, Optional
 
+from bytegrad._config import config as _config, switch as _config_switch
 from bytegrad.runtime.safepickle import safe_dumps, safe_loads
 
 __all__ = ["cache_dir", "load", "store", "source_dir", "write_source", "info", "clear", "safe_dumps", "safe_loads",
@@ -50,7 +52,7 @@ __all__ = ["cache_dir", "load", "store", "source_dir", "write_source", "info", "
 
 MAGIC = b"BYTEGRAD"
 FORMAT_VERSION = 2  # 2: the header is a marshalled dict (was JSON: its import cost every first gradient)
-DEFAULT_MAX_MB = 256
+DEFAULT_MAX_MB = int(_config_switch("cache_max_mb").default)  # (declared in bytegrad/_config.py)
 ENTRY_SUFFIX = ".bgc"
 TMP_PREFIX = ".tmp-"
 _PREFIX = struct.Struct("<8sHI")        # magic, format version, header length
@@ -84,8 +86,7 @@ _stats = {"hits": 0, "misses": 0, "rejected": 0, "stores": 0, "store_failures": 
 
 def _env_key() -> tuple:
     env = os.environ
-    return (env.get("BYTEGRAD_DISABLE_DISK_CACHE", ""), env.get("BYTEGRAD_CACHE_DIR", ""),
-            env.get("XDG_CACHE_HOME", ""), env.get("HOME", ""))
+    return (_config.disable_disk_cache, _config.cache_dir, env.get("XDG_CACHE_HOME", ""), env.get("HOME", ""))
 
 
 def default_dir() -> str:
@@ -109,9 +110,9 @@ def cache_dir() -> Optional[str]:
 
 
 def _resolve() -> Optional[str]:
-    if os.environ.get("BYTEGRAD_DISABLE_DISK_CACHE", "") not in ("", "0"):
+    if _config.disable_disk_cache:
         return None
-    configured = os.environ.get("BYTEGRAD_CACHE_DIR")
+    configured = _config.cache_dir
     path = os.path.expanduser(configured) if configured else default_dir()
     try:
         if not os.path.isdir(path):
@@ -426,12 +427,8 @@ def write_source(namespace: str, name: str, text: str) -> Optional[str]:
 
 
 def max_bytes() -> int:
-    """The size cap: BYTEGRAD_CACHE_MAX_MB megabytes (default DEFAULT_MAX_MB)."""
-    try:
-        mb = float(os.environ.get("BYTEGRAD_CACHE_MAX_MB", DEFAULT_MAX_MB))
-    except ValueError:
-        mb = DEFAULT_MAX_MB
-    return int(mb * (1 << 20))
+    """The size cap: `bytegrad.config.cache_max_mb` (BYTEGRAD_CACHE_MAX_MB) megabytes (default DEFAULT_MAX_MB)."""
+    return int(_config.cache_max_mb * (1 << 20))
 
 
 def _walk(root: str) -> Iterator[tuple[str, os.stat_result]]:

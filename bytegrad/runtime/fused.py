@@ -27,7 +27,6 @@ intermediates too (`_release_intermediates`), as soon as the tree has run.
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional
@@ -35,6 +34,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 import numpy as np
 
 from bytegrad import _operators
+from bytegrad._config import config as _config
 from bytegrad.runtime.kernel_records import FUSED, PARTIALS
 from bytegrad.runtime.tape import SLIM_MIN_SIZE, Tape, sweep, tls
 
@@ -58,12 +58,12 @@ _SCALARS = {float: None, int: None, np.float64: "float64", np.float32: "float32"
 
 #: "auto" (ski rental, then the faster tier per size class, see `Trial`), "always" (compile on the first call and
 #: always use the kernel where it applies: for tests and `precompile`), "never"
-POLICY = os.environ.get("BYTEGRAD_FUSION", "auto")
+POLICY = _config.bind("fusion", __name__, "POLICY")
 #: where a site that tiers up compiles: "sync" (in the calling thread, on its next call) or
 #: "background" (a thread, while the site keeps running on NumPy). sync is the default: on the
 #: 2-core machines measured, a compile thread contending for the GIL slowed the NumPy tier
 #: more than it saved (bench/results/hotpath.md, "Compiling in a background thread").
-COMPILE = os.environ.get("BYTEGRAD_COMPILE", "sync")
+COMPILE = _config.bind("compile", __name__, "COMPILE")
 
 
 class Node(NamedTuple):

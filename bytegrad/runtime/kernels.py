@@ -39,6 +39,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from bytegrad._config import config as _config
 from bytegrad.rules import _kernel, registry
 from bytegrad.rules.registry import Formula
 from bytegrad.runtime import vmath_sources
@@ -266,7 +267,7 @@ def _header() -> str:
 
 
 def disabled() -> bool:
-    return os.environ.get("BYTEGRAD_DISABLE_NUMBA", "") not in ("", "0") or _numba_failed is not None
+    return _config.disable_numba or _numba_failed is not None
 
 
 def numba_loaded() -> bool:

@@ -24,13 +24,14 @@ import sys
 import types
 from typing import Any, Optional
 
+from bytegrad._config import config as _config
 from bytegrad.errors import BlindCallError, SourceLoc
 from bytegrad.runtime import tape as _tape
 
 __all__ = ["CHECK", "BlindCallError", "start", "arm", "stop"]
 
 #: the checking mode (BYTEGRAD_CHECK=1): guards at inactive sites, and the frame watch on 3.11 too
-CHECK = os.environ.get("BYTEGRAD_CHECK", "") not in ("", "0")
+CHECK = _config.bind("check", __name__, "CHECK")
 
 _MONITORING = getattr(sys, "monitoring", None)
 
@@ -45,6 +46,14 @@ _NONDIFF_DUNDERS = frozenset({
 })
 
 _SAFE_DIRS: Optional[tuple[str, ...]] = None
+
+
+def _forget_safe_dirs() -> None:  # the cache directory changed (bytegrad.config.cache_dir)
+    global _SAFE_DIRS
+    _SAFE_DIRS = None
+
+
+_config.on_change(("cache_dir", "disable_disk_cache"), _forget_safe_dirs)
 
 
 def _safe_dirs() -> tuple[str, ...]:

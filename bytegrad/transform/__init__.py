@@ -7,10 +7,10 @@ sites call `runtime.abi`). `rewritten_function` is what the runtime calls for a 
 from __future__ import annotations
 
 import functools
-import os
 import types
 from typing import Any, Optional
 
+from bytegrad._config import config as _config
 from bytegrad.errors import SourceLoc
 from bytegrad.rules import registry
 from bytegrad.transform import cache
@@ -18,7 +18,7 @@ from bytegrad.transform.cache import param_names as param_names  # (re-exported)
 
 __all__ = ["rewrite_code", "rewritten_function", "param_names"]
 
-_DUMP = os.environ.get("BYTEGRAD_DUMP", "")
+_DUMP = _config.bind("dump", __name__, "_DUMP")
 
 
 
@@ -173,6 +173,9 @@ _GLOBAL_INERT = (type, types.ModuleType, types.FunctionType, types.BuiltinFuncti
 
 #: id(callee) -> (weak reference to it, the code its entries were rewritten from, key -> rewritten)
 _FN_CACHE: dict[int, tuple[Any, types.CodeType, dict[Any, types.FunctionType]]] = {}
+
+# a switch that changes what the rewrite emits changed: code rewritten before is rewritten again
+_config.on_change(cache.DISK_KEY_SWITCHES, registry.outdate)
 
 
 def rewritten_function(f: types.FunctionType, args: tuple, kwargs: Optional[dict],

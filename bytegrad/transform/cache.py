@@ -12,6 +12,8 @@ import warnings
 from collections import OrderedDict
 from typing import Any, Callable, Optional
 
+from bytegrad._config import config as _config
+
 CACHE_SIZE_LIMIT = 8
 COMPILE_LOCK = _thread.RLock()  # threading.RLock, without importing threading (2-3 ms)
 
@@ -108,8 +110,8 @@ def clear() -> None:
 # table that is loaded through diskcache.safe_loads (bytegrad, NumPy and plain builtins only).
 
 DISK_NAMESPACE = "code"
-#: environment variables that change what the rewrite emits: part of the disk key
-DISK_KEY_ENV = ("BYTEGRAD_DISABLE_NUMBA", "BYTEGRAD_DISABLE_FUSION", "BYTEGRAD_CHECK")
+#: the switches (bytegrad.config) that change what the rewrite emits: part of the disk key
+DISK_KEY_SWITCHES = ("disable_numba", "disable_fusion", "check")
 _ENTRY_FORMAT = 1
 _PLACEHOLDER = "\x00bytegrad-const:"
 _SIMPLE = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis))
@@ -205,7 +207,7 @@ def _disk_key(code: types.CodeType, active: frozenset[str], immutable: frozenset
     except ValueError:
         return None
     h = diskcache.sha256(raw)
-    options = tuple(os.environ.get(name, "") for name in DISK_KEY_ENV)
+    options = tuple(getattr(_config, name) for name in DISK_KEY_SWITCHES)
     h.update(repr((sys.implementation.cache_tag, diskcache.bytegrad_version(), _ENTRY_FORMAT,
                    sorted(active), sorted(immutable), options)).encode())
     return h.hexdigest()

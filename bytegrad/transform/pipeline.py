@@ -8,7 +8,6 @@ them for a function, for debugging and for the golden tests (tests/transform/tes
 """
 from __future__ import annotations
 
-import os
 import sys
 import types
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 from bytecode import Bytecode, Instr, Label, TryBegin, TryEnd
 
+from bytegrad._config import config as _config
 from bytegrad.errors import SourceLoc
 
 __all__ = ["Unit", "Pass", "PIPELINE", "run", "listings", "listing"]
@@ -80,8 +80,7 @@ def run(unit: Unit, dump: Optional[Callable[[str, str], None]] = None) -> Unit:
 
 
 def _dump_after() -> frozenset[str]:
-    wanted = os.environ.get("BYTEGRAD_DUMP_AFTER", "")
-    return frozenset(PASS_NAMES if wanted == "all" else wanted.split(",") if wanted else ())
+    return _config.dump_after  # (BYTEGRAD_DUMP_AFTER, checked against the pass names when set)
 
 
 def listings(fn: types.FunctionType, active: Any = None, *, fuse: bool = True) -> dict[str, str]:

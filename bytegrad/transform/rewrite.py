@@ -9,11 +9,11 @@ is known statically.
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Final, Optional
 
 from bytecode import Bytecode, Instr
 
+from bytegrad._config import config as _config
 from bytegrad.errors import SourceLoc
 from bytegrad.runtime import abi, fused, guards, monitor
 from bytegrad.runtime.dispatch import MAKERS
@@ -297,8 +297,9 @@ assert EMIT.keys() == set(OpKind), f"the rewrite lacks an emitter for {set(OpKin
 
 
 def fusion_disabled() -> bool:
-    """Fusion is off with `BYTEGRAD_DISABLE_NUMBA=1` (or `BYTEGRAD_DISABLE_FUSION=1`)."""
-    return any(os.environ.get(v, "") not in ("", "0") for v in ("BYTEGRAD_DISABLE_NUMBA", "BYTEGRAD_DISABLE_FUSION"))
+    """Fusion is off with `bytegrad.config.disable_numba` or `disable_fusion` (BYTEGRAD_DISABLE_NUMBA=1,
+    BYTEGRAD_DISABLE_FUSION=1)."""
+    return _config.disable_numba or _config.disable_fusion
 
 
 def _hooked_call(ins: Instr, st: Any) -> bool:

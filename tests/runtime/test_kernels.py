@@ -9,6 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
+import bytegrad
 from bytegrad import transform
 from bytegrad.runtime import fused, kernels
 
@@ -171,7 +172,7 @@ def test_tier_up_prices_are_remembered_for_the_next_process(monkeypatch, tmp_pat
     """What importing Numba and loading kernels cost here is kept in the disk cache, and a later
     process prices its sites' tier-up by it rather than by the defaults (a slow machine priced by
     the quick-machine guess tiers up at a loss)."""
-    monkeypatch.setenv("BYTEGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(bytegrad.config, "cache_dir", str(tmp_path))
     from bytegrad.runtime import diskcache
     diskcache._reset_for_tests()
     monkeypatch.setattr(kernels, "_cost", {"import": 0.45, "compile": 0.40, "load": 0.20})

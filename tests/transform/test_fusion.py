@@ -97,9 +97,8 @@ def test_fused_gradients_match_unfused(policy, dtype, monkeypatch):
     x = rng.normal(size=(7, 5)).astype(dtype)
     b = rng.normal(size=4).astype(dtype)
     g = bytegrad.grad(dense, wrt=(0, 2))
-    monkeypatch.setenv("BYTEGRAD_DISABLE_FUSION", "1")
-    ref = bytegrad.grad(lambda W, x, b: dense(W, x, b), wrt=(0, 2))(W, x, b)
-    monkeypatch.delenv("BYTEGRAD_DISABLE_FUSION")
+    with bytegrad.config.override(disable_fusion=True):
+        ref = bytegrad.grad(lambda W, x, b: dense(W, x, b), wrt=(0, 2))(W, x, b)
     for _ in range(3):  # first call, and the cached code / compiled kernel after it
         gW, gb = g(W, x, b)
         assert gW.dtype == dtype and gb.dtype == dtype
@@ -161,9 +160,8 @@ def test_a_float64_cotangent_reaching_a_float32_kernel(f, monkeypatch):
     monkeypatch.setattr(fused, "POLICY", "always")
     rng = np.random.default_rng(1)
     x, W = rng.normal(size=(3, 4)).astype(np.float32), rng.normal(size=(4, 2))
-    monkeypatch.setenv("BYTEGRAD_DISABLE_FUSION", "1")
-    ref = bytegrad.grad(lambda x, W: f(x, W), wrt=(0, 1))(x, W)
-    monkeypatch.delenv("BYTEGRAD_DISABLE_FUSION")
+    with bytegrad.config.override(disable_fusion=True):
+        ref = bytegrad.grad(lambda x, W: f(x, W), wrt=(0, 1))(x, W)
     df = bytegrad.differentiate(f, wrt=(0, 1))
     for _ in range(3):  # the first call on NumPy, then the kernel
         gx, gW = df.grad(x, W)

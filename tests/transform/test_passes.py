@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import bytegrad
 from bytegrad.transform import pipeline
 from tests.transform import golden_functions as G
 
@@ -38,8 +39,8 @@ def test_listing_after_each_pass(fn):
     assert got == path.read_text(), f"the listing of {fn.__name__} changed: see the module docstring"
 
 
-def test_dump_after_env(monkeypatch):
-    monkeypatch.setenv("BYTEGRAD_DUMP_AFTER", "activity,rewrite")
+def test_dump_after_switch(monkeypatch):
+    monkeypatch.setattr(bytegrad.config, "dump_after", "activity,rewrite")  # (BYTEGRAD_DUMP_AFTER)
     err = io.StringIO()
     with redirect_stderr(err):
         pipeline.listings(G.arithmetic, ("x",))

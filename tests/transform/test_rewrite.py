@@ -5,6 +5,7 @@ import types
 import numpy as np
 import pytest
 
+import bytegrad
 from bytegrad import transform
 from bytegrad.runtime import abi, guards, monitor
 from bytegrad.runtime.tape import Tape, set_tape
@@ -70,9 +71,9 @@ def test_active_function_behaves_the_same_without_a_tape(active):
 
 
 def test_active_sites_are_hooked_and_inactive_ones_are_not(monkeypatch):
-    monkeypatch.setenv("BYTEGRAD_DISABLE_FUSION", "1")  # `x * y + np.sin(x)` would fuse: see test_fusion.py
-    monkeypatch.setattr(monitor, "CHECK", False)  # the checking mode guards inactive sites (conftest.py)
-    monkeypatch.setenv("BYTEGRAD_CHECK", "0")
+    monkeypatch.setattr(bytegrad.config, "disable_fusion", True)  # `x * y + np.sin(x)` would fuse: see test_fusion.py
+    monkeypatch.setattr(bytegrad.config, "check", False)  # the checking mode guards inactive sites (conftest.py)
+    assert monitor.CHECK is False
     new = transform.rewrite_code(sample_active.__code__, frozenset({"x"}), sample_active.__globals__)
     hooks = set(_hooks(new))
     assert abi.BINARY_HOOKS["*"] in hooks       # x * y
@@ -85,9 +86,9 @@ def test_active_sites_are_hooked_and_inactive_ones_are_not(monkeypatch):
 
 
 def test_checking_mode_guards_the_inactive_sites(monkeypatch):
-    monkeypatch.setenv("BYTEGRAD_DISABLE_FUSION", "1")
-    monkeypatch.setattr(monitor, "CHECK", True)
-    monkeypatch.setenv("BYTEGRAD_CHECK", "1")
+    monkeypatch.setattr(bytegrad.config, "disable_fusion", True)
+    monkeypatch.setattr(bytegrad.config, "check", True)
+    assert monitor.CHECK is True
     new = transform.rewrite_code(sample_active.__code__, frozenset({"x"}), sample_active.__globals__)
     consts = set(c for c in new.co_consts if callable(c))
     assert abi.BINARY_HOOKS["*"] in consts                              # x * y: hooked
