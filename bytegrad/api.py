@@ -520,6 +520,14 @@ class Differentiated:
         result.update(_stats.function_stats(self))
         if self._tiers is not None:
             result["compiled"] = self._tiers.describe()
+        elif self._bound or self._bound_kwargs:
+            tier = self._tier or _compiled().default_tier()
+            if tier != "general":  # (a pinned general tier has no compiled entry at all)
+                result["compiled"] = {
+                    "tier": tier, "programs": [], "compiled_calls": 0, "general_calls": self._hits + s["misses"],
+                    "not_compiled": {"every signature": "a bound method, partial or callable object: compiled "
+                                     "programs take plain functions (the state of its object or its bound "
+                                     "arguments is not guarded yet)"}}
         if self._pb_tiers is not None:
             result["compiled_pullback"] = self._pb_tiers.describe()
         return result

@@ -347,3 +347,18 @@ def test_a_gradient_is_never_the_callers_array(tier):
         assert not np.shares_memory(g, x)
         assert np.array_equal(g, x)
 
+
+
+class Model:
+    def __init__(self) -> None:
+        self.w = 2.0
+
+    def loss(self, x):
+        return np.sum(x * self.w)
+
+
+def test_a_bound_methods_stats_say_why_it_is_not_compiled():
+    g = bytegrad.grad(Model().loss)
+    g(np.ones(3))
+    compiled = g.stats()["compiled"]
+    assert compiled["programs"] == [] and "bound method" in compiled["not_compiled"]["every signature"]
