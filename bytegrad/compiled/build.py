@@ -11,6 +11,7 @@ import types
 from typing import Any, Optional
 
 from bytegrad.compiled import lower_numpy
+from bytegrad.compiled.ir import dump
 from bytegrad.compiled.lower_numpy import Builder, compile_source
 from bytegrad.compiled.parts import savable_share, value_only
 from bytegrad.compiled.pullback import build_pullback, named_outputs, output_code, output_leaves
@@ -83,6 +84,7 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     if src.kernel_source is not None:
         source += "\n# the Numba kernel it calls\n" + src.kernel_source
     prog = Program(fn, source, src.guards, forward_records)
+    prog.ir = dump(b.ir)
     prog.backend, prog.twin = backend, src.kernel_stems
     if backend == "numpy":
         prog.parts = (src.ns, *src.parts)

@@ -42,6 +42,7 @@ from bytegrad.errors import qualname
 from bytegrad.rules._apply import shape_of
 from bytegrad.rules._shape import stand_in, unbroadcast_plan
 from bytegrad.runtime.backward import INPLACE_MIN_SIZE, partial_uses
+from bytegrad.compiled import ir as _ir
 from bytegrad.compiled.parts import Record, check_shapes, compile_program
 from bytegrad.compiled.source import (
     DECIDED, DECISION_GUARD, MAYBE, MISS, SCALAR_CONSTS, SET, UNSET, Decision, Ineligible, Inputs, Program, Source,
@@ -81,6 +82,7 @@ class Builder:
         self.var: dict[int, str] = dict(inputs.leaf_var)
         self.wrt_leaves = wrt_leaves
         self.records: dict[int, Record] = {}
+        self.ir: Any = None  # the capture's IR (compiled/ir.py), once `read`
         self.state: dict[int, int] = {}
         self.forms: dict[int, Any] = {}  # records written as their rule's ProgramForm
         self.squeezed: set[int] = set()  # new-axes getitems whose cotangent is summed to their argument
@@ -99,46 +101,13 @@ class Builder:
 
     def read(self, outs: list[int]) -> tuple[list[int], set[int]]:
         """The records the outputs (tape indices) need, in tape order, and the tape indices that
-        depend on a differentiated leaf."""
-        tape = self.tape
-        nodes, values = tape.nodes, tape.values
-        made = getattr(tape, "made", {})
-        for i, node in enumerate(nodes):
-            if node is None:
-                if i not in self.var and i not in made:
-                    raise Ineligible("a value entered the tape without an operation (a nested derivative)")
-                continue
-            rec = Record(i, node, values[i])
-            read = list(zip(rec.parents, rec.args))
-            for k, items in rec.nested.items():
-                read += list(zip(items, rec.args[k]))
-            for p, a in read:
-                if p is not None and values[p] is not a:
-                    raise Ineligible(f"an argument of {qualname(rec.fn)} was overwritten in place", rec.site)
-            self.records[i] = rec
-        needed: set[int] = set()
-        todo = list(outs)
-        for check in self.checks:  # what each decision reads is computed, needed or not
-            todo += [p for p in map(tape.ids.get, map(id, check[2])) if p is not None]
-            todo += [p for p in map(tape.ids.get, map(id, (check[3] or {}).values())) if p is not None]
-        while todo:
-            i = todo.pop()
-            if i in needed:
-                continue
-            needed.add(i)
-            rec = self.records.get(i)
-            if rec is not None:
-                todo.extend(rec.inputs())
-        for i in sorted(needed):
-            if i in made and i not in self.var:
-                self._make(i, *made[i])
-        depends = set(self.wrt_leaves)
-        order = sorted(needed)
-        for i in order:
-            rec = self.records.get(i)
-            if rec is not None and any(p in depends for p in rec.inputs()):
-                depends.add(i)
-        return order, depends
+        depend on a differentiated leaf: the capture's IR (compiled/ir.py), kept as `self.ir`."""
+        self.ir = _ir.read(self.tape, outs, self.wrt_leaves, set(self.var))
+        self.records = self.ir.ops
+        for i, (fn, args, kwargs) in self.ir.made.items():
+            if i not in self.var:
+                self._make(i, fn, args, kwargs)
+        return self.ir.order, self.ir.depends
 
     def _made_var(self, a: np.ndarray) -> Optional[str]:
         """The variable of `a` if the capture saw it made from constants (an index array, say, not a

@@ -75,7 +75,7 @@ class Program:
     """A compiled gradient program: `fn(args)` is `(value, gradient)` or `MISS`."""
 
     __slots__ = ("fn", "source", "guards", "records", "backend", "calls", "seconds", "upgraded", "why_not_numba",
-                 "decided", "parts", "signature", "pullback", "twin", "share")
+                 "decided", "parts", "signature", "pullback", "twin", "share", "ir")
 
     def __init__(self, fn: Callable[[tuple], Any], source: str, guards: list[str], records: int) -> None:
         self.fn = fn
@@ -98,6 +98,8 @@ class Program:
         self.twin: Optional[tuple[str, ...]] = None
         #: the share of its time a Numba twin could save (compiled/parts.py `savable_share`)
         self.share = 1.0
+        #: the listing of the IR it was lowered from (compiled/ir.py `dump`); None when loaded from disk
+        self.ir: Optional[str] = None
 
     def __repr__(self) -> str:
         return f"<bytegrad program ({self.backend}, {self.records} operations, {len(self.guards)} guards)>"
