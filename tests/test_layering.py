@@ -1,4 +1,4 @@
-"""The import layering of STYLE.md G1, checked by walking every import in the package with `ast`.
+"""The import layering of CONTRIBUTING.md (rules 1 and 2), checked by walking every import in the package with `ast`.
 
 api.py, precompile.py, __main__.py -> compiled/ -> transform/ -> runtime/ -> rules/ -> errors.py:
 nothing imports upward (the general path never imports the compiled tier), and only

@@ -1,4 +1,4 @@
-"""Golden listings of the code after each pass of the transform (STYLE.md G16).
+"""Golden listings of the code after each pass of the transform (CONTRIBUTING.md, rule 9).
 
 Each function of tests/transform/golden_functions.py is run through `transform.pipeline` and its
 listing after each pass compared with tests/transform/golden/py3XX/<function>.txt (bytecode differs
