@@ -112,7 +112,8 @@ def test_override_sets_for_the_block_and_restores_even_on_error():
 
 
 def test_module_constants_follow_the_switch():
-    from bytegrad import compiled, transform
+    from bytegrad import transform
+    from bytegrad.compiled import policy as compiled
     from bytegrad.runtime import fused, monitor
 
     c = bytegrad.config

@@ -618,7 +618,6 @@ def mixed(x, n, mode, flag):
     (two_arrays, -3, (np.ones(2), np.ones(2)), "-3"),
     (two_arrays, 1, (np.ones(2),), "1"),  # too few positional arguments for wrt=1
     (two_arrays, 1.5, (np.ones(2), np.ones(2)), "1.5"),
-    (two_arrays, None, (np.ones(2), np.ones(2)), "None"),
     (mixed, 1, (np.ones(2), 2, "pow", True), "'n'"),
     (mixed, 2, (np.ones(2), 2, "pow", True), "'mode'"),
     (mixed, "flag", (np.ones(2), 2, "pow", True), "'flag'"),
@@ -626,7 +625,7 @@ def mixed(x, n, mode, flag):
     (two_arrays, 0, (np.arange(3), np.ones(3)), "int64"),
     (two_arrays, 0, (np.array([1.0, 2.0], dtype=object), np.ones(2)), "object"),
     (two_arrays, 1, (np.ones(2), [np.array([1.0, 2.0], dtype=object)]), "object"),
-], ids=["negative out of range", "too few arguments", "float wrt", "None wrt", "int by position",
+], ids=["negative out of range", "too few arguments", "float wrt", "int by position",
         "str by position", "bool by name", "int in a tuple", "int array", "object array", "object array in a list"])
 def test_bad_wrt_or_argument_is_a_clear_error(fn, wrt, args, shown):
     before = copy.deepcopy(args)
