@@ -44,7 +44,9 @@ from bytegrad.rules._apply import shape_of
 from bytegrad.rules._shape import stand_in, unbroadcast_plan
 from bytegrad.runtime import pytree
 from bytegrad.runtime.backward import INPLACE_MIN_SIZE, partial_uses
-from bytegrad.compiled.parts import Record, check_shapes, compile_program, savable_share, value_only
+from bytegrad.compiled.parts import (
+    Record, check_shapes, compile_program, python_raises, savable_share, value_only,
+)
 from bytegrad.compiled.source import (
     DECIDED, DECISION_GUARD, MAYBE, MISS, SCALAR_CONSTS, SET, UNSET, Decision, Ineligible, Inputs, Program, Source,
     gradient_code, inline_partial, operator_expr, short, static_guards,
@@ -56,9 +58,6 @@ __all__ = ["DECIDED", "MISS", "Ineligible", "Program", "build", "compile_source"
 
 _ndarray = np.ndarray
 _FunctionType = types.FunctionType
-
-
-# ---- the records -------------------------------------------------------------------------------
 
 
 # ---- code generation ---------------------------------------------------------------------------
@@ -96,6 +95,7 @@ class Builder:
         self._t = 0
         #: the capture's decisions (CaptureTape.checks): computed again and checked, in tape order
         self.checks: list[tuple] = list(getattr(tape, "checks", ()))
+        self.raising: frozenset[int] = frozenset()  # records that may raise as Python does (`read`)
 
     # -- forward --
 
@@ -120,6 +120,9 @@ class Builder:
             self.records[i] = rec
         needed: set[int] = set()
         todo = list(outs)
+        # what raises on the general path (Python's float division, `math`) is computed, read or not
+        self.raising = frozenset(i for i, rec in self.records.items() if python_raises(rec))
+        todo += self.raising
         for check in self.checks:  # what each decision reads is computed, needed or not
             todo += [p for p in map(tape.ids.get, map(id, check[2])) if p is not None]
             todo += [p for p in map(tape.ids.get, map(id, (check[3] or {}).values())) if p is not None]
@@ -503,7 +506,6 @@ def _array_partial(d: Any, rec: Record) -> bool:
             and pv.base is None and pv is not out and all(pv is not a for a in rec.args))
 
 
-
 def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: Any, wrt_tuple: bool,
           static_guards_: list[tuple], code: types.CodeType, backend: str = "numpy",
           pullback: bool = False, aux: Optional[tuple] = None) -> Program:
@@ -554,7 +556,7 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     else:
         result_var, state, forward_records = _emit_numpy(b, order, depends, out_idx)
     if backend == "numpy" and aux is None:
-        value_only(b.src, b.stmt_of, out_idx)
+        value_only(b.src, b.stmt_of, out_idx, b.raising)
     lines: list[str] = []
     grads = [gradient_code(src, specs[p], state, lines, inputs.fresh) for p in wrt]
     if len(grads) > 1:
