@@ -45,7 +45,7 @@ from bytegrad.rules._shape import stand_in, unbroadcast_plan
 from bytegrad.runtime import pytree
 from bytegrad.runtime.backward import INPLACE_MIN_SIZE, partial_uses
 from bytegrad.compiled.parts import (
-    Record, check_shapes, compile_program, python_raises, savable_share, value_only,
+    Record, check_shapes, compile_program, paused_and_sized, python_raises, savable_share, value_only,
 )
 from bytegrad.compiled.source import (
     DECIDED, DECISION_GUARD, MAYBE, MISS, SCALAR_CONSTS, SET, UNSET, Decision, Ineligible, Inputs, Program, Source,
@@ -506,6 +506,7 @@ def _array_partial(d: Any, rec: Record) -> bool:
             and pv.base is None and pv is not out and all(pv is not a for a in rec.args))
 
 
+@paused_and_sized
 def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: Any, wrt_tuple: bool,
           static_guards_: list[tuple], code: types.CodeType, backend: str = "numpy",
           pullback: bool = False, aux: Optional[tuple] = None) -> Program:

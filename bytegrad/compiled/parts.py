@@ -8,6 +8,8 @@ into the function `program`, with the helpers generated code calls (`program_cod
 from __future__ import annotations
 
 import ast
+import functools
+import gc
 import math
 import operator
 import sys
@@ -26,8 +28,8 @@ from bytegrad.compiled.source import (
     AST_LOCK, DECIDED, FLOAT_TYPES, MISS, MISSING, Ineligible, Source, decided,
 )
 
-__all__ = ["Record", "check_shapes", "compile_program", "program_code", "program_from_code", "python_raises",
-           "savable_share", "value_only"]
+__all__ = ["MAX_RECORDS", "Record", "check_shapes", "compile_program", "paused_and_sized", "program_code",
+           "program_from_code", "python_raises", "savable_share", "value_only"]
 
 _ndarray = np.ndarray
 _FunctionType = types.FunctionType
@@ -226,6 +228,35 @@ def program_code(source: str, user_lines: Sequence[int], filename: str) -> types
                 if node.end_lineno < node.lineno:
                     node.end_lineno = node.lineno
         return compile(tree, filename, "exec")
+
+
+#: operations (tape records) of the largest program built: Python takes about 0.2-0.5 ms an operation to
+#: write, parse and compile a program of 6-7 lines an operation, which a capture must pay back: a 2,000-step
+#: loop of 4 operations on array[1000] takes 0.12-0.3 s a gradient, and its 54,000-line program took 4-5 s
+#: to build (a 500-step loop, 2,002 operations, about 1 s: 10x its gradient)
+MAX_RECORDS = 2000
+
+
+def paused_and_sized(build: Callable[..., Any]) -> Callable[..., Any]:
+    """`build(tape, ...)` (compiled/lower_numpy.py) refused (`Ineligible`) for a tape of more than
+    MAX_RECORDS operations, and run with Python's cyclic garbage collector paused: a program's build
+    allocates many objects that live until it is compiled (AST nodes, strings), and each collection
+    visited them all, which made a build grow as the square of its operations."""
+    @functools.wraps(build)
+    def sized(tape: Any, *args: Any, **kwargs: Any) -> Any:
+        records = sum(node is not None for node in tape.nodes)
+        if records > MAX_RECORDS:
+            raise Ineligible(f"its capture recorded {records} operations, more than a program takes ({MAX_RECORDS}): "
+                             "compiling one would cost more than many gradients; the signature stays on the "
+                             "general path")
+        was = gc.isenabled()
+        gc.disable()
+        try:
+            return build(tape, *args, **kwargs)
+        finally:
+            if was:
+                gc.enable()
+    return sized
 
 
 def _program_version() -> int:
