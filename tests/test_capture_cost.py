@@ -12,11 +12,9 @@ import sys
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import bytegrad  # noqa: E402
-from bytegrad.compiled import lower_numpy, parts, policy  # noqa: E402
-from bytegrad.runtime import kernels  # noqa: E402
+import bytegrad
+from bytegrad.compiled import lower_numpy, parts, policy
+from bytegrad.runtime import kernels
 
 COMPILED = os.path.dirname(os.path.abspath(policy.__file__))
 

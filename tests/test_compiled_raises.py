@@ -8,18 +8,14 @@ from __future__ import annotations
 
 import inspect
 import math
-import os
-import sys
 import traceback
 import types
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import bytegrad  # noqa: E402
-from bytegrad.runtime import kernels  # noqa: E402
+import bytegrad
+from bytegrad.runtime import kernels
 
 TIERS = ("general", "numpy", "numba", "auto")
 
@@ -33,12 +29,12 @@ def logistic(a):
 
 
 def unread_division(a):
-    t = 1.0 / a  # raises here
+    _ = 1.0 / a  # raises here
     return a * 2.0
 
 
 def unread_power(a):
-    t = a ** -1.0  # raises here
+    _ = a ** -1.0  # raises here
     return a * 3.0
 
 
@@ -80,7 +76,7 @@ def array_and_float(x, s):
 
 
 def unread_log(x):
-    t = math.log(x[0])  # raises here
+    _ = math.log(x[0])  # raises here
     return np.sum(x * 2.0)
 
 
