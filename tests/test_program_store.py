@@ -115,3 +115,50 @@ def test_a_loaded_program_keeps_its_guards(project):
     run_project(project, "precompile")
     fresh = run_project(project, "global")
     assert fresh["loaded"] == 1 and fresh["compiled_calls"] == 0 and fresh["same"], fresh
+
+
+DEFAULTS_MODULE = '''
+import numpy as np
+
+
+def helper(x, s=2.0, *, t=3.0):
+    return np.sin(x) * s * t
+
+
+def loss(x):
+    return np.sum(helper(x))
+'''
+
+DEFAULTS_RUNNER = '''
+import json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import bytegrad, usermod
+mode = sys.argv[2]
+x = np.linspace(-1.0, 1.0, 5)
+out = {}
+if mode == "precompile":
+    out["stored"] = bytegrad.precompile(usermod.loss, x)["programs_stored"]
+else:
+    if mode == "redefault":
+        usermod.helper.__defaults__ = (5.0,)
+    d = bytegrad.differentiate(usermod.loss)
+    g = d.grad(x)
+    s = usermod.helper.__defaults__[0]
+    out["same"] = bool(np.allclose(g, np.cos(x) * s * 3.0, rtol=1e-12))
+    st = d.stats()["compiled"]
+    out["loaded"], out["compiled_calls"] = st["loaded_from_disk"], st["compiled_calls"]
+print(json.dumps(out))
+'''
+
+
+def test_a_program_whose_callee_has_defaults_is_stored_and_loaded(tmp_path):
+    """`precompile` of a function whose Python callee has default arguments (positional and keyword-only)
+    stores its program (it used to recurse without end in the store's `persistent_id`); a fresh process
+    loads and runs it, and does not when a default was replaced since."""
+    project = write_project(tmp_path, DEFAULTS_MODULE, DEFAULTS_RUNNER)
+    assert run_project(project, "precompile")["stored"] == 1
+    fresh = run_project(project, "plain")
+    assert fresh["same"] and fresh["loaded"] == 1 and fresh["compiled_calls"] == 1, fresh
+    changed = run_project(project, "redefault")
+    assert changed["same"] and changed["loaded"] == 0 and changed["compiled_calls"] == 0, changed

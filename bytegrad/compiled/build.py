@@ -13,7 +13,7 @@ from typing import Any, Optional
 from bytegrad.compiled import lower_numpy
 from bytegrad.compiled.ir import dump
 from bytegrad.compiled.lower_numpy import Builder, compile_source
-from bytegrad.compiled.parts import savable_share, value_only
+from bytegrad.compiled.parts import paused_and_sized, savable_share, value_only
 from bytegrad.compiled.pullback import build_pullback, named_outputs, output_code, output_leaves
 from bytegrad.compiled.source import Ineligible, Inputs, Program, Source, gradient_code, static_guards
 from bytegrad.rules import registry
@@ -23,6 +23,7 @@ from bytegrad.runtime.tape import Tape
 __all__ = ["Ineligible", "Program", "build"]
 
 
+@paused_and_sized
 def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: Any, wrt_tuple: bool,
           static_guards_: list[tuple], code: types.CodeType, backend: str = "numpy",
           pullback: bool = False, aux: Optional[tuple] = None) -> Program:
@@ -69,7 +70,7 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     else:
         result_var, state, forward_records = lower_numpy.emit(b, order, depends, out_idx)
     if backend == "numpy" and aux is None:
-        value_only(b.src, b.stmt_of, out_idx)
+        value_only(b.src, b.stmt_of, out_idx, b.raising)
     lines: list[str] = []
     grads = [gradient_code(src, specs[p], state, lines, inputs.fresh) for p in wrt]
     if len(grads) > 1:

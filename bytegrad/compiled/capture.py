@@ -10,6 +10,7 @@ make a program still returns the gradient of the run it made.
 """
 from __future__ import annotations
 
+import time
 import types
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
@@ -158,12 +159,17 @@ def capture(d: Any, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[
     guards = guards + callee_guards
     why = "no back end"
     for backend in backends:  # the first that builds and agrees with the capture's gradient
+        t0 = time.perf_counter()
         try:
             prog = build_program(tape, args, [spec_at.get(p) for p in range(len(args))], norm_wrt, out,
                                  d._wrt_tuple, guards, d._code, backend, aux=program_aux)
         except Ineligible as exc:
             why = str(exc)
+            policy.log().debug("no %s program for %s: %s (%.3f s)", backend, d._code.co_qualname, why,
+                             time.perf_counter() - t0)
             continue
+        policy.log().debug("compiled a %s program of %d operations for %s in %.3f s", backend, prog.records,
+                         d._code.co_qualname, time.perf_counter() - t0)
         why = d._tiers.agree(prog, args, result) if d._tiers is not None else None
         if why is None:
             return result, prog

@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from bytegrad.compiled.parts import Record
+from bytegrad.compiled.parts import Record, python_raises
 from bytegrad.compiled.source import Ineligible
 from bytegrad.errors import qualname
 from bytegrad.runtime.tape import Tape
@@ -79,6 +79,9 @@ class IR:
     depends: set[int] = field(default_factory=set)
     outputs: list[int] = field(default_factory=list)
     differentiated: frozenset[int] = frozenset()
+    #: records whose operation raises on the general path in some cases (Python's float division,
+    #: `math`): computed where they are, whether anything reads them or not (compiled/parts.py)
+    raising: frozenset[int] = frozenset()
 
 
 def read(tape: Tape, outs: list[int], wrt_leaves: set[int], known: set[int]) -> IR:
@@ -106,8 +109,9 @@ def read(tape: Tape, outs: list[int], wrt_leaves: set[int], known: set[int]) -> 
                 raise Ineligible(f"an argument of {qualname(rec.fn)} was overwritten in place", rec.site)
         records[i] = rec
     ir.decisions = [Decision(*check) for check in getattr(tape, "checks", ())]
+    ir.raising = frozenset(i for i, rec in records.items() if python_raises(rec))
     needed: set[int] = set()
-    todo = list(outs)
+    todo = list(outs) + list(ir.raising)
     ids = tape.ids
     for d in ir.decisions:  # what each decision reads is computed, needed or not
         todo += [p for p in map(ids.get, map(id, d.args)) if p is not None]

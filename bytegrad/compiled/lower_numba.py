@@ -42,7 +42,7 @@ from bytegrad.runtime import kernels, vmath
 from bytegrad.runtime.backward import partial_uses, singular_partial
 from bytegrad.compiled.lower_numpy import Builder, Ineligible
 from bytegrad.compiled.numba_kernel import SPLIT, module_constants, parts as kernel_parts
-from bytegrad.compiled.parts import Record
+from bytegrad.compiled.parts import Record, python_raises
 from bytegrad.compiled.source import AST_LOCK, OWNED, SET, Constants, inline_partial, operator_expr
 
 __all__ = ["emit"]
@@ -67,6 +67,8 @@ class _Kernel:
         self.hybrid = False
         self.splits: dict[str, Any] = {}        # the variable a NumPy ufunc gives -> the ufunc
         self.loop = False  # writing the body of an element loop (program_fused.py): every value a float
+        #: the kernel checks, in `bad_`, operations that raise on the general path (`python_raises`)
+        self.raising = False
 
     # -- values --
 
@@ -134,6 +136,11 @@ class _Kernel:
             self.lines.append(f"{SPLIT}{v} = {ops[0]}")
         else:
             self.lines.append(f"{v} = {expr}")
+        raises = python_raises(rec)
+        if raises is not None:  # where Python raises, the kernel's NaN loss hands the call back (`_finish`)
+            self.raising = True
+            self.lines.append(f"bad_ = bad_ | ({ops[1]} == 0.0)" if raises == "divisor" else
+                              f"bad_ = bad_ | ({v} - {v} != 0.0)")
         self.var[i] = v
         if type(out) is _ndarray:
             self.array[v] = out.shape
@@ -514,6 +521,12 @@ def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params
     it made and holds nowhere else) or returned as a copy, so that the wrapper hands it over without
     a copy of its own (an array a kernel returns always has a base: Numba's memory record)."""
     src = b.src
+    out = b.tape.values[out_idx]
+    if k.raising:  # an operation that raises on the general path met a raising case: a NaN loss
+        if type(out) is _ndarray:
+            raise Ineligible("Python's float division or a `math` function whose exceptions a kernel with an "
+                             "array output cannot report")
+        lines = ["bad_ = False", *lines, f"{returns[0]} = np.nan if bad_ else {returns[0]}"]
     state = {p: SET for p in leaves}
     if not k.splits:
         for n, p in enumerate(leaves, 1):
@@ -545,7 +558,6 @@ def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params
         sources.append(source)
         gets = targets if last else "".join(f"{g}, " for g in gives)
         src.emit(f"{gets}= {src.const(fn, 'K')}({', '.join(args)})")
-    out = b.tape.values[out_idx]
     if type(out) is not _ndarray:  # the general path's scalar type (np.float64 from a sum)
         # an inf or NaN loss: NumPy would have met a floating-point error, which the general path
         # reports as the user's error state says (a warning at the user's line, FloatingPointError)

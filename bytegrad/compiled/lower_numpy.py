@@ -57,9 +57,6 @@ _ndarray = np.ndarray
 _FunctionType = types.FunctionType
 
 
-# ---- the records -------------------------------------------------------------------------------
-
-
 # ---- code generation ---------------------------------------------------------------------------
 
 
@@ -96,6 +93,7 @@ class Builder:
         self._t = 0
         #: the capture's decisions (CaptureTape.checks): computed again and checked, in tape order
         self.checks: list[tuple] = list(getattr(tape, "checks", ()))
+        self.raising: frozenset[int] = frozenset()  # records that may raise as Python does (`read`)
 
     # -- forward --
 
@@ -104,6 +102,8 @@ class Builder:
         depend on a differentiated leaf: the capture's IR (compiled/ir.py), kept as `self.ir`."""
         self.ir = _ir.read(self.tape, outs, self.wrt_leaves, set(self.var))
         self.records = self.ir.ops
+        # what raises on the general path (Python's float division, `math`) is computed, read or not
+        self.raising = self.ir.raising
         for i, (fn, args, kwargs) in self.ir.made.items():
             if i not in self.var:
                 self._make(i, fn, args, kwargs)

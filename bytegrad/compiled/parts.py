@@ -8,11 +8,13 @@ into the function `program`, with the helpers generated code calls (`program_cod
 from __future__ import annotations
 
 import ast
+import functools
+import gc
 import math
 import operator
 import sys
 import types
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -27,8 +29,8 @@ from bytegrad.compiled.source import (
     AST_LOCK, DECIDED, FLOAT_TYPES, MISS, MISSING, Ineligible, Source, decided,
 )
 
-__all__ = ["Record", "check_shapes", "compile_program", "program_code", "program_from_code", "savable_share",
-           "value_only"]
+__all__ = ["MAX_RECORDS", "Record", "check_shapes", "compile_program", "paused_and_sized", "program_code",
+           "program_from_code", "python_raises", "savable_share", "value_only"]
 
 _ndarray = np.ndarray
 _FunctionType = types.FunctionType
@@ -93,6 +95,31 @@ class Record:
         return found
 
 
+#: Python's operators that raise ZeroDivisionError on a zero divisor of Python numbers
+_DIVISIONS = frozenset((operator.truediv, operator.itruediv, operator.floordiv, operator.ifloordiv, operator.mod,
+                        operator.imod))
+_POWERS = frozenset((operator.pow, operator.ipow))
+#: `math`'s functions raise ValueError or OverflowError where their result would be NaN or infinite
+_MATH = frozenset(v for v in vars(math).values() if callable(v))
+_PY_NUMBERS = (int, float, bool)
+
+
+def python_raises(rec: Record) -> Optional[str]:
+    """How the general path's operation of `rec` may raise where NumPy's arithmetic gives inf or NaN:
+    "divisor" (`/`, `//`, `%` of Python numbers: ZeroDivisionError at a zero divisor), "result" (a
+    `math` function, or `**` of Python numbers: ValueError, OverflowError or ZeroDivisionError where
+    the result would be NaN or infinite, or complex for `**`), or None. A program computes such an
+    operation even when no output reads it, and a Numba kernel checks it (compiled/lower_numba.py)."""
+    fn = rec.fn
+    if rec.kind != "elementwise":
+        return None
+    if fn in _MATH:
+        return "result"
+    if (fn in _DIVISIONS or fn in _POWERS) and all(type(a) in _PY_NUMBERS for a in rec.args[:2]):
+        return "divisor" if fn in _DIVISIONS else "result"
+    return None
+
+
 def _rule_of(fn: Any) -> Any:
     rule = registry.lookup(fn)
     if rule is None and type(fn) is types.MethodWrapperType:  # `desc.__get__` of `.T`, `.real`
@@ -125,10 +152,11 @@ def savable_share(records: Sequence[Record]) -> float:
     return rest / (rest + blas) if rest + blas > 0 else 1.0
 
 
-def value_only(src: Source, stmt_of: dict[int, int], out_idx: int) -> None:
+def value_only(src: Source, stmt_of: dict[int, int], out_idx: int, keep: frozenset[int] = frozenset()) -> None:
     """The forward steps only the output's value reads (the loss, and what only it reads): a
     gradient asked alone (`program(args, False)`, `grad`) skips them, and gets None for the value.
-    A step that the reverse pass, a decision or another kept step reads is kept. `stmt_of`: each
+    A step that the reverse pass, a decision or another kept step reads is kept, and so are the
+    records `keep` (those that may raise as Python does, `python_raises`). `stmt_of`: each
     record's statement in `src` (compiled/lower_numpy.py's Builder)."""
     stmts = src.stmts
     readers: dict[str, set[int]] = {}
@@ -140,7 +168,8 @@ def value_only(src: Source, stmt_of: dict[int, int], out_idx: int) -> None:
         k = stmt_of[i]
         lines, names = stmts[k]
         others = readers.get(f"v{i}", set()) - {k}
-        if len(lines) != 1 or f"p{i}" in names or not others <= skipped or (not others and i != out_idx):
+        if len(lines) != 1 or f"p{i}" in names or not others <= skipped or (not others and i != out_idx) \
+                or i in keep:
             continue
         skipped.add(k)
         stmts[k] = (_unless_value(lines), names)
@@ -200,6 +229,35 @@ def program_code(source: str, user_lines: Sequence[int], filename: str) -> types
                 if node.end_lineno < node.lineno:
                     node.end_lineno = node.lineno
         return compile(tree, filename, "exec")
+
+
+#: operations (tape records) of the largest program built: Python takes about 0.2-0.5 ms an operation to
+#: write, parse and compile a program of 6-7 lines an operation, which a capture must pay back: a 2,000-step
+#: loop of 4 operations on array[1000] takes 0.12-0.3 s a gradient, and its 54,000-line program took 4-5 s
+#: to build (a 500-step loop, 2,002 operations, about 1 s: 10x its gradient)
+MAX_RECORDS = 2000
+
+
+def paused_and_sized(build: Callable[..., Any]) -> Callable[..., Any]:
+    """`build(tape, ...)` (compiled/lower_numpy.py) refused (`Ineligible`) for a tape of more than
+    MAX_RECORDS operations, and run with Python's cyclic garbage collector paused: a program's build
+    allocates many objects that live until it is compiled (AST nodes, strings), and each collection
+    visited them all, which made a build grow as the square of its operations."""
+    @functools.wraps(build)
+    def sized(tape: Any, *args: Any, **kwargs: Any) -> Any:
+        records = sum(node is not None for node in tape.nodes)
+        if records > MAX_RECORDS:
+            raise Ineligible(f"its capture recorded {records} operations, more than a program takes ({MAX_RECORDS}): "
+                             "compiling one would cost more than many gradients; the signature stays on the "
+                             "general path")
+        was = gc.isenabled()
+        gc.disable()
+        try:
+            return build(tape, *args, **kwargs)
+        finally:
+            if was:
+                gc.enable()
+    return sized
 
 
 def _program_version() -> int:

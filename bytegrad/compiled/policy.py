@@ -38,6 +38,23 @@ from bytegrad._config import config as _config
 from bytegrad.compiled.lower_numpy import DECIDED, MISS, Program
 
 _perf = time.perf_counter
+_LOGGER: Any = None
+
+
+def log() -> Any:
+    """The `bytegrad` logger (standard `logging`), which records each capture, compile, refusal and
+    change of back end with its duration (INFO; a program's build, DEBUG). bytegrad gives it only a
+    NullHandler: the application's logging configuration decides what is shown. (Imported at the
+    first capture: a first gradient does not load `logging`.)"""
+    global _LOGGER
+    if _LOGGER is None:
+        import logging
+
+        logger = logging.getLogger("bytegrad")
+        if not any(type(h) is logging.NullHandler for h in logger.handlers):
+            logger.addHandler(logging.NullHandler())
+        _LOGGER = logger
+    return _LOGGER
 
 __all__ = ["TIERS", "Tiers", "default_tier", "tiers_for"]
 
@@ -158,7 +175,17 @@ class Tiers:
         try:
             result, program = capture(args, ("numba", "numpy") if self.tier == "numba" else ("numpy",))
         finally:
-            self.capture_s += time.perf_counter() - t0
+            spent = time.perf_counter() - t0
+            self.capture_s += spent
+        what = f"{self.code.co_qualname} ({', '.join(t.__name__ for t in map(type, args))}; tier {self.tier})"
+        if isinstance(program, Program):
+            log().info("captured %s: a %s program of %d operations, in %.3f s", what, program.backend,
+                       program.records, spent)
+        elif isinstance(program, Pending):
+            log().info("captured %s: a pullback program of %d operations, checked at its first back(), in %.3f s",
+                       what, program.program.records, spent)
+        else:
+            log().info("not compiled %s: %s (the capture took %.3f s)", what, program, spent)
         if isinstance(program, Program):
             program.signature = tuple(map(type, args))
             if len(self.programs) < MAX_PROGRAMS:  # (threads that captured at once: the budget holds)
@@ -194,8 +221,10 @@ class Tiers:
         # what compiling cost, for the next program's price (a twin Numba loaded from its cache says nothing)
         if isinstance(twin, Program) and not kernels.program_from_disk(twin.twin or ()):
             _learn_price(spent - (0.0 if had_numba else _PRICE["import"]), twin.records)
+        what = self.code.co_qualname
         if not isinstance(twin, Program):
             prog.why_not_numba = twin
+            log().info("%s keeps its NumPy program: no Numba twin (%s; %.3f s)", what, twin, spent)
             return result
         mine, theirs = _time(prog.fn, args), _time(twin.fn, args)
         prog.why_not_numba = f"Numba's program took {theirs * 1e6:.1f} us against NumPy's {mine * 1e6:.1f} us"
@@ -203,6 +232,9 @@ class Tiers:
             twin.upgraded = True
             twin.calls = prog.calls
             self.programs[self.programs.index(prog)] = twin
+        log().info("%s %s: %s (the twin's capture and compile took %.3f s)", what,
+                   "moves to its Numba program" if theirs < 0.95 * mine else "keeps its NumPy program",
+                   prog.why_not_numba, spent)
         self.compiled_calls += 1
         return result
 
@@ -281,10 +313,13 @@ class Tiers:
                     return  # a cotangent not shaped as at capture says nothing: the next one may
         except Exception as exc:  # noqa: BLE001 - a rule that needs a tape, say: the program is refused
             pending.sig.reason = f"the program raised {type(exc).__name__}: {exc}"
+            log().info("%s's pullback program is refused: %s", self.code.co_qualname, pending.sig.reason)
             return
         why = pending.sig.reason = self._verdict(got, (out, grads))
         if why is None and len(self.programs) < MAX_PROGRAMS:
             self.programs.append(program)
+        log().info("%s's pullback program %s", self.code.co_qualname,
+                   "runs from now on" if why is None else f"is refused: {why}")
 
     def describe(self) -> dict[str, Any]:
         return {

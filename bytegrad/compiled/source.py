@@ -210,6 +210,9 @@ class Source(Constants):
         for k, (_, names) in enumerate(self.stmts):
             for n in names:
                 last[n] = k
+        ending: dict[int, list[str]] = {}  # statement -> the names it is the last to read
+        for n, at in last.items():
+            ending.setdefault(at, []).append(n)
         for k in ks:
             lines = self.stmts[k][0]
             for var, alt in self.reuse.get(k, ()):
@@ -220,7 +223,7 @@ class Source(Constants):
             user += [self.lines[k] or user[0]] * len(lines)
             if ends and k == ks[-1]:
                 break  # the return
-            dead = sorted(n for n, at in last.items() if at == k and n not in self.scalars and n not in keep)
+            dead = sorted(n for n in ending.get(k, ()) if n not in self.scalars and n not in keep)
             if dead:
                 out.append(f"{indent}del {', '.join(dead)}")
                 user.append(user[-1])
@@ -402,14 +405,22 @@ def inline_partial(d: Any, operands: list[str], src: Source) -> Optional[tuple[s
 
 
 def _inlined(body: ast.expr, subst: dict[str, str]) -> tuple[str, bool]:
-    class _Rename(ast.NodeTransformer):
-        def visit_Name(self, n: ast.Name) -> ast.AST:
-            return ast.copy_location(ast.Name(id=subst[n.id], ctx=n.ctx), n)
+    template = _TEMPLATES.get(id(body))
+    if template is None:  # the body written once with a mark for each name, filled in per use
+        class _Mark(ast.NodeTransformer):
+            def visit_Name(self, n: ast.Name) -> ast.AST:
+                return ast.copy_location(ast.Name(id=f"\x00{n.id}\x00", ctx=n.ctx), n)
 
-    expr = _Rename().visit(ast.parse(ast.unparse(body), mode="eval").body)
-    risky = any(isinstance(n, ast.Call) or (isinstance(n, ast.BinOp) and isinstance(n.op, _DIVIDING))
-                for n in ast.walk(expr))
-    return "(" + ast.unparse(expr) + ")", risky
+        expr = _Mark().visit(ast.parse(ast.unparse(body), mode="eval").body)
+        risky = any(isinstance(n, ast.Call) or (isinstance(n, ast.BinOp) and isinstance(n.op, _DIVIDING))
+                    for n in ast.walk(expr))
+        template = _TEMPLATES[id(body)] = ("(" + ast.unparse(expr) + ")", risky, body)
+    return _MARK.sub(lambda m: subst[m.group(1)], template[0]), template[1]
+
+
+#: id of a lambda's body -> (its text with marked names, whether it may raise, the body, kept alive)
+_TEMPLATES: dict[int, tuple[str, bool, ast.expr]] = {}
+_MARK = re.compile("\x00([^\x00]*)\x00")
 
 
 _DIVIDING = (ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)

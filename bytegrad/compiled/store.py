@@ -28,7 +28,7 @@ import marshal
 import pickle
 import sys
 import types
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import numpy as np
 
@@ -120,7 +120,9 @@ class _Pickler(pickle.Pickler):
             if fn is None:
                 raise pickle.PicklingError("a code object of no known function")
             part = "code" if t is types.CodeType else ("defaults" if t is tuple else "kwdefaults")
-            return (part, _path(fn), marshal.dumps(fn.__code__, 2), fn.__defaults__, fn.__kwdefaults__)
+            # copies of the defaults: the objects themselves are in `_code_of`, and the pickler would
+            # ask for their persistent id again, without end
+            return (part, _path(fn), marshal.dumps(fn.__code__, 2), _copy(fn.__defaults__), _copy(fn.__kwdefaults__))
         if t is np.ndarray and is_stand_in(obj):  # a shape and a dtype, not the array it stands for
             return ("stand_in", obj.shape, obj.dtype.str)
         if isinstance(obj, np.dtype):  # (guards test `x.dtype is dt`: the canonical instance)
@@ -131,6 +133,13 @@ class _Pickler(pickle.Pickler):
         if path is not None and not isinstance(obj, (np.ndarray, np.generic)):
             return ("path", path)
         return None
+
+
+def _copy(defaults: Optional[Union[tuple, dict]]) -> Optional[Union[list, dict]]:
+    """A function's `__defaults__` (a list) or `__kwdefaults__` (a dict) as a new object."""
+    if defaults is None:
+        return None
+    return list(defaults) if type(defaults) is tuple else dict(defaults)
 
 
 _PLAIN = frozenset({type(None), bool, int, float, complex, str, bytes, slice, type(Ellipsis)})
@@ -221,7 +230,8 @@ class _Unpickler(safepickle.SafeUnpickler):
             return rule.rrule if tag == "rrule" else rule.partials[pid[2]]
         if tag in ("code", "defaults", "kwdefaults"):
             fn = _required(_find(*pid[1]), pid)
-            if marshal.dumps(fn.__code__, 2) != pid[2] or fn.__defaults__ != pid[3] or fn.__kwdefaults__ != pid[4]:
+            if marshal.dumps(fn.__code__, 2) != pid[2] or _copy(fn.__defaults__) != pid[3] \
+                    or _copy(fn.__kwdefaults__) != pid[4]:
                 raise LookupError(f"{pid[1]} has other code or defaults now")
             return {"code": fn.__code__, "defaults": fn.__defaults__, "kwdefaults": fn.__kwdefaults__}[tag]
         raise pickle.UnpicklingError(f"bytegrad's program cache does not load the reference {pid!r}")
