@@ -178,7 +178,7 @@ def _explain_tier(d: Any, args: tuple, out: io.StringIO) -> None:
                   "to compile (see stats()['compiled'])\n")
     from bytegrad.compiled.policy import numba_note, twin_note
     for k, p in enumerate(tiers.programs):
-        out.write(f"  program {k}: {p.backend} back end, {p.records} operations; guards: {'; '.join(p.guards)}\n")
+        out.write(f"  program {k}: {p.backend} back end, {p.records} operations; guards: {'; '.join(g.describe() for g in p.guards)}\n")
         note = numba_note(p, tiers.tier)
         if note:
             out.write(f"    Numba twin: {note}\n")

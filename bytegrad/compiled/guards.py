@@ -1,10 +1,10 @@
 """Guards: what a program assumes of a call, and the exact check of each assumption.
 
-A guard has a kind (what is compared: a type, a shape, a value, a callable's state...), a source
-(where the program reads it: an argument path, a global, a module attribute, a closure cell, a
-callee) and what it expects. `Guard.condition` writes the check as Python source for the NumPy
-back end's program (the Numba back end's programs start with the same code), `Guard.describe`
-the line `explain` and `stats()` print. Comparisons are exact, never `==` alone:
+A guard has a kind (what is compared: a type, a shape, a value, a callable's state...), its
+check (the condition as the program's source reads it: the arguments by path, a global, a module
+attribute, a closure cell, a callee) and its description. Compiled/source.py's `Source.guard`
+makes each; the program's code checks them in order (the Numba back end's programs start with the
+same wrapper code), and `Guard.describe` is the line `explain` and `stats()` print. Comparisons are exact, never `==` alone:
 
 - floats by value *and* sign, so `-0.0` and `0.0` differ (`np.arctan2(OFF, x)` depends on it) and a
   NaN matches a NaN (`==` never holds for one, which would recapture on every call);
@@ -23,22 +23,23 @@ import types
 from dataclasses import dataclass
 from typing import Any, Optional
 
-__all__ = ["Guard", "KINDS", "same_value", "callable_state", "same_state", "number_condition"]
+__all__ = ["Guard", "KINDS", "callable_state", "number_condition", "same_state", "same_value"]
 
 #: the kinds of guards a program checks (the decision and cotangent checks are compiled/source.py's)
-KINDS = ("type", "shape", "dtype", "value", "global", "attr", "cell", "version", "code", "state")
+KINDS = ("type", "shape", "dtype", "value", "global", "attr", "cell", "version", "code")
 
 _copysign = math.copysign
 
 
 @dataclass(frozen=True)
 class Guard:
-    """One assumption of a program: `kind` (one of KINDS), `source` (the expression the program
-    reads, in its own variables), `expected` (what the capture saw) and `what` (the description)."""
+    """One assumption of a program: its `kind` (one of KINDS, or the decision and cotangent checks
+    of compiled/source.py), `check` (the condition, as the program's source reads it in its own
+    variables: the NumPy back end's code, which the Numba back end's wrapper runs too) and `what`
+    (the line `explain` and `stats()` print)."""
 
     kind: str
-    source: str
-    expected: Any
+    check: str
     what: str
 
     def describe(self) -> str:

@@ -324,7 +324,7 @@ class Tiers:
     def describe(self) -> dict[str, Any]:
         return {
             "tier": self.tier,
-            "programs": [{"backend": p.backend, "operations": p.records, "guards": list(p.guards), "calls": p.calls,
+            "programs": [{"backend": p.backend, "operations": p.records, "guards": [g.describe() for g in p.guards], "calls": p.calls,
                           "decided_otherwise": p.decided,
                           **({"numba": note} if (note := numba_note(p, self.tier)) else {}),
                           **({"numba_kernels": twin_note(p)} if p.twin else {})}

@@ -22,7 +22,7 @@ from bytegrad import _operators
 from bytegrad.errors import qualname
 from bytegrad.rules._shape import stand_in
 from bytegrad.runtime import pytree
-from bytegrad.compiled.guards import callable_state, number_condition, same_value
+from bytegrad.compiled.guards import KINDS, Guard, callable_state, number_condition, same_value
 from bytegrad.compiled.reuse import AST_LOCK as AST_LOCK, dead as operand_dead  # (AST_LOCK re-exported)
 
 __all__ = ["Program", "operator_expr", "DECIDED", "FLOAT_TYPES", "GUARD_KINDS", "MAYBE", "MISS", "OWNED", "MISSING", "SCALAR_CONSTS", "SET", "UNSET", "Constants", "Ineligible", "Inputs", "Source", "gradient_code",
@@ -39,7 +39,7 @@ OWNED = 3
 from bytegrad.runtime.sentinels import DECIDED as DECIDED, MISS as MISS  # noqa: E402  (re-exported)
 MISSING = object()  # (the generated code calls it _MISSING)
 #: the kinds of guards a program checks
-GUARD_KINDS = ("type", "shape", "dtype", "value", "global", "attr", "cell", "version", "code")
+GUARD_KINDS = KINDS
 #: the guard a pullback program's `back` adds: each cotangent shaped as the output was at capture
 COTANGENT_GUARD = "cotangent"
 #: the check of a decision on data (a comparison, a function without a derivative) made again
@@ -77,10 +77,10 @@ class Program:
     __slots__ = ("fn", "source", "guards", "records", "backend", "calls", "seconds", "upgraded", "why_not_numba",
                  "decided", "parts", "signature", "pullback", "twin", "share", "ir")
 
-    def __init__(self, fn: Callable[[tuple], Any], source: str, guards: list[str], records: int) -> None:
+    def __init__(self, fn: Callable[[tuple], Any], source: str, guards: list[Guard], records: int) -> None:
         self.fn = fn
         self.source = source
-        self.guards = guards      # one line per guard, for explain
+        self.guards = guards      # its guards (compiled/guards.py), in the order it checks them
         self.records = records    # forward operations in the program
         self.backend = "numpy"
         self.calls = 0            # calls it answered
@@ -144,7 +144,7 @@ class Source(Constants):
         self.stmts: list[tuple[list[str], set[str]]] = []   # (lines, names read or written)
         self.lines: list[Optional[int]] = []                # the user's line of each statement
         self.scalars: set[str] = set()  # variables that hold floats: not worth a `del`
-        self.guards: list[str] = []
+        self.guards: list[Guard] = []
         self.kernel_source: Optional[str] = None  # the Numba kernel the program calls (program_numba.py)
         self.kernel_stems: Optional[tuple[str, ...]] = None  # its modules in the cache directory
         self.back_from: Optional[int] = None  # a pullback program: statements from here on are `back`
@@ -170,7 +170,7 @@ class Source(Constants):
         if kind in _OMITTED:  # tests only: proves each kind of guard is needed
             return
         self.emit(f"if not ({cond}): return {'DECIDED' if kind == DECISION_GUARD else 'MISS'}")
-        self.guards.append(what)
+        self.guards.append(Guard(kind, cond, what))
 
     def array_guard(self, expr: str, value: np.ndarray) -> None:
         """An array's type, shape and dtype guards, checked in one statement."""
@@ -182,7 +182,7 @@ class Source(Constants):
             if kind not in _OMITTED]
         if checks:
             self.emit(f"if not ({' and '.join(cond for _, cond, _ in checks)}): return MISS")
-            self.guards += [what for _, _, what in checks]
+            self.guards += [Guard(kind, cond, what) for kind, cond, what in checks]
 
     def render(self, name: str, first_line: int) -> tuple[str, list[int]]:
         """The function's source, every variable deleted after its last use, and the user's line of

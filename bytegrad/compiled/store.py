@@ -35,6 +35,7 @@ import numpy as np
 from bytegrad.rules import registry
 from bytegrad.rules._shape import is_stand_in, stand_in
 from bytegrad.runtime import diskcache, safepickle
+from bytegrad.compiled.guards import Guard
 from bytegrad.compiled.parts import program_code, program_from_code
 from bytegrad.compiled.source import Program
 
@@ -42,8 +43,9 @@ __all__ = ["NAMESPACE", "dumps", "loads", "key"]
 
 NAMESPACE = "programs"
 #: 2: the compiled code beside the source, stand-ins by shape; 3: the Numba twin's kernels;
-#: 4: program(args, value=True); 5: the share of its time a Numba twin could save
-_FORMAT = 5
+#: 4: program(args, value=True); 5: the share of its time a Numba twin could save; 6: typed guards
+#: (kind, check, description)
+_FORMAT = 6
 
 
 def key(code: types.CodeType, kind: Any, signature: tuple[type, ...]) -> Optional[str]:
@@ -71,7 +73,7 @@ def dumps(programs: list[Program]) -> Optional[bytes]:
             return None
         ns, source, lines, filename = prog.parts
         code = marshal.dumps(program_code(source, lines, filename))  # a load then runs no compiler
-        parts.append((ns, source, lines, filename, code, tuple(prog.guards), prog.records, prog.pullback,
+        parts.append((ns, source, lines, filename, code, tuple((g.kind, g.check, g.what) for g in prog.guards), prog.records, prog.pullback,
                       prog.twin, prog.share))
     buf = io.BytesIO()
     try:
@@ -198,7 +200,7 @@ def loads(payload: bytes) -> Optional[list[Program]]:
         return None
     programs = []
     for ns, source, lines, filename, code, guards, records, pullback, twin, share in parts:
-        prog = Program(program_from_code(marshal.loads(code), ns), source, list(guards), records)
+        prog = Program(program_from_code(marshal.loads(code), ns), source, [Guard(*g) for g in guards], records)
         prog.share = share if type(share) is float and 0.0 <= share <= 1.0 else 1.0
         prog.parts = (ns, source, lines, filename)
         prog.pullback = prog.upgraded = pullback
