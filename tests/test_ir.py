@@ -7,6 +7,10 @@ the tape, shows here first.
 """
 from __future__ import annotations
 
+import os
+import re
+from pathlib import Path
+
 import numpy as np
 
 import bytegrad
@@ -63,3 +67,36 @@ def test_an_array_made_from_constants_and_an_unused_value():
         f"%4 = np.sum(%3)  float64  (rrule, line {line + 2}) *",
         "return %4",
     ]
+
+
+# ---- the lowered program: golden source ------------------------------------------------------------
+
+GOLDEN = Path(__file__).parent / "golden_programs"
+REGEN = os.environ.get("BYTEGRAD_REGEN_GOLDEN", "") not in ("", "0")
+
+
+def _source_of(f, *args, wrt=0, tier="numpy"):
+    fn = bytegrad.differentiate(f, tier=tier, wrt=wrt)
+    fn.grad(*args)
+    (tiers,) = policy._BY_FUNCTION[fn._target].values()
+    (program,) = tiers.programs
+    return re.sub(r"0x[0-9a-f]+", "0x", program.source)
+
+
+def _golden(name: str, text: str) -> None:
+    path = GOLDEN / f"{name}.py.txt"
+    if REGEN:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert path.exists(), f"no golden {path}: run with BYTEGRAD_REGEN_GOLDEN=1"
+    assert text == path.read_text(), f"{name}: the generated program changed (BYTEGRAD_REGEN_GOLDEN=1 rewrites it)"
+
+
+def test_the_numpy_program_of_a_dense_layer():
+    """The guards, the forward steps with the decision checked in place, the value-only steps
+    (`if value:`), the reverse steps with buffers reused and every name deleted after its last use."""
+    _golden("dense", _source_of(dense, np.ones((2, 3)) * 0.1, np.ones(3), np.zeros(2), wrt=(0, 2)))
+
+
+def test_the_numpy_program_of_an_array_made_inside():
+    _golden("made_inside", _source_of(made_inside, np.arange(2.0)))
