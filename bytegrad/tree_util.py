@@ -124,7 +124,7 @@ class _Aux:
             return True
         try:
             return bool(self.value == other.value)
-        except Exception:  # (an array's == is elementwise: its truth is ambiguous)
+        except Exception:  # noqa: BLE001 - (an array's == is elementwise: its truth is ambiguous)
             return False
 
     def __hash__(self) -> int:

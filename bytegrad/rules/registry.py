@@ -354,7 +354,7 @@ def load_lazy_rules() -> int:
             before = current_version
             try:
                 importlib.import_module(rules_module)
-            except Exception as exc:  # reported, not raised: code that does not need them still runs
+            except Exception as exc:  # noqa: BLE001 - reported, not raised: code that does not need them still runs
                 warnings.warn(f"bytegrad: the rules for {name} ({rules_module}) failed to load and are "
                               f"skipped: {type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
                 continue
@@ -397,7 +397,7 @@ def load_plugins() -> int:
                 obj = ep.load()
                 if callable(obj):
                     obj()
-            except Exception as exc:  # reported, not raised: see the docstring
+            except Exception as exc:  # noqa: BLE001 - reported, not raised: see the docstring
                 warnings.warn(f"bytegrad: the rule plugin {ep.name!r} ({ep.value}) failed to load and is "
                               f"skipped: {type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
                 continue

@@ -555,20 +555,20 @@ def _compile_vector_math() -> dict[str, Any]:
         return lambda context, builder, sig, args: builder.bitcast(args[0], to)
 
     @intrinsic
-    def _bits(typingctx, x):  # noqa: ARG001 - Numba's intrinsic signature
+    def _bits(typingctx, x):  # Numba's intrinsic signature
         return nbtypes.int64(nbtypes.float64), cast(ir.IntType(64))
 
     @intrinsic
-    def _float(typingctx, i):  # noqa: ARG001
+    def _float(typingctx, i):
         return nbtypes.float64(nbtypes.int64), cast(ir.DoubleType())
 
     @intrinsic
-    def _bits32(typingctx, x):  # noqa: ARG001
+    def _bits32(typingctx, x):
         return nbtypes.int32(nbtypes.float32), cast(ir.IntType(32))
 
     @intrinsic
-    def _float32(typingctx, i):  # noqa: ARG001 - the low 32 bits of an int as a float32
-        def codegen(context, builder, sig, args):  # noqa: ARG001
+    def _float32(typingctx, i):  # the low 32 bits of an int as a float32
+        def codegen(context, builder, sig, args):
             return builder.bitcast(builder.trunc(args[0], ir.IntType(32)) if i.bitwidth > 32 else args[0],
                                    ir.FloatType())
         return nbtypes.float32(i), codegen

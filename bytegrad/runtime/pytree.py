@@ -251,12 +251,12 @@ def leaves(spec: Any) -> list[Leaf]:
     if type(spec) is Leaf:
         return [spec]
     if spec[0] == "dataclass":
-        return [l for sub in spec[2].values() for l in leaves(sub)]
+        return [leaf for sub in spec[2].values() for leaf in leaves(sub)]
     if spec[0] == "pytree":
-        return [l for sub in spec[3] for l in leaves(sub)]
+        return [leaf for sub in spec[3] for leaf in leaves(sub)]
     subs = spec[1]
     items = subs.values() if isinstance(subs, dict) else subs
-    return [l for sub in items for l in leaves(sub)]
+    return [leaf for sub in items for leaf in leaves(sub)]
 
 
 def output_nodes(value: Any, ids: dict[int, int], path: Optional[list] = None) -> list[tuple[Any, int]]:

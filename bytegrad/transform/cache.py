@@ -197,7 +197,6 @@ def _assumptions_hold(frozen: Any, fn_globals: dict[str, Any]) -> bool:
 
 def _disk_key(code: types.CodeType, active: frozenset[str], immutable: frozenset[str]) -> Optional[str]:
     import marshal
-    import os
     import sys
 
     from bytegrad.runtime import diskcache

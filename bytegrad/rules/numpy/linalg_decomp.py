@@ -150,7 +150,7 @@ def qr_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]
         if m >= n:
             a_bar = _qr_square_cotangent(qk, r[..., :k, :], q_bar, r_bar)
         else:  # A = [X | Y] with X = Q U square and Y = Q V
-            u, v = r[..., :, :m], r[..., :, m:]
+            u = r[..., :, :m]
             v_bar = r_bar[..., :, m:] if r_bar is not ZERO else ZERO
             u_bar = r_bar[..., :, :m] if r_bar is not ZERO else ZERO
             if v_bar is not ZERO:
