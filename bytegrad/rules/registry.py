@@ -679,8 +679,9 @@ def differentiate_through(fn: Any, impl: Callable[..., Any], *, override: bool =
         function written in Python, `differentiate_through(np.copy, np.copy)`, runs its Python
         implementation).
     """
-    if impl is fn and isinstance(getattr(fn, "_implementation", None), types.FunctionType):
-        impl = fn._implementation  # calling the dispatcher would come back to this rule
+    own_impl = getattr(fn, "_implementation", None) if impl is fn else None
+    if impl is fn and isinstance(own_impl, types.FunctionType):
+        impl = own_impl  # calling the dispatcher would come back to this rule
     elif impl is fn or not callable(impl):
         raise TypeError(f"differentiate_through({qualname(fn)}, {qualname(impl) if callable(impl) else repr(impl)}): "
                         f"the implementation must be a callable other than {qualname(fn)} itself (a Python "

@@ -218,7 +218,7 @@ def _strip(code: types.CodeType, nonce: str, table: list[Any]) -> types.CodeType
     changed = False
     for c in code.co_consts:
         if isinstance(c, types.CodeType):
-            new = _strip(c, nonce, table)
+            new: Any = _strip(c, nonce, table)
         elif _marshalable(c):
             new = c
         else:
