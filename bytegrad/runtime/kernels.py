@@ -584,7 +584,8 @@ def _compile_vector_math() -> dict[str, Any]:
         options = dict(inline="never", fastmath={"contract"}) if name in vmath.FUSED else dict(inline="always")
         ns[name] = out[name] = njit(error_model="numpy", **options)(
             types.FunctionType(f.__code__, ns, name, f.__defaults__))
-    out["radd"] = njit(inline="never", fastmath={"reassoc"}, error_model="numpy")(lambda a, b: a + b)
+    # (a lambda is a FunctionType, which is what Numba's annotation asks for)
+    out["radd"] = njit(inline="never", fastmath={"reassoc"}, error_model="numpy")(lambda a, b: a + b)  # type: ignore[arg-type]
     for name in names:  # on a whole array: a fresh array of its shape and dtype
         exec(compile(vmath_sources.array_math(name, vmath.TRIG), "<bytegrad vector math>", "exec"), ns)  # noqa: S102
         out[f"{name}_array"] = njit(error_model="numpy")(ns[f"{name}_array"])
