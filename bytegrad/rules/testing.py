@@ -456,7 +456,7 @@ class _Checker:
                         dtype = np.dtype(np.complex128 if x.dtype.kind == "c" else np.float64)
                     moved = np.asarray(x, dtype=dtype) + step * d
                     if type(x) is np.ndarray:
-                        leaf = np.empty_like(x, dtype=dtype)  # keeps x's memory layout (ravel order='A')
+                        leaf: Any = np.empty_like(x, dtype=dtype)  # keeps x's memory layout (ravel order='A')
                         leaf[...] = moved
                         leaves.append(leaf)
                     else:

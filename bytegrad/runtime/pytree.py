@@ -7,7 +7,7 @@ Trees are dicts, lists, tuples, namedtuples, dataclasses and classes registered 
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
@@ -185,7 +185,7 @@ def project(ct: Any, primal: Any) -> Any:
     return ct
 
 
-def gradient(spec: Any, cts: list[Any], project: Callable[[Any, Any], Any] = project) -> Any:
+def gradient(spec: Any, cts: Union[list[Any], dict[int, Any]], project: Callable[[Any, Any], Any] = project) -> Any:
     """Build the gradient tree that mirrors `spec` from per-node cotangents, each leaf's by `project`."""
     if spec is None:
         return None
