@@ -4,6 +4,7 @@
 #
 #   make demo        train a small MLP on scikit-learn's digits (.venv, CPython 3.11)
 #   make test        the test suite on CPython 3.11, 3.12 and 3.13, and on 3.11 under BYTEGRAD_TIER=numpy and =numba
+#   make lint        ruff check bytegrad tests bench, and mypy (pyproject.toml: [tool.ruff], [tool.mypy]; .venv-3.11)
 #   make test-long   the random-program test with many examples (LONG_EXAMPLES; ~10 min, CPython 3.11)
 #   make bench       the core benchmark, quick: small cases, a few minutes (.venv-bench, CPython 3.11)
 #   make bench-full  all cases, time to first gradient, plots (bench/results/; long)
@@ -15,7 +16,7 @@
 #                    (mkdocs build --strict: any warning fails; .venv-3.11)
 #   make clean       caches, egg-info, bench scratch;  make distclean: also the venvs
 #
-# Variables: PYENV_VERSIONS (where to look for CPythons), PYTHON_VERSIONS, PYTEST_ARGS, TEST_EXTRAS, TIER_RUNS,
+# Variables: PYENV_VERSIONS (where to look for CPythons), PYTHON_VERSIONS, PYTEST_ARGS, TEST_EXTRAS, TIER_RUNS, LINT_PYTHON,
 # BENCH_ARGS (bench.core), TTFG_ARGS (bench.ttfg), HOTPATH_ARGS, INSTRUCTIONS_ARGS, COMPILED_ARGS, CHECKPOINT_ARGS,
 # PIP_QUIET (set it empty to see pip's output).
 
@@ -29,9 +30,10 @@ DEMO_PYTHON ?= 3.11
 BENCH_PYTHON ?= 3.11
 LONG_PYTHON ?= 3.11
 LONG_EXAMPLES ?= 10000
+LINT_PYTHON ?= 3.11
 PYTEST_ARGS ?=
-# the test venvs install the docs extra too: tests/test_docs.py builds the site
-TEST_EXTRAS ?= test,docs
+# the test venvs install the docs extra too: tests/test_docs.py builds the site; and lint (`make lint`)
+TEST_EXTRAS ?= test,docs,lint
 # `make test` also runs the suite on one CPython under each of these compiled tiers (bytegrad/compiled/policy.py)
 TIER_RUNS ?= numpy numba
 TIER_PYTHON ?= 3.11
@@ -66,10 +68,10 @@ $(1)/bin/python -m pip install $(PIP_QUIET) -e '.[$(3)]'; \
 touch $@
 endef
 
-.PHONY: help demo test test-long check-pythons bench bench-full bench-hotpath bench-instructions bench-compiled bench-checkpoint docs clean distclean
+.PHONY: help demo test test-long lint check-pythons bench bench-full bench-hotpath bench-instructions bench-compiled bench-checkpoint docs clean distclean
 
 help:
-	@sed -n '1,20s/^# \{0,1\}//p' Makefile
+	@sed -n '1,21s/^# \{0,1\}//p' Makefile
 
 # ---------------------------------------------------------------------------------------- demo
 .venv/.stamp-demo: pyproject.toml
@@ -117,6 +119,20 @@ test-long:
 	  .venv-$(LONG_PYTHON)/bin/python -m pytest -q -p no:cacheprovider --hypothesis-show-statistics \
 	  tests/test_properties.py $(PYTEST_ARGS)
 
+# ---------------------------------------------------------------------------------------- lint
+# Both run even when the first fails, so one pass shows every finding.
+lint:
+	@$(call find_python,$(LINT_PYTHON))
+	@.venv-$(LINT_PYTHON)/bin/python -c '' 2>/dev/null || rm -f .venv-$(LINT_PYTHON)/.stamp-test
+	@$(MAKE) -s --no-print-directory .venv-$(LINT_PYTHON)/.stamp-test
+	@failed=""; \
+	echo "=== ruff check bytegrad tests bench ==="; \
+	.venv-$(LINT_PYTHON)/bin/python -m ruff check bytegrad tests bench || failed="$$failed ruff"; \
+	echo "=== mypy ==="; \
+	.venv-$(LINT_PYTHON)/bin/python -m mypy || failed="$$failed mypy"; \
+	if [ -n "$$failed" ]; then echo "make lint: FAILED:$$failed" >&2; exit 1; fi; \
+	echo "make lint: passed"
+
 # --------------------------------------------------------------------------------------- bench
 .venv-bench/.stamp-bench: pyproject.toml
 	@$(call venv_install,.venv-bench,$(BENCH_PYTHON),bench)
@@ -162,7 +178,7 @@ docs: .venv-$(DOCS_PYTHON)/.stamp-test
 
 # --------------------------------------------------------------------------------------- clean
 clean:
-	rm -rf build dist *.egg-info .hypothesis .pytest_cache bench/out site
+	rm -rf build dist *.egg-info .hypothesis .pytest_cache .mypy_cache .ruff_cache bench/out site
 	find . -path ./.git -prune -o -path './.venv*' -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean

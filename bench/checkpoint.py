@@ -31,10 +31,10 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import bytegrad  # noqa: E402
-from bench import harness  # noqa: E402
-from bench.cases import mlp_inputs, mlp_loss  # noqa: E402
-from bytegrad import checkpoint  # noqa: E402
+import bytegrad
+from bench import harness
+from bench.cases import mlp_inputs, mlp_loss
+from bytegrad import checkpoint
 
 STEPS = 2000
 SIZE = 1000

@@ -79,7 +79,7 @@ def check_systems(case: Case, direction: str, systems: list[System], seed: int) 
         except Unavailable as exc:
             rows.append(Row(case, direction, system.name, "unavailable", str(exc)))
             continue
-        except Exception as exc:  # a failing peer (or an unfinished bytegrad) must not stop the run
+        except Exception as exc:  # noqa: BLE001 - a failing peer (or an unfinished bytegrad) must not stop the run
             first = (str(exc).strip().splitlines() or [""])[0]
             kind = getattr(exc, "remote_type", type(exc).__name__)
             trace = getattr(exc, "remote_traceback", None) or traceback.format_exc()

@@ -289,7 +289,7 @@ def machine_info() -> dict[str, Any]:
     blas = {}
     try:
         blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]  # type: ignore[index]
-    except Exception:  # older NumPy: no mode="dicts"; the thread pools below still tell
+    except Exception:  # noqa: BLE001 - older NumPy: no mode="dicts"; the thread pools below still tell
         pass
     return {
         "python": sys.version.split()[0],

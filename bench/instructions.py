@@ -38,8 +38,8 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.harness import REPO  # noqa: E402
-from bench.ttfg import child_env  # noqa: E402
+from bench.harness import REPO
+from bench.ttfg import child_env
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT_CASES = ["sum4", "dense2", "dense20", "dense200", "mlp", "elem10", "sin100", "loop50"]

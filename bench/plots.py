@@ -98,11 +98,11 @@ def plot_ttfg(ttfg: dict[str, Any], path: Path) -> None:
         widths = [c.get(key) or 0.0 for c in configs]
         ax.barh(ypos, widths, left=left, color=color, label=label, edgecolor="white", lw=0.5)
         left = [a + b for a, b in zip(left, widths)]
-    rest = [max(0.0, (c.get("wall_s") or 0.0) - l) for c, l in zip(configs, left)]
+    rest = [max(0.0, (c.get("wall_s") or 0.0) - lft) for c, lft in zip(configs, left)]
     ax.barh(ypos, rest, left=left, color="0.85",
             label="rest of the process (interpreter start-up, 2nd gradient, check, exit)", edgecolor="white", lw=0.5)
-    for yp, c, l, r in zip(ypos, configs, left, rest):
-        ax.text(l + r, yp, f" {c['wall_s']:.2f} s", va="center", fontsize=8)
+    for yp, c, lft, r in zip(ypos, configs, left, rest):
+        ax.text(lft + r, yp, f" {c['wall_s']:.2f} s", va="center", fontsize=8)
     ax.set_yticks(ypos)
     ax.set_yticklabels(names, fontsize=8)
     ax.set_xlabel("seconds (median of fresh processes)")

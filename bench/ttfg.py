@@ -220,7 +220,7 @@ def report(summaries: list[dict[str, Any]], train: list[dict[str, Any]], info: d
         f"`{command}`, {date}.",
         "",
         "MLP 784-256-256-10, tanh + softmax cross-entropy, batch 128, float64 (the `mlp` case of",
-        f"bench/cases.py). Each configuration ran in fresh processes: one priming run (not counted), then",
+        "bench/cases.py). Each configuration ran in fresh processes: one priming run (not counted), then",
         f"{runs} timed runs, interleaved across configurations; every time is the median over those runs.",
         "The children run without `PYTHONDONTWRITEBYTECODE` (set on these machines, not on a user's),",
         "so the timed runs load the .pyc files that the priming run wrote, as a user's Python does.",

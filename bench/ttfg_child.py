@@ -26,10 +26,10 @@ def _import_library(system: str) -> None:
     if system.startswith("bytegrad"):
         import bytegrad  # noqa: F401
     elif system == "autograd":
-        import autograd  # noqa: F401
+        import autograd
         import autograd.numpy  # noqa: F401
     elif system.startswith("jax"):
-        import jax  # noqa: F401
+        import jax
         import jax.numpy  # noqa: F401
     elif system == "torch":
         import torch  # noqa: F401

@@ -15,7 +15,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import instructions  # noqa: E402
+from bench import instructions
 
 CASES = ["sum4", "elem10", "loop50", "where1000"]
 

@@ -139,7 +139,7 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> None:
                 reply = ("error", "ValueError", f"unknown request {message[0]!r}", "")
         except Unavailable as exc:
             reply = ("unavailable", str(exc))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - reported as an error reply
             reply = ("error", type(exc).__name__, str(exc), traceback.format_exc())
         _send(replies, reply)
 

@@ -52,7 +52,7 @@ _LAZY = {"explain": "bytegrad.introspect", "precompile": "bytegrad.precompile",
          "checkpoint": "bytegrad.runtime.checkpoint"}
 
 
-def __getattr__(name: str):  # noqa: ANN202 - PEP 562 module attribute hook
+def __getattr__(name: str):  # PEP 562 module attribute hook
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'bytegrad' has no attribute {name!r}")

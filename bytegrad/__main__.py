@@ -143,7 +143,7 @@ def run_precompile(args: argparse.Namespace) -> int:
         except DifferentiationError as exc:  # a problem in the function itself: its line, the fix
             print(f"{args.prog} precompile: {args.target} cannot be differentiated:\n{exc}", file=sys.stderr)
             return 1
-        except Exception as exc:  # noqa: BLE001 - the function failed on the examples (a wrong shape...)
+        except Exception as exc:  # the function failed on the examples (a wrong shape...)
             if _user_line(exc)[0] == "?":
                 raise  # nothing of the user's on the way: bytegrad's own failure keeps its traceback
             raise UsageError(_failure(f"{args.target} failed on the --example values", exc,

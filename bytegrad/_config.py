@@ -182,6 +182,23 @@ class Config:
 
     __slots__ = tuple(s.name for s in SWITCHES) + ("_sources", "_bindings", "_watchers")
 
+    # the slots' types, for the type checker (tests/test_config.py checks them against SWITCHES)
+    tier: str
+    check: bool
+    debug_nans: bool
+    disable_numba: bool
+    disable_fusion: bool
+    fusion: str
+    compile: str
+    cache_dir: Optional[str]
+    cache_max_mb: float
+    disable_disk_cache: bool
+    dump: str
+    dump_after: frozenset[str]
+    _sources: dict[str, str]
+    _bindings: dict[str, list[tuple[str, str]]]
+    _watchers: dict[str, list[Callable[[], None]]]
+
     def __init__(self, environ: Optional[dict[str, str]] = None) -> None:
         env = os.environ if environ is None else environ
         object.__setattr__(self, "_sources", {})
@@ -264,7 +281,8 @@ class _Override:
     __slots__ = ("config", "values", "saved")
 
     def __init__(self, config: Config, values: dict[str, Any]) -> None:
-        self.config, self.values, self.saved = config, values, []
+        self.saved: list[tuple[dict[str, Any], dict[str, str]]] = []
+        self.config, self.values = config, values
 
     def __enter__(self) -> Config:
         c = self.config

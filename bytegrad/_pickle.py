@@ -28,7 +28,7 @@ def _lookup(module: str, qualname: str) -> Any:
     return obj
 
 
-def reduce_differentiated(d: Any, cls: type) -> Any:
+def reduce_differentiated(d: Any, cls: type[Any]) -> Any:
     """`d.__reduce__()`: a global name, `(cls, (fn, wrt))`, or `(from_value, (cls, payload, wrt))`."""
     fn, wrt = d.fn, d._wrt_spec
     module = getattr(fn, "__module__", None)

@@ -27,7 +27,7 @@ def _differentiable(fn: Any) -> bool:
     if type(fn) is types.BuiltinMethodType and owner is not None and type(owner) is not types.ModuleType:
         desc = getattr(type(owner), fn.__name__, None)  # a bound method of an array (`x.sum`)
         return desc is not None and registry.lookup(desc) is not None
-    return registry.load_plugins() and registry.lookup(fn) is not None
+    return bool(registry.load_plugins()) and registry.lookup(fn) is not None
 
 
 def python_caller(fn: Any) -> Callable[..., Any]:

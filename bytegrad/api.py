@@ -9,7 +9,7 @@ import functools
 import inspect
 import time
 import types
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union, cast
 
 import numpy as np
 
@@ -39,6 +39,7 @@ _float64 = np.float64
 if TYPE_CHECKING:
     from bytegrad.compiled import policy as _compiled_module
     from bytegrad.compiled.lower_numpy import Program
+    from bytegrad.compiled.policy import Pending
 
 
 def _compiled() -> Any:
@@ -59,6 +60,9 @@ class Differentiated:
     With `has_aux=True` the function returns `(value, aux)`: only `value` is differentiated, and
     `aux` comes back as it was returned (see `differentiate`).
     """
+
+    fn: Callable[..., Any]
+    _tier: Optional[str]
 
     def __init__(self, fn: Callable[..., Any], wrt: Wrt = 0, has_aux: bool = False,
                  tier: Optional[str] = None) -> None:
@@ -126,7 +130,7 @@ class Differentiated:
             return fn, None
         if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
             return fn.__func__, fn.__self__
-        call = type(fn).__call__
+        call: Any = type(fn).__call__  # (a FunctionType for a class written in Python)
         return call, fn
 
     def _loc(self) -> SourceLoc:
@@ -135,7 +139,7 @@ class Differentiated:
 
     def _resolve_wrt(self, wrt: Wrt) -> tuple[tuple[int, ...], bool]:
         items = wrt if isinstance(wrt, (tuple, list)) else (wrt,)
-        positions = []
+        positions: list[Any] = []  # positions, and the names of keyword parameters
         visible = self._positional[self._offset:]
         for w in items:
             if isinstance(w, bool) or not isinstance(w, (int, str)):
@@ -210,14 +214,15 @@ class Differentiated:
                     f"wrt={p} is out of range: {self._code.co_name} was called with {nargs} positional "
                     f"argument{'s' if nargs != 1 else ''}.", self._loc(),
                     "pass the differentiated argument positionally, or fix wrt.")
-        norm = tuple(p if type(p) is str else p % nargs for p in positions)
+        norm: tuple[Any, ...] = tuple(p if type(p) is str else p % nargs for p in positions)  # (and names)
         code = self._target.__code__
         names = self._params[self._offset:]
         argc = max(code.co_argcount - self._offset, 0)
         varkw = code.co_varnames[code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 0x04)] \
             if code.co_flags & 0x08 else None
         active = {names[p] for p in norm if type(p) is not str and p < argc}
-        active |= {p if p in self._kwonly else varkw for p in norm if type(p) is str}
+        # (a name that is not keyword-only was resolved only if `**kwargs` takes it: varkw is set)
+        active |= {p if p in self._kwonly else cast(str, varkw) for p in norm if type(p) is str}
         if any(type(p) is not str and p >= argc for p in norm) and code.co_flags & 0x04:
             active.add(code.co_varnames[code.co_argcount + code.co_kwonlyargcount])
         plan = (norm, frozenset(active))
@@ -247,7 +252,7 @@ class Differentiated:
                 new_args.append(defaults[k - first_default])
         return tuple(new_args), kwargs
 
-    def _forward(self, args: tuple, kwargs: dict, positions: Sequence[int], strict: bool,
+    def _forward(self, args: Sequence[Any], kwargs: dict, positions: Sequence[int], strict: bool,
                  lean: bool = False, capture: Optional[type] = None, tracked: Sequence[Any] = (),
                  protect: Optional[frozenset] = None, prepare_other: Optional[Callable] = None) \
             -> tuple[Any, Tape, list, Optional["_Nested"]]:
@@ -270,7 +275,7 @@ class Differentiated:
         if self._bound_kwargs:  # a partial's keywords; the call's own win, as in functools.partial
             kwargs = {**self._bound_kwargs, **kwargs}
         if kwargs:
-            args, kwargs = self._normalize_call(args, kwargs)
+            args, kwargs = self._normalize_call(tuple(args), kwargs)  # (a tuple: tuple() returns it)
         plan = self._plans.get((len(args), positions))
         norm, active = plan if plan is not None else self._plan(len(args), positions)
         outer = getattr(tls, "tape", None)
@@ -324,7 +329,7 @@ class Differentiated:
             tls.tape = old
         return out, tape, specs, None
 
-    def _forward_nested(self, tape: Tape, args: tuple, kwargs: dict, norm: tuple[int, ...],
+    def _forward_nested(self, tape: Tape, args: Sequence[Any], kwargs: dict, norm: tuple[int, ...],
                         strict: bool) -> tuple[Any, Tape, list, "_Nested"]:
         """The forward pass of a derivative taken while `tape` is active: it is recorded on `tape`.
 
@@ -388,7 +393,7 @@ class Differentiated:
         return site
 
     def _wrt_type_error(self, p: Union[int, str], exc: Exception) -> WrtError:
-        if type(p) is str:
+        if isinstance(p, str):
             name = p
         else:
             name = self._positional[self._offset + p] if self._offset + p < len(self._positional) else f"#{p}"
@@ -423,7 +428,7 @@ class Differentiated:
         from bytegrad.compiled import capture
         return capture.capture(self, args, backends)
 
-    def _capture_pullback(self, args: tuple, backends: Sequence[str] = ()) -> tuple[Any, Union[Program, str]]:
+    def _capture_pullback(self, args: tuple, backends: Sequence[str] = ()) -> tuple[Any, Union[Pending, str]]:
         """One pullback by a capture run, and the pullback program made from it or why none."""
         from bytegrad.compiled import capture
         return capture.capture_pullback(self, args, _general_back, backends)

@@ -4,7 +4,10 @@ Each error carries the user's source location (file, line, source text), what wa
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 __all__ = [
     "SourceLoc", "DifferentiationError", "NoRuleError", "MutationError", "NonScalarOutputError", "ComplexOutputError",
@@ -23,6 +26,8 @@ class SourceLoc:
     __slots__ = ("filename", "_lineno", "function", "_at")
     filename: str
     function: str
+    _lineno: Optional[int]
+    _at: Optional[tuple[Any, int]]  # (code, instruction offset) until the line is looked up
 
     def __init__(self, filename: str, lineno: Optional[int], function: str) -> None:
         object.__setattr__(self, "filename", filename)
@@ -55,7 +60,7 @@ class SourceLoc:
         return (self.filename, self.lineno, self.function)
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is SourceLoc and self._key() == other._key()  # type: ignore[attr-defined]
+        return type(other) is SourceLoc and self._key() == other._key()
 
     def __hash__(self) -> int:
         return hash(self._key())
@@ -147,9 +152,9 @@ def library_file(filename: str) -> bool:
         import sysconfig  # only when an error is being reported
 
         dirs = [os.path.dirname(os.path.abspath(__file__)), sysconfig.get_paths()["stdlib"]]
-        numpy = sys.modules.get("numpy")
-        if numpy is not None and getattr(numpy, "__file__", None):
-            dirs.append(os.path.dirname(os.path.abspath(numpy.__file__)))
+        numpy_file = getattr(sys.modules.get("numpy"), "__file__", None)
+        if numpy_file:
+            dirs.append(os.path.dirname(os.path.abspath(numpy_file)))
         _LIBRARY_DIRS = tuple(d.rstrip(os.sep) + os.sep for d in dirs)
     return filename.startswith(_LIBRARY_DIRS)
 
@@ -159,7 +164,7 @@ def _user_caller() -> Optional[SourceLoc]:
     or bytegrad's), as a SourceLoc; None if there is none."""
     import sys
 
-    frame = sys._getframe(1)
+    frame: Optional[FrameType] = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
         if not library_file(code.co_filename) and not code.co_filename.startswith("<frozen"):
@@ -199,7 +204,7 @@ def _entry_point() -> Any:
     import sys
 
     own = os.path.dirname(os.path.abspath(__file__)) + os.sep
-    frame = sys._getframe(1)
+    frame: Optional[FrameType] = sys._getframe(1)
     entry = None
     while frame is not None:
         filename = frame.f_code.co_filename

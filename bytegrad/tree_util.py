@@ -27,6 +27,7 @@ class TreeDef:
     back. Two structures compare equal when their nodes have the same types, keys and fields."""
 
     __slots__ = ("kind", "meta", "children", "num_leaves")
+    num_leaves: int
 
     def __init__(self, kind: str, meta: Any, children: tuple["TreeDef", ...]) -> None:
         self.kind = kind            # "leaf", "none", "dict", "list", "tuple", "dataclass" or "pytree"
@@ -124,14 +125,14 @@ class _Aux:
             return True
         try:
             return bool(self.value == other.value)
-        except Exception:  # (an array's == is elementwise: its truth is ambiguous)
+        except Exception:  # noqa: BLE001 - (an array's == is elementwise: its truth is ambiguous)
             return False
 
     def __hash__(self) -> int:
         return 0
 
 
-def _rebuild_dict(t: type, keys: list, values: list, factory: Any) -> Any:
+def _rebuild_dict(t: type[Any], keys: list, values: list, factory: Any) -> Any:
     import collections
 
     if issubclass(t, collections.defaultdict):
@@ -308,7 +309,7 @@ def _up_to(td: TreeDef, value: Any, out: list, path: str, k: int) -> None:
     if kind == "leaf":
         out.append(value)
         return
-    found = _node(value)
+    found: Any = _node(value)  # (kind, meta, children) or None
     same = found is not None and found[0] == kind
     if same and kind == "dict":
         same = set(found[1][1]) == set(td.meta[1])

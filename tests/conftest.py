@@ -12,7 +12,7 @@ import os
 # every test also tests the activity analysis. Set before bytegrad is imported (it reads it once).
 os.environ.setdefault("BYTEGRAD_CHECK", "1")
 
-from hypothesis import settings  # noqa: E402
+from hypothesis import settings
 
 settings.register_profile("ci", max_examples=40, derandomize=True)
 settings.register_profile("long", max_examples=int(os.environ.get("BYTEGRAD_LONG_EXAMPLES", "20000")))

@@ -1450,7 +1450,7 @@ def exec_defined(x, y):
     return np.sum(z)
 '''
 _exec_namespace: dict[str, Any] = {"np": np, "SCALE": 0.5}
-exec(compile(EXEC_SOURCE, "<catalogue-exec>", "exec"), _exec_namespace)
+exec(compile(EXEC_SOURCE, "<catalogue-exec>", "exec"), _exec_namespace)  # noqa: S102
 exec_defined = _exec_namespace["exec_defined"]
 
 

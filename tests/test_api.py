@@ -15,9 +15,9 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from gradcheck import assert_mirrors, check_grad, numerical_grad  # noqa: E402
+from gradcheck import assert_mirrors, check_grad, numerical_grad
 
-import bytegrad  # noqa: E402
+import bytegrad
 
 
 def rng(seed=0):
@@ -441,7 +441,7 @@ def test_gradients_in_threads():
                 results.setdefault(k, []).append(np.allclose(x_bar, numerical_grad(model, args, 1), rtol=1e-6, atol=1e-8))
                 x = r.normal(size=4)
                 results[k].append(np.allclose(bytegrad.grad(three_args, wrt=2)(x, x, x), 2 * x * x, rtol=1e-12))
-        except Exception as exc:  # report in the main thread
+        except Exception as exc:  # noqa: BLE001 - report in the main thread
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]

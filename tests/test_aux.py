@@ -13,9 +13,9 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from gradcheck import numerical_grad  # noqa: E402
+from gradcheck import numerical_grad
 
-import bytegrad  # noqa: E402
+import bytegrad
 
 
 def loss_with_stats(w, x):

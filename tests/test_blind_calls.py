@@ -203,18 +203,18 @@ def test_real_of_python_complex_scalar():
 
 
 def test_second_derivative_mixing_float_and_complex():
-    f = lambda t: np.real((t * (1 + 1j) - 2j) * (t - 1j))  # t**2 + t - 2 in its real part
+    f = lambda t: np.real((t * (1 + 1j) - 2j) * (t - 1j))  # noqa: E731 - t**2 + t - 2 in its real part
     assert grad(f)(1.5) == pytest.approx(4.0)
     assert grad(grad(f))(1.5) == pytest.approx(2.0)
 
 
 def test_second_derivative_through_abs_of_complex():  # already right: a regression guard
-    f = lambda t: np.abs((1 + 2j) * t) ** 3
+    f = lambda t: np.abs((1 + 2j) * t) ** 3  # noqa: E731
     assert grad(grad(f))(1.5) == pytest.approx(6 * 5 ** 1.5 * 1.5)
 
 
 def test_real_of_conditional_on_iscomplex():
-    f = lambda x: np.real(x ** 2 if np.iscomplex(x) else np.sum(x))
+    f = lambda x: np.real(x ** 2 if np.iscomplex(x) else np.sum(x))  # noqa: E731
     assert grad(f)(1 + 2j) == pytest.approx(2 + 4j)  # d/dx - i d/dy of x**2 - y**2
 
 
@@ -231,7 +231,7 @@ def test_real_imag_through_vjp_of_vjp():  # already right: a regression guard
     z = np.array([1 + 2j, 3 - 1j])
     _, back = bytegrad.vjp(outer, z)
     got = back(1.0)[0]
-    h = lambda xy: outer(xy[:2] + 1j * xy[2:])
+    h = lambda xy: outer(xy[:2] + 1j * xy[2:])  # noqa: E731
     ref = numerical_grad(h, (np.concatenate([z.real, z.imag]),), 0, eps=1e-6)
     np.testing.assert_allclose(got, ref[:2] - 1j * ref[2:], rtol=1e-6, atol=1e-8)
 
@@ -239,7 +239,7 @@ def test_real_imag_through_vjp_of_vjp():  # already right: a regression guard
 @pytest.mark.filterwarnings("ignore::bytegrad.PerformanceWarning")
 def test_forward_mode_einsum_twice():  # already right: a regression guard
     b = np.arange(12.0).reshape(3, 4) / 7
-    f = lambda a: np.sum(np.einsum("ij,jk->ik", a, b) ** 2)
+    f = lambda a: np.sum(np.einsum("ij,jk->ik", a, b) ** 2)  # noqa: E731
     a = np.arange(6.0).reshape(2, 3)
     h_fwd = bytegrad.jacobian(bytegrad.jacobian(f, mode="fwd"), mode="fwd")(a)
     h_ref = bytegrad.hessian(lambda a: np.sum((a @ b) ** 2))(a)

@@ -91,9 +91,9 @@ def test_rebinding_a_global_callee_is_honoured():
 def test_redefined_function_is_rewritten_again():
     src = "def k(x):\n    return np.sum(x ** {p})\n"
     ns = {"np": np}
-    exec(src.format(p=2), ns)
+    exec(src.format(p=2), ns)  # noqa: S102
     g1 = bytegrad.differentiate(ns["k"]).grad(np.array([3.0]))
-    exec(src.format(p=3), ns)
+    exec(src.format(p=3), ns)  # noqa: S102
     g2 = bytegrad.differentiate(ns["k"]).grad(np.array([3.0]))
     assert g1[0] == pytest.approx(6.0)
     assert g2[0] == pytest.approx(27.0)

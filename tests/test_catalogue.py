@@ -18,10 +18,10 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import functions as catalogue  # noqa: E402
-from gradcheck import assert_trees_close, assert_trees_equal, check_grad, tree_paths  # noqa: E402
+import functions as catalogue
+from gradcheck import assert_trees_close, assert_trees_equal, check_grad, tree_paths
 
-import bytegrad  # noqa: E402
+import bytegrad
 
 CALLS = 3
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -187,5 +187,5 @@ def test_exec_defined_function_has_no_source():
     check_grad(fn, (rng.normal(size=4), rng.normal(size=4)), (0, 1))
     # A second function exec'd into a fresh namespace, differentiated straight away.
     namespace = {"np": np}
-    exec(compile("def g(x):\n    return np.sum(np.cos(x) * x)\n", "<string>", "exec"), namespace)
+    exec(compile("def g(x):\n    return np.sum(np.cos(x) * x)\n", "<string>", "exec"), namespace)  # noqa: S102
     check_grad(namespace["g"], (rng.normal(size=3),), 0)

@@ -16,12 +16,12 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import functions as catalogue  # noqa: E402
-from gradcheck import assert_trees_close, check_grad  # noqa: E402
-from test_catalogue import make_inputs  # noqa: E402
+import functions as catalogue
+from gradcheck import assert_trees_close, check_grad
+from test_catalogue import make_inputs
 
-import bytegrad  # noqa: E402
-from bytegrad import checkpoint  # noqa: E402
+import bytegrad
+from bytegrad import checkpoint
 
 R = np.random.default_rng(0)
 X = R.normal(size=6)
@@ -472,7 +472,7 @@ def _positional(fn, wrt):
 def _calling(wrapped):
     """A differentiated function that calls `wrapped` (a fresh code object per case: no recompile warning)."""
     namespace = {"wrapped": wrapped}
-    exec("def calls(*args, **kwargs):\n    return wrapped(*args, **kwargs)\n", namespace)
+    exec("def calls(*args, **kwargs):\n    return wrapped(*args, **kwargs)\n", namespace)  # noqa: S102
     return namespace["calls"]
 
 

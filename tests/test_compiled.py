@@ -19,16 +19,16 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import functions as catalogue  # noqa: E402
-from gradcheck import assert_trees_close  # noqa: E402
+import functions as catalogue
+from gradcheck import assert_trees_close
 
-import bytegrad  # noqa: E402
-from bytegrad.compiled import policy as compiled  # noqa: E402
-from bytegrad.rules import registry  # noqa: E402
-from bytegrad.compiled import source as program_source  # noqa: E402
-from bytegrad.runtime import kernels  # noqa: E402
+import bytegrad
+from bytegrad.compiled import policy as compiled
+from bytegrad.rules import registry
+from bytegrad.compiled import source as program_source
+from bytegrad.runtime import kernels
 
-from bench import cases as bench_cases  # noqa: E402
+from bench import cases as bench_cases
 
 
 def fresh(fn):
@@ -684,7 +684,7 @@ def makes_array(x):
     return np.sum(x * (np.arange(3.0) * 2.0))  # (made, then changed by an operation the rewrite leaves)
 
 
-def mutable_default(x, scale={"k": 2.0}):  # noqa: B006 - the point: it can change between calls
+def mutable_default(x, scale={"k": 2.0}):  # the point: it can change between calls
     return np.sum(x * scale["k"])
 
 
@@ -1535,7 +1535,7 @@ def test_rules_loaded_for_a_module_imported_later_keep_the_programs(tmp_path, mo
     x = np.linspace(0.1, 1.0, 4)
     fast.grad(x)
     before = registry.version()
-    import bg_lazy_target  # noqa: F401 - imported: its rules load on the next lookup
+    import bg_lazy_target  # imported: its rules load on the next lookup
     registry.load_lazy_rules()
     assert registry.version() > before and registry.lookup(bg_lazy_target.f) is not None
     for _ in range(3):

@@ -166,6 +166,14 @@ def test_disk_cache_switches_are_read_when_used(tmp_path):
     assert diskcache.DEFAULT_MAX_MB == _config.switch("cache_max_mb").default
 
 
+def test_the_type_checker_declarations_are_the_switches():
+    """Config declares each slot's type for mypy: one annotation per switch, none stale."""
+    kinds = {"bool": "bool", "choice": "str", "names": "str", "size": "float", "path": "Optional[str]",
+             "passes": "frozenset[str]"}
+    declared = {k: v for k, v in Config.__annotations__.items() if not k.startswith("_")}
+    assert declared == {s.name: kinds[s.kind] for s in SWITCHES}
+
+
 def test_the_pass_names_are_the_pipelines():
     from bytegrad.transform import pipeline
 

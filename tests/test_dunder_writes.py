@@ -16,9 +16,9 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from gradcheck import numerical_grad  # noqa: E402
+from gradcheck import numerical_grad
 
-import bytegrad  # noqa: E402
+import bytegrad
 
 TIERS = ["general", "numpy", "numba", "auto"]
 

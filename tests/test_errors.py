@@ -16,11 +16,11 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from gradcheck import check_grad  # noqa: E402
+from gradcheck import check_grad
 
-import bytegrad  # noqa: E402
-from bytegrad.rules import rrule  # noqa: E402
-from bytegrad.errors import ComplexOutputError  # noqa: E402
+import bytegrad
+from bytegrad.rules import rrule
+from bytegrad.errors import ComplexOutputError
 
 try:
     from bytegrad.rules.registry import lookup as _lookup_rule

@@ -57,8 +57,8 @@ def fd_jvp(f: Callable[..., Any], args: tuple, tangents: tuple, eps: float = 1e-
     minus = tuple(a if t is None else shifted(a, t, -eps) for a, t in zip(args, tangents))
     hi, lo = f(*plus), f(*minus)
     result = hi
-    for (path, h), (_, l) in zip(tree_paths(hi), tree_paths(lo)):
-        value = (np.asarray(h, np.float64) - np.asarray(l, np.float64)) / (2 * eps) if is_diff_leaf(h) else None
+    for (path, h), (_, lo_leaf) in zip(tree_paths(hi), tree_paths(lo)):
+        value = (np.asarray(h, np.float64) - np.asarray(lo_leaf, np.float64)) / (2 * eps) if is_diff_leaf(h) else None
         result = tree_replace(result, path, value)
     return result
 

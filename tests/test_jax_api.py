@@ -15,9 +15,9 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from gradcheck import numerical_grad  # noqa: E402
+from gradcheck import numerical_grad
 
-import bytegrad  # noqa: E402
+import bytegrad
 
 W = np.array([0.5, -1.0, 2.0])
 X = np.array([1.5, 0.25, -0.75])

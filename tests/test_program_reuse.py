@@ -19,8 +19,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import bytegrad  # noqa: E402
-from bytegrad.compiled import reuse as program_reuse  # noqa: E402
+import bytegrad
+from bytegrad.compiled import reuse as program_reuse
 
 N = 64  # 64 x 64 = INPLACE_MIN_SIZE elements: big enough for reuse
 assert N * N >= program_reuse.INPLACE_MIN_SIZE

@@ -132,7 +132,7 @@ _Unsatisfied = type(__import__("hypothesis").errors.UnsatisfiedAssumption())
 
 def _check_program(steps: list, seed: int) -> None:
     ns: dict = {}
-    exec(compile(PRELUDE + build(steps), "<random program>", "exec"), ns)
+    exec(compile(PRELUDE + build(steps), "<random program>", "exec"), ns)  # noqa: S102
     program = ns["program"]
     rng = np.random.default_rng(seed)
     consts = [rng.uniform(0.5, 1.5, SHAPES[i % len(SHAPES)] if s[0] != "binary" else s[2])

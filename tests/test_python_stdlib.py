@@ -22,9 +22,9 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from gradcheck import check_grad  # noqa: E402
+from gradcheck import check_grad
 
-import bytegrad  # noqa: E402
+import bytegrad
 
 DTYPES = [np.float64, np.float32]
 

@@ -108,7 +108,7 @@ step = st.one_of(st.sampled_from(PURE), st.sampled_from(EFFECTS))
 @given(st.lists(step, min_size=1, max_size=5), st.integers(0, 2**16), st.sampled_from(["numpy", "numba", "auto"]))
 def test_random_programs_with_effects_match_the_general_path_call_by_call(steps, seed, tier):
     ns: dict = {}
-    exec(compile(PRELUDE + build(steps), "<random program with effects>", "exec"), ns)
+    exec(compile(PRELUDE + build(steps), "<random program with effects>", "exec"), ns)  # noqa: S102
     program = ns["program"]
     names = used(steps)
     want = _run(program, ns, "general", seed, 4, names)
@@ -123,7 +123,7 @@ def test_the_comparison_runs_compiled_programs():
     for steps, compiles in ((["h = np.sin(h) + 0.5 * h", "h = np.tanh(h * c)"], True),
                             (["h = np.sin(h) + 0.5 * h", "log.append(float(np.sum(h)))"], False)):
         ns: dict = {}
-        exec(compile(PRELUDE + build(steps), "<program>", "exec"), ns)
+        exec(compile(PRELUDE + build(steps), "<program>", "exec"), ns)  # noqa: S102
         names = used(steps)
         for tier in ("numpy", "numba"):
             assert _run(ns["program"], ns, tier, 5, 3, names) == _run(ns["program"], ns, "general", 5, 3, names) \

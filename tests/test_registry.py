@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import bytegrad
-from bytegrad.errors import DuplicateRuleError, NoRuleError
+from bytegrad.errors import DuplicateRuleError
 from bytegrad.rules import registry
 from bytegrad.rules.registry import (
     NO_TANGENT, RuleKind, frule, lookup, non_differentiable, opt_out, rrule, rrule_via_ad, scalar_rule,
@@ -104,7 +104,7 @@ def _line_after(offset=1):
 def test_two_rrules_name_both_sites():
     fn = _fresh()
     first = _line_after()
-    @rrule(fn)  # noqa: E306
+    @rrule(fn)
     def one(x):
         return fn(x), lambda out_bar: (3 * x * x * out_bar,)
     second = _line_after()
@@ -120,7 +120,7 @@ def test_two_frules_name_both_sites():
     fn = _fresh()
     scalar_rule(fn, lambda x, out: 3 * x * x)
     first = _line_after()
-    @frule(fn)  # noqa: E306
+    @frule(fn)
     def one(args_dot, x):
         return fn(x), 3 * x * x * args_dot[0]
     second = _line_after(2)
@@ -368,7 +368,7 @@ def test_a_location_taken_from_a_frame_reads_the_line_f_lineno_gives():
     body = "\n".join(f"v{i} = {i}" for i in range(300)) + "\nlocs.append((SourceLoc.of_frame(sys._getframe()), " \
         "sys._getframe().f_lineno))\n" + "\n".join(f"w{i} = {i}" for i in range(50))
     scope = {"SourceLoc": SourceLoc, "sys": sys, "locs": []}
-    exec(compile(body, "<long module>", "exec"), scope)
+    exec(compile(body, "<long module>", "exec"), scope)  # noqa: S102
     loc, line = scope["locs"][0]
     assert (loc.lineno, loc.filename, loc.function) == (line, "<long module>", "<module>") == (301, "<long module>", "<module>")
     here = SourceLoc.of_frame(sys._getframe()); expected = sys._getframe().f_lineno  # noqa: E702

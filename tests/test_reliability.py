@@ -20,11 +20,11 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from gradcheck import check_grad, numerical_grad  # noqa: E402
+from gradcheck import check_grad, numerical_grad
 
-import bytegrad  # noqa: E402
-from bytegrad.runtime.tape import current_tape  # noqa: E402
-from bytegrad.transform import cache  # noqa: E402
+import bytegrad
+from bytegrad.runtime.tape import current_tape
+from bytegrad.transform import cache
 
 
 # ---- helpers --------------------------------------------------------------------------------------
@@ -34,7 +34,7 @@ def outcome(call: Callable[[], Any]) -> Optional[BaseException]:
     """The exception `call()` raised (KeyboardInterrupt included), or None."""
     try:
         call()
-    except BaseException as exc:  # noqa: B902 - KeyboardInterrupt must not stop the test run
+    except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt must not stop the test run
         return exc
     return None
 
@@ -322,11 +322,11 @@ def test_a_function_redefined_in_its_module_is_rewritten_again():
     """exec'd twice into one namespace, as a reloaded module or a notebook cell would; callers see the new body."""
     ns: dict[str, Any] = {"np": np}
     src = "def helper(v):\n    return {body}\n\ndef outer(x):\n    return np.sum(helper(x) * x)\n"
-    exec(src.format(body="v * 2.0"), ns)
+    exec(src.format(body="v * 2.0"), ns)  # noqa: S102
     first_outer = bytegrad.differentiate(ns["outer"])
     x = np.array([0.5, -1.0])
     np.testing.assert_allclose(first_outer.grad(x), 4.0 * x)
-    exec(src.format(body="v ** 3"), ns)  # both functions redefined: same names, new bodies
+    exec(src.format(body="v ** 3"), ns)  # noqa: S102 - both functions redefined: same names, new bodies
     np.testing.assert_allclose(bytegrad.differentiate(ns["outer"]).grad(x), 4.0 * x ** 3, rtol=1e-12)
     # the first `outer` object calls `helper` through the shared globals: the new helper too
     np.testing.assert_allclose(first_outer.grad(x), 4.0 * x ** 3, rtol=1e-12)
@@ -364,7 +364,7 @@ def _fresh_function(k: int, round_: int) -> Callable:
     body = _THREAD_SOURCES[k % len(_THREAD_SOURCES)]
     ns: dict[str, Any] = {"np": np}
     helper = f"def helper_{k}(v):\n    return v * 1.0 + 0.0\n"
-    exec(compile(f"{helper}\ndef f_{k}_{round_}(x):\n    return {body.format(x=f'helper_{k}(x)')}\n",
+    exec(compile(f"{helper}\ndef f_{k}_{round_}(x):\n    return {body.format(x=f'helper_{k}(x)')}\n",  # noqa: S102
                  f"<thread fn {k} round {round_}>", "exec"), ns)
     return ns[f"f_{k}_{round_}"]
 
@@ -377,7 +377,7 @@ def _run_threads(n: int, work: Callable[[int, threading.Barrier], Any]) -> list:
     def target(k):
         try:
             results[k] = work(k, barrier)
-        except BaseException as exc:  # noqa: B902 - reported in the main thread
+        except BaseException as exc:  # noqa: BLE001 - reported in the main thread
             errors.append((k, exc))
 
     old = sys.getswitchinterval()
@@ -420,7 +420,7 @@ def test_eight_threads_concurrent_first_calls_same_and_different_functions(round
 def test_eight_threads_register_rules_while_others_differentiate():
     """Concurrent rule registration and first gradients: every thread sees its own rule."""
     ns: dict[str, Any] = {"np": np}
-    exec("\n".join(f"def op_{k}(v):\n    return v * 1.0" for k in range(8)), ns)
+    exec("\n".join(f"def op_{k}(v):\n    return v * 1.0" for k in range(8)), ns)  # noqa: S102
     ops = [ns[f"op_{k}"] for k in range(8)]
 
     def work(k, barrier):
@@ -677,12 +677,12 @@ def test_generator_or_async_function_error_names_the_construct(fn, construct):
 
 
 def uses_eval(x):
-    return np.sum(eval("x * x"))  # eval
+    return np.sum(eval("x * x"))  # noqa: S307 - the point of the test
 
 
 def uses_exec(x):
     ns = {"x": x}
-    exec("y = x ** 3", ns)  # exec
+    exec("y = x ** 3", ns)  # noqa: S102 - the point of the test
     return np.sum(ns["y"])
 
 

@@ -15,11 +15,11 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from gradcheck import assert_trees_close  # noqa: E402
+from gradcheck import assert_trees_close
 
-import bytegrad  # noqa: E402
-from bytegrad.compiled import policy as compiled  # noqa: E402
-from bytegrad.runtime import kernels, vmath  # noqa: E402
+import bytegrad
+from bytegrad.compiled import policy as compiled
+from bytegrad.runtime import kernels, vmath
 
 needs_numba = pytest.mark.skipif(kernels.disabled(), reason="Numba disabled (BYTEGRAD_DISABLE_NUMBA)")
 

@@ -12,7 +12,7 @@ import bytegrad
 from bytegrad.runtime import fused
 from bytegrad.runtime.backward import UNARY
 
-from gradcheck import check_grad  # noqa: E402
+from gradcheck import check_grad
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # sqrt(-1) in the unselected branch
 

@@ -132,7 +132,7 @@ def capture(d: Any, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[
     if any(p not in positions for p in norm_wrt):
         return d._grad_now(args, {}), "a differentiated argument is an int, a string or None"
     run = capture_run(d, args, positions)
-    if type(run) is str:
+    if isinstance(run, str):
         return d._grad_now(args, {}), run
     out, aux, tape, specs, guards = run
     program_aux = (aux,) if d._has_aux else None
@@ -229,14 +229,15 @@ def eligibility(d: Any, args: tuple) -> tuple[list[str], list[tuple]]:
                                                         defaults, target.__closure__ or ())
     return found
 
-def capture_pullback(d: Any, args: tuple, general_back: Callable[..., Any], backends: Sequence[str] = ()) -> tuple[Any, Union[Program, str]]:
+def capture_pullback(d: Any, args: tuple, general_back: Callable[..., Any],
+                     backends: Sequence[str] = ()) -> tuple[Any, Union[policy.Pending, str]]:
     """One pullback by a capture run: ((output, back), the pullback program made from it, or why
     none could be). Pullback programs have the NumPy back end only."""
     from bytegrad.compiled.build import Ineligible, build as build_program
     compiled = policy
     positions = compiled.capture_positions(args)
     run = capture_run(d, args, positions)
-    if type(run) is str:
+    if isinstance(run, str):
         return d._pullback_now(args, {}), run
     out, aux, tape, specs, guards = run
     program_aux = (aux,) if d._has_aux else None

@@ -27,7 +27,7 @@ import math
 import operator
 import sys
 import types
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, cast
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from bytegrad.errors import DifferentiationError, SourceLoc, qualname
 from bytegrad.runtime.dispatch import MAKERS
 from bytegrad.transform import opcodes
 from bytegrad.transform.opcodes import OpKind
+
+if TYPE_CHECKING:  # (a run from the disk cache does not import bytecode)
+    from bytecode import Instr
 
 __all__ = ["check"]
 
@@ -98,7 +101,7 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
             continue
         why = _instruction_reason(ins, stack)
         if why is not None:
-            reasons.append(f"{why} (line {ins.lineno})")
+            reasons.append(f"{why} (line {cast('Instr', ins).lineno})")  # (only an Instr has a name)
     guards = _guards(assumed, fn_globals, reasons)
     arrays = frozenset(name if kind == "global" else f"{owner.__name__}.{name}"
                        for kind, owner, name, value in guards if type(value) is np.ndarray)

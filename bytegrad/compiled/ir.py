@@ -121,17 +121,17 @@ def read(tape: Tape, outs: list[int], wrt_leaves: set[int], known: set[int]) -> 
         if i in needed:
             continue
         needed.add(i)
-        rec = records.get(i)
-        if rec is not None:
-            todo.extend(rec.inputs())
+        needed_rec = records.get(i)
+        if needed_rec is not None:
+            todo.extend(needed_rec.inputs())
     ir.order = sorted(needed)
     ir.ops = {i: records[i] for i in ir.order if i in records}
     ir.made = {i: made[i] for i in ir.order if i in made}
     ir.types = {i: type_of(values[i]) for i in ir.order}
     depends = set(wrt_leaves)
     for i in ir.order:
-        rec = ir.ops.get(i)
-        if rec is not None and any(p in depends for p in rec.inputs()):
+        op = ir.ops.get(i)
+        if op is not None and any(p in depends for p in op.inputs()):
             depends.add(i)
     ir.depends = depends
     return ir

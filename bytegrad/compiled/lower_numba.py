@@ -30,7 +30,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import numpy as np
 
@@ -396,6 +396,7 @@ def vector_calls(lines: list[str], names: Constants, narrow: bool = False,
         n for n, v in names.ns.items() if type(v) in (int, float) or isinstance(v, (np.floating, np.integer))}
 
     def as_f32(node: ast.expr) -> ast.expr:
+        assert f32 is not None  # (called only when narrowing to float32)
         return ast.copy_location(ast.Call(ast.Name(f32, ast.Load()), [node], []), node)
     fns = {n: _VECTOR.get(id(v)) for n, v in names.ns.items()}
     mods = {n for n, v in names.ns.items() if v is np or v is math}
@@ -565,7 +566,7 @@ def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params
         src.emit(f"if value: {result} = {src.const(type(out), 'T')}({result})")  # (grad drops it)
     src.kernel_source = "\n".join(sources)
     stems = tuple(kernels.program_stem(fn) for fn in src.ns.values() if hasattr(fn, "py_func"))
-    src.kernel_stems = stems if stems and all(stems) else None  # (None: a kernel compiled in memory)
+    src.kernel_stems = cast("tuple[str, ...]", stems) if stems and all(stems) else None  # (None: a kernel compiled in memory)
     return result, state, n_records
 
 

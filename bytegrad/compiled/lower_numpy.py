@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import re
 import types
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
@@ -112,7 +112,7 @@ class Builder:
     def _made_var(self, a: np.ndarray) -> Optional[str]:
         """The variable of `a` if the capture saw it made from constants (an index array, say, not a
         recorded operation's parent): made where first read."""
-        made = getattr(self.tape, "made", None)
+        made: Any = getattr(self.tape, "made", None)  # a capturing tape's
         i = self.tape.ids.get(id(a)) if made else None
         if i is None or self.tape.values[i] is not a or i not in made:
             return None
@@ -126,7 +126,7 @@ class Builder:
         v = self.var[i] = f"v{i}"
         self.src.emit(f"{v} = {self.src.const(fn, 'f')}({', '.join(ops)})")
 
-    def operand(self, a: Any, p: Optional[int], rec: Record) -> str:
+    def operand(self, a: Any, p: Optional[int], rec: Union[Record, Decision]) -> str:
         if p is not None:
             return self.var[p]
         t = type(a)
@@ -147,7 +147,7 @@ class Builder:
         made = "".join(self.operand(x, q, rec) + ", " for x, q in zip(a, items))
         return f"[{made}]" if type(a) is list else f"({made})"
 
-    def _check_const(self, a: Any, rec: Record) -> None:
+    def _check_const(self, a: Any, rec: Union[Record, Decision]) -> None:
         t = type(a)
         if t is tuple or t is list:
             for x in a:
@@ -190,8 +190,8 @@ class Builder:
             pb = f"p{i}"
             self.src.emit(f"{v}, {pb} = {self.src.const(rec.rule.rrule, 'r')}({call_args})", rec.site.lineno)
         else:
-            expr = None if kw else operator_expr(fn, ops)
-            self.src.emit(f"{v} = {expr or self.src.const(fn, 'f') + '(' + call_args + ')'}", rec.site.lineno)
+            as_operator = None if kw else operator_expr(fn, ops)
+            self.src.emit(f"{v} = {as_operator or self.src.const(fn, 'f') + '(' + call_args + ')'}", rec.site.lineno)
 
     def forward_all(self, order: list[int], depends: set[int]) -> int:
         """Every needed record's forward step, each decision checked where the capture made it;
@@ -422,10 +422,10 @@ class Builder:
         if rec.trusted:
             body.append(f"{bars} = {pb}({g})")
         else:
-            like = stand_in(rec.out) if type(rec.out) is _ndarray else rec.out
+            out_like = stand_in(rec.out) if type(rec.out) is _ndarray else rec.out
             shaped = tuple(stand_in(a) if type(a) is _ndarray else a for a in rec.args)
             node = self.src.const((None, rec.parents, rec.site, None, shaped, rec.fn), "node")
-            body.append(f"{bars} = _untrusted({g}, {node}, {pb}, {self.src.const(like, 'like')})")
+            body.append(f"{bars} = _untrusted({g}, {node}, {pb}, {self.src.const(out_like, 'like')})")
         for k, p in targets:
             b = self.tmp()
             body += [f"{b} = {bars}[{k}]", f"if {b}.__class__ is FunctionType: {b} = {b}()",

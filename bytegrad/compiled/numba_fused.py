@@ -95,6 +95,8 @@ def emit(k: Any, records: list[int], out_idx: int, vector_calls: Any) -> Optiona
         k.forward(i)
     if k.splits:
         return None
+    body: list[str]
+    post: list[str]
     pre, body, post = k.lines, [], []
     k.lines, k.hybrid = body, False
     for i in chain:

@@ -223,7 +223,7 @@ def program_code(source: str, user_lines: Sequence[int], filename: str) -> types
     with AST_LOCK:
         tree = ast.parse(source)
         for node in ast.walk(tree):  # each statement at the user's line it replays
-            if hasattr(node, "lineno"):
+            if hasattr(node, "lineno") and hasattr(node, "end_lineno"):  # (every node with one has both)
                 node.lineno = user_lines[node.lineno - 1]
                 node.end_lineno = user_lines[(node.end_lineno or node.lineno) - 1] if node.end_lineno else node.lineno
                 if node.end_lineno < node.lineno:

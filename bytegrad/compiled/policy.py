@@ -121,7 +121,7 @@ class Tiers:
         `value=False`: the caller uses the gradient only (a program may give None for the value)."""
         if fn.__code__ is not self.code or fn.__defaults__ is not self.defaults \
                 or fn.__kwdefaults__ is not self.kwdefaults:
-            self.__init__(fn, self.tier, self.key)  # the body or defaults were replaced: start again
+            type(self).__init__(self, fn, self.tier, self.key)  # the body or defaults were replaced: start again
         decided = False
         for prog in self.programs:
             calls = prog.calls = prog.calls + 1
@@ -273,7 +273,7 @@ class Tiers:
         for signature, progs in by_signature.items():
             key = program_store.key(self.code, self.key, signature)
             payload = program_store.dumps(progs) if key is not None else None
-            if payload is not None and diskcache.store(program_store.NAMESPACE, key, payload,
+            if payload is not None and key is not None and diskcache.store(program_store.NAMESPACE, key, payload,
                                                        label=self.code.co_qualname):
                 stored += len(progs)
         return stored

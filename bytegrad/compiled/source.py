@@ -77,7 +77,7 @@ class Program:
     __slots__ = ("fn", "source", "guards", "records", "backend", "calls", "seconds", "upgraded", "why_not_numba",
                  "decided", "parts", "signature", "pullback", "twin", "share", "ir")
 
-    def __init__(self, fn: Callable[[tuple], Any], source: str, guards: list[Guard], records: int) -> None:
+    def __init__(self, fn: Callable[..., Any], source: str, guards: list[Guard], records: int) -> None:
         self.fn = fn
         self.source = source
         self.guards = guards      # its guards (compiled/guards.py), in the order it checks them
@@ -390,7 +390,7 @@ def _resolved(node: ast.Lambda, d: Any) -> Optional[tuple[ast.expr, tuple[str, .
     return node.body, params, names
 
 
-def inline_partial(d: Any, operands: list[str], src: Source) -> Optional[tuple[str, bool]]:
+def inline_partial(d: Any, operands: list[str], src: Constants) -> Optional[tuple[str, bool]]:
     """(the expression of partial `d` applied to `operands`, whether evaluating it may raise
     ZeroDivisionError): the same operations in the same order as calling `d`, without the call.
     `operands` are variables, or "None" for what `d` does not read. None: `d` is not a lambda."""
@@ -450,8 +450,8 @@ def gradient_code(src: Source, spec: Any, state: dict[int, int], lines: list[str
         return name
     t, subs = spec
     if isinstance(subs, dict):
-        items = ", ".join(f"{k!r}: {gradient_code(src, v, state, lines, fresh)}" for k, v in subs.items())
-        return f"{{{items}}}" if t is dict else f"{src.const(t, 'T')}({{{items}}}.items())"
+        entries = ", ".join(f"{k!r}: {gradient_code(src, v, state, lines, fresh)}" for k, v in subs.items())
+        return f"{{{entries}}}" if t is dict else f"{src.const(t, 'T')}({{{entries}}}.items())"
     items = [gradient_code(src, v, state, lines, fresh) for v in subs]
     if t is list:
         return f"[{', '.join(items)}]"

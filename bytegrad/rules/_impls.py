@@ -102,7 +102,7 @@ def _zip_items(iterators: list[Iterator[Any]], strict: bool) -> Iterator[tuple[A
     if not iterators:
         return
     while True:
-        items = []
+        items: list[Any] = []
         for it in iterators:
             item = next(it, _MISSING)
             if item is _MISSING:
@@ -284,7 +284,7 @@ def py_starmap(function: Any, iterable: Any, /) -> Iterator[Any]:
 def py_deque(iterable: Any = (), maxlen: Any = None) -> Any:
     import collections
 
-    d = collections.deque(maxlen=maxlen)  # built empty, then filled item by item: no recursion
+    d: collections.deque[Any] = collections.deque(maxlen=maxlen)  # built empty, then filled item by item: no recursion
     for item in iterable:
         d.append(item)
     return d

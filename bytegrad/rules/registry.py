@@ -354,7 +354,7 @@ def load_lazy_rules() -> int:
             before = current_version
             try:
                 importlib.import_module(rules_module)
-            except Exception as exc:  # reported, not raised: code that does not need them still runs
+            except Exception as exc:  # noqa: BLE001 - reported, not raised: code that does not need them still runs
                 warnings.warn(f"bytegrad: the rules for {name} ({rules_module}) failed to load and are "
                               f"skipped: {type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
                 continue
@@ -397,7 +397,7 @@ def load_plugins() -> int:
                 obj = ep.load()
                 if callable(obj):
                     obj()
-            except Exception as exc:  # reported, not raised: see the docstring
+            except Exception as exc:  # noqa: BLE001 - reported, not raised: see the docstring
                 warnings.warn(f"bytegrad: the rule plugin {ep.name!r} ({ep.value}) failed to load and is "
                               f"skipped: {type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
                 continue
@@ -679,8 +679,9 @@ def differentiate_through(fn: Any, impl: Callable[..., Any], *, override: bool =
         function written in Python, `differentiate_through(np.copy, np.copy)`, runs its Python
         implementation).
     """
-    if impl is fn and isinstance(getattr(fn, "_implementation", None), types.FunctionType):
-        impl = fn._implementation  # calling the dispatcher would come back to this rule
+    own_impl = getattr(fn, "_implementation", None) if impl is fn else None
+    if impl is fn and isinstance(own_impl, types.FunctionType):
+        impl = own_impl  # calling the dispatcher would come back to this rule
     elif impl is fn or not callable(impl):
         raise TypeError(f"differentiate_through({qualname(fn)}, {qualname(impl) if callable(impl) else repr(impl)}): "
                         f"the implementation must be a callable other than {qualname(fn)} itself (a Python "

@@ -215,7 +215,7 @@ def _assert_same_value(name: str, what: str, out: Any, expected: Any) -> None:
         return
     try:
         same = bool(out == expected)
-    except Exception:  # objects without a usable ==: identity is the only check left
+    except Exception:  # noqa: BLE001 - objects without a usable ==: identity is the only check left
         same = out is expected
     if not same and out is not expected:
         raise AssertionError(f"check_rule({name}): {what} is {out!r}, expected {expected!r}")
@@ -236,7 +236,7 @@ def _check_same_effect(name: str, what: str, fn: Any, impl: Callable[..., Any], 
             if hasattr(result, "__next__"):
                 result = [item for item in result]
             return result, call_args, None
-        except Exception as exc:  # compared with the other implementation's exception below
+        except Exception as exc:  # noqa: BLE001 - compared with the other implementation's exception below
             return None, call_args, exc
 
     expected, expected_args, expected_exc = run(fn)
@@ -431,7 +431,7 @@ class _Checker:
                 self.upcast = [np.shape(leaf) for leaf in _leaves(y)] == [np.shape(o) for o in _leaves(self.out)]
                 if self.upcast:
                     out_dtypes = _float_dtypes(y)
-            except Exception:  # the function insists on its dtypes: difference in its own precision
+            except Exception:  # noqa: BLE001 - the function insists on its dtypes: difference in its own precision
                 self.upcast = False
         self.fd_eps_machine = _lowest_eps(out_dtypes if self.upcast else in_dtypes | out_dtypes)
         self.eps = self.user_eps if self.user_eps is not None else self.fd_eps_machine ** (1 / 3)
@@ -456,7 +456,7 @@ class _Checker:
                         dtype = np.dtype(np.complex128 if x.dtype.kind == "c" else np.float64)
                     moved = np.asarray(x, dtype=dtype) + step * d
                     if type(x) is np.ndarray:
-                        leaf = np.empty_like(x, dtype=dtype)  # keeps x's memory layout (ravel order='A')
+                        leaf: Any = np.empty_like(x, dtype=dtype)  # keeps x's memory layout (ravel order='A')
                         leaf[...] = moved
                         leaves.append(leaf)
                     else:

@@ -141,7 +141,7 @@ def predicate_hook(fn: Callable[..., Any]) -> Callable[..., Any]:
     plain operation, which a capture run records as a decision its program must check."""
     hook = _PREDICATE_HOOKS.get(fn)
     if hook is None:
-        def hook(tape: Optional[Tape], site: Site, *operands: Any) -> Any:
+        def hook(tape: Tape, site: Site, *operands: Any) -> Any:  # (called with a tracked operand: a tape)
             out = fn(*operands)
             if tape.capturing:
                 tape.check(fn, operands, None, out, site)
@@ -373,7 +373,7 @@ def getattr_(tape: Optional[Tape], site: Site, obj: Any, name: str) -> Any:
     properties written in Python, whose getter is rewritten like any other callee."""
     if tape is not None:
         if tape.ids.get(id(obj)) is not None:
-            desc = getattr(type(obj), name, None)
+            desc: Any = getattr(type(obj), name, None)
             # only data descriptors (`.T`, `.real`) are values; methods are bound and called later
             rule = _rules_get(desc) if type(desc) in _DataDescriptors else None
             if rule is not None and rule.kind is RRULE:

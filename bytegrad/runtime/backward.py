@@ -157,7 +157,7 @@ def partial_uses(d: Any, nargs: int) -> frozenset[int]:
     not a Python function, or takes `*args`, reads them all (`_bytecode.parameters_read`)."""
     uses = _USES.get(d)
     if uses is None:
-        code = getattr(d, "__code__", None)
+        code: Any = getattr(d, "__code__", None)
         read = parameters_read(code) if code is not None else None
         if read is None:
             uses = frozenset(range(nargs + 1))

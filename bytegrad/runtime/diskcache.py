@@ -465,7 +465,7 @@ def _groups(root: str) -> tuple[list[tuple[float, int, list[str]]], int]:
         g[0] = max(g[0], st.st_mtime)
         g[1] += st.st_size
         g[2].append(path)
-    return [tuple(g) for g in groups.values()], total  # type: ignore[misc]
+    return [tuple(g) for g in groups.values()], total
 
 
 def evict(limit: Optional[int] = None) -> int:

@@ -147,7 +147,7 @@ _DUNDER_BUILTINS = {float: "__float__", complex: "__complex__", abs: "__abs__", 
 #: NumPy functions that make an array from shapes and numbers alone: the rewrite hooks their calls on
 #: constants too, so that a capture run records how the array was made (`make` of a capturing tape) and
 #: its program makes it again on every call (bytegrad/compiled/policy.py)
-MAKERS = frozenset({np.zeros, np.ones, np.full, np.eye, np.identity, np.arange, np.linspace, np.tri, np.array,
+MAKERS: frozenset[Any] = frozenset({np.zeros, np.ones, np.full, np.eye, np.identity, np.arange, np.linspace, np.tri, np.array,
                     np.asarray})
 
 
@@ -315,7 +315,7 @@ CAPTURE_SAFE = frozenset({len, isinstance, type, np.shape, np.ndim, np.size, lis
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
 
 
-def construct(tape: Tape, site: Site, cls: type, args: tuple, kwargs: Optional[dict]) -> Any:
+def construct(tape: Tape, site: Site, cls: type[Any], args: tuple, kwargs: Optional[dict]) -> Any:
     """`cls(*args)`: a Python `__init__` is differentiated like any callee; a C class needs a rule."""
     tracked = any_tracked(tape.ids, args, kwargs)
     # an object argument may hold differentiated values (`W(p)`, whose `__init__` reads `p.v`)
@@ -343,7 +343,7 @@ def construct(tape: Tape, site: Site, cls: type, args: tuple, kwargs: Optional[d
     if new is object.__new__:
         if type(init) is not _FunctionType:
             return cls(*args, **kwargs) if kwargs else cls(*args)
-        obj = object.__new__(cls)  # raises as `cls(...)` would for an abstract class
+        obj: Any = object.__new__(cls)  # raises as `cls(...)` would for an abstract class
     elif type(new) is _FunctionType:  # a `__new__` written in Python, rewritten
         obj = call_python(tape, site, new, (cls,) + args, kwargs)
     else:

@@ -75,7 +75,7 @@ def push_forward(tape: Tape, seeds: dict[int, Any], start: int = 0, recorder: Op
 
 def _gather(parents: Any, dots: list[Any]) -> Any:
     """Parent tangents mirroring `parents` (ints, None, nested lists), or None when all are zero."""
-    out = []
+    out: list[Any] = []
     any_dot = False
     for p in parents:
         if p is None:

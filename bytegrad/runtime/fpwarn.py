@@ -11,9 +11,12 @@ from __future__ import annotations
 import functools
 import sys
 import warnings
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Literal, Optional
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 from bytegrad.errors import library_file, qualname
 
@@ -29,7 +32,7 @@ def _callee(site: Any) -> str:
 
 
 def _report(err: str, flag: int) -> None:
-    frame = sys._getframe(1)
+    frame: Optional[FrameType] = sys._getframe(1)
     site = None
     while frame is not None:
         code = frame.f_code
@@ -55,10 +58,12 @@ def _report(err: str, flag: int) -> None:
     warnings.warn(f"{err} encountered in a NumPy operation", RuntimeWarning, stacklevel=2)
 
 
-def _redirected() -> dict[str, str]:
+def _redirected() -> dict[str, Literal["call"]]:
     return {k: "call" for k, v in np.geterr().items() if v == "warn"}
 
 
+_EXTOBJ: Any  # (NumPy's private names: their stubs are not Optional)
+_make_extobj: Any
 try:  # what `np.errstate` does, without its cost per use (NumPy 2's error state is a context variable)
     from numpy._core.umath import _extobj_contextvar as _EXTOBJ, _make_extobj
 except ImportError:  # (another NumPy layout: np.errstate every time)
@@ -74,6 +79,8 @@ class at_user_lines:
     """Context manager: floating-point warnings inside are reported at the user's line."""
 
     __slots__ = ("_state", "_token")
+    _state: Any
+    _token: Any
 
     def __enter__(self) -> None:
         if _EXTOBJ is None:

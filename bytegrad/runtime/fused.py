@@ -108,7 +108,7 @@ class FusedSite:
         self.state = "numpy"          # numpy | compiling (background) | kernel | disabled
         self.plans: dict[Any, kernels.Plan] = {}
         self.kernels: dict[Any, Optional[kernels.Kernels]] = {}
-        self.choice: dict[Any, bool] = {}  # (dtype, active, size class) -> use the kernel
+        self.choice: dict[Any, bool | Trial] = {}  # (dtype, active, size class) -> use the kernel (or its Trial)
         self.price = PRICE_FLOOR           # seconds: the compile cost to beat (see _maybe_tier_up)
         self.numpy_fn: Any = None          # the NumPy tier of this tree, generated on first use
 
@@ -459,10 +459,11 @@ def _time(f: Any) -> float:
 def _run_kernel(tape: Tape, fs: FusedSite, dtype: str, active: tuple[bool, ...], leaves: list[Any],
                 parents: tuple) -> Any:
     ks = fs.kernels[(dtype, active)]
+    assert ks is not None  # the kernel tier runs only with its kernels compiled
     fs.kernel_calls += 1
     if ks.onepass:  # the output and the partials, in one pass
         out, *partials = ks.forward(*leaves)
-        node = (PARTIALS, parents, fs.site, ks, partials, leaf_shapes(leaves), tape.lean)
+        node: tuple = (PARTIALS, parents, fs.site, ks, partials, leaf_shapes(leaves), tape.lean)
         if tape.lean:
             _release_temporaries(tape, leaves, parents, ks.nothing_saved)
     else:
@@ -519,22 +520,22 @@ def _release_temporaries(tape: Tape, leaves: list[Any], parents: tuple, saved: t
 def numpy_gradients(fs: FusedSite, ops: tuple, active: tuple[bool, ...], ct: Any = 1.0) -> tuple[Any, list[Any]]:
     """Value and leaf cotangents by the NumPy tier, on a private tape."""
     tape = Tape()
-    ops = list(ops)
+    args = list(ops)
     leaf_idx: list[Optional[int]] = []
     for j, pos in enumerate(fs.leaf_pos):
         if active[j]:
-            v = ops[pos]
+            v = args[pos]
             if type(v) is _ndarray:
                 v = v.view()  # a fresh identity per leaf, as the API's leaf preparation does
             elif type(v) is int:
                 v = float(v)
             for q, ref in enumerate(fs.operands):
                 if ref == j:
-                    ops[q] = v
+                    args[q] = v
             leaf_idx.append(tape.leaf(v))
         else:
             leaf_idx.append(None)
-    out = run_numpy(tape, fs, tuple(ops))
+    out = run_numpy(tape, fs, tuple(args))
     i = tape.ids.get(id(out))
     if i is None:
         return out, [None] * fs.n_leaves
@@ -547,10 +548,11 @@ def kernel_gradients(fs: FusedSite, ks: kernels.Kernels, leaves: list[Any], acti
     """Value and leaf cotangents by the kernel tier."""
     if ks.onepass:
         out, *partials = ks.forward(*leaves)
-        node = (PARTIALS, tuple(0 if a else None for a in active), fs.site, ks, partials, leaf_shapes(leaves),
-                False)
+        node: tuple = (PARTIALS, tuple(0 if a else None for a in active), fs.site, ks, partials,
+                       leaf_shapes(leaves), False)
         return out, PARTIALS.backward(ct, node, out)
     out = ks.forward(*leaves)
+    assert ks.backward_plan is not None  # (a site has an active leaf)
     keep, _sources, needs_out = ks.backward_plan
     saved = tuple(v if k else None for v, k in zip(leaves, keep))
     node = (FUSED, tuple(0 if a else None for a in active), fs.site, ks, saved,

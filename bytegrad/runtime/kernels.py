@@ -555,20 +555,20 @@ def _compile_vector_math() -> dict[str, Any]:
         return lambda context, builder, sig, args: builder.bitcast(args[0], to)
 
     @intrinsic
-    def _bits(typingctx, x):  # noqa: ARG001 - Numba's intrinsic signature
+    def _bits(typingctx, x):  # Numba's intrinsic signature
         return nbtypes.int64(nbtypes.float64), cast(ir.IntType(64))
 
     @intrinsic
-    def _float(typingctx, i):  # noqa: ARG001
+    def _float(typingctx, i):
         return nbtypes.float64(nbtypes.int64), cast(ir.DoubleType())
 
     @intrinsic
-    def _bits32(typingctx, x):  # noqa: ARG001
+    def _bits32(typingctx, x):
         return nbtypes.int32(nbtypes.float32), cast(ir.IntType(32))
 
     @intrinsic
-    def _float32(typingctx, i):  # noqa: ARG001 - the low 32 bits of an int as a float32
-        def codegen(context, builder, sig, args):  # noqa: ARG001
+    def _float32(typingctx, i):  # the low 32 bits of an int as a float32
+        def codegen(context, builder, sig, args):
             return builder.bitcast(builder.trunc(args[0], ir.IntType(32)) if i.bitwidth > 32 else args[0],
                                    ir.FloatType())
         return nbtypes.float32(i), codegen
@@ -584,7 +584,8 @@ def _compile_vector_math() -> dict[str, Any]:
         options = dict(inline="never", fastmath={"contract"}) if name in vmath.FUSED else dict(inline="always")
         ns[name] = out[name] = njit(error_model="numpy", **options)(
             types.FunctionType(f.__code__, ns, name, f.__defaults__))
-    out["radd"] = njit(inline="never", fastmath={"reassoc"}, error_model="numpy")(lambda a, b: a + b)
+    # (a lambda is a FunctionType, which is what Numba's annotation asks for)
+    out["radd"] = njit(inline="never", fastmath={"reassoc"}, error_model="numpy")(lambda a, b: a + b)  # type: ignore[arg-type]
     for name in names:  # on a whole array: a fresh array of its shape and dtype
         exec(compile(vmath_sources.array_math(name, vmath.TRIG), "<bytegrad vector math>", "exec"), ns)  # noqa: S102
         out[f"{name}_array"] = njit(error_model="numpy")(ns[f"{name}_array"])

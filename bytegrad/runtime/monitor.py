@@ -33,7 +33,7 @@ __all__ = ["CHECK", "BlindCallError", "start", "arm", "stop"]
 #: the checking mode (BYTEGRAD_CHECK=1): guards at inactive sites, and the frame watch on 3.11 too
 CHECK = _config.bind("check", __name__, "CHECK")
 
-_MONITORING = getattr(sys, "monitoring", None)
+_MONITORING: Any = getattr(sys, "monitoring", None)  # (3.12+: not in 3.11's stubs)
 
 
 # dunders whose result never carries a derivative: they may look at differentiated values freely

@@ -60,6 +60,7 @@ class _CheckedNodes(list):
     the last of `values`)."""
 
     __slots__ = ("values",)
+    values: list[Any]  # the tape's values
 
     def append(self, node: Any) -> None:
         if node is not None and not node[0].moves:

@@ -38,7 +38,7 @@ def recorded_call(tape: Tape, site: Site, fn: Callable[..., Any], args: tuple) -
     return call_python(tape, site, fn, args, None)
 
 
-def recorded_add(tape: Tape, site: Site, old: Any, new: Any) -> Any:
+def recorded_add(tape: Tape, site: Optional[Site], old: Any, new: Any) -> Any:
     """`tape.accumulate`, with the additions recorded."""
     if old is None or old is ZERO:
         return new

@@ -7,7 +7,7 @@ Trees are dicts, lists, tuples, namedtuples, dataclasses and classes registered 
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
@@ -69,9 +69,9 @@ def prepare(value: Any, tape: Tape, strict: bool = False) -> tuple[Any, Any]:
     if node is not None:
         return _prepare_registered(node, value, tape)
     if t is dict or isinstance(value, dict):
-        items = {k: prepare(v, tape) for k, v in value.items()}
-        fresh = type(value)((k, v[0]) for k, v in items.items()) if t is not dict else {k: v[0] for k, v in items.items()}
-        return fresh, (type(value), {k: v[1] for k, v in items.items()})
+        by_key = {k: prepare(v, tape) for k, v in value.items()}
+        fresh = type(value)((k, v[0]) for k, v in by_key.items()) if t is not dict else {k: v[0] for k, v in by_key.items()}
+        return fresh, (type(value), {k: v[1] for k, v in by_key.items()})
     if t is list:
         items = [prepare(v, tape) for v in value]
         return [v[0] for v in items], (list, [v[1] for v in items])
@@ -83,11 +83,11 @@ def prepare(value: Any, tape: Tape, strict: bool = False) -> tuple[Any, Any]:
             fresh = t(v[0] for v in items) if t is not tuple else tuple(v[0] for v in items)
         return fresh, (t, [v[1] for v in items])
     if pytrees.dataclass_instance(value):
-        items = {name: prepare(getattr(value, name), tape) for name in pytrees.dataclass_fields(value)}
+        by_name = {name: prepare(getattr(value, name), tape) for name in pytrees.dataclass_fields(value)}
         fresh = pytrees.shallow_copy(value)
-        for name, (v, _) in items.items():
+        for name, (v, _) in by_name.items():
             object.__setattr__(fresh, name, v)
-        return fresh, ("dataclass", value, {k: v[1] for k, v in items.items()})
+        return fresh, ("dataclass", value, {k: v[1] for k, v in by_name.items()})
     if strict and (t is int or t is bool or t is str or value is None):
         raise NotDifferentiable(f"a {t.__name__} cannot be differentiated")
     if pytrees.user_object(value) and (strict or pytrees.holds_floats(value)):
@@ -185,7 +185,7 @@ def project(ct: Any, primal: Any) -> Any:
     return ct
 
 
-def gradient(spec: Any, cts: list[Any], project: Callable[[Any, Any], Any] = project) -> Any:
+def gradient(spec: Any, cts: Union[list[Any], dict[int, Any]], project: Callable[[Any, Any], Any] = project) -> Any:
     """Build the gradient tree that mirrors `spec` from per-node cotangents, each leaf's by `project`."""
     if spec is None:
         return None
@@ -202,9 +202,9 @@ def gradient(spec: Any, cts: list[Any], project: Callable[[Any, Any], Any] = pro
         return pytrees.unflatten(spec[1], spec[2], [gradient(sub, cts, project) for sub in spec[3]])
     t, subs = spec
     if isinstance(subs, dict):
-        values = {k: project(cts[v.idx], v.primal) if type(v) is Leaf else gradient(v, cts, project)
+        by_key = {k: project(cts[v.idx], v.primal) if type(v) is Leaf else gradient(v, cts, project)
                   for k, v in subs.items()}
-        return values if t is dict else t(values.items())
+        return by_key if t is dict else t(by_key.items())
     values = [project(cts[v.idx], v.primal) if type(v) is Leaf else gradient(v, cts, project) for v in subs]
     if t is list:
         return values
@@ -251,12 +251,12 @@ def leaves(spec: Any) -> list[Leaf]:
     if type(spec) is Leaf:
         return [spec]
     if spec[0] == "dataclass":
-        return [l for sub in spec[2].values() for l in leaves(sub)]
+        return [leaf for sub in spec[2].values() for leaf in leaves(sub)]
     if spec[0] == "pytree":
-        return [l for sub in spec[3] for l in leaves(sub)]
+        return [leaf for sub in spec[3] for leaf in leaves(sub)]
     subs = spec[1]
     items = subs.values() if isinstance(subs, dict) else subs
-    return [l for sub in items for l in leaves(sub)]
+    return [leaf for sub in items for leaf in leaves(sub)]
 
 
 def output_nodes(value: Any, ids: dict[int, int], path: Optional[list] = None) -> list[tuple[Any, int]]:

@@ -41,7 +41,7 @@ def parent_of(ids: dict[int, int], a: Any) -> Any:
 
 def refresh_parents(tape: Tape, parents: Any, site: Site) -> Any:
     """Parents with out-of-date entries (memory overwritten since) replaced by current ones."""
-    out = []
+    out: list[Any] = []
     for p in parents:
         if type(p) is int:
             out.append(writes.refresh(tape, site, p) if p in tape.stale else p)

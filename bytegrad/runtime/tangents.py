@@ -136,7 +136,7 @@ def pf_transpose(node: tuple, out: Any, parent_dots: Any) -> Any:
     if type(out) is not TupleOut:
         return _basis_tangent(node, out, parent_dots, lambda e: e, out)
     n = len(items)
-    result = []
+    result: list[Any] = []
     for j, item in enumerate(items):
         if not _is_float(item):
             result.append(None)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import _thread
 import types
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, cast
 
 import numpy as np
 
@@ -19,6 +19,9 @@ from bytegrad.errors import (
 from bytegrad.rules.registry import NO_TANGENT, ZERO, NoTangent, Zero
 from bytegrad.runtime import fpwarn
 from bytegrad.runtime.records import IDENTITY
+
+if TYPE_CHECKING:  # (nancheck.py imports this module)
+    from bytegrad.runtime.nancheck import CheckingTape
 
 class _ThreadState(_thread._local):  # threading.local, without importing threading (2-3 ms)
     """This thread's state: `tape` (the current tape), `site` (the call site through which user code
@@ -77,12 +80,17 @@ class Tape:
     __slots__ = ("values", "nodes", "ids", "protected", "stale", "owners", "_index", "_indexed", "lean",
                  "trials", "trial_clock", "guarded", "__weakref__")
 
+    #: set with `trials` (runtime/fused.py): a slot without a value until then
+    trial_clock: int
+    #: the capture protocol's list (see above): a slot of the capturing tape only; a plain tape has none
+    callees: list[tuple[Any, tuple, Optional[dict], Any]]
+
     def __init__(self) -> None:
         self.values: list[Any] = []       # node outputs, kept alive so their ids stay unique
         self.nodes: list[Any] = []        # node i produced values[i]; None for a leaf
         self.ids: dict[int, int] = {}     # id(value) -> node index of its latest version
         self.protected: set[int] = set()  # ids of the caller's arrays (and their owners): never written
-        self.stale: dict[int, SourceLoc] = {}  # node index -> where its memory was overwritten
+        self.stale: dict[int, Optional[SourceLoc]] = {}  # node index -> where its memory was overwritten
         self.owners: dict[int, Any] = {}       # id -> array whose memory was written with tracked values
         self._index: dict[int, list[tuple[Any, int, bool]]] = {}  # owner id -> (array, node, saved?)
         self._indexed = 0
@@ -94,6 +102,19 @@ class Tape:
         self.trials: Optional[list] = None
         # records before this index were made zero-safe when a mask was recorded (runtime/zerosafe.py)
         self.guarded = 0
+
+    # ---- the capture protocol (see above): the runtime calls these only on a tape that sets
+    # `capturing`, which overrides them (compiled/capture.py); a plain tape observes nothing
+
+    def refuse(self, why: str, site: Any) -> None:
+        """The run did something a replay of the recorded operations cannot reproduce."""
+
+    def check(self, fn: Any, args: tuple, kwargs: Optional[dict], result: Any, site: Any) -> None:
+        """`fn(*args, **kwargs)` gave `result` on tracked values: Python code may decide on it."""
+
+    def make(self, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
+        """`fn(*args, **kwargs)`, an array made from constants (a capturing tape tracks it)."""
+        return fn(*args, **kwargs) if kwargs else fn(*args)
 
     def push(self, node: Any, out: Any) -> Any:
         ids = self.ids
@@ -153,7 +174,8 @@ class Tape:
             if not np.may_share_memory(arr, region):
                 continue
             try:
-                overlap = np.shares_memory(arr, region, max_work=10_000)
+                # (NumPy's stub takes only -1 and 0; the function takes any bound on the work)
+                overlap = np.shares_memory(arr, region, max_work=10_000)  # type: ignore[arg-type]
             except np.exceptions.TooHardError:
                 overlap = True
             if overlap:
@@ -338,7 +360,7 @@ def sweep(tape: Tape, seeds: dict[int, Any], stop: int = -1, recorder: Optional[
     record appends are not visited). Either way a failing step raises what `step_error` says.
     """
     if tape.nan_check and recorder is None:  # BYTEGRAD_DEBUG_NANS: each step checked (runtime/nancheck.py)
-        return tape.checked_sweep(seeds, stop)
+        return cast("CheckingTape", tape).checked_sweep(seeds, stop)
     nodes = tape.nodes
     values = tape.values
     cts: list[Any] = [None] * len(nodes)

@@ -11,7 +11,7 @@ shape, which of repeated positions wrote last), `VIEW` (positions, owner shape, 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -67,7 +67,7 @@ def _positions(view: np.ndarray, owner: np.ndarray, site: Any, what: str) -> np.
     return pos
 
 
-def memory_order(owner: np.ndarray) -> str:
+def memory_order(owner: np.ndarray) -> Literal["C", "F"]:
     """The order ('C' or 'F') in which `owner`'s elements lie in memory."""
     return "C" if owner.flags.c_contiguous else "F"
 
@@ -237,7 +237,7 @@ def _push(tape: Tape, node: tuple, out: Any) -> int:
 def region(obj: np.ndarray, key: Any) -> np.ndarray:
     """A view of the part of `obj` that `obj[key] = ...` writes (all of it when unsure)."""
     keys = key if type(key) is tuple else (key,)
-    parts = []
+    parts: list[Any] = []
     for k in keys:
         if type(k) is int or isinstance(k, np.integer):
             k = int(k)

@@ -208,7 +208,7 @@ def callee_activity(f: types.FunctionType, args: tuple, kwargs: Optional[dict],
             frozenset(n for n, b in zip(pnames, bits) if b == INERT))
 
 
-def _make_function(f: types.FunctionType, bits: tuple[bool, ...], key: Any) -> types.FunctionType:
+def _make_function(f: types.FunctionType, bits: tuple[int, ...], key: Any) -> types.FunctionType:
     import weakref
 
     code = f.__code__
@@ -220,7 +220,10 @@ def _make_function(f: types.FunctionType, bits: tuple[bool, ...], key: Any) -> t
     entry = _FN_CACHE.get(id(f))
     if entry is None or entry[0]() is not f or entry[1] is not code:  # new, or its body was replaced
         fid = id(f)
-        ref = weakref.ref(f, lambda _r, fid=fid: _FN_CACHE.pop(fid, None))
+
+        def forget(_r: Any, fid: int = fid) -> None:
+            _FN_CACHE.pop(fid, None)
+        ref = weakref.ref(f, forget)
         entry = _FN_CACHE[fid] = (ref, code, {})
     if len(entry[2]) > 4 * cache.CACHE_SIZE_LIMIT:
         entry[2].clear()

@@ -14,7 +14,7 @@ import builtins
 import inspect
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Final, NamedTuple, Optional
+from typing import Any, Callable, Final, NamedTuple, Optional, cast
 
 import numpy as np
 from bytecode import Bytecode, Instr, Label, TryBegin, TryEnd
@@ -86,7 +86,7 @@ def nondiff_callable(slot: Optional[Slot]) -> bool:
 
 # Builtins that run code or read variables out of bytegrad's sight: values computed through them
 # would silently get no derivative, so a differentiated function may not call them.
-_INVISIBLE_CALLS = {
+_INVISIBLE_CALLS: dict[Any, tuple[str, str]] = {
     eval: ("eval() runs code from a string, which bytegrad cannot rewrite",
            "write the expression in the function itself (`x * x`, not `eval('x * x')`)."),
     exec: ("exec() runs code from a string, which bytegrad cannot rewrite",
@@ -437,8 +437,9 @@ def _store_local_pair(a: _Analysis, ins: Instr, stack: Stack) -> None:
 
 
 def _store_global(a: _Analysis, ins: Instr, stack: Stack) -> None:
-    if stack.pop().active and ins.arg not in a.tainted_globals:
-        a.tainted_globals.add(ins.arg)
+    name = cast(str, ins.arg)  # STORE_GLOBAL's argument: the name
+    if stack.pop().active and name not in a.tainted_globals:
+        a.tainted_globals.add(name)
         a.changed = True
 
 
@@ -460,12 +461,12 @@ def _store_item(nkeys: int) -> Transfer:
 
 
 def _swap(a: _Analysis, ins: Instr, stack: Stack) -> None:
-    k = int(ins.arg)
+    k = opcodes.int_arg(ins)
     stack[-1], stack[-k] = stack[-k], stack[-1]
 
 
 def _copy(a: _Analysis, ins: Instr, stack: Stack) -> None:
-    stack.append(stack[-int(ins.arg)])
+    stack.append(stack[-opcodes.int_arg(ins)])
 
 
 def _pop_top(a: _Analysis, ins: Instr, stack: Stack) -> None:
@@ -508,12 +509,12 @@ def _nothing(a: _Analysis, ins: Instr, stack: Stack) -> None:
 
 
 def _call(a: _Analysis, ins: Instr, stack: Stack) -> None:
-    n = int(ins.arg)
+    n = opcodes.int_arg(ins)
     _call_result(a, ins, stack, n + 2, opcodes.callable_slot(n, stack))
 
 
 def _call_kw(a: _Analysis, ins: Instr, stack: Stack) -> None:
-    n = int(ins.arg)  # the names tuple sits on top: the callable is below it
+    n = opcodes.int_arg(ins)  # the names tuple sits on top: the callable is below it
     _call_result(a, ins, stack, n + 3, opcodes.callable_slot(n, stack[:-1]))
 
 
@@ -523,7 +524,7 @@ def _call_ex(a: _Analysis, ins: Instr, stack: Stack) -> None:
 
 def _call_result(a: _Analysis, ins: Instr, stack: Stack, count: int, fn_slot: Optional[Slot]) -> None:
     if fn_slot is not None and fn_slot.known is not None:
-        _refuse_invisible_call(a, ins, fn_slot.known, int(ins.arg))
+        _refuse_invisible_call(a, ins, fn_slot.known, opcodes.int_arg(ins))
     real = [p for p in _pop(stack, count) if not p.null]
     if nondiff_callable(fn_slot):
         stack.append(INACTIVE)

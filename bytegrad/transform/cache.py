@@ -197,7 +197,6 @@ def _assumptions_hold(frozen: Any, fn_globals: dict[str, Any]) -> bool:
 
 def _disk_key(code: types.CodeType, active: frozenset[str], immutable: frozenset[str]) -> Optional[str]:
     import marshal
-    import os
     import sys
 
     from bytegrad.runtime import diskcache
@@ -219,7 +218,7 @@ def _strip(code: types.CodeType, nonce: str, table: list[Any]) -> types.CodeType
     changed = False
     for c in code.co_consts:
         if isinstance(c, types.CodeType):
-            new = _strip(c, nonce, table)
+            new: Any = _strip(c, nonce, table)
         elif _marshalable(c):
             new = c
         else:

@@ -146,7 +146,7 @@ def _effect(ins: Instr, kind: OpKind) -> Optional[tuple[int, int]]:
     if kind is OpKind.UNARY_NEG:
         return 1, 1
     if kind is OpKind.CALL:
-        return int(ins.arg) + 2, 1
+        return opcodes.int_arg(ins) + 2, 1
     try:
         return _exact_effect(ins)
     except ValueError:
@@ -161,7 +161,7 @@ def _fusable_op(ins: Instr, kind: OpKind, i: int, taken: list[_Item], st: Any, i
     if kind is OpKind.UNARY_NEG:
         return _Op(i, operator.neg, "neg", taken) if st[-1].active else None
     if kind is OpKind.CALL:
-        return _call_op(ins, i, int(ins.arg), taken, st, instrs)
+        return _call_op(ins, i, opcodes.int_arg(ins), taken, st, instrs)
     return None
 
 
@@ -228,6 +228,7 @@ def _plan(root: _Op, ops: dict[int, _Op], instrs: list[Any], loc: SourceLoc) -> 
     callees: list[_Item] = []
     for op in tree:
         if op.callee is not None:
+            assert op.null is not None  # _call_op sets both
             callees.append(op.callee)
             callees.append(op.null)
         for it in op.operands:
@@ -340,10 +341,10 @@ def _build(root: _Op, tree: list[_Op], tree_idx: set[int], leaves: list[_Item], 
     kept.sort(key=lambda t: (t[0], t[1]))
     root_ins = instrs[root.index]
     lineno = root_ins.lineno if isinstance(root_ins.lineno, int) else loc.lineno
-    site = fused.FusedSite(
+    fused_site = fused.FusedSite(
         abi.Site(loc.filename, lineno, loc.function, "fused"),
         tuple(k[2] for k in kept), tuple(nodes), tuple(leaf_names))
-    return FusedPlan(root.index, site, len(kept), drop, plain_loads)
+    return FusedPlan(root.index, fused_site, len(kept), drop, plain_loads)
 
 
 def _plain_load(ins: Instr) -> list[Instr]:

@@ -245,9 +245,15 @@ def is_terminator(instr: Instr) -> bool:
 # ---- decoding arguments --------------------------------------------------------------------
 
 
+def int_arg(instr: Instr) -> int:
+    """The argument of an instruction whose argument is a number (BINARY_OP, CALL, COPY, ...)."""
+    arg: Any = instr.arg  # `Instr.arg`'s type is the union of every opcode's argument type
+    return int(arg)
+
+
 def global_parts(instr: Instr) -> tuple[str, bool]:
     """(name, pushes_null) of a LOAD_GLOBAL."""
-    arg = instr.arg
+    arg: Any = instr.arg
     if isinstance(arg, tuple):
         return arg[1], bool(arg[0])
     return arg, False
@@ -255,16 +261,17 @@ def global_parts(instr: Instr) -> tuple[str, bool]:
 
 def attr_parts(instr: Instr) -> tuple[str, bool]:
     """(name, is_method_load) of a LOAD_ATTR or LOAD_METHOD."""
+    arg: Any = instr.arg
     if instr.name == "LOAD_METHOD":
-        return instr.arg, True
-    arg = instr.arg
+        return arg, True
     if isinstance(arg, tuple):
         return arg[1], bool(arg[0])
     return arg, False
 
 
 def super_attr_is_method(instr: Instr) -> bool:
-    return bool(instr.arg[0])
+    arg: Any = instr.arg
+    return bool(arg[0])
 
 
 def var_name(arg: Any) -> str:
@@ -288,16 +295,16 @@ _NB_OPERATORS: Final[dict[int, BinaryOperator]] = {
 
 def binary_operator(instr: Instr) -> BinaryOperator:
     """The operator of a BINARY_OP (`+`, `+=`, ...)."""
-    return _NB_OPERATORS[int(instr.arg)]
+    return _NB_OPERATORS[int_arg(instr)]
 
 
 def is_unary_positive_intrinsic(instr: Instr) -> bool:
-    return int(instr.arg) == _INTRINSIC_UNARY_POSITIVE
+    return int_arg(instr) == _INTRINSIC_UNARY_POSITIVE
 
 
 def unpack_count(instr: Instr) -> int:
     """The values an UNPACK_SEQUENCE or UNPACK_EX pushes."""
-    arg = int(instr.arg)
+    arg = int_arg(instr)
     if instr.name == "UNPACK_EX":
         return (arg & 0xFF) + (arg >> 8) + 1
     return arg
@@ -307,7 +314,7 @@ def make_function_pops(instr: Instr) -> int:
     """How many values MAKE_FUNCTION consumes (the code object plus flagged extras before 3.13)."""
     if PY >= (3, 13):
         return 1
-    flags = int(instr.arg)
+    flags = int_arg(instr)
     return 1 + bin(flags & 0x0F).count("1")
 
 
@@ -327,7 +334,7 @@ def call_ex_pops(instr: Instr) -> int:
 
 def call_ex_has_kwargs(instr: Instr) -> bool:
     """Whether a CALL_FUNCTION_EX takes a `**kwargs` mapping."""
-    return bool(int(instr.arg) & 1)
+    return bool(int_arg(instr) & 1)
 
 
 def is_resume(instr: Instr) -> bool:
@@ -397,7 +404,7 @@ def predicate_fn(instr: Instr) -> Any:
     """The function a PREDICATE instruction applies to its operands (`operator.lt` for `<`)."""
     name = instr.name
     if name == "COMPARE_OP":
-        arg = int(instr.arg)
+        arg = int_arg(instr)
         return (_CAST_OPS if arg & 16 else _COMPARE_OPS)[arg & 15]
     if name == "IS_OP":
         return operator.is_not if instr.arg else operator.is_
@@ -419,14 +426,14 @@ _PLAIN_INTRINSICS: Final = frozenset({5, 6})
 def is_plain_builder(instr: Instr) -> bool:
     """Whether an OTHER or CALL_INTRINSIC_1 instruction only builds a value from its operands."""
     if instr.name == "CALL_INTRINSIC_1":
-        return int(instr.arg) in _PLAIN_INTRINSICS
+        return int_arg(instr) in _PLAIN_INTRINSICS
     return instr.name in _PLAIN_BUILDERS
 
 
 def container_add_parts(instr: Instr) -> tuple[int, int]:
     """(values popped, depth of the container below them) for LIST_APPEND & co."""
     popped = 2 if instr.name == "MAP_ADD" else 1
-    return popped, int(instr.arg)
+    return popped, int_arg(instr)
 
 
 # ---- building instruction sequences ---------------------------------------------------------
@@ -486,7 +493,7 @@ def plain_attr_load(name: str, loc: Any) -> Instr:
 
 
 def plain_super_attr_load(instr: Instr) -> Instr:
-    arg = instr.arg
+    arg: Any = instr.arg
     return _instr("LOAD_SUPER_ATTR", (False, arg[1], arg[2]), instr.location)
 
 

@@ -107,6 +107,7 @@ def listing(unit: Unit, after: str) -> str:
     fused trees after `fusion`, the rewritten bytecode after `rewrite`. Lines are relative to the
     function's first line, and objects are named, not addressed, so listings compare across runs."""
     first = unit.loc.lineno
+    assert first is not None  # a unit's loc is its code's first line
     if after == "rewrite":
         assert unit.out is not None
         return _format(list(unit.out), first)

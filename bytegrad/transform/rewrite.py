@@ -9,7 +9,7 @@ is known statically.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Final, Optional
+from typing import Any, Callable, Final, Optional, cast
 
 from bytecode import Bytecode, Instr
 
@@ -75,8 +75,8 @@ class _Rewriter:
             return
         kind = opcodes.kind_of(ins)
         if kind is OpKind.KW_NAMES:
-            self.pending_kw = ins.arg
-        plan = self.plans.get(i)
+            self.pending_kw = cast(tuple[str, ...], ins.arg)
+        plan, stack = self.plans.get(i), self.stacks[i]
         if plan is not None:
             self.out.append(opcodes.build_tuple(plan.n_operands, ins.location))
             self.out += opcodes.call_hook(1, fused.fused_hook, TAPE_LOCAL, plan.site, ins.location)
@@ -85,10 +85,10 @@ class _Rewriter:
             pass
         elif i in self.plain_loads:
             self.out += self.plain_loads[i]
-        elif self.stacks[i] is None:  # unreachable: keep as is
+        elif stack is None:  # unreachable: keep as is
             self.out.append(ins)
         else:
-            EMIT[kind](self, ins, self.stacks[i])
+            EMIT[kind](self, ins, stack)
 
     def hook(self, n_operands: int, hook: Any, ins: Instr, what: str, null: bool = False) -> None:
         """Call `hook(tape, site, *operands)` on the `n_operands` values on top of the stack."""
@@ -213,7 +213,7 @@ def _call(r: _Rewriter, ins: Instr, st: Stack) -> None:
 
 
 def _call_kw(r: _Rewriter, ins: Instr, st: Stack) -> None:
-    n = int(ins.arg)
+    n = opcodes.int_arg(ins)
     slots = st[-(n + 3):]
     if not any(s.active for s in slots if not s.null) and not _makes_array(slots[0]):
         r.out.append(ins)
@@ -303,7 +303,7 @@ def fusion_disabled() -> bool:
 
 
 def _hooked_call(ins: Instr, st: Any) -> bool:
-    return call_active(ins, st) or (st is not None and _makes_array(opcodes.callable_slot(int(ins.arg), st)))
+    return call_active(ins, st) or (st is not None and _makes_array(opcodes.callable_slot(opcodes.int_arg(ins), st)))
 
 
 def _makes_array(slot: Optional[Slot]) -> bool:
@@ -320,7 +320,7 @@ def call_active(ins: Instr, st: Any) -> bool:
     known shape query (`len(x)` runs as it is)."""
     if st is None:
         return False
-    n = int(ins.arg)
+    n = opcodes.int_arg(ins)
     slot = opcodes.callable_slot(n, st)
     if nondiff_callable(slot) and slot.known in SHAPE_ONLY:
         return False
@@ -328,7 +328,7 @@ def call_active(ins: Instr, st: Any) -> bool:
 
 
 def _emit_call(ins: Instr, st: Any, kwnames: Optional[tuple[str, ...]], loc: SourceLoc) -> list[Instr]:
-    n = int(ins.arg)
+    n = opcodes.int_arg(ins)
     iloc = ins.location
     site = _site(loc, ins, "call")
     known = opcodes.callable_slot(n, st) if not kwnames else None

@@ -110,7 +110,7 @@ def test_fused_gradients_match_unfused(policy, dtype, monkeypatch):
 def test_rebound_callable_falls_back_to_what_the_code_now_calls(monkeypatch):
     monkeypatch.setattr(fused, "POLICY", "always")
     ns = {"np": np, "act": np.tanh}
-    exec("def f(x, b):\n    return (act(x + b) * 2.0).sum()\n", ns)
+    exec("def f(x, b):\n    return (act(x + b) * 2.0).sum()\n", ns)  # noqa: S102
     f = ns["f"]
     x, b = np.linspace(-1, 1, 5), np.full(5, 0.5)
     g = bytegrad.grad(f)

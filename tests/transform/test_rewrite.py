@@ -1,6 +1,5 @@
 """The transform on its own: opcode classification, activity, and round trips of rewritten code."""
 import dis
-import types
 
 import numpy as np
 import pytest

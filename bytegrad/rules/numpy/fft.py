@@ -150,6 +150,7 @@ def _register(fn: Any, kind: str, default_axes: Any = "1-D") -> None:
     frule(fn)(linear_frule(fn))
 
 
+_fn: Callable[..., Any]
 for _fn, _kind in ((np.fft.fft, "fft"), (np.fft.ifft, "ifft"), (np.fft.rfft, "rfft"), (np.fft.irfft, "irfft"),
                    (np.fft.hfft, "hfft"), (np.fft.ihfft, "ihfft")):
     _register(_fn, _kind)

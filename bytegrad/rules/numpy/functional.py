@@ -6,7 +6,7 @@ cannot follow it; the rule calls the function once per element through `rrule_vi
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
@@ -35,7 +35,7 @@ def _element_function(vf: np.vectorize, args: tuple[Any, ...], positions: list[i
     return element
 
 
-def _output_type(vf: np.vectorize, element: Callable[..., Any], arrays: list[np.ndarray]) -> Any:
+def _output_type(vf: np.vectorize, element: Callable[..., Any], arrays: Sequence[np.ndarray]) -> Any:
     """The output dtype NumPy picks: `otypes`, else that of the function at the first elements as
     NumPy scalars (so float32 input may give float32 output)."""
     if vf.otypes:

@@ -137,7 +137,8 @@ def take_rrule(x: Any, indices: Any, *args: Any, **kwargs: Any) -> tuple[Any, Ca
             idx = np.mod(idx, n)
         elif mode == "clip":
             idx = np.clip(idx, 0, n - 1)
-        np.add.at(target, (slice(None),) * ax + (idx,), out_bar)
+        # (NumPy's stub: at() takes any index, a tuple of slices and an array too)
+        np.add.at(target, (slice(None),) * ax + (idx,), out_bar)  # type: ignore[arg-type]
         return (project(x_bar, x), NO_TANGENT) + (NO_TANGENT,) * len(args)
 
     return out, take_pullback

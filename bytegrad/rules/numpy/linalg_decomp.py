@@ -142,7 +142,11 @@ def qr_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]
         q_bar, r_bar = (ZERO, out_bar) if mode == "r" else out_bar
         if q_bar is ZERO and r_bar is ZERO:
             return (ZERO,) + (NO_TANGENT,) * len(args)
-        q, r = np.linalg.qr(source) if factors is None else factors
+        if factors is None:
+            assert source is not None  # mode 'r' keeps the input
+            q, r = np.linalg.qr(source)
+        else:
+            q, r = factors
         q_bar = _extra_columns(q_bar, q, k)  # complete mode, m > n
         qk = q[..., :k]
         if r_bar is not ZERO:
@@ -150,7 +154,7 @@ def qr_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]
         if m >= n:
             a_bar = _qr_square_cotangent(qk, r[..., :k, :], q_bar, r_bar)
         else:  # A = [X | Y] with X = Q U square and Y = Q V
-            u, v = r[..., :, :m], r[..., :, m:]
+            u = r[..., :, :m]
             v_bar = r_bar[..., :, m:] if r_bar is not ZERO else ZERO
             u_bar = r_bar[..., :, :m] if r_bar is not ZERO else ZERO
             if v_bar is not ZERO:
@@ -220,6 +224,7 @@ def svd_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any
             u, s, vt = out
         else:
             u_bar, s_bar, vt_bar = ZERO, out_bar, ZERO
+            assert source is not None  # kept without the vectors
             u, s, vt = np.linalg.svd(source, full_matrices=False, hermitian=hermitian)
         if u_bar is ZERO and s_bar is ZERO and vt_bar is ZERO:
             return (ZERO,) + (NO_TANGENT,) * len(args)

@@ -211,7 +211,7 @@ def _prod_of_others(xa: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     """For each element, the product of the other elements it is reduced with (exact with zeros)."""
     k = len(axes)
     moved = np.moveaxis(xa, axes, tuple(range(xa.ndim - k, xa.ndim)))
-    flat = moved.reshape(moved.shape[: xa.ndim - k] + (-1,))
+    flat: np.ndarray = moved.reshape(moved.shape[: xa.ndim - k] + (-1,))
     left = np.ones_like(flat)
     right = np.ones_like(flat)
     if flat.shape[-1] > 1:

@@ -3,7 +3,7 @@ broadcast_to, tile, repeat, np.array of nested lists, copies and casts. Pullback
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
@@ -50,7 +50,7 @@ def _to_shape(out_bar: Any, x: Any, args: tuple[Any, ...], kwargs: dict[str, Any
     return np.reshape(out_bar, np.shape(x))
 
 
-def _memory_order(x: Any, order: str) -> str:
+def _memory_order(x: Any, order: Any) -> Literal["C", "F", "A"]:
     """The C/F order that order 'A' stands for on `x` ('K' is handled by `_ravel_back`)."""
     if order in ("A", "a"):
         flags = getattr(x, "flags", None)
@@ -129,7 +129,7 @@ def _broadcast_to_back(out_bar: Any, x: Any, args: tuple[Any, ...], kwargs: dict
 
 
 def _tile_back(out_bar: Any, x: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    reps = kwargs.get("reps", args[0] if args else None)
+    reps: Any = kwargs.get("reps", args[0] if args else None)
     reps = (int(reps),) if np.ndim(reps) == 0 else tuple(int(r) for r in reps)
     shape = np.shape(x)
     d = max(len(shape), len(reps))
@@ -377,8 +377,8 @@ rrule(np.hstack)(_stack_along(np.hstack, np.atleast_1d, lambda ndim: 0 if ndim =
 rrule(np.vstack)(_stack_along(np.vstack, np.atleast_2d, lambda ndim: 0))
 
 # joining is linear in the sequence of arrays: tangents join the same way (zeros for constants)
-for _fn in (np.concatenate, np.stack, np.hstack, np.vstack):
-    frule(_fn)(linear_frule(_fn))
+for _joiner in (np.concatenate, np.stack, np.hstack, np.vstack):
+    frule(_joiner)(linear_frule(_joiner))
 
 
 # ---- array to Python values -----------------------------------------------------------------------------
@@ -488,6 +488,7 @@ def linspace_rrule(start: Any, stop: Any, *args: Any, **kwargs: Any) -> tuple[An
 
     def linspace_pullback(out_bar: Any) -> tuple[Any, ...]:
         # out = start + (stop - start) * t along `axis`, with t the samples of [0, 1].
+        step_bar: Any
         samples_bar, step_bar = out_bar if retstep else (out_bar, ZERO)
         t = np.linspace(0.0, 1.0, num, endpoint=endpoint)
         if samples_bar is ZERO:

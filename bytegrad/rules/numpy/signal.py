@@ -87,7 +87,7 @@ rrule(np.correlate)(_convolution_rule(np.correlate, correlate=True))
 
 # np.interp is written in Python around this C function, which it calls after folding x and xp into
 # one period: with its rule, np.interp(..., period=p) is differentiated through NumPy's own code.
-_compiled_interp = np._core.multiarray.interp
+_compiled_interp = np._core.multiarray.interp  # type: ignore[attr-defined]  # (not in NumPy's stubs)
 
 
 @rrule(_compiled_interp)
@@ -200,7 +200,7 @@ def polyval_rrule(p: Any, x: Any) -> tuple[Any, Callable[..., Any]]:
 
         def p_bar() -> Any:
             power = np.ones(X.shape, dtype=np.result_type(X, 0.0))
-            bars = [None] * n
+            bars: list[Any] = [None] * n
             for k in range(n - 1, -1, -1):  # p[k] multiplies x^(n-1-k)
                 bars[k] = unbroadcast(np.multiply(out_bar, power), P.shape[1:], out_shape)
                 power = power * X

@@ -160,6 +160,9 @@ def average_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[...,
             tuple(d if i in axes else 1 for i, d in enumerate(xa.shape)))
 
     def average_pullback(out_bar: Any) -> tuple[Any, ...]:
+        scl_bar: Any
+        a_bar: Any
+        w_bar: Any
         avg_bar, scl_bar = out_bar if returned else (out_bar, ZERO)
         avg = out[0] if returned else out
         a_bar, w_bar = 0.0, 0.0

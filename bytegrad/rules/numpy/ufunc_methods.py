@@ -140,7 +140,7 @@ def _reduce_params(ufunc: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     params = dict(zip(_REDUCE_PARAMS, args), **kwargs)
     params.setdefault("axis", 0)  # reduce's default axis is 0, the functions' is None
     if params.get("out") is not None:
-        raise TypeError(f"numpy.ufunc.reduce(..., out=...) cannot be differentiated; assign the result instead")
+        raise TypeError("numpy.ufunc.reduce(..., out=...) cannot be differentiated; assign the result instead")
     return params
 
 

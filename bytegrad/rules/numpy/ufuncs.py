@@ -86,7 +86,7 @@ def float_power_dx(x: Any, y: Any, out: Any) -> Any:
 
 def _pick(condition: Any, tie: Any, out: Any) -> Any:
     """1 where `condition`, 0.5 where `tie`, 0 elsewhere, in the output's float dtype."""
-    dtype = np.result_type(out) if np.result_type(out).kind == "f" else np.float64
+    dtype = np.result_type(out) if np.result_type(out).kind == "f" else np.dtype(np.float64)
     return np.where(tie, dtype.type(0.5), np.asarray(condition, dtype=dtype))
 
 

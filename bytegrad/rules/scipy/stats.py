@@ -112,7 +112,7 @@ _Thunk = Callable[[], Any]
 
 
 def _standard_partials(method: str, spec: _Standard, z: Any, shapes: tuple[Any, ...], scale: Any,
-                       out: Any) -> tuple[list[_Thunk], _Thunk, _Thunk, _Thunk]:
+                       out: Any) -> tuple[list[Callable[..., Any]], _Thunk, _Thunk, _Thunk]:
     """d method / d (shape parameters, x, loc, scale) as thunks."""
     if method in ("logpdf", "pdf"):
         factor = out if method == "pdf" else 1.0
@@ -165,7 +165,7 @@ def _continuous_rule(fn: Callable[..., Any], method: str) -> tuple[Callable[...,
         return out, _tangent(partials, args_dot[1:], out)
 
     continuous_rrule.signature_for = _signature_for  # type: ignore[attr-defined]
-    continuous_rrule.covers = _covers(_CONTINUOUS, method)  # type: ignore[attr-defined]  (docs/rules.md's rows)
+    continuous_rrule.covers = _covers(_CONTINUOUS, method)  # type: ignore[attr-defined]  # (docs/rules.md's rows)
     continuous_rrule.__name__ = continuous_rrule.__qualname__ = f"{method}_rrule"
     continuous_frule.__name__ = continuous_frule.__qualname__ = f"{method}_frule"
     return continuous_rrule, continuous_frule
@@ -186,7 +186,7 @@ def _transposed_tangent(pullback: Callable[[Any], Any], out: Any, dots: tuple[An
 
 def _tangent(partials: list[Any], dots: tuple[Any, ...], out: Any) -> Any:
     """The sum of partial * tangent over the arguments that have a tangent."""
-    total = ZERO
+    total: Any = ZERO
     for p, dot in zip(partials, dots):
         if p is not None and dot is not None and dot is not ZERO and dot is not NO_TANGENT:
             total = total + p() * dot
@@ -210,7 +210,7 @@ def _binom_dp(k: Any, n: Any, p: Any) -> list[Any]:
     return [None, lambda: np.asarray(k) / p - (np.asarray(n) - k) / (1 - p)]
 
 
-_DISCRETE = {type(st.poisson): _poisson_dmu, type(st.binom): _binom_dp}
+_DISCRETE: dict[type, Callable[..., Any]] = {type(st.poisson): _poisson_dmu, type(st.binom): _binom_dp}
 _logpmf_through = _through(st.rv_discrete.logpmf)
 
 

@@ -54,7 +54,7 @@ def _variance_rrule(fn: Any, ddof: int, root: bool) -> Any:
         centred = [float(v) - mean for v in items]
         like = data if type(data) is not np.ndarray else stand_in(data)
 
-        def variance_pullback(out_bar: Any) -> tuple[Any, Any]:
+        def variance_pullback(out_bar: Any) -> tuple[Any, ...]:
             # var == sum((x - m)**2) / (n - ddof): with m the data's mean its own term vanishes,
             # with a given `xbar` the mean is an input too; stdev == sqrt(var), 0 at var == 0
             var_bar = out_bar

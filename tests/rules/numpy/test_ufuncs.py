@@ -140,6 +140,25 @@ def test_max_min_split_ties_evenly(fn):
     assert x_bar[1:].tolist() == ([1.0, 0.0] if fn in (np.maximum, np.fmax) else [0.0, 1.0])
 
 
+@pytest.mark.parametrize("fn", [np.maximum, np.minimum])
+def test_max_min_of_complex_values_pass_the_cotangent_to_the_one_chosen(fn):
+    # (the mask was built with `np.float64.type` for a non-float output: an AttributeError)
+    import bytegrad
+
+    w, c = np.array([1 - 1j, 2 + 0.5j]), 0.5 + 1j
+
+    def f(z):
+        return np.real(np.sum(fn(z, c) * w))
+
+    z = np.array([1 + 2j, 0.2 + 0.1j])  # NumPy orders complex values by real part first
+    eps, numeric = 1e-6, np.zeros(2, complex)
+    for k in range(2):  # bytegrad's convention: d/dx - i d/dy
+        e = np.zeros(2)
+        e[k] = eps
+        numeric[k] = (f(z + e) - f(z - e)) / (2 * eps) - 1j * (f(z + 1j * e) - f(z - 1j * e)) / (2 * eps)
+    np.testing.assert_allclose(bytegrad.grad(f)(z), numeric, atol=1e-8)
+
+
 @pytest.mark.parametrize("fn", [np.fmax, np.fmin])
 def test_fmax_fmin_give_the_whole_cotangent_to_the_non_nan_input(fn):
     x, y = np.array([np.nan, 2.0]), np.array([1.0, np.nan])

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 pytest.importorskip("scipy")
-import scipy.linalg as sl  # noqa: E402
-import scipy.signal as ss  # noqa: E402
-import scipy.special as sc  # noqa: E402
-import scipy.stats as st  # noqa: E402
+import scipy.linalg as sl
+import scipy.signal as ss
+import scipy.special as sc
+import scipy.stats as st
 
-import bytegrad  # noqa: E402
+import bytegrad
 
 P = np.array([0.3, 1.0])
 
