@@ -52,3 +52,28 @@ def function_stats(d: Any) -> dict[str, Any]:
         "fused_sites": [site_stats(fs) for fs in sites],
         "disk": disk,
     }
+
+
+def differentiated_stats(d: Any) -> dict[str, Any]:
+    """`Differentiated.stats()` (bytegrad/_differentiated.py documents the keys)."""
+    s = cache.stats(d._code)
+    result: dict[str, Any] = {"hits": d._hits + s["hits"], "misses": s["misses"], "entries": s["entries"]}
+    result.update(function_stats(d))
+    if d._tiers is not None:
+        result["compiled"] = d._tiers.describe()
+    elif d._bound or d._bound_kwargs:
+        tier = d._tier or _default_tier()
+        if tier != "general":  # (a pinned general tier has no compiled entry at all)
+            result["compiled"] = {
+                "tier": tier, "programs": [], "compiled_calls": 0, "general_calls": d._hits + s["misses"],
+                "not_compiled": {"every signature": "a bound method, partial or callable object: compiled "
+                                 "programs take plain functions (the state of its object or its bound "
+                                 "arguments is not guarded yet)"}}
+    if d._pb_tiers is not None:
+        result["compiled_pullback"] = d._pb_tiers.describe()
+    return result
+
+
+def _default_tier() -> str:
+    from bytegrad.compiled import policy
+    return policy.default_tier()

@@ -60,13 +60,18 @@ def set_rewriter(fn: Callable[[Any, tuple, Optional[dict], dict], Optional[Calla
     _rewriter = fn
 
 
+#: the modules of bytegrad's own API (bytegrad.api fills it): a function of theirs that differentiated
+#: code calls (`grad(f)(x)` inside a loss) runs as it is, not rewritten, and finds the active tape
+API_MODULES: set[str] = set()
+
+
 def call_python(tape: Tape, site: Site, f: Any, args: tuple, kwargs: Optional[dict]) -> Any:
     if tape.capturing:
-        if f.__class__ is types.FunctionType and f.__module__ != "bytegrad.api":
+        if f.__class__ is types.FunctionType and f.__module__ not in API_MODULES:
             tape.callees.append((f, args, kwargs, site))  # its code is checked as the caller's is
         else:
             tape.refuse(f"calls {qualname(f)}, which compiled programs do not follow (only plain functions)", site)
-    if f.__module__ == "bytegrad.api" and f.__name__ != "__call__":
+    if f.__module__ in API_MODULES and f.__name__ != "__call__":
         return _call_api(site, f, args, kwargs)
     rewritten = _rewriter(f, args, kwargs, tape.ids) if _rewriter is not None else None
     if rewritten is None:
