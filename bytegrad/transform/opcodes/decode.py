@@ -1,10 +1,6 @@
-"""The only module that spells opcode names or knows CPython 3.11 / 3.12 / 3.13 differences.
-
-Every instruction is classified into an `OpKind`; the passes dispatch on kinds, through tables
-checked complete at import. This module also decodes arguments (BINARY_OP's operator number maps to
-an operator of `bytegrad._operators`) and builds the few instruction sequences the rewrite emits
-(calls, NULL pushes, SWAP permutations).
-"""
+"""Reading instructions: every instruction classified into an `OpKind` (the passes dispatch on
+kinds, through tables checked complete at import), and arguments decoded (BINARY_OP's operator
+number maps to an operator of `bytegrad._operators`)."""
 from __future__ import annotations
 
 import dis
@@ -16,6 +12,13 @@ from typing import Any, Final, Sequence
 from bytecode import Instr
 
 from bytegrad._operators import BINARY, BinaryOperator
+
+__all__ = ["NULL_BELOW_CALLABLE", "OpKind", "PY", "attr_parts", "binary_operator", "call_ex_has_kwargs",
+           "call_ex_pops", "callable_slot", "cell_reads", "check_complete", "container_add_parts",
+           "for_iter_jump_pushes", "global_parts", "int_arg", "is_plain_builder", "is_resume", "is_terminator",
+           "is_unary_positive_intrinsic", "kind_of", "local_names", "make_function_pops", "predicate_fn",
+           "predicate_pops", "receives_sent_value", "stack_effect", "super_attr_is_method", "tests_truth",
+           "unpack_count", "unpacks_operand", "uses_sent_values", "var_name"]
 
 PY: Final = sys.version_info[:2]
 # 3.11/3.12 lay a call out as [NULL|method, callable|self, args...]; 3.13 as [callable, NULL|self, args...].
@@ -434,190 +437,6 @@ def container_add_parts(instr: Instr) -> tuple[int, int]:
     """(values popped, depth of the container below them) for LIST_APPEND & co."""
     popped = 2 if instr.name == "MAP_ADD" else 1
     return popped, int_arg(instr)
-
-
-# ---- building instruction sequences ---------------------------------------------------------
-
-
-_UNSET = object()
-
-
-def _instr(name: str, arg: Any = _UNSET, loc: Any = None) -> Instr:
-    if arg is _UNSET:
-        return Instr(name, location=loc) if loc is not None else Instr(name)
-    if loc is not None:
-        return Instr(name, arg, location=loc)
-    return Instr(name, arg)
-
-
-def call(nargs: int, loc: Any) -> list[Instr]:
-    """A call of the callable laid out below `nargs` arguments (PRECALL first on 3.11)."""
-    if PY < (3, 12):
-        return [_instr("PRECALL", nargs, loc), _instr("CALL", nargs, loc)]
-    return [_instr("CALL", nargs, loc)]
-
-
-def load_const(value: Any, loc: Any) -> Instr:
-    return _instr("LOAD_CONST", value, loc)
-
-
-def load_local(name: str, loc: Any) -> Instr:
-    return _instr("LOAD_FAST", name, loc)
-
-
-def store_local(name: str, loc: Any) -> Instr:
-    return _instr("STORE_FAST", name, loc)
-
-
-def pop_top(loc: Any) -> Instr:
-    return _instr("POP_TOP", loc=loc)
-
-
-def push_null(loc: Any) -> Instr:
-    return _instr("PUSH_NULL", loc=loc)
-
-
-def build_tuple(n: int, loc: Any) -> Instr:
-    return _instr("BUILD_TUPLE", n, loc)
-
-
-def unpack_sequence(n: int, loc: Any) -> Instr:
-    return _instr("UNPACK_SEQUENCE", n, loc)
-
-
-def plain_attr_load(name: str, loc: Any) -> Instr:
-    """LOAD_ATTR that pushes just the attribute (a bound method for methods)."""
-    if PY >= (3, 12):
-        return _instr("LOAD_ATTR", (False, name), loc)
-    return _instr("LOAD_ATTR", name, loc)
-
-
-def plain_super_attr_load(instr: Instr) -> Instr:
-    arg: Any = instr.arg
-    return _instr("LOAD_SUPER_ATTR", (False, arg[1], arg[2]), instr.location)
-
-
-def plain_global_load(name: str, loc: Any) -> Instr:
-    """LOAD_GLOBAL that pushes just the value, no NULL."""
-    return _instr("LOAD_GLOBAL", (False, name), loc)
-
-
-#: loads with no side effect that push one variable or constant each (two for the 3.13 pair)
-_SIMPLE_LOADS: Final = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_CONST", "LOAD_DEREF", "LOAD_FAST_LOAD_FAST"})
-_VARIABLE_LOADS: Final = _SIMPLE_LOADS - {"LOAD_CONST"}
-
-
-def is_simple_load(instr: Instr) -> bool:
-    """A load with no side effect of one variable or constant (two for the 3.13 pair)."""
-    return instr.name in _SIMPLE_LOADS
-
-
-def is_variable_load(instr: Instr) -> bool:
-    """A simple load of a variable (or two): loads of one variable with no store between see one value."""
-    return instr.name in _VARIABLE_LOADS
-
-
-def simple_load_pushes(instr: Instr) -> int:
-    """How many values a simple load pushes."""
-    return 2 if instr.name == "LOAD_FAST_LOAD_FAST" else 1
-
-
-def is_const_load(instr: Any) -> bool:
-    """A LOAD_CONST, of `bytecode` (`.name`) or of `dis` (`.opname`)."""
-    return getattr(instr, "name", None) == "LOAD_CONST" or getattr(instr, "opname", None) == "LOAD_CONST"
-
-
-def tests_membership_next(instrs: Sequence[Any], i: int) -> bool:
-    """Whether the value instruction `i` pushes is consumed at once by `in` / `not in` (CONTAINS_OP
-    with it on the right, nothing but line markers between): pytest's rewritten asserts test
-    `'x' in @py_builtins.locals()`, which reads the dictionary's keys, never the values."""
-    for ins in instrs[i + 1:]:
-        if isinstance(ins, Instr):
-            return ins.name == "CONTAINS_OP"
-        if type(ins).__name__ != "SetLineno":
-            return False  # a label (another path may join) or an exception-table marker
-    return False
-
-
-def returns_value(instr: Instr) -> bool:
-    """RETURN_VALUE or RETURN_CONST: the function returns here."""
-    return instr.name in ("RETURN_VALUE", "RETURN_CONST")
-
-
-def binds_names(instr: Instr) -> bool:
-    """Stores and deletes: they may rebind a variable between two loads of it."""
-    return instr.name.startswith(("STORE_", "DELETE_"))
-
-
-def is_push_null(instr: Instr) -> bool:
-    return instr.name == "PUSH_NULL"
-
-
-def is_kw_names(instr: Instr) -> bool:
-    return instr.name == "KW_NAMES"
-
-
-def method_load_as_plain(instr: Instr, name: str) -> list[Instr]:
-    """Replace a method load ([NULL, attr] or [meth, self], known only at run time) by a fixed layout."""
-    loc = instr.location
-    load = plain_super_attr_load(instr) if instr.name == "LOAD_SUPER_ATTR" else plain_attr_load(name, loc)
-    if NULL_BELOW_CALLABLE:
-        return [load, push_null(loc), swap(2, loc)]
-    return [load, push_null(loc)]
-
-
-def call_zero_args(fn_const: Any, loc: Any) -> list[Instr]:
-    """Call a constant function with no arguments, leaving its result on the stack."""
-    if NULL_BELOW_CALLABLE:
-        return [push_null(loc), load_const(fn_const, loc), *call(0, loc)]
-    return [load_const(fn_const, loc), push_null(loc), *call(0, loc)]
-
-
-def swap(i: int, loc: Any) -> Instr:
-    return _instr("SWAP", i, loc)
-
-
-def permute(current: Sequence[object], target: Sequence[object], loc: Any) -> list[Instr]:
-    """SWAP instructions turning the top of the stack from `current` into `target` (bottom first)."""
-    cur = list(current)
-    assert sorted(map(id, cur)) == sorted(map(id, target)), "permute needs the same items"
-    out: list[Instr] = []
-    k = len(cur)
-
-    def do_swap(depth: int) -> None:  # depth 2..k, SWAP with TOS
-        i = k - depth
-        cur[i], cur[-1] = cur[-1], cur[i]
-        out.append(swap(depth, loc))
-
-    for pos in range(k - 1):
-        want = target[pos]
-        if cur[pos] is want:
-            continue
-        if cur[-1] is not want:
-            do_swap(k - next(j for j in range(pos, k) if cur[j] is want))
-        do_swap(k - pos)
-    assert all(a is b for a, b in zip(cur, target)), "permute failed"
-    return out
-
-
-def call_hook(n_operands: int, hook: Any, tape_local: str, site: Any, loc: Any, null: bool = False) -> list[Instr]:
-    """Call `hook(tape, site, *operands)` with the `n_operands` operands already on top of the stack.
-
-    `null` says that the original call left a NULL in its layout that must be consumed: on 3.11/3.12
-    it sits under the operands, on 3.13 between the first operand (the callable) and the rest.
-    """
-    h, t, s = object(), object(), object()
-    ops = [object() for _ in range(n_operands)]
-    seq: list[Instr] = [load_const(hook, loc), load_local(tape_local, loc), load_const(site, loc)]
-    if null and not NULL_BELOW_CALLABLE:
-        n = object()
-        seq += permute([ops[0], n, *ops[1:], h, t, s], [h, n, t, s, *ops], loc)
-    else:
-        seq += permute([*ops, h, t, s], [h, t, s, *ops], loc)
-    # Without a NULL, [hook, tape, site, *ops] calls hook(tape, site, *ops): hook sits in the
-    # method slot and tape plays `self`. With the NULL, hook is a plain callable of all the rest.
-    seq += call(n_operands + (2 if null else 1), loc)
-    return seq
 
 
 def check_complete() -> None:
