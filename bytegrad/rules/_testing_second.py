@@ -23,7 +23,7 @@ import numpy as np
 from bytegrad.rules._apply import as_frule
 from bytegrad.rules.registry import NO_TANGENT, ZERO, RuleKind, rrule_via_ad
 
-__all__ = ["check_second_order"]
+__all__ = ["check_second_order", "flat_cotangent"]
 
 # A copy of each scalar function's code per checked function: bytegrad keeps a few rewritten
 # signatures per code object, and one shared code object would be rewritten over and over.
@@ -46,7 +46,7 @@ def _pairing(weights: list[Any], values: list[Any]) -> Any:
     return total
 
 
-def _flat(c: Any, x: Any, leaves_of: Callable[[Any], list[Any]]) -> list[Any]:
+def flat_cotangent(c: Any, x: Any, leaves_of: Callable[[Any], list[Any]]) -> list[Any]:
     """The cotangent `c` of `x` as a list matching `leaves_of(x)` (None for a missing part)."""
     n = len(leaves_of(x))
     if not n:
@@ -55,9 +55,9 @@ def _flat(c: Any, x: Any, leaves_of: Callable[[Any], list[Any]]) -> list[Any]:
         return [None] * n
     if isinstance(x, (list, tuple)):
         items = list(c) if isinstance(c, (list, tuple)) else [None] * len(x)
-        return [leaf for xi, ci in zip(x, items) for leaf in _flat(ci, xi, leaves_of)]
+        return [leaf for xi, ci in zip(x, items) for leaf in flat_cotangent(ci, xi, leaves_of)]
     if isinstance(x, dict):
-        return [leaf for k in x for leaf in _flat(c.get(k) if isinstance(c, dict) else None, x[k], leaves_of)]
+        return [leaf for k in x for leaf in flat_cotangent(c.get(k) if isinstance(c, dict) else None, x[k], leaves_of)]
     return [c]
 
 
@@ -95,7 +95,7 @@ def _reverse_scalar(checker: Any, leaves_of: Callable[[Any], list[Any]], call: C
         total: Any = 0.0
         for x, c, w in zip(xs, cts, weights):
             if w:
-                total = total + _pairing(w, _flat(c, x, leaves_of))
+                total = total + _pairing(w, flat_cotangent(c, x, leaves_of))
         return total
 
     return _own_code(reverse_scalar, checker.name)
@@ -110,7 +110,7 @@ def _forward_scalar(checker: Any, frule: Callable[..., Any], leaves_of: Callable
         if out_dot is ZERO:
             return 0.0
         bar = _out_bar(checker, out)
-        return _pairing(leaves_of(bar), _flat(out_dot, out, leaves_of))
+        return _pairing(leaves_of(bar), flat_cotangent(out_dot, out, leaves_of))
 
     return _own_code(forward_scalar, checker.name)
 

@@ -9,16 +9,16 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-__all__ = ["assert_same_value", "check_same_effect"]
+__all__ = ["assert_same_value", "check_same_effect", "describe"]
 
 
-def _describe(x: Any) -> str:
+def describe(x: Any) -> str:
     if type(x) is np.ndarray:
         return f"ndarray{x.shape} {x.dtype}"
     if isinstance(x, np.generic):
         return f"{x.dtype} scalar"
     if isinstance(x, (list, tuple)):
-        inner = ", ".join(_describe(item) for item in x[:4]) + (", ..." if len(x) > 4 else "")
+        inner = ", ".join(describe(item) for item in x[:4]) + (", ..." if len(x) > 4 else "")
         return f"{type(x).__name__}[{inner}]"
     return type(x).__name__
 
@@ -29,7 +29,7 @@ def assert_same_value(name: str, what: str, out: Any, expected: Any) -> None:
             raise AssertionError(f"check_rule({name}): {what} is a {type(out).__name__}, expected "
                                  f"a {type(expected).__name__}")
         if out.shape != expected.shape or out.dtype != expected.dtype:
-            raise AssertionError(f"check_rule({name}): {what} is {_describe(out)}, expected {_describe(expected)}")
+            raise AssertionError(f"check_rule({name}): {what} is {describe(out)}, expected {describe(expected)}")
         if out.dtype.kind in "fc":
             rtol = 10 * float(np.finfo(out.dtype).eps) ** 0.5
             np.testing.assert_allclose(out, expected, rtol=rtol, atol=rtol, equal_nan=True,
@@ -39,7 +39,7 @@ def assert_same_value(name: str, what: str, out: Any, expected: Any) -> None:
         return
     if isinstance(expected, (list, tuple)):
         if not isinstance(out, (list, tuple)) or len(out) != len(expected):
-            raise AssertionError(f"check_rule({name}): {what} is {_describe(out)}, expected {_describe(expected)}")
+            raise AssertionError(f"check_rule({name}): {what} is {describe(out)}, expected {describe(expected)}")
         for i, (a, b) in enumerate(zip(out, expected)):
             assert_same_value(name, f"{what}[{i}]", a, b)
         return
@@ -50,7 +50,7 @@ def assert_same_value(name: str, what: str, out: Any, expected: Any) -> None:
             assert_same_value(name, f"{what}[{k!r}]", out[k], expected[k])
         return
     if isinstance(expected, np.generic) and (not isinstance(out, np.generic) or out.dtype != expected.dtype):
-        raise AssertionError(f"check_rule({name}): {what} is {_describe(out)}, expected {_describe(expected)}")
+        raise AssertionError(f"check_rule({name}): {what} is {describe(out)}, expected {describe(expected)}")
     if isinstance(expected, numbers.Number) and not isinstance(expected, (bool, np.bool_)):
         if not isinstance(out, numbers.Number) or not (
             out == expected or math.isclose(out, expected, rel_tol=1e-7, abs_tol=1e-12)  # type: ignore[arg-type]

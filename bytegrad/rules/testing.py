@@ -12,8 +12,8 @@ from bytegrad.errors import qualname
 from bytegrad.rules._apply import as_frule, as_rrule
 from bytegrad.rules._project import is_float
 from bytegrad.rules._testing_gauge import eig_invariants, eigh_invariants, qr_invariants, r_invariants, svd_invariants
-from bytegrad.rules._testing_second import _flat, check_second_order
-from bytegrad.rules._testing_values import _describe, assert_same_value, check_same_effect
+from bytegrad.rules._testing_second import flat_cotangent, check_second_order
+from bytegrad.rules._testing_values import describe, assert_same_value, check_same_effect
 from bytegrad.rules.registry import NO_TANGENT, ZERO, Rule, RuleKind, load_plugins, lookup, rrule_via_ad
 
 __all__ = ["check_rule", "eig_invariants", "eigh_invariants", "qr_invariants", "r_invariants", "svd_invariants"]
@@ -194,7 +194,7 @@ class _Checker:
         self.rng = np.random.default_rng(seed)
 
     def fail(self, message: str) -> None:
-        sizes = ", ".join(_describe(a) for a in self.args)
+        sizes = ", ".join(describe(a) for a in self.args)
         raise AssertionError(f"check_rule({self.name}) with arguments ({sizes}): {message}")
 
     def random_like(self, x: Any) -> Any:
@@ -272,7 +272,7 @@ class _Checker:
             return
         self.out, g_pullback = rrule_via_ad(self.through, out)
         self.out_bar = self.random_like(self.out)
-        bars = _flat(g_pullback(self.out_bar)[0], out, _leaves)
+        bars = flat_cotangent(g_pullback(self.out_bar)[0], out, _leaves)
         self.inner_bar = _rebuild(out, iter(np.zeros_like(o) if b is None else b for o, b in zip(_leaves(out), bars)))
 
     def evaluate(self, args: tuple[Any, ...]) -> Any:
@@ -284,13 +284,13 @@ class _Checker:
 
     def dense_cotangent(self, i: int, x: Any, c: Any) -> list[Any]:
         """Check argument i's cotangent against its primal; return its float leaves as float64 arrays."""
-        where = f"argument {i} ({_describe(x)})"
+        where = f"argument {i} ({describe(x)})"
         if not _leaves(x):
             if self.rule.kind is RuleKind.ELEMENTWISE:
                 return []  # elementwise pullbacks also fill int arguments; the runtime drops those
             if not self.is_empty(c):
                 self.fail(f"{where} cannot be differentiated, so its cotangent must be NO_TANGENT "
-                          f"(or None), got {_describe(c)}")
+                          f"(or None), got {describe(c)}")
             return []
         if c is NO_TANGENT or c is None:
             self.fail(f"{where} is a float argument but its cotangent is {c!r}")
@@ -318,7 +318,7 @@ class _Checker:
             else:
                 if not isinstance(c, (list, tuple)) or len(c) != len(x):
                     self.fail(f"{where}: the cotangent of a {type(x).__name__} of {len(x)} must be a "
-                              f"list/tuple of {len(x)} cotangents, got {_describe(c)}")
+                              f"list/tuple of {len(x)} cotangents, got {describe(c)}")
                 pairs = [(xi, ci, f"{where}[{j}]") for j, (xi, ci) in enumerate(zip(x, c))]
             for xi, ci, w in pairs:
                 if not _leaves(xi):
@@ -337,7 +337,7 @@ class _Checker:
         allowed |= _float_dtypes(self.out)  # mixed precision: the promoted dtype is accepted too
         is_scalar = isinstance(c, numbers.Number) or (type(c) is np.ndarray and c.ndim == 0)
         if not (is_scalar or type(c) is np.ndarray):
-            self.fail(f"{where}: its cotangent must be an array or a number, got {_describe(c)}")
+            self.fail(f"{where}: its cotangent must be an array or a number, got {describe(c)}")
         if isinstance(c, (np.ndarray, np.generic)):
             if c.dtype.kind == "c" and np.result_type(x).kind != "c":
                 self.fail(f"{where}: a real argument got a complex cotangent")
@@ -449,7 +449,7 @@ class _Checker:
         culprits = []
         for i, (a, ds) in enumerate(zip(self.args, self.directions)):
             if ds and not self.compare(sum(terms[i]), sum(scales[i]), only=i):
-                culprits.append(f"argument {i} ({_describe(a)}): <x_bar, v> = {sum(terms[i]):.6g}, "
+                culprits.append(f"argument {i} ({describe(a)}): <x_bar, v> = {sum(terms[i]):.6g}, "
                                 f"finite difference {self.last[0]:.6g}")
         detail = "; ".join(culprits) or "no single argument is wrong alone"
         self.fail(f"{what} disagrees with finite differences: <out_bar, J v> = {ad:.6g} from the rule, "
