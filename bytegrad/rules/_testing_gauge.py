@@ -6,7 +6,7 @@ between `a + eps*d` and `a - eps*d` (scipy.linalg.eigh's default driver does), s
 differences of raw vectors measure the flip. These functions keep everything the gauge does not
 change (values, `V diag(c) V^H`, `|V|^2`, `U diag(c) Vh`, projectors onto columns LAPACK may rotate
 among themselves), with distinct fixed weights `c`; they are written with operations bytegrad
-differentiates, for both levels of `check_rule(..., order=2)`.
+differentiates, for both levels of `check_rule(..., second_order=True)`.
 """
 from __future__ import annotations
 

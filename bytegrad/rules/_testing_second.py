@@ -1,4 +1,4 @@
-"""`check_rule(..., order=2)`: the derivative of a rule's pullback (and pushforward) against finite
+"""`check_rule(..., second_order=True)`: the derivative of a rule's pullback (and pushforward) against finite
 differences of first derivatives.
 
 The second-order check differentiates, with bytegrad itself (through `rrule_via_ad`, the slot
@@ -68,10 +68,13 @@ def check_second_order(checker: Any, leaves_of: Callable[[Any], list[Any]], call
         return
     if rule.kind is RuleKind.RRULE and rule.rrule is None:
         return  # a forward rule alone: its primal call has no reverse rule for the nested derivative
-    _check(checker, _reverse_scalar(checker, leaves_of, call), "the derivative of the pullback", leaves_of)
+    # Only the arguments holding floats are differentiated (objects, axes and strings stay constants).
+    positions = tuple(i for i, ds in enumerate(checker.directions) if ds)
+    _check(checker, positions, _reverse_scalar(checker, positions, leaves_of, call), "the derivative of the pullback")
     frule = as_frule(rule)
     if frule is not None:
-        _check(checker, _forward_scalar(checker, frule, leaves_of), "the derivative of the forward rule", leaves_of)
+        _check(checker, positions, _forward_scalar(checker, positions, frule, leaves_of),
+               "the derivative of the forward rule")
 
 
 def _out_bar(checker: Any, out: Any) -> Any:
@@ -82,31 +85,39 @@ def _out_bar(checker: Any, out: Any) -> Any:
     return g_pullback(checker.out_bar)[0]
 
 
-def _reverse_scalar(checker: Any, leaves_of: Callable[[Any], list[Any]], call: Callable[..., Any]) -> Callable[..., Any]:
+def _with(args: tuple[Any, ...], positions: tuple[int, ...], xs: tuple[Any, ...]) -> list[Any]:
+    full = list(args)
+    for i, x in zip(positions, xs):
+        full[i] = x
+    return full
+
+
+def _reverse_scalar(checker: Any, positions: tuple[int, ...], leaves_of: Callable[[Any], list[Any]],
+                    call: Callable[..., Any]) -> Callable[..., Any]:
     fn, kwargs, args = checker.fn, checker.kwargs, checker.args
-    weights = [[checker.random_direction(leaf) for leaf in leaves_of(a)] for a in args]
+    weights = [[checker.random_direction(leaf) for leaf in leaves_of(args[i])] for i in positions]
 
     # (Called from a function of ours, so that the rule is used even for a Python function.)
-    caller = _own_code(lambda *a: call(fn, a, kwargs), checker.name)
+    caller = _own_code(lambda *xs: call(fn, tuple(_with(args, positions, xs)), kwargs), checker.name)
 
     def reverse_scalar(*xs: Any) -> Any:
         out, pullback = rrule_via_ad(caller, *xs)
         cts = pullback(_out_bar(checker, out))
         total: Any = 0.0
         for x, c, w in zip(xs, cts, weights):
-            if w:
-                total = total + _pairing(w, flat_cotangent(c, x, leaves_of))
+            total = total + _pairing(w, flat_cotangent(c, x, leaves_of))
         return total
 
     return _own_code(reverse_scalar, checker.name)
 
 
-def _forward_scalar(checker: Any, frule: Callable[..., Any], leaves_of: Callable[[Any], list[Any]]) -> Callable[..., Any]:
-    kwargs = checker.kwargs
+def _forward_scalar(checker: Any, positions: tuple[int, ...], frule: Callable[..., Any],
+                    leaves_of: Callable[[Any], list[Any]]) -> Callable[..., Any]:
+    kwargs, args = checker.kwargs, checker.args
     args_dot = checker.tangents()
 
     def forward_scalar(*xs: Any) -> Any:
-        out, out_dot = frule(args_dot, *xs, **kwargs)
+        out, out_dot = frule(args_dot, *_with(args, positions, xs), **kwargs)
         if out_dot is ZERO:
             return 0.0
         bar = _out_bar(checker, out)
@@ -115,18 +126,21 @@ def _forward_scalar(checker: Any, frule: Callable[..., Any], leaves_of: Callable
     return _own_code(forward_scalar, checker.name)
 
 
-def _check(checker: Any, scalar: Callable[..., Any], what: str, leaves_of: Callable[[Any], list[Any]]) -> None:
+def _check(checker: Any, positions: tuple[int, ...], scalar: Callable[..., Any], what: str) -> None:
     args = checker.args
-    _, pullback = rrule_via_ad(scalar, *args)
+    _, pullback = rrule_via_ad(scalar, *(args[i] for i in positions))
     cts = pullback(1.0)
-    dense = [checker.dense_cotangent(i, a, ZERO if c is None else c) for i, (a, c) in enumerate(zip(args, cts))]
-    products = [_wide(c) * _wide(d) for cs, ds in zip(dense, checker.directions) for c, d in zip(cs, ds)]
+    dense = [checker.dense_cotangent(i, args[i], ZERO if c is None else c) for i, c in zip(positions, cts)]
+    products = [_wide(c) * _wide(d) for cs, i in zip(dense, positions) for c, d in zip(cs, checker.directions[i])]
     ad = float(sum(np.sum(p).real for p in products))
     ad_scale = float(sum(np.sum(np.abs(p)) for p in products))
     eps_machine = checker.ad_eps  # the pullback runs in the inputs' precision: no upcast here
     h = checker.user_eps if checker.user_eps is not None else eps_machine ** (1 / 3)
-    plus = float(np.real(scalar(*checker.perturbed(h, upcast=False))))
-    minus = float(np.real(scalar(*checker.perturbed(-h, upcast=False))))
+    values = []
+    for t in (h, -h):
+        moved = checker.perturbed(t, upcast=False)
+        values.append(float(np.real(scalar(*(moved[i] for i in positions)))))
+    plus, minus = values
     fd = (plus - minus) / (2 * h)
     rtol = checker.user_rtol if checker.user_rtol is not None else (1e-5 if eps_machine < 1e-10 else 3e-2)
     atol = checker.user_atol if checker.user_atol is not None else (1e-8 if eps_machine < 1e-10 else 1e-3)

@@ -23,7 +23,7 @@ _EMPTY = (NO_TANGENT, None, ZERO)
 
 def check_rule(fn: Any, *args: Any, rtol: Optional[float] = None, atol: Optional[float] = None,
                eps: Optional[float] = None, seed: int = 0, through: Optional[Callable[[Any], Any]] = None,
-               order: int = 1, **kwargs: Any) -> None:
+               second_order: bool = False, **kwargs: Any) -> None:
     """Check the rule registered for `fn` at the point `fn(*args, **kwargs)`; raise AssertionError if wrong.
 
     Checks that the rule's primal equals `fn`'s, that inputs are not modified and the output is a
@@ -53,8 +53,8 @@ def check_rule(fn: Any, *args: Any, rtol: Optional[float] = None, atol: Optional
         so that the check does not depend on the signs a LAPACK build picks. `through` is written
         with NumPy operations bytegrad differentiates; the rule's pullback receives its pullback of
         a random cotangent.
-    order : {1, 2}, default 1
-        2 also checks the derivative of the pullback (and of the forward rule): nested
+    second_order : bool, default False
+        Also check the derivative of the pullback (and of the forward rule): nested
         differentiation of `Re <w, pullback_x(out_bar)>` against central differences of it, as
         grad-of-grad, hessians and hvp use the rule (needs `import bytegrad`).
 
@@ -84,7 +84,7 @@ def check_rule(fn: Any, *args: Any, rtol: Optional[float] = None, atol: Optional
         check_same_effect(name, "the rule", fn, lambda *a, **k: rrule(*a, **k)[0], args, kwargs)
         return
     checker = _Checker(name, fn, rule, args, kwargs, rtol, atol, eps, seed, through)
-    if checker.run() and order >= 2:
+    if checker.run() and second_order:
         check_second_order(checker, _leaves, _call)
 
 
@@ -119,8 +119,8 @@ def _call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Call `fn`; attribute descriptors (`np.ndarray.T`) and (type, method name) keys are supported."""
     if isinstance(fn, tuple) and len(fn) == 2 and isinstance(fn[1], str):
         return getattr(args[0], fn[1])(*args[1:], **kwargs)
-    if not callable(fn) and hasattr(fn, "__get__"):
-        return fn.__get__(args[0], type(args[0]))
+    if not callable(fn) and hasattr(fn, "__get__"):  # (getattr: a nested derivative differentiates it too)
+        return getattr(args[0], fn.__name__) if hasattr(fn, "__name__") else fn.__get__(args[0], type(args[0]))
     return fn(*args, **kwargs)
 
 

@@ -34,10 +34,12 @@ def fit_tangent(dot: Any, out: Any) -> Any:
     """`dot` as a tangent of `out`: its shape (undoing implicit broadcasting) and float dtype."""
     if dot is None or dot is ZERO or dot is NO_TANGENT:
         return None
+    if np.iscomplexobj(dot) and not np.iscomplexobj(out) and _is_float(out):
+        dot = np.real(dot)  # a real output's tangent is real: |z|'s is Re(conj(z)/|z| z_dot)
     if type(out) is _ndarray:
         if type(dot) is not _ndarray or dot.shape != out.shape:
             dot = np.broadcast_to(dot, out.shape).copy()
-        if out.dtype.kind in "fc" and dot.dtype != out.dtype and not (dot.dtype.kind == "c" and out.dtype.kind == "f"):
+        if out.dtype.kind in "fc" and dot.dtype != out.dtype:
             dot = dot.astype(out.dtype)
     return dot
 

@@ -100,9 +100,9 @@ class Case:
         rng = np.random.default_rng(seed)
         return tuple(sample(s, rng, dtype) for s in self.args)
 
-    def check(self, dtype: str, seed: int = 0, order: int = 1) -> None:
+    def check(self, dtype: str, seed: int = 0, second_order: bool = False) -> None:
         check_rule(self.fn, *self.sample(dtype, seed), rtol=self.rtol, atol=self.atol, seed=seed,
-                   through=self.through, order=order, **self.kwargs)
+                   through=self.through, second_order=second_order, **self.kwargs)
 
 
 def case(fn: Any, *args: Any, name: str = "", dtypes: tuple[str, ...] = DTYPES, rtol: Optional[float] = None,

@@ -284,9 +284,9 @@ def test_a_wrong_eigenvector_cotangent_is_caught_through_invariants():
 
 @pytest.mark.parametrize("x", [X, X + 0.5j * X[::-1]], ids=["real", "complex"])
 def test_second_order_passes_correct_rules(x):
-    check_rule(np.sin, x, order=2)
-    check_rule(np.multiply, x, x[::-1], order=2)
-    check_rule(np.sum, x, 1, order=2)
+    check_rule(np.sin, x, second_order=True)
+    check_rule(np.multiply, x, x[::-1], second_order=True)
+    check_rule(np.sum, x, 1, second_order=True)
 
 
 @pytest.mark.parametrize("x", [X, X + 0.5j * X[::-1]], ids=["real", "complex"])
@@ -302,7 +302,7 @@ def test_a_pullback_that_is_right_but_not_differentiable_is_caught_at_order_2(x)
 
     check_rule(fn, x)
     with pytest.raises(AssertionError, match="derivative of the pullback disagrees"):
-        check_rule(fn, x, order=2)
+        check_rule(fn, x, second_order=True)
 
 
 def test_a_forward_rule_that_is_right_but_not_differentiable_is_caught_at_order_2():
@@ -320,4 +320,4 @@ def test_a_forward_rule_that_is_right_but_not_differentiable_is_caught_at_order_
 
     check_rule(fn, X)
     with pytest.raises(AssertionError, match="derivative of the forward rule disagrees"):
-        check_rule(fn, X, order=2)
+        check_rule(fn, X, second_order=True)

@@ -214,7 +214,7 @@ scalar_rule(np.reciprocal, lambda x, out: -(out**2))
 scalar_rule(np.power, power_dx, power_dy)
 scalar_rule(np.float_power, float_power_dx, power_dy)
 
-scalar_rule(np.absolute, lambda x, out: abs_partial(x), kernel=kernel("abs({0})", "_sign({0})"))  # 0 at the kink
+scalar_rule(np.absolute, lambda x, out: abs_partial(x, out), kernel=kernel("abs({0})", "_sign({0})"))  # 0 at the kink
 scalar_rule(np.fabs, lambda x, out: np.sign(x))
 scalar_rule(np.copysign, _copysign_dx, 0)
 scalar_rule(np.negative, -1, kernel=NEG_KERNEL)
@@ -239,10 +239,15 @@ differentiate_through(np.select, select_as_where)
 
 # ---- complex-aware rules (the convention: docs/plugins.md, "Complex numbers") -------------------------
 
-def abs_partial(x: Any) -> Any:
-    """d|z| pairs with dz as Re(conj(z)/|z| * dz): conj(sign(z)); sign(x) for real x."""
-    s = np.sign(x)
-    return np.conj(s) if np.iscomplexobj(s) else s
+def abs_partial(x: Any, out: Any = None) -> Any:
+    """d|z| pairs with dz as Re(conj(z)/|z| * dz): conj(z) / |z| (0 at z == 0); sign(x) for real x.
+
+    Written as conj(z) / |z|, not conj(sign(z)): a nested derivative differentiates it again, and
+    np.sign has no derivative (a real sign's is 0 away from the kink, a complex one's is not)."""
+    if not np.iscomplexobj(x):
+        return np.sign(x)
+    out = np.absolute(x) if out is None else out
+    return np.conj(x) / np.where(out == 0, 1.0, out)
 
 
 @frule(np.absolute)
@@ -251,7 +256,7 @@ def absolute_frule(args_dot: tuple[Any, ...], x: Any) -> tuple[Any, Any]:
     x_dot = args_dot[0]
     if x_dot is None or x_dot is NO_TANGENT or x_dot is ZERO:
         return out, ZERO
-    out_dot = abs_partial(x) * x_dot
+    out_dot = abs_partial(x, out) * x_dot
     return out, (out_dot.real if np.iscomplexobj(out_dot) else out_dot)
 
 
