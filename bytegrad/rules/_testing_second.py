@@ -81,7 +81,8 @@ def _out_bar(checker: Any, out: Any) -> Any:
     """The cotangent of the function's output: fixed, or g's pullback of a fixed one at `out`."""
     if checker.through is None:
         return checker.inner_bar
-    _, g_pullback = rrule_via_ad(checker.through, out)
+    # (A plain tuple: a namedtuple's generated __new__ would be called from C with tracked values.)
+    _, g_pullback = rrule_via_ad(checker.through, tuple(out) if isinstance(out, tuple) else out)
     return g_pullback(checker.out_bar)[0]
 
 

@@ -339,8 +339,11 @@ def _abs_slope(xa: np.ndarray) -> np.ndarray:
 
 
 def _vector_norm_cotangent(xa: np.ndarray, ord_: Any, axes: tuple[int, ...], out_e: Any, ob: Any) -> Any:
-    """The cotangent of ||x||_ord taken over `axes` as one vector; out_e and ob keep x's rank."""
-    if ord_ is None or ord_ == 2:
+    """The cotangent of ||x||_ord taken over `axes` as one vector; out_e and ob keep x's rank. A float
+    order is a differentiable p: its cotangent is written in p (even at p == 1 or 2), so that a nested
+    derivative sees how it moves with p."""
+    general = isinstance(ord_, float) and ord_ not in (0.0, np.inf, -np.inf)
+    if (ord_ is None or ord_ == 2) and not general:
         # d||z|| pairs with conj(z) / ||z|| (docs/plugins.md, complex numbers), as abs does; the
         # subgradient 0 at x == 0, divided safely (a nested derivative would get 0 * inf there)
         zero = out_e == 0
@@ -348,11 +351,11 @@ def _vector_norm_cotangent(xa: np.ndarray, ord_: Any, axes: tuple[int, ...], out
     if ord_ == 0:  # the number of nonzero elements: piecewise constant
         return np.zeros(xa.shape, dtype=np.result_type(xa, ob, 0.0))
     sign = _abs_slope(xa)
-    if ord_ == 1:
+    if ord_ == 1 and not general:
         return ob * sign
     if ord_ in (np.inf, -np.inf):  # the largest (smallest) |x_i|: ties share its cotangent
         return ob * sign * _extreme_share(np.abs(xa), out_e, axes)
-    p = float(ord_)
+    p = ord_ if isinstance(ord_, float) else float(ord_)
     absx = np.abs(xa)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         # d (sum |x|^p)^(1/p) = sign(x) |x|^(p-1) / out^(p-1); 0 where x == 0

@@ -153,13 +153,18 @@ def average_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[...,
         operator.index(ax) % xa.ndim for ax in ((axis,) if np.ndim(axis) == 0 else axis))
     shape_e = tuple(1 if i in axes else d for i, d in enumerate(xa.shape))
     like_a, like_w = stand_in(a), stand_in(weights)
-    wb = None
-    if weights is not None:  # weights laid out like a (NumPy's own broadcasting of 1-D weights)
+
+    def laid_out() -> Any:
+        """The weights laid out like a (NumPy's own broadcasting of 1-D weights), or None. Computed
+        in the pullback, which a nested derivative records (weights' second derivatives)."""
+        if weights is None:
+            return None
         wa = np.asarray(weights)
-        wb = wa if wa.shape == xa.shape else wa.transpose(np.argsort(given)).reshape(
+        return wa if wa.shape == xa.shape else wa.transpose(np.argsort(given)).reshape(
             tuple(d if i in axes else 1 for i, d in enumerate(xa.shape)))
 
     def average_pullback(out_bar: Any) -> tuple[Any, ...]:
+        wb = laid_out()
         avg_bar, scl_bar = out_bar if returned else (out_bar, ZERO)
         avg = out[0] if returned else out
         a_bar, w_bar = 0.0, 0.0

@@ -97,6 +97,9 @@ ATTRIBUTES = [
     ccase(np.ndarray.conj, C(2, 3)), ccase(np.ndarray.conjugate, C(3)), ccase(np.ndarray.conj, R(3), name="conj-real"),
     ccase(np.generic.real, CS(), name="scalar-real"), ccase(np.generic.imag, CS(), name="scalar-imag"),
     ccase(np.generic.real, RS(), name="real-scalar-real"), ccase(np.generic.imag, RS(), name="real-scalar-imag"),
+    # (the constructors run in nested derivatives: `project` builds a complex scalar's cotangent with them)
+    ccase(np.complex128, CS(), name="complex128-scalar"), ccase(np.complex128, RS(), name="complex128-of-real"),
+    ccase(np.complex128, C(3), name="complex128-array"), ccase(np.complex64, CS(), name="complex64-scalar"),
 ]
 #: a real argument with a complex one: its cotangent is real, the real part of what a complex
 #: argument in its place would get

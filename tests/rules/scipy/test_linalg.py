@@ -47,6 +47,9 @@ SOLVE = [
     case(sl.cho_solve, _factored(sl.cho_factor, lower=True), Arr((3, 2)), name="cho_solve-lower"),
     case(sl.lu_solve, _factored(sl.lu_factor), Arr((3,))),
     case(sl.lu_solve, _factored(sl.lu_factor), Arr((3, 2)), trans=1, name="lu_solve-trans"),
+    case(sl.solve_sylvester, _square(), _square(), Arr((3, 3))),
+    case(sl.solve_sylvester, _square(), Gen(lambda rng, dt: _square().make(rng, dt)[:2, :2]), Arr((3, 2)),
+         name="solve_sylvester-rectangular"),
 ]
 
 
