@@ -71,7 +71,8 @@ def check_second_order(checker: Any, leaves_of: Callable[[Any], list[Any]], call
     # Only the arguments holding floats are differentiated (objects, axes and strings stay constants).
     positions = tuple(i for i, ds in enumerate(checker.directions) if ds)
     _check(checker, positions, _reverse_scalar(checker, positions, leaves_of, call), "the derivative of the pullback")
-    frule = as_frule(rule)
+    # (An elementwise rule's forward rule is built from the same partials the pullback uses.)
+    frule = None if rule.kind is RuleKind.ELEMENTWISE and rule.frule is None else as_frule(rule)
     if frule is not None:
         _check(checker, positions, _forward_scalar(checker, positions, frule, leaves_of),
                "the derivative of the forward rule")

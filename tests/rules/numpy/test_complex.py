@@ -208,3 +208,64 @@ def test_real_input_through_complex_values(f):
         want[i] = (f(x + e) - f(x - e)) / 2e-6
     assert g.dtype == np.float64
     np.testing.assert_allclose(g, want, rtol=1e-6, atol=1e-8)
+
+
+def _sq(c):
+    return np.real(c * np.conj(c))
+
+
+@pytest.mark.parametrize("f", [
+    lambda z: np.sum(np.abs(z) ** 3),
+    lambda z: np.sum(np.absolute(z) * np.real(z)),
+    lambda z: np.sum(np.angle(z) ** 2),
+    lambda z: np.abs(np.sum(np.dot(z, z))),
+    lambda z: np.abs(np.sum(np.kron(z, z))),
+    lambda z: np.var(np.array([z[0, 0], 2 * z[1, 1], z[0, 1] * z[1, 0]])) + np.std(z[0] * z[1]),
+    lambda z: np.sum(np.linalg.eigh(z + np.conj(z.T))[0] ** 3) + np.sum(np.abs(np.linalg.eigh(z + np.conj(z.T))[1]) ** 4),
+    lambda z: np.sum(np.abs(np.linalg.eigh(z + np.conj(z.T), "U")[1]) ** 4),
+    lambda z: np.sum(np.linalg.svd(z)[1] ** 3) + np.sum(np.abs(np.linalg.svd(z)[0]) ** 4),
+    lambda z: np.sum(np.abs(np.linalg.svd(z[:2])[2]) ** 4) + np.sum(np.linalg.svd(z[:, :2])[1] ** 3),
+    lambda z: np.sum(np.abs(np.linalg.eig(z)[0]) ** 3) + np.sum(_sq(np.linalg.eig(z)[1]) ** 2),
+], ids=["abs", "absolute", "angle", "dot", "kron", "var-std-of-scalars", "eigh", "eigh-upper", "svd", "svd-wide-tall",
+        "eig"])
+def test_grad_of_grad_of_a_real_function_of_complex_input(f):
+    """The second order HIPS autograd's suite checks (issue 26): the gradient of Re<w, grad f(z)>
+    against central differences of grad f. |z|'s partial went through np.sign (no derivative)."""
+    z = np.array([[0.3 + 0.4j, -1.1 + 0.2j, 0.5 - 0.3j], [0.7 - 0.9j, 1.2 + 0.5j, -0.4 + 0.8j],
+                  [0.2 + 0.1j, -0.6 - 0.7j, 1.5 + 0.3j]])
+    w = np.array([[0.5 - 1j, 0.2 + 0.3j, -0.7j], [1.1, -0.4 + 0.6j, 0.3 - 0.2j], [-0.8 + 0.1j, 0.9j, 0.25]])
+    gf = bytegrad.grad(f)
+
+    def s(z):
+        return np.real(np.sum(w * gf(z)))
+
+    np.testing.assert_allclose(bytegrad.grad(s)(z), _fd_gradient(s, z), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("f", [np.abs, np.real, np.imag, np.angle, lambda z: z.real, lambda z: z.imag],
+                         ids=["abs", "real", "imag", "angle", "attr-real", "attr-imag"])
+def test_forward_mode_gives_a_real_output_a_real_tangent(f):
+    z = np.array([0.3 + 0.4j, -1.1 + 0.2j])
+    v = np.array([0.5 - 1j, 0.2 + 0.3j])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", np.exceptions.ComplexWarning)
+        _, t = bytegrad.jvp(f, (z,), (v,))
+    assert t.dtype == np.float64
+    np.testing.assert_allclose(t, (f(z + 1e-6 * v) - f(z - 1e-6 * v)) / 2e-6, rtol=1e-6, atol=1e-9)
+
+
+def test_forward_mode_through_a_pullback_of_a_function_that_is_not_holomorphic():
+    """A rule with only a pullback (np.linalg.svd): forward mode transposes it one output entry at a
+    time, and a complex entry needs two pullbacks (U is not holomorphic in z: its tangent is not
+    sum(pullback(e) * v))."""
+    z = np.array([[2.0 + 0.5j, 0.3 - 0.2j], [0.1j, -1.0 + 0.2j]])
+    v = np.array([[0.5 - 1j, 0.2 + 0.3j], [-0.4, 0.7j]])
+
+    def f(z):
+        u, s, vh = np.linalg.svd(z)
+        return (u * np.array([1.0, 2.5])) @ np.conj(u.T) + s[0] * ((u[:, :1] * 3.0) @ vh[:1])
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bytegrad.PerformanceWarning)
+        _, t = bytegrad.jvp(f, (z,), (v,))
+    np.testing.assert_allclose(t, (f(z + 1e-6 * v) - f(z - 1e-6 * v)) / 2e-6, rtol=1e-6, atol=1e-8)
