@@ -269,3 +269,22 @@ def test_forward_mode_through_a_pullback_of_a_function_that_is_not_holomorphic()
         warnings.simplefilter("ignore", bytegrad.PerformanceWarning)
         _, t = bytegrad.jvp(f, (z,), (v,))
     np.testing.assert_allclose(t, (f(z + 1e-6 * v) - f(z - 1e-6 * v)) / 2e-6, rtol=1e-6, atol=1e-8)
+
+
+def test_einsum_forward_mode_with_a_real_and_a_complex_operand_also_nested():
+    """np.einsum has no forward rule: its tangent is transposed from its pullback, whose cotangent
+    for the real operand is a real part; the imaginary part of J v was lost (issue 26)."""
+    a = np.array([[1.0 + 2.0j, -0.5j], [0.3, 0.7 - 0.2j]])
+    x, v, u = np.array([0.5, -1.2]), np.array([0.3, 0.8]), np.array([-0.4, 1.1])
+
+    def f(x):
+        return np.einsum("i,ij->j", x, a) * x
+
+    def tangent(x):
+        return bytegrad.jvp(f, (x,), (v,))[1]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bytegrad.PerformanceWarning)
+        np.testing.assert_allclose(tangent(x), (f(x + 1e-6 * v) - f(x - 1e-6 * v)) / 2e-6, rtol=1e-6)
+        nested = bytegrad.jvp(tangent, (x,), (u,))[1]  # forward over forward
+        np.testing.assert_allclose(nested, (tangent(x + 1e-6 * u) - tangent(x - 1e-6 * u)) / 2e-6, rtol=1e-5)
