@@ -23,17 +23,8 @@ from .test_rule_coverage import TABLE_MODULES
 #: not checked by check_rule at first order either (x.flat is given as a 1-D array: test_selection)
 _NOT_CHECK_RULE_CASES = [test_selection.FLAT]
 
-_ZEROS = "second derivative at an exact zero of the input: the zero-safe pullback masks terms whose value is 0 but whose derivative is not"
-_Q = "the pullback's dependence on q (the interpolation weight) is not differentiated: d2/dq dx is 0"
 XFAIL = {
     # real input
-    "test_cumulative/cumprod-zeros": _ZEROS, "test_cumulative/cumprod-zeros-axis0": _ZEROS,
-    "test_cumulative/cumprod-zeros-flat": _ZEROS, "test_cumulative/x.cumprod()-zeros": _ZEROS,
-    "test_numpy2/cumulative_prod-zeros": _ZEROS, "test_numpy2/cumulative_prod-zeros-initial": _ZEROS,
-    "test_statistics/np.quantile": _Q, "test_statistics/quantile-float-q": _Q,
-    "test_statistics/quantile-array-q": _Q, "test_statistics/quantile-differentiable-q": _Q,
-    "test_statistics/quantile-axes-keepdims": _Q, "test_statistics/percentile-float-q": _Q,
-    "test_statistics/percentile-positional": _Q,
     "test_reductions/max-ties": "ties: max is not differentiable there (its finite differences cross the kink)",
 }
 _VECTORIZE = ("refused with NotImplementedRuleError: np.vectorize's per-element pullbacks run in the forward "
@@ -50,7 +41,11 @@ REGRESSIONS = {
     "test_signal/interp-scalar-x", "test_python_stdlib/statistics.pvariance", "test_python_stdlib/pvariance-mu",
     "test_python_stdlib/statistics.pstdev", "test_python_stdlib/pstdev-array", "test_python_stdlib/statistics.variance",
     "test_python_stdlib/statistics.stdev", "test_linalg/norm-float-order", "test_special/xlogy-zero-x",
-    "test_linalg/scipy.linalg.sqrtm",
+    "test_linalg/scipy.linalg.sqrtm", "test_statistics/np.quantile", "test_statistics/quantile-float-q",
+    "test_statistics/quantile-array-q", "test_statistics/quantile-differentiable-q",
+    "test_statistics/quantile-axes-keepdims", "test_statistics/percentile-float-q", "test_statistics/percentile-positional",
+    "test_cumulative/cumprod-zeros", "test_cumulative/cumprod-zeros-axis0", "test_cumulative/cumprod-zeros-flat",
+    "test_cumulative/x.cumprod()-zeros", "test_numpy2/cumulative_prod-zeros", "test_numpy2/cumulative_prod-zeros-initial",
 }
 ALL_REAL = os.environ.get("BYTEGRAD_SECOND_ORDER", "") == "all"
 

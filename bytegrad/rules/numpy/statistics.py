@@ -60,13 +60,13 @@ def _quantile_rule(x: Any, q: Any, scale: float, axis: Any, method: str, n_args:
     kept_shape = tuple(xa.shape[i] for i in kept)
     n = int(np.prod([xa.shape[i] for i in axes], dtype=np.int64))
     k = int(np.prod(kept_shape, dtype=np.int64))
-    rows = np.transpose(xa, kept + list(axes)).reshape(k, n)  # one row per output element
-    order = np.argsort(rows, axis=-1, kind="stable")
-    qa = np.asarray(q, dtype=np.float64) / scale
-    lo, hi, t = _positions(qa.reshape(-1), n, method)
+    order = np.argsort(np.transpose(xa, kept + list(axes)).reshape(k, n), axis=-1, kind="stable")
     like_x, like_q = stand_in(x), stand_in(q)
 
     def quantile_pullback(out_bar: Any) -> tuple[Any, ...]:
+        # (the rows of x and the weights t from q are made here: a nested derivative records them)
+        rows = np.transpose(np.asarray(x), kept + list(axes)).reshape(k, n)  # one row per output element
+        lo, hi, t = _positions(np.reshape(np.asarray(q) / scale, -1), n, method)
         g = np.reshape(out_bar, (lo.size, k))  # q's axes first, then the kept axes
         r = np.arange(k)
         x_bar = np.zeros((k, n), dtype=np.result_type(xa.dtype, np.float16) if xa.dtype.kind == "f" else np.float64)
