@@ -312,11 +312,16 @@ def slogdet_rrule(a: Any) -> tuple[Any, Callable[..., Any]]:
     out = np.linalg.slogdet(a)
 
     def slogdet_pullback(out_bar: Any) -> tuple[Any]:
-        logabsdet_bar = out_bar[1]  # the sign is piecewise constant
-        if logabsdet_bar is ZERO:
+        # d logabsdet = Re t and, for complex input, d sign = 1j Im(t) sign, with t = tr(A^-1 dA)
+        # (a real sign is piecewise constant): the cotangent is (logabsdet_bar + 1j Im(sign_bar sign)) A^-T
+        sign_bar, logabsdet_bar = out_bar
+        moving_sign = sign_bar is not ZERO and np.iscomplexobj(out[0])
+        if logabsdet_bar is ZERO and not moving_sign:
             return (ZERO,)
-        scale = np.asarray(logabsdet_bar)[..., None, None]
-        return (project(scale * _mT(np.linalg.inv(a)), a),)
+        scale = np.asarray(0.0 if logabsdet_bar is ZERO else logabsdet_bar)
+        if moving_sign:
+            scale = scale + 1j * np.imag(sign_bar * out[0])
+        return (project(scale[..., None, None] * _mT(np.linalg.inv(a)), a),)
 
     return out, slogdet_pullback
 

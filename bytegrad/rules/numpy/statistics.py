@@ -69,7 +69,7 @@ def _quantile_rule(x: Any, q: Any, scale: float, axis: Any, method: str, n_args:
         lo, hi, t = _positions(np.reshape(np.asarray(q) / scale, -1), n, method)
         g = np.reshape(out_bar, (lo.size, k))  # q's axes first, then the kept axes
         r = np.arange(k)
-        x_bar = np.zeros((k, n), dtype=np.result_type(xa.dtype, np.float16) if xa.dtype.kind == "f" else np.float64)
+        x_bar = np.zeros((k, n), dtype=xa.dtype if xa.dtype.kind in "fc" else np.float64)  # (complex: median)
         np.add.at(x_bar, (r, order[:, lo].T), (1 - t)[:, None] * g)
         np.add.at(x_bar, (r, order[:, hi].T), t[:, None] * g)
         x_bar = x_bar.reshape(kept_shape + tuple(xa.shape[i] for i in axes))

@@ -60,6 +60,7 @@ ELEMENTWISE = [
 ]
 REDUCTIONS_AND_SHAPES = [
     ccase(np.sum, C(2, 3)), ccase(np.sum, C(2, 3), 0, name="sum-axis"), ccase(np.mean, C(2, 3)),
+    ccase(np.median, C(3, 4), 1, name="median-axis"), ccase(np.median, C(5)),  # (lexicographic order)
     ccase(np.prod, C(2, 3)), ccase(np.cumsum, C(2, 3)), ccase(np.cumprod, C(4)), ccase(np.diff, C(2, 3)),
     ccase(np.transpose, C(2, 3)), ccase(np.reshape, C(2, 3), (3, 2)), ccase(np.flip, C(2, 3)),
     ccase(np.roll, C(2, 3), 1), ccase(np.take, C(2, 3), [0, 2], 1), ccase(np.concatenate, [C(2, 3), C(1, 3)]),
@@ -72,6 +73,8 @@ PRODUCTS = [
     ccase(np.kron, C(2, 2), C(2, 1)), ccase(np.linalg.multi_dot, [C(2, 3), C(3, 3), C(3, 2)]),
     ccase(np.linalg.matrix_power, C(3, 3), 2),
     ccase(np.linalg.inv, C(3, 3)), ccase(np.linalg.solve, C(3, 3), C(3, 2)), ccase(np.linalg.det, C(3, 3)),
+    # a complex determinant's sign moves with the matrix (a real one's is piecewise constant)
+    ccase(np.linalg.slogdet, C(3, 3)), ccase(np.linalg.slogdet, C(2, 3, 3), name="slogdet-batched"),
 ]
 #: real-valued functions of complex input that once returned the conjugate of the convention's gradient
 NORMS_AND_SPREAD = [
