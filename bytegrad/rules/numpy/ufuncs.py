@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from bytegrad.rules._project import project, stand_in
 from bytegrad.rules.registry import (
     NO_TANGENT, ZERO, Formula, differentiate_through, frule, kernel, rrule, scalar_rule,
 )
@@ -260,6 +261,41 @@ def absolute_frule(args_dot: tuple[Any, ...], x: Any) -> tuple[Any, Any]:
         return out, ZERO
     out_dot = abs_partial(x, out) * x_dot
     return out, (out_dot.real if np.iscomplexobj(out_dot) else out_dot)
+
+
+def _sign_derivative(z: Any, dz: Any) -> Any:
+    """d(z / |z|) = dz / |z| - z Re(conj(z) dz) / |z|^3, 0 at z == 0 (a subgradient)."""
+    r = np.abs(z)
+    safe = np.where(r == 0, 1.0, r)
+    return np.where(r == 0, 0, dz / safe - z * np.real(np.conj(z) * dz) / safe**3)
+
+
+@rrule(np.sign)
+def sign_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., tuple[Any, ...]]]:
+    """Piecewise constant for real input (zero cotangent); z / |z| for complex input (NumPy 2)."""
+    out = np.sign(x, *args, **kwargs)
+    moving = np.iscomplexobj(x)
+    like = stand_in(x)
+
+    def sign_pullback(out_bar: Any) -> tuple[Any, ...]:
+        if not moving or out_bar is ZERO:
+            return (ZERO,) + (NO_TANGENT,) * len(args)
+        # <c, du> = Re((c / |z| - Re(c z) conj(z) / |z|^3) dz): the adjoint of _sign_derivative
+        r = np.abs(x)
+        safe = np.where(r == 0, 1.0, r)
+        x_bar = np.where(r == 0, 0, out_bar / safe - np.real(out_bar * x) * np.conj(x) / safe**3)
+        return (project(x_bar, like),) + (NO_TANGENT,) * len(args)
+
+    return out, sign_pullback
+
+
+@frule(np.sign)
+def sign_frule(args_dot: tuple[Any, ...], x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+    out = np.sign(x, *args, **kwargs)
+    x_dot = args_dot[0]
+    if not np.iscomplexobj(x) or x_dot is None or x_dot is NO_TANGENT or x_dot is ZERO:
+        return out, ZERO
+    return out, _sign_derivative(x, x_dot)
 
 
 @rrule(np.conjugate)

@@ -57,6 +57,7 @@ ELEMENTWISE = [
     ccase(np.power, C(2, 3), 3, name="power-int"), ccase(np.expm1, C(3)), ccase(np.log1p, C(3)),
     ccase(np.sinh, C(3)), ccase(np.cosh, C(3)), ccase(np.tan, C(3)), ccase(np.arctan, C(3)),
     ccase(np.conjugate, C(2, 3)), ccase(np.absolute, C(2, 3)),
+    ccase(np.sign, C(2, 3)),  # z / |z|: it was declared non-differentiable (a zero gradient)
 ]
 REDUCTIONS_AND_SHAPES = [
     ccase(np.sum, C(2, 3)), ccase(np.sum, C(2, 3), 0, name="sum-axis"), ccase(np.mean, C(2, 3)),
