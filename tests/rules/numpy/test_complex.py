@@ -66,6 +66,8 @@ REDUCTIONS_AND_SHAPES = [
     ccase(np.transpose, C(2, 3)), ccase(np.reshape, C(2, 3), (3, 2)), ccase(np.flip, C(2, 3)),
     ccase(np.roll, C(2, 3), 1), ccase(np.take, C(2, 3), [0, 2], 1), ccase(np.concatenate, [C(2, 3), C(1, 3)]),
     ccase(np.stack, [C(3), C(3)]), ccase(np.trace, C(3, 3)), ccase(np.diag, C(3, 3)), ccase(np.tril, C(3, 3)),
+    # (their pullback gathered with np.bincount, whose weights are real: a TypeError in the reverse pass)
+    ccase(np.pad, C(2, 3), 1, name="pad"), ccase(np.lib.stride_tricks.sliding_window_view, C(5), 3, name="sliding_window_view"),
 ]
 PRODUCTS = [
     ccase(np.matmul, C(3, 3), C(3, 2)), ccase(np.matmul, C(2, 3, 3), C(3,), name="matmul-batched-vector"),
