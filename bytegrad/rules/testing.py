@@ -52,7 +52,7 @@ def check_rule(fn: Any, *args: Any, rtol: Optional[float] = None, atol: Optional
         functions of them (`eigh_invariants`, `svd_invariants`, `qr_invariants`, `eig_invariants`),
         so that the check does not depend on the signs a LAPACK build picks. `through` is written
         with NumPy operations bytegrad differentiates; the rule's pullback receives its pullback of
-        a random cotangent.
+        a random cotangent (bytegrad differentiates it: `import bytegrad` first).
     second_order : bool, default False
         Also check the derivative of the pullback (and of the forward rule): nested
         differentiation of `Re <w, pullback_x(out_bar)>` against central differences of it, as
