@@ -78,13 +78,16 @@ def check_second_order(checker: Any, leaves_of: Callable[[Any], list[Any]], call
                "the derivative of the forward rule")
 
 
-def _out_bar(checker: Any, out: Any) -> Any:
-    """The cotangent of the function's output: fixed, or g's pullback of a fixed one at `out`."""
+def _out_bar(checker: Any, out: Any, leaves_of: Callable[[Any], list[Any]]) -> Any:
+    """The cotangent of the function's output: fixed, or g's pullback of a fixed one at `out` (zeros
+    for outputs g does not use; a plain tuple for a tuple output)."""
     if checker.through is None:
         return checker.inner_bar
     # (A plain tuple: a namedtuple's generated __new__ would be called from C with tracked values.)
     _, g_pullback = rrule_via_ad(checker.through, tuple(out) if isinstance(out, tuple) else out)
-    return g_pullback(checker.out_bar)[0]
+    bars = flat_cotangent(g_pullback(checker.out_bar)[0], out, leaves_of)
+    filled = [np.zeros_like(o) if b is None or b is ZERO else b for o, b in zip(leaves_of(out), bars)]
+    return tuple(filled) if isinstance(out, tuple) else filled[0]
 
 
 def _with(args: tuple[Any, ...], positions: tuple[int, ...], xs: tuple[Any, ...]) -> list[Any]:
@@ -104,7 +107,7 @@ def _reverse_scalar(checker: Any, positions: tuple[int, ...], leaves_of: Callabl
 
     def reverse_scalar(*xs: Any) -> Any:
         out, pullback = rrule_via_ad(caller, *xs)
-        cts = pullback(_out_bar(checker, out))
+        cts = pullback(_out_bar(checker, out, leaves_of))
         total: Any = 0.0
         for x, c, w in zip(xs, cts, weights):
             total = total + _pairing(w, flat_cotangent(c, x, leaves_of))
@@ -122,7 +125,7 @@ def _forward_scalar(checker: Any, positions: tuple[int, ...], frule: Callable[..
         out, out_dot = frule(args_dot, *_with(args, positions, xs), **kwargs)
         if out_dot is ZERO:
             return 0.0
-        bar = _out_bar(checker, out)
+        bar = _out_bar(checker, out, leaves_of)
         return _pairing(leaves_of(bar), flat_cotangent(out_dot, out, leaves_of))
 
     return _own_code(forward_scalar, checker.name)

@@ -321,3 +321,11 @@ def test_a_forward_rule_that_is_right_but_not_differentiable_is_caught_at_order_
     check_rule(fn, X)
     with pytest.raises(AssertionError, match="derivative of the forward rule disagrees"):
         check_rule(fn, X, second_order=True)
+
+
+def test_through_a_function_that_uses_part_of_the_output_at_second_order():
+    """The outputs `through` ignores get zero cotangents at both orders (the forward rule's tangent of
+    the values is paired with a zero, not with the vectors' cotangent)."""
+    a = np.array([[2.0, 0.3, 0.1], [0.3, -1.0, 0.4], [0.1, 0.4, 0.5]])
+    check_rule(np.linalg.eigh, a, through=lambda out: np.abs(out[1]) ** 2, second_order=True)
+    check_rule(np.linalg.svd, a[:2], through=lambda out: out[1] * 2.0, second_order=True)
