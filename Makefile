@@ -5,7 +5,8 @@
 #   make demo        train a small MLP on scikit-learn's digits (.venv, CPython 3.11)
 #   make test        the test suite on CPython 3.11, 3.12 and 3.13, and on 3.11 under BYTEGRAD_TIER=numpy and =numba
 #   make lint        ruff check bytegrad tests bench, and mypy (pyproject.toml: [tool.ruff], [tool.mypy]; .venv-3.11)
-#   make test-long   the random-program test with many examples (LONG_EXAMPLES; ~10 min, CPython 3.11)
+#   make test-long   the random-program test with many examples (LONG_EXAMPLES; ~10 min, CPython 3.11), and
+#                    the second-order check of every real rule case (tests/rules/test_second_order.py)
 #   make bench       the core benchmark, quick: small cases, a few minutes (.venv-bench, CPython 3.11)
 #   make bench-full  all cases, time to first gradient, plots (bench/results/; long)
 #   make bench-hotpath  fused kernels, precompile, TTFG, memory, import (bench/results/hotpath.md)
@@ -115,9 +116,9 @@ test-long:
 	@$(call find_python,$(LONG_PYTHON))
 	@.venv-$(LONG_PYTHON)/bin/python -c '' 2>/dev/null || rm -f .venv-$(LONG_PYTHON)/.stamp-test
 	@$(MAKE) -s --no-print-directory .venv-$(LONG_PYTHON)/.stamp-test
-	BYTEGRAD_HYPOTHESIS_PROFILE=long BYTEGRAD_LONG_EXAMPLES=$(LONG_EXAMPLES) \
+	BYTEGRAD_HYPOTHESIS_PROFILE=long BYTEGRAD_LONG_EXAMPLES=$(LONG_EXAMPLES) BYTEGRAD_SECOND_ORDER=all \
 	  .venv-$(LONG_PYTHON)/bin/python -m pytest -q -p no:cacheprovider --hypothesis-show-statistics \
-	  tests/test_properties.py $(PYTEST_ARGS)
+	  tests/test_properties.py tests/rules/test_second_order.py $(PYTEST_ARGS)
 
 # ---------------------------------------------------------------------------------------- lint
 # Both run even when the first fails, so one pass shows every finding.

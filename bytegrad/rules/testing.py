@@ -3,8 +3,6 @@ authors test theirs (like ChainRulesTestUtils' `test_rrule`).
 """
 from __future__ import annotations
 
-import copy
-import math
 import numbers
 from typing import Any, Callable, Iterator, Optional
 
@@ -13,15 +11,19 @@ import numpy as np
 from bytegrad.errors import qualname
 from bytegrad.rules._apply import as_frule, as_rrule
 from bytegrad.rules._project import is_float
-from bytegrad.rules.registry import NO_TANGENT, ZERO, Rule, RuleKind, load_plugins, lookup
+from bytegrad.rules._testing_gauge import eig_invariants, eigh_invariants, qr_invariants, r_invariants, svd_invariants
+from bytegrad.rules._testing_second import flat_cotangent, check_second_order
+from bytegrad.rules._testing_values import describe, assert_same_value, check_same_effect
+from bytegrad.rules.registry import NO_TANGENT, ZERO, Rule, RuleKind, load_plugins, lookup, rrule_via_ad
 
-__all__ = ["check_rule"]
+__all__ = ["check_rule", "eig_invariants", "eigh_invariants", "qr_invariants", "r_invariants", "svd_invariants"]
 
 _EMPTY = (NO_TANGENT, None, ZERO)
 
 
 def check_rule(fn: Any, *args: Any, rtol: Optional[float] = None, atol: Optional[float] = None,
-               eps: Optional[float] = None, seed: int = 0, **kwargs: Any) -> None:
+               eps: Optional[float] = None, seed: int = 0, through: Optional[Callable[[Any], Any]] = None,
+               second_order: bool = False, **kwargs: Any) -> None:
     """Check the rule registered for `fn` at the point `fn(*args, **kwargs)`; raise AssertionError if wrong.
 
     Checks that the rule's primal equals `fn`'s, that inputs are not modified and the output is a
@@ -44,6 +46,17 @@ def check_rule(fn: Any, *args: Any, rtol: Optional[float] = None, atol: Optional
         The finite-difference step (default from the precision).
     seed : int, default 0
         Seed of the random cotangent and direction.
+    through : callable, optional
+        Compare `through(out)` instead of the raw output `out`: for decompositions whose outputs are
+        defined up to a sign or phase (eigenvectors, singular vectors, QR), pass gauge-invariant
+        functions of them (`eigh_invariants`, `svd_invariants`, `qr_invariants`, `eig_invariants`),
+        so that the check does not depend on the signs a LAPACK build picks. `through` is written
+        with NumPy operations bytegrad differentiates; the rule's pullback receives its pullback of
+        a random cotangent (bytegrad differentiates it: `import bytegrad` first).
+    second_order : bool, default False
+        Also check the derivative of the pullback (and of the forward rule): nested
+        differentiation of `Re <w, pullback_x(out_bar)>` against central differences of it, as
+        grad-of-grad, hessians and hvp use the rule (needs `import bytegrad`).
 
     Raises
     ------
@@ -64,13 +77,15 @@ def check_rule(fn: Any, *args: Any, rtol: Optional[float] = None, atol: Optional
     if rule.kind is RuleKind.NOT_IMPLEMENTED:
         raise AssertionError(f"check_rule({name}): the rule is declared not implemented: {rule.reason}")
     if rule.kind is RuleKind.THROUGH:
-        _check_same_effect(name, "the Python implementation", fn, rule.impl, args, kwargs)  # type: ignore[arg-type]
+        check_same_effect(name, "the Python implementation", fn, rule.impl, args, kwargs)  # type: ignore[arg-type]
         return
     if rule.kind is RuleKind.TRANSPARENT:
         rrule = as_rrule(rule)
-        _check_same_effect(name, "the rule", fn, lambda *a, **k: rrule(*a, **k)[0], args, kwargs)
+        check_same_effect(name, "the rule", fn, lambda *a, **k: rrule(*a, **k)[0], args, kwargs)
         return
-    _Checker(name, fn, rule, args, kwargs, rtol, atol, eps, seed).run()
+    checker = _Checker(name, fn, rule, args, kwargs, rtol, atol, eps, seed, through)
+    if checker.run() and second_order:
+        check_second_order(checker, _leaves, _call)
 
 
 # ---- structures: float leaves inside lists, tuples and dicts ---------------------------------------
@@ -104,20 +119,9 @@ def _call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Call `fn`; attribute descriptors (`np.ndarray.T`) and (type, method name) keys are supported."""
     if isinstance(fn, tuple) and len(fn) == 2 and isinstance(fn[1], str):
         return getattr(args[0], fn[1])(*args[1:], **kwargs)
-    if not callable(fn) and hasattr(fn, "__get__"):
-        return fn.__get__(args[0], type(args[0]))
+    if not callable(fn) and hasattr(fn, "__get__"):  # (getattr: a nested derivative differentiates it too)
+        return getattr(args[0], fn.__name__) if hasattr(fn, "__name__") else fn.__get__(args[0], type(args[0]))
     return fn(*args, **kwargs)
-
-
-def _describe(x: Any) -> str:
-    if type(x) is np.ndarray:
-        return f"ndarray{x.shape} {x.dtype}"
-    if isinstance(x, np.generic):
-        return f"{x.dtype} scalar"
-    if isinstance(x, (list, tuple)):
-        inner = ", ".join(_describe(item) for item in x[:4]) + (", ..." if len(x) > 4 else "")
-        return f"{type(x).__name__}[{inner}]"
-    return type(x).__name__
 
 
 def _snapshot(x: Any) -> Any:
@@ -178,99 +182,19 @@ def _lowest_eps(dtypes: set[Any]) -> float:
     return max((float(np.finfo(d).eps) for d in dtypes), default=float(np.finfo(np.float64).eps))
 
 
-def _assert_same_value(name: str, what: str, out: Any, expected: Any) -> None:
-    if type(expected) is np.ndarray or type(out) is np.ndarray:
-        if type(out) is not np.ndarray or type(expected) is not np.ndarray:
-            raise AssertionError(f"check_rule({name}): {what} is a {type(out).__name__}, expected "
-                                 f"a {type(expected).__name__}")
-        if out.shape != expected.shape or out.dtype != expected.dtype:
-            raise AssertionError(f"check_rule({name}): {what} is {_describe(out)}, expected {_describe(expected)}")
-        if out.dtype.kind in "fc":
-            rtol = 10 * float(np.finfo(out.dtype).eps) ** 0.5
-            np.testing.assert_allclose(out, expected, rtol=rtol, atol=rtol, equal_nan=True,
-                                       err_msg=f"check_rule({name}): {what} differs from the function's value")
-        elif not np.array_equal(out, expected):
-            raise AssertionError(f"check_rule({name}): {what} differs from the function's value")
-        return
-    if isinstance(expected, (list, tuple)):
-        if not isinstance(out, (list, tuple)) or len(out) != len(expected):
-            raise AssertionError(f"check_rule({name}): {what} is {_describe(out)}, expected {_describe(expected)}")
-        for i, (a, b) in enumerate(zip(out, expected)):
-            _assert_same_value(name, f"{what}[{i}]", a, b)
-        return
-    if isinstance(expected, dict):
-        if not isinstance(out, dict) or out.keys() != expected.keys():
-            raise AssertionError(f"check_rule({name}): {what} has keys {list(out)}, expected {list(expected)}")
-        for k in expected:
-            _assert_same_value(name, f"{what}[{k!r}]", out[k], expected[k])
-        return
-    if isinstance(expected, np.generic) and (not isinstance(out, np.generic) or out.dtype != expected.dtype):
-        raise AssertionError(f"check_rule({name}): {what} is {_describe(out)}, expected {_describe(expected)}")
-    if isinstance(expected, numbers.Number) and not isinstance(expected, (bool, np.bool_)):
-        if not isinstance(out, numbers.Number) or not (
-            out == expected or math.isclose(out, expected, rel_tol=1e-7, abs_tol=1e-12)  # type: ignore[arg-type]
-            or (out != out and expected != expected)
-        ):
-            raise AssertionError(f"check_rule({name}): {what} is {out!r}, expected {expected!r}")
-        return
-    try:
-        same = bool(out == expected)
-    except Exception:  # noqa: BLE001 - objects without a usable ==: identity is the only check left
-        same = out is expected
-    if not same and out is not expected:
-        raise AssertionError(f"check_rule({name}): {what} is {out!r}, expected {expected!r}")
-
-
-def _check_same_effect(name: str, what: str, fn: Any, impl: Callable[..., Any], args: tuple[Any, ...],
-                       kwargs: dict[str, Any]) -> None:
-    """`impl` must behave like `fn`: the same result (iterators compared item by item), the same
-    effect on its arguments (`list.extend`), or the same type of exception."""
-
-    def run(f: Callable[..., Any]) -> tuple[Any, Any, Optional[BaseException]]:
-        try:
-            call_args = copy.deepcopy(args)
-        except TypeError:  # generators and other uncopyable arguments
-            call_args = args
-        try:
-            result = f(*call_args, **kwargs)
-            if hasattr(result, "__next__"):
-                result = [item for item in result]
-            return result, call_args, None
-        except Exception as exc:  # noqa: BLE001 - compared with the other implementation's exception below
-            return None, call_args, exc
-
-    expected, expected_args, expected_exc = run(fn)
-    out, out_args, exc = run(impl)
-    if expected_exc is not None or exc is not None:
-        if type(exc) is not type(expected_exc):
-            raise AssertionError(f"check_rule({name}): {what} raised {exc!r}, the function raised {expected_exc!r}")
-        return
-    _assert_same_value(name, f"the result of {what}", out, expected)
-    _assert_same_value(name, f"the arguments after {what}", _data(out_args), _data(expected_args))
-
-
-def _data(x: Any) -> Any:
-    """`x` with everything but data (arrays, numbers, strings, containers) replaced by its type's name."""
-    if isinstance(x, (list, tuple)):
-        return [_data(item) for item in x]
-    if isinstance(x, dict):
-        return {k: _data(v) for k, v in x.items()}
-    if x is None or isinstance(x, (np.ndarray, np.generic, numbers.Number, str, bytes)):
-        return x
-    return type(x).__name__
-
-
 # ---- the rrule/frule check ------------------------------------------------------------------------
 
 class _Checker:
     def __init__(self, name: str, fn: Any, rule: Rule, args: tuple[Any, ...], kwargs: dict[str, Any],
-                 rtol: Optional[float], atol: Optional[float], eps: Optional[float], seed: int) -> None:
+                 rtol: Optional[float], atol: Optional[float], eps: Optional[float], seed: int,
+                 through: Optional[Callable[[Any], Any]] = None) -> None:
         self.name, self.fn, self.rule, self.args, self.kwargs = name, fn, rule, args, kwargs
+        self.through = through
         self.user_rtol, self.user_atol, self.user_eps = rtol, atol, eps
         self.rng = np.random.default_rng(seed)
 
     def fail(self, message: str) -> None:
-        sizes = ", ".join(_describe(a) for a in self.args)
+        sizes = ", ".join(describe(a) for a in self.args)
         raise AssertionError(f"check_rule({self.name}) with arguments ({sizes}): {message}")
 
     def random_like(self, x: Any) -> Any:
@@ -296,19 +220,20 @@ class _Checker:
             r = r + 1j * self.rng.standard_normal(shape)
         return r
 
-    def run(self) -> None:
+    def run(self) -> bool:
+        """The first-order checks; whether there was a derivative to check."""
         args, kwargs, rule = self.args, self.kwargs, self.rule
         expected = _call(self.fn, args, kwargs)
         if rule.kind is RuleKind.RRULE and rule.rrule is None:  # a forward rule only
-            if _leaves(expected):
-                self.out = expected
-                self.out_bar = self.random_like(expected)
-                self.setup_directions()
-                self.check_frule(rule.frule)  # type: ignore[arg-type]
-            return
+            if not _leaves(expected):
+                return False
+            self.set_output(expected)
+            self.setup_directions()
+            self.check_frule(rule.frule)  # type: ignore[arg-type]
+            return True
         snapshot = _snapshot(args)
         out, pullback = as_rrule(rule)(*args, **kwargs)
-        _assert_same_value(self.name, "the rule's primal output", out, expected)
+        assert_same_value(self.name, "the rule's primal output", out, expected)
         out_leaves = _leaves(out)
         if rule.kind is not RuleKind.NONDIFF:
             # (An element of a list argument may come back as is: containers keep their items' identity.)
@@ -316,14 +241,13 @@ class _Checker:
             if any(o is a for o in out_leaves for a in arg_arrays):
                 self.fail("the rule returned one of its inputs as its output; return a fresh object (x.view())")
         if not out_leaves:  # an int or bool output carries no derivative
-            return
-        self.out = out
-        self.out_bar = self.random_like(out)
+            return False
+        self.set_output(out)
         self.setup_directions()
         if rule.kind is RuleKind.NONDIFF:
             self.check_flat()
-            return
-        cotangents = pullback(self.out_bar)
+            return False
+        cotangents = pullback(self.inner_bar)
         if not _unchanged(args, snapshot):
             self.fail("the rule or its pullback modified an input")
         if not isinstance(cotangents, tuple) or len(cotangents) != len(args):
@@ -337,18 +261,36 @@ class _Checker:
         frule = as_frule(rule)
         if frule is not None:
             self.check_frule(frule)
+        return True
+
+    def set_output(self, out: Any) -> None:
+        """The output compared (`through(out)` if given), a random cotangent of it, and the
+        cotangent of `out` the rule receives (`through`'s pullback of it)."""
+        if self.through is None:
+            self.out = out
+            self.out_bar = self.inner_bar = self.random_like(out)
+            return
+        self.out, g_pullback = rrule_via_ad(self.through, out)
+        self.out_bar = self.random_like(self.out)
+        bars = flat_cotangent(g_pullback(self.out_bar)[0], out, _leaves)
+        self.inner_bar = _rebuild(out, iter(np.zeros_like(o) if b is None else b for o, b in zip(_leaves(out), bars)))
+
+    def evaluate(self, args: tuple[Any, ...]) -> Any:
+        """The function's output at `args` (mapped by `through`), for finite differences."""
+        out = _call(self.fn, args, self.kwargs)
+        return out if self.through is None else self.through(out)
 
     # -- cotangents ------------------------------------------------------------------------------
 
     def dense_cotangent(self, i: int, x: Any, c: Any) -> list[Any]:
         """Check argument i's cotangent against its primal; return its float leaves as float64 arrays."""
-        where = f"argument {i} ({_describe(x)})"
+        where = f"argument {i} ({describe(x)})"
         if not _leaves(x):
             if self.rule.kind is RuleKind.ELEMENTWISE:
                 return []  # elementwise pullbacks also fill int arguments; the runtime drops those
             if not self.is_empty(c):
                 self.fail(f"{where} cannot be differentiated, so its cotangent must be NO_TANGENT "
-                          f"(or None), got {_describe(c)}")
+                          f"(or None), got {describe(c)}")
             return []
         if c is NO_TANGENT or c is None:
             self.fail(f"{where} is a float argument but its cotangent is {c!r}")
@@ -376,7 +318,7 @@ class _Checker:
             else:
                 if not isinstance(c, (list, tuple)) or len(c) != len(x):
                     self.fail(f"{where}: the cotangent of a {type(x).__name__} of {len(x)} must be a "
-                              f"list/tuple of {len(x)} cotangents, got {_describe(c)}")
+                              f"list/tuple of {len(x)} cotangents, got {describe(c)}")
                 pairs = [(xi, ci, f"{where}[{j}]") for j, (xi, ci) in enumerate(zip(x, c))]
             for xi, ci, w in pairs:
                 if not _leaves(xi):
@@ -395,7 +337,7 @@ class _Checker:
         allowed |= _float_dtypes(self.out)  # mixed precision: the promoted dtype is accepted too
         is_scalar = isinstance(c, numbers.Number) or (type(c) is np.ndarray and c.ndim == 0)
         if not (is_scalar or type(c) is np.ndarray):
-            self.fail(f"{where}: its cotangent must be an array or a number, got {_describe(c)}")
+            self.fail(f"{where}: its cotangent must be an array or a number, got {describe(c)}")
         if isinstance(c, (np.ndarray, np.generic)):
             if c.dtype.kind == "c" and np.result_type(x).kind != "c":
                 self.fail(f"{where}: a real argument got a complex cotangent")
@@ -427,7 +369,7 @@ class _Checker:
         self.upcast = False
         if any(_low_precision(d) for d in in_dtypes):
             try:
-                y = _call(self.fn, self.perturbed(0.0, upcast=True), self.kwargs)
+                y = self.evaluate(self.perturbed(0.0, upcast=True))
                 self.upcast = [np.shape(leaf) for leaf in _leaves(y)] == [np.shape(o) for o in _leaves(self.out)]
                 if self.upcast:
                     out_dtypes = _float_dtypes(y)
@@ -456,20 +398,21 @@ class _Checker:
                         dtype = np.dtype(np.complex128 if x.dtype.kind == "c" else np.float64)
                     moved = np.asarray(x, dtype=dtype) + step * d
                     if type(x) is np.ndarray:
-                        leaf: Any = np.empty_like(x, dtype=dtype)  # keeps x's memory layout (ravel order='A')
+                        leaf = np.empty_like(x, dtype=dtype)  # keeps x's memory layout (ravel order='A')
                         leaf[...] = moved
                         leaves.append(leaf)
                     else:
-                        leaves.append(dtype.type(moved))
+                        leaves.append(dtype.type(moved))  # type: ignore[arg-type]  # (a NumPy scalar leaf)
                 else:
                     leaves.append(x + step * (complex(d) if isinstance(x, complex) else float(d)))
             new_args.append(_rebuild(a, iter(leaves)))
         return tuple(new_args)
 
-    def pair(self, y: Any) -> tuple[float, Any]:
-        """<out_bar, y> in float64, and the products elementwise (for scales)."""
+    def pair(self, y: Any, bar: Any = None) -> tuple[float, Any]:
+        """<out_bar, y> in float64 (`bar` instead of out_bar if given), and the products elementwise."""
         ys = _leaves(y)
-        bars = _leaves(self.out_bar) if self.out_bar is not ZERO else []
+        bar = self.out_bar if bar is None else bar
+        bars = _leaves(bar) if bar is not ZERO else []
         if len(ys) != len(bars):
             self.fail(f"the function's output changed structure under a perturbation of size {self.eps:g}")
         total, products = 0.0, []
@@ -484,8 +427,8 @@ class _Checker:
     def finite_difference(self, only: Optional[int] = None) -> tuple[float, float, float]:
         """(<out_bar, J v> by central differences, sum |out_bar * J v|, a bound on its rounding error)."""
         h = self.eps
-        plus, p_plus = self.pair(_call(self.fn, self.perturbed(h, only=only), self.kwargs))
-        minus, p_minus = self.pair(_call(self.fn, self.perturbed(-h, only=only), self.kwargs))
+        plus, p_plus = self.pair(self.evaluate(self.perturbed(h, only=only)))
+        minus, p_minus = self.pair(self.evaluate(self.perturbed(-h, only=only)))
         scale = sum(float(np.sum(np.abs(a - b))) for a, b in zip(p_plus, p_minus)) / (2 * h)
         noise = self.fd_eps_machine * sum(float(np.sum(np.abs(a) + np.abs(b))) for a, b in zip(p_plus, p_minus)) / h
         return (plus - minus) / (2 * h), scale, noise
@@ -506,7 +449,7 @@ class _Checker:
         culprits = []
         for i, (a, ds) in enumerate(zip(self.args, self.directions)):
             if ds and not self.compare(sum(terms[i]), sum(scales[i]), only=i):
-                culprits.append(f"argument {i} ({_describe(a)}): <x_bar, v> = {sum(terms[i]):.6g}, "
+                culprits.append(f"argument {i} ({describe(a)}): <x_bar, v> = {sum(terms[i]):.6g}, "
                                 f"finite difference {self.last[0]:.6g}")
         detail = "; ".join(culprits) or "no single argument is wrong alone"
         self.fail(f"{what} disagrees with finite differences: <out_bar, J v> = {ad:.6g} from the rule, "
@@ -537,7 +480,8 @@ class _Checker:
                     self.fail(f"argument {i}: the pullback of a uniform (scalar) out_bar differs from the "
                               f"pullback of the same value as a full array")
 
-    def check_frule(self, frule: Callable[..., Any]) -> None:
+    def tangents(self) -> tuple[Any, ...]:
+        """The directions as tangents of the arguments, in their dtypes (NO_TANGENT for non-floats)."""
         args_dot = []
         for a, ds in zip(self.args, self.directions):
             if not ds:
@@ -548,8 +492,11 @@ class _Checker:
                          else float(d))
                         for x, d in zip(_leaves(a), ds)]
             args_dot.append(_rebuild(a, iter(tangents)))
-        out, out_dot = frule(tuple(args_dot), *self.args, **self.kwargs)
-        _assert_same_value(self.name, "the forward rule's primal output", out, _call(self.fn, self.args, self.kwargs))
+        return tuple(args_dot)
+
+    def check_frule(self, frule: Callable[..., Any]) -> None:
+        out, out_dot = frule(self.tangents(), *self.args, **self.kwargs)
+        assert_same_value(self.name, "the forward rule's primal output", out, _call(self.fn, self.args, self.kwargs))
         if isinstance(out_dot, (list, tuple)):  # ZERO components of a tuple output
             out_dot = [np.zeros(np.shape(o)) if od is ZERO else od for od, o in zip(out_dot, out)]
         if out_dot is ZERO:
@@ -561,7 +508,7 @@ class _Checker:
                 if isinstance(o, (np.ndarray, np.generic)) and isinstance(od, (np.ndarray, np.generic)) \
                         and od.dtype != o.dtype:
                     self.fail(f"the forward rule's tangent has dtype {od.dtype}, expected {o.dtype} (the output's)")
-            ad, products = self.pair(out_dot)
+            ad, products = self.pair(out_dot, self.inner_bar)
             ad_scale = sum(float(np.sum(np.abs(p))) for p in products)
         if not self.compare(ad, ad_scale):
             fd, tol = self.last

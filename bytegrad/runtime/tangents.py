@@ -34,10 +34,12 @@ def fit_tangent(dot: Any, out: Any) -> Any:
     """`dot` as a tangent of `out`: its shape (undoing implicit broadcasting) and float dtype."""
     if dot is None or dot is ZERO or dot is NO_TANGENT:
         return None
+    if np.iscomplexobj(dot) and not np.iscomplexobj(out) and _is_float(out):
+        dot = np.real(dot)  # a real output's tangent is real: |z|'s is Re(conj(z)/|z| z_dot)
     if type(out) is _ndarray:
         if type(dot) is not _ndarray or dot.shape != out.shape:
             dot = np.broadcast_to(dot, out.shape).copy()
-        if out.dtype.kind in "fc" and dot.dtype != out.dtype and not (dot.dtype.kind == "c" and out.dtype.kind == "f"):
+        if out.dtype.kind in "fc" and dot.dtype != out.dtype:
             dot = dot.astype(out.dtype)
     return dot
 
@@ -102,17 +104,26 @@ def _contract(node: tuple, ct: Any, out: Any, parent_dots: Any) -> Any:
     return total
 
 
+def _entry(node: tuple, make_ct: Callable[[Any], Any], e: Any, out: Any, parent_dots: Any, complex_out: bool) -> Any:
+    """One tangent entry from the basis cotangent `e`: <e, J v> = Re <pullback(e), v>; a complex
+    entry's imaginary part is <-1j e, J v> (exact for functions that are not holomorphic too)."""
+    value = np.real(_contract(node, make_ct(e), out, parent_dots))
+    if complex_out:
+        value = value + 1j * np.real(_contract(node, make_ct(-1j * e), out, parent_dots))
+    return value
+
+
 def _basis_tangent(node: tuple, out: Any, parent_dots: Any, make_ct: Callable[[Any], Any], like: Any) -> Any:
     """The tangent of one output array `like`: entry k is <pullback(e_k), parent tangents>."""
     if type(like) is not _ndarray:
-        return _contract(node, make_ct(1.0), out, parent_dots)
-    dtype = like.dtype if like.dtype.kind in "fc" else np.float64
+        return _entry(node, make_ct, 1.0, out, parent_dots, np.iscomplexobj(like))
+    dtype = like.dtype if like.dtype.kind in "fc" else np.dtype(np.float64)
     out_dot = np.zeros(like.shape, dtype)
     flat = out_dot.reshape(-1)
     for k in range(like.size):
         e = np.zeros(like.shape, dtype)
         e.reshape(-1)[k] = 1
-        flat[k] = _contract(node, make_ct(e), out, parent_dots)
+        flat[k] = _entry(node, make_ct, e, out, parent_dots, dtype.kind == "c")
     return out_dot
 
 

@@ -89,6 +89,8 @@ class Case:
     dtypes: tuple[str, ...] = DTYPES
     rtol: Optional[float] = None
     atol: Optional[float] = None
+    #: gauge-invariant functions of the output compared instead of it (decompositions)
+    through: Optional[Callable[[Any], Any]] = None
 
     @property
     def id(self) -> str:
@@ -98,13 +100,14 @@ class Case:
         rng = np.random.default_rng(seed)
         return tuple(sample(s, rng, dtype) for s in self.args)
 
-    def check(self, dtype: str, seed: int = 0) -> None:
-        check_rule(self.fn, *self.sample(dtype, seed), rtol=self.rtol, atol=self.atol, seed=seed, **self.kwargs)
+    def check(self, dtype: str, seed: int = 0, second_order: bool = False) -> None:
+        check_rule(self.fn, *self.sample(dtype, seed), rtol=self.rtol, atol=self.atol, seed=seed,
+                   through=self.through, second_order=second_order, **self.kwargs)
 
 
 def case(fn: Any, *args: Any, name: str = "", dtypes: tuple[str, ...] = DTYPES, rtol: Optional[float] = None,
-         atol: Optional[float] = None, **kwargs: Any) -> Case:
-    return Case(fn, args, kwargs, name, dtypes, rtol, atol)
+         atol: Optional[float] = None, through: Optional[Callable[[Any], Any]] = None, **kwargs: Any) -> Case:
+    return Case(fn, args, kwargs, name, dtypes, rtol, atol, through)
 
 
 def params(table: list[Case]) -> list[Any]:

@@ -236,3 +236,96 @@ def test_a_forward_only_rule_is_checked():
 
     with pytest.raises(AssertionError, match="forward rule disagrees"):
         check_rule(bad, X)
+
+
+def _sign_flipping_eigh(base):
+    """eigh, but the first eigenvector's sign flips where a[0, 0] passes base[0, 0] (as scipy.linalg.eigh's
+    default driver may flip one between a + eps*d and a - eps*d), with eigh's rule."""
+    from bytegrad.rules.numpy.linalg_decomp import eigh_cotangent
+
+    def fn(a):
+        w, v = np.linalg.eigh(a)
+        v = v * np.where(np.arange(v.shape[-1]) == 0, np.sign(v[0, 0]) * (1.0 if a[0, 0] > base[0, 0] else -1.0), 1.0)
+        return w, v
+
+    @rrule(fn)
+    def fn_rrule(a):
+        w, v = out = fn(a)
+        return out, lambda out_bar: (eigh_cotangent(w, v, out_bar[0], out_bar[1], True, a),)
+
+    return fn
+
+
+def test_a_flipped_eigenvector_sign_is_measured_raw_and_not_through_invariants():
+    from bytegrad.rules.testing import eigh_invariants
+
+    a = np.array([[2.0, 0.3, 0.1], [0.3, -1.0, 0.4], [0.1, 0.4, 0.5]])
+    fn = _sign_flipping_eigh(a)
+    with pytest.raises(AssertionError, match="finite differences"):
+        check_rule(fn, a)
+    check_rule(fn, a, through=eigh_invariants)
+    check_rule(fn, a.astype(np.float32), through=eigh_invariants)
+
+
+def test_a_wrong_eigenvector_cotangent_is_caught_through_invariants():
+    from bytegrad.rules.numpy.linalg_decomp import eigh_cotangent
+    from bytegrad.rules.testing import eigh_invariants
+
+    fn = lambda a: np.linalg.eigh(a)  # noqa: E731
+
+    @rrule(fn)
+    def fn_rrule(a):
+        w, v = out = fn(a)
+        return out, lambda out_bar: (eigh_cotangent(w, v, out_bar[0], 1.02 * out_bar[1], True, a),)
+
+    with pytest.raises(AssertionError, match="finite differences"):
+        check_rule(fn, np.array([[2.0, 0.3], [0.3, -1.0]]), through=eigh_invariants)
+
+
+@pytest.mark.parametrize("x", [X, X + 0.5j * X[::-1]], ids=["real", "complex"])
+def test_second_order_passes_correct_rules(x):
+    check_rule(np.sin, x, second_order=True)
+    check_rule(np.multiply, x, x[::-1], second_order=True)
+    check_rule(np.sum, x, 1, second_order=True)
+
+
+@pytest.mark.parametrize("x", [X, X + 0.5j * X[::-1]], ids=["real", "complex"])
+def test_a_pullback_that_is_right_but_not_differentiable_is_caught_at_order_2(x):
+    """x_bar = 3 x^2 out_bar with x a constant to a nested derivative: right at order 1, wrong at 2."""
+    import bytegrad
+
+    fn = lambda x: x * x * x  # noqa: E731
+
+    @rrule(fn)
+    def fn_rrule(x):
+        return fn(x), lambda out_bar: (3 * bytegrad.stop_gradient(x) ** 2 * out_bar,)
+
+    check_rule(fn, x)
+    with pytest.raises(AssertionError, match="derivative of the pullback disagrees"):
+        check_rule(fn, x, second_order=True)
+
+
+def test_a_forward_rule_that_is_right_but_not_differentiable_is_caught_at_order_2():
+    import bytegrad
+
+    fn = lambda x: x * x * x  # noqa: E731
+
+    @rrule(fn)
+    def fn_rrule(x):
+        return fn(x), lambda out_bar: (3 * x ** 2 * out_bar,)
+
+    @frule(fn)
+    def fn_frule(args_dot, x):
+        return fn(x), 3 * bytegrad.stop_gradient(x) ** 2 * args_dot[0]
+
+    check_rule(fn, X)
+    with pytest.raises(AssertionError, match="derivative of the forward rule disagrees"):
+        check_rule(fn, X, second_order=True)
+
+
+def test_through_a_function_that_uses_part_of_the_output_at_second_order():
+    """The outputs `through` ignores get zero cotangents at both orders (the forward rule's tangent of
+    the values is paired with a zero, not with the vectors' cotangent)."""
+    a = np.array([[2.0, 0.3, 0.1], [0.3, -1.0, 0.4], [0.1, 0.4, 0.5]])
+    check_rule(np.linalg.eigh, a, through=lambda out: np.abs(out[1]) ** 2, second_order=True)
+    check_rule(np.linalg.svd, a[:2], through=lambda out: out[1] * 2.0, second_order=True)

@@ -1,7 +1,7 @@
 """Running sums, products and differences: cumsum and cumprod (functions and methods), NumPy 2's
 cumulative_sum and cumulative_prod (with include_initial), diff and ediff1d.
 
-cumprod is exact where the input has zeros: it does not divide by them.
+cumprod is exact where the input has zeros (it does not divide by them), at second order too.
 """
 from __future__ import annotations
 
@@ -46,22 +46,21 @@ def _reverse_cumsum(g: np.ndarray) -> np.ndarray:
 def _cumprod_cotangent(x: np.ndarray, out: np.ndarray, g: np.ndarray) -> np.ndarray:
     """The cotangent of x from g, that of out = cumprod(x) along the last axis.
 
-    d out_i / d x_j = prod_{k <= i, k != j} x_k for j <= i. Before a lane's first zero z that is
-    out_i / x_j; at z it is prod_{k < z} x_k * prod_{z < k <= i} x_k; after z it is 0.
+    d out_i / d x_j = prod_{k <= i, k != j} x_k for j <= i. Without zeros that is out_i / x_j. With
+    one, x_bar_j = P_j S_j with P_j = prod_{k < j} x_k and S_j = g_j + x_{j+1} S_{j+1}: no division
+    and no mask, so that a nested derivative differentiates it too (a value masked to 0 at a zero
+    of x may have a derivative that is not 0). The recurrence is a loop over the axis.
     """
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        zero = x == 0
-        if not zero.any():
+    if not (x == 0).any():
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             return _reverse_cumsum(g * out) / x
-        n = x.shape[-1]
-        idx = np.arange(n)
-        z = np.where(zero.any(axis=-1), zero.argmax(axis=-1), n)[..., None]
-        before = idx < z
-        x_bar = np.where(before, _reverse_cumsum(np.where(before, g * out, 0)) / np.where(before, x, 1), 0)
-        tail = np.cumprod(np.where(idx > z, x, 1), axis=-1)  # prod_{z < k <= i} x_k for i >= z
-        at_z = np.prod(np.where(before, x, 1), axis=-1, keepdims=True) * np.sum(
-            np.where(idx >= z, g * tail, 0), axis=-1, keepdims=True)
-        return x_bar + np.where(idx == z, at_z, 0)
+    n = x.shape[-1]
+    prefix = np.cumprod(np.concatenate([np.ones_like(x[..., :1]), x[..., :-1]], axis=-1), axis=-1)
+    g = np.broadcast_to(g, x.shape)
+    suffix = [g[..., n - 1]]
+    for j in range(n - 2, -1, -1):
+        suffix.append(g[..., j] + x[..., j + 1] * suffix[-1])
+    return prefix * np.stack(suffix[::-1], axis=-1)
 
 
 @rrule(np.ndarray.cumprod)

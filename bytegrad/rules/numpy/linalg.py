@@ -312,11 +312,16 @@ def slogdet_rrule(a: Any) -> tuple[Any, Callable[..., Any]]:
     out = np.linalg.slogdet(a)
 
     def slogdet_pullback(out_bar: Any) -> tuple[Any]:
-        logabsdet_bar = out_bar[1]  # the sign is piecewise constant
-        if logabsdet_bar is ZERO:
+        # d logabsdet = Re t and, for complex input, d sign = 1j Im(t) sign, with t = tr(A^-1 dA)
+        # (a real sign is piecewise constant): the cotangent is (logabsdet_bar + 1j Im(sign_bar sign)) A^-T
+        sign_bar, logabsdet_bar = out_bar
+        moving_sign = sign_bar is not ZERO and np.iscomplexobj(out[0])
+        if logabsdet_bar is ZERO and not moving_sign:
             return (ZERO,)
-        scale = np.asarray(logabsdet_bar)[..., None, None]
-        return (project(scale * _mT(np.linalg.inv(a)), a),)
+        scale = np.asarray(0.0 if logabsdet_bar is ZERO else logabsdet_bar)
+        if moving_sign:
+            scale = scale + 1j * np.imag(sign_bar * out[0])
+        return (project(scale[..., None, None] * _mT(np.linalg.inv(a)), a),)
 
     return out, slogdet_pullback
 
@@ -339,8 +344,11 @@ def _abs_slope(xa: np.ndarray) -> np.ndarray:
 
 
 def _vector_norm_cotangent(xa: np.ndarray, ord_: Any, axes: tuple[int, ...], out_e: Any, ob: Any) -> Any:
-    """The cotangent of ||x||_ord taken over `axes` as one vector; out_e and ob keep x's rank."""
-    if ord_ is None or ord_ == 2:
+    """The cotangent of ||x||_ord taken over `axes` as one vector; out_e and ob keep x's rank. A float
+    order is a differentiable p: its cotangent is written in p (even at p == 1 or 2), so that a nested
+    derivative sees how it moves with p."""
+    general = isinstance(ord_, float) and ord_ not in (0.0, np.inf, -np.inf)
+    if (ord_ is None or ord_ == 2) and not general:
         # d||z|| pairs with conj(z) / ||z|| (docs/plugins.md, complex numbers), as abs does; the
         # subgradient 0 at x == 0, divided safely (a nested derivative would get 0 * inf there)
         zero = out_e == 0
@@ -348,11 +356,11 @@ def _vector_norm_cotangent(xa: np.ndarray, ord_: Any, axes: tuple[int, ...], out
     if ord_ == 0:  # the number of nonzero elements: piecewise constant
         return np.zeros(xa.shape, dtype=np.result_type(xa, ob, 0.0))
     sign = _abs_slope(xa)
-    if ord_ == 1:
+    if ord_ == 1 and not general:
         return ob * sign
     if ord_ in (np.inf, -np.inf):  # the largest (smallest) |x_i|: ties share its cotangent
         return ob * sign * _extreme_share(np.abs(xa), out_e, axes)
-    p = float(ord_)
+    p = ord_ if isinstance(ord_, float) else float(ord_)
     absx = np.abs(xa)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         # d (sum |x|^p)^(1/p) = sign(x) |x|^(p-1) / out^(p-1); 0 where x == 0

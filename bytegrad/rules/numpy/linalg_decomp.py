@@ -134,7 +134,9 @@ def qr_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]
     m, n = xa.shape[-2:]
     k = min(m, n)
     like = stand_in(a)
-    y = xa[..., :, m:] if m < n else None  # a wide A's last columns: its pullback needs them
+    # A wide A's last columns: its pullback needs them, sliced there (a nested derivative records
+    # what the pullback computes, not what the rule computed before it)
+    wide = a if m < n else None
     source = xa if mode == "r" else None    # mode 'r' returns no Q: the pullback recomputes it
     factors = None if mode == "r" else out
 
@@ -158,6 +160,7 @@ def qr_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]
             v_bar = r_bar[..., :, m:] if r_bar is not ZERO else ZERO
             u_bar = r_bar[..., :, :m] if r_bar is not ZERO else ZERO
             if v_bar is not ZERO:
+                y = np.asarray(wide)[..., :, m:]
                 q_bar = q_bar + y @ swap_last_axes(v_bar)
                 y_bar = qk @ v_bar
             else:

@@ -22,7 +22,10 @@ def _gather_back(index: np.ndarray, out_bar: Any, like: Any) -> Any:
     g = np.broadcast_to(np.asarray(out_bar), index.shape)
     keep = index >= 0
     n = int(np.prod(np.shape(like), dtype=np.int64))
-    x_bar = np.bincount(index[keep], weights=g[keep], minlength=n)  # float64; `project` casts back
+    taken = index[keep]
+    x_bar = np.bincount(taken, weights=np.real(g[keep]), minlength=n)  # float64; `project` casts back
+    if np.iscomplexobj(g):  # (bincount's weights are real)
+        x_bar = x_bar + 1j * np.bincount(taken, weights=np.imag(g[keep]), minlength=n)
     return project(x_bar.reshape(np.shape(like)), like)
 
 

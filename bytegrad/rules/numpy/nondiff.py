@@ -20,9 +20,10 @@ non_differentiable(*_present(
     "digitize", "unravel_index", "ravel_multi_index", "indices", "ix_", "tril_indices", "triu_indices",
     "diag_indices",
 ))
-# Rounding, signs and other piecewise-constant elementwise functions.
+# Rounding, signs and other piecewise-constant elementwise functions (np.sign has a rule in ufuncs.py:
+# a complex sign, z / |z|, is not constant).
 non_differentiable(*_present(
-    "floor", "ceil", "rint", "round", "around", "trunc", "fix", "sign", "signbit", "heaviside",
+    "floor", "ceil", "rint", "round", "around", "trunc", "fix", "signbit", "heaviside",
     "floor_divide", "spacing", "nextafter",
 ))
 # Predicates and comparisons.

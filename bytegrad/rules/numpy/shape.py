@@ -213,6 +213,9 @@ _register((np.asfortranarray,), np.asfortranarray, _array_back)
 _register((np.ndarray.astype,), np.ndarray.astype, _copy_back)   # `project` casts back to x's dtype
 _register((np.float64,), np.float64, _array_back)
 _register((np.float32,), np.float32, _array_back)
+# (np.complex128(z) runs in nested derivatives: `project` builds a complex scalar's cotangent with it)
+_register((np.complex128,), np.complex128, _array_back)
+_register((np.complex64,), np.complex64, _array_back)
 
 
 def _single_atleast(fn: Callable[..., Any]) -> Callable[..., Any]:

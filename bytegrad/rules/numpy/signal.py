@@ -100,12 +100,13 @@ def interp_rrule(x: Any, xp: Any, fp: Any, *args: Any, **kwargs: Any) -> tuple[A
         raise RuleCaseError("the numpy.interp rule does not cover period=")
     _real("interp", x, xp, fp)
     out = _compiled_interp(x, xp, fp, *args, **kwargs)
-    X, XP, FP = (np.asarray(v, dtype=np.float64) for v in (x, xp, fp))
-    n = XP.shape[0]
+    n = np.shape(xp)[0]
     left, right = params.get("left"), params.get("right")
     likes = [stand_in(v) for v in (x, xp, fp)]
 
     def interp_pullback(out_bar: Any) -> tuple[Any, ...]:
+        # (converted here: a nested derivative records what the pullback computes from x, xp, fp)
+        X, XP, FP = (np.asarray(v, dtype=np.float64) for v in (x, xp, fp))
         g = np.broadcast_to(np.asarray(out_bar, dtype=np.float64), X.shape)
         below, above = X < XP[0], X > XP[-1]
         inside = ~(below | above)

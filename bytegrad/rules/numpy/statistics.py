@@ -60,16 +60,16 @@ def _quantile_rule(x: Any, q: Any, scale: float, axis: Any, method: str, n_args:
     kept_shape = tuple(xa.shape[i] for i in kept)
     n = int(np.prod([xa.shape[i] for i in axes], dtype=np.int64))
     k = int(np.prod(kept_shape, dtype=np.int64))
-    rows = np.transpose(xa, kept + list(axes)).reshape(k, n)  # one row per output element
-    order = np.argsort(rows, axis=-1, kind="stable")
-    qa = np.asarray(q, dtype=np.float64) / scale
-    lo, hi, t = _positions(qa.reshape(-1), n, method)
+    order = np.argsort(np.transpose(xa, kept + list(axes)).reshape(k, n), axis=-1, kind="stable")
     like_x, like_q = stand_in(x), stand_in(q)
 
     def quantile_pullback(out_bar: Any) -> tuple[Any, ...]:
+        # (the rows of x and the weights t from q are made here: a nested derivative records them)
+        rows = np.transpose(np.asarray(x), kept + list(axes)).reshape(k, n)  # one row per output element
+        lo, hi, t = _positions(np.reshape(np.asarray(q) / scale, -1), n, method)
         g = np.reshape(out_bar, (lo.size, k))  # q's axes first, then the kept axes
         r = np.arange(k)
-        x_bar = np.zeros((k, n), dtype=np.result_type(xa.dtype, np.float16) if xa.dtype.kind == "f" else np.float64)
+        x_bar = np.zeros((k, n), dtype=xa.dtype if xa.dtype.kind in "fc" else np.float64)  # (complex: median)
         np.add.at(x_bar, (r, order[:, lo].T), (1 - t)[:, None] * g)
         np.add.at(x_bar, (r, order[:, hi].T), t[:, None] * g)
         x_bar = x_bar.reshape(kept_shape + tuple(xa.shape[i] for i in axes))
@@ -153,19 +153,24 @@ def average_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[...,
         operator.index(ax) % xa.ndim for ax in ((axis,) if np.ndim(axis) == 0 else axis))
     shape_e = tuple(1 if i in axes else d for i, d in enumerate(xa.shape))
     like_a, like_w = stand_in(a), stand_in(weights)
-    wb = None
-    if weights is not None:  # weights laid out like a (NumPy's own broadcasting of 1-D weights)
+
+    def laid_out() -> Any:
+        """The weights laid out like a (NumPy's own broadcasting of 1-D weights), or None. Computed
+        in the pullback, which a nested derivative records (weights' second derivatives)."""
+        if weights is None:
+            return None
         wa = np.asarray(weights)
-        wb = wa if wa.shape == xa.shape else wa.transpose(np.argsort(given)).reshape(
+        return wa if wa.shape == xa.shape else wa.transpose(np.argsort(given)).reshape(
             tuple(d if i in axes else 1 for i, d in enumerate(xa.shape)))
 
     def average_pullback(out_bar: Any) -> tuple[Any, ...]:
+        wb = laid_out()
+        avg_bar: Any
         scl_bar: Any
-        a_bar: Any
-        w_bar: Any
         avg_bar, scl_bar = out_bar if returned else (out_bar, ZERO)
         avg = out[0] if returned else out
-        a_bar, w_bar = 0.0, 0.0
+        a_bar: Any = 0.0
+        w_bar: Any = 0.0
         if avg_bar is not ZERO:
             g = np.reshape(avg_bar, shape_e)
             if wb is None:

@@ -160,10 +160,10 @@ def logaddexp_reduce_rrule(ufunc: Any, x: Any, params: dict[str, Any]) -> tuple[
     axis = params["axis"]
     axes = tuple(range(xa.ndim)) if axis is None else tuple(np.atleast_1d(axis) % max(xa.ndim, 1))
     keep = bool(params.get("keepdims", False))
-    expanded = out if keep else np.expand_dims(out, axes)
     power = np.exp if ufunc is np.logaddexp else np.exp2
 
     def logaddexp_reduce_pullback(out_bar: Any) -> Any:
+        expanded = out if keep else np.expand_dims(out, axes)  # (here: a nested derivative records it)
         return project(power(xa - expanded) * (out_bar if keep else np.expand_dims(out_bar, axes)), x)
 
     return out, logaddexp_reduce_pullback

@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from bytegrad.rules._project import project, stand_in
 from bytegrad.rules.registry import (
     NO_TANGENT, ZERO, Formula, differentiate_through, frule, kernel, rrule, scalar_rule,
 )
@@ -214,7 +215,7 @@ scalar_rule(np.reciprocal, lambda x, out: -(out**2))
 scalar_rule(np.power, power_dx, power_dy)
 scalar_rule(np.float_power, float_power_dx, power_dy)
 
-scalar_rule(np.absolute, lambda x, out: abs_partial(x), kernel=kernel("abs({0})", "_sign({0})"))  # 0 at the kink
+scalar_rule(np.absolute, lambda x, out: abs_partial(x, out), kernel=kernel("abs({0})", "_sign({0})"))  # 0 at the kink
 scalar_rule(np.fabs, lambda x, out: np.sign(x))
 scalar_rule(np.copysign, _copysign_dx, 0)
 scalar_rule(np.negative, -1, kernel=NEG_KERNEL)
@@ -239,10 +240,17 @@ differentiate_through(np.select, select_as_where)
 
 # ---- complex-aware rules (the convention: docs/plugins.md, "Complex numbers") -------------------------
 
-def abs_partial(x: Any) -> Any:
-    """d|z| pairs with dz as Re(conj(z)/|z| * dz): conj(sign(z)); sign(x) for real x."""
-    s = np.sign(x)
-    return np.conj(s) if np.iscomplexobj(s) else s
+def abs_partial(x: Any, out: Any = None) -> Any:
+    """d|z| pairs with dz as Re(conj(z)/|z| * dz): conj(z) / |z| (0 at z == 0); sign(x) for real x.
+
+    Written as conj(z) / |z|, not conj(sign(z)): a nested derivative differentiates it again, and
+    np.sign has no derivative (a real sign's is 0 away from the kink, a complex one's is not)."""
+    if not np.iscomplexobj(x):
+        return np.sign(x)
+    out = np.absolute(x) if out is None else out
+    safe = np.where(out == 0, 1.0, out)
+    # (by parts: a complex divided by a real is not exact in NumPy, 3/5 would come out 0.6000000000000001)
+    return np.real(x) / safe - 1j * (np.imag(x) / safe)
 
 
 @frule(np.absolute)
@@ -251,8 +259,43 @@ def absolute_frule(args_dot: tuple[Any, ...], x: Any) -> tuple[Any, Any]:
     x_dot = args_dot[0]
     if x_dot is None or x_dot is NO_TANGENT or x_dot is ZERO:
         return out, ZERO
-    out_dot = abs_partial(x) * x_dot
+    out_dot = abs_partial(x, out) * x_dot
     return out, (out_dot.real if np.iscomplexobj(out_dot) else out_dot)
+
+
+def _sign_derivative(z: Any, dz: Any) -> Any:
+    """d(z / |z|) = dz / |z| - z Re(conj(z) dz) / |z|^3, 0 at z == 0 (a subgradient)."""
+    r = np.abs(z)
+    safe = np.where(r == 0, 1.0, r)
+    return np.where(r == 0, 0, dz / safe - z * np.real(np.conj(z) * dz) / safe**3)
+
+
+@rrule(np.sign)
+def sign_rrule(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., tuple[Any, ...]]]:
+    """Piecewise constant for real input (zero cotangent); z / |z| for complex input (NumPy 2)."""
+    out = np.sign(x, *args, **kwargs)
+    moving = np.iscomplexobj(x)
+    like = stand_in(x)
+
+    def sign_pullback(out_bar: Any) -> tuple[Any, ...]:
+        if not moving or out_bar is ZERO:
+            return (ZERO,) + (NO_TANGENT,) * len(args)
+        # <c, du> = Re((c / |z| - Re(c z) conj(z) / |z|^3) dz): the adjoint of _sign_derivative
+        r = np.abs(x)
+        safe = np.where(r == 0, 1.0, r)
+        x_bar = np.where(r == 0, 0, out_bar / safe - np.real(out_bar * x) * np.conj(x) / safe**3)
+        return (project(x_bar, like),) + (NO_TANGENT,) * len(args)
+
+    return out, sign_pullback
+
+
+@frule(np.sign)
+def sign_frule(args_dot: tuple[Any, ...], x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+    out = np.sign(x, *args, **kwargs)
+    x_dot = args_dot[0]
+    if not np.iscomplexobj(x) or x_dot is None or x_dot is NO_TANGENT or x_dot is ZERO:
+        return out, ZERO
+    return out, _sign_derivative(x, x_dot)
 
 
 @rrule(np.conjugate)

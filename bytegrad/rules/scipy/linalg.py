@@ -327,6 +327,22 @@ def sqrtm_rrule(a: Any, *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., A
     return out, sqrtm_pullback
 
 
+@rrule(sl.solve_sylvester)
+def solve_sylvester_rrule(a: Any, b: Any, q: Any) -> tuple[Any, Callable[..., Any]]:
+    """X with A X + X B = Q (sqrtm's pullback solves one: its second derivative needs this rule)."""
+    _real("solve_sylvester", a, b, q)
+    out = sl.solve_sylvester(a, b, q)
+    likes = [stand_in(v) for v in (a, b, q)]
+
+    def solve_sylvester_pullback(out_bar: Any) -> tuple[Any, ...]:
+        # dA X + A dX + dX B + X dB = dQ: Q_bar solves A^T Q_bar + Q_bar B^T = X_bar
+        q_bar = sl.solve_sylvester(_mT(np.asarray(a)), _mT(np.asarray(b)), np.broadcast_to(out_bar, out.shape))
+        a_bar, b_bar = -(q_bar @ _mT(out)), -(_mT(out) @ q_bar)
+        return tuple(project(v, like) for v, like in zip((a_bar, b_bar, q_bar), likes))
+
+    return out, solve_sylvester_pullback
+
+
 # ---- eigh -------------------------------------------------------------------------------------------
 
 _EIGH_PARAMS = ("b", "lower", "eigvals_only")

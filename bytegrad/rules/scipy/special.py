@@ -25,10 +25,12 @@ def _errstate() -> Any:
     return np.errstate(divide="ignore", invalid="ignore", over="ignore")
 
 
-def _where_x_zero(x: Any, value: Callable[[], Any]) -> Any:
-    """`value()`, but 0 where x == 0 (xlogy(0, y) is 0 for every y, so flat in y)."""
+def _x_over(x: Any, d: Any) -> Any:
+    """x / d, and 0 where x == 0 even if d == 0 (xlogy(0, y) is 0 for every y, so flat in y). The
+    denominator is replaced only where both are 0, so that d/dx (x / d) = 1 / d stays exact at x == 0
+    (a nested derivative differentiates this partial)."""
     with _errstate():
-        return np.where(np.equal(x, 0), 0.0, value())
+        return x / np.where(np.equal(x, 0) & np.equal(d, 0), 1.0, d)
 
 
 def _like_out(value: Any, out: Any) -> Any:
@@ -72,8 +74,8 @@ scalar_rule(sc.multigammaln, _multigammaln_da, None)
 
 # ---- x log y and entropies ------------------------------------------------------------------------
 
-scalar_rule(sc.xlogy, lambda x, y, out: np.log(y), lambda x, y, out: _where_x_zero(x, lambda: x / y))
-scalar_rule(sc.xlog1py, lambda x, y, out: np.log1p(y), lambda x, y, out: _where_x_zero(x, lambda: x / (1 + y)))
+scalar_rule(sc.xlogy, lambda x, y, out: np.log(y), lambda x, y, out: _x_over(x, y))
+scalar_rule(sc.xlog1py, lambda x, y, out: np.log1p(y), lambda x, y, out: _x_over(x, 1 + y))
 scalar_rule(sc.entr, lambda x, out: -(np.log(x) + 1))
 scalar_rule(sc.rel_entr, lambda x, y, out: np.log(x / y) + 1, lambda x, y, out: -x / y)
 scalar_rule(sc.kl_div, lambda x, y, out: np.log(x / y), lambda x, y, out: 1 - x / y)

@@ -5,7 +5,6 @@ Loaded once the program imports `statistics` (`registry.load_lazy_rules`): `impo
 """
 from __future__ import annotations
 
-import math
 import statistics
 from typing import Any
 
@@ -50,13 +49,15 @@ def _variance_rrule(fn: Any, ddof: int, root: bool) -> Any:
         out = fn(items, *given)
         xbar = given[0] if given else None
         n = len(items)
-        mean = math.fsum(float(v) for v in items) / n if xbar is None else float(xbar)
-        centred = [float(v) - mean for v in items]
         like = data if type(data) is not np.ndarray else stand_in(data)
 
         def variance_pullback(out_bar: Any) -> tuple[Any, ...]:
             # var == sum((x - m)**2) / (n - ddof): with m the data's mean its own term vanishes,
-            # with a given `xbar` the mean is an input too; stdev == sqrt(var), 0 at var == 0
+            # with a given `xbar` the mean is an input too; stdev == sqrt(var), 0 at var == 0.
+            # (The centred values are computed here, from the items: a nested derivative records them.)
+            values = _floats(data)
+            mean = sum(values, 0.0) / n if xbar is None else xbar
+            centred = [v - mean for v in values]
             var_bar = out_bar
             if root:
                 var_bar = out_bar / (2.0 * out) if out else 0.0 * out_bar

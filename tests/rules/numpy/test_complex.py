@@ -57,13 +57,17 @@ ELEMENTWISE = [
     ccase(np.power, C(2, 3), 3, name="power-int"), ccase(np.expm1, C(3)), ccase(np.log1p, C(3)),
     ccase(np.sinh, C(3)), ccase(np.cosh, C(3)), ccase(np.tan, C(3)), ccase(np.arctan, C(3)),
     ccase(np.conjugate, C(2, 3)), ccase(np.absolute, C(2, 3)),
+    ccase(np.sign, C(2, 3)),  # z / |z|: it was declared non-differentiable (a zero gradient)
 ]
 REDUCTIONS_AND_SHAPES = [
     ccase(np.sum, C(2, 3)), ccase(np.sum, C(2, 3), 0, name="sum-axis"), ccase(np.mean, C(2, 3)),
+    ccase(np.median, C(3, 4), 1, name="median-axis"), ccase(np.median, C(5)),  # (lexicographic order)
     ccase(np.prod, C(2, 3)), ccase(np.cumsum, C(2, 3)), ccase(np.cumprod, C(4)), ccase(np.diff, C(2, 3)),
     ccase(np.transpose, C(2, 3)), ccase(np.reshape, C(2, 3), (3, 2)), ccase(np.flip, C(2, 3)),
     ccase(np.roll, C(2, 3), 1), ccase(np.take, C(2, 3), [0, 2], 1), ccase(np.concatenate, [C(2, 3), C(1, 3)]),
     ccase(np.stack, [C(3), C(3)]), ccase(np.trace, C(3, 3)), ccase(np.diag, C(3, 3)), ccase(np.tril, C(3, 3)),
+    # (their pullback gathered with np.bincount, whose weights are real: a TypeError in the reverse pass)
+    ccase(np.pad, C(2, 3), 1, name="pad"), ccase(np.lib.stride_tricks.sliding_window_view, C(5), 3, name="sliding_window_view"),
 ]
 PRODUCTS = [
     ccase(np.matmul, C(3, 3), C(3, 2)), ccase(np.matmul, C(2, 3, 3), C(3,), name="matmul-batched-vector"),
@@ -72,6 +76,8 @@ PRODUCTS = [
     ccase(np.kron, C(2, 2), C(2, 1)), ccase(np.linalg.multi_dot, [C(2, 3), C(3, 3), C(3, 2)]),
     ccase(np.linalg.matrix_power, C(3, 3), 2),
     ccase(np.linalg.inv, C(3, 3)), ccase(np.linalg.solve, C(3, 3), C(3, 2)), ccase(np.linalg.det, C(3, 3)),
+    # a complex determinant's sign moves with the matrix (a real one's is piecewise constant)
+    ccase(np.linalg.slogdet, C(3, 3)), ccase(np.linalg.slogdet, C(2, 3, 3), name="slogdet-batched"),
 ]
 #: real-valued functions of complex input that once returned the conjugate of the convention's gradient
 NORMS_AND_SPREAD = [
@@ -97,6 +103,9 @@ ATTRIBUTES = [
     ccase(np.ndarray.conj, C(2, 3)), ccase(np.ndarray.conjugate, C(3)), ccase(np.ndarray.conj, R(3), name="conj-real"),
     ccase(np.generic.real, CS(), name="scalar-real"), ccase(np.generic.imag, CS(), name="scalar-imag"),
     ccase(np.generic.real, RS(), name="real-scalar-real"), ccase(np.generic.imag, RS(), name="real-scalar-imag"),
+    # (the constructors run in nested derivatives: `project` builds a complex scalar's cotangent with them)
+    ccase(np.complex128, CS(), name="complex128-scalar"), ccase(np.complex128, RS(), name="complex128-of-real"),
+    ccase(np.complex128, C(3), name="complex128-array"), ccase(np.complex64, CS(), name="complex64-scalar"),
 ]
 #: a real argument with a complex one: its cotangent is real, the real part of what a complex
 #: argument in its place would get
@@ -205,3 +214,83 @@ def test_real_input_through_complex_values(f):
         want[i] = (f(x + e) - f(x - e)) / 2e-6
     assert g.dtype == np.float64
     np.testing.assert_allclose(g, want, rtol=1e-6, atol=1e-8)
+
+
+def _sq(c):
+    return np.real(c * np.conj(c))
+
+
+@pytest.mark.parametrize("f", [
+    lambda z: np.sum(np.abs(z) ** 3),
+    lambda z: np.sum(np.absolute(z) * np.real(z)),
+    lambda z: np.sum(np.angle(z) ** 2),
+    lambda z: np.abs(np.sum(np.dot(z, z))),
+    lambda z: np.abs(np.sum(np.kron(z, z))),
+    lambda z: np.abs(np.dot(z[0, 0], z[1, 1]) + np.sum(np.kron(z[0, 1], z[1]))),
+    lambda z: np.var(np.array([z[0, 0], 2 * z[1, 1], z[0, 1] * z[1, 0]])) + np.std(z[0] * z[1]),
+    lambda z: np.sum(np.linalg.eigh(z + np.conj(z.T))[0] ** 3) + np.sum(np.abs(np.linalg.eigh(z + np.conj(z.T))[1]) ** 4),
+    lambda z: np.sum(np.abs(np.linalg.eigh(z + np.conj(z.T), "U")[1]) ** 4),
+    lambda z: np.sum(np.linalg.svd(z)[1] ** 3) + np.sum(np.abs(np.linalg.svd(z)[0]) ** 4),
+    lambda z: np.sum(np.abs(np.linalg.svd(z[:1])[2]) ** 4) + np.sum(np.abs(np.linalg.svd(z[:, :1])[0]) ** 3),
+    lambda z: np.sum(np.abs(np.linalg.eig(z)[0]) ** 3) + np.sum(_sq(np.linalg.eig(z)[1]) ** 2),
+], ids=["abs", "absolute", "angle", "dot", "kron", "dot-kron-of-scalars", "var-std-of-scalars", "eigh", "eigh-upper", "svd", "svd-wide-tall",
+        "eig"])
+def test_grad_of_grad_of_a_real_function_of_complex_input(f):
+    """The second order HIPS autograd's suite checks (issue 26): the gradient of Re<w, grad f(z)>
+    against central differences of grad f. |z|'s partial went through np.sign (no derivative)."""
+    z = np.array([[0.3 + 0.4j, -1.1 + 0.2j], [0.7 - 0.9j, 1.6 + 0.5j]])
+    w = np.array([[0.5 - 1j, 0.2 + 0.3j], [1.1, -0.4 + 0.6j]])
+    gf = bytegrad.grad(f)
+
+    def s(z):
+        return np.real(np.sum(w * gf(z)))
+
+    np.testing.assert_allclose(bytegrad.grad(s)(z), _fd_gradient(s, z), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("f", [np.abs, np.real, np.imag, np.angle, lambda z: z.real, lambda z: z.imag],
+                         ids=["abs", "real", "imag", "angle", "attr-real", "attr-imag"])
+def test_forward_mode_gives_a_real_output_a_real_tangent(f):
+    z = np.array([0.3 + 0.4j, -1.1 + 0.2j])
+    v = np.array([0.5 - 1j, 0.2 + 0.3j])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", np.exceptions.ComplexWarning)
+        _, t = bytegrad.jvp(f, (z,), (v,))
+    assert t.dtype == np.float64
+    np.testing.assert_allclose(t, (f(z + 1e-6 * v) - f(z - 1e-6 * v)) / 2e-6, rtol=1e-6, atol=1e-9)
+
+
+def test_forward_mode_through_a_pullback_of_a_function_that_is_not_holomorphic():
+    """A rule with only a pullback (np.linalg.svd): forward mode transposes it one output entry at a
+    time, and a complex entry needs two pullbacks (U is not holomorphic in z: its tangent is not
+    sum(pullback(e) * v))."""
+    z = np.array([[2.0 + 0.5j, 0.3 - 0.2j], [0.1j, -1.0 + 0.2j]])
+    v = np.array([[0.5 - 1j, 0.2 + 0.3j], [-0.4, 0.7j]])
+
+    def f(z):
+        u, s, vh = np.linalg.svd(z)
+        return (u * np.array([1.0, 2.5])) @ np.conj(u.T) + s[0] * ((u[:, :1] * 3.0) @ vh[:1])
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bytegrad.PerformanceWarning)
+        _, t = bytegrad.jvp(f, (z,), (v,))
+    np.testing.assert_allclose(t, (f(z + 1e-6 * v) - f(z - 1e-6 * v)) / 2e-6, rtol=1e-6, atol=1e-8)
+
+
+def test_einsum_forward_mode_with_a_real_and_a_complex_operand_also_nested():
+    """np.einsum has no forward rule: its tangent is transposed from its pullback, whose cotangent
+    for the real operand is a real part; the imaginary part of J v was lost (issue 26)."""
+    a = np.array([[1.0 + 2.0j, -0.5j], [0.3, 0.7 - 0.2j]])
+    x, v, u = np.array([0.5, -1.2]), np.array([0.3, 0.8]), np.array([-0.4, 1.1])
+
+    def f(x):
+        return np.einsum("i,ij->j", x, a) * x
+
+    def tangent(x):
+        return bytegrad.jvp(f, (x,), (v,))[1]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bytegrad.PerformanceWarning)
+        np.testing.assert_allclose(tangent(x), (f(x + 1e-6 * v) - f(x - 1e-6 * v)) / 2e-6, rtol=1e-6)
+        nested = bytegrad.jvp(tangent, (x,), (u,))[1]  # forward over forward
+        np.testing.assert_allclose(nested, (tangent(x + 1e-6 * u) - tangent(x - 1e-6 * u)) / 2e-6, rtol=1e-5)

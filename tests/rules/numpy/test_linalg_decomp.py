@@ -8,6 +8,7 @@ import bytegrad
 
 from bytegrad.rules._apply import as_rrule
 from bytegrad.rules.registry import ZERO, lookup
+from bytegrad.rules.testing import eig_invariants, eigh_invariants, qr_invariants, r_invariants, svd_invariants
 
 from ..cases import Arr, Gen, case, params
 from .test_complex import _fd_gradient
@@ -50,24 +51,35 @@ CHOLESKY = [
     case(np.linalg.cholesky, _spd()), case(np.linalg.cholesky, _spd(2), name="cholesky-batched"),
     case(np.linalg.cholesky, _spd(), upper=True, name="cholesky-upper"),
 ]
+# Decompositions defined up to a sign or phase are compared through gauge-invariant functions of
+# their outputs (bytegrad.rules.testing's *_invariants): the check must not depend on the signs a
+# LAPACK build picks, nor on a sign flipped between a + eps*d and a - eps*d.
 QR = [
-    case(np.linalg.qr, _spread(4, 3), name="qr-tall"), case(np.linalg.qr, _spread(3, 3), name="qr-square"),
-    case(np.linalg.qr, _spread(3, 5), name="qr-wide"), case(np.linalg.qr, _spread(2, 4, 3), name="qr-batched"),
-    case(np.linalg.qr, _spread(3, 5), "complete", name="qr-complete-wide"),
-    case(np.linalg.qr, _spread(4, 3), "r", name="qr-r"), case(np.linalg.qr, _spread(3, 4), mode="r", name="qr-r-wide"),
+    case(np.linalg.qr, _spread(4, 3), name="qr-tall", through=qr_invariants),
+    case(np.linalg.qr, _spread(3, 3), name="qr-square", through=qr_invariants),
+    case(np.linalg.qr, _spread(3, 5), name="qr-wide", through=qr_invariants),
+    case(np.linalg.qr, _spread(2, 4, 3), name="qr-batched", through=qr_invariants),
+    case(np.linalg.qr, _spread(3, 5), "complete", name="qr-complete-wide", through=qr_invariants),
+    case(np.linalg.qr, _spread(5, 3), "complete", name="qr-complete-tall", through=qr_invariants),
+    case(np.linalg.qr, _spread(4, 3), "r", name="qr-r", through=r_invariants),
+    case(np.linalg.qr, _spread(3, 4), mode="r", name="qr-r-wide", through=r_invariants),
 ]
 SVD = [
-    case(np.linalg.svd, _spread(4, 3), False, name="svd-tall"), case(np.linalg.svd, _spread(3, 3), name="svd-square"),
-    case(np.linalg.svd, _spread(3, 5), full_matrices=False, name="svd-wide"),
-    case(np.linalg.svd, _spread(2, 3, 4), False, name="svd-batched"),
+    case(np.linalg.svd, _spread(4, 3), False, name="svd-tall", through=svd_invariants),
+    case(np.linalg.svd, _spread(3, 3), name="svd-square", through=svd_invariants),
+    case(np.linalg.svd, _spread(3, 5), full_matrices=False, name="svd-wide", through=svd_invariants),
+    case(np.linalg.svd, _spread(2, 3, 4), False, name="svd-batched", through=svd_invariants),
+    case(np.linalg.svd, _spread(5, 3), name="svd-full-tall", through=svd_invariants),
+    case(np.linalg.svd, _spread(3, 5), name="svd-full-wide", through=svd_invariants),
     case(np.linalg.svd, _spread(4, 3), compute_uv=False, name="svd-values"),
     case(np.linalg.svd, _spread(2, 3, 5), False, False, name="svd-values-batched"),
-    case(np.linalg.svd, _symmetric(), hermitian=True, name="svd-hermitian"),
+    case(np.linalg.svd, _symmetric(), hermitian=True, name="svd-hermitian", through=svd_invariants),
     case(np.linalg.svdvals, _spread(3, 4)),
 ]
 EIGH = [
-    case(np.linalg.eigh, _symmetric()), case(np.linalg.eigh, _symmetric(2, n=3), name="eigh-batched"),
-    case(np.linalg.eigh, _symmetric(), "U", name="eigh-upper"),
+    case(np.linalg.eigh, _symmetric(), through=eigh_invariants),
+    case(np.linalg.eigh, _symmetric(2, n=3), name="eigh-batched", through=eigh_invariants),
+    case(np.linalg.eigh, _symmetric(), "U", name="eigh-upper", through=eigh_invariants),
     case(np.linalg.eigvalsh, _symmetric()), case(np.linalg.eigvalsh, _symmetric(3), UPLO="U", name="eigvalsh-upper"),
 ]
 PINV = [
@@ -188,7 +200,18 @@ COMPLEX = [
     case(np.linalg.svdvals, _complex_spread(3, 4), name="svdvals-complex"),
     case(np.linalg.eigvalsh, _hermitian(), name="eigvalsh-complex"),
     case(np.linalg.eigvalsh, _hermitian(2, n=3), "U", name="eigvalsh-complex-upper-batched"),
-    case(np.linalg.eig, _eigen(), name="eig-real-values"), case(np.linalg.eig, _eigen(2), name="eig-batched"),
+    case(np.linalg.eig, _eigen(), name="eig-real-values", through=eig_invariants),
+    case(np.linalg.eig, _eigen(2), name="eig-batched", through=eig_invariants),
+    case(np.linalg.eig, _eigen(real_values=False), name="eig-complex-values", through=eig_invariants),
+    case(np.linalg.eig, _eigen(complex_input=True), name="eig-complex-input", through=eig_invariants),
+    case(np.linalg.eig, _eigen(2, n=3, complex_input=True), name="eig-complex-batched", through=eig_invariants),
+    case(np.linalg.svd, _complex_spread(4, 3), False, name="svd-complex-tall", through=svd_invariants),
+    case(np.linalg.svd, _complex_spread(3, 3), name="svd-complex-square", through=svd_invariants),
+    case(np.linalg.svd, _complex_spread(3, 5), name="svd-complex-full-wide", through=svd_invariants),
+    case(np.linalg.svd, _complex_spread(2, 4, 3), False, name="svd-complex-batched", through=svd_invariants),
+    case(np.linalg.svd, _hermitian(), hermitian=True, name="svd-complex-hermitian", through=svd_invariants),
+    case(np.linalg.eigh, _hermitian(), name="eigh-complex", through=eigh_invariants),
+    case(np.linalg.eigh, _hermitian(2, n=3), "U", name="eigh-complex-upper-batched", through=eigh_invariants),
     case(np.linalg.eigvals, _eigen(real_values=False), name="eigvals-complex-values"),
     case(np.linalg.eigvals, _eigen(complex_input=True), name="eigvals-complex-input"),
     case(np.linalg.eigvals, _eigen(2, n=4, complex_input=True), name="eigvals-complex-batched"),

@@ -38,7 +38,16 @@ def test_nondiff(case, dtype):
     case.check(dtype)
 
 
-@pytest.mark.parametrize("fn", [np.floor, np.sign, np.argmax, np.ndarray.argmax])
+def test_the_sign_of_real_input_carries_a_zero_cotangent():
+    """np.sign has a rule (a complex sign, z / |z|, moves: tests/rules/numpy/test_complex.py); a real
+    one is piecewise constant."""
+    x = np.linspace(-1.0, 1.0, 4)
+    _, pullback = as_rrule(lookup(np.sign))(x)
+    assert pullback(np.ones(4)) == (ZERO,)
+    assert as_frule(lookup(np.sign))((np.ones(4),), x)[1] is ZERO
+
+
+@pytest.mark.parametrize("fn", [np.floor, np.argmax, np.ndarray.argmax])
 def test_nondiff_rules_carry_no_tangent(fn):
     rule = lookup(fn)
     assert rule.kind is RuleKind.NONDIFF

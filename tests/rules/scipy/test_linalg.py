@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from bytegrad.errors import RuleCaseError
+from bytegrad.rules.testing import eigh_invariants
 
 sl = pytest.importorskip("scipy.linalg")
 
@@ -46,6 +47,9 @@ SOLVE = [
     case(sl.cho_solve, _factored(sl.cho_factor, lower=True), Arr((3, 2)), name="cho_solve-lower"),
     case(sl.lu_solve, _factored(sl.lu_factor), Arr((3,))),
     case(sl.lu_solve, _factored(sl.lu_factor), Arr((3, 2)), trans=1, name="lu_solve-trans"),
+    case(sl.solve_sylvester, _square(), _square(), Arr((3, 3))),
+    case(sl.solve_sylvester, _square(), Gen(lambda rng, dt: _square().make(rng, dt)[:2, :2]), Arr((3, 2)),
+         name="solve_sylvester-rectangular"),
 ]
 
 
@@ -64,9 +68,11 @@ DECOMPOSITIONS = [
     case(sl.det, _square()), case(sl.det, _square(2), name="det-batched"),
     case(sl.expm, Arr((3, 3), lo=-1.0, hi=1.0)), case(sl.expm, Arr((2, 3, 3), lo=-1.0, hi=1.0), name="expm-batched"),
     case(sl.sqrtm, _spd()),
-    # the vectors in float64 only: LAPACK's float32 and float64 routines may pick opposite signs, and the
-    # finite differences run in float64 (test_eigh_gauge_invariant_use_of_the_vectors covers float32)
-    case(sl.eigh, _symmetric(), dtypes=("float64",)),
+    # the vectors through gauge-invariant functions of them: the default driver (evr) may flip a
+    # vector's sign between a + eps*d and a - eps*d, and float32 and float64 routines pick their own signs
+    case(sl.eigh, _symmetric(), through=eigh_invariants),
+    case(sl.eigh, _symmetric(), lower=False, name="eigh-upper", through=eigh_invariants),
+    case(sl.eigh, _symmetric(), driver="evd", name="eigh-evd", through=eigh_invariants),
     case(sl.eigh, _symmetric(), lower=False, eigvals_only=True, name="eigh-upper-values"),
     case(sl.eigh, _symmetric(), eigvals_only=True, name="eigh-values"),
     case(sl.eigh, _symmetric(2), eigvals_only=True, name="eigh-values-batched"),
