@@ -72,12 +72,13 @@ _DEFAULT = _check_tier(os.environ.get("BYTEGRAD_TIER", "auto") or "auto", "BYTEG
 class _Signature:
     """What the tiers know of one argument signature (the types of the positional arguments)."""
 
-    __slots__ = ("calls", "reason", "recaptures")
+    __slots__ = ("calls", "reason", "recaptures", "looked")
 
     def __init__(self) -> None:
         self.calls = 0                       # general-path gradients so far
         self.reason: Optional[str] = None    # why it is not compiled, once known
         self.recaptures = 0                  # captures after a program's decision came out otherwise
+        self.looked = False                  # the disk cache was asked for its stored programs
 
 
 class Tiers:
@@ -131,8 +132,10 @@ class Tiers:
         sig = self.signatures.get(key)
         if sig is None:
             sig = self.signatures[key] = _Signature()
-            if self._load(key):  # programs a precompile stored: this call runs one
+            if self._load_due(sig, now) and self._load(key):  # programs a precompile stored: this call runs one
                 return self.call(fn, args, capture, now, value)
+        elif sig.calls == 1 and self._load_due(sig, now) and self._load(key):
+            return self.call(fn, args, capture, now, value)
         if decided:
             self._decided(sig)
         if sig.reason is None and len(self.programs) < MAX_PROGRAMS and \
@@ -243,6 +246,15 @@ class Tiers:
                                                        label=self.code.co_qualname):
                 stored += len(progs)
         return stored
+
+    def _load_due(self, sig: _Signature, now: bool) -> bool:
+        """Whether this call of `sig` looks on disk for its stored programs: the first call under a
+        pinned tier (or a precompile's); under `auto`, the second (a signature called once runs the
+        general path, whose rewrite a warm cache holds: loading is paid only where it is used)."""
+        if sig.looked or not (sig.calls or now or self.tier != "auto"):
+            return False
+        sig.looked = True
+        return True
 
     def _load(self, signature: tuple) -> bool:
         """Programs of this signature from the disk cache, if a precompile stored them and every
