@@ -31,11 +31,14 @@ import os
 import time
 import types
 import weakref
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
-from bytegrad.runtime.program import DECIDED, MISS, Program
+from bytegrad.runtime.sentinels import DECIDED, MISS
+
+if TYPE_CHECKING:  # (runtime/program*.py is imported by the first capture or load, not by a first gradient)
+    from bytegrad.runtime.program import Program
 
 _perf = time.perf_counter
 
@@ -157,6 +160,8 @@ class Tiers:
                           f"{MAX_RECAPTURES} captures (a value compared or queried changes from call to call)")
 
     def _capture(self, sig: _Signature, args: tuple, capture: Callable[..., Any]) -> Any:
+        from bytegrad.runtime.program import Program
+
         t0 = time.perf_counter()
         try:
             result, program = capture(args, ("numba", "numpy") if self.tier == "numba" else ("numpy",))
@@ -184,6 +189,7 @@ class Tiers:
         programs on these arguments, and keep the faster (a tie goes to NumPy, which compiles
         nothing more and keeps no Numba state)."""
         from bytegrad.runtime import kernels
+        from bytegrad.runtime.program import Program
 
         prog.upgraded = True
         had_numba = kernels.numba_loaded()
