@@ -377,6 +377,34 @@ CASES: tuple[Case, ...] = tuple(
 )
 
 
+# ------------------------------------------- the seed's example: sum of squared singular values
+def svd_loss(A):
+    s = np.linalg.svd(A, compute_uv=False)
+    return np.sum(s ** 2)
+
+
+def svd_grad(A):
+    U, s, Vt = np.linalg.svd(A, full_matrices=False)
+    return (U * (2.0 * s)) @ Vt
+
+
+def svd_inputs(n: int) -> Callable[[np.random.Generator], Inputs]:
+    def make(rng: np.random.Generator) -> Inputs:
+        return rng.standard_normal((n, n)), ()
+    return make
+
+
+#: the seed's own example (bench/ttfg.py's second case; not one of `CASES`, whose steady state
+#: bench.core times: a 20x20 SVD is LAPACK's time, whoever calls it)
+SVD = Case("svd", "sum of squared singular values, A: 20x20", svd_loss, svd_grad, svd_inputs(20),
+           rtol=1e-8)
+
+
+def by_key(key: str) -> Case:
+    """A case of `CASES`, or `SVD`, by its key."""
+    return next(c for c in CASES + (SVD,) if c.key == key)
+
+
 def get_cases(keys: list[str] | None = None, *, quick: bool = False) -> list[Case]:
     """The cases named by `keys` (in `CASES` order), else the quick ones or all of them."""
     if keys:

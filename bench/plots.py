@@ -81,8 +81,9 @@ def plot_ratios(core: dict[str, Any], path: Path) -> None:
 
 def plot_ttfg(ttfg: dict[str, Any], path: Path) -> None:
     plt = _pyplot()
-    configs = [c for c in ttfg["configurations"] if c.get("system") and c.get("first_s") is not None]
-    train = [t for t in ttfg.get("train", []) if t.get("wall_s") is not None]
+    configs = [c for c in ttfg["configurations"]
+               if c.get("system") and c.get("first_s") is not None and c.get("case", "mlp") == "mlp"]
+    train = [t for t in ttfg.get("train", []) if t.get("wall_s") is not None and t.get("case", "mlp") == "mlp"]
     parts = [("import numpy", "import_numpy_s", "#9ecae1"), ("import library", "import_library_s", "#3182bd"),
              ("import the benchmark's modules, make the data", "user_s", "#c7e9c0"),
              ("setup", "setup_s", "#fdae6b"), ("1st gradient", "first_s", "#e6550d")]

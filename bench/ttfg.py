@@ -1,7 +1,10 @@
-"""Time to first gradient: the MLP case (784-256-256-10, tanh + softmax-CE, batch 128) in fresh processes.
+"""Time to first gradient, in fresh processes: the MLP case (784-256-256-10, tanh + softmax-CE,
+batch 128) and the seed's own example (the gradient of the sum of squared singular values of a
+20x20 matrix), each beside hand-written NumPy and autograd.
 
-    python -m bench.ttfg              # 5 timed runs per configuration (median), after 1 priming run
+    python -m bench.ttfg              # 7 timed runs per configuration (median), after 1 priming run
     python -m bench.ttfg --runs 3     # fewer
+    python -m bench.ttfg --cases svd  # one case
 
 For each configuration, fresh Python processes (`python -m bench.ttfg_child`) report: import
 time (`import numpy`, then the library), setup (building the gradient function, converting the
@@ -9,9 +12,10 @@ data), the first gradient call, the second, and the process's peak RSS; the pare
 process wall time (interpreter start to exit). The peak memory traced by tracemalloc during the
 first gradient call is measured in separate processes (tracemalloc slows the call it traces).
 bytegrad runs with an empty cache (a fresh `BYTEGRAD_CACHE_DIR` per process), a warm one (a
-cache directory kept from the priming run), and after `bytegrad.precompile` when that exists.
-Then: the wall time of a fresh process that imports everything and runs 200 SGD steps of the
-same MLP, for the systems whose gradient works on NumPy parameters updated in place.
+cache directory kept from the priming run), a crowded one (a fresh copy, per process, of a cache
+holding the rewrites of 1,000 other functions: the first gradient writes into it), and after
+`bytegrad.precompile`. Then: the wall time of a fresh process that imports everything and runs 200
+SGD steps of each case, for the systems whose gradient works on NumPy parameters updated in place.
 
 The children run without PYTHONDONTWRITEBYTECODE (which some machines set), as a user's Python
 does: the priming run writes the .pyc files that the timed runs then load. Writes
@@ -49,24 +53,38 @@ class Config:
     system: str | None                        # a bench.systems name; None: `python -c pass`
     module: str | None = None                 # what must be importable for it to run
     env: dict[str, str] = field(default_factory=dict)
-    cache: str | None = None                  # bytegrad: "empty", "warm" or "precompiled"
+    cache: str | None = None                  # bytegrad: "empty", "warm", "crowded" or "precompiled"
     not_run: str | None = None                # why it is shown but not run
+    case: str = "mlp"                         # a bench.cases key
+
+    @property
+    def key(self) -> str:
+        return f"{self.case}: {self.name}"
 
 
-def configs(precompile_available: bool) -> list[Config]:
+CASE_KEYS = ("svd", "mlp")
+#: the other functions' entries of the crowded cache
+CROWD = 1000
+
+
+def configs(precompile_available: bool, case: str) -> list[Config]:
     nn = {"BYTEGRAD_DISABLE_NUMBA": "1"}
-    return [
-        Config("python -c pass", None),
-        Config("numpy (hand-written)", "numpy (hand-written)"),
-        Config("bytegrad, empty cache", "bytegrad", "bytegrad", cache="empty"),
-        Config("bytegrad, warm cache", "bytegrad", "bytegrad", cache="warm"),
-        Config("bytegrad, after precompile", "bytegrad", "bytegrad", cache="precompiled",
+    out = [
+        Config("numpy (hand-written)", "numpy (hand-written)", case=case),
+        Config("bytegrad, empty cache", "bytegrad", "bytegrad", cache="empty", case=case),
+        Config("bytegrad, warm cache", "bytegrad", "bytegrad", cache="warm", case=case),
+        Config(f"bytegrad, crowded cache ({CROWD:,} other functions)", "bytegrad", "bytegrad", cache="crowded",
+               case=case),
+        Config("bytegrad, after precompile", "bytegrad", "bytegrad", cache="precompiled", case=case,
                not_run=None if precompile_available else "n/a (precompile not implemented yet)"),
-        Config("bytegrad, BYTEGRAD_DISABLE_NUMBA=1, empty cache", "bytegrad", "bytegrad", env=nn, cache="empty"),
-        Config("autograd", "autograd", "autograd"),
-        Config("jax-jit (no persistent compilation cache)", "jax-jit", "jax"),
-        Config("torch", "torch", "torch"),
+        Config("autograd", "autograd", "autograd", case=case),
     ]
+    if case == "mlp":
+        out[4:4] = [Config("bytegrad, BYTEGRAD_DISABLE_NUMBA=1, empty cache", "bytegrad", "bytegrad", env=nn,
+                           cache="empty", case=case)]
+        out += [Config("jax-jit (no persistent compilation cache)", "jax-jit", "jax", case=case),
+                Config("torch", "torch", "torch", case=case)]
+    return out
 
 
 TRAIN_SYSTEMS = ("numpy (hand-written)", "bytegrad", "bytegrad, after precompile", "autograd")
@@ -99,28 +117,48 @@ def run_child(config: dict[str, Any], env: dict[str, str], timeout: float = 600)
 
 
 class CacheDirs:
-    """BYTEGRAD_CACHE_DIR per configuration: a new one per process (empty), or one kept (warm)."""
+    """BYTEGRAD_CACHE_DIR per configuration: a new one per process (empty), one kept (warm), or a
+    fresh copy of the crowded template per process (crowded)."""
 
     def __init__(self) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="bytegrad-ttfg-"))
         self.kept: dict[str, Path] = {}
+        self.crowd: Path | None = None
 
     def for_run(self, cfg: Config) -> dict[str, str]:
         if cfg.cache is None:
             return {}
         if cfg.cache == "empty":
             return {"BYTEGRAD_CACHE_DIR": tempfile.mkdtemp(dir=self.root)}
-        path = self.kept.setdefault(cfg.name, Path(tempfile.mkdtemp(dir=self.root)))
+        if cfg.cache == "crowded":
+            target = Path(tempfile.mkdtemp(dir=self.root)) / "cache"
+            shutil.copytree(self.crowded(), target, symlinks=True)
+            return {"BYTEGRAD_CACHE_DIR": str(target)}
+        path = self.kept.setdefault(cfg.key, Path(tempfile.mkdtemp(dir=self.root)))
         return {"BYTEGRAD_CACHE_DIR": str(path)}
+
+    def crowded(self) -> Path:
+        """A cache holding the rewrites of `CROWD` other functions (made once, by one process)."""
+        if self.crowd is None:
+            self.crowd = self.root / "crowd"
+            code = ("import numpy as np, bytegrad\nns = {'np': np}\n"
+                    f"for i in range({CROWD}):\n"
+                    "    exec(f'def f{i}(x):\\n    return np.sum(np.tanh(x * {i + 1}.0) * x - x)', ns)\n"
+                    "    bytegrad.grad(ns[f'f{i}'])(np.ones(3))\n")
+            proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                                  env=child_env({"BYTEGRAD_CACHE_DIR": str(self.crowd)}))
+            if proc.returncode != 0:
+                raise RuntimeError(f"making the crowded cache failed: {proc.stderr.strip()[-500:]}")
+        return self.crowd
 
     def cleanup(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def precompile(cfg: Config, env: dict[str, str]) -> str | None:
-    """Runs `bytegrad.precompile` on the MLP loss into the configuration's cache; an error or None."""
+def precompile(case: str, env: dict[str, str]) -> str | None:
+    """Runs `bytegrad.precompile` on a case's loss into the configuration's cache; an error or None."""
     code = ("import numpy as np, bytegrad; from bench import cases; "
-            "case = next(c for c in cases.CASES if c.key == 'mlp'); "
+            f"case = cases.by_key({case!r}); "
             "params, data = case.inputs(np.random.default_rng(0)); "
             "bytegrad.precompile(case.loss, params, *data)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
@@ -139,10 +177,14 @@ def span(runs: list[dict[str, Any]], key: str) -> tuple[float, float] | None:
 
 
 def summarize(cfg: Config, timed: list[dict[str, Any]], mem: list[dict[str, Any]]) -> dict[str, Any]:
-    summary: dict[str, Any] = {"name": cfg.name, "system": cfg.system, "env": cfg.env, "cache": cfg.cache,
-                               "not_run": cfg.not_run, "runs": timed, "memory_runs": mem}
-    for key in ("import_numpy_s", "import_library_s", "import_bench_s", "data_s", "setup_s", "first_s",
-                "second_s", "to_first_end_s", "wall_s", "max_rss_bytes"):
+    summary: dict[str, Any] = {"name": cfg.name, "case": cfg.case, "system": cfg.system, "env": cfg.env,
+                               "cache": cfg.cache, "not_run": cfg.not_run, "runs": timed, "memory_runs": mem}
+    for r in timed:  # import + setup + first gradient, per process (its median is not a sum of medians)
+        if "error" not in r and r.get("first_s") is not None:
+            r["to_first_s"] = r["import_numpy_s"] + r["import_library_s"] + r["setup_s"] + r["first_s"]
+            r["import_s"] = r["import_numpy_s"] + r["import_library_s"]
+    for key in ("import_numpy_s", "import_library_s", "import_s", "import_bench_s", "data_s", "setup_s", "first_s",
+                "second_s", "to_first_s", "to_first_end_s", "wall_s", "max_rss_bytes"):
         summary[key] = median_of(timed, key)
     summary["first_span_s"] = span(timed, "first_s")
     summary["first_peak_traced_bytes"] = median_of(mem, "first_peak_traced_bytes")
@@ -165,95 +207,124 @@ def fmt_bytes(x: float | None) -> str:
     return f"{x:.0f} B"
 
 
+def fmt_ratio(x: float | None, ref: float | None) -> str:
+    return f"{x / ref:.2f}x" if x is not None and ref else ""
+
+
+def fmt_delta(x: float | None, ref: float | None) -> str:
+    if x is None or ref is None:
+        return ""
+    return ("+" if x >= ref else "-") + fmt_time(abs(x - ref))
+
+
 def ttfg_table(summaries: list[dict[str, Any]]) -> str:
+    by_name = {s["name"]: s for s in summaries}
+    numpy_ = by_name.get("numpy (hand-written)", {})
+    autograd = by_name.get("autograd", {})
     rows = []
     for s in summaries:
         if s["not_run"]:
-            rows.append([s["name"]] + [s["not_run"]] + [""] * 8)
-            continue
-        if s["system"] is None:
-            rows.append([s["name"]] + ["-"] * 7 + [fmt_time(s["wall_s"]), fmt_bytes(s["max_rss_bytes"])])
+            rows.append([s["name"], s["not_run"]] + [""] * 10)
             continue
         if s["first_s"] is None:
-            rows.append([s["name"], "error: " + (s["errors"][0]["error"] if s["errors"] else "?")] + [""] * 8)
+            rows.append([s["name"], "error: " + (s["errors"][0]["error"] if s["errors"] else "?")] + [""] * 10)
             continue
-        parts = (s["import_numpy_s"], s["import_library_s"], s["setup_s"], s["first_s"])
-        first_span = s["first_span_s"]
         first = fmt_time(s["first_s"])
-        if first_span:
-            first += f" ({fmt_time(first_span[0])} - {fmt_time(first_span[1])})"
+        if s["first_span_s"]:
+            first += f" ({fmt_time(s['first_span_s'][0])} - {fmt_time(s['first_span_s'][1])})"
         rows.append([
             s["name"], fmt_time(s["import_numpy_s"]),
             fmt_time(s["import_library_s"]) if s["system"] != "numpy (hand-written)" else "-",
-            fmt_time(s["setup_s"]), first, fmt_bytes(s["first_peak_traced_bytes"]), fmt_time(s["second_s"]),
-            fmt_time(sum(parts)), fmt_time(s["wall_s"]), fmt_bytes(s["max_rss_bytes"]),
+            fmt_time(s["setup_s"]), first, fmt_delta(s["first_s"], autograd.get("first_s")),
+            fmt_time(s["to_first_s"]), fmt_ratio(s["to_first_s"], numpy_.get("to_first_s")),
+            fmt_ratio(s["to_first_s"], autograd.get("to_first_s")),
+            fmt_time(s["second_s"]), fmt_bytes(s["first_peak_traced_bytes"]), fmt_time(s["wall_s"]),
         ])
     headers = ("configuration", "import numpy", "import library", "setup", "1st gradient (min - max)",
-               "1st gradient: peak traced memory", "2nd gradient", "import + setup + 1st", "process wall",
-               "peak RSS")
+               "1st gradient - autograd's", "import + setup + 1st", "vs NumPy", "vs autograd", "2nd gradient",
+               "1st gradient: peak traced memory", "process wall")
     return harness.markdown_table(headers, rows)
 
 
-def train_table(summaries: list[dict[str, Any]]) -> str:
+def train_table(train: list[dict[str, Any]]) -> str:
+    by_name = {t["name"]: t for t in train}
+    numpy_ = by_name.get("numpy (hand-written)", {})
+    autograd = by_name.get("autograd", {})
     rows = []
-    for s in summaries:
+    for s in train:
         if s["steps_s"] is None:
-            rows.append([s["name"], "error: " + (s["errors"][0]["error"] if s["errors"] else "?")] + [""] * 5)
+            rows.append([s["name"], "error: " + (s["errors"][0]["error"] if s["errors"] else "?")] + [""] * 7)
             continue
-        rows.append([s["name"], fmt_time(s["wall_s"]), fmt_time(s["import_s"]), fmt_time(s["steps_s"]),
-                     fmt_time(s["steps_s"] / s["steps"]),
-                     f"{s['loss_before']:.3f} -> {s['loss_after']:.3f}"])
-    headers = ("system", "process wall (200 steps, cold start)", "import numpy + library", "200 steps",
-               "per step", "loss before -> after")
+        rows.append([s["name"], fmt_time(s["wall_s"]), fmt_ratio(s["wall_s"], numpy_.get("wall_s")),
+                     fmt_ratio(s["wall_s"], autograd.get("wall_s")), fmt_time(s["import_s"]),
+                     fmt_time(s["steps_s"]), fmt_time(s["steps_s"] / s["steps"]),
+                     f"{s['loss_before']:.4g} -> {s['loss_after']:.4g}"])
+    headers = ("system", "process wall (200 steps, cold start)", "vs NumPy", "vs autograd", "import numpy + library",
+               "200 steps", "per step", "loss before -> after")
     return harness.markdown_table(headers, rows)
 
 
-def report(summaries: list[dict[str, Any]], train: list[dict[str, Any]], info: dict[str, Any], *,
-           runs: int, mem_runs: int, command: str) -> str:
+CASE_TITLES = {
+    "svd": ("The seed's example: `np.sum(np.linalg.svd(A, compute_uv=False) ** 2)`, A: 20x20 float64 "
+            "(`bench.cases.SVD`; hand-written NumPy: `U * 2s @ Vt` from one SVD)"),
+    "mlp": ("MLP 784-256-256-10, tanh + softmax cross-entropy, batch 128, float64 (the `mlp` case of "
+            "bench/cases.py)"),
+}
+
+
+def report(summaries: list[dict[str, Any]], train: list[dict[str, Any]], info: dict[str, Any], *, runs: int,
+           mem_runs: int, command: str, load: dict[str, Any]) -> str:
     date = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-    problems = [f"- {s['name']}: {e.get('error')}: {e.get('stderr', '').splitlines()[-1] if e.get('stderr') else ''}"
+    problems = [f"- {s['case']}, {s['name']}: {e.get('error')}: "
+                f"{e.get('stderr', '').splitlines()[-1] if e.get('stderr') else ''}"
                 for s in summaries + train for e in s["errors"][:1]]
-    problems += [f"- {s['name']}: {c}" for s in summaries for c in s.get("checks", []) if c != "ok"]
+    problems += [f"- {s['case']}, {s['name']}: {c}" for s in summaries for c in s.get("checks", []) if c != "ok"]
     text = [
         "# Time to first gradient",
         "",
         f"`{command}`, {date}.",
         "",
-        "MLP 784-256-256-10, tanh + softmax cross-entropy, batch 128, float64 (the `mlp` case of",
-        "bench/cases.py). Each configuration ran in fresh processes: one priming run (not counted), then",
-        f"{runs} timed runs, interleaved across configurations; every time is the median over those runs.",
-        "The children run without `PYTHONDONTWRITEBYTECODE` (set on these machines, not on a user's),",
-        "so the timed runs load the .pyc files that the priming run wrote, as a user's Python does.",
+        f"Each configuration ran in fresh processes: one priming run (not counted), then {runs} timed runs,",
+        "interleaved across configurations and cases; every time is the median over those runs (*import +",
+        "setup + 1st* is the median of each process's sum). The children run without",
+        "`PYTHONDONTWRITEBYTECODE` (set on these machines, not on a user's), so the timed runs load the",
+        ".pyc files that the priming run wrote, as a user's Python does.",
+        "",
+        f"**Load**: `python -c pass` took {fmt_time(load.get('wall_s'))} (median, process wall) during this run;",
+        "on an idle machine of this kind it takes about 30 ms: other work on the machine slows every",
+        "column alike, and the ratios (measured side by side, interleaved) are what to read.",
         "",
         "- *import numpy*, *import library*: timed inside the child, in that order (`import bytegrad`,",
         "  `import autograd, autograd.numpy`, `import jax, jax.numpy`, `import torch`).",
         "- *setup*: building the gradient function from the loss and converting the data (for JAX: enabling",
         "  x64 and the first `jnp.asarray`, which initialises the backend). Making the random data is",
         "  not counted.",
-        "- *1st gradient*: the first gradient call (for bytegrad: rewriting the bytecode; for jax-jit:",
-        "  tracing and XLA compilation), with the fastest and slowest of the runs. *peak traced memory*:",
-        f"  tracemalloc's peak during that call, in {mem_runs} separate runs (tracemalloc slows what it",
-        "  traces); it sees Python objects and NumPy buffers, not torch's or XLA's own allocations.",
-        "- *process wall*: measured by the parent, from starting the interpreter to its exit (includes",
-        "  interpreter start-up, making the data, the 2nd gradient, a check of the gradient against the",
-        "  hand-written one, and exit). *peak RSS*: the child's maximum resident set size.",
+        "- *1st gradient*: the first gradient call (for bytegrad: rewriting the bytecode, or loading the",
+        "  rewrite from the disk cache; for jax-jit: tracing and XLA compilation), with the fastest and",
+        f"  slowest of the runs. *peak traced memory*: tracemalloc's peak during that call, in {mem_runs}",
+        "  separate runs (tracemalloc slows what it traces).",
+        "- *vs NumPy*, *vs autograd*: *import + setup + 1st* over hand-written NumPy's (which imports only",
+        "  NumPy) and autograd's.",
+        "- *process wall*: measured by the parent, from starting the interpreter to its exit.",
         "- bytegrad *empty cache*: a new empty `BYTEGRAD_CACHE_DIR` per process (the first gradient",
         "  rewrites the bytecode and stores it); *warm cache*: one directory, kept from the priming run",
-        "  (the rewrite is loaded from disk); *after precompile*: a directory that `bytegrad precompile`",
-        "  filled (rewrite and fused kernels).",
-        "",
-        table_or_empty(ttfg_table(summaries)),
-        "",
-        "## 200 training steps from a cold start",
-        "",
-        "A fresh process imports NumPy and the library, makes the data, and runs 200 SGD steps",
-        "(learning rate 0.05) on one batch; *process wall* is measured by the parent from start to exit.",
-        "Only systems whose gradient function takes NumPy parameters updated in place are run (JAX and",
-        "torch would need their own training loop).",
-        "",
-        table_or_empty(train_table(train)),
+        "  (the rewrite is loaded from disk); *crowded cache*: a fresh copy per process of a cache holding",
+        f"  the rewrites of {CROWD:,} other functions (the first gradient rewrites and writes into it);",
+        "  *after precompile*: a directory that `bytegrad.precompile` filled (rewrite, compiled program;",
+        "  under the default tier the program is loaded on the second gradient, not the first).",
         "",
     ]
+    for case in CASE_KEYS:
+        rows = [s for s in summaries if s["case"] == case]
+        if not rows:
+            continue
+        text += [f"## {case}", "", CASE_TITLES[case] + ".", "", table_or_empty(ttfg_table(rows)), ""]
+        trows = [t for t in train if t["case"] == case]
+        if trows:
+            text += [f"### {case}: 200 training steps from a cold start", "",
+                     "A fresh process imports NumPy and the library, makes the data, and runs 200 SGD steps",
+                     "(learning rate 0.05); *process wall* is measured by the parent from start to exit.", "",
+                     table_or_empty(train_table(trows)), ""]
     if problems:
         text += ["## Problems", "", *problems, ""]
     text += ["## Machine", "", *harness.describe_machine(info), ""]
@@ -267,10 +338,11 @@ def table_or_empty(table: str) -> str:
 # ------------------------------------------------------------------------------------ main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.ttfg", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=5, help="timed runs per configuration (median)")
+    parser.add_argument("--runs", type=int, default=7, help="timed runs per configuration (median)")
     parser.add_argument("--memory-runs", type=int, default=3, help="runs with tracemalloc, per configuration")
-    parser.add_argument("--train-runs", type=int, default=5, help="runs of the 200-step training, per system")
+    parser.add_argument("--train-runs", type=int, default=7, help="runs of the 200-step training, per system")
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--cases", nargs="+", choices=CASE_KEYS, default=list(CASE_KEYS))
     parser.add_argument("--only", nargs="+", metavar="NAME", help="only configurations whose name contains one of these")
     parser.add_argument("--no-train", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -279,74 +351,80 @@ def main(argv: list[str] | None = None) -> int:
 
     import bytegrad  # noqa: F401  (the source tree's, for the check below)
     has_precompile = hasattr(sys.modules["bytegrad"], "precompile")
-    cfgs = [c for c in configs(has_precompile)
-            if not args.only or any(o in c.name for o in args.only) or c.system is None]
+    load_ref = Config("python -c pass", None, case="-")
+    cfgs = [c for case in args.cases for c in configs(has_precompile, case)
+            if not args.only or any(o in c.name for o in args.only)]
     for c in cfgs:
         if c.module and c.not_run is None and importlib.util.find_spec(c.module) is None:
             c.not_run = f"n/a ({c.module} is not installed)"
-    active = [c for c in cfgs if c.not_run is None]
     trainers = [] if args.no_train else [
-        s for s in TRAIN_SYSTEMS
+        (case, s) for case in args.cases for s in TRAIN_SYSTEMS
         if (not args.only or any(o in s for o in args.only))
         and (s == "numpy (hand-written)" or importlib.util.find_spec(s.split(",")[0]) is not None)
         and (s != "bytegrad, after precompile" or has_precompile)]
 
-    total = (len(active) * (1 + args.runs + args.memory_runs) - args.memory_runs
-             + len(trainers) * (1 + args.train_runs))
-    bar = harness.progress_bar(total, "bench.ttfg", not args.no_progress, unit="process")
     caches = CacheDirs()
-    timed: dict[str, list[dict[str, Any]]] = {c.name: [] for c in cfgs}
-    mem: dict[str, list[dict[str, Any]]] = {c.name: [] for c in cfgs}
-    train_runs: dict[str, list[dict[str, Any]]] = {s: [] for s in trainers}
+    timed: dict[str, list[dict[str, Any]]] = {c.key: [] for c in cfgs + [load_ref]}
+    mem: dict[str, list[dict[str, Any]]] = {c.key: [] for c in cfgs}
+    train_runs: dict[tuple[str, str], list[dict[str, Any]]] = {t: [] for t in trainers}
+    bar = None
     try:
-        for c in active:
-            if c.cache == "precompiled":
-                error = precompile(c, child_env({**c.env, **caches.for_run(c)}))
+        for c in cfgs:
+            if c.cache == "precompiled" and c.not_run is None:
+                error = precompile(c.case, child_env({**c.env, **caches.for_run(c)}))
                 if error:
                     c.not_run = f"precompile failed: {error}"
-        active = [c for c in active if c.not_run is None]
+        if any(c.cache == "crowded" and c.not_run is None for c in cfgs):
+            caches.crowded()
+        active = [load_ref] + [c for c in cfgs if c.not_run is None]
+        total = (len(active) * (1 + args.runs + args.memory_runs) - args.memory_runs
+                 + len(trainers) * (1 + args.train_runs))
+        bar = harness.progress_bar(total, "bench.ttfg", not args.no_progress, unit="process")
         # round 0 primes (.pyc files, warm caches); rounds 1..runs are timed; then the tracemalloc rounds
         for round_ in range(1 + args.runs + args.memory_runs):
             mode = "ttfg" if round_ <= args.runs else "ttfg-mem"
             for c in active:
                 if mode == "ttfg-mem" and c.system is None:
                     continue
-                bar.set_postfix_str(f"{c.name} ({'priming' if round_ == 0 else mode})")
-                config = {"mode": "pass" if c.system is None else mode, "system": c.system, "case": "mlp"}
+                bar.set_postfix_str(f"{c.key} ({'priming' if round_ == 0 else mode})")
+                config = {"mode": "pass" if c.system is None else mode, "system": c.system, "case": c.case}
                 result = run_child(config, child_env({**c.env, **caches.for_run(c)}))
                 if round_ == 0:
                     pass
                 elif mode == "ttfg":
-                    timed[c.name].append(result)
-                elif c.system is not None:
-                    mem[c.name].append(result)
+                    timed[c.key].append(result)
+                else:
+                    mem[c.key].append(result)
                 bar.update()
-        precompiled_dir = None
-        if "bytegrad, after precompile" in trainers:
-            precompiled_dir = tempfile.mkdtemp(dir=caches.root)
-            error = precompile(Config("train", "bytegrad"), child_env({"BYTEGRAD_CACHE_DIR": precompiled_dir}))
-            if error:
-                trainers.remove("bytegrad, after precompile")
-                train_runs.pop("bytegrad, after precompile", None)
+        precompiled: dict[str, str] = {}
+        for case, s in list(trainers):
+            if s == "bytegrad, after precompile":
+                precompiled[case] = tempfile.mkdtemp(dir=caches.root)
+                error = precompile(case, child_env({"BYTEGRAD_CACHE_DIR": precompiled[case]}))
+                if error:
+                    trainers.remove((case, s))
+                    train_runs.pop((case, s), None)
         for round_ in range(1 + args.train_runs):
-            for s in trainers:
-                bar.set_postfix_str(f"train {s}" + (" (priming)" if round_ == 0 else ""))
-                config = {"mode": "train", "system": s.split(",")[0], "case": "mlp", "steps": args.steps}
-                cache_dir = precompiled_dir if s == "bytegrad, after precompile" else tempfile.mkdtemp(dir=caches.root)
+            for case, s in trainers:
+                bar.set_postfix_str(f"train {case}: {s}" + (" (priming)" if round_ == 0 else ""))
+                config = {"mode": "train", "system": s.split(",")[0], "case": case, "steps": args.steps}
+                cache_dir = precompiled[case] if s == "bytegrad, after precompile" else tempfile.mkdtemp(dir=caches.root)
                 result = run_child(config, child_env({"BYTEGRAD_CACHE_DIR": cache_dir}))
                 if round_:
-                    train_runs[s].append(result)
+                    train_runs[(case, s)].append(result)
                 bar.update()
     finally:
-        bar.close()
+        if bar is not None:
+            bar.close()
         caches.cleanup()
 
-    summaries = [summarize(c, timed[c.name], mem[c.name]) for c in cfgs]
+    summaries = [summarize(c, timed[c.key], mem[c.key]) for c in cfgs]
+    load = summarize(load_ref, timed[load_ref.key], [])
     train = []
-    for s, runs in train_runs.items():
+    for (case, s), runs in train_runs.items():
         ok = [r for r in runs if "error" not in r]
         train.append({
-            "name": s, "runs": runs, "errors": [r for r in runs if "error" in r],
+            "name": s, "case": case, "runs": runs, "errors": [r for r in runs if "error" in r],
             "wall_s": median_of(runs, "wall_s"), "steps_s": median_of(runs, "steps_s"),
             "import_s": statistics.median(r["import_numpy_s"] + r["import_library_s"] for r in ok) if ok else None,
             "steps": args.steps,
@@ -354,14 +432,15 @@ def main(argv: list[str] | None = None) -> int:
         })
     info = harness.machine_info()
     command = "python -m bench.ttfg " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = report(summaries, train, info, runs=args.runs, mem_runs=args.memory_runs, command=command.strip())
+    text = report(summaries, train, info, runs=args.runs, mem_runs=args.memory_runs, command=command.strip(),
+                  load=load)
     harness.write_atomic(args.out / "ttfg.md", text)
     harness.write_json(args.out / "ttfg.json", {
         "settings": {"runs": args.runs, "memory_runs": args.memory_runs, "train_runs": args.train_runs,
-                     "steps": args.steps, "command": command.strip(), "case": "mlp",
+                     "steps": args.steps, "command": command.strip(), "cases": args.cases, "crowd": CROWD,
                      "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
                      "python": sys.executable, "child_env_removed": ["PYTHONDONTWRITEBYTECODE"]},
-        "machine": info, "configurations": summaries, "train": train,
+        "machine": info, "load_reference": load, "configurations": summaries, "train": train,
     })
     print(text)
     print(f"written: {args.out / 'ttfg.md'}, {args.out / 'ttfg.json'}", file=sys.stderr)

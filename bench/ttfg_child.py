@@ -4,7 +4,7 @@ Nothing is imported at the top but the standard library, so that `import numpy` 
 library under test are timed from a clean interpreter. Prints one JSON line on stdout.
 
 Modes:
-  ttfg       import numpy, import the library, make the MLP data (not counted), set up the gradient
+  ttfg       import numpy, import the library, make the case's data (not counted), set up the gradient
              function (`bench.systems` prepare: conversions, jit wrappers), time the first and the
              second gradient call; then check the gradient against the hand-written one
   ttfg-mem   the same, with tracemalloc tracing the first gradient call only (its peak traced memory:
@@ -54,7 +54,7 @@ def main(config: dict) -> dict:
     from bench import cases, systems  # the user's own modules (NumPy is already loaded)
     out["import_bench_s"] = clock() - t
 
-    case = next(c for c in cases.CASES if c.key == config.get("case", "mlp"))
+    case = cases.by_key(config.get("case", "mlp"))
     t = clock()
     params, data = case.inputs(np.random.default_rng(0))
     out["data_s"] = clock() - t
@@ -71,8 +71,11 @@ def main(config: dict) -> dict:
         t = clock()
         for _ in range(steps):
             g = fn()
-            for k in params:
-                params[k] -= lr * g[k]
+            if isinstance(params, dict):
+                for k in params:
+                    params[k] -= lr * g[k]
+            else:  # one array (the SVD case)
+                params -= lr * g
         out["steps_s"] = clock() - t
         out["steps"] = steps
         out["loss_after"] = float(case.loss(params, *data))

@@ -333,7 +333,8 @@ def test_lru_eviction_under_a_small_cap(cache, monkeypatch):
 
 
 def test_stores_do_not_walk_the_whole_cache_each_time(cache, monkeypatch):
-    """The size is measured on the first store, then estimated until the cap or a re-measure."""
+    """The size is measured on the first store (no ledger yet), then counted in the ledger until the
+    cap or a re-measure."""
     walks = []
     real = diskcache._groups
     monkeypatch.setattr(diskcache, "_groups", lambda root: walks.append(root) or real(root))
@@ -343,6 +344,49 @@ def test_stores_do_not_walk_the_whole_cache_each_time(cache, monkeypatch):
     monkeypatch.setattr(bytegrad.config, "cache_max_mb", 1 / 1024)  # 1 KiB: the next store re-measures
     assert diskcache.store("code", "w10", b"y" * 100)
     assert len(walks) == 2
+
+
+def _filesystem_calls_of_a_store(key: str) -> int:
+    """The directory listings and stats one store makes, in a fresh process's state."""
+    diskcache._reset_for_tests()
+    diskcache.cache_dir(), diskcache.bytegrad_version()  # (a listing of bytegrad's own sources, not the cache)
+    calls = []
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("scandir", "lstat", "stat", "listdir"):
+            real = getattr(os, name)
+            patch.setattr(os, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
+        assert diskcache.store("code", key, b"z" * 200)
+    return len(calls)
+
+
+def test_a_store_costs_the_same_in_a_cache_of_a_thousand_entries(cache):
+    """The size is kept in the ledger: a fresh process's store into a crowded cache lists and stats
+    no more than one into a cache of ten entries (the cache of issue 25 saw 2,384 lstat calls)."""
+    for i in range(10):
+        assert diskcache.store("code", f"few{i}", b"y" * 200)
+    few = _filesystem_calls_of_a_store("after ten")
+    for i in range(1000):
+        assert diskcache.store("code", f"many{i}", b"y" * 200)
+    many = _filesystem_calls_of_a_store("after a thousand")
+    assert many == few and many < 10, (few, many)
+    assert diskcache.load("code", "many999") == b"y" * 200 and diskcache.load("code", "few0") == b"y" * 200
+
+
+def test_a_cache_without_a_ledger_is_walked_once(cache, monkeypatch):
+    """A cache written before the ledger existed (or whose ledger is damaged) is measured on the next
+    store, which writes the ledger; the store after it does not walk again."""
+    for i in range(20):
+        assert diskcache.store("code", f"k{i}", b"y" * 200)
+    ledger = cache / diskcache.LEDGER
+    size = sum(p.stat().st_size for p in cache.rglob("*") if p.is_file() and p != ledger)
+    assert abs(diskcache._LEDGER.unpack(ledger.read_bytes())[1] - size) < 300
+    ledger.write_bytes(b"garbage")
+    walks = []
+    real = diskcache._groups
+    monkeypatch.setattr(diskcache, "_groups", lambda root: walks.append(root) or real(root))
+    assert diskcache.store("code", "k20", b"y" * 200) and len(walks) == 1
+    assert diskcache.store("code", "k21", b"y" * 200) and len(walks) == 1
+    assert diskcache.info()["namespaces"].keys() == {"code"}  # the ledger is no entry
 
 
 def test_default_cap_is_documented():

@@ -74,7 +74,7 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
 
     No reasons: the function's operations on the arguments depend on data only through recorded
     operations. The guards are ("global", fn_globals, name, value), ("attr", module, name, value)
-    and ("cell", cell, name, value) entries; `runtime.program` checks them on every call (an array
+    and ("cell", cell, name, value) entries; a program (compiled/source.py) checks them on every call (an array
     among them is read at call time, an input of the program). `defaults`: the function's default
     argument values (a replaced tuple drops its programs; their contents must be constants).
     `closure`: the function's closure cells; without it a closure is refused (a Python callee's

@@ -30,12 +30,15 @@ from __future__ import annotations
 import time
 import types
 import weakref
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
 from bytegrad._config import config as _config
-from bytegrad.compiled.lower_numpy import DECIDED, MISS, Program
+from bytegrad.runtime.sentinels import DECIDED, MISS
+
+if TYPE_CHECKING:  # (compiled/lower_numpy.py is imported by the first capture or load, not by a first gradient)
+    from bytegrad.compiled.lower_numpy import Program
 
 _perf = time.perf_counter
 _LOGGER: Any = None
@@ -89,12 +92,13 @@ _DEFAULT = _config.bind("tier", __name__, "_DEFAULT")  # bytegrad.config.tier (B
 class _Signature:
     """What the tiers know of one argument signature (the types of the positional arguments)."""
 
-    __slots__ = ("calls", "reason", "recaptures")
+    __slots__ = ("calls", "reason", "recaptures", "looked")
 
     def __init__(self) -> None:
         self.calls = 0                       # general-path gradients so far
         self.reason: Optional[str] = None    # why it is not compiled, once known
         self.recaptures = 0                  # captures after a program's decision came out otherwise
+        self.looked = False                  # the disk cache was asked for its stored programs
 
 
 class Tiers:
@@ -148,8 +152,10 @@ class Tiers:
         sig = self.signatures.get(key)
         if sig is None:
             sig = self.signatures[key] = _Signature()
-            if self._load(key):  # programs a precompile stored: this call runs one
+            if self._load_due(sig, now) and self._load(key):  # programs a precompile stored: this call runs one
                 return self.call(fn, args, capture, now, value)
+        elif sig.calls == 1 and self._load_due(sig, now) and self._load(key):
+            return self.call(fn, args, capture, now, value)
         if decided:
             self._decided(sig)
         if sig.reason is None and len(self.programs) < MAX_PROGRAMS and \
@@ -171,6 +177,8 @@ class Tiers:
                           f"{MAX_RECAPTURES} captures (a value compared or queried changes from call to call)")
 
     def _capture(self, sig: _Signature, args: tuple, capture: Callable[..., Any]) -> Any:
+        from bytegrad.compiled.lower_numpy import Program
+
         t0 = time.perf_counter()
         try:
             result, program = capture(args, ("numba", "numpy") if self.tier == "numba" else ("numpy",))
@@ -209,6 +217,7 @@ class Tiers:
         programs on these arguments, and keep the faster (a tie goes to NumPy, which compiles
         nothing more and keeps no Numba state)."""
         from bytegrad.runtime import kernels
+        from bytegrad.compiled.lower_numpy import Program
 
         prog.upgraded = True
         had_numba = kernels.numba_loaded()
@@ -277,6 +286,15 @@ class Tiers:
                                                        label=self.code.co_qualname):
                 stored += len(progs)
         return stored
+
+    def _load_due(self, sig: _Signature, now: bool) -> bool:
+        """Whether this call of `sig` looks on disk for its stored programs: the first call under a
+        pinned tier (or a precompile's); under `auto`, the second (a signature called once runs the
+        general path, whose rewrite a warm cache holds: loading is paid only where it is used)."""
+        if sig.looked or not (sig.calls or now or self.tier != "auto"):
+            return False
+        sig.looked = True
+        return True
 
     def _load(self, signature: tuple) -> bool:
         """Programs of this signature from the disk cache, if a precompile stored them and every

@@ -1,5 +1,6 @@
 """Compiled programs on disk: `bytegrad.precompile` stores a function's NumPy programs, and a fresh
-process loads them on the first gradient of a signature, so that gradient already runs compiled.
+process loads them on the second gradient of a signature (the first runs the general path, from
+the rewrite cache: compiled.Tiers._load_due), so that gradient already runs compiled.
 
 A program is its generated source and its constants (compiled/lower_numpy.py). The source is text; a
 constant is written as data (arrays, dtypes, numbers, tuples, `Site`s) or, where it is part of the

@@ -27,7 +27,8 @@ API (namespaces are short names such as "code" or "kernels", one sub-folder each
 
 Switches (bytegrad.config, read from the environment at import): `cache_dir` (BYTEGRAD_CACHE_DIR,
 default $XDG_CACHE_HOME/bytegrad or ~/.cache/bytegrad), `cache_max_mb` (BYTEGRAD_CACHE_MAX_MB, size
-cap, default 256; least recently loaded entries are evicted first), `disable_disk_cache`
+cap, default 256; least recently loaded entries are evicted first; the size is kept in a ledger
+file, `.size`, so that a store does not walk the directory), `disable_disk_cache`
 (BYTEGRAD_DISABLE_DISK_CACHE=1, no disk cache at all).
 """
 from __future__ import annotations
@@ -331,24 +332,52 @@ def store(namespace: str, key: str, payload: bytes, tag: str = "", label: str = 
     return ok
 
 
-# The cache's size as this process last measured it, plus what it stored since. Measuring walks the
-# whole directory (a stat per file), so it is done on a process's first store, and again when the
-# estimate passes the cap or every `_REMEASURE` stores (other processes write too).
-_size_estimate: Optional[int] = None
-_stores_since_measure = 0
-_REMEASURE = 64
+# The cache's size is kept in a ledger file in its root (`LEDGER`): the size the last walk measured
+# plus what every process stored since, and how many stores that was. A store adds to it (one small
+# read and write); a walk of the whole directory (`evict`) runs only when the ledger is missing or
+# unreadable, passes the cap, or has counted `_REMEASURE` stores (what it does not see: files Numba
+# writes, entries replaced or deleted, increments two processes raced on). So a store costs the same
+# in a cache of ten entries or ten thousand, and the walks are amortised over many stores.
+LEDGER = ".size"
+_LEDGER = struct.Struct("<8sqq")        # magic, bytes, stores since the last walk
+_LEDGER_MAGIC = b"BGSIZE01"
+_REMEASURE = 1024
 
 
 def _after_store(nbytes: int) -> None:
-    global _size_estimate, _stores_since_measure
-    with _lock:
-        _stores_since_measure += 1
-        if (_size_estimate is not None and _stores_since_measure < _REMEASURE
-                and _size_estimate + nbytes <= max_bytes()):
-            _size_estimate += nbytes
-            return
-        _stores_since_measure = 0
-    evict()
+    root = cache_dir()
+    if root is None:
+        return
+    counted = _ledger_add(root, nbytes)
+    if counted is None or counted[0] > max_bytes() or counted[1] >= _REMEASURE:
+        evict()
+
+
+def _ledger_add(root: str, nbytes: int) -> Optional[tuple[int, int]]:
+    """Add one store of `nbytes` to the ledger: (bytes, stores) counted now, or None when there is
+    no ledger that can be trusted (the caller then walks the cache, which writes a new one)."""
+    path = os.path.join(root, LEDGER)
+    try:
+        fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0))
+    except OSError:
+        return None
+    try:
+        if _untrusted(path, directory=False, st=os.fstat(fd)):
+            return None
+        data = os.read(fd, _LEDGER.size)
+        if len(data) != _LEDGER.size:
+            return None
+        magic, size, stores = _LEDGER.unpack(data)
+        if magic != _LEDGER_MAGIC or size < 0 or stores < 0:
+            return None
+        size, stores = size + nbytes, stores + 1
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, _LEDGER.pack(_LEDGER_MAGIC, size, stores))
+        return size, stores
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _write_atomic(path: str, data: bytes) -> bool:
@@ -474,7 +503,6 @@ def evict(limit: Optional[int] = None) -> int:
     root = cache_dir()
     if root is None:
         return 0
-    global _size_estimate
     cap = max_bytes() if limit is None else limit
     groups, total = _groups(root)
     removed = 0
@@ -488,7 +516,8 @@ def evict(limit: Optional[int] = None) -> int:
             total -= size
             removed += 1
         _stats["evicted"] += removed
-    _size_estimate = total
+    if root not in _read_only:
+        _write_atomic(os.path.join(root, LEDGER), _LEDGER.pack(_LEDGER_MAGIC, total, 0))
     return removed
 
 
@@ -501,7 +530,7 @@ def info() -> dict[str, Any]:
         return out
     for path, st in _walk(root):
         parent, name = os.path.split(path)
-        if name.startswith(TMP_PREFIX):
+        if name.startswith(TMP_PREFIX) or name == LEDGER:
             continue
         out["total_bytes"] += st.st_size
         rel = os.path.relpath(path, root).split(os.sep)
@@ -542,7 +571,7 @@ def clear() -> int:
         for name in files:
             try:
                 os.unlink(os.path.join(dirpath, name))
-                removed += 1
+                removed += name != LEDGER  # (bookkeeping, not something bytegrad cached)
             except OSError:
                 pass
         for name in dirs:
@@ -555,12 +584,11 @@ def clear() -> int:
 
 def _reset_for_tests() -> None:
     """Forget resolved directories, warnings and counters (tests only)."""
-    global _version, _size_estimate
+    global _version
     with _lock:
         _resolved.clear()
         _warned.clear()
         _read_only.clear()
         _version = None
-        _size_estimate = None
         for k in _stats:
             _stats[k] = 0

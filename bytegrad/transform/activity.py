@@ -13,7 +13,6 @@ from __future__ import annotations
 import builtins
 import inspect
 import types
-from dataclasses import dataclass, field
 from typing import Any, Callable, Final, NamedTuple, Optional, cast
 
 import numpy as np
@@ -54,13 +53,16 @@ _INERT_TYPES = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctio
 _WRITABLE_GLOBALS = (type, types.FunctionType, np.ndarray)
 
 
-@dataclass
 class Activity:
     """Result of the analysis."""
 
-    stacks: list[Optional[tuple[Slot, ...]]]   # abstract stack before each instruction (None: unreachable)
-    active_locals: set[str]
-    tainted_globals: set[str] = field(default_factory=set)
+    __slots__ = ("stacks", "active_locals", "tainted_globals")  # (a plain class: a dataclass costs its import)
+
+    def __init__(self, stacks: list[Optional[tuple[Slot, ...]]], active_locals: set[str],
+                 tainted_globals: Optional[set[str]] = None) -> None:
+        self.stacks = stacks                  # abstract stack before each instruction (None: unreachable)
+        self.active_locals = active_locals
+        self.tainted_globals = set() if tainted_globals is None else tainted_globals
 
 
 def _join(a: Slot, b: Slot) -> Slot:

@@ -15,7 +15,6 @@ model exactly makes the values it touches unknown, and a tree with an unknown op
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
 from typing import Any, Optional
 
 from bytecode import Instr, Label, TryBegin, TryEnd
@@ -33,37 +32,42 @@ MIN_OPS = 2
 _BRANCHES = frozenset({OpKind.JUMP, OpKind.POP_JUMP, OpKind.JUMP_OR_POP, OpKind.FOR_ITER})
 
 
-@dataclass
 class _Item:
     """A simulated stack value: who pushed it (instruction index, which of its pushes) and where
     the code computing it starts. `producer` -1 means unknown."""
 
-    producer: int
-    sub: int
-    start: int
-    epoch: int
+    __slots__ = ("producer", "sub", "start", "epoch")  # (plain classes: a dataclass costs its import)
+
+    def __init__(self, producer: int, sub: int, start: int, epoch: int) -> None:
+        self.producer, self.sub, self.start, self.epoch = producer, sub, start, epoch
 
 
 _UNKNOWN = _Item(-1, 0, -1, -1)
 
 
-@dataclass
 class _Op:
-    index: int                 # instruction index
-    fn: Any                    # operator.add, np.tanh...
-    kind: str                  # "bin" | "neg" | "call"
-    operands: list[_Item]      # value operands, in order
-    callee: Optional[_Item] = None
-    null: Optional[_Item] = None
+    __slots__ = ("index", "fn", "kind", "operands", "callee", "null")
+
+    def __init__(self, index: int, fn: Any, kind: str, operands: list[_Item], callee: Optional[_Item] = None,
+                 null: Optional[_Item] = None) -> None:
+        self.index = index            # instruction index
+        self.fn = fn                  # operator.add, np.tanh...
+        self.kind = kind              # "bin" | "neg" | "call"
+        self.operands = operands      # value operands, in order
+        self.callee = callee
+        self.null = null
 
 
-@dataclass
 class FusedPlan:
-    root: int                          # index of the root instruction: emit the fused call here
-    site: fused.FusedSite
-    n_operands: int                    # values the region leaves on the stack for the site
-    drop: set[int]                     # instructions removed (tree ops, PRECALLs, baked constants)
-    plain_loads: dict[int, list[Instr]]  # callee loads re-emitted without their NULL
+    __slots__ = ("root", "site", "n_operands", "drop", "plain_loads")
+
+    def __init__(self, root: int, site: fused.FusedSite, n_operands: int, drop: set[int],
+                 plain_loads: dict[int, list[Instr]]) -> None:
+        self.root = root                  # index of the root instruction: emit the fused call here
+        self.site = site
+        self.n_operands = n_operands      # values the region leaves on the stack for the site
+        self.drop = drop                  # instructions removed (tree ops, PRECALLs, baked constants)
+        self.plain_loads = plain_loads    # callee loads re-emitted without their NULL
 
 
 def find(instrs: list[Any], act: Activity, loc: SourceLoc) -> dict[int, FusedPlan]:

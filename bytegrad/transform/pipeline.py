@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sys
 import types
-from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Optional
 
 from bytecode import Bytecode, Instr, Label, TryBegin, TryEnd
@@ -21,21 +20,25 @@ from bytegrad.errors import SourceLoc
 __all__ = ["Unit", "Pass", "PIPELINE", "run", "listings", "listing"]
 
 
-@dataclass
 class Unit:
     """One code object going through the passes, and what each pass adds to it."""
 
-    bc: Bytecode
-    active: frozenset[str]
-    fn_globals: dict[str, Any]
-    loc: SourceLoc
-    immutable: frozenset[str] = frozenset()
-    assumed: Any = None               # a `cache.Assumptions`, or None
-    fuse: bool = True                 # run the fusion pass (off with BYTEGRAD_DISABLE_FUSION=1)
-    activity: Any = None              # activity: an `activity.Activity`
-    plans: dict[int, Any] = field(default_factory=dict)  # fusion: root index -> `fusion.FusedPlan`
-    out: Optional[Bytecode] = None    # rewrite: the rewritten bytecode
-    hooked: int = 0                   # rewrite: the number of hooked sites
+    __slots__ = ("bc", "active", "fn_globals", "loc", "immutable", "assumed", "fuse", "activity", "plans", "out",
+                 "hooked")  # (a plain class: a dataclass costs its import and its generated methods)
+
+    def __init__(self, bc: Bytecode, active: frozenset[str], fn_globals: dict[str, Any], loc: SourceLoc,
+                 immutable: frozenset[str] = frozenset(), assumed: Any = None, fuse: bool = True) -> None:
+        self.bc = bc
+        self.active = active
+        self.fn_globals = fn_globals
+        self.loc = loc
+        self.immutable = immutable
+        self.assumed = assumed            # a `cache.Assumptions`, or None
+        self.fuse = fuse                  # run the fusion pass (off with BYTEGRAD_DISABLE_FUSION=1)
+        self.activity: Any = None         # activity: an `activity.Activity`
+        self.plans: dict[int, Any] = {}   # fusion: root index -> `fusion.FusedPlan`
+        self.out: Optional[Bytecode] = None  # rewrite: the rewritten bytecode
+        self.hooked = 0                   # rewrite: the number of hooked sites
 
 
 class Pass(NamedTuple):
