@@ -18,7 +18,7 @@ from bytegrad._config import config as _config
 from bytegrad.errors import (
     AuxOutputError, ComplexOutputError, NonScalarOutputError, SourceLoc, UnsupportedOpcodeError, WrtError,
 )
-from bytegrad.rules import pytrees, registry
+from bytegrad.rules import closures as _closures, pytrees, registry
 from bytegrad.runtime import abi, fpwarn, monitor as _monitor, nested as _nested_sweep, pytree, writes
 from bytegrad.runtime.dispatch import call_python, dispatch
 from bytegrad.runtime.forward import push_forward
@@ -1007,6 +1007,9 @@ def vjp(fn: Callable[..., Any], *args: Any, has_aux: bool = False, **kwargs: Any
 
 registry.set_ad_backend(vjp)  # rrule_via_ad: rules call back into bytegrad through this slot
 registry.set_tape_probe(lambda: getattr(tls, "tape", None) is not None)  # registry.recording
+# rules/closures.tracked: whether a value is differentiated now (the solver rules find the values a
+# user's function closes over that are, rules/scipy/_implicit.py)
+_closures.set_tracked_probe(lambda v: (t := getattr(tls, "tape", None)) is not None and id(v) in t.ids)
 
 
 # ---- forward mode, Jacobians and Hessians ---------------------------------------------------------

@@ -8,12 +8,11 @@ reads other values in their places); the runtime's check of C functions handed a
 """
 from __future__ import annotations
 
-import copy
 import functools
 import types
 from typing import Any, Callable
 
-__all__ = ["hidden", "rebuild", "Path"]
+__all__ = ["hidden", "rebuild", "Path", "set_tracked_probe", "tracked"]
 
 #: a step from a holder to what it holds: ("cell", i), ("default", i), ("kwdefault", name),
 #: ("global", name), ("self",), ("func",), ("arg", i), ("keyword", name), ("item", i), ("key", k),
@@ -135,6 +134,8 @@ def _rebuilt(obj: Any, step: Step, new_child: Any) -> Any:
         return t(new_child if i == step[1] else v for i, v in enumerate(obj))
     if t is dict:
         return {**obj, step[1]: new_child}
+    import copy  # (only here: `import bytegrad` does not import copy)
+
     out = copy.copy(obj)  # an object of a Python class: a shallow copy with the attribute replaced
     out.__dict__[step[1]] = new_child
     return out
@@ -179,3 +180,19 @@ def rebuild(fn: Any, paths: list[Path], values: list[Any]) -> Any:
             new_child = rebuild(_child(fn, step), [p for p, _ in rest], [v for _, v in rest])
         out = _rebuilt(out, step, new_child)
     return out
+
+
+# ---- which values are differentiated: bytegrad.api installs the question (rules never see a tape) ----
+
+_tracked_probe: Callable[[Any], bool] = lambda value: False  # noqa: E731
+
+
+def set_tracked_probe(probe: Callable[[Any], bool]) -> None:
+    """Install what `tracked` asks: whether the tape recording this thread's operations tracks `value`."""
+    global _tracked_probe
+    _tracked_probe = probe
+
+
+def tracked(value: Any) -> bool:
+    """Whether `value` is a differentiated value of the computation recorded now (False when none is)."""
+    return _tracked_probe(value)

@@ -1,0 +1,271 @@
+"""Derivatives through `scipy.optimize`'s solvers, by the implicit function theorem at the solution.
+
+`root`, `root_scalar`, `fsolve`, `brentq`, `brenth`, `ridder`, `bisect`, `toms748` and `newton` solve F(z, p) = 0;
+`minimize` (without bounds or constraints) and `least_squares` (linear loss, no bounds) solve
+grad_z phi(z, p) = 0. SciPy's solver runs unchanged on plain values; the solution is recorded as one
+operation whose inputs are the differentiated values p the user's function reads (`args=`, closure,
+defaults, globals), and its pullback is dz*/dp = -F_z^{-1} F_p at z*, with F_z and F_p from bytegrad's
+reverse mode on the user's function (rules/scipy/_implicit.py). See docs/solvers.md.
+"""
+from __future__ import annotations
+
+import copy
+import inspect
+from typing import Any, Callable
+
+import numpy as np
+import scipy.optimize as so
+
+from bytegrad.errors import NotImplementedRuleError
+from bytegrad.rules.registry import differentiate_through, non_differentiable, rrule_via_ad
+from bytegrad.rules.scipy._implicit import Problem, expose, solved
+
+_SIGNATURES: dict[Any, inspect.Signature] = {}
+
+
+def _bind(original: Callable[..., Any], a: tuple, kw: dict) -> dict[str, Any]:
+    """The call's arguments by name, defaults filled in (SciPy's own signature)."""
+    sig = _SIGNATURES.get(original)
+    if sig is None:
+        sig = _SIGNATURES[original] = inspect.signature(original)
+    bound = sig.bind(*a, **kw)
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+def _as_tuple(args: Any) -> tuple:
+    return args if isinstance(args, tuple) else (args,)
+
+
+# ---- F(z, p) = 0 ----------------------------------------------------------------------------------
+
+def _plain_residual(fn: Any, args: tuple, kwargs: dict, z: Any) -> Any:
+    return fn(z, *args, **kwargs)
+
+
+def _first_of_pair(fn: Any, args: tuple, kwargs: dict, z: Any) -> Any:
+    return fn(z, *args, **kwargs)[0]  # `jac=True`: the function returns (F, its Jacobian)
+
+
+def _bracketing(original: Callable[..., Any]) -> Callable[..., Any]:
+    """brentq, brenth, ridder, bisect, toms748: a scalar root in a bracket."""
+    def problem_of(a: tuple, kw: dict) -> tuple[Problem, tuple]:
+        b = _bind(original, a, kw)
+        full = b["full_output"]
+
+        def solve(fn: Any, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+            out = original(**{**b, "f": fn, "args": args, "full_output": True})
+            return out[0], (out[1] if full else None)
+
+        problem, params = expose((b["f"], _as_tuple(b["args"]), {}), solve, f"scipy.optimize.{original.__name__}")
+        problem.residual = _plain_residual
+        return problem, params
+
+    return problem_of
+
+
+def _scalar_output(problem: Problem, z: Any) -> Any:
+    return z if problem.result is None else (z, problem.result)
+
+
+def _newton(a: tuple, kw: dict) -> tuple[Problem, tuple]:
+    b = _bind(so.newton, a, kw)
+    full = b["full_output"]
+
+    def solve(fn: Any, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+        out = so.newton(**{**b, "func": fn, "args": args})
+        if full:
+            return out[0], tuple(out[1:])
+        return out, None
+
+    problem, params = expose((b["func"], _as_tuple(b["args"]), {}), solve, "scipy.optimize.newton")
+    problem.residual = _plain_residual
+    return problem, params
+
+
+def _newton_output(problem: Problem, z: Any) -> Any:
+    return z if problem.result is None else (z, *problem.result)
+
+
+def _root(a: tuple, kw: dict) -> tuple[Problem, tuple]:
+    b = _bind(so.root, a, kw)
+
+    def solve(fn: Any, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+        res = so.root(**{**b, "fun": fn, "args": args})
+        return res.x, res
+
+    problem, params = expose((b["fun"], _as_tuple(b["args"]), {}), solve, "scipy.optimize.root")
+    problem.residual = _first_of_pair if b["jac"] is True else _plain_residual
+    return problem, params
+
+
+def _root_scalar(a: tuple, kw: dict) -> tuple[Problem, tuple]:
+    b = _bind(so.root_scalar, a, kw)
+
+    def solve(fn: Any, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+        res = so.root_scalar(**{**b, "f": fn, "args": args})
+        return res.root, res
+
+    problem, params = expose((b["f"], _as_tuple(b["args"]), {}), solve, "scipy.optimize.root_scalar")
+    problem.residual = _first_of_pair if b["fprime"] is True else _plain_residual
+    return problem, params
+
+
+def _with_root(problem: Problem, z: Any) -> Any:
+    """SciPy's RootResults with the differentiated root (a copy)."""
+    res = copy.copy(problem.result)
+    res.root = z
+    return res
+
+
+def _with_x(problem: Problem, z: Any) -> Any:
+    """SciPy's OptimizeResult with the differentiated solution as `x` (a copy: SciPy's is not changed)."""
+    res = so.OptimizeResult(problem.result)
+    res["x"] = z
+    return res
+
+
+def _fsolve(a: tuple, kw: dict) -> tuple[Problem, tuple]:
+    b = _bind(so.fsolve, a, kw)
+    full = b["full_output"]
+
+    def solve(fn: Any, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+        out = so.fsolve(**{**b, "func": fn, "args": args, "full_output": True})
+        return out[0], (tuple(out[1:]) if full else None)
+
+    problem, params = expose((b["func"], _as_tuple(b["args"]), {}), solve, "scipy.optimize.fsolve")
+    problem.residual = _plain_residual
+    return problem, params
+
+
+# ---- grad_z phi(z, p) = 0: minimize, least_squares --------------------------------------------------
+
+def _gradient_of(objective: Callable[..., Any]) -> Callable[..., Any]:
+    """(fn, args, kwargs, z) -> grad_z phi, by bytegrad's reverse mode (a nested derivative when the
+    implicit derivative differentiates it again: its Jacobian is the Hessian)."""
+    def gradient(fn: Any, args: tuple, kwargs: dict, z: Any) -> Any:
+        _, pullback = rrule_via_ad(lambda zz: objective(fn, args, kwargs, zz), z)
+        return pullback(1.0)[0]
+
+    return gradient
+
+
+def _scalar_objective(fn: Any, args: tuple, kwargs: dict, z: Any) -> Any:
+    return fn(z, *args, **kwargs)
+
+
+def _half_sum_of_squares(fn: Any, args: tuple, kwargs: dict, z: Any) -> Any:
+    r = fn(z, *args, **kwargs)
+    return 0.5 * np.sum(r * r)
+
+
+_CONSTRAINED = {"slsqp", "trust-constr", "cobyla", "cobyqa"}
+
+
+def _minimize(a: tuple, kw: dict) -> tuple[Problem, tuple]:
+    b = _bind(so.minimize, a, kw)
+    method = b["method"]
+    name = method if isinstance(method, str) else getattr(method, "__name__", "a custom method")
+    if b["bounds"] is not None or (b["constraints"] not in ((), [], None)) or not isinstance(method, (str, type(None))):
+        raise NotImplementedRuleError(
+            f"differentiating scipy.optimize.minimize with {'bounds' if b['bounds'] is not None else ''}"
+            f"{' and ' if b['bounds'] is not None and b['constraints'] not in ((), [], None) else ''}"
+            f"{'constraints' if b['constraints'] not in ((), [], None) else ''}"
+            f"{'' if isinstance(method, (str, type(None))) else 'a custom method ' + str(name)} is not supported: "
+            "the derivative of a constrained minimum needs the active constraints (KKT conditions).", None,
+            "minimize without bounds or constraints (reparametrise: x = exp(u) for x > 0), or take the "
+            "derivative by finite differences.")
+
+    def solve(fn: Any, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+        res = so.minimize(**{**b, "fun": fn, "args": args})
+        return res.x, res
+
+    problem, params = expose((b["fun"], _as_tuple(b["args"]), {}), solve,
+                             f"scipy.optimize.minimize (method {name or 'default'})")
+    objective = _scalar_objective if b["jac"] is not True else (lambda fn, args, kwargs, z: fn(z, *args)[0])
+    problem.residual = _gradient_of(objective)
+    problem.symmetric = True
+    return problem, params
+
+
+def _least_squares(a: tuple, kw: dict) -> tuple[Problem, tuple]:
+    b = _bind(so.least_squares, a, kw)
+    lo, hi = b["bounds"] if not isinstance(b["bounds"], so.Bounds) else (b["bounds"].lb, b["bounds"].ub)
+    if b["loss"] != "linear" or np.any(np.isfinite(lo)) or np.any(np.isfinite(hi)):
+        raise NotImplementedRuleError(
+            "differentiating scipy.optimize.least_squares is supported with loss='linear' and no bounds; "
+            f"this call has {'loss=' + repr(b['loss']) if b['loss'] != 'linear' else 'bounds'}.", None,
+            "use the linear loss without bounds (reparametrise a bounded parameter), or take the derivative "
+            "by finite differences.")
+
+    def solve(fn: Any, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+        res = so.least_squares(**{**b, "fun": fn, "args": args, "kwargs": kwargs})
+        return res.x, res
+
+    problem, params = expose((b["fun"], _as_tuple(b["args"]), dict(b["kwargs"] or {})), solve,
+                             "scipy.optimize.least_squares")
+    problem.residual = _gradient_of(_half_sum_of_squares)
+    problem.symmetric = True
+    return problem, params
+
+
+non_differentiable(_root_scalar, _with_root, _newton, _root, _fsolve, _minimize, _least_squares, _with_x,
+                   _scalar_output, _newton_output)
+
+
+# ---- what bytegrad runs in place of each SciPy function (rewritten: `solved` is recorded) -------------
+
+_BRACKETING = {f: _bracketing(f) for f in (so.brentq, so.brenth, so.ridder, so.bisect, so.toms748)}
+non_differentiable(*_BRACKETING.values())
+
+
+def _bracketing_through(original: Callable[..., Any]) -> Callable[..., Any]:
+    problem_of = _BRACKETING[original]
+
+    def scalar_root_through(*a: Any, **kw: Any) -> Any:
+        problem, params = problem_of(a, kw)
+        return _scalar_output(problem, solved(problem, *params))
+
+    scalar_root_through.__name__ = f"{original.__name__}_through"
+    return scalar_root_through
+
+
+def newton_through(*a: Any, **kw: Any) -> Any:
+    problem, params = _newton(a, kw)
+    return _newton_output(problem, solved(problem, *params))
+
+
+def root_through(*a: Any, **kw: Any) -> Any:
+    problem, params = _root(a, kw)
+    return _with_x(problem, solved(problem, *params))
+
+
+def root_scalar_through(*a: Any, **kw: Any) -> Any:
+    problem, params = _root_scalar(a, kw)
+    return _with_root(problem, solved(problem, *params))
+
+
+def fsolve_through(*a: Any, **kw: Any) -> Any:
+    problem, params = _fsolve(a, kw)
+    z = solved(problem, *params)
+    return z if problem.result is None else (z, *problem.result)
+
+
+def minimize_through(*a: Any, **kw: Any) -> Any:
+    problem, params = _minimize(a, kw)
+    return _with_x(problem, solved(problem, *params))
+
+
+def least_squares_through(*a: Any, **kw: Any) -> Any:
+    problem, params = _least_squares(a, kw)
+    return _with_x(problem, solved(problem, *params))
+
+
+for _f in _BRACKETING:
+    differentiate_through(_f, _bracketing_through(_f))
+differentiate_through(so.newton, newton_through)
+differentiate_through(so.root, root_through)
+differentiate_through(so.fsolve, fsolve_through)
+differentiate_through(so.root_scalar, root_scalar_through)
+differentiate_through(so.minimize, minimize_through)
+differentiate_through(so.least_squares, least_squares_through)

@@ -1,0 +1,311 @@
+"""Derivatives through SciPy's solvers (rules/scipy/optimize.py, integrate.py): each against central
+finite differences of the function itself, with the problem's parameter reaching the user's callable
+through a closure, through `args=`, and through a default, a partial or a bound object. Tolerances
+follow the solver's: a root found to xtol ~ 1e-12 differentiated by differences of step 1e-6 agrees to
+about 1e-6 relative. Each case gave 0 (or an error, or a wrong value) before these rules."""
+from __future__ import annotations
+
+import functools
+import warnings
+
+import numpy as np
+import pytest
+
+pytest.importorskip("scipy")
+import scipy.integrate as si  # noqa: E402
+import scipy.optimize as so  # noqa: E402
+
+import bytegrad  # noqa: E402
+from bytegrad.errors import DifferentiationError, NotImplementedRuleError  # noqa: E402
+
+
+def central(f, x, eps=1e-6):
+    x = np.asarray(x, dtype=float)
+    if x.ndim == 0:
+        return (f(float(x) + eps) - f(float(x) - eps)) / (2 * eps)
+    cols = []
+    for i in np.ndindex(x.shape):
+        e = np.zeros(x.shape)
+        e[i] = eps
+        cols.append((np.asarray(f(x + e)) - np.asarray(f(x - e))) / (2 * eps))
+    return np.stack(cols, axis=-1).reshape(np.shape(cols[0]) + x.shape)  # d out[...] / d x[i] last
+
+
+def cubic(z, t):
+    return z ** 3 + t * z - 1.0
+
+
+def cos_line(z, t):
+    return np.cos(z) - t * z
+
+
+def system(z, p):
+    return np.array([z[0] ** 3 + p[0] * z[0] - 1.0 + 0.1 * z[1], z[1] - p[1] * z[0] ** 2])
+
+
+def loss(z, p):
+    return np.sum((z - p) ** 4) + np.sum(z ** 2) + 0.5 * z[0] * z[1]
+
+
+def loss_grad(z, p):  # exact (a gradient by differences would limit the solution to ~1e-8)
+    return 4 * (z - p) ** 3 + 2 * z + 0.5 * z[::-1]
+
+
+def loss_hess(z, p):
+    return np.diag(12 * (z - p) ** 2 + 2) + 0.5 * np.array([[0.0, 1.0], [1.0, 0.0]])
+
+
+def argmin_loss(p):
+    """The minimiser of `loss`, polished by Newton's method to machine precision: central differences
+    of a solver's own answer measure its tolerance (~1e-9 / 1e-6 here), not the derivative."""
+    z = so.minimize(loss, Z2, args=(p,), method="BFGS", jac=loss_grad).x
+    for _ in range(6):
+        z = z - np.linalg.solve(loss_hess(z, p), loss_grad(z, p))
+    return z
+
+
+def argmin_ls(p):
+    z = so.least_squares(ls_residual, Z2, args=(p,)).x
+    for _ in range(6):
+        r, j = ls_residual(z, p), ls_jac(z, p)
+        z = z - np.linalg.solve(j.T @ j + r[1] * np.array([[0.0, 1.0], [1.0, 0.0]]), j.T @ r)
+    return z
+
+
+def ls_residual(z, p):
+    return np.array([z[0] - p[0], z[1] * z[0] - p[1], z[1] - 1.0])
+
+
+def ls_jac(z, p):
+    return np.array([[1.0, 0.0], [z[1], z[0]], [0.0, 1.0]])
+
+
+class Holder:
+    def __init__(self, t):
+        self.t = t
+
+    def residual(self, z):
+        return np.cos(z) - self.t * z
+
+
+P = np.array([1.0, 0.7])
+Z2 = np.array([0.5, 0.5])
+TIGHT = {"gtol": 1e-11}
+CASES = {
+    # name: (function, point, rtol)
+    "root-closure": (lambda t: so.root(lambda z: z ** 3 + t * z - 1, 0.5, tol=1e-13).x[0], 1.0, 1e-6),
+    "root-args": (lambda t: so.root(cubic, 0.5, args=(t,), tol=1e-13).x[0], 1.0, 1e-6),
+    "root-lm": (lambda t: so.root(cubic, 0.5, args=(t,), method="lm", tol=1e-13).x[0], 1.0, 1e-6),
+    "root-broyden1": (lambda t: so.root(cubic, np.array([0.5]), args=(t,), method="broyden1",
+                                        options={"fatol": 1e-13}).x[0], 1.0, 1e-5),
+    "root-jac-true": (lambda t: so.root(lambda z: (cubic(z, t), np.diag(3 * z ** 2 + t)), np.array([0.5]),
+                                        jac=True, tol=1e-13).x[0], 1.0, 1e-6),
+    "root-system-closure": (lambda p: np.sum(so.root(lambda z: system(z, p), Z2, tol=1e-13).x ** 2), P, 1e-6),
+    "root-system-args": (lambda p: so.root(system, Z2, args=(p,), tol=1e-13).x @ np.array([1.0, -2.0]), P, 1e-6),
+    "fsolve-closure": (lambda t: so.fsolve(lambda z: cubic(z, t), 0.5, xtol=1e-13)[0], 1.0, 1e-6),
+    "fsolve-args": (lambda p: np.sum(so.fsolve(system, Z2, args=(p,), xtol=1e-13)), P, 1e-6),
+    "brentq-closure": (lambda t: so.brentq(lambda z: np.cos(z) - t * z, 0, 2), 1.0, 1e-6),
+    "brentq-args": (lambda t: so.brentq(cos_line, 0, 2, args=(t,)), 1.0, 1e-6),
+    "brenth": (lambda t: so.brenth(cos_line, 0, 2, args=(t,)), 1.0, 1e-6),
+    "ridder": (lambda t: so.ridder(lambda z: np.cos(z) - t * z, 0, 2), 1.0, 1e-6),
+    "bisect": (lambda t: so.bisect(cos_line, 0, 2, args=(t,)), 1.0, 1e-5),
+    "toms748": (lambda t: so.toms748(lambda z: np.cos(z) - t * z, 0, 2), 1.0, 1e-6),
+    "brentq-default": (lambda t: so.brentq(lambda z, c=t: np.cos(z) - c * z, 0, 2), 1.0, 1e-6),
+    "brentq-partial": (lambda t: so.brentq(functools.partial(cos_line, t=t), 0, 2), 1.0, 1e-6),
+    "brentq-bound-method": (lambda t: so.brentq(Holder(t).residual, 0, 2), 1.0, 1e-6),
+    "brentq-full-output": (lambda t: so.brentq(cos_line, 0, 2, args=(t,), full_output=True)[0], 1.0, 1e-6),
+    "newton-closure": (lambda t: so.newton(lambda z: np.cos(z) - t * z, 1.0, tol=1e-13), 1.0, 1e-6),
+    "newton-args": (lambda t: so.newton(cos_line, 1.0, args=(t,), tol=1e-13), 1.0, 1e-6),
+    "newton-vector": (lambda p: np.sum(so.newton(lambda z: np.cos(z) - p * z, np.ones(2), tol=1e-13)), P, 1e-6),
+    "root_scalar": (lambda t: so.root_scalar(cos_line, args=(t,), bracket=(0, 2)).root, 1.0, 1e-6),
+    "quad-closure": (lambda a: si.quad(lambda s: np.exp(-a * s * s), 0, 1)[0], 1.0, 1e-7),
+    "quad-args": (lambda a: si.quad(lambda s, c: np.exp(-c * s * s), 0, 1, args=(a,))[0], 1.0, 1e-7),
+    "quad-limits": (lambda a: si.quad(lambda s: np.exp(-a * s * s), -a, 2 * a)[0], 1.0, 1e-7),
+    "quad-infinite": (lambda a: si.quad(lambda s: np.exp(-a * s * s), 0, np.inf)[0], 1.0, 1e-7),
+    "quad-vector-parameter": (lambda p: si.quad(lambda s, v: np.exp(-v[0] * s * s) * v[1], 0, 1, args=(p,))[0],
+                              P, 1e-7),
+    "quad-weight": (lambda a: si.quad(lambda s: np.exp(-a * s), 0, 3, weight="cos", wvar=2.0)[0], 1.0, 1e-6),
+    "dblquad": (lambda a: si.dblquad(lambda y, x: np.exp(-a * x * y), 0, 1, 0, 1)[0], 1.0, 1e-6),
+    "nquad": (lambda a: si.nquad(lambda y, x: np.exp(-a * x * y), [(0, 1), (0, 1)])[0], 1.0, 1e-6),
+    "tplquad": (lambda a: si.tplquad(lambda z, y, x: np.exp(-a * x * y * z), 0, 1, 0, 1, 0, 1)[0], 1.0, 1e-6),
+}
+
+
+MINIMA = {
+    # name: (function of the solver, the same of the polished solution, the output of a solution)
+    "minimize-bfgs-closure": (lambda p: so.minimize(lambda z: loss(z, p), Z2, method="BFGS",
+                                                    jac=lambda z: loss_grad(z, p), options=TIGHT).x, argmin_loss),
+    "minimize-bfgs-args": (lambda p: so.minimize(loss, Z2, args=(p,), method="BFGS", jac=loss_grad,
+                                                 options=TIGHT).x, argmin_loss),
+    "minimize-default-method": (lambda p: so.minimize(loss, Z2, args=(p,), jac=loss_grad, tol=1e-13).x,
+                                argmin_loss),
+    "minimize-jac-true": (lambda p: so.minimize(lambda z: (loss(z, p), loss_grad(z, p)), Z2, jac=True,
+                                                method="CG", options=TIGHT).x, argmin_loss),
+    "minimize-nelder-mead": (lambda p: so.minimize(loss, Z2, args=(p,), method="Nelder-Mead",
+                                                   options={"xatol": 1e-13, "fatol": 1e-16, "maxiter": 20000}).x,
+                             argmin_loss),
+    "minimize-newton-cg": (lambda p: so.minimize(loss, Z2, args=(p,), method="Newton-CG", jac=loss_grad,
+                                                 options={"xtol": 1e-13}).x, argmin_loss),
+    "minimize-lbfgsb-no-bounds": (lambda p: so.minimize(loss, Z2, args=(p,), method="L-BFGS-B", jac=loss_grad,
+                                                        options={"gtol": 1e-12, "ftol": 1e-15}).x, argmin_loss),
+    "least_squares-closure": (lambda p: so.least_squares(lambda z: ls_residual(z, p), Z2, jac=lambda z: ls_jac(z, p),
+                                                         xtol=1e-15, ftol=1e-15, gtol=1e-15).x, argmin_ls),
+    "least_squares-args-kwargs": (lambda p: so.least_squares(lambda z, a, b=1.0: np.array([z[0] - a, z[0] * b]),
+                                                             np.zeros(1), args=(p[0],), kwargs={"b": p[1]},
+                                                             xtol=1e-15, ftol=1e-15, gtol=1e-15).x,
+                                  lambda p: np.array([p[0] / (1 + p[1] ** 2)])),  # (the minimiser, exactly)
+}
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("name", list(MINIMA))
+@pytest.mark.parametrize("out", [0, 1])
+def test_minimum_against_central_differences(name, out):
+    """The tolerance is the solver's: Nelder-Mead's simplex stops within ~1e-8 of the minimiser."""
+    f, polished = MINIMA[name]
+    k = min(out, np.size(polished(P)) - 1)
+    got = bytegrad.grad(lambda p: f(p)[k])(P)
+    np.testing.assert_allclose(got, central(lambda p: polished(p)[k], P),
+                               rtol=1e-4 if "nelder" in name else 1e-6, atol=1e-8)
+    assert np.max(np.abs(got)) > 1e-3
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("name", list(CASES))
+def test_against_central_differences(name):
+    f, x, rtol = CASES[name]
+    got = bytegrad.grad(f)(x)
+    ref = central(f, x)
+    np.testing.assert_allclose(got, ref, rtol=rtol, atol=rtol * 1e-2)
+    assert np.max(np.abs(got)) > 1e-3  # (not a zero that the tolerance would let through)
+
+
+def test_value_is_scipys():
+    t = 1.3
+    v, _ = bytegrad.value_and_grad(lambda t: so.brentq(cos_line, 0, 2, args=(t,)))(t)
+    assert v == so.brentq(cos_line, 0, 2, args=(t,))
+    res_bg = []
+    bytegrad.grad(lambda t: res_bg.append(so.root(cubic, 0.5, args=(t,))) or res_bg[-1].x[0])(t)
+    plain = so.root(cubic, 0.5, args=(t,))
+    assert res_bg[0].x[0] == plain.x[0] and res_bg[0].nfev == plain.nfev and res_bg[0].success
+
+
+def test_parameter_both_in_args_and_closure():
+    f = lambda t: so.brentq(lambda z, c: np.cos(z) - c * z - 0.1 * t * t * z, 0, 2, args=(t,))  # noqa: E731
+    np.testing.assert_allclose(bytegrad.grad(f)(1.0), central(f, 1.0), rtol=1e-6)
+
+
+def test_callable_state_left_unchanged():
+    h = Holder(1.0)
+    cell_fn = (lambda t: (lambda z: np.cos(z) - t * z))(1.0)
+    bytegrad.grad(lambda t: so.brentq(Holder(t).residual, 0, 2) + so.brentq(h.residual, 0, 2) * t)(1.0)
+    assert h.t == 1.0 and cell_fn.__closure__[0].cell_contents == 1.0
+
+
+def test_hessian_through_root():
+    def h(p):
+        return np.sum(so.root(system, Z2, args=(p,), tol=1e-13).x ** 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bytegrad.PerformanceWarning)
+        hess = bytegrad.hessian(h)(P)
+    ref = central(lambda p: bytegrad.grad(h)(p), P)  # rows: d/dp_j of the gradient
+    np.testing.assert_allclose(hess, ref, rtol=1e-5, atol=1e-8)
+
+
+def test_second_derivative_through_brentq_closure():
+    f = lambda t: so.brentq(lambda z: z ** 3 + t * z - 1, 0, 2)  # noqa: E731
+    np.testing.assert_allclose(bytegrad.grad(bytegrad.grad(f))(1.0), central(bytegrad.grad(f), 1.0), rtol=1e-5)
+
+
+def test_second_derivative_through_minimize():
+    f = lambda p: np.sum(so.minimize(loss, Z2, args=(p,), method="BFGS", jac=loss_grad,  # noqa: E731
+                                     options=TIGHT).x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bytegrad.PerformanceWarning)
+        hess = bytegrad.hessian(f)(P)
+    np.testing.assert_allclose(hess, central(bytegrad.grad(lambda p: np.sum(argmin_loss(p))), P, eps=1e-5),
+                               rtol=1e-5, atol=1e-8)
+
+
+def test_second_derivative_through_quad_is_a_clear_error():
+    f = lambda a: si.quad(lambda s: np.exp(-a * s * s), 0, 1)[0]  # noqa: E731
+    with pytest.raises(DifferentiationError, match="second derivatives through scipy.integrate.quad"):
+        bytegrad.grad(bytegrad.grad(f))(1.0)
+
+
+@pytest.mark.parametrize("kw", [{"bounds": [(0, 2), (0, 2)]}, {"constraints": {"type": "eq", "fun": lambda z: z[0]}},
+                                {"method": "SLSQP", "bounds": [(0, 2), (0, 2)]}], ids=["bounds", "constraints", "slsqp"])
+def test_constrained_minimize_is_a_clear_error(kw):
+    f = lambda p: so.minimize(loss, Z2, args=(p,), **kw).x[0]  # noqa: E731
+    with pytest.raises(NotImplementedRuleError, match="constrained minimum"):
+        bytegrad.grad(f)(P)
+
+
+@pytest.mark.parametrize("kw", [{"bounds": (0.0, 5.0)}, {"loss": "soft_l1"}])
+def test_least_squares_bounds_or_robust_loss_is_a_clear_error(kw):
+    f = lambda a: so.least_squares(lambda z: np.array([z[0] - a]), np.ones(1), **kw).x[0]  # noqa: E731
+    with pytest.raises(NotImplementedRuleError, match="least_squares"):
+        bytegrad.grad(f)(1.0)
+
+
+def test_constant_problem_no_parameter():
+    # nothing differentiated reaches the solver: its value is a constant of the gradient
+    f = lambda a: a * so.brentq(cos_line, 0, 2, args=(1.0,))  # noqa: E731
+    assert bytegrad.grad(f)(2.0) == so.brentq(cos_line, 0, 2, args=(1.0,))
+
+
+def test_gradient_with_respect_to_data_array():
+    data = np.array([0.3, 1.2, 2.0])
+    f = lambda d: so.minimize(lambda m: np.sum((d - m[0]) ** 2), np.zeros(1), method="BFGS",  # noqa: E731
+                              options=TIGHT).x[0]
+    np.testing.assert_allclose(bytegrad.grad(f)(data), np.full(3, 1 / 3), rtol=1e-6)
+
+
+_D = np.array([1.0])
+
+
+def _global_residual(z, t):
+    return z ** 3 + t * z - _D[0]
+
+
+def test_module_level_residual_sound_across_calls():
+    """A module-level residual (a compiled tier may capture the caller): new parameter values and a
+    changed global give new, right gradients."""
+    f = lambda t: so.newton(_global_residual, 0.5, args=(t,), tol=1e-13) * 2.0  # noqa: E731
+    g = bytegrad.grad(f)
+    try:
+        for t, d in [(1.0, 1.0)] * 4 + [(2.0, 1.0), (1.0, 2.0)]:
+            _D[0] = d
+            np.testing.assert_allclose(g(t), central(f, t), rtol=1e-6)
+    finally:
+        _D[0] = 1.0
+
+
+# ---- the table the registry's coverage test reads (tests/rules/test_rule_coverage.py) ---------------
+
+class Entry:
+    """A solver rule and the cases above that check it against central differences."""
+
+    def __init__(self, fn, *cases):
+        self.fn, self.cases = fn, cases
+
+
+_solved = __import__("bytegrad.rules.scipy._implicit", fromlist=["solved"]).solved
+SOLVERS = [
+    Entry(so.root, "root-closure", "root-args", "root-lm", "root-broyden1", "root-jac-true", "root-system-args"),
+    Entry(so.fsolve, "fsolve-closure", "fsolve-args"),
+    Entry(so.brentq, "brentq-closure", "brentq-args", "brentq-partial", "brentq-bound-method"),
+    Entry(so.brenth, "brenth"), Entry(so.ridder, "ridder"), Entry(so.bisect, "bisect"), Entry(so.toms748, "toms748"),
+    Entry(so.newton, "newton-closure", "newton-args", "newton-vector"),
+    Entry(so.root_scalar, "root_scalar"),
+    Entry(so.minimize, "minimize-bfgs-closure", "minimize-bfgs-args", "minimize-nelder-mead"),
+    Entry(so.least_squares, "least_squares-closure", "least_squares-args-kwargs"),
+    Entry(si.quad, "quad-closure", "quad-args", "quad-limits", "quad-infinite", "dblquad"),
+    Entry(_solved, "root-closure", "quad-closure", "minimize-bfgs-args"),
+]
+TABLES = [SOLVERS]
+
+
+def test_table_names_real_cases():
+    for entry in SOLVERS:
+        assert entry.cases and all(c in CASES or c in MINIMA for c in entry.cases), entry.fn
