@@ -12,27 +12,57 @@ it with bytegrad (`rrule_via_ad`) at the solution.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from bytegrad.errors import NotImplementedRuleError
+from bytegrad.errors import NotImplementedRuleError, SourceLoc, library_file
 from bytegrad.rules.closures import hidden, rebuild, tracked
-from bytegrad.rules.registry import NO_TANGENT, ZERO, non_differentiable, recording, rrule, rrule_via_ad
+from bytegrad.rules.registry import (
+    NO_TANGENT,
+    ZERO,
+    non_differentiable,
+    recording,
+    rrule,
+    rrule_via_ad,
+)
 
-__all__ = ["Problem", "expose", "solved", "rebuilt_root", "root_cotangents", "DENSE_LIMIT"]
+__all__ = ["DENSE_LIMIT", "Problem", "expose", "rebuilt_root", "refusal", "root_cotangents", "solved"]
 
 #: a linear solve with at most this many unknowns forms the matrix; above, an iterative solver
 #: (`scipy.sparse.linalg.gmres`, `cg` for a Hessian) runs on products with it
 DENSE_LIMIT = 64
 
 
+def refusal(message: str, fix: str) -> NotImplementedRuleError:
+    """A NotImplementedRuleError at the user's line: the innermost frame outside NumPy, SciPy, the
+    standard library and bytegrad (a rule raising on the forward pass runs below the user's call)."""
+    import sys
+
+    frame = sys._getframe(1)
+    while frame is not None and (library_file(frame.f_code.co_filename)
+                                 or frame.f_code.co_filename.startswith("<frozen")):
+        frame = frame.f_back
+    loc = SourceLoc(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name) if frame is not None else None
+    return NotImplementedRuleError(message, loc, fix)
+
+
 class Problem:
     """One solver call: the user's callable with its `args` and `kwargs` (`root`), the paths in `root`
     of the differentiated values it reads (one list per value), the solve itself, and what it gave."""
 
-    __slots__ = ("root", "paths", "solve", "result", "what", "residual", "symmetric", "first_order_only",
-                 "cotangents")
+    __slots__ = (
+        "cotangents",
+        "first_order_only",
+        "paths",
+        "residual",
+        "result",
+        "root",
+        "solve",
+        "symmetric",
+        "what",
+    )
 
     def __init__(self, root: tuple, paths: list[list[tuple]], solve: Callable[..., Any], what: str) -> None:
         self.root = root
@@ -41,11 +71,11 @@ class Problem:
         self.result: Any = None
         self.what = what
         #: (fn, args, kwargs, z) -> the residual whose zero the solution is (set by the rule)
-        self.residual: Optional[Callable[..., Any]] = None
+        self.residual: Callable[..., Any] | None = None
         self.symmetric = False  # the residual's Jacobian is symmetric (a gradient's: a Hessian)
         self.first_order_only = False
         #: (problem, z, params, z_bar) -> the params' cotangents; None: the implicit function theorem
-        self.cotangents: Optional[Callable[..., list[Any]]] = None
+        self.cotangents: Callable[..., list[Any]] | None = None
 
     def run(self) -> Any:
         """Solve on the plain values (the callable as the user wrote it); keep SciPy's whole result and

@@ -14,9 +14,20 @@ from typing import Any
 import numpy as np
 import scipy.integrate as si
 
-from bytegrad.errors import NotImplementedRuleError
-from bytegrad.rules.registry import NO_TANGENT, ZERO, differentiate_through, non_differentiable, rrule_via_ad
-from bytegrad.rules.scipy._implicit import Problem, expose, rebuilt_root, solved
+from bytegrad.rules.registry import (
+    NO_TANGENT,
+    ZERO,
+    differentiate_through,
+    non_differentiable,
+    rrule_via_ad,
+)
+from bytegrad.rules.scipy._implicit import (
+    Problem,
+    expose,
+    rebuilt_root,
+    refusal,
+    solved,
+)
 
 _QUAD = inspect.signature(si.quad)
 _LO, _HI = (("item", 3),), (("item", 4),)  # the paths of the limits in the problem's `root`
@@ -75,8 +86,8 @@ def _quad(a: tuple, kw: dict) -> tuple[Problem, tuple]:
     bound.apply_defaults()
     b = dict(bound.arguments)
     if b["complex_func"]:
-        raise NotImplementedRuleError("differentiating scipy.integrate.quad with complex_func=True is not "
-                                      "supported.", None, "integrate the real and imaginary parts separately.")
+        raise refusal("differentiating scipy.integrate.quad with complex_func=True is not supported.",
+                      "integrate the real and imaginary parts separately.")
     args = b["args"] if isinstance(b["args"], tuple) else (b["args"],)
 
     def solve(fn: Any, args: tuple, kwargs: dict, lo: Any, hi: Any) -> tuple[Any, Any]:
@@ -85,8 +96,8 @@ def _quad(a: tuple, kw: dict) -> tuple[Problem, tuple]:
 
     problem, params = expose((b["func"], args, {}, b["a"], b["b"]), solve, "scipy.integrate.quad")
     if b["weight"] is not None and any(_LO in p or _HI in p for p in problem.paths):
-        raise NotImplementedRuleError(
-            "differentiating scipy.integrate.quad with respect to a limit is not supported with weight=.", None,
+        raise refusal(
+            "differentiating scipy.integrate.quad with respect to a limit is not supported with weight=.",
             "substitute t = a + (b - a) s to make the limits constant.")
     problem.cotangents = _leibniz(b)
     problem.first_order_only = True

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import copy
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import scipy.optimize as so
 
-from bytegrad.errors import NotImplementedRuleError
-from bytegrad.rules.registry import differentiate_through, non_differentiable, rrule_via_ad
-from bytegrad.rules.scipy._implicit import Problem, expose, solved
+from bytegrad.rules.registry import (
+    differentiate_through,
+    non_differentiable,
+    rrule_via_ad,
+)
+from bytegrad.rules.scipy._implicit import Problem, expose, refusal, solved
 
 _SIGNATURES: dict[Any, inspect.Signature] = {}
 
@@ -166,13 +170,14 @@ def _minimize(a: tuple, kw: dict) -> tuple[Problem, tuple]:
     b = _bind(so.minimize, a, kw)
     method = b["method"]
     name = method if isinstance(method, str) else getattr(method, "__name__", "a custom method")
-    if b["bounds"] is not None or (b["constraints"] not in ((), [], None)) or not isinstance(method, (str, type(None))):
-        raise NotImplementedRuleError(
-            f"differentiating scipy.optimize.minimize with {'bounds' if b['bounds'] is not None else ''}"
-            f"{' and ' if b['bounds'] is not None and b['constraints'] not in ((), [], None) else ''}"
-            f"{'constraints' if b['constraints'] not in ((), [], None) else ''}"
-            f"{'' if isinstance(method, (str, type(None))) else 'a custom method ' + str(name)} is not supported: "
-            "the derivative of a constrained minimum needs the active constraints (KKT conditions).", None,
+    has = [what for what, present in (("bounds", b["bounds"] is not None),
+                                      ("constraints", b["constraints"] not in ((), [], None)),
+                                      (f"the custom method {name}", not isinstance(method, (str, type(None)))))
+           if present]
+    if has:
+        raise refusal(
+            f"differentiating scipy.optimize.minimize with {' and '.join(has)} is not supported: the derivative "
+            "of a constrained minimum needs the active constraints (KKT conditions).",
             "minimize without bounds or constraints (reparametrise: x = exp(u) for x > 0), or take the "
             "derivative by finite differences.")
 
@@ -192,9 +197,9 @@ def _least_squares(a: tuple, kw: dict) -> tuple[Problem, tuple]:
     b = _bind(so.least_squares, a, kw)
     lo, hi = b["bounds"] if not isinstance(b["bounds"], so.Bounds) else (b["bounds"].lb, b["bounds"].ub)
     if b["loss"] != "linear" or np.any(np.isfinite(lo)) or np.any(np.isfinite(hi)):
-        raise NotImplementedRuleError(
+        raise refusal(
             "differentiating scipy.optimize.least_squares is supported with loss='linear' and no bounds; "
-            f"this call has {'loss=' + repr(b['loss']) if b['loss'] != 'linear' else 'bounds'}.", None,
+            f"this call has {'loss=' + repr(b['loss']) if b['loss'] != 'linear' else 'bounds'}.",
             "use the linear loss without bounds (reparametrise a bounded parameter), or take the derivative "
             "by finite differences.")
 
@@ -209,6 +214,94 @@ def _least_squares(a: tuple, kw: dict) -> tuple[Problem, tuple]:
     return problem, params
 
 
+# ---- the scalar and legacy minimisers: minimize_scalar, golden, brent, fminbound, fmin, fmin_bfgs... --
+
+def _first(out: Any) -> Any:
+    return out[0] if isinstance(out, tuple) else out
+
+
+def _legacy_minimum(original: Callable[..., Any], fn_name: str, bounds: Callable[[dict], Any] = None,
+                    x_of: Callable[[Any], Any] = _first) -> Callable[..., Any]:
+    """The problem of a minimiser whose answer is `x_of(out)`: the implicit derivative of its
+    optimality condition; `bounds(b)`, when given, gives the interval a bounded minimiser searches,
+    and a minimum found at its edge is refused (a constrained minimum)."""
+    def problem_of(a: tuple, kw: dict) -> tuple[Problem, tuple]:
+        b = _bind(original, a, kw)
+        name = f"scipy.optimize.{original.__name__}"
+
+        def solve(fn: Any, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+            out = original(**{**b, fn_name: fn, "args": args})
+            z = x_of(out)
+            edges = bounds(b) if bounds is not None else None
+            if edges is not None and np.min(np.abs(np.asarray(edges, dtype=float) - z)) <= 1e-3 * (1 + abs(z)):
+                raise refusal(
+                    f"{name} found its minimum {z!r} at the edge of the interval {tuple(edges)}: the derivative "
+                    "of a constrained minimum is not supported.",
+                    "widen the interval so that the minimum lies inside it.")
+            return z, out
+
+        problem, params = expose((b[fn_name], _as_tuple(b["args"]), {}), solve, name)
+        problem.residual = _gradient_of(_scalar_objective)
+        problem.symmetric = True
+        return problem, params
+
+    return problem_of
+
+
+def _scalar_bounds(b: dict) -> Any:
+    return b["bounds"] if b.get("method") is not None and str(b["method"]).lower() == "bounded" else None
+
+
+_MINIMA = {
+    so.minimize_scalar: _legacy_minimum(so.minimize_scalar, "fun", _scalar_bounds, lambda res: res.x),
+    so.golden: _legacy_minimum(so.golden, "func"),
+    so.brent: _legacy_minimum(so.brent, "func"),
+    so.fminbound: _legacy_minimum(so.fminbound, "func", lambda b: (b["x1"], b["x2"])),
+    so.fmin: _legacy_minimum(so.fmin, "func"),
+    so.fmin_powell: _legacy_minimum(so.fmin_powell, "func"),
+    so.fmin_bfgs: _legacy_minimum(so.fmin_bfgs, "f"),
+    so.fmin_cg: _legacy_minimum(so.fmin_cg, "f"),
+    so.fmin_ncg: _legacy_minimum(so.fmin_ncg, "f"),
+}
+
+
+def _legacy_output(problem: Problem, z: Any) -> Any:
+    out = problem.result
+    if isinstance(out, so.OptimizeResult):
+        return _with_x(problem, z)
+    return (z, *out[1:]) if isinstance(out, tuple) else z
+
+
+#: optimisers whose answer bytegrad does not differentiate: global searches and constrained methods
+_REFUSED = {
+    so.shgo: "func", so.dual_annealing: "func", so.basinhopping: "func", so.differential_evolution: "func",
+    so.brute: "func", so.fmin_cobyla: "func", so.fmin_slsqp: "func",
+}
+
+
+def _check_refused(original: Callable[..., Any], a: tuple, kw: dict) -> Any:
+    """SciPy's answer, when no differentiated value reaches the objective; else a clear error."""
+    b = _bind(original, a, kw)
+    root = (b[_REFUSED[original]], _as_tuple(b.get("args", ())), dict(b.get("minimizer_kwargs") or {}))
+    _, params = expose(root, lambda *r: (None, None), f"scipy.optimize.{original.__name__}")
+    if params:
+        raise refusal(
+            f"differentiating scipy.optimize.{original.__name__} is not supported (a global or constrained "
+            "search; differentiating its iterations would give a wrong derivative, often 0).",
+            "polish its answer with scipy.optimize.minimize (no bounds or constraints) started there, "
+            "and differentiate that: bytegrad differentiates minimize's minimum.")
+    return original(*a, **kw)
+
+
+def _refused(original: Callable[..., Any]) -> Callable[..., Any]:
+    def refused_through(*a: Any, **kw: Any) -> Any:
+        return _check_refused(original, a, kw)
+
+    refused_through.__name__ = f"{original.__name__}_through"
+    return refused_through
+
+
+non_differentiable(*_MINIMA.values(), _legacy_output, _check_refused)
 non_differentiable(_root_scalar, _with_root, _newton, _root, _fsolve, _minimize, _least_squares, _with_x,
                    _scalar_output, _newton_output)
 
@@ -261,6 +354,21 @@ def least_squares_through(*a: Any, **kw: Any) -> Any:
     return _with_x(problem, solved(problem, *params))
 
 
+def _minimum_through(original: Callable[..., Any]) -> Callable[..., Any]:
+    problem_of = _MINIMA[original]
+
+    def minimum_through(*a: Any, **kw: Any) -> Any:
+        problem, params = problem_of(a, kw)
+        return _legacy_output(problem, solved(problem, *params))
+
+    minimum_through.__name__ = f"{original.__name__}_through"
+    return minimum_through
+
+
+for _f in _MINIMA:
+    differentiate_through(_f, _minimum_through(_f))
+for _f in _REFUSED:
+    differentiate_through(_f, _refused(_f))
 for _f in _BRACKETING:
     differentiate_through(_f, _bracketing_through(_f))
 differentiate_through(so.newton, newton_through)

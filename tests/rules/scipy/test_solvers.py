@@ -281,6 +281,81 @@ def test_module_level_residual_sound_across_calls():
         _D[0] = 1.0
 
 
+def quartic(z, a):
+    return (z - a) ** 2 + 0.3 * z ** 4
+
+
+def argmin_quartic(a):
+    z = so.minimize_scalar(quartic, args=(a,)).x
+    for _ in range(6):
+        z = z - (2 * (z - a) + 1.2 * z ** 3) / (2 + 3.6 * z ** 2)
+    return z
+
+
+SCALAR_MINIMA = {
+    "minimize_scalar-brent-args": lambda a: so.minimize_scalar(quartic, args=(a,), tol=1e-12).x,
+    "minimize_scalar-golden-closure": lambda a: so.minimize_scalar(lambda z: quartic(z, a), method="golden",
+                                                                   tol=1e-12).x,
+    "minimize_scalar-bounded": lambda a: so.minimize_scalar(lambda z: quartic(z, a), bounds=(-2, 2), method="bounded",
+                                                            options={"xatol": 1e-12}).x,
+    "golden": lambda a: so.golden(quartic, args=(a,), tol=1e-12),
+    "brent-full-output": lambda a: so.brent(lambda z: quartic(z, a), tol=1e-12, full_output=True)[0],
+    "fminbound": lambda a: so.fminbound(quartic, -2, 2, args=(a,), xtol=1e-12),
+    "fmin": lambda a: so.fmin(lambda z: quartic(z[0], a), np.array([0.5]), xtol=1e-12, ftol=1e-15, disp=0)[0],
+    "fmin_powell": lambda a: so.fmin_powell(lambda z: quartic(z[0], a), np.array([0.5]), xtol=1e-12, ftol=1e-15,
+                                            disp=0)[0],
+    "fmin_bfgs": lambda a: so.fmin_bfgs(lambda z: quartic(z[0], a), np.array([0.5]), gtol=1e-12, disp=0)[0],
+    "fmin_cg": lambda a: so.fmin_cg(lambda z: quartic(z[0], a), np.array([0.5]), gtol=1e-12, disp=0)[0],
+    "fmin_ncg": lambda a: so.fmin_ncg(lambda z: quartic(z[0], a), np.array([0.5]),
+                                      lambda z: np.array([2 * (z[0] - a) + 1.2 * z[0] ** 3]), avextol=1e-12,
+                                      disp=0)[0],
+}
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("name", list(SCALAR_MINIMA))
+def test_scalar_minimum_against_central_differences(name):
+    """Before: minimize_scalar, golden and the fmin family were differentiated through their Python
+    iterations, which gave 0 or a wrong value (brent's parabolic steps, golden's comparisons)."""
+    got = bytegrad.grad(SCALAR_MINIMA[name])(1.0)
+    np.testing.assert_allclose(got, central(argmin_quartic, 1.0), rtol=1e-5)
+
+
+def test_bounded_minimum_at_the_edge_is_a_clear_error():
+    f = lambda a: so.minimize_scalar(lambda z: quartic(z, a), bounds=(0.9, 2), method="bounded").x  # noqa: E731
+    with pytest.raises(NotImplementedRuleError, match="at the edge of the interval") as info:
+        bytegrad.grad(f)(1.0)
+    assert info.value.loc.filename == __file__
+
+
+REFUSED = {
+    "shgo": lambda a: so.shgo(lambda z: (z[0] - a) ** 2, [(-2, 2)]).x[0],
+    "differential_evolution": lambda a: so.differential_evolution(lambda z, c: (z[0] - c) ** 2, [(-2, 2)],
+                                                                  args=(a,), seed=0, maxiter=5).x[0],
+    "dual_annealing": lambda a: so.dual_annealing(lambda z: (z[0] - a) ** 2, [(-2, 2)], maxiter=5, seed=0).x[0],
+    "basinhopping": lambda a: so.basinhopping(lambda z, c: (z[0] - c) ** 2, [0.0], niter=2, rng=0,
+                                              minimizer_kwargs={"args": (a,)}).x[0],
+    "brute": lambda a: so.brute(lambda z: (z[0] - a) ** 2, [(-2, 2)], Ns=5, finish=None),
+    "fmin_cobyla": lambda a: so.fmin_cobyla(lambda z: np.sum((z - a) ** 2), np.zeros(1), [], rhoend=1e-6)[0],
+    "fmin_slsqp": lambda a: so.fmin_slsqp(lambda z: np.sum((z - a) ** 2), np.zeros(1), iprint=0)[0],
+}
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_global_and_constrained_searches_are_a_clear_error(name):
+    """Before: differentiated through their iterations, to 0 or a wrong value, with no error."""
+    with pytest.raises(NotImplementedRuleError, match=f"differentiating scipy.optimize.{name} is not supported") as info:
+        bytegrad.grad(REFUSED[name])(1.0)
+    assert info.value.loc.filename == __file__
+
+
+def test_refused_search_without_a_differentiated_value_runs():
+    objective = lambda z: (z[0] - 1.0) ** 2  # noqa: E731
+    f = lambda a: a * so.shgo(objective, [(-2, 2)]).x[0]  # noqa: E731
+    assert bytegrad.grad(f)(2.0) == so.shgo(objective, [(-2, 2)]).x[0]
+
+
 # ---- the table the registry's coverage test reads (tests/rules/test_rule_coverage.py) ---------------
 
 class Entry:
@@ -302,10 +377,13 @@ SOLVERS = [
     Entry(so.least_squares, "least_squares-closure", "least_squares-args-kwargs"),
     Entry(si.quad, "quad-closure", "quad-args", "quad-limits", "quad-infinite", "dblquad"),
     Entry(_solved, "root-closure", "quad-closure", "minimize-bfgs-args"),
+    *(Entry(getattr(so, name.split("-")[0]), name) for name in SCALAR_MINIMA),
+    *(Entry(getattr(so, name), name) for name in REFUSED),
 ]
 TABLES = [SOLVERS]
 
 
 def test_table_names_real_cases():
     for entry in SOLVERS:
-        assert entry.cases and all(c in CASES or c in MINIMA for c in entry.cases), entry.fn
+        assert entry.cases and all(c in CASES or c in MINIMA or c in SCALAR_MINIMA or c in REFUSED
+                                   for c in entry.cases), entry.fn
