@@ -136,9 +136,18 @@ _RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 def _check_frame(frame: Any, code: types.CodeType) -> None:
     tape = _tape.current_tape()
-    if tape is None or not _entered_blind(frame):
+    if tape is None:
         return
     ids = tape.ids
+    # a global holding a differentiated value, read by code that runs plain (however it started: a
+    # module-level function the user's lambda calls from inside a C solver)
+    g = frame.f_globals
+    for name in code.co_names:
+        v = g.get(name)
+        if v is not None and id(v) in ids:
+            raise _blind_error(frame, code, name)
+    if not _entered_blind(frame):
+        return
     f_locals = frame.f_locals
     n = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)
     for name in code.co_varnames[:n]:
@@ -149,11 +158,6 @@ def _check_frame(frame: Any, code: types.CodeType) -> None:
     for name in code.co_freevars:
         v = f_locals.get(name)
         if _holds_tracked(v, ids) or (type(v) in _CALLABLES and hidden(v, lambda x: id(x) in ids, limit=500)):
-            raise _blind_error(frame, code, name)
-    g = frame.f_globals
-    for name in code.co_names:
-        v = g.get(name)
-        if v is not None and id(v) in ids:
             raise _blind_error(frame, code, name)
 
 

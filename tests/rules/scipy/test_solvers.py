@@ -356,6 +356,58 @@ def test_refused_search_without_a_differentiated_value_runs():
     assert bytegrad.grad(f)(2.0) == so.shgo(objective, [(-2, 2)]).x[0]
 
 
+def lotka_volterra(t, y, a, b):
+    return np.array([a * y[0] - 0.4 * y[0] * y[1], -b * y[1] + 0.1 * y[0] * y[1]])
+
+
+T = np.linspace(0.0, 5.0, 11)
+ODE = 1e-10, 1e-12  # rtol, atol
+ODES = {
+    # solve_ivp used to be differentiated through its Python steps; odeint gave 0 (then a BlindCallError)
+    "solve_ivp-closure": (lambda a: si.solve_ivp(lambda t, y: -a * y, (0, 1), [1.0], rtol=ODE[0],
+                                                 atol=ODE[1]).y[0, -1], 1.0),
+    "solve_ivp-args-t_eval": (lambda p: np.sum(si.solve_ivp(lotka_volterra, (0, 5), [10.0, 5.0], args=(p[0], p[1]),
+                                                            t_eval=T, rtol=ODE[0], atol=ODE[1]).y ** 2), P + 0.1),
+    "solve_ivp-y0": (lambda y0: np.sum(si.solve_ivp(lotka_volterra, (0, 5), y0, args=(1.1, 0.4), rtol=ODE[0],
+                                                    atol=ODE[1]).y[:, -1]), np.array([10.0, 5.0])),
+    "solve_ivp-radau": (lambda a: si.solve_ivp(lambda t, y: -a * y, (0, 1), [1.0], method="Radau", rtol=ODE[0],
+                                               atol=ODE[1]).y[0, -1], 1.0),
+    "odeint-closure": (lambda a: si.odeint(lambda y, t: -a * y, 1.0, [0.0, 0.5, 1.0], rtol=1e-11,
+                                           atol=1e-12)[-1, 0], 1.0),
+    "odeint-args-tfirst": (lambda p: np.sum(si.odeint(lotka_volterra, [10.0, 5.0], T, args=(p[0], p[1]), tfirst=True,
+                                                      rtol=1e-11, atol=1e-12)), P + 0.1),
+}
+
+
+@pytest.mark.parametrize("name", list(ODES))
+def test_ode_against_central_differences(name):
+    f, x = ODES[name]
+    np.testing.assert_allclose(bytegrad.grad(f)(x), central(f, x), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("kw", [{"dense_output": True}, {"events": lambda t, y: y[0] - 0.5}],
+                         ids=["dense_output", "events"])
+def test_solve_ivp_dense_output_or_events_is_a_clear_error(kw):
+    f = lambda a: si.solve_ivp(lambda t, y: -a * y, (0, 1), [1.0], **kw).y[0, -1]  # noqa: E731
+    with pytest.raises(NotImplementedRuleError, match="solve_ivp with") as info:
+        bytegrad.grad(f)(1.0)
+    assert info.value.loc.filename == __file__
+
+
+def test_ode_times_depending_on_the_parameter_is_a_clear_error():
+    f = lambda t1: si.solve_ivp(lambda t, y: -y, (0.0, t1), [1.0]).y[0, -1]  # noqa: E731
+    with pytest.raises(NotImplementedRuleError, match="respect to its times"):
+        bytegrad.grad(f)(1.0)
+
+
+def test_ode_value_is_scipys():
+    run = lambda a: si.solve_ivp(lotka_volterra, (0, 5), [10.0, 5.0], args=(a, 0.4))  # noqa: E731
+    got = []
+    bytegrad.grad(lambda a: np.sum(got.append(run(a)) or got[-1].y))(1.1)
+    np.testing.assert_array_equal(got[0].y, run(1.1).y)
+    np.testing.assert_array_equal(got[0].t, run(1.1).t)
+
+
 # ---- the table the registry's coverage test reads (tests/rules/test_rule_coverage.py) ---------------
 
 class Entry:
@@ -378,6 +430,8 @@ SOLVERS = [
     Entry(si.quad, "quad-closure", "quad-args", "quad-limits", "quad-infinite", "dblquad"),
     Entry(_solved, "root-closure", "quad-closure", "minimize-bfgs-args"),
     *(Entry(getattr(so, name.split("-")[0]), name) for name in SCALAR_MINIMA),
+    Entry(si.solve_ivp, "solve_ivp-closure", "solve_ivp-args-t_eval", "solve_ivp-y0"),
+    Entry(si.odeint, "odeint-closure", "odeint-args-tfirst"),
     *(Entry(getattr(so, name), name) for name in REFUSED),
 ]
 TABLES = [SOLVERS]
@@ -385,5 +439,5 @@ TABLES = [SOLVERS]
 
 def test_table_names_real_cases():
     for entry in SOLVERS:
-        assert entry.cases and all(c in CASES or c in MINIMA or c in SCALAR_MINIMA or c in REFUSED
+        assert entry.cases and all(c in CASES or c in MINIMA or c in SCALAR_MINIMA or c in REFUSED or c in ODES
                                    for c in entry.cases), entry.fn
