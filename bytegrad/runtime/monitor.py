@@ -19,6 +19,7 @@ function or object; this module imports nothing that imports dispatch.
 """
 from __future__ import annotations
 
+import builtins
 import functools
 import os
 import sys
@@ -132,6 +133,21 @@ def _entered_blind(frame: Any) -> bool:
 
 
 _RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _under_rule(frame: Any) -> bool:
+    """Whether the plain frames below `frame` were started by a rule's own code (bytegrad's, not
+    rewritten, not the runtime's) rather than by rewritten code or the runtime."""
+    while frame is not None:
+        code = frame.f_code
+        if "__bg_tape__" in code.co_varnames:
+            return False
+        name = code.co_filename
+        if name.startswith(_PACKAGE_DIR):
+            return not name.startswith(_RUNTIME_DIR)
+        frame = frame.f_back
+    return False
 
 
 def _check_frame(frame: Any, code: types.CodeType) -> None:
@@ -140,13 +156,18 @@ def _check_frame(frame: Any, code: types.CodeType) -> None:
         return
     ids = tape.ids
     # a global holding a differentiated value, read by code that runs plain (however it started: a
-    # module-level function the user's lambda calls from inside a C solver)
+    # module-level function the user's lambda calls from inside a C solver), unless a rule runs it
+    # plain by design (a solver rule's solve: rules/scipy/_implicit.py)
     g = frame.f_globals
     for name in code.co_names:
         v = g.get(name)
-        if v is not None and id(v) in ids:
+        if v is not None and id(v) in ids and not _under_rule(frame.f_back):
             raise _blind_error(frame, code, name)
     if not _entered_blind(frame):
+        # (and what it closes over: np.vectorize's ufunc calling a lambda over a differentiated value)
+        for name in code.co_freevars:
+            if _holds_tracked(frame.f_locals.get(name), ids) and not _under_rule(frame.f_back):
+                raise _blind_error(frame, code, name)
         return
     f_locals = frame.f_locals
     n = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)
@@ -192,8 +213,10 @@ def _blind_error(frame: Any, code: types.CodeType, name: str) -> BlindCallError:
 
 # ---- C functions handed Python callables (runtime/dispatch.py's last case) ------------------------
 
-#: C functions that only look at a callable, never call it
-_INSPECTS = frozenset({id, callable, hash, repr, hasattr, vars, dir, print, format, str})
+#: C functions that only look at a callable, never call it (`__build_class__` runs a class body,
+#: which only defines the methods: the transform refuses a body that reads a differentiated value)
+_INSPECTS = frozenset({id, callable, hash, repr, hasattr, vars, dir, print, format, str,
+                       builtins.__build_class__})
 
 
 def check_c_call(ids: dict[int, int], fn: Any, args: tuple, kwargs: Optional[dict], tracked: bool) -> None:

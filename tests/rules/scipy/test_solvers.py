@@ -262,6 +262,24 @@ def test_gradient_with_respect_to_data_array():
 
 
 _D = np.array([1.0])
+K = None
+
+
+def _rebound_global_residual(z):
+    return z ** 3 + K * z - 1.0
+
+
+def test_parameter_through_a_rebound_global():
+    """A module-level residual reading a global the differentiated function assigns: the rule
+    substitutes the global (the frame watch once took the solver's plain run for a blind call)."""
+    def f(t):
+        global K
+        K = t * 1.0
+        try:
+            return so.brentq(_rebound_global_residual, 0, 2)
+        finally:
+            K = None
+    np.testing.assert_allclose(bytegrad.grad(f)(1.0), central(f, 1.0), rtol=1e-6)
 
 
 def _global_residual(z, t):
