@@ -35,17 +35,21 @@ __all__ = ["DENSE_LIMIT", "Problem", "expose", "rebuilt_root", "refusal", "root_
 DENSE_LIMIT = 64
 
 
-def refusal(message: str, fix: str) -> NotImplementedRuleError:
-    """A NotImplementedRuleError at the user's line: the innermost frame outside NumPy, SciPy, the
-    standard library and bytegrad (a rule raising on the forward pass runs below the user's call)."""
+def _user_loc() -> SourceLoc | None:
+    """The innermost frame outside NumPy, SciPy, the standard library and bytegrad: the user's call
+    of the solver (a rule runs below it)."""
     import sys
 
-    frame = sys._getframe(1)
+    frame = sys._getframe(2)
     while frame is not None and (library_file(frame.f_code.co_filename)
                                  or frame.f_code.co_filename.startswith("<frozen")):
         frame = frame.f_back
-    loc = SourceLoc(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name) if frame is not None else None
-    return NotImplementedRuleError(message, loc, fix)
+    return SourceLoc(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name) if frame is not None else None
+
+
+def refusal(message: str, fix: str) -> NotImplementedRuleError:
+    """A NotImplementedRuleError at the user's line (a rule raising on the forward pass runs below it)."""
+    return NotImplementedRuleError(message, _user_loc(), fix)
 
 
 class Problem:
@@ -53,6 +57,7 @@ class Problem:
     of the differentiated values it reads (one list per value), the solve itself, and what it gave."""
 
     __slots__ = (
+        "called_at",
         "cotangents",
         "first_order_only",
         "paths",
@@ -76,6 +81,7 @@ class Problem:
         self.first_order_only = False
         #: (problem, z, params, z_bar) -> the params' cotangents; None: the implicit function theorem
         self.cotangents: Callable[..., list[Any]] | None = None
+        self.called_at: SourceLoc | None = None  # the user's line (for errors of the reverse pass)
 
     def run(self) -> Any:
         """Solve on the plain values (the callable as the user wrote it); keep SciPy's whole result and
@@ -95,7 +101,10 @@ class Problem:
 def expose(root: tuple, solve: Callable[..., Any], what: str) -> tuple[Problem, tuple]:
     """The problem of one solver call, and the differentiated values its callable reads."""
     found = hidden(root, tracked)
-    return Problem(root, [paths for paths, _ in found], solve, what), tuple(v for _, v in found)
+    problem = Problem(root, [paths for paths, _ in found], solve, what)
+    if found:
+        problem.called_at = _user_loc()
+    return problem, tuple(v for _, v in found)
 
 
 non_differentiable(expose)
@@ -122,8 +131,10 @@ def solved_rrule(problem: Problem, *params: Any) -> tuple[Any, Callable[..., tup
         if z_bar is ZERO:
             return (NO_TANGENT,) + (ZERO,) * len(params)
         if problem.first_order_only and recording():
+            at = problem.called_at
             raise NotImplementedRuleError(
-                f"second derivatives through {problem.what} are not supported.", None,
+                f"second derivatives through {problem.what} are not supported" +
+                (f" (called at {at.filename}:{at.lineno}, in {at.function})." if at is not None else "."), None,
                 "take the second derivative by finite differences of bytegrad's first derivative.")
         return (NO_TANGENT,) + tuple((problem.cotangents or root_cotangents)(problem, z, params, z_bar))
 
