@@ -80,6 +80,19 @@ def ls_jac(z, p):
     return np.array([[1.0, 0.0], [z[1], z[0]], [0.0, 1.0]])
 
 
+class CallableResidual:
+    def __init__(self, t):
+        self.t = t
+
+    def __call__(self, z):
+        return np.cos(z) - self.t * z
+
+
+def nested(t):
+    inner = lambda z: t * z  # noqa: E731
+    return lambda z: np.cos(z) - inner(z)
+
+
 class Holder:
     def __init__(self, t):
         self.t = t
@@ -113,6 +126,12 @@ CASES = {
     "brentq-default": (lambda t: so.brentq(lambda z, c=t: np.cos(z) - c * z, 0, 2), 1.0, 1e-6),
     "brentq-partial": (lambda t: so.brentq(functools.partial(cos_line, t=t), 0, 2), 1.0, 1e-6),
     "brentq-bound-method": (lambda t: so.brentq(Holder(t).residual, 0, 2), 1.0, 1e-6),
+    "brentq-callable-object": (lambda t: so.brentq(CallableResidual(t), 0, 2), 1.0, 1e-6),
+    "brentq-nested-closure": (lambda t: so.brentq(nested(t), 0, 2), 1.0, 1e-6),
+    "brentq-dict-in-closure": (lambda t: so.brentq((lambda d: (lambda z: np.cos(z) - d["t"] * z))({"t": t}), 0, 2),
+                               1.0, 1e-6),
+    "root-matrix-parameter": (lambda w: so.root(lambda z: z - np.tanh(w @ z) - 0.1, np.zeros(2), tol=1e-13).x.sum(),
+                              np.array([[0.3, -0.2], [0.1, 0.4]]), 1e-6),
     "brentq-full-output": (lambda t: so.brentq(cos_line, 0, 2, args=(t,), full_output=True)[0], 1.0, 1e-6),
     "newton-closure": (lambda t: so.newton(lambda z: np.cos(z) - t * z, 1.0, tol=1e-13), 1.0, 1e-6),
     "newton-args": (lambda t: so.newton(cos_line, 1.0, args=(t,), tol=1e-13), 1.0, 1e-6),
@@ -460,3 +479,14 @@ def test_table_names_real_cases():
     for entry in SOLVERS:
         assert entry.cases and all(c in CASES or c in MINIMA or c in SCALAR_MINIMA or c in REFUSED or c in ODES
                                    for c in entry.cases), entry.fn
+
+
+@pytest.mark.filterwarnings("ignore::bytegrad.PerformanceWarning")
+def test_forward_mode_agrees_with_reverse():
+    f = lambda p: so.root(system, Z2, args=(p,), tol=1e-13).x  # noqa: E731
+    np.testing.assert_allclose(bytegrad.jacobian(f, mode="fwd")(P), bytegrad.jacobian(f)(P), rtol=1e-12)
+    np.testing.assert_allclose(bytegrad.jacobian(f)(P), central(f, P), rtol=1e-6)
+    q = lambda a: si.quad(lambda s: np.exp(-a * s * s), 0, 1)[0]  # noqa: E731
+    value, tangent = bytegrad.jvp(q, (1.0,), (2.0,))
+    assert value == q(1.0)
+    np.testing.assert_allclose(tangent, 2.0 * central(q, 1.0), rtol=1e-7)
