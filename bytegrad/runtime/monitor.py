@@ -226,8 +226,11 @@ def check_c_call(ids: dict[int, int], fn: Any, args: tuple, kwargs: Optional[dic
     through what it closes over, raise BlindCallError at the user's line: the values the C code
     computes from the callable's results would carry no derivative. A ufunc of Python objects made
     by np.frompyfunc hides its function: the frame watch starts, and `_check_frame` looks at it."""
-    if type(fn) is _ufunc:
-        if "O" in fn.types[0]:
+    callables = [v for v in args if type(v) in _CALLABLE_TYPES]
+    if kwargs:
+        callables += [v for v in kwargs.values() if type(v) in _CALLABLE_TYPES]
+    if not callables:
+        if type(fn) is _ufunc and "O" in fn.types[0]:
             arm()
         return
     try:
@@ -235,10 +238,6 @@ def check_c_call(ids: dict[int, int], fn: Any, args: tuple, kwargs: Optional[dic
             return
     except TypeError:
         pass
-    values = args if not kwargs else (*args, *kwargs.values())
-    callables = [v for v in values if type(v) in _CALLABLE_TYPES]
-    if not callables:
-        return
     is_tracked = lambda x: id(x) in ids  # noqa: E731
     for c in callables:
         found = hidden(c, is_tracked)
