@@ -1,5 +1,5 @@
 """SciPy and NumPy entry points that call the user's Python function from C (MINPACK, TNC, DIRECT,
-VODE, np.frompyfunc's ufuncs) and have no rule: a differentiated value reaching that function, through
+VODE, scipy.ndimage's generic filters and transforms, np.frompyfunc's ufuncs) and have no rule: a differentiated value reaching that function, through
 `args=` or what it closes over, raises BlindCallError at the user's line. Each gave a gradient of
 exactly 0 with no error before (through a closure), or a NoRuleError at SciPy's line (through args=).
 The solvers bytegrad differentiates (root, brentq, quad...) are tested in test_solvers.py."""
@@ -12,6 +12,7 @@ import pytest
 
 pytest.importorskip("scipy")
 import scipy.integrate as si  # noqa: E402
+import scipy.ndimage as nd  # noqa: E402
 import scipy.optimize as so  # noqa: E402
 
 import bytegrad  # noqa: E402
@@ -29,12 +30,17 @@ CLOSURE = {
     "direct": lambda a: so.direct(lambda z: (z[0] - a) ** 2, [(-2.0, 2.0)]).x[0],
     "fmin_tnc": lambda a: so.fmin_tnc(lambda z: np.sum((z - a) ** 2), np.zeros(2), approx_grad=True,
                                       disp=0)[0][0],
+    "ndimage.generic_filter": lambda a: np.sum(nd.generic_filter(X, lambda w: np.sum(w) * a, size=3)),
+    "ndimage.generic_filter1d": lambda a: np.sum(nd.generic_filter1d(
+        X, lambda i, o: o.__setitem__(slice(None), i[1:-1] * a), 3)),
+    "ndimage.geometric_transform": lambda a: np.sum(nd.geometric_transform(X, lambda c: (c[0] * a,))),
     "frompyfunc": lambda a: float(np.frompyfunc(lambda v: v * a, 1, 1)(np.array([1.0, 2.0])).sum()),
     "vectorize": lambda a: float(np.sum(np.vectorize(lambda v: v * a)(np.array([1.0, 2.0])))),
 }
 
 ARGS = {
     "curve_fit": lambda a: so.curve_fit(lambda x, k, c: k * x + c, X, 2.0 * X, p0=(1.0, a))[0][0],
+    "ndimage.generic_filter": lambda a: np.sum(nd.generic_filter(X * a, np.sum, size=3)),
     "ode": lambda a: si.ode(lambda t, y, c: -c * y).set_integrator("dopri5").set_f_params(a).set_initial_value(
         [1.0], 0.0).integrate(1.0)[0],
     "leastsq": lambda a: so.leastsq(lambda z, c: np.array([z[0] - c, z[0] + 1.0]), np.zeros(1), args=(a,))[0][0],
