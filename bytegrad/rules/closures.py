@@ -67,20 +67,24 @@ def _children(obj: Any, depth: int) -> list[tuple[Step, Any]]:
         return [(("key", k), v) for k, v in obj.items()] if depth else []
     if depth and t.__flags__ & _HEAPTYPE and not isinstance(obj, _SKIP):
         d = getattr(obj, "__dict__", None)
-        if type(d) is dict:
-            return [(("attr", k), v) for k, v in d.items()]
+        out = [(("attr", k), v) for k, v in d.items()] if type(d) is dict else []
+        for klass in t.__mro__:  # and its slots (a dataclass(slots=True))
+            for name in klass.__dict__.get("__slots__", ()):
+                if name not in ("__dict__", "__weakref__") and hasattr(obj, name):
+                    out.append((("attr", name), getattr(obj, name)))
+        return out
     return []
 
 
-def hidden(fn: Any, tracked: Callable[[Any], bool], *, depth: int = 3,
+def hidden(fn: Any, tracked: Callable[[Any], bool], *, depth: int = 6,
            limit: int = 10000) -> list[tuple[list[Path], Any]]:
     """The differentiated values `fn` can read without receiving them as arguments, each once, with
     every path that reaches it.
 
     Followed: closure cells, defaults, globals its code names, a bound method's `self`, a partial's
     function and arguments, and the functions these hold (at any depth); containers (list, tuple,
-    dict) and the attributes of objects of Python classes, `depth` levels down. Modules, classes and
-    C functions are not entered.
+    dict) and the attributes (and slots) of objects of Python classes, `depth` levels down; at most
+    `limit` values in all. Modules, classes and C functions are not entered.
     """
     found: dict[int, tuple[list[Path], Any]] = {}
     seen: set[int] = set()
@@ -137,7 +141,7 @@ def _rebuilt(obj: Any, step: Step, new_child: Any) -> Any:
     import copy  # (only here: `import bytegrad` does not import copy)
 
     out = copy.copy(obj)  # an object of a Python class: a shallow copy with the attribute replaced
-    out.__dict__[step[1]] = new_child
+    object.__setattr__(out, step[1], new_child)  # (a frozen dataclass too)
     return out
 
 
@@ -161,7 +165,7 @@ def _child(obj: Any, step: Step) -> Any:
         return obj.keywords[step[1]]
     if kind in ("item", "key"):
         return obj[step[1]]
-    return obj.__dict__[step[1]]
+    return getattr(obj, step[1])
 
 
 def rebuild(fn: Any, paths: list[Path], values: list[Any]) -> Any:

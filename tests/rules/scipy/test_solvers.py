@@ -5,6 +5,7 @@ follow the solver's: a root found to xtol ~ 1e-12 differentiated by differences 
 about 1e-6 relative. Each case gave 0 (or an error, or a wrong value) before these rules."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import warnings
 
@@ -490,3 +491,15 @@ def test_forward_mode_agrees_with_reverse():
     value, tangent = bytegrad.jvp(q, (1.0,), (2.0,))
     assert value == q(1.0)
     np.testing.assert_allclose(tangent, 2.0 * central(q, 1.0), rtol=1e-7)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Rates:
+    t: float
+
+
+def test_parameter_in_a_frozen_slotted_dataclass_and_deep_containers():
+    f = lambda t: so.brentq(lambda z, r=Rates(t): np.cos(z) - r.t * z, 0, 2)  # noqa: E731
+    np.testing.assert_allclose(bytegrad.grad(f)(1.0), central(f, 1.0), rtol=1e-6)
+    deep = lambda t: so.brentq(lambda z, d={"a": [{"b": (t,)}]}: np.cos(z) - d["a"][0]["b"][0] * z, 0, 2)  # noqa: E731
+    np.testing.assert_allclose(bytegrad.grad(deep)(1.0), central(deep, 1.0), rtol=1e-6)
