@@ -24,21 +24,25 @@ from bytegrad.rules.registry import (
 )
 from bytegrad.rules.scipy._implicit import Problem, expose, refusal, solved
 
-_SIGNATURES: dict[Any, inspect.Signature] = {}
-
-
 def _bind(original: Callable[..., Any], a: tuple, kw: dict) -> dict[str, Any]:
     """The call's arguments by name, defaults filled in (SciPy's own signature)."""
-    sig = _SIGNATURES.get(original)
-    if sig is None:
-        sig = _SIGNATURES[original] = inspect.signature(original)
-    bound = sig.bind(*a, **kw)
+    bound = _SIGNATURES[original].bind(*a, **kw)
     bound.apply_defaults()
     return dict(bound.arguments)
 
 
 def _as_tuple(args: Any) -> tuple:
     return args if isinstance(args, tuple) else (args,)
+
+
+#: SciPy's signatures, read once (a table, not a cache: filled here and never written again)
+_SIGNATURES: dict[Any, inspect.Signature] = {
+    f: inspect.signature(f) for f in (
+        so.root, so.root_scalar, so.fsolve, so.brentq, so.brenth, so.ridder, so.bisect, so.toms748, so.newton,
+        so.minimize, so.least_squares, so.minimize_scalar, so.golden, so.brent, so.fminbound, so.fmin,
+        so.fmin_powell, so.fmin_bfgs, so.fmin_cg, so.fmin_ncg, so.shgo, so.dual_annealing, so.basinhopping,
+        so.differential_evolution, so.brute, so.fmin_cobyla, so.fmin_slsqp)
+}
 
 
 # ---- F(z, p) = 0 ----------------------------------------------------------------------------------
