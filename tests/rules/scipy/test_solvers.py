@@ -503,3 +503,51 @@ def test_parameter_in_a_frozen_slotted_dataclass_and_deep_containers():
     np.testing.assert_allclose(bytegrad.grad(f)(1.0), central(f, 1.0), rtol=1e-6)
     deep = lambda t: so.brentq(lambda z, d={"a": [{"b": (t,)}]}: np.cos(z) - d["a"][0]["b"][0] * z, 0, 2)  # noqa: E731
     np.testing.assert_allclose(bytegrad.grad(deep)(1.0), central(deep, 1.0), rtol=1e-6)
+
+
+def _directional(f, x, v, eps=1e-6):
+    return (f(x + eps * v) - f(x - eps * v)) / (2 * eps)
+
+
+@pytest.mark.parametrize("n", [80])
+def test_large_root_uses_gmres(n, monkeypatch):
+    """Above DENSE_LIMIT unknowns the implicit solve is iterative (gmres on Jacobian products): checked
+    along a random direction against central differences, and against the dense solve."""
+    from bytegrad.rules.scipy import _implicit
+
+    rng = np.random.default_rng(0)
+    w = 0.3 * rng.standard_normal((n, n)) / np.sqrt(n)
+    c = rng.standard_normal(n)
+    f = lambda b: c @ so.root(lambda z: z - np.tanh(w @ z) - b, np.zeros(n), tol=1e-13).x  # noqa: E731
+    b = 0.1 * rng.standard_normal(n)
+    v = rng.standard_normal(n)
+    got = bytegrad.grad(f)(b)
+    np.testing.assert_allclose(got @ v, _directional(f, b, v), rtol=1e-6)
+    monkeypatch.setattr(_implicit, "DENSE_LIMIT", 10 ** 6)
+    np.testing.assert_allclose(bytegrad.grad(f)(b), got, rtol=1e-8, atol=1e-10)
+
+
+def test_large_minimum_uses_cg(monkeypatch):
+    from bytegrad.rules.scipy import _implicit
+
+    n = 70
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((n, n)) / np.sqrt(n)
+    h = a @ a.T + np.eye(n)
+    objective = lambda z, p: 0.5 * z @ h @ z + np.sum(np.cosh(z - p))  # noqa: E731
+    gradient = lambda z, p: h @ z + np.sinh(z - p)  # noqa: E731
+
+    def argmin(p):  # BFGS, then Newton to machine precision (for the differences)
+        z = so.minimize(objective, np.zeros(n), args=(p,), jac=gradient, method="BFGS").x
+        for _ in range(4):
+            z = z - np.linalg.solve(h + np.diag(np.cosh(z - p)), gradient(z, p))
+        return z
+
+    f = lambda p: np.sum(so.minimize(objective, np.zeros(n), args=(p,), jac=gradient, method="BFGS",  # noqa: E731
+                                     options={"gtol": 1e-12}).x ** 2)
+    p = rng.standard_normal(n)
+    v = rng.standard_normal(n)
+    got = bytegrad.grad(f)(p)
+    np.testing.assert_allclose(got @ v, _directional(lambda p: np.sum(argmin(p) ** 2), p, v), rtol=1e-6)
+    monkeypatch.setattr(_implicit, "DENSE_LIMIT", 10 ** 6)
+    np.testing.assert_allclose(bytegrad.grad(f)(p), got, rtol=1e-7, atol=1e-10)
