@@ -15,7 +15,7 @@ from bytegrad import _jacobian, transform
 from bytegrad.errors import (
     WrtError,
 )
-from bytegrad.rules import pytrees, registry
+from bytegrad.rules import closures as _closures, pytrees, registry
 from bytegrad.runtime import abi, pytree
 from bytegrad.runtime import dispatch as dispatch_module
 from bytegrad.runtime.forward import push_forward
@@ -234,6 +234,9 @@ def vjp(fn: Callable[..., Any], *args: Any, has_aux: bool = False, **kwargs: Any
 
 registry.set_ad_backend(vjp)  # rrule_via_ad: rules call back into bytegrad through this slot
 registry.set_tape_probe(lambda: getattr(tls, "tape", None) is not None)  # registry.recording
+# rules/closures.tracked: whether a value is differentiated now (the solver rules find the values a
+# user's function closes over that are, rules/scipy/_implicit.py)
+_closures.set_tracked_probe(lambda v: (t := getattr(tls, "tape", None)) is not None and id(v) in t.ids)
 
 
 # ---- forward mode, Jacobians and Hessians ---------------------------------------------------------

@@ -144,17 +144,19 @@ _LIBRARY_DIRS: Optional[tuple[str, ...]] = None
 
 
 def library_file(filename: str) -> bool:
-    """Whether `filename` is NumPy's, the standard library's or bytegrad's own code."""
+    """Whether `filename` is NumPy's, SciPy's, the standard library's or bytegrad's own code."""
     global _LIBRARY_DIRS
-    if _LIBRARY_DIRS is None:
+    import sys
+
+    if _LIBRARY_DIRS is None or (len(_LIBRARY_DIRS) < 4 and "scipy" in sys.modules):
         import os
-        import sys
         import sysconfig  # only when an error is being reported
 
         dirs = [os.path.dirname(os.path.abspath(__file__)), sysconfig.get_paths()["stdlib"]]
-        numpy_file = getattr(sys.modules.get("numpy"), "__file__", None)
-        if numpy_file:
-            dirs.append(os.path.dirname(os.path.abspath(numpy_file)))
+        for name in ("numpy", "scipy"):  # (SciPy's once it is imported)
+            module_file = getattr(sys.modules.get(name), "__file__", None)
+            if module_file:
+                dirs.append(os.path.dirname(os.path.abspath(module_file)))
         _LIBRARY_DIRS = tuple(d.rstrip(os.sep) + os.sep for d in dirs)
     return filename.startswith(_LIBRARY_DIRS)
 

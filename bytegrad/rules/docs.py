@@ -67,7 +67,7 @@ def _area(fn: Any, name: str) -> str:
     if isinstance(fn, tuple) or name.startswith("numpy.ndarray."):
         return "ndarray methods and attributes"
     for prefix in ("numpy.linalg", "numpy.fft", "numpy.lib", "scipy.special", "scipy.stats", "scipy.linalg",
-                   "scipy.signal", "numpy"):
+                   "scipy.signal", "scipy.optimize", "scipy.integrate", "numpy"):
         if name.startswith(prefix + "."):
             return "NumPy" if prefix == "numpy" else prefix
     if name.startswith("numpy.vectorize."):
@@ -188,7 +188,7 @@ def render() -> str:
         "",
     ]
     order = ["NumPy", "numpy.linalg", "numpy.fft", "numpy.lib", "scipy.special", "scipy.stats", "scipy.linalg",
-             "scipy.signal", "ndarray methods and attributes"]
+             "scipy.signal", "scipy.optimize", "scipy.integrate", "ndarray methods and attributes"]
     for area in order + sorted(set(sections) - set(order)):
         if area not in sections:
             continue

@@ -308,6 +308,8 @@ _LAZY_RULES: dict[str, str] = {
     "scipy.linalg": "bytegrad.rules.scipy.linalg",
     "scipy.signal": "bytegrad.rules.scipy.signal",
     "scipy.stats": "bytegrad.rules.scipy.stats",
+    "scipy.optimize": "bytegrad.rules.scipy.optimize",
+    "scipy.integrate": "bytegrad.rules.scipy.integrate",
     "numpy.fft": "bytegrad.rules.numpy.fft",
     "statistics": "bytegrad.rules.stdlib.statistics",
     "heapq": "bytegrad.rules.stdlib.heapq",

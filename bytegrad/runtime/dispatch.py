@@ -219,10 +219,14 @@ def dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict
     if type(dunder_call) is _FunctionType:
         return call_python(tape, site, dunder_call, (fn,) + tuple(args), kwargs)
     args = _drain_generators(tape, tuple(args))  # a C function: look inside generator arguments
-    if any_tracked(tape.ids, tuple(args), kwargs) or (type(fn) is _BuiltinMethod and
-                                                       tape.ids.get(id(fn.__self__)) is not None):
-        if registry.load_plugins():
-            return dispatch(tape, site, fn, args, kwargs)
+    tracked = any_tracked(tape.ids, tuple(args), kwargs) or (type(fn) is _BuiltinMethod and
+                                                             tape.ids.get(id(fn.__self__)) is not None)
+    if tracked and registry.load_plugins():
+        return dispatch(tape, site, fn, args, kwargs)
+    # a Python function handed to C (a SciPy solver's MINPACK, QUADPACK...) that reads a differentiated
+    # value, through its arguments or what it closes over: a blind call, refused at the user's line
+    monitor.check_c_call(tape.ids, fn, args, kwargs, tracked)
+    if tracked:
         raise NoRuleError(method_key(fn), site.loc())
     _watch_objects(args, kwargs)
     return fn(*args, **kwargs) if kwargs else fn(*args)

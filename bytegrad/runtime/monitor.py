@@ -19,16 +19,21 @@ function or object; this module imports nothing that imports dispatch.
 """
 from __future__ import annotations
 
+import builtins
+import functools
 import os
 import sys
 import types
 from typing import Any, Optional
 
+import numpy as np
+
 from bytegrad._config import config as _config
-from bytegrad.errors import BlindCallError, SourceLoc
+from bytegrad.errors import BlindCallError, SourceLoc, library_file
+from bytegrad.rules.closures import hidden
 from bytegrad.runtime import tape as _tape
 
-__all__ = ["CHECK", "BlindCallError", "start", "arm", "stop"]
+__all__ = ["CHECK", "BlindCallError", "start", "arm", "stop", "check_c_call", "user_loc"]
 
 #: the checking mode (BYTEGRAD_CHECK=1): guards at inactive sites, and the frame watch on 3.11 too
 CHECK = _config.bind("check", __name__, "CHECK")
@@ -137,27 +142,75 @@ def _entered_blind(frame: Any) -> bool:
 
 
 _RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _under_rule(frame: Any) -> bool:
+    """Whether the plain frames below `frame` were started by a rule's own code (bytegrad's, not
+    rewritten, not the runtime's) rather than by rewritten code or the runtime."""
+    while frame is not None:
+        code = frame.f_code
+        if "__bg_tape__" in code.co_varnames:
+            return False
+        name = code.co_filename
+        if name.startswith(_PACKAGE_DIR):
+            return not name.startswith(_RUNTIME_DIR)
+        frame = frame.f_back
+    return False
 
 
 def _check_frame(frame: Any, code: types.CodeType) -> None:
     tape = _tape.current_tape()
-    if tape is None or not _entered_blind(frame):
+    if tape is None:
         return
     ids = tape.ids
+    # a global holding a differentiated value, read by code that runs plain (however it started: a
+    # module-level function the user's lambda calls from inside a C solver), unless a rule runs it
+    # plain by design (a solver rule's solve: rules/scipy/_implicit.py)
+    g = frame.f_globals
+    for name in code.co_names:
+        v = g.get(name)
+        if v is not None and id(v) in ids and not _under_rule(frame.f_back):
+            raise _blind_error(frame, code, name)
+    if not _entered_blind(frame):
+        # (and what it closes over: np.vectorize's ufunc calling a lambda over a differentiated value)
+        for name in code.co_freevars:
+            if _holds_tracked(frame.f_locals.get(name), ids) and not _under_rule(frame.f_back):
+                raise _blind_error(frame, code, name)
+        return
     f_locals = frame.f_locals
     n = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)
     for name in code.co_varnames[:n]:
+        if _holds_tracked(f_locals.get(name), ids):
+            raise _blind_error(frame, code, name)
+    # what it closes over (a lambda over a differentiated value, which np.frompyfunc's ufunc calls
+    # with plain numbers), with the functions held there (a library's wrapper of the user's function)
+    for name in code.co_freevars:
         v = f_locals.get(name)
-        if _holds_tracked(v, ids):
+        if _holds_tracked(v, ids) or (type(v) in _CALLABLES and hidden(v, lambda x: id(x) in ids, limit=500)):
             raise _blind_error(frame, code, name)
 
 
+_CALLABLES = frozenset({types.FunctionType, types.MethodType})
+
+
+def user_loc(frame: Any) -> Optional[SourceLoc]:
+    """The line of the user's rewritten code that the stack at `frame` runs under: the innermost
+    rewritten frame outside NumPy, SciPy, the standard library and bytegrad, else the innermost
+    rewritten frame; None when there is none."""
+    first = None
+    while frame is not None:
+        c = frame.f_code
+        if "__bg_tape__" in c.co_varnames:
+            if not library_file(c.co_filename):
+                return SourceLoc(c.co_filename, frame.f_lineno, c.co_name)
+            first = first or frame
+        frame = frame.f_back
+    return SourceLoc(first.f_code.co_filename, first.f_lineno, first.f_code.co_name) if first else None
+
+
 def _blind_error(frame: Any, code: types.CodeType, name: str) -> BlindCallError:
-    user = frame.f_back
-    while user is not None and "__bg_tape__" not in user.f_code.co_varnames:
-        user = user.f_back
-    caller = (SourceLoc(user.f_code.co_filename, user.f_lineno, user.f_code.co_name) if user is not None
-              else SourceLoc(code.co_filename, code.co_firstlineno, code.co_name))
+    caller = user_loc(frame.f_back) or SourceLoc(code.co_filename, code.co_firstlineno, code.co_name)
     qual = getattr(code, "co_qualname", code.co_name)
     return BlindCallError(
         f"{qual} ({code.co_filename}:{code.co_firstlineno}) was called from C code (or a call bytegrad left "
@@ -165,6 +218,74 @@ def _blind_error(frame: Any, code: types.CodeType, name: str) -> BlindCallError:
         "it computes from that value would have no derivative.", caller,
         f"call {code.co_name} directly from the differentiated code, give the C function that calls it a "
         "rule with @bytegrad.rrule, or register the class holding the value with bytegrad.register_pytree.")
+
+
+# ---- C functions handed Python callables (runtime/dispatch.py's last case) ------------------------
+
+#: C functions that only look at a callable, never call it (`__build_class__` runs a class body,
+#: which only defines the methods: the transform refuses a body that reads a differentiated value)
+_INSPECTS = frozenset({id, callable, hash, repr, hasattr, vars, dir, print, format, str,
+                       builtins.__build_class__})
+
+
+def check_c_call(ids: dict[int, int], fn: Any, args: tuple, kwargs: Optional[dict], tracked: bool) -> None:
+    """A C function without a rule is about to run: when it is handed a Python function, method or
+    partial (SciPy's MINPACK, QUADPACK and C root finders, odeint, a ufunc's `reduce` of objects...)
+    and a differentiated value reaches that callable, as an argument beside it (`args=(theta,)`) or
+    through what it closes over, raise BlindCallError at the user's line: the values the C code
+    computes from the callable's results would carry no derivative. A ufunc of Python objects made
+    by np.frompyfunc hides its function: the frame watch starts, and `_check_frame` looks at it."""
+    callables = [v for v in args if type(v) in _CALLABLE_TYPES]
+    if kwargs:
+        callables += [v for v in kwargs.values() if type(v) in _CALLABLE_TYPES]
+    if not callables:
+        if type(fn) is _ufunc and "O" in fn.types[0]:
+            arm()
+        return
+    try:
+        if fn in _INSPECTS:
+            return
+    except TypeError:
+        pass
+    is_tracked = lambda x: id(x) in ids  # noqa: E731
+    for c in callables:
+        found = hidden(c, is_tracked)
+        if found or tracked:
+            raise _c_call_error(fn, c, found)
+
+
+def _c_call_error(fn: Any, c: Any, found: list) -> BlindCallError:
+    from bytegrad.errors import qualname
+
+    name = getattr(fn, "__module__", None)
+    name = f"{name}.{fn.__name__}" if name and hasattr(fn, "__name__") else qualname(fn)
+    how = ("a differentiated value passed beside it" if not found else
+           "a differentiated value it reads through " + _describe(found[0][0][0]))
+    return BlindCallError(
+        f"the C function {name} is handed the Python callable {qualname(c)}, which it calls on plain "
+        f"numbers, with {how}: what the C code computes from its results would have no derivative "
+        "(a silent zero).", user_loc(sys._getframe(1)),
+        "compute this part outside the differentiated function, or write a rule for the SciPy or NumPy "
+        "function you called with @bytegrad.rrule (see docs/solvers.md for the solvers bytegrad "
+        "differentiates: root, brentq, quad, minimize, solve_ivp...).")
+
+
+def _describe(path: tuple) -> str:
+    parts = []
+    for step in path:
+        kind = step[0]
+        parts.append({"cell": "a closure variable", "default": "a default argument", "kwdefault": "a keyword default",
+                      "global": f"the global {step[1] if len(step) > 1 else ''}", "self": "its bound object",
+                      "func": "its function", "arg": "a partial's argument", "keyword": "a partial's keyword",
+                      "item": "an item", "key": f"the key {step[1]!r}" if len(step) > 1 else "a key",
+                      "attr": f"the attribute {step[1] if len(step) > 1 else ''}"}[kind])
+    return ", then ".join(parts)
+
+
+_CALLABLE_TYPES = frozenset({types.FunctionType, types.MethodType, functools.partial})
+
+
+_ufunc = np.ufunc
 
 
 # ---- the watch: sys.monitoring (3.12+), sys.setprofile in the checking mode on 3.11 ---------------

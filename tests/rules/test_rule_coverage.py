@@ -13,13 +13,13 @@ from .numpy import (
     test_linalg_decomp, test_manipulation, test_nondiff, test_numpy2, test_products, test_reductions, test_selection,
     test_shape, test_signal, test_statistics, test_ufunc_methods, test_ufuncs,
 )
-from .scipy import test_linalg as test_scipy_linalg, test_signal as test_scipy_signal, test_special, test_stats
+from .scipy import test_linalg as test_scipy_linalg, test_signal as test_scipy_signal, test_solvers, test_special, test_stats
 
 TABLE_MODULES = [
     test_builtins, test_ufuncs, test_reductions, test_shape, test_indexing, test_linalg, test_nondiff,
     test_linalg_decomp, test_products, test_cumulative, test_building, test_manipulation, test_statistics, test_signal,
     test_functional, test_complex, test_fft, test_numpy2, test_python_stdlib, test_special, test_stats,
-    test_scipy_linalg, test_scipy_signal, test_ufunc_methods, test_selection,
+    test_scipy_linalg, test_scipy_signal, test_ufunc_methods, test_selection, test_solvers,
 ]
 CHECKED_KINDS = (RuleKind.ELEMENTWISE, RuleKind.RRULE, RuleKind.THROUGH)
 
