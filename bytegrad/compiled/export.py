@@ -1,0 +1,428 @@
+"""A NumPy program (compiled/lower_numpy.py) written out as a standalone module: `bytegrad.export`.
+
+`module_source(prog, ...)` takes a program's parts (its constants, its source, the user's line of
+each line, the user's file) and writes a module that imports NumPy and `math` only:
+
+- the program's guards become checks that raise `ValueError` naming what differs (an argument's
+  type, shape, dtype, container layout or value); a decision on data computed again raises
+  `ValueError("... came out otherwise than at export ...")`. The guards on the globals, module
+  attributes and callees the function read, and on bytegrad's rule registry, have no object to
+  check in another process: the module holds their values as of the export (its header says so);
+- constants become NumPy references (`np.tanh`, `np.add.reduce`), literals or module constants
+  (`np.dtype('float64')`, a zero array standing for a shape);
+- the helpers the program calls and the reverse rules it calls with a pullback (sums, means,
+  maxima and minima along axes) are written into the module as small NumPy functions
+  (compiled/export_helpers.py); a program that calls any other rule, a plugin rule, or reads an
+  array from a global is refused (`ExportRefused`) naming the function and the line;
+- the arguments keep the user's names, and each statement is preceded by the user's line it
+  replays, as a comment.
+"""
+from __future__ import annotations
+
+import linecache
+import math
+import operator
+import re
+import types
+from typing import Any, Optional
+
+import numpy as np
+
+from bytegrad.compiled.export_helpers import HELPERS, RULES
+from bytegrad.compiled.source import AST_LOCK, _lambda_ast
+from bytegrad.errors import qualname
+
+__all__ = ["ExportRefused", "module_source"]
+
+_COMPARISONS = {"lt": "<", "le": "<=", "eq": "==", "ne": "!=", "gt": ">", "ge": ">="}
+
+_GUARD = re.compile(r"^(\s*)if not \((.*)\): return (MISS|DECIDED)$")
+_DROPPED_KINDS = frozenset({"global", "attr", "cell", "code", "version"})
+_NAME = re.compile(r"\b[A-Za-z_][A-Za-z_0-9]*\b")
+
+
+class ExportRefused(Exception):
+    """The program cannot be written without bytegrad; the message says what and where."""
+
+
+def module_source(prog: Any, fn_name: str, params: list[str], header: list[str]) -> str:
+    """The module's source (see the module's docstring): `params` are the argument names of
+    `value_and_grad`, `header` the lines of its opening comment."""
+    ns, source, user_lines, filename = prog.parts
+    body = source.splitlines()[1:]
+    lines = list(user_lines[1:])
+    first = user_lines[0]
+    body, lines = _strip_value_flag(body, lines)
+    names = {f"args[{p}]": name for p, name in enumerate(params)}
+    readable: dict[str, str] = {}
+    out: list[str] = []
+    out_lines: list[int] = []
+    guards = list(prog.guards)
+    renamed: dict[str, str] = {}
+    taken = set(ns) | set(HELPERS) | {"np", "math", "ndarray", "value_and_grad"}
+    for text, line in zip(body, lines):
+        m = re.fullmatch(r"(\s*)(x[0-9]+) = args\[([0-9]+)\]", text)
+        if m and params[int(m.group(3))] not in taken:
+            renamed[m.group(2)] = params[int(m.group(3))]
+            readable[m.group(2)] = params[int(m.group(3))]
+            continue
+        text = _rename(text, renamed)
+        m = re.fullmatch(r"(\s*)(x[0-9]+) = (\w+)\.get\(('[^']*'|[0-9]+), MISS\)", text)
+        if m:
+            readable[m.group(2)] = f"{readable.get(m.group(3), m.group(3))}[{m.group(4)}]"
+            text = f"{m.group(1)}{m.group(2)} = {m.group(3)}[{m.group(4)}]"
+        m = re.fullmatch(r"(\s*)(x[0-9]+) = (\w+)\[([0-9]+)\]", text)
+        if m:
+            readable[m.group(2)] = f"{readable.get(m.group(3), m.group(3))}[{m.group(4)}]"
+        m = re.fullmatch(r"(\s*)(x[0-9]+) = args\[([0-9]+)\]", text)
+        if m:
+            text = f"{m.group(1)}{m.group(2)} = {params[int(m.group(3))]}"
+            readable[m.group(2)] = params[int(m.group(3))]
+        g = _GUARD.match(text)
+        if g:
+            for stmt in _guard_lines(g, guards, readable, renamed, line, filename):
+                out.append(stmt)
+                out_lines.append(line)
+            continue
+        if "return MISS" in text:
+            text = text.replace("return MISS", "raise ValueError(\"a rule's result came out otherwise than at "
+                                               "export\")")
+        text = _drop_inplace_scaling(text)
+        if re.search(r"\.__class__ is FunctionType: |is ZERO or _t[0-9]+ is NO_TANGENT", text):
+            continue  # (the exported rules return arrays, numbers or None only)
+        out.append(text)
+        out_lines.append(line)
+    return _assemble(out, out_lines, first, filename, ns, fn_name, params, header)
+
+
+def _strip_value_flag(body: list[str], lines: list[int]) -> tuple[list[str], list[int]]:
+    """The program with `value` always true: `if value: s` is `s`, its `else: v = None` goes."""
+    kept, kept_lines = [], []
+    for text, line in zip(body, lines):
+        stripped = text.strip()
+        if stripped.startswith("else: ") and stripped.endswith(" = None") and kept and \
+                kept[-1].strip().startswith("if value: "):
+            kept[-1] = kept[-1].replace("if value: ", "", 1)
+            continue
+        kept.append(text)
+        kept_lines.append(line)
+    return [t.replace("if value: ", "", 1) for t in kept], kept_lines
+
+
+def _rename(text: str, renamed: dict[str, str]) -> str:
+    if not renamed:
+        return text
+    return re.sub(r"\bx[0-9]+\b", lambda m: renamed.get(m.group(0), m.group(0)), text)
+
+
+def _drop_inplace_scaling(text: str) -> str:
+    """`_multiply(g, t, out=t) if ... else g * t` (a product written into a buffer the program
+    owns, with a reference count check) is `g * t`: the same product."""
+    m = re.fullmatch(r"(\s*)(_t[0-9]+) = _multiply\((\w+), (\w+), out=\4\) if .* else (\3 \* \4)", text)
+    return f"{m.group(1)}{m.group(2)} = {m.group(5)}" if m else text
+
+
+def _guard_lines(g: re.Match, guards: list, readable: dict[str, str], renamed: dict[str, str], line: int,
+                 filename: str) -> list[str]:
+    """The checks of one guard statement (one guard, or an array's type, shape and dtype), raising
+    ValueError; the guards on what the module holds as of the export are dropped."""
+    indent, cond, kind_ret = g.group(1), g.group(2), g.group(3)
+    taken = []
+    joined = ""
+    while guards:
+        guard = guards.pop(0)
+        taken.append(guard)
+        joined = " and ".join(x.check for x in taken)
+        if joined == cond or _rename(joined, renamed) == cond:
+            break
+    else:
+        raise ExportRefused(f"a guard the program checks could not be read back: {cond}")
+    stmts = []
+    for guard in taken:
+        if guard.kind in _DROPPED_KINDS:
+            continue
+        check = _rename(guard.check, renamed)
+        if guard.kind == "decision":
+            at = re.match(r"line ([0-9]+): (.*)", guard.what)
+            at_line = int(at.group(1)) if at else line
+            where = linecache.getline(filename, at_line).strip()
+            what = (at.group(2) if at else guard.what).replace("_operator.", "operator.")
+            msg = (f"line {at_line} ({where}): a decision on the data came out otherwise than at export "
+                   f"(where {what}); export the function again for this case")
+            stmts.append(f"{indent}if not ({check}):")
+            stmts.append(f"{indent}    raise ValueError({msg!r})")
+            continue
+        subject = re.search(r"\b([A-Za-z_]\w*)\b", check)
+        var = subject.group(1) if subject else ""
+        name = readable.get(var, var)
+        what = _rename(guard.what, renamed).replace(f"{var}", name, 1) if var else guard.what
+        got = {"shape": f"{var}.shape", "dtype": f"{var}.dtype", "value": f"{var}"}.get(guard.kind,
+                                                                                        f"type({var}).__name__")
+        if guard.check.startswith("len(args)"):
+            continue  # (the parameters of value_and_grad fix their number)
+        stmts.append(f"{indent}if not ({check}):")
+        stmts.append(f"{indent}    raise ValueError({('expected ' + what + ', got ')!r} + repr({got}))")
+    return stmts
+
+
+# ---- the module ------------------------------------------------------------------------------
+
+
+def _assemble(out: list[str], out_lines: list[int], first: int, filename: str, ns: dict[str, Any],
+              fn_name: str, params: list[str], header: list[str]) -> str:
+    text = "\n".join(out)
+    used = [n for n in dict.fromkeys(_NAME.findall(text)) if n in ns]
+    inline: dict[str, str] = {}
+    defs: list[str] = []
+    helpers: list[str] = [h for h in HELPERS if h != "_reduction" and re.search(rf"\b{h}\(", text)]
+    rules: list[str] = []
+    for name in used:
+        value = ns[name]
+        if name.startswith("r") and callable(value):
+            rules.append(_rule(name, value, text, ns, out, out_lines, filename))
+            inline[name] = _rule_name(value)
+            continue
+        expr = _literal(value)
+        if expr is not None and len(expr) <= 60 and "\n" not in expr:
+            inline[name] = expr
+        else:
+            made = _constant(name, value, out, out_lines, filename)
+            defs.append(made if made.startswith("def ") else f"{name} = {made}")
+    body = [re.sub(r"\b[A-Za-z_]\w*\b", lambda m: inline.get(m.group(0), m.group(0)), ln) for ln in out]
+    code = [f"def value_and_grad({', '.join(params)}):",
+            f'    """The value of {fn_name} and its gradient, as bytegrad.value_and_grad gives them."""']
+    shown: Optional[int] = None
+    for ln, user in zip(body, out_lines):
+        if user != first and user != shown:
+            src = linecache.getline(filename, user).strip()
+            indent = ln[: len(ln) - len(ln.lstrip())]
+            code.append(f"{indent}# line {user}: {src}")
+        shown = user
+        code.append(ln)
+    parts = ["\n".join("# " + h if h else "#" for h in header), '"""Generated by bytegrad.export: '
+             'do not edit; export the function again instead."""', "import math", "", "import numpy as np", "",
+             "ndarray = np.ndarray"]
+    support = [HELPERS[h].strip() for h in helpers]
+    if rules:
+        support.insert(0, HELPERS["_reduction"].strip())
+        if any(r in ("max", "min") for r in rules):
+            support.append(RULES["_extreme"][0].strip())
+        support += [RULES[r][0].strip() for r in dict.fromkeys(rules)]
+    module = "\n".join(parts) + "\n" + "".join("\n" + d for d in defs) + "\n\n\n" + "\n\n\n".join(support) + \
+        "\n\n\n" + "\n".join(code) + "\n"
+    if "math." not in module.split("import numpy as np", 1)[1]:
+        module = module.replace("import math\n\n", "", 1)
+    return module
+
+
+def _where(name: str, out: list[str], out_lines: list[int], filename: str) -> str:
+    for ln, user in zip(out, out_lines):
+        if re.search(rf"\b{name}\b", ln):
+            return f"line {user} of {filename}: {linecache.getline(filename, user).strip()}"
+    return filename
+
+
+def _rule_name(value: Any) -> str:
+    return f"_{_rule_key(value)}_rrule"
+
+
+def _rule_key(value: Any) -> Optional[str]:
+    q = qualname(value)
+    if q.endswith("reductions.sum_rrule"):
+        return "sum"
+    if q.endswith("reductions.mean_rrule"):
+        return "mean"
+    if q.split(".")[-1] in ("max_rrule", "min_rrule") and ".reductions." in q and value.__closure__:
+        fn = next((c.cell_contents for c in value.__closure__ if callable(c.cell_contents)), None)
+        for key, funcs in (("max", (np.max, np.amax, np.ndarray.max)), ("min", (np.min, np.amin, np.ndarray.min))):
+            if any(fn is f for f in funcs):
+                return key
+    return None
+
+
+def _rule(name: str, value: Any, text: str, ns: dict[str, Any], out: list[str], out_lines: list[int],
+          filename: str) -> str:
+    """The key (in RULES) of rule constant `name`, checked against each of its calls: the input
+    and keyword arguments its exported form takes."""
+    key = _rule_key(value)
+    where = _where(name, out, out_lines, filename)
+    if key is None:
+        raise ExportRefused(f"{qualname(value)} (at {where}) has no form that can be written without bytegrad")
+    allowed = RULES[key][1]
+    for call in re.findall(rf"\b{name}\(([^)]*)\)", text):
+        args = [a.strip() for a in call.split(",") if a.strip()]
+        kw = [a for a in args if a.startswith("**")]
+        positional = [a for a in args if not a.startswith("**")]
+        if len(positional) > 1 or len(kw) > 1:
+            raise ExportRefused(f"{qualname(value)} with options passed by position (at {where}): pass axis= "
+                                "and keepdims= by keyword to export it")
+        options = ns.get(kw[0][2:], {}) if kw else {}
+        if type(options) is not dict or not set(options) <= allowed:
+            raise ExportRefused(f"{qualname(value)} with options {sorted(options)} (at {where}): its exported form "
+                                f"takes {sorted(allowed)} only")
+    return key
+
+
+def _literal(value: Any) -> Optional[str]:
+    """`value` as a Python expression over `np` and `math`, or None."""
+    t = type(value)
+    if value is None or t is bool or t is int or t is str or t is bytes:
+        return repr(value)
+    if t is float:
+        if math.isnan(value):
+            return "math.nan"
+        if math.isinf(value):
+            return "math.inf" if value > 0 else "-math.inf"
+        return repr(value)
+    if t is slice:
+        return f"slice({_literal(value.start)}, {_literal(value.stop)}, {_literal(value.step)})"
+    if value is Ellipsis:
+        return "..."
+    if t is tuple or t is list:
+        items = [_literal(x) for x in value]
+        if any(i is None for i in items):
+            return None
+        inner = ", ".join(items) + ("," if t is tuple and len(items) == 1 else "")
+        return f"({inner})" if t is tuple else f"[{inner}]"
+    if t is dict:
+        items = [(_literal(k), _literal(v)) for k, v in value.items()]
+        if any(k is None or v is None for k, v in items):
+            return None
+        return "{" + ", ".join(f"{k}: {v}" for k, v in items) + "}"
+    if isinstance(value, np.dtype):
+        return f"np.dtype({str(value)!r})" if value.isnative else None
+    if isinstance(value, np.generic):
+        if value.dtype.kind == "b":
+            return f"np.bool_({value.item()!r})"
+        return f"np.{value.dtype.name}({_literal(value.item())})" if value.dtype.kind in "iuf" else None
+    if t is type:
+        import builtins
+
+        if getattr(builtins, value.__name__, None) is value:
+            return value.__name__
+        return "np.ndarray" if value is np.ndarray else None
+    return _reference(value)
+
+
+def _reference(value: Any) -> Optional[str]:
+    """A NumPy or `math` function, ufunc, ufunc method or module by its public name."""
+    if value is np:
+        return "np"
+    if value is math:
+        return "math"
+    owner = getattr(value, "__self__", None)
+    if isinstance(owner, np.ufunc):  # np.add.reduce
+        base = _reference(owner)
+        return f"{base}.{value.__name__}" if base else None
+    name = getattr(value, "__name__", None)
+    if not isinstance(name, str):
+        return None
+    symbol = _COMPARISONS.get(name.removeprefix("_bool_"))
+    if symbol is not None and (getattr(operator, name, None) is value or
+                               getattr(value, "__module__", "") == "bytegrad.transform.opcodes"):
+        cast = name.startswith("_bool_")
+        return f"(lambda a, b: {'bool(' if cast else ''}a {symbol} b{')' if cast else ''})"
+    if getattr(operator, name, None) is value and name in ("truth", "not_"):
+        return "bool" if name == "truth" else "(lambda a: not a)"
+    for prefix, module in (("np", np), ("np.linalg", np.linalg), ("np.fft", np.fft), ("math", math)):
+        if getattr(module, name, None) is value:
+            return f"{prefix}.{name}"
+    objclass = getattr(value, "__objclass__", None)
+    if objclass is np.ndarray and getattr(np.ndarray, name, None) is value:
+        return f"np.ndarray.{name}"
+    return None
+
+
+def _constant(name: str, value: Any, out: list[str], out_lines: list[int], filename: str) -> str:
+    """A module-level definition of constant `name`, or ExportRefused."""
+    if type(value) is np.ndarray:
+        if value.dtype.kind not in "biuf" or not value.dtype.isnative:
+            raise ExportRefused(f"an array of {value.dtype} the program holds (at {_where(name, out, out_lines, filename)})")
+        dtype = f"np.dtype({str(value.dtype)!r})"
+        if value.size == 0 or (value.strides and not any(value.strides) and not value.flat[0]):
+            return f"np.zeros({value.shape!r}, {dtype})"  # (a stand-in: its shape and dtype only)
+        if value.size > 10_000:
+            raise ExportRefused(f"an array of {value.size} elements the program holds (at "
+                                f"{_where(name, out, out_lines, filename)}): pass it as an argument")
+        return f"np.array({value.tolist()!r}, {dtype})"
+    if isinstance(value, types.FunctionType) and value.__name__ == "<lambda>":
+        lam = _lambda_source(value)
+        if lam is not None:
+            return lam
+    if isinstance(value, types.FunctionType) and value.__module__.startswith("bytegrad.rules."):
+        functions: dict[str, str] = {}
+        if _function_source(value, functions):
+            return "\n".join(functions.values()) + f"\n{name} = {value.__name__}"
+    expr = _literal(value)
+    if expr is not None:
+        return expr
+    what = qualname(value) if callable(value) else type(value).__name__
+    why = {"G": "a global the function reads", "M": "a module attribute", "Z": "a closure variable",
+           "F": "a Python function it calls", "node": "a plugin rule's record"}.get(name.rstrip("0123456789"), "")
+    raise ExportRefused(f"{what}{' (' + why + ')' if why else ''} at {_where(name, out, out_lines, filename)} "
+                        "cannot be written without bytegrad: an array read from a global must be passed as an "
+                        "argument to be exported")
+
+
+def _lambda_source(d: Any) -> Optional[str]:
+    """A rule's one-line lambda partial, as a lambda over NumPy and `math`."""
+    import ast
+
+    found = _lambda_ast(d)
+    if found is None:
+        return None
+    body, params, names = found
+    subst = {}
+    for n, v in names.items():
+        ref = _literal(v)
+        if ref is None:
+            return None
+        subst[n] = ref
+    text = ast.unparse(body)
+    text = re.sub(r"\b[A-Za-z_]\w*\b", lambda m: subst.get(m.group(0), m.group(0)), text)
+    return f"lambda {', '.join(params)}: {text}"
+
+
+def _function_source(fn: Any, done: dict[str, str]) -> bool:
+    """A rule module's plain function (a partial such as power_dx) and the functions of its module
+    it calls, written into `done` (name -> source, annotations dropped), where they read nothing but
+    NumPy, `math`, builtins and each other; False otherwise."""
+    import ast
+    import builtins
+    import inspect
+    import textwrap
+
+    if fn.__name__ in done:
+        return True
+    if fn.__closure__ or fn.__name__ in ("value_and_grad", "np", "math"):
+        return False
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return False
+    node = tree.body[0]
+    if not isinstance(node, ast.FunctionDef) or node.decorator_list:
+        return False
+    node.returns = None
+    for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs, node.args.vararg, node.args.kwarg):
+        if a is not None:
+            a.annotation = None
+    done[fn.__name__] = ""  # (recursion: being written)
+    local = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    local |= {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
+    for n in ast.walk(node):
+        if not isinstance(n, ast.Name) or n.id in local:
+            continue
+        if n.id in ("np", "math") and fn.__globals__.get(n.id) in (np, math):
+            continue
+        value = fn.__globals__.get(n.id, getattr(builtins, n.id, None))
+        if value is None:
+            return False
+        if getattr(builtins, n.id, None) is value:
+            continue
+        if not (isinstance(value, types.FunctionType) and value.__module__.startswith("bytegrad.rules.")
+                and value.__name__ == n.id and _function_source(value, done)):
+            return False
+    with AST_LOCK:
+        done[fn.__name__] = ast.unparse(node)
+    return True
