@@ -1,0 +1,200 @@
+"""bytegrad.export: each exported module is loaded in a process where `import bytegrad` fails, run
+on new values of the example's signature, and compared with bytegrad's own value_and_grad."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import bytegrad
+from bytegrad.exporter import ExportError
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from bench.cases import mlp_inputs, mlp_loss  # noqa: E402
+
+#: run in a fresh interpreter: `bytegrad` blocked, the module loaded from its file, called on the
+#: arguments pickled beside it; prints the value and gradient (or the ValueError) as JSON
+_RUNNER = r"""
+import importlib.util, json, pickle, sys
+sys.modules["bytegrad"] = None  # `import bytegrad` raises ImportError
+try:
+    import bytegrad
+    raise SystemExit("bytegrad was importable")
+except ImportError:
+    pass
+spec = importlib.util.spec_from_file_location("grad_module", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+with open(sys.argv[2], "rb") as f:
+    args = pickle.load(f)
+assert "bytegrad" not in {m.split(".")[0] for m in sys.modules if sys.modules[m] is not None}
+try:
+    value, grad = module.value_and_grad(*args)
+except ValueError as exc:
+    print(json.dumps({"error": str(exc)}))
+    raise SystemExit(0)
+def plain(g):
+    if isinstance(g, dict):
+        return {k: plain(v) for k, v in g.items()}
+    if isinstance(g, (tuple, list)):
+        return [plain(v) for v in g]
+    return g.tolist() if hasattr(g, "tolist") else g
+print(json.dumps({"value": float(value), "grad": plain(grad)}))
+"""
+
+
+def run_exported(tmp_path: pathlib.Path, source: str, args: tuple) -> dict:
+    import pickle
+
+    mod = tmp_path / "grad_module.py"
+    mod.write_text(source)
+    data = tmp_path / "args.pkl"
+    data.write_bytes(pickle.dumps(args))
+    runner = tmp_path / "runner.py"
+    runner.write_text(_RUNNER)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, str(runner), str(mod), str(data)], capture_output=True, text=True,
+                          cwd=str(tmp_path), env=env, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def close(got: object, want: object) -> None:
+    if isinstance(want, dict):
+        assert list(got) == list(want)
+        for k in want:
+            close(got[k], want[k])
+    elif isinstance(want, (tuple, list)):
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            close(a, b)
+    else:
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12, atol=1e-300)
+
+
+def loop(x, w, n):
+    s = 0.0
+    for _ in range(n):
+        x = np.sin(x) * w + 0.5 * x
+        s = s + np.mean(x ** 2)
+    return s
+
+
+def branch(x, w):
+    if np.sum(x) > 0:
+        y = np.tanh(x * w)
+    else:
+        y = np.exp(x) - w
+    return np.sum(y * y)
+
+
+def test_mlp_loss_exported_runs_without_bytegrad(tmp_path):
+    make = mlp_inputs((6, 5, 4, 3), 7)
+    params, (x, y) = make(np.random.default_rng(0))
+    source = bytegrad.export(mlp_loss, params, x, y)
+    assert "import bytegrad" not in source and "from bytegrad" not in source
+    assert "def value_and_grad(params, x, y):" in source
+    assert "# line 127: h1 = np.tanh(" in source  # the user's lines, as comments
+    assert "bench.cases.mlp_loss" in source and bytegrad.__version__ in source
+    params2, (x2, y2) = make(np.random.default_rng(1))  # new values, the same signature
+    got = run_exported(tmp_path, source, (params2, x2, y2))
+    value, grad = bytegrad.value_and_grad(mlp_loss)(params2, x2, y2)
+    close(got["value"], value)
+    close(got["grad"], grad)
+    # another shape: ValueError naming what differs
+    wrong = run_exported(tmp_path, source, (params2, x2[:, :3], y2[:, :3]))
+    assert "x.shape == (6, 7)" in wrong["error"] and "(6, 3)" in wrong["error"]
+    del params2["b3"]
+    wrong = run_exported(tmp_path, source, (params2, x2, y2))
+    assert "params: dict with keys" in wrong["error"]
+
+
+def test_loop_exported(tmp_path):
+    x, w = np.linspace(-1, 1, 5), np.linspace(0.5, 1.5, 5)
+    source = bytegrad.export(loop, x, w, 3, wrt=(0, 1))
+    rng = np.random.default_rng(2)
+    x2, w2 = rng.standard_normal(5), rng.standard_normal(5)
+    got = run_exported(tmp_path, source, (x2, w2, 3))
+    value, grad = bytegrad.value_and_grad(loop, wrt=(0, 1))(x2, w2, 3)
+    close(got["value"], value)
+    close(got["grad"], list(grad))
+    wrong = run_exported(tmp_path, source, (x2, w2, 4))  # another int: another program
+    assert "n == 3" in wrong["error"] and "4" in wrong["error"]
+    wrong = run_exported(tmp_path, source, (x2.astype(np.float32), w2, 3))
+    assert "x.dtype" in wrong["error"] and "float32" in wrong["error"]
+
+
+def test_branch_exported_refuses_the_other_branch(tmp_path):
+    x, w = np.linspace(0.1, 1, 5), np.linspace(0.5, 1.5, 5)
+    source = bytegrad.export(branch, x, w)
+    rng = np.random.default_rng(3)
+    x2, w2 = np.abs(rng.standard_normal(5)), rng.standard_normal(5)
+    got = run_exported(tmp_path, source, (x2, w2))
+    value, grad = bytegrad.value_and_grad(branch)(x2, w2)
+    close(got["value"], value)
+    close(got["grad"], grad)
+    other = run_exported(tmp_path, source, (-x2, w2))  # np.sum(x) > 0 comes out False
+    assert "came out otherwise than at export" in other["error"] and "line" in other["error"]
+
+
+def test_ties_of_max_split_as_bytegrad_does(tmp_path):
+    def f(z):
+        return np.sum(np.max(z, axis=0, keepdims=True) * z) + np.mean(np.min(z, axis=1))
+
+    z = np.arange(12.0).reshape(3, 4)
+    source = bytegrad.export(f, z)
+    z2 = np.array([[1.0, 5.0, 5.0, 0.0], [5.0, 5.0, 2.0, 0.0], [3.0, 1.0, 5.0, 0.0]])
+    got = run_exported(tmp_path, source, (z2,))
+    value, grad = bytegrad.value_and_grad(f)(z2)
+    close(got["value"], value)
+    close(got["grad"], grad)
+
+
+def test_refuses_what_has_no_standalone_form():
+    def f(x):
+        return np.sum(np.linalg.inv(x))
+
+    with pytest.raises(ExportError, match="inv"):
+        bytegrad.export(f, np.eye(3) * 2.0)
+
+
+def test_refuses_a_signature_on_the_general_path():
+    def f(x, log):
+        log.append(1)  # an effect on an argument: no program
+        return np.sum(x * x)
+
+    with pytest.raises(ExportError, match="cannot be exported for these arguments"):
+        bytegrad.export(f, np.ones(3), [])
+
+
+@pytest.mark.skipif(shutil.which("ruff") is None and not (pathlib.Path(sys.executable).parent / "ruff").exists(),
+                    reason="ruff is not installed")
+def test_output_is_ruff_format_clean(tmp_path):
+    ruff = shutil.which("ruff") or str(pathlib.Path(sys.executable).parent / "ruff")
+    x, w = np.linspace(-1, 1, 5), np.linspace(0.5, 1.5, 5)
+    path = tmp_path / "m.py"
+    path.write_text(bytegrad.export(loop, x, w, 2))
+    done = subprocess.run([ruff, "format", "--isolated", "--check", str(path)], capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_cli_writes_the_module(tmp_path):
+    (tmp_path / "usermod.py").write_text("import numpy as np\n\n\ndef loss(x, w):\n    return np.sum(np.tanh(x * w))\n")
+    out = tmp_path / "grad_module.py"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-m", "bytegrad", "export", "usermod:loss", "--example", "np.ones(4)",
+                           "--example", "np.full(4, 0.5)", "-o", str(out)], capture_output=True, text=True,
+                          cwd=str(tmp_path), env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    x2, w2 = np.linspace(-2, 2, 4), np.linspace(0.1, 0.4, 4)
+    got = run_exported(tmp_path, out.read_text(), (x2, w2))
+    close(got["value"], np.sum(np.tanh(x2 * w2)))
+    close(got["grad"], (1 - np.tanh(x2 * w2) ** 2) * w2)
