@@ -164,7 +164,7 @@ def _wrt_item(text: str) -> Any:
     return int(text) if text.lstrip("-").isdigit() else text
 
 
-def _import_target(pc: Any, target: str) -> Any:
+def _import_target(pc: Any, target: str, verb: str = "precompiling") -> Any:
     """`module:function`, imported from the current directory first (as `python -m` would)."""
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
@@ -180,7 +180,7 @@ def _import_target(pc: Any, target: str) -> Any:
         raise UserCodeError(_failure(f"importing {name} failed", exc,
                                      f"{fix}, and run the command again; `python -c \"import {name}\"` "
                                      f"shows the whole traceback.")) from None
-    print(f"precompiling {target} from {getattr(module, '__file__', None) or module.__name__}")
+    print(f"{verb} {target} from {getattr(module, '__file__', None) or module.__name__}")
     if not callable(fn):
         raise UsageError(f"{target} is a {type(fn).__name__}, not a function")
     return fn
@@ -239,7 +239,7 @@ def run_export(args: argparse.Namespace) -> int:
     bytegrad.export  # noqa: B018
     pc = sys.modules["bytegrad.precompile"]
     with contextlib.redirect_stdout(sys.stderr):  # (stdout may be the module itself)
-        fn = _import_target(pc, args.target)
+        fn = _import_target(pc, args.target, "exporting")
     examples = _examples(fn, args.target, args.example)
     wrt = tuple(_wrt_item(w) for w in args.wrt.split(",")) if "," in args.wrt else _wrt_item(args.wrt)
     try:

@@ -8,7 +8,6 @@ raises ValueError. The command line: `bytegrad export module:function --example 
 """
 from __future__ import annotations
 
-import inspect
 import os
 import shutil
 import subprocess
@@ -81,7 +80,8 @@ def export(fn: Any, *example_args: Any, wrt: Any = 0, **example_kwargs: Any) -> 
                           loc)
     params = _names(code, len(args))
     try:
-        source = module_source(prog, code.co_qualname, params, _header(d, code, args, params))
+        module = getattr(d, "__module__", None) if isinstance(fn, Differentiated) else getattr(fn, "__module__", None)
+        source = module_source(prog, code.co_qualname, params, _header(d, code, args, params, module or "?"))
     except ExportRefused as exc:
         raise ExportError(f"{code.co_qualname} cannot be exported: {exc}", loc,
                           "rewrite that operation with one that exports (docs/export.md lists them), or use "
@@ -112,14 +112,10 @@ def _names(code: Any, n: int) -> list[str]:
     return names + [f"arg{p}" for p in range(len(names), n)]
 
 
-def _header(d: Any, code: Any, args: tuple, params: list[str]) -> list[str]:
+def _header(d: Any, code: Any, args: tuple, params: list[str], module: str) -> list[str]:
     import bytegrad
 
-    from bytegrad.compiled.ir import type_of
-
-    module = getattr(inspect.getmodule(code), "__name__", None) or "?"
     sig = ", ".join(f"{p}: {_describe(a)}" for p, a in zip(params, args))
-    del type_of
     return [f"The value and gradient of {module}.{code.co_qualname} ({os.path.basename(code.co_filename)}, "
             f"line {code.co_firstlineno}),",
             f"exported by bytegrad {bytegrad.__version__} for the signature ({sig}),",

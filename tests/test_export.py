@@ -157,6 +157,28 @@ def test_ties_of_max_split_as_bytegrad_does(tmp_path):
     close(got["grad"], grad)
 
 
+def logistic(w, X, y):
+    z = X @ w
+    p = 1.0 / (1.0 + np.exp(-z))
+    return -np.mean(y * np.log(p) + (1.0 - y) * np.log(1.0 - p))
+
+
+def test_matrix_vector_product_and_mean(tmp_path):
+    rng = np.random.default_rng(4)
+    X, y = rng.standard_normal((8, 3)), (rng.random(8) > 0.5).astype(float)
+    source = bytegrad.export(logistic, np.zeros(3), X, y)
+    assert "_matmul_rrule(X, w)" in source and "_mean_rrule(" in source
+    w2, X2, y2 = rng.standard_normal(3), rng.standard_normal((8, 3)), (rng.random(8) > 0.5).astype(float)
+    got = run_exported(tmp_path, source, (w2, X2, y2))
+    value, grad = bytegrad.value_and_grad(logistic)(w2, X2, y2)
+    close(got["value"], value)
+    close(got["grad"], grad)
+    # with respect to the matrix too (the other cotangent of the product)
+    source = bytegrad.export(logistic, np.zeros(3), X, y, wrt=(0, 1))
+    got = run_exported(tmp_path, source, (w2, X2, y2))
+    close(got["grad"], list(bytegrad.value_and_grad(logistic, wrt=(0, 1))(w2, X2, y2)[1]))
+
+
 def test_refuses_what_has_no_standalone_form():
     def f(x):
         return np.sum(np.linalg.inv(x))

@@ -28,8 +28,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from bytegrad.compiled.export_helpers import HELPERS, RULES
-from bytegrad.compiled.source import AST_LOCK, _lambda_ast
+from bytegrad.compiled.export_helpers import HELPERS, NEEDS, RULES
+from bytegrad.compiled.source import AST_LOCK, lambda_parts
 from bytegrad.errors import qualname
 
 __all__ = ["ExportRefused", "module_source"]
@@ -53,13 +53,17 @@ def module_source(prog: Any, fn_name: str, params: list[str], header: list[str])
     lines = list(user_lines[1:])
     first = user_lines[0]
     body, lines = _strip_value_flag(body, lines)
-    names = {f"args[{p}]": name for p, name in enumerate(params)}
     readable: dict[str, str] = {}
     out: list[str] = []
     out_lines: list[int] = []
     guards = list(prog.guards)
+    fixed = [g.what for g in guards if g.kind in _DROPPED_KINDS and g.kind != "version"]
+    if fixed:  # what a call in another process cannot check: the module holds it as of the export
+        header = header + ["Fixed as at export (what the function read besides its arguments):"]
+        header += [f"  {what}" for what in fixed]
     renamed: dict[str, str] = {}
-    taken = set(ns) | set(HELPERS) | {"np", "math", "ndarray", "value_and_grad"}
+    taken = set(ns) | set(HELPERS) | {"np", "math", "ndarray", "value_and_grad", "operator"}
+    taken |= {p for p in params if re.fullmatch(r"[xvpgqd][0-9]+|_.*", p)}
     for text, line in zip(body, lines):
         m = re.fullmatch(r"(\s*)(x[0-9]+) = args\[([0-9]+)\]", text)
         if m and params[int(m.group(3))] not in taken:
@@ -88,8 +92,9 @@ def module_source(prog: Any, fn_name: str, params: list[str], header: list[str])
             text = text.replace("return MISS", "raise ValueError(\"a rule's result came out otherwise than at "
                                                "export\")")
         text = _drop_inplace_scaling(text)
-        if re.search(r"\.__class__ is FunctionType: |is ZERO or _t[0-9]+ is NO_TANGENT", text):
-            continue  # (the exported rules return arrays, numbers or None only)
+        if re.search(r"is ZERO or _t[0-9]+ is NO_TANGENT", text):
+            continue  # (the exported rules give arrays, numbers, None or a function computing one)
+        text = re.sub(r"if (_t[0-9]+)\.__class__ is FunctionType: ", r"if callable(\1): ", text)
         out.append(text)
         out_lines.append(line)
     return _assemble(out, out_lines, first, filename, ns, fn_name, params, header)
@@ -97,7 +102,8 @@ def module_source(prog: Any, fn_name: str, params: list[str], header: list[str])
 
 def _strip_value_flag(body: list[str], lines: list[int]) -> tuple[list[str], list[int]]:
     """The program with `value` always true: `if value: s` is `s`, its `else: v = None` goes."""
-    kept, kept_lines = [], []
+    kept: list[str] = []
+    kept_lines: list[int] = []
     for text, line in zip(body, lines):
         stripped = text.strip()
         if stripped.startswith("else: ") and stripped.endswith(" = None") and kept and \
@@ -126,7 +132,7 @@ def _guard_lines(g: re.Match, guards: list, readable: dict[str, str], renamed: d
                  filename: str) -> list[str]:
     """The checks of one guard statement (one guard, or an array's type, shape and dtype), raising
     ValueError; the guards on what the module holds as of the export are dropped."""
-    indent, cond, kind_ret = g.group(1), g.group(2), g.group(3)
+    indent, cond = g.group(1), g.group(2)
     taken = []
     joined = ""
     while guards:
@@ -174,7 +180,6 @@ def _assemble(out: list[str], out_lines: list[int], first: int, filename: str, n
     used = [n for n in dict.fromkeys(_NAME.findall(text)) if n in ns]
     inline: dict[str, str] = {}
     defs: list[str] = []
-    helpers: list[str] = [h for h in HELPERS if h != "_reduction" and re.search(rf"\b{h}\(", text)]
     rules: list[str] = []
     for name in used:
         value = ns[name]
@@ -189,6 +194,8 @@ def _assemble(out: list[str], out_lines: list[int], first: int, filename: str, n
             made = _constant(name, value, out, out_lines, filename)
             defs.append(made if made.startswith("def ") else f"{name} = {made}")
     body = [re.sub(r"\b[A-Za-z_]\w*\b", lambda m: inline.get(m.group(0), m.group(0)), ln) for ln in out]
+    needed = {h for r in rules for h in NEEDS.get(r, ())}
+    helpers = [h for h in HELPERS if h != "_reduction" and (h in needed or re.search(rf"\b{h}\(", text))]
     code = [f"def value_and_grad({', '.join(params)}):",
             f'    """The value of {fn_name} and its gradient, as bytegrad.value_and_grad gives them."""']
     shown: Optional[int] = None
@@ -232,6 +239,8 @@ def _rule_key(value: Any) -> Optional[str]:
         return "sum"
     if q.endswith("reductions.mean_rrule"):
         return "mean"
+    if q.endswith("numpy.linalg.matmul_rrule"):
+        return "matmul"
     if q.split(".")[-1] in ("max_rrule", "min_rrule") and ".reductions." in q and value.__closure__:
         fn = next((c.cell_contents for c in value.__closure__ if callable(c.cell_contents)), None)
         for key, funcs in (("max", (np.max, np.amax, np.ndarray.max)), ("min", (np.min, np.amin, np.ndarray.min))):
@@ -253,7 +262,7 @@ def _rule(name: str, value: Any, text: str, ns: dict[str, Any], out: list[str], 
         args = [a.strip() for a in call.split(",") if a.strip()]
         kw = [a for a in args if a.startswith("**")]
         positional = [a for a in args if not a.startswith("**")]
-        if len(positional) > 1 or len(kw) > 1:
+        if len(positional) != (2 if key == "matmul" else 1) or len(kw) > 1:
             raise ExportRefused(f"{qualname(value)} with options passed by position (at {where}): pass axis= "
                                 "and keepdims= by keyword to export it")
         options = ns.get(kw[0][2:], {}) if kw else {}
@@ -282,13 +291,13 @@ def _literal(value: Any) -> Optional[str]:
         items = [_literal(x) for x in value]
         if any(i is None for i in items):
             return None
-        inner = ", ".join(items) + ("," if t is tuple and len(items) == 1 else "")
+        inner = ", ".join(str(i) for i in items) + ("," if t is tuple and len(items) == 1 else "")
         return f"({inner})" if t is tuple else f"[{inner}]"
     if t is dict:
-        items = [(_literal(k), _literal(v)) for k, v in value.items()]
-        if any(k is None or v is None for k, v in items):
+        pairs = [(_literal(k), _literal(v)) for k, v in value.items()]
+        if any(k is None or v is None for k, v in pairs):
             return None
-        return "{" + ", ".join(f"{k}: {v}" for k, v in items) + "}"
+        return "{" + ", ".join(f"{k}: {v}" for k, v in pairs) + "}"
     if isinstance(value, np.dtype):
         return f"np.dtype({str(value)!r})" if value.isnative else None
     if isinstance(value, np.generic):
@@ -298,10 +307,11 @@ def _literal(value: Any) -> Optional[str]:
     if t is type:
         import builtins
 
-        if getattr(builtins, value.__name__, None) is value:
-            return value.__name__
+        type_name = getattr(value, "__name__", "")
+        if getattr(builtins, type_name, None) is value:
+            return type_name
         return "np.ndarray" if value is np.ndarray else None
-    return _reference(value)
+    return _reference(value)  # (a function, ufunc or module)
 
 
 def _reference(value: Any) -> Optional[str]:
@@ -368,7 +378,7 @@ def _lambda_source(d: Any) -> Optional[str]:
     """A rule's one-line lambda partial, as a lambda over NumPy and `math`."""
     import ast
 
-    found = _lambda_ast(d)
+    found = lambda_parts(d)
     if found is None:
         return None
     body, params, names = found

@@ -75,6 +75,13 @@ def _project(ct, primal):
         if arr.dtype != primal.dtype or arr.base is not None or not arr.flags.writeable:
             return np.array(arr, dtype=primal.dtype, copy=True)
         return arr
+    if isinstance(primal, np.generic):
+        if ct is None:
+            return primal.dtype.type(0)
+        v = np.asarray(ct)
+        if primal.dtype.kind == "f" and v.dtype.kind == "c":
+            v = v.real
+        return primal.dtype.type(v.sum() if v.ndim else v)
     if ct is None:
         return 0.0
     v = np.asarray(ct)
@@ -152,8 +159,8 @@ def _finish(x_bar, x):
 ''',
 }
 
-#: a helper -> the helpers its source calls
-NEEDS: dict[str, tuple[str, ...]] = {}
+#: an exported rule -> the helpers its source calls (besides `_reduction`'s)
+NEEDS: dict[str, tuple[str, ...]] = {"matmul": ("_project", "_unbroadcast")}
 
 #: the reverse rules an exported module may call, by the rule's name: (the module-level source
 #: defining `name`, the keyword arguments it takes); each `(out, pullback)` with `pullback(out_bar)`
@@ -211,5 +218,33 @@ def _extreme(fn, x, axis, keepdims):
         return (_finish(mask * share, x), None)
 
     return out, extreme_pullback
+''', frozenset()),
+    "matmul": ('''
+def _matmul_rrule(a, b):
+    """a @ b and its pullback (bytegrad's matmul_rrule): vectors taken as a row (a) or a column (b)."""
+    out = np.matmul(a, b)
+
+    def matmul_pullback(out_bar):
+        a2 = a[None, :] if a.ndim == 1 else a
+        b2 = b[:, None] if b.ndim == 1 else b
+        ob = np.asarray(out_bar)
+        if a.ndim == 1 and b.ndim == 1:
+            ob = ob.reshape(1, 1)
+        elif a.ndim == 1:
+            ob = ob[..., None, :]
+        elif b.ndim == 1:
+            ob = ob[..., None]
+
+        def a_bar():
+            x_bar = ob @ np.swapaxes(b2, -1, -2)
+            return _project(_unbroadcast(x_bar, a2.shape, x_bar.shape).reshape(a.shape), a)
+
+        def b_bar():
+            x_bar = np.swapaxes(a2, -1, -2) @ ob
+            return _project(_unbroadcast(x_bar, b2.shape, x_bar.shape).reshape(b.shape), b)
+
+        return a_bar, b_bar
+
+    return out, matmul_pullback
 ''', frozenset()),
 }
