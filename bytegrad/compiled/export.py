@@ -210,8 +210,9 @@ def _assemble(out: list[str], out_lines: list[int], first: int, filename: str, n
              'do not edit; export the function again instead."""', "import math", "", "import numpy as np", "",
              "ndarray = np.ndarray"]
     support = [HELPERS[h].strip() for h in helpers]
-    if rules:
+    if any(r in ("sum", "mean", "max", "min") for r in rules):
         support.insert(0, HELPERS["_reduction"].strip())
+    if rules:
         if any(r in ("max", "min") for r in rules):
             support.append(RULES["_extreme"][0].strip())
         support += [RULES[r][0].strip() for r in dict.fromkeys(rules)]
