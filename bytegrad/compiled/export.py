@@ -28,7 +28,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from bytegrad.compiled.export_helpers import HELPERS, NEEDS, RULES
+from bytegrad.compiled.export_helpers import HELPERS, NEEDS, POSITIONAL, RULES
 from bytegrad.compiled.source import AST_LOCK, lambda_parts
 from bytegrad.errors import qualname
 
@@ -122,10 +122,24 @@ def _rename(text: str, renamed: dict[str, str]) -> str:
 
 
 def _drop_inplace_scaling(text: str) -> str:
-    """`_multiply(g, t, out=t) if ... else g * t` (a product written into a buffer the program
-    owns, with a reference count check) is `g * t`: the same product."""
-    m = re.fullmatch(r"(\s*)(_t[0-9]+) = _multiply\((\w+), (\w+), out=\4\) if .* else (\3 \* \4)", text)
-    return f"{m.group(1)}{m.group(2)} = {m.group(5)}" if m else text
+    """A statement that writes into a buffer where a reference count allows (`u(v, out=v) if
+    _getrefcount(v) == 2 else expr`, compiled/reuse.py) written as its other branch: the same
+    values, computed into a new array (the module has no reference counts to rely on)."""
+    if "_getrefcount(" not in text:
+        return text
+    import ast
+
+    indent = text[: len(text) - len(text.lstrip())]
+
+    class _Plain(ast.NodeTransformer):
+        def visit_IfExp(self, node: ast.IfExp) -> ast.AST:
+            if any(isinstance(n, ast.Name) and n.id == "_getrefcount" for n in ast.walk(node.test)):
+                return self.visit(node.orelse)
+            return self.generic_visit(node)
+
+    with AST_LOCK:
+        tree = _Plain().visit(ast.parse(text.strip()))
+        return "\n".join(indent + ln for ln in ast.unparse(tree).splitlines())
 
 
 def _guard_lines(g: re.Match, guards: list, readable: dict[str, str], renamed: dict[str, str], line: int,
@@ -181,9 +195,15 @@ def _assemble(out: list[str], out_lines: list[int], first: int, filename: str, n
     inline: dict[str, str] = {}
     defs: list[str] = []
     rules: list[str] = []
+    functions: dict[str, str] = {}  # rule modules' functions the constants need, by name
     for name in used:
         value = ns[name]
         if name.startswith("r") and callable(value):
+            moving = _moving_rule(value, name, functions, out, out_lines, filename)
+            if moving is not None:  # a rule that only moves elements: its primal and its `back`
+                defs.append(moving)
+                rules.append("_moving")
+                continue
             rules.append(_rule(name, value, text, ns, out, out_lines, filename))
             inline[name] = _rule_name(value)
             continue
@@ -191,7 +211,7 @@ def _assemble(out: list[str], out_lines: list[int], first: int, filename: str, n
         if expr is not None and len(expr) <= 60 and "\n" not in expr:
             inline[name] = expr
         else:
-            made = _constant(name, value, out, out_lines, filename)
+            made = _constant(name, value, functions, out, out_lines, filename)
             defs.append(made if made.startswith("def ") else f"{name} = {made}")
     body = [re.sub(r"\b[A-Za-z_]\w*\b", lambda m: inline.get(m.group(0), m.group(0)), ln) for ln in out]
     needed = {h for r in rules for h in NEEDS.get(r, ())}
@@ -216,6 +236,7 @@ def _assemble(out: list[str], out_lines: list[int], first: int, filename: str, n
         if any(r in ("max", "min") for r in rules):
             support.append(RULES["_extreme"][0].strip())
         support += [RULES[r][0].strip() for r in dict.fromkeys(rules)]
+    defs = [*(f for f in functions.values() if f), *defs]  # (the rules' functions first, each once)
     module = "\n".join(parts) + "\n" + "".join("\n" + d for d in defs) + "\n\n\n" + "\n\n\n".join(support) + \
         "\n\n\n" + "\n".join(code) + "\n"
     if "math." not in module.split("import numpy as np", 1)[1]:
@@ -242,12 +263,38 @@ def _rule_key(value: Any) -> Optional[str]:
         return "mean"
     if q.endswith("numpy.linalg.matmul_rrule"):
         return "matmul"
+    if q.endswith("numpy.linalg.dot_rrule"):
+        return "dot"
+    if q.endswith("numpy.indexing.getitem_rrule"):
+        return "getitem"
+    if q.endswith("rules.builtins.float_rrule"):
+        return "float"
     if q.split(".")[-1] in ("max_rrule", "min_rrule") and ".reductions." in q and value.__closure__:
         fn = next((c.cell_contents for c in value.__closure__ if callable(c.cell_contents)), None)
         for key, funcs in (("max", (np.max, np.amax, np.ndarray.max)), ("min", (np.min, np.amin, np.ndarray.min))):
             if any(fn is f for f in funcs):
                 return key
     return None
+
+
+def _moving_rule(value: Any, name: str, functions: dict[str, str], out: list[str], out_lines: list[int], filename: str) -> Optional[str]:
+    """The definition of rule constant `name` where the rule only moves its input's elements
+    (reshape, transpose, ravel, flips...: rules/numpy/shape.py's `_moving_rule`, a primal and a
+    `back` moving the cotangent), or None for another rule; ExportRefused where its `back` reads
+    what cannot be written without bytegrad."""
+    code = getattr(value, "__code__", None)
+    if code is None or set(code.co_freevars) != {"primal", "back"} or not value.__closure__:
+        if qualname(value).endswith("numpy.shape.T_rrule"):
+            return f"def {name}(x):\n    out = x.T\n    if out is x:\n        out = x.view()\n" \
+                   f"    return out, lambda out_bar: (np.transpose(out_bar),)"
+        return None
+    cells = dict(zip(code.co_freevars, (c.cell_contents for c in value.__closure__)))
+    primal = _reference(cells["primal"])
+    if primal is None or not _function_source(cells["back"], functions):
+        raise ExportRefused(f"{qualname(value)} (at {_where(name, out, out_lines, filename)}) has no form that "
+                            "can be written without bytegrad")
+    back = cells["back"].__name__
+    return f"def {name}(x, *args, **kwargs):\n    return _moving({primal}, {back}, x, args, kwargs)"
 
 
 def _rule(name: str, value: Any, text: str, ns: dict[str, Any], out: list[str], out_lines: list[int],
@@ -263,7 +310,7 @@ def _rule(name: str, value: Any, text: str, ns: dict[str, Any], out: list[str], 
         args = [a.strip() for a in call.split(",") if a.strip()]
         kw = [a for a in args if a.startswith("**")]
         positional = [a for a in args if not a.startswith("**")]
-        if len(positional) != (2 if key == "matmul" else 1) or len(kw) > 1:
+        if len(positional) != POSITIONAL.get(key, 1) or len(kw) > 1:
             raise ExportRefused(f"{qualname(value)} with options passed by position (at {where}): pass axis= "
                                 "and keepdims= by keyword to export it")
         options = ns.get(kw[0][2:], {}) if kw else {}
@@ -335,7 +382,8 @@ def _reference(value: Any) -> Optional[str]:
         return f"(lambda a, b: {'bool(' if cast else ''}a {symbol} b{')' if cast else ''})"
     if getattr(operator, name, None) is value and name in ("truth", "not_"):
         return "bool" if name == "truth" else "(lambda a: not a)"
-    for prefix, module in (("np", np), ("np.linalg", np.linalg), ("np.fft", np.fft), ("math", math)):
+    for prefix, module in (("np", np), ("np.linalg", np.linalg), ("np.fft", np.fft), ("math", math),
+                           ("np.lib.array_utils", getattr(np.lib, "array_utils", None))):
         if getattr(module, name, None) is value:
             return f"{prefix}.{name}"
     objclass = getattr(value, "__objclass__", None)
@@ -344,7 +392,7 @@ def _reference(value: Any) -> Optional[str]:
     return None
 
 
-def _constant(name: str, value: Any, out: list[str], out_lines: list[int], filename: str) -> str:
+def _constant(name: str, value: Any, functions: dict[str, str], out: list[str], out_lines: list[int], filename: str) -> str:
     """A module-level definition of constant `name`, or ExportRefused."""
     if type(value) is np.ndarray:
         if value.dtype.kind not in "biuf" or not value.dtype.isnative:
@@ -361,9 +409,8 @@ def _constant(name: str, value: Any, out: list[str], out_lines: list[int], filen
         if lam is not None:
             return lam
     if isinstance(value, types.FunctionType) and value.__module__.startswith("bytegrad.rules."):
-        functions: dict[str, str] = {}
         if _function_source(value, functions):
-            return "\n".join(functions.values()) + f"\n{name} = {value.__name__}"
+            return value.__name__
     expr = _literal(value)
     if expr is not None:
         return expr
@@ -430,6 +477,11 @@ def _function_source(fn: Any, done: dict[str, str]) -> bool:
         if value is None:
             return False
         if getattr(builtins, n.id, None) is value:
+            continue
+        ref = None if isinstance(value, types.FunctionType) and value.__module__.startswith("bytegrad.") \
+            else _reference(value)
+        if ref is not None:  # a NumPy function (normalize_axis_tuple): bound by name in the module
+            done.setdefault(n.id, f"{n.id} = {ref}" if ref != n.id else "")
             continue
         if not (isinstance(value, types.FunctionType) and value.__module__.startswith("bytegrad.rules.")
                 and value.__name__ == n.id and _function_source(value, done)):

@@ -8,7 +8,7 @@ tests/test_export.py compares them with bytegrad on new values.
 """
 from __future__ import annotations
 
-__all__ = ["HELPERS", "NEEDS", "RULES"]
+__all__ = ["HELPERS", "NEEDS", "POSITIONAL", "RULES"]
 
 #: name the program calls -> the module-level source that defines it
 HELPERS: dict[str, str] = {
@@ -160,7 +160,10 @@ def _finish(x_bar, x):
 }
 
 #: an exported rule -> the helpers its source calls (besides `_reduction`'s)
-NEEDS: dict[str, tuple[str, ...]] = {"matmul": ("_project", "_unbroadcast")}
+NEEDS: dict[str, tuple[str, ...]] = {"matmul": ("_project", "_unbroadcast"), "dot": ("_project", "_unbroadcast"),
+                                     "float": ("_project",), "_moving": ("_project",)}
+#: an exported rule -> how many positional arguments its calls pass (1 unless said here)
+POSITIONAL: dict[str, int] = {"matmul": 2, "dot": 2, "getitem": 2}
 
 #: the reverse rules an exported module may call, by the rule's name: (the module-level source
 #: defining `name`, the keyword arguments it takes); each `(out, pullback)` with `pullback(out_bar)`
@@ -246,5 +249,79 @@ def _matmul_rrule(a, b):
         return a_bar, b_bar
 
     return out, matmul_pullback
+''', frozenset()),
+    "getitem": ('''
+def _getitem_rrule(x, index):
+    """x[index] and its pullback (bytegrad's getitem_rrule): the cotangent put where x[index] read,
+    added up where an index array reads an element more than once."""
+    if type(x) is not np.ndarray:
+        raise TypeError("the exported x[index] takes an array")
+    out = x[index]
+    if out is x:
+        out = x.view()
+    items = index if type(index) is tuple else (index,)
+    once = all(
+        type(i) in (int, slice, type(None), type(Ellipsis), bool)
+        or isinstance(i, (np.integer, np.bool_))
+        or (type(i) is np.ndarray and i.dtype == np.bool_)
+        for i in items
+    )
+
+    def getitem_pullback(out_bar):
+        dtype = x.dtype if x.dtype.kind in "fc" else np.result_type(out_bar, np.float64)
+        x_bar = np.zeros(x.shape, dtype=dtype)
+        if once:
+            x_bar[index] = out_bar
+        else:
+            np.add.at(x_bar, index, out_bar)
+        return x_bar, None
+
+    return out, getitem_pullback
+''', frozenset()),
+    "float": ('''
+def _float_rrule(x):
+    """float(x) and its pullback."""
+    return float(x), lambda out_bar: (_project(out_bar, x),)
+''', frozenset()),
+    "dot": ('''
+def _dot_rrule(a, b):
+    """np.dot of vectors and matrices (a 1-D or 2-D a, b) and its pullback (bytegrad's dot_rrule)."""
+    if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.ndim in (1, 2) and b.ndim in (1, 2)):
+        raise TypeError("the exported np.dot takes 1-D and 2-D arrays")
+    out = np.dot(a, b)
+
+    def dot_pullback(out_bar):
+        if a.ndim == 2 and b.ndim == 2:
+            return (
+                lambda: _project(out_bar @ np.swapaxes(b, -1, -2), a),
+                lambda: _project(np.swapaxes(a, -1, -2) @ out_bar, b),
+            )
+        free_a = tuple(range(a.ndim - 1))
+        if b.ndim == 1:
+            return (
+                lambda: _project(np.multiply(np.expand_dims(out_bar, -1), b), a),
+                lambda: _project(np.tensordot(out_bar, a, axes=(free_a, free_a)), b),
+            )
+        out_axes_of_b = tuple(range(a.ndim - 1, a.ndim - 1 + b.ndim - 2)) + (a.ndim - 1 + b.ndim - 2,)
+        b_axes = tuple(range(b.ndim - 2)) + (b.ndim - 1,)
+        return (
+            lambda: _project(np.tensordot(out_bar, b, axes=(out_axes_of_b, b_axes)), a),
+            lambda: _project(np.moveaxis(np.tensordot(a, out_bar, axes=(free_a, free_a)), 0, b.ndim - 2), b),
+        )
+
+    return out, dot_pullback
+''', frozenset()),
+    "_moving": ('''
+def _moving(primal, back, x, args, kwargs):
+    """A function that only moves x's elements (reshape, transpose...) and its pullback: `back`
+    moves the cotangent into x's layout (bytegrad's moving rules)."""
+    out = primal(x, *args, **kwargs)
+    if out is x:
+        out = x.view()
+
+    def moving_pullback(out_bar):
+        return (_project(back(out_bar, x, args, kwargs), x),) + (None,) * len(args)
+
+    return out, moving_pullback
 ''', frozenset()),
 }
