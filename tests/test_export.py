@@ -3,6 +3,7 @@ on new values of the example's signature, and compared with bytegrad's own value
 from __future__ import annotations
 
 import json
+import math
 import os
 import pathlib
 import shutil
@@ -177,6 +178,75 @@ def test_matrix_vector_product_and_mean(tmp_path):
     source = bytegrad.export(logistic, np.zeros(3), X, y, wrt=(0, 1))
     got = run_exported(tmp_path, source, (w2, X2, y2))
     close(got["grad"], list(bytegrad.value_and_grad(logistic, wrt=(0, 1))(w2, X2, y2)[1]))
+
+
+def until_small(x, w):
+    err = 1.0
+    while err > 1e-3:  # a decision on data each turn
+        x = 0.5 * x * w
+        err = float(np.max(np.abs(x)))
+    return np.sum(x * x)
+
+
+def test_while_loop_refuses_another_number_of_turns(tmp_path):
+    x, w = np.array([1.0, -2.0, 0.5]), np.array([0.9, 1.1, 1.0])
+    source = bytegrad.export(until_small, x, w, wrt=(0, 1))
+    x2 = x * 1.01  # the same number of turns
+    got = run_exported(tmp_path, source, (x2, w))
+    value, grad = bytegrad.value_and_grad(until_small, wrt=(0, 1))(x2, w)
+    close(got["value"], value)
+    close(got["grad"], list(grad))
+    other = run_exported(tmp_path, source, (x * 100.0, w))  # more turns
+    assert "came out otherwise than at export" in other["error"]
+
+
+def moves(x, M, idx):
+    a = np.sum(np.reshape(x, (2, 3)) ** 2 * M.T) + np.sum(np.transpose(M) @ np.ravel(x).reshape(3, 2))
+    b = np.sum(x[1:] * x[:-1]) + np.sum(x[idx] ** 2) + x[0] * x[-1]
+    return a + b + np.dot(M[:, 0], M[:, 1]) * np.sum(np.dot(M.T, M))
+
+
+def test_indexing_reshapes_and_dot(tmp_path):
+    rng = np.random.default_rng(6)
+    idx = np.array([1, 1, 4])  # an index that reads an element twice: its cotangent adds up
+    source = bytegrad.export(moves, rng.standard_normal(6), rng.standard_normal((3, 2)), idx, wrt=(0, 1))
+    x2, M2 = rng.standard_normal(6), rng.standard_normal((3, 2))
+    got = run_exported(tmp_path, source, (x2, M2, idx))
+    value, grad = bytegrad.value_and_grad(moves, wrt=(0, 1))(x2, M2, idx)
+    close(got["value"], value)
+    close(got["grad"], list(grad))
+
+
+def big(x, w):
+    h = np.tanh(x * w + 1.0)
+    return np.sum(np.log1p(h * h) / (1.0 + x * x))
+
+
+def test_large_arrays_where_programs_write_in_place(tmp_path):
+    rng = np.random.default_rng(7)
+    n = 20_000  # above the size at which programs reuse buffers (compiled/reuse.py)
+    source = bytegrad.export(big, rng.standard_normal(n), rng.standard_normal(n), wrt=(0, 1))
+    assert "getrefcount" not in source
+    x2, w2 = rng.standard_normal(n), rng.standard_normal(n)
+    got = run_exported(tmp_path, source, (x2, w2))
+    value, grad = bytegrad.value_and_grad(big, wrt=(0, 1))(x2, w2)
+    close(got["value"], value)
+    close(got["grad"], list(grad))
+
+
+def test_float32_and_float_arguments(tmp_path):
+    def f(x, a):
+        return a * np.sum(np.sin(x) * np.exp(-x)) + math.sin(a)
+
+    x = np.linspace(0, 1, 9, dtype=np.float32)
+    source = bytegrad.export(f, x, 0.3, wrt=(0, 1))
+    x2 = np.linspace(-1, 2, 9, dtype=np.float32)
+    got = run_exported(tmp_path, source, (x2, 0.7))
+    value, grad = bytegrad.value_and_grad(f, wrt=(0, 1))(x2, 0.7)
+    close(got["value"], value)
+    close(got["grad"], list(grad))
+    wrong = run_exported(tmp_path, source, (x2, np.float64(0.7)))
+    assert "a: float" in wrong["error"]
 
 
 def test_refuses_what_has_no_standalone_form():
