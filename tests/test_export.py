@@ -253,6 +253,7 @@ def test_refuses_what_has_no_standalone_form():
     def f(x):
         return np.sum(np.linalg.inv(x))
 
+    assert bytegrad.ExportError is ExportError and issubclass(ExportError, bytegrad.DifferentiationError)
     with pytest.raises(ExportError, match="inv"):
         bytegrad.export(f, np.eye(3) * 2.0)
 
@@ -290,3 +291,10 @@ def test_cli_writes_the_module(tmp_path):
     got = run_exported(tmp_path, out.read_text(), (x2, w2))
     close(got["value"], np.sum(np.tanh(x2 * w2)))
     close(got["grad"], (1 - np.tanh(x2 * w2) ** 2) * w2)
+    # a function that cannot be exported: exit status 1, the reason on stderr, no file
+    (tmp_path / "usermod2.py").write_text("import numpy as np\n\n\ndef loss(x):\n    return np.sum(np.linalg.inv(x))\n")
+    done = subprocess.run([sys.executable, "-m", "bytegrad", "export", "usermod2:loss", "--example", "np.eye(2)",
+                           "-o", str(tmp_path / "no.py")], capture_output=True, text=True, cwd=str(tmp_path),
+                          env=env, timeout=300, check=False)
+    assert done.returncode == 1 and "cannot be exported" in done.stderr and "inv" in done.stderr
+    assert not (tmp_path / "no.py").exists()

@@ -241,7 +241,31 @@ def _assemble(out: list[str], out_lines: list[int], first: int, filename: str, n
         "\n\n\n" + "\n".join(code) + "\n"
     if "math." not in module.split("import numpy as np", 1)[1]:
         module = module.replace("import math\n\n", "", 1)
+    _check_names(module)
     return module
+
+
+def _check_names(module: str) -> None:
+    """ExportRefused where the module reads a name it does not define (a helper of bytegrad's that
+    has no NumPy twin here): a module that fails on its first call is not written."""
+    import ast
+    import builtins
+
+    with AST_LOCK:
+        tree = ast.parse(module)
+    defined = set(vars(builtins))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            defined.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, ast.arg):
+            defined.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            defined.update((a.asname or a.name).split(".")[0] for a in node.names)
+    missing = sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id not in defined})
+    if missing:
+        raise ExportRefused(f"the program calls bytegrad's {', '.join(missing)}, which has no standalone form")
 
 
 def _where(name: str, out: list[str], out_lines: list[int], filename: str) -> str:
