@@ -74,7 +74,11 @@ def module_source(prog: Any, fn_name: str, params: list[str], header: list[str])
         m = re.fullmatch(r"(\s*)(x[0-9]+) = (\w+)\.get\(('[^']*'|[0-9]+), MISS\)", text)
         if m:
             readable[m.group(2)] = f"{readable.get(m.group(3), m.group(3))}[{m.group(4)}]"
-            text = f"{m.group(1)}{m.group(2)} = {m.group(3)}[{m.group(4)}]"
+            item = f"{m.group(3)}_{m.group(4).strip(chr(39))}"  # params['W1'] is params_W1
+            if item.isidentifier() and item not in taken and item not in params and item not in renamed.values():
+                renamed[m.group(2)] = item
+                readable[item] = readable[m.group(2)]
+            text = f"{m.group(1)}{renamed.get(m.group(2), m.group(2))} = {m.group(3)}[{m.group(4)}]"
         m = re.fullmatch(r"(\s*)(x[0-9]+) = (\w+)\[([0-9]+)\]", text)
         if m:
             readable[m.group(2)] = f"{readable.get(m.group(3), m.group(3))}[{m.group(4)}]"
@@ -97,7 +101,47 @@ def module_source(prog: Any, fn_name: str, params: list[str], header: list[str])
         text = re.sub(r"if (_t[0-9]+)\.__class__ is FunctionType: ", r"if callable(\1): ", text)
         out.append(text)
         out_lines.append(line)
+    out = _user_names(out, out_lines, filename, taken | set(params))
     return _assemble(out, out_lines, first, filename, ns, fn_name, params, header)
+
+
+def _user_names(out: list[str], out_lines: list[int], filename: str, taken: set[str]) -> list[str]:
+    """The statements with the values your lines assign named after your variables: on a line
+    `h1 = np.tanh(...)`, the last value its forward steps compute is `h1_<n>` and its cotangent
+    `h1_<n>_bar` (n keeps each name unique, as a loop assigns a variable many times)."""
+    import ast
+
+    targets: dict[int, Optional[str]] = {}
+    rename: dict[str, str] = {}
+    for k, (text, line) in enumerate(zip(out, out_lines)):
+        m = re.match(r"\s*v([0-9]+)(?:, p[0-9]+)? = ", text)
+        if m is None:
+            continue
+        j = k + 1
+        while j < len(out) and out_lines[j] == line and not re.match(r"\s*v[0-9]+(, p[0-9]+)? = ", out[j]):
+            j += 1
+        if j < len(out) and out_lines[j] == line:
+            continue  # (not the last forward step of its line's run)
+        if line not in targets:
+            try:
+                with AST_LOCK:
+                    stmt = ast.parse(linecache.getline(filename, line).strip()).body
+            except SyntaxError:
+                stmt = []
+            single = len(stmt) == 1 and isinstance(stmt[0], ast.Assign) and len(stmt[0].targets) == 1
+            target = stmt[0].targets[0] if single else None  # type: ignore[attr-defined]
+            targets[line] = target.id if isinstance(target, ast.Name) else None
+        name = targets[line]
+        n = m.group(1)
+        if name is not None and f"{name}_{n}" not in taken and f"{name}_{n}_bar" not in taken:
+            rename[f"v{n}"], rename[f"g{n}"] = f"{name}_{n}", f"{name}_{n}_bar"
+    for text in out:  # a differentiated argument's cotangent and gradient: `W_bar`, `W_grad`
+        m = re.match(r"\s*if q([0-9]+) is (\w+):", text)
+        if m and f"{m.group(2)}_grad" not in taken and f"{m.group(2)}_bar" not in taken:
+            rename[f"q{m.group(1)}"], rename[f"g{m.group(1)}"] = f"{m.group(2)}_grad", f"{m.group(2)}_bar"
+    if not rename:
+        return out
+    return [re.sub(r"\b[vgq][0-9]+\b", lambda m: rename.get(m.group(0), m.group(0)), t) for t in out]
 
 
 def _strip_value_flag(body: list[str], lines: list[int]) -> tuple[list[str], list[int]]:
