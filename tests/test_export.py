@@ -217,6 +217,22 @@ def test_indexing_reshapes_and_dot(tmp_path):
     close(got["grad"], list(grad))
 
 
+def joins(a, b):
+    s = np.stack([a, b * 2.0], axis=1)
+    c = np.concatenate((a, b, a * b))
+    return np.sum(s ** 2) + np.sum(np.outer(a, b)) + np.sum(c * c)
+
+
+def test_stack_concatenate_outer(tmp_path):
+    rng = np.random.default_rng(8)
+    source = bytegrad.export(joins, rng.standard_normal(3), rng.standard_normal(3), wrt=(0, 1))
+    a2, b2 = rng.standard_normal(3), rng.standard_normal(3)
+    got = run_exported(tmp_path, source, (a2, b2))
+    value, grad = bytegrad.value_and_grad(joins, wrt=(0, 1))(a2, b2)
+    close(got["value"], value)
+    close(got["grad"], list(grad))
+
+
 def big(x, w):
     h = np.tanh(x * w + 1.0)
     return np.sum(np.log1p(h * h) / (1.0 + x * x))

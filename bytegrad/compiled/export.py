@@ -337,6 +337,9 @@ def _rule_key(value: Any) -> Optional[str]:
         return "getitem"
     if q.endswith("rules.builtins.float_rrule"):
         return "float"
+    for key in ("outer", "stack", "concatenate"):
+        if q.endswith(f"numpy.{'linalg' if key == 'outer' else 'shape'}.{key}_rrule"):
+            return key
     if q.split(".")[-1] in ("max_rrule", "min_rrule") and ".reductions." in q and value.__closure__:
         fn = next((c.cell_contents for c in value.__closure__ if callable(c.cell_contents)), None)
         for key, funcs in (("max", (np.max, np.amax, np.ndarray.max)), ("min", (np.min, np.amin, np.ndarray.min))):
@@ -374,14 +377,18 @@ def _rule(name: str, value: Any, text: str, ns: dict[str, Any], out: list[str], 
     if key is None:
         raise ExportRefused(f"{qualname(value)} (at {where}) has no form that can be written without bytegrad")
     allowed = RULES[key][1]
-    for call in re.findall(rf"\b{name}\(([^)]*)\)", text):
-        args = [a.strip() for a in call.split(",") if a.strip()]
-        kw = [a for a in args if a.startswith("**")]
-        positional = [a for a in args if not a.startswith("**")]
-        if len(positional) != POSITIONAL.get(key, 1) or len(kw) > 1:
-            raise ExportRefused(f"{qualname(value)} with options passed by position (at {where}): pass axis= "
-                                "and keepdims= by keyword to export it")
-        options = ns.get(kw[0][2:], {}) if kw else {}
+    import ast
+
+    with AST_LOCK:
+        calls = [n for ln in out if re.search(rf"\b{name}\(", ln)
+                 for n in ast.walk(ast.parse(ln.strip() if not ln.strip().endswith(":") else ln.strip() + " pass"))
+                 if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name]
+    for call in calls:
+        kw = [k.value.id for k in call.keywords if k.arg is None and isinstance(k.value, ast.Name)]
+        if len(call.args) != POSITIONAL.get(key, 1) or len(kw) != len(call.keywords) or len(kw) > 1:
+            raise ExportRefused(f"{qualname(value)} with options passed by position (at {where}): pass them "
+                                "by keyword to export it")
+        options = ns.get(kw[0], {}) if kw else {}
         if type(options) is not dict or not set(options) <= allowed:
             raise ExportRefused(f"{qualname(value)} with options {sorted(options)} (at {where}): its exported form "
                                 f"takes {sorted(allowed)} only")

@@ -161,9 +161,10 @@ def _finish(x_bar, x):
 
 #: an exported rule -> the helpers its source calls (besides `_reduction`'s)
 NEEDS: dict[str, tuple[str, ...]] = {"matmul": ("_project", "_unbroadcast"), "dot": ("_project", "_unbroadcast"),
-                                     "float": ("_project",), "_moving": ("_project",)}
+                                     "float": ("_project",), "_moving": ("_project",), "outer": ("_project",),
+                                     "stack": ("_project",), "concatenate": ("_project",)}
 #: an exported rule -> how many positional arguments its calls pass (1 unless said here)
-POSITIONAL: dict[str, int] = {"matmul": 2, "dot": 2, "getitem": 2}
+POSITIONAL: dict[str, int] = {"matmul": 2, "dot": 2, "getitem": 2, "outer": 2}
 
 #: the reverse rules an exported module may call, by the rule's name: (the module-level source
 #: defining `name`, the keyword arguments it takes); each `(out, pullback)` with `pullback(out_bar)`
@@ -324,4 +325,46 @@ def _moving(primal, back, x, args, kwargs):
 
     return out, moving_pullback
 ''', frozenset()),
+    "outer": ('''
+def _outer_rrule(a, b):
+    """np.outer and its pullback (bytegrad's outer_rrule)."""
+    out = np.outer(a, b)
+
+    def outer_pullback(out_bar):
+        return (
+            lambda: _project(np.reshape(out_bar @ np.ravel(b), np.shape(a)), a),
+            lambda: _project(np.reshape(np.ravel(a) @ out_bar, np.shape(b)), b),
+        )
+
+    return out, outer_pullback
+''', frozenset()),
+    "stack": ('''
+def _stack_rrule(arrays, axis=0):
+    """np.stack and its pullback (bytegrad's stack_rrule): a cotangent per array."""
+    out = np.stack(arrays, axis=axis)
+
+    def stack_pullback(out_bar):
+        moved = np.moveaxis(out_bar, axis % out.ndim, 0)
+        bars = [_project(np.reshape(p, np.shape(a)), a) for p, a in zip(list(moved), arrays)]
+        return (bars if isinstance(arrays, list) else tuple(bars), None)
+
+    return out, stack_pullback
+''', frozenset({"axis"})),
+    "concatenate": ('''
+def _concatenate_rrule(arrays, axis=0):
+    """np.concatenate and its pullback (bytegrad's concatenate_rrule): a cotangent per array."""
+    out = np.concatenate(arrays, axis=axis)
+
+    def concatenate_pullback(out_bar):
+        if axis is None:
+            sizes, ax, whole = [np.size(a) for a in arrays], 0, np.reshape(out_bar, -1)
+        else:
+            ax = axis % out.ndim
+            sizes, whole = [np.shape(a)[ax] for a in arrays], out_bar
+        pieces = np.split(whole, np.cumsum(sizes)[:-1], axis=ax)
+        bars = [_project(np.reshape(p, np.shape(a)), a) for p, a in zip(pieces, arrays)]
+        return (bars if isinstance(arrays, list) else tuple(bars), None)
+
+    return out, concatenate_pullback
+''', frozenset({"axis"})),
 }
