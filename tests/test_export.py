@@ -274,6 +274,17 @@ def test_refuses_what_has_no_standalone_form():
         bytegrad.export(f, np.eye(3) * 2.0)
 
 
+W_GLOBAL = np.ones((2, 3))
+
+
+def test_refuses_an_array_read_from_a_global():
+    def f(x):
+        return np.sum(np.tanh(W_GLOBAL @ x))
+
+    with pytest.raises(ExportError, match="reads the array W_GLOBAL from a global.*pass it as an argument"):
+        bytegrad.export(f, np.ones(3))
+
+
 def test_refuses_a_signature_on_the_general_path():
     def f(x, log):
         log.append(1)  # an effect on an argument: no program

@@ -71,6 +71,11 @@ def module_source(prog: Any, fn_name: str, params: list[str], header: list[str])
             readable[m.group(2)] = params[int(m.group(3))]
             continue
         text = _rename(text, renamed)
+        m = re.fullmatch(r"\s*x[0-9]+ = ([GMZ])[0-9]+(?:\[('[^']*')\]|\.cell_contents)", text)
+        if m:  # an array read at call time from a global, a module attribute or a closure variable
+            where = {"G": "a global", "M": "a module attribute", "Z": "a closure variable"}[m.group(1)]
+            what = f"the array {m.group(2).strip(chr(39))}" if m.group(2) else "an array"
+            raise ExportRefused(f"it reads {what} from {where}, which the module cannot: pass it as an argument")
         m = re.fullmatch(r"(\s*)(x[0-9]+) = (\w+)\.get\(('[^']*'|[0-9]+), MISS\)", text)
         if m:
             readable[m.group(2)] = f"{readable.get(m.group(3), m.group(3))}[{m.group(4)}]"
