@@ -262,7 +262,10 @@ def _assemble(out: list[str], out_lines: list[int], first: int, filename: str, n
         else:
             made = _constant(name, value, functions, out, out_lines, filename)
             defs.append(made if made.startswith("def ") else f"{name} = {made}")
-    body = [re.sub(r"\b[A-Za-z_]\w*\b", lambda m: inline.get(m.group(0), m.group(0)), ln) for ln in out]
+    index = {n: i for n in inline if (i := _index_literal(ns[n])) is not None}  # x[c3] read as x[:, None]
+    body = [re.sub(r"\[(\w+)\]", lambda m: f"[{index[m.group(1)]}]" if m.group(1) in index else m.group(0), ln)
+            for ln in out]
+    body = [re.sub(r"\b[A-Za-z_]\w*\b", lambda m: inline.get(m.group(0), m.group(0)), ln) for ln in body]
     needed = {h for r in rules for h in NEEDS.get(r, ())}
     helpers = [h for h in HELPERS if h != "_reduction" and (h in needed or re.search(rf"\b{h}\(", text))]
     code = [f"def value_and_grad({', '.join(params)}):",
@@ -398,6 +401,23 @@ def _rule(name: str, value: Any, text: str, ns: dict[str, Any], out: list[str], 
             raise ExportRefused(f"{qualname(value)} with options {sorted(options)} (at {where}): its exported form "
                                 f"takes {sorted(allowed)} only")
     return key
+
+
+def _index_literal(value: Any) -> Optional[str]:
+    """An index (a slice, or a tuple of slices, ints, None and ...) as it is written in brackets."""
+    items = value if type(value) is tuple else (value,)
+    parts = []
+    for item in items:
+        if type(item) is slice and all(v is None or type(v) is int for v in (item.start, item.stop, item.step)):
+            text = f"{'' if item.start is None else item.start}:{'' if item.stop is None else item.stop}"
+            parts.append(text + ("" if item.step is None else f":{item.step}"))
+        elif item is None or item is Ellipsis or type(item) is int:
+            parts.append("..." if item is Ellipsis else repr(item))
+        else:
+            return None
+    if type(value) is not tuple and type(value) is not slice:
+        return None
+    return ", ".join(parts) + ("," if type(value) is tuple and len(parts) == 1 else "") if parts else None
 
 
 def _literal(value: Any) -> Optional[str]:
