@@ -301,9 +301,12 @@ def test_output_is_ruff_format_clean(tmp_path):
     x, w = np.linspace(-1, 1, 5), np.linspace(0.5, 1.5, 5)
     path = tmp_path / "m.py"
     path.write_text(bytegrad.export(loop, x, w, 2))
-    done = subprocess.run([ruff, "format", "--isolated", "--check", str(path)], capture_output=True, text=True,
-                          check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
+    params, (x, y) = mlp_inputs((6, 5, 4, 3), 7)(np.random.default_rng(0))
+    (tmp_path / "mlp.py").write_text(bytegrad.export(mlp_loss, params, x, y))
+    for command in ("format", "check"):  # formatted, and clean under ruff's default rules
+        done = subprocess.run([ruff, command, "--isolated", *(["--check"] if command == "format" else []),
+                               str(path), str(tmp_path / "mlp.py")], capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_cli_writes_the_module(tmp_path):

@@ -265,6 +265,9 @@ def _assemble(out: list[str], out_lines: list[int], first: int, filename: str, n
     index = {n: i for n in inline if (i := _index_literal(ns[n])) is not None}  # x[c3] read as x[:, None]
     body = [re.sub(r"\[(\w+)\]", lambda m: f"[{index[m.group(1)]}]" if m.group(1) in index else m.group(0), ln)
             for ln in out]
+    keywords = {n: ", ".join(f"{k}={_literal(v)}" for k, v in ns[n].items()) for n in inline
+                if type(ns[n]) is dict and ns[n] and all(type(k) is str and k.isidentifier() for k in ns[n])}
+    body = [re.sub(r"\*\*(\w+)", lambda m: keywords.get(m.group(1), m.group(0)), ln) for ln in body]  # (axis=0)
     body = [re.sub(r"\b[A-Za-z_]\w*\b", lambda m: inline.get(m.group(0), m.group(0)), ln) for ln in body]
     needed = {h for r in rules for h in NEEDS.get(r, ())}
     helpers = [h for h in HELPERS if h != "_reduction" and (h in needed or re.search(rf"\b{h}\(", text))]
