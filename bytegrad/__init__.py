@@ -48,7 +48,8 @@ __version__ = "0.1.0"
 
 # `explain` and `precompile` load the fused-kernel machinery, `checkpoint` its own module: imported on
 # first use, so that `import bytegrad` stays a small part of a process's time to first gradient.
-_LAZY = {"explain": "bytegrad.introspect", "precompile": "bytegrad.precompile",
+_LAZY = {"explain": "bytegrad.introspect", "precompile": "bytegrad.precompile", "export": "bytegrad.exporter",
+         "ExportError": "bytegrad.exporter",
          "checkpoint": "bytegrad.runtime.checkpoint"}
 
 
@@ -70,7 +71,7 @@ __all__ = [
     "tree_map", "tree_flatten", "tree_unflatten", "tree_leaves",
     "checkpoint",
     "PerformanceWarning",
-    "explain", "precompile",
+    "explain", "precompile", "export", "ExportError",
     "AuxOutputError", "config", "DifferentiationError", "DuplicateRuleError", "MutationError", "NaNError",
     "NonScalarOutputError", "NoRuleError",
     "PullbackError", "PushforwardError", "UnsupportedOpcodeError", "WrtError",

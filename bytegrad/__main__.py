@@ -1,4 +1,4 @@
-"""bytegrad's command-line tools: `cache info`, `cache clear`, `precompile`, `config`.
+"""bytegrad's command-line tools: `cache info`, `cache clear`, `precompile`, `export`, `config`.
 
 Run as the console script `bytegrad` (installed with the package) or as `python -m bytegrad`.
 
@@ -164,7 +164,7 @@ def _wrt_item(text: str) -> Any:
     return int(text) if text.lstrip("-").isdigit() else text
 
 
-def _import_target(pc: Any, target: str) -> Any:
+def _import_target(pc: Any, target: str, verb: str = "precompiling") -> Any:
     """`module:function`, imported from the current directory first (as `python -m` would)."""
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
@@ -180,7 +180,7 @@ def _import_target(pc: Any, target: str) -> Any:
         raise UserCodeError(_failure(f"importing {name} failed", exc,
                                      f"{fix}, and run the command again; `python -c \"import {name}\"` "
                                      f"shows the whole traceback.")) from None
-    print(f"precompiling {target} from {getattr(module, '__file__', None) or module.__name__}")
+    print(f"{verb} {target} from {getattr(module, '__file__', None) or module.__name__}")
     if not callable(fn):
         raise UsageError(f"{target} is a {type(fn).__name__}, not a function")
     return fn
@@ -227,6 +227,50 @@ def add_precompile(subparsers: Any) -> None:
     p.set_defaults(run=run_precompile)
 
 
+def run_export(args: argparse.Namespace) -> int:
+    """Write module:function's gradient for the example's signature as a standalone NumPy module."""
+    import contextlib
+
+    from bytegrad.errors import DifferentiationError, WrtError
+
+    import bytegrad
+
+    bytegrad.precompile  # noqa: B018  (see run_precompile: the package attribute stays the function)
+    bytegrad.export  # noqa: B018
+    pc = sys.modules["bytegrad.precompile"]
+    with contextlib.redirect_stdout(sys.stderr):  # (stdout may be the module itself)
+        fn = _import_target(pc, args.target, "exporting")
+    examples = _examples(fn, args.target, args.example)
+    wrt = tuple(_wrt_item(w) for w in args.wrt.split(",")) if "," in args.wrt else _wrt_item(args.wrt)
+    try:
+        source = bytegrad.export(fn, *examples, wrt=wrt)
+    except WrtError as exc:
+        raise UsageError(f"--wrt {args.wrt}: {exc.problem}") from None
+    except DifferentiationError as exc:
+        print(f"{args.prog} export: {args.target} cannot be exported:\n{exc}", file=sys.stderr)
+        return 1
+    if args.output in (None, "-"):
+        sys.stdout.write(source)
+    else:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(source)
+        print(f"wrote {args.output}: value_and_grad of {args.target}, NumPy only", file=sys.stderr)
+    return 0
+
+
+def add_export(subparsers: Any) -> None:
+    p = subparsers.add_parser("export", help="write a function's gradient as a standalone NumPy module",
+                              description="Write the value and gradient of module:function, for the signature "
+                              "of the example arguments, as a Python module that needs NumPy only "
+                              "(docs/export.md). The module is imported as for precompile.")
+    p.add_argument("target", help="module:function to export")
+    p.add_argument("--example", action="append", default=[],
+                   help="a Python expression (numpy as np) for each positional example argument")
+    p.add_argument("--wrt", default="0", help="position(s) or name(s) to differentiate, comma separated")
+    p.add_argument("-o", "--output", default=None, help="the file to write (default: standard output)")
+    p.set_defaults(run=run_export)
+
+
 def run_config(args: argparse.Namespace) -> int:
     """Print each switch of `bytegrad.config`, its value and where it came from; with --markdown, the
     table of every switch that docs/usage.md shows."""
@@ -242,7 +286,7 @@ def add_config(subparsers: Any) -> None:
     p.set_defaults(run=run_config)
 
 
-COMMANDS: list[Callable[[Any], None]] = [add_cache, add_precompile, add_config]
+COMMANDS: list[Callable[[Any], None]] = [add_cache, add_precompile, add_export, add_config]
 
 
 def build_parser() -> argparse.ArgumentParser:

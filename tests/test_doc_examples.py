@@ -50,15 +50,15 @@ def blocks() -> list[Block]:
 
 BLOCKS = blocks()
 
-# Runs each block file given on the command line; prints one JSON line per block.
+# Runs each block file given on the command line; prints one `@block` JSON line per block.
 _DRIVER = """
 import json, runpy, sys, traceback
 for path in sys.argv[1:]:
     try:
         runpy.run_path(path, run_name="__main__")
-        print(json.dumps([path, None]), flush=True)
+        print("@block " + json.dumps([path, None]), flush=True)
     except BaseException:
-        print(json.dumps([path, traceback.format_exc()]), flush=True)
+        print("@block " + json.dumps([path, traceback.format_exc()]), flush=True)
 """
 
 
@@ -78,8 +78,8 @@ def outcomes(tmp_path_factory) -> dict[str, Optional[str]]:
                           text=True, timeout=600)
     results: dict[str, Optional[str]] = {}
     for line in proc.stdout.splitlines():
-        if line.startswith("[") and line.endswith("]"):
-            path, error = json.loads(line)
+        if line.startswith("@block "):  # (a block's own output may be anything)
+            path, error = json.loads(line[len("@block "):])
             results[files[path]] = error
     missing = [ident for ident in files.values() if ident not in results]
     assert not missing, f"the driver stopped before {missing} (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"

@@ -5,9 +5,11 @@ replay cannot reproduce, read off the bytecode), guards (`guards`), back ends th
 into one generated function (`lower_numpy`: straight-line NumPy; `lower_numba`, `numba_kernel`,
 `numba_fused`: one Numba kernel), passes over the generated program (`reuse`: buffer reuse and dead
 operands; `parts`: value-only, the summed bias, shared parts), pullback programs (`pullback`), the
-on-disk store (`store`) and the policy that decides when to capture, tier up and give up
-(`policy`). Nothing here is imported by `import bytegrad`: `bytegrad.api` loads `policy` when a
-function is first differentiated, and Numba is imported only when a Numba program is built.
+on-disk store (`store`), the policy that decides when to capture, tier up and give up
+(`policy`), and the writing of a NumPy program as a standalone module (`export`, with the NumPy
+twins of the helpers and rules it calls in `export_helpers`; `bytegrad.export`). Nothing here is
+imported by `import bytegrad`: `bytegrad.api` loads `policy` when a function is first
+differentiated, and Numba is imported only when a Numba program is built.
 
 The general path (`bytegrad.runtime`) does not import this package.
 """

@@ -353,6 +353,12 @@ def _lambda_ast(d: Any) -> Optional[tuple[ast.expr, tuple[str, ...], dict[str, A
     return found
 
 
+def lambda_parts(d: Any) -> Optional[tuple[ast.expr, tuple[str, ...], dict[str, Any]]]:
+    """(body, parameter names, the values of its other names) of a rule's one-line lambda partial,
+    or None (compiled/export.py writes it into a module)."""
+    return _lambda_ast(d)
+
+
 def _lambdas_of(filename: str) -> list[ast.Lambda]:
     nodes = _FILE_LAMBDAS.get(filename)
     if nodes is None:
