@@ -115,7 +115,7 @@ def check_alone(case_rows: list[Row], reference: Callable[[], Any], seed: int, *
             by_itself, ref = alone_check.time_alone(row.system, row.case, seed, row.direction, reference,
                                                     batches=batches, batch_s=batch_s, pause_s=pause_s)
             row.alone_s, row.alone_ratio = by_itself.median, by_itself.median / ref.median
-        except Exception as exc:  # the side-by-side figure stands; say why it is unchecked
+        except Exception as exc:  # noqa: BLE001 (the side-by-side figure stands; say why it is unchecked)
             row.detail = (row.detail + "; " if row.detail else "") + f"not timed alone: {type(exc).__name__}: {exc}"
 
 
