@@ -13,6 +13,8 @@
 #   make bench-instructions  instructions per gradient under valgrind (bench/results/instructions.md)
 #   make bench-compiled  every tier (general path, compiled programs, auto) beside the peers (bench/results/compiled.md)
 #   make bench-checkpoint  peak memory and time per gradient with and without bytegrad.checkpoint (bench/results/checkpoint.md)
+#   make bench-plots  redraw the committed plots in bench/results/ from the committed results (`python -m bench.plots`
+#                    alone writes into bench/out/, not tracked)
 #   make docs        regenerate docs/rules.md from the rule registry and build the site into site/
 #                    (mkdocs build --strict: any warning fails; .venv-3.11)
 #   make clean       caches, egg-info, bench scratch;  make distclean: also the venvs
@@ -69,10 +71,10 @@ $(1)/bin/python -m pip install $(PIP_QUIET) -e '.[$(3)]'; \
 touch $@
 endef
 
-.PHONY: help demo test test-long lint check-pythons bench bench-full bench-hotpath bench-instructions bench-compiled bench-checkpoint docs clean distclean
+.PHONY: help demo test test-long lint check-pythons bench bench-full bench-plots bench-hotpath bench-instructions bench-compiled bench-checkpoint docs clean distclean
 
 help:
-	@sed -n '1,21s/^# \{0,1\}//p' Makefile
+	@sed -n '1,24s/^# \{0,1\}//p' Makefile
 
 # ---------------------------------------------------------------------------------------- demo
 .venv/.stamp-demo: pyproject.toml
@@ -142,14 +144,18 @@ lint:
 # current NumPy: the benchmark runs without them (core.json records the BLAS kernel in use).
 BENCH_PY := env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv-bench/bin/python
 
-# bench: bench/results/quick.md (+ .json); bench-full: core.md, ttfg.md (+ .json), ratios.png, ttfg.png.
+# bench: bench/results/quick.md (+ .json); bench-full: core.md, ttfg.md (+ .json), ratios.png, ttfg.png
+# (and compiled.png, from the compiled.json already there).
 bench: .venv-bench/.stamp-bench
 	$(BENCH_PY) -m bench.core --quick $(BENCH_ARGS)
 
 bench-full: .venv-bench/.stamp-bench
 	$(BENCH_PY) -m bench.core --full $(BENCH_ARGS)
 	$(BENCH_PY) -m bench.ttfg $(TTFG_ARGS)
-	$(BENCH_PY) -m bench.plots
+	$(BENCH_PY) -m bench.plots --committed
+
+bench-plots: .venv-bench/.stamp-bench
+	$(BENCH_PY) -m bench.plots --committed
 
 # The hot-path report of issue 5 (fused kernels, precompile, time to first gradient, memory, import).
 bench-hotpath: .venv-bench/.stamp-bench

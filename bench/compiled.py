@@ -13,6 +13,12 @@ ratio), hand-fused Numba where a case has it, and the peers, all timed in one ru
 
     python -m bench.compiled                 # the cases below, full batches
     python -m bench.compiled --cases dense2  # any bench.core option passes through
+    python -m bench.compiled --cases dense2 loop50 --out bench/out --name compiled-small  # a partial run
+
+On the small cases (hand-written NumPy under 1 ms) each system is also timed alone in a fresh
+process, and a ratio whose system ran more than 20% slower or faster there is flagged
+(bench/alone.py; `--alone none` skips the check, `--alone all` checks every case). A partial run
+belongs in another folder or under another name: the default writes bench/results/compiled.md.
 """
 from __future__ import annotations
 
@@ -35,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     defaults = ["--full", "--name", "compiled", "--directions", "reverse", "--no-previous"]
     if "--cases" not in argv:
         defaults += ["--cases", *CASES]
+    if "--alone" not in argv:
+        defaults += ["--alone", "small"]
     if "--systems" not in argv:
         defaults += ["--systems", *SYSTEMS]
     return core.main(defaults + argv)

@@ -30,6 +30,7 @@ import numpy as np
 if __package__ in (None, ""):  # run as `python bench/core.py`: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import alone as alone_check
 from bench import harness
 from bench.cases import CASES, Case, cast, get_cases
 from bench.systems import DIRECTIONS, REFERENCE, SYSTEMS, System, Unavailable, torch_threads
@@ -55,6 +56,14 @@ class Row:
     previous: float | None = None     # median of the same case, direction and system in the previous run
     load: float | None = None         # 1-minute load average when the case and direction started
     others: float | None = None       # median cores busy with other processes during this case's pauses
+    alone_s: float | None = None      # median of the same system timed alone in a fresh process (bench.alone)
+    alone_ratio: float | None = None  # that median over hand-written NumPy's, timed beside it meanwhile
+
+    @property
+    def flagged(self) -> bool:
+        """Whether the side-by-side and the alone ratio to NumPy differ by more than bench.alone.TOLERANCE."""
+        return (self.alone_ratio is not None and self.ratio is not None
+                and alone_check.differs(self.ratio, self.alone_ratio))
 
 
 def check_systems(case: Case, direction: str, systems: list[System], seed: int) -> tuple[list[Row], dict[str, Any]]:
@@ -95,12 +104,29 @@ def check_systems(case: Case, direction: str, systems: list[System], seed: int) 
     return rows, fns
 
 
+def check_alone(case_rows: list[Row], reference: Callable[[], Any], seed: int, *, batches: int, batch_s: float,
+                pause_s: float, bar: Any) -> None:
+    """Times each timed system of one case and direction alone in a fresh process (bench.alone)."""
+    for row in case_rows:
+        if row.timing is None or row.system == REFERENCE or row.system in alone_check.ALREADY_ALONE:
+            continue
+        bar.set_postfix_str(f"{row.case.key} {row.direction} {row.system} alone")
+        try:
+            by_itself, ref = alone_check.time_alone(row.system, row.case, seed, row.direction, reference,
+                                                    batches=batches, batch_s=batch_s, pause_s=pause_s)
+            row.alone_s, row.alone_ratio = by_itself.median, by_itself.median / ref.median
+        except Exception as exc:  # noqa: BLE001 (the side-by-side figure stands; say why it is unchecked)
+            row.detail = (row.detail + "; " if row.detail else "") + f"not timed alone: {type(exc).__name__}: {exc}"
+
+
 def run(cases: list[Case], directions: list[str], systems: list[System], *, batches: int, batch_s: float,
         pause_s: float, seed: int, progress: bool, done: list[Row] | None = None,
-        checkpoint: Callable[[list[Row]], None] | None = None) -> list[Row]:
+        checkpoint: Callable[[list[Row]], None] | None = None, alone: str = "none") -> list[Row]:
     """Checks and times every case in every direction; `done`: rows of a resumed run, not run again.
 
-    `checkpoint(rows)` is called after each case and direction, with every row so far.
+    `checkpoint(rows)` is called after each case and direction, with every row so far. `alone`:
+    "small" times each system again alone in a fresh process on the small cases (bench.alone),
+    "all" on every case, "none" never.
     """
     rows: list[Row] = list(done or [])
     finished = {(r.case.key, r.direction) for r in rows}
@@ -123,6 +149,9 @@ def run(cases: list[Case], directions: list[str], systems: list[System], *, batc
                 row.timing = timings.get(row.system)
                 if row.timing and ref:
                     row.ratio = row.timing.median / ref.median
+            if ref and (alone == "all" or (alone == "small" and alone_check.is_small(ref.median))):
+                check_alone(case_rows, fns[REFERENCE], seed, batches=min(batches, 5), batch_s=batch_s,
+                            pause_s=pause_s, bar=bar)
             rows += case_rows
             if checkpoint is not None:
                 checkpoint(rows)
@@ -145,7 +174,8 @@ def rows_from_json(data: dict[str, Any]) -> list[Row]:
             timing = harness.Timing(r["calls_per_batch"], list(r["batch_per_call_s"]), list(r.get("batch_busy_cores") or []))
         rows.append(Row(case, r.get("direction", "reverse"), r["system"], r["status"], r.get("detail", ""), timing,
                         r.get("max_normwise_error"), r.get("ratio_to_numpy"), r.get("traceback") or "",
-                        None, r.get("load_average_1min_at_start"), r.get("other_processes_busy_cores_median")))
+                        None, r.get("load_average_1min_at_start"), r.get("other_processes_busy_cores_median"),
+                        r.get("alone_median_s"), r.get("alone_ratio_to_numpy")))
     return rows
 
 
@@ -213,6 +243,8 @@ def glance_table(rows: list[Row], direction: str) -> str:
     for r in rows:
         others[r.case.name] = f"{r.others:.2f}" if r.others is not None else "n/a"
         cell = harness.format_ratio(r.ratio) if r.ratio is not None else _SHORT_STATUS.get(r.status, r.status)
+        if r.flagged:
+            cell += " " + alone_check.MARK
         if r.system == REFERENCE and r.timing:
             cell = harness.format_time(r.timing.median)
         cells.setdefault(r.case.name, {})[r.system] = cell
@@ -221,7 +253,14 @@ def glance_table(rows: list[Row], direction: str) -> str:
                                             for case, by in cells.items()])
 
 
+def flagged_rows(rows: list[Row], direction: str) -> list[tuple[str, str, float, float]]:
+    """(case name, system, side-by-side ratio, alone ratio) of each flagged row, for the footnote."""
+    return [(r.case.name, r.system, r.ratio, r.alone_ratio) for r in rows
+            if r.direction == direction and r.flagged and r.ratio is not None and r.alone_ratio is not None]
+
+
 def results_table(rows: list[Row], direction: str, with_previous: bool) -> str:
+    with_alone = any(r.alone_s is not None for r in rows if r.direction == direction)
     lines = []
     for row in rows:
         if row.timing is None or row.direction != direction:
@@ -229,11 +268,17 @@ def results_table(rows: list[Row], direction: str, with_previous: bool) -> str:
         t = row.timing
         line = [row.case.name, row.system, harness.format_time(t.median), f"{100 * t.iqr / t.median:.0f}%",
                 harness.format_ratio(row.ratio) if row.ratio else "n/a"]
+        if with_alone:
+            line.append("" if row.alone_s is None or row.alone_ratio is None else
+                        f"{harness.format_time(row.alone_s)} ({harness.format_ratio(row.alone_ratio)})"
+                        + (" " + alone_check.MARK if row.flagged else ""))
         if with_previous:
             line += ([harness.format_time(row.previous), f"{t.median / row.previous:.2f}"]
                      if row.previous else ["", ""])
         lines.append(line)
     headers = ["case", "system", "median", "spread (IQR)", "ratio to NumPy"]
+    if with_alone:
+        headers.append("alone (fresh process): median (ratio)")
     if with_previous:
         headers += ["Previous", "Current/Previous"]
     return harness.markdown_table(headers, lines)
@@ -256,7 +301,10 @@ def report(rows: list[Row], info: dict[str, Any], *, mode: str, command: str, ba
         "hand-written NumPy gradient. *forward*: the plain loss call of each system (NumPy: the loss",
         "itself; bytegrad: calling the decorated function, which runs the original code; torch under",
         "`no_grad`; jax-jit: the jitted loss). float64 unless marked float32. *bytegrad (no numba)*:",
-        "bytegrad in a worker process started with `BYTEGRAD_DISABLE_NUMBA=1`.",
+        "bytegrad in a worker process started with `BYTEGRAD_DISABLE_NUMBA=1`. JAX runs its CPU computations",
+        "inline (`jax_cpu_enable_async_dispatch=False`): every timed call blocks on its result, and the",
+        "default hand-off to a dispatch thread made small calls 3-5x slower on a loaded machine",
+        "(bench/results/jax-fairness.md).",
         "",
         f"The systems run side by side in one process (bytegrad (no numba) in its worker): in each of {batches}",
         f"rounds every system runs one batch of back-to-back calls (about {harness.format_time(batch_s)}, at least",
@@ -276,6 +324,12 @@ def report(rows: list[Row], info: dict[str, Any], *, mode: str, command: str, ba
         "(NumPy's `@`, torch) then waits for its second thread and can run several times slower, so",
         "read those rows with care.",
     ]
+    if any(r.alone_s is not None for r in rows):
+        text += ["", "*alone (fresh process)*: the small cases' systems timed again, each in a fresh process that",
+                 "loads nothing else (the same calibration, garbage collections and pauses; at most 5 batches),",
+                 "right after the side-by-side batches, alternating with batches of hand-written NumPy in the",
+                 f"main process; the ratio is over that NumPy median. {alone_check.MARK} marks a ratio that differs from",
+                 f"the side-by-side one by more than {alone_check.TOLERANCE:.0%} (bench/alone.py)."]
     if with_previous:
         assert previous is not None
         text += ["", f"*Previous*: the median of the same case, direction and system in {previous.describe()};",
@@ -291,7 +345,7 @@ def report(rows: list[Row], info: dict[str, Any], *, mode: str, command: str, ba
     for direction in directions:
         what = "gradient" if direction == "reverse" else "loss"
         text += [f"## At a glance: {direction} ({what}), ratio to NumPy", "",
-                 glance_table(rows, direction), ""]
+                 glance_table(rows, direction), "", *alone_check.footnote(flagged_rows(rows, direction))]
     for direction in directions:
         what = "gradient" if direction == "reverse" else "loss"
         text += [f"## Results: {direction} ({what})", "", results_table(rows, direction, with_previous), ""]
@@ -322,6 +376,9 @@ def to_json(rows: list[Row], info: dict[str, Any], **settings: Any) -> dict[str,
                 "previous_median_s": r.previous,
                 "load_average_1min_at_start": r.load,
                 "other_processes_busy_cores_median": r.others,
+                "alone_median_s": r.alone_s,
+                "alone_ratio_to_numpy": r.alone_ratio,
+                "alone_differs": r.flagged if r.alone_ratio is not None else None,
                 "batch_busy_cores": r.timing.busy_cores if r.timing else None,
                 "calls_per_batch": r.timing.calls_per_batch if r.timing else None,
                 "batch_per_call_s": r.timing.per_call if r.timing else None,
@@ -355,6 +412,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-previous", action="store_true", help="no Previous columns")
     parser.add_argument("--resume", action="store_true",
                         help="continue an interrupted run from <name>.partial.json (written after every case)")
+    parser.add_argument("--alone", choices=("none", "small", "all"), default="none",
+                        help="also time each system alone in a fresh process, on the small cases (hand-written "
+                             "NumPy under 1 ms) or all, and flag ratios to NumPy that differ by more than 20%%")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--check-targets", action="store_true",
                         help="exit with status 1 when bytegrad misses a target")
@@ -377,7 +437,8 @@ def main(argv: list[str] | None = None) -> int:
         previous = next((p for p in map(Previous.load, filter(None, candidates)) if p), None)
 
     partial_path = args.out / f"{name}.partial.json"
-    settings = dict(mode=args.mode, batches=batches, batch_seconds=batch_s, pause_seconds=args.pause, seed=args.seed)
+    settings = dict(mode=args.mode, batches=batches, batch_seconds=batch_s, pause_seconds=args.pause, seed=args.seed,
+                    alone=args.alone)
     done: list[Row] = []
     if args.resume and partial_path.exists():
         partial = json.loads(partial_path.read_text(encoding="utf-8"))
@@ -395,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
 
     threads = torch_threads(harness.numpy_blas_threads())  # torch gets as many threads as NumPy's BLAS
     rows = run(cases, directions, systems, batches=batches, batch_s=batch_s, pause_s=args.pause, seed=args.seed,
-               progress=not args.no_progress, done=done, checkpoint=checkpoint)
+               progress=not args.no_progress, done=done, checkpoint=checkpoint, alone=args.alone)
     attach_previous(rows, previous)
     kept_as = args.out / f"{name}.previous.json"
     if previous is not None and previous.path == json_path:

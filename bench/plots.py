@@ -1,11 +1,16 @@
 """Plots of the benchmark results (matplotlib, part of the `bench` extra).
 
-    python -m bench.plots                      # bench/results/core.json -> ratios.png, ttfg.json -> ttfg.png
+    python -m bench.plots                      # into bench/out/ (not tracked): ratios.png, ttfg.png, compiled.png
+    python -m bench.plots --out some/folder    # anywhere (the folder is made)
+    python -m bench.plots --committed          # update the committed plots in bench/results/ (`make bench-plots`)
     python -m bench.plots --core quick.json    # another results file
 
-ratios.png: the ratio to hand-written NumPy of every case and system, log scale, one panel per
-direction (reverse = gradient, forward = loss). ttfg.png: the time to first gradient in a fresh
-process, split into its parts, and the wall time of 200 training steps from a cold start.
+ratios.png (from core.json): the ratio to hand-written NumPy of every case and system, log
+scale, one panel per direction (reverse = gradient, forward = loss). ttfg.png (ttfg.json): the
+time to first gradient in a fresh process, split into its parts, and the wall time of 200
+training steps from a cold start. compiled.png (compiled.json): each case's gradient time over
+hand-written NumPy for bytegrad's tiers (auto, general path, NumPy program, Numba program) and
+jax-jit, the value written on each bar as in compiled.md.
 """
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
+OUT = Path(__file__).resolve().parent / "out"  # not tracked (.gitignore)
 REFERENCE = "numpy (hand-written)"
 MARKERS = "o s D ^ v P X * h".split()
 
@@ -134,23 +140,106 @@ def plot_ttfg(ttfg: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+COMPILED_SYSTEMS = (("bytegrad", "bytegrad (auto)"), ("bytegrad (general)", "general path"),
+                    ("bytegrad (numpy program)", "NumPy program"), ("bytegrad (numba program)", "Numba program"),
+                    ("jax-jit", "jax-jit"))
+
+
+def format_ratio(ratio: float) -> str:
+    """As bench.harness.format_ratio (the .md tables), so the figure reads like the report."""
+    return f"{ratio:.2f}x" if ratio < 10 else f"{ratio:.3g}x" if ratio < 1000 else f"{ratio:.0f}x"
+
+
+def compiled_ratios(compiled: dict[str, Any]) -> tuple[list[str], dict[str, dict[str, tuple[float, bool]]]]:
+    """The cases (in order) and, per system of COMPILED_SYSTEMS, case -> (ratio to NumPy, flagged alone)."""
+    rows = [r for r in compiled["results"] if r.get("direction", "reverse") == "reverse"]
+    cases = list(dict.fromkeys(r["case_name"] for r in rows))
+    wanted = dict(COMPILED_SYSTEMS)
+    ratios: dict[str, dict[str, tuple[float, bool]]] = {s: {} for s in wanted}
+    for r in rows:
+        if r["system"] in wanted and r.get("ratio_to_numpy"):
+            ratios[r["system"]][r["case_name"]] = (r["ratio_to_numpy"], bool(r.get("alone_differs")))
+    return cases, ratios
+
+
+def plot_compiled(compiled: dict[str, Any], path: Path) -> None:
+    """compiled.png: grouped horizontal bars, one group per case, log scale, each bar labelled."""
+    plt = _pyplot()
+    cases, ratios = compiled_ratios(compiled)
+    systems = [(s, label) for s, label in COMPILED_SYSTEMS if ratios[s]]
+    colors = {"bytegrad": "#e6550d", "bytegrad (general)": "#9e9ac8", "bytegrad (numpy program)": "#6baed6",
+              "bytegrad (numba program)": "#31a354", "jax-jit": "0.45"}
+    n = max(1, len(systems))
+    height = 1.4 + 0.19 * n * len(cases)
+    fig, ax = plt.subplots(figsize=(11, height))
+    values = [v for by in ratios.values() for v, _ in by.values()] + [1.0]
+    lo, hi = min(values) / 1.8, max(values) * 4.0
+    bar = 0.8 / n
+    labelled: set[str] = set()
+    for i, case in enumerate(cases):
+        base = len(cases) - 1 - i
+        if i % 2 == 0:
+            ax.axhspan(base - 0.5, base + 0.5, color="0.95", zorder=0)
+        for k, (system, label) in enumerate(systems):
+            if case not in ratios[system]:
+                continue
+            ratio, flagged = ratios[system][case]
+            yk = base + 0.4 - bar * (k + 0.5)
+            ax.barh(yk, ratio - lo, left=lo, height=bar * 0.9, color=colors[system], zorder=2,
+                    label=None if label in labelled else label)
+            labelled.add(label)
+            ax.text(ratio * 1.05, yk, format_ratio(ratio) + (" †" if flagged else ""), va="center", fontsize=6.5)
+    ax.axvline(1.0, color="0.2", lw=1, zorder=3)
+    ax.set_xscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(-0.6, len(cases) - 0.4)
+    ax.set_yticks([len(cases) - 1 - i for i in range(len(cases))])
+    ax.set_yticklabels(cases, fontsize=7.5)
+    ax.grid(axis="x", which="major", color="0.85", lw=0.6, zorder=1)
+    ax.set_xlabel("gradient time / hand-written NumPy gradient time (log scale; < 1 is faster than NumPy)")
+    fig.suptitle("Compiled tier: bytegrad's tiers and jax-jit against hand-written NumPy (gradient)", fontsize=10,
+                 y=1 - 0.1 / height)
+    fig.legend(*ax.get_legend_handles_labels(), fontsize=8, loc="upper center", ncol=len(systems), frameon=False,
+               bbox_to_anchor=(0.5, 1 - 0.35 / height))
+    settings = compiled.get("settings", {})
+    notes = []
+    if any(flag for by in ratios.values() for _, flag in by.values()):
+        notes.append("† differs by more than 20% from the system timed alone in a fresh process")
+    if "alone" not in settings:
+        notes.append("a run from before the alone check and JAX's inline dispatch: jax-jit's small-case ratios are "
+                     "too high (bench/results/jax-fairness.md)")
+    fig.text(0.01, 0.005, "\n".join(notes), ha="left", va="bottom", fontsize=7, color="0.3")
+    fig.text(0.99, 0.005, settings.get("date", ""), ha="right", va="bottom", fontsize=7, color="0.4")
+    fig.subplots_adjust(left=0.33, right=0.97, top=1 - 0.75 / height, bottom=(0.6 + 0.22 * len(notes)) / height)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+PLOTS = (("core", "ratios.png", plot_ratios, "python -m bench.core --full"),
+         ("ttfg", "ttfg.png", plot_ttfg, "python -m bench.ttfg"),
+         ("compiled", "compiled.png", plot_compiled, "python -m bench.compiled"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.plots", description=__doc__.split("\n\n")[0])
     parser.add_argument("--core", type=Path, default=RESULTS / "core.json")
     parser.add_argument("--ttfg", type=Path, default=RESULTS / "ttfg.json")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--compiled", type=Path, default=RESULTS / "compiled.json")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--out", type=Path, default=OUT, help=f"folder for the plots (made if missing; default {OUT})")
+    where.add_argument("--committed", action="store_true",
+                       help="write into bench/results/, replacing the committed plots")
     args = parser.parse_args(argv)
+    out = RESULTS if args.committed else args.out
+    out.mkdir(parents=True, exist_ok=True)
     written = []
-    if args.core.exists():
-        plot_ratios(json.loads(args.core.read_text()), args.out / "ratios.png")
-        written.append(args.out / "ratios.png")
-    else:
-        print(f"no {args.core}: run `python -m bench.core --full` first", file=sys.stderr)
-    if args.ttfg.exists():
-        plot_ttfg(json.loads(args.ttfg.read_text()), args.out / "ttfg.png")
-        written.append(args.out / "ttfg.png")
-    else:
-        print(f"no {args.ttfg}: run `python -m bench.ttfg` first", file=sys.stderr)
+    for key, name, plot, how in PLOTS:
+        source = getattr(args, key)
+        if source.exists():
+            plot(json.loads(source.read_text(encoding="utf-8")), out / name)
+            written.append(out / name)
+        else:
+            print(f"no {source}: run `{how}` first", file=sys.stderr)
     if written:
         print("written: " + ", ".join(map(str, written)), file=sys.stderr)
     return 0 if written else 1

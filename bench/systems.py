@@ -145,10 +145,29 @@ def _jax_sliding_window_view(x: Any, window_shape: tuple[int, ...], axis: tuple[
     return jnp.stack(slices, axis=-1).reshape(slices[0].shape + tuple(window_shape))
 
 
+def _jax_inline_dispatch(jax: Any) -> None:
+    """Runs JAX's CPU computations on the calling thread (`jax_cpu_enable_async_dispatch=False`).
+
+    By default a jitted call hands its computation to a dispatch thread and returns at once; the
+    timed call then blocks on the result, so each call pays a wake-up of that thread. On a loaded
+    2-core machine the wake-up waits for a core: Dense(2) measured 3 to 5 times slower (105-120 µs
+    a call against 26-37 µs inline, bench/results/jax-fairness.md). A benchmark that blocks on
+    every result gains nothing from asynchrony, so JAX is timed at its best, inline.
+    `BENCH_JAX_ASYNC_DISPATCH=1` keeps JAX's default, to reproduce the old figures.
+    """
+    if os.environ.get("BENCH_JAX_ASYNC_DISPATCH") == "1":
+        return
+    try:
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
+    except (AttributeError, KeyError, ValueError):  # an older JAX without the flag: its default
+        pass
+
+
 def _jax(case: Case, params: Any, data: tuple[Any, ...], direction: str, *, jit: bool) -> Prepared:
     import jax
 
     jax.config.update("jax_enable_x64", True)
+    _jax_inline_dispatch(jax)
     import jax.numpy as jnp
 
     def to_jax(value: Any) -> Any:
@@ -178,6 +197,8 @@ def prepare_torch(case: Case, params: Any, data: tuple[Any, ...], direction: str
 
     if case.torch_loss is None:
         raise Unavailable("no torch transcription of this case")
+    if os.environ.get(TORCH_THREADS_VAR):  # a worker (bench.alone): the threads the main run gave torch
+        torch.set_num_threads(int(os.environ[TORCH_THREADS_VAR]))
 
     def to_torch(value: Any, requires_grad: bool = False) -> Any:
         if isinstance(value, np.ndarray):
@@ -222,12 +243,18 @@ SYSTEMS: tuple[System, ...] = (
 REFERENCE = SYSTEMS[0].name
 
 
+#: torch's intra-op thread count of the main run, for its worker processes (bench.alone)
+TORCH_THREADS_VAR = "BENCH_TORCH_THREADS"
+
+
 def torch_threads(n: int | None) -> int | None:
-    """Sets torch's intra-op threads to `n` (NumPy's BLAS threads) when torch is loaded."""
+    """Sets torch's intra-op threads to `n` (NumPy's BLAS threads) when torch is loaded; worker
+    processes started later (bench.worker) inherit the count through `BENCH_TORCH_THREADS`."""
     if importlib.util.find_spec("torch") is None:
         return None
     import torch
 
     if n:
         torch.set_num_threads(n)
+    os.environ[TORCH_THREADS_VAR] = str(torch.get_num_threads())
     return torch.get_num_threads()

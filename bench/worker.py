@@ -102,11 +102,32 @@ class Remote:
         worker.request("prepare", system, case.key, params, data, direction)
         return cls(worker)
 
+    @classmethod
+    def alone(cls, system: str, case: Any, params: Any, data: tuple[Any, ...], direction: str) -> "Remote":
+        """`system` prepared in a fresh worker of its own, with nothing else loaded (bench.alone).
+
+        The worker is not kept for reuse: `close()` it when done.
+        """
+        remote = cls(_Worker({}))
+        try:
+            remote._worker.request("prepare", system, case.key, params, data, direction)
+        except BaseException:
+            remote.close()
+            raise
+        return remote
+
     def __call__(self) -> Any:
         return self._worker.request("call")
 
     def time_calls(self, n: int) -> float:
         return self._worker.request("time", n)
+
+    def calibrate(self, batch_s: float) -> int:
+        """`harness.calibrate` of the prepared function, run in the worker."""
+        return self._worker.request("calibrate", batch_s)
+
+    def close(self) -> None:
+        self._worker.close()
 
 
 # ------------------------------------------------------------------------------ worker side
@@ -132,6 +153,8 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> None:
                 reply: tuple[Any, ...] = ("ok", None)
             elif message[0] == "call":
                 reply = ("ok", fn())
+            elif message[0] == "calibrate":
+                reply = ("ok", harness.calibrate(fn, message[1]))
             elif message[0] == "time":
                 gc.collect()
                 reply = ("ok", harness.time_calls(fn, message[1]))
