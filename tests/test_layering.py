@@ -310,3 +310,26 @@ def test_no_import_cycles() -> None:
     counting imports inside functions: each layer's modules form a tree that reads top to bottom."""
     cycles = _cycles(_import_graph())
     assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+# ---- sizes -------------------------------------------------------------------------------------------
+
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 80
+
+
+def test_modules_and_functions_stay_small() -> None:
+    """No module of bytegrad over 600 lines and no function over 80 (CONTRIBUTING.md, rule 3):
+    past that, split by topic."""
+    offences = []
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        where = path.relative_to(PACKAGE_DIR.parent)
+        if source.count("\n") > MAX_MODULE_LINES:
+            offences.append(f"{where}: {source.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    offences.append(f"{where}:{node.lineno} {node.name}: {length} lines")
+    assert not offences, "\n".join(offences)
