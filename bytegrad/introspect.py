@@ -216,6 +216,21 @@ def _explain_code(co: types.CodeType, out: io.StringIO) -> None:
                     note = f"<-- hook {op}: {_rule_text(opfn) if opfn is not None else ''}"
                 else:
                     note = f"<-- hook {op}"
-        shown = "" if isinstance(v, (abi.Site, fused.FusedSite)) or (callable(v) and opcodes.is_const_load(ins)) \
-            else ins.argrepr
-        out.write(f"      {ins.opname:<22} {shown[:40]:<40} {note}\n")
+        out.write(f"      {ins.opname:<22} {_shown_arg(ins, v)[:40]:<40} {note}\n")
+
+
+def _shown_arg(ins: Any, v: Any) -> str:
+    """The instruction's argument as a reader wants it: a constant's value (a hook or a site by
+    name: its note says what it is), an argument count or index where `dis` shows nothing."""
+    if opcodes.is_const_load(ins):
+        if isinstance(v, abi.Site):
+            return f"<site {v.what}>"
+        if isinstance(v, fused.FusedSite):
+            return "<fused site>"
+        if callable(v):
+            return f"<{getattr(v, '__name__', None) or type(v).__name__}>"
+        text = repr(v)
+        return text if len(text) <= 40 else text[:37] + "..."
+    if ins.argrepr:
+        return ins.argrepr
+    return str(ins.arg) if ins.arg is not None else ""

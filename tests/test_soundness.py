@@ -362,3 +362,20 @@ def test_a_bound_methods_stats_say_why_it_is_not_compiled():
     g(np.ones(3))
     compiled = g.stats()["compiled"]
     assert compiled["programs"] == [] and "bound method" in compiled["not_compiled"]["every signature"]
+
+
+def test_guards_and_explain_name_the_users_parameters():
+    """Guards are described with the parameter names and paths the user wrote (`W.shape`,
+    `p['a']`), not the program's variables; `explain` shows constants' values."""
+    def f(W, x, p):
+        return np.sum(np.tanh(W @ x) * 3.5) + np.sum(p["a"] * 2.0)
+
+    d = bytegrad.differentiate(f, tier="numpy")
+    args = (np.ones((2, 3)), np.ones(3), {"a": np.ones(2)})
+    d.grad(*args)
+    guards = d.stats()["compiled"]["programs"][0]["guards"]
+    assert "W.shape == (2, 3)" in guards and "p['a'].shape == (2,)" in guards, guards
+    assert not any(g.startswith("x1") for g in guards), guards
+    text = bytegrad.explain(d, *args)
+    assert "W.shape == (2, 3)" in text
+    assert any(line.split()[:2] == ["LOAD_CONST", "<current_tape>"] for line in text.splitlines()), text

@@ -41,8 +41,10 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     src = Source()
     inputs = Inputs(src)
     src.guard("type", f"len(args) == {len(call_args)}", f"{len(call_args)} positional arguments")
+    names = code.co_varnames[:code.co_argcount]
     for p, value in enumerate(call_args):
         var = inputs.temp()
+        inputs.labels[var] = names[p] if p < len(names) else f"args[{p}]"
         src.emit(f"{var} = args[{p}]")
         inputs.walk(var, value, specs[p], fresh=p in wrt)
     static_guards(src, static_guards_, inputs, tape.ids)

@@ -172,13 +172,15 @@ class Source(Constants):
         self.emit(f"if not ({cond}): return {'DECIDED' if kind == DECISION_GUARD else 'MISS'}")
         self.guards.append(Guard(kind, cond, what))
 
-    def array_guard(self, expr: str, value: np.ndarray) -> None:
-        """An array's type, shape and dtype guards, checked in one statement."""
+    def array_guard(self, expr: str, value: np.ndarray, label: str = "") -> None:
+        """An array's type, shape and dtype guards, checked in one statement (described as `label`,
+        the argument's name and path, where it has one)."""
         dt = self.const(value.dtype, "dt")
+        name = label or expr
         checks = [(kind, cond, what) for kind, cond, what in (
-            ("type", f"{expr}.__class__ is ndarray", f"{expr}: ndarray"),
-            ("shape", f"{expr}.shape == {value.shape!r}", f"{expr}.shape == {value.shape!r}"),
-            ("dtype", f"({expr}.dtype is {dt} or {expr}.dtype == {dt})", f"{expr}.dtype is {value.dtype}"))
+            ("type", f"{expr}.__class__ is ndarray", f"{name}: ndarray"),
+            ("shape", f"{expr}.shape == {value.shape!r}", f"{name}.shape == {value.shape!r}"),
+            ("dtype", f"({expr}.dtype is {dt} or {expr}.dtype == {dt})", f"{name}.dtype is {value.dtype}"))
             if kind not in _OMITTED]
         if checks:
             self.emit(f"if not ({' and '.join(cond for _, cond, _ in checks)}): return MISS")
@@ -240,7 +242,12 @@ class Inputs:
         self.leaf_var: dict[int, str] = {}      # tape index of a tracked leaf -> variable
         self.untracked: dict[int, str] = {}     # id of an untracked argument array -> variable
         self.fresh: dict[int, str] = {}         # tape index of a differentiated argument array -> variable
+        #: variable -> what the user calls it (`W`, `params['b1']`), for the guards' descriptions
+        self.labels: dict[str, str] = {}
         self._n = 0
+
+    def label(self, expr: str) -> str:
+        return self.labels.get(expr, expr)
 
     def temp(self) -> str:
         self._n += 1
@@ -254,13 +261,13 @@ class Inputs:
         if type(spec) is pytree.Leaf:
             var = expr if re.fullmatch(_VARIABLE, expr) else self.temp()  # (a variable already: no copy of it)
             if t is _ndarray:
-                src.array_guard(expr, value)
+                src.array_guard(expr, value, self.label(expr))
                 if var != expr:
                     src.emit(f"{var} = {expr}")
                 if fresh:  # a gradient is never the caller's array itself (see `gradient_code`)
                     self.fresh[spec.idx] = var
             elif t in FLOAT_TYPES:
-                src.guard("type", f"{expr}.__class__ is {src.const(t, 'T')}", f"{expr}: {t.__name__}")
+                src.guard("type", f"{expr}.__class__ is {src.const(t, 'T')}", f"{self.label(expr)}: {t.__name__}")
                 if var != expr:
                     src.emit(f"{var} = {expr}")
                 src.scalars.update((var, f"g{spec.idx}"))
@@ -282,15 +289,16 @@ class Inputs:
         if isinstance(subs, dict):  # its keys in their order: a loop over the dict follows it
             keys = src.const(tuple(subs), "K")
             src.guard("type", f"{expr}.__class__ is {tn} and tuple({expr}) == {keys}",
-                      f"{expr}: {t.__name__} with keys {tuple(subs)!r} in this order")
+                      f"{self.label(expr)}: {t.__name__} with keys {tuple(subs)!r} in this order")
         else:
             src.guard("type", f"{expr}.__class__ is {tn} and len({expr}) == {len(subs)}",
-                      f"{expr}: {t.__name__} of {len(subs)}")
+                      f"{self.label(expr)}: {t.__name__} of {len(subs)}")
         items = subs.items() if isinstance(subs, dict) else enumerate(subs)
         for key, sub in items:
             if not isinstance(key, (str, int)) or isinstance(key, bool):
                 raise Ineligible(f"a dict argument with a key of type {type(key).__name__}")
             var = self.temp()
+            self.labels[var] = f"{self.label(expr)}[{key!r}]"
             if isinstance(subs, dict):
                 src.emit(f"{var} = {expr}.get({key!r}, MISS)")
             else:
@@ -304,19 +312,20 @@ class Inputs:
             if value.dtype.kind == "O":
                 raise Ineligible("an object array argument")
             var = self.temp()
-            src.array_guard(expr, value)
+            src.array_guard(expr, value, self.label(expr))
             src.emit(f"{var} = {expr}")
             self.untracked[id(value)] = var
         elif value is None:
-            src.guard("value", f"{expr} is None", f"{expr} is None")
+            src.guard("value", f"{expr} is None", f"{self.label(expr)} is None")
         elif t in (int, bool, str, bytes) or (isinstance(value, np.generic) and value.dtype.kind in "biu"):
             c = src.const(value)
-            src.guard("value", f"{expr}.__class__ is {src.const(t, 'T')} and {expr} == {c}", f"{expr} == {value!r}")
+            src.guard("value", f"{expr}.__class__ is {src.const(t, 'T')} and {expr} == {c}", f"{self.label(expr)} == {value!r}")
         elif t is tuple or t is list:
             src.guard("type", f"{expr}.__class__ is {src.const(t, 'T')} and len({expr}) == {len(value)}",
-                      f"{expr}: {t.__name__} of {len(value)}")
+                      f"{self.label(expr)}: {t.__name__} of {len(value)}")
             for k, item in enumerate(value):
                 var = self.temp()
+                self.labels[var] = f"{self.label(expr)}[{k}]"
                 src.emit(f"{var} = {expr}[{k}]")
                 self._untracked(var, item)
         else:
