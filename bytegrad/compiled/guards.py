@@ -23,12 +23,15 @@ import types
 from dataclasses import dataclass
 from typing import Any, Optional
 
-__all__ = ["Guard", "KINDS", "callable_state", "number_condition", "same_state", "same_value"]
+import numpy as np
+
+__all__ = ["Guard", "KINDS", "callable_state", "decided", "number_condition", "same_state", "same_value"]
 
 #: the kinds of guards a program checks (the decision and cotangent checks are compiled/source.py's)
 KINDS = ("type", "shape", "dtype", "value", "global", "attr", "cell", "version", "code")
 
 _copysign = math.copysign
+_ndarray = np.ndarray
 
 
 @dataclass(frozen=True)
@@ -107,3 +110,20 @@ def same_state(f: Any, state: Optional[tuple]) -> bool:
         return f.func is func and same_state(func, inner) and same_value(tuple(f.args), args) \
             and same_value(dict(f.keywords), keywords)
     return True
+
+
+def decided(got: Any, captured: Any) -> bool:
+    """Whether a decision on data came out as at capture (compiled/source.py's decision checks): the
+    same type, and the same value (arrays: shape, dtype, every element and the sign of every zero;
+    a NaN in an array never equals, so the call goes to the general path)."""
+    t = type(captured)
+    if type(got) is not t:
+        return False
+    if t is _ndarray:
+        if got.shape != captured.shape or got.dtype != captured.dtype or not bool((got == captured).all()):
+            return False
+        # -0.0 == 0.0: a float decision's zeros must have their signs too
+        return got.dtype.kind not in "fc" or bool((np.signbit(got) == np.signbit(captured)).all())
+    if t is float or t is complex or isinstance(captured, (np.floating, np.complexfloating)):
+        return same_value(complex(got), complex(captured)) if t is not float else same_value(got, captured)
+    return bool(got == captured)

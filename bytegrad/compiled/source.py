@@ -22,7 +22,7 @@ from bytegrad import _operators
 from bytegrad.errors import qualname
 from bytegrad.rules._shape import stand_in
 from bytegrad.runtime import pytree
-from bytegrad.compiled.guards import KINDS, Guard, callable_state, number_condition, same_value
+from bytegrad.compiled.guards import KINDS, Guard, callable_state, decided as decided, number_condition
 from bytegrad.compiled.reuse import AST_LOCK as AST_LOCK, dead as operand_dead  # (AST_LOCK re-exported)
 
 __all__ = ["Program", "operator_expr", "DECIDED", "FLOAT_TYPES", "GUARD_KINDS", "MAYBE", "MISS", "OWNED", "MISSING", "SCALAR_CONSTS", "SET", "UNSET", "Constants", "Ineligible", "Inputs", "Source", "gradient_code",
@@ -579,22 +579,6 @@ class Decision:
     def __init__(self, fn: Any, site: Any) -> None:
         self.fn = fn
         self.site = site
-
-
-def decided(got: Any, captured: Any) -> bool:
-    """Whether a decision came out as at capture: the same type, and equal (arrays: shape, dtype and
-    every element; a NaN never equals, so the call goes to the general path)."""
-    t = type(captured)
-    if type(got) is not t:
-        return False
-    if t is _ndarray:
-        if got.shape != captured.shape or got.dtype != captured.dtype or not bool((got == captured).all()):
-            return False
-        # -0.0 == 0.0: a float decision's zeros must have their signs too
-        return got.dtype.kind not in "fc" or bool((np.signbit(got) == np.signbit(captured)).all())
-    if t is float or t is complex or isinstance(captured, (np.floating, np.complexfloating)):
-        return same_value(complex(got), complex(captured)) if t is not float else same_value(got, captured)
-    return bool(got == captured)
 
 
 def short(value: Any) -> str:
