@@ -379,3 +379,14 @@ def test_guards_and_explain_name_the_users_parameters():
     text = bytegrad.explain(d, *args)
     assert "W.shape == (2, 3)" in text
     assert any(line.split()[:2] == ["LOAD_CONST", "<current_tape>"] for line in text.splitlines()), text
+
+
+def append_through_a_tuple(x, box):
+    loss = np.sum(x ** 2)
+    box[0].append(float(loss))
+    return loss
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_write_into_a_list_inside_a_tuple_argument_happens(tier):
+    same_as_general(append_through_a_tuple, lambda: (np.ones(3), ([],)), tier, lambda a: len(a[1][0]))

@@ -101,7 +101,25 @@ def track_in_place(value: Any, tape: Tape) -> tuple[Any, Any]:
                                    "would copy it, and writes into it would go unseen)")
             subs[k] = track_in_place(v, tape)[1]
         return value, (t, subs if t is dict else [subs[k] for k in range(len(value))])
-    return pytree.prepare(value, tape)
+    if isinstance(value, tuple) and not _copy_unseen(value):  # (holding a list, a dict, an object...)
+        return value, (t, [track_in_place(v, tape)[1] for v in value])
+    fresh, spec = pytree.prepare(value, tape)
+    if fresh is not value and not _copy_unseen(value):
+        raise Unobservable(f"a {t.__name__} argument that is not differentiated (the capture would track a copy "
+                           "of it, and writes into it would go unseen)")
+    return fresh, spec
+
+
+def _copy_unseen(value: Any) -> bool:
+    """Whether a copy of `value` behaves as `value` for every write the function can make: numbers,
+    strings, arrays (a copy of one is a view of the same memory) and tuples of them."""
+    t = type(value)
+    if t in _ATOMS or t is _ndarray or isinstance(value, (np.generic, np.ndarray)):
+        return True
+    return isinstance(value, tuple) and all(_copy_unseen(v) for v in value)
+
+
+_ATOMS = frozenset({int, float, complex, bool, str, bytes, type(None)})
 
 
 def _constant_arg(value: Any) -> bool:
