@@ -149,26 +149,33 @@ def capture(d: Any, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[
     positions = policy.capture_positions(args)
     if any(p not in positions for p in norm_wrt):
         return d._grad_now(args, {}), "a differentiated argument is an int, a string or None"
+    try:  # what the general path's strict check refuses, it refuses before running the function
+        for p in norm_wrt:
+            pytree.prepare(args[p], Tape(), strict=True)
+    except pytree.NotDifferentiable:
+        return d._grad_now(args, {}), "a differentiated argument holds values with no derivative"
     run = capture_run(d, args, positions)
-    if isinstance(run, str):
+    if isinstance(run, str):  # (not run, or stopped by a bytegrad error of the capture's own)
         return d._grad_now(args, {}), run
     out, aux, tape, specs, guards = run
     program_aux = (aux,) if d._has_aux else None
     d._check_scalar(out)
-    if type(out) is _ndarray and out.ndim:
-        return d._grad_now(args, {}), "the output is a one-element array, not a scalar"
     spec_at = dict(zip(positions, specs))
     wrt_specs = [spec_at[p] for p in norm_wrt]
     callee_why, callee_guards = _callee_guards(tape)
-    if not all(_complete(s) for s in wrt_specs):  # (the general path's strict check refuses some of these)
-        return d._grad_now(args, {}), ("a differentiated argument holds values with no derivative, a "
-                                          "dataclass or a registered pytree")
+    # the gradient of this run, as the general path sweeps it (the call's result: never run again)
     idx = tape.ids.get(id(out))
-    cts = sweep(tape, {idx: 1.0}) if idx is not None else [None] * len(tape.nodes)
-    grads = pytree.not_callers(tuple(pytree.gradient(s, cts) for s in wrt_specs), args)
+    seed = np.ones_like(out) if type(out) is _ndarray and out.ndim else 1.0
+    cts = sweep(tape, {idx: seed}) if idx is not None else [None] * len(tape.nodes)
+    grads = pytree.not_callers(tuple(pytree.project(cts[s.idx], s.primal) if type(s) is pytree.Leaf
+                                     else pytree.gradient(s, cts) for s in wrt_specs), args)
     if len(grads) > 1:
         grads = pytree.unalias(grads)
     result = ((out, aux) if d._has_aux else out, grads if d._wrt_tuple else grads[0])
+    if type(out) is _ndarray and out.ndim:
+        return result, "the output is a one-element array, not a scalar"
+    if not all(_complete(s) for s in wrt_specs):
+        return result, "a differentiated argument holds a dataclass or a registered pytree"
     if tape.refusals:
         why, site = tape.refusals[0]
         return result, str(Ineligible(why, site))
