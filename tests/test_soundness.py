@@ -419,3 +419,21 @@ def test_a_capture_that_makes_no_program_does_not_run_the_function_again(f, make
     want = general.grad(make())
     for g in got:
         assert np.array_equal(getattr(g, "w", g), getattr(want, "w", want))
+
+
+def scaled_by_keyword(x, *, s=2.0):
+    return np.sum(x * s)
+
+
+@pytest.mark.parametrize("tier", ("general",) + TIERS)
+def test_the_differentiated_functions_own_kwdefaults_written_in_place_are_seen(tier):
+    fn = bytegrad.differentiate(scaled_by_keyword, tier=tier)
+    x = np.ones(3)
+    try:
+        for k in range(6):
+            if k == 3:
+                scaled_by_keyword.__kwdefaults__["s"] = 5.0
+            s = 2.0 if k < 3 else 5.0
+            assert fn.value_and_grad(x)[0] == 3 * s, (tier, k)
+    finally:
+        scaled_by_keyword.__kwdefaults__["s"] = 2.0

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import numpy as np
 
 from bytegrad._config import config as _config
+from bytegrad.compiled.guards import same_value
 from bytegrad.runtime.sentinels import DECIDED, MISS
 
 if TYPE_CHECKING:  # (compiled/lower_numpy.py is imported by the first capture or load, not by a first gradient)
@@ -111,6 +112,7 @@ class Tiers:
         self.code = fn.__code__
         self.defaults = fn.__defaults__
         self.kwdefaults = fn.__kwdefaults__
+        self.kwstate = dict(fn.__kwdefaults__) if fn.__kwdefaults__ is not None else None
         self.programs: list[Program] = []
         self.signatures: dict[tuple, _Signature] = {}
         self.compiled_calls = 0
@@ -123,8 +125,9 @@ class Tiers:
         """`(value, gradient)` from a program, from a capture (`capture(args)`), or MISS: the caller
         runs the general path. `now`: capture without waiting for the warm-up (precompile).
         `value=False`: the caller uses the gradient only (a program may give None for the value)."""
-        if fn.__code__ is not self.code or fn.__defaults__ is not self.defaults \
-                or fn.__kwdefaults__ is not self.kwdefaults:
+        kw = fn.__kwdefaults__
+        if fn.__code__ is not self.code or fn.__defaults__ is not self.defaults or kw is not self.kwdefaults \
+                or (kw is not None and not same_value(kw, self.kwstate)):  # (the dict written in place)
             type(self).__init__(self, fn, self.tier, self.key)  # the body or defaults were replaced: start again
         decided = False
         for prog in self.programs:
