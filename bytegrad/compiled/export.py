@@ -480,7 +480,7 @@ def _reference(value: Any) -> Optional[str]:
         return None
     symbol = _COMPARISONS.get(name.removeprefix("_bool_"))
     if symbol is not None and (getattr(operator, name, None) is value or
-                               getattr(value, "__module__", "") == "bytegrad.transform.opcodes"):
+                               getattr(value, "__module__", "").startswith("bytegrad.transform.opcodes")):
         cast = name.startswith("_bool_")
         return f"(lambda a, b: {'bool(' if cast else ''}a {symbol} b{')' if cast else ''})"
     if getattr(operator, name, None) is value and name in ("truth", "not_"):
