@@ -124,8 +124,8 @@ def test_a_program_too_big_to_compile_fast_is_refused_before_it_is_built(monkeyp
     (why,) = st["not_compiled"].values()
     assert "8002 operations" in why and str(parts.MAX_RECORDS) in why
     general = bytegrad.differentiate(simulator(2000), wrt=(0, 1), tier="general").grad(X, W)
-    for a, b in zip(got, general):
-        np.testing.assert_array_equal(a, b)
+    for a, b in zip(got, general):  # (a fused site of the general path may round otherwise than the capture's ops)
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-300)
     d.grad(X, W)
     assert d.stats()["compiled"]["general_calls"] == 2 and built == []
 
