@@ -66,7 +66,22 @@ class CaptureTape(Tape):
 
     def check(self, fn: Any, args: tuple, kwargs: Optional[dict], result: Any, site: Any) -> None:
         """`fn(*args, **kwargs)` gave `result` on tracked values: Python code may decide on it."""
-        self.checks.append((len(self.nodes), fn, args, kwargs, result, site))
+        ids = self.ids
+        self.checks.append((len(self.nodes), fn, Operands(args, tuple(ids.get(id(a)) for a in args)), kwargs,
+                            result, site))
+
+
+class Operands(tuple):
+    """A decision's operands, with the tape index each had when it was made (`at_ids`): an object the
+    run records again later (`float(a)` gives `a` itself) has a later index in `Tape.ids` by then
+    (compiled/ir.py `operand_ids`)."""
+
+    at_ids: tuple
+
+    def __new__(cls, items: tuple, at_ids: tuple) -> "Operands":
+        self = super().__new__(cls, items)
+        self.at_ids = at_ids
+        return self
 
 
 def _copied(value: Any) -> Any:
@@ -162,7 +177,7 @@ def capture(d: Any, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[
     d._check_scalar(out)
     spec_at = dict(zip(positions, specs))
     wrt_specs = [spec_at[p] for p in norm_wrt]
-    callee_why, callee_guards = _callee_guards(tape)
+    callee_why, callee_guards = _callee_guards(tape, d._code, guards)
     # the gradient of this run, as the general path sweeps it (the call's result: never run again)
     idx = tape.ids.get(id(out))
     seed = np.ones_like(out) if type(out) is _ndarray and out.ndim else 1.0
@@ -272,7 +287,7 @@ def capture_pullback(d: Any, args: tuple, general_back: Callable[..., Any],
     if tape.refusals:
         why, site = tape.refusals[0]
         return result, str(Ineligible(why, site))
-    callee_why, callee_guards = _callee_guards(tape)
+    callee_why, callee_guards = _callee_guards(tape, d._code, guards)
     if callee_why is not None:
         return result, callee_why
     try:
@@ -295,10 +310,19 @@ _REPLAYABLE = (int, float, bool, str, bytes, complex, type(None), slice, range, 
                np.generic, np.dtype, type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType, np.ufunc)
 
 
+#: iterators over what the run computed (a generator, a list's iterator...) and dict views: made in
+#: the run, as no argument, global, cell or default can hold one (their guards refuse it)
+_RUN_ITERATORS = (types.GeneratorType, enumerate, zip, reversed, type(iter([])), type(iter(())),
+                  type(iter(range(1))), type(iter(range(1 << 70))), type(iter({})), type(iter({}.values())),
+                  type(iter({}.items())), type(reversed([])), type(iter("")),
+                  type({}.keys()), type({}.values()), type({}.items()))  # (views of a dict of the run or an argument)
+
+
 def _unreplayable(value: Any, ids: dict[int, int]) -> Optional[str]:
     """None when a value handed to a Python callee is one a program reproduces (a tracked value, a
-    constant, an array, a function, a tuple, list or dict of them); else what it is."""
-    if id(value) in ids or isinstance(value, _REPLAYABLE):
+    constant, an array, a function, an iterator made in the run, a tuple, list or dict of them);
+    else what it is."""
+    if id(value) in ids or isinstance(value, _REPLAYABLE) or type(value) in _RUN_ITERATORS:
         return None
     t = type(value)
     if t is tuple or t is list or t is dict:
@@ -310,31 +334,50 @@ def _unreplayable(value: Any, ids: dict[int, int]) -> Optional[str]:
     return f"a {t.__qualname__} object"
 
 
-def _callee_guards(tape: CaptureTape) -> tuple[Optional[str], list[tuple]]:
+def _callee_guards(tape: CaptureTape, root: Optional[types.CodeType] = None,
+                   outer: Sequence[tuple] = ()) -> tuple[Optional[str], list[tuple]]:
     """(why a Python function the capture run called cannot be part of a program, or None; the guards
-    on what those functions read: their globals, module attributes, code and defaults). Each is
-    checked as the differentiated function is (compiled/eligibility.py), with the parameters that
-    held tracked values in the capture active."""
-    from bytegrad.compiled import eligibility
+    on what those functions read: their globals, module attributes, code, defaults and the closure
+    cells made before the call). Each is checked as the differentiated function is
+    (compiled/eligibility.py), with the activity its rewrite had: the parameters that held tracked
+    values in the capture, and its cells (compiled/nested.py: those of a frame of this run are that
+    frame's variables; the others are guarded). `root`: the differentiated function's code; `outer`:
+    its guards (a function they read was made before the call)."""
+    from bytegrad.compiled import eligibility, nested
 
     guards: list[tuple] = []
     seen: set[tuple] = set()
+    ran = {f.__code__ for f, _, _, _ in tape.callees} | ({root} if root is not None else set())
+    parent_of = nested.parents(ran)
+    older = {id(v) for _, _, _, v in outer}  # functions reached through a global or cell: made before
+    where = None
     for f, args, kwargs, site in tape.callees:
-        for v in (*args, *(kwargs or {}).values()):
+        if nested.user_site(site):
+            where = site
+        at = f"line {(where or site).lineno}" + ("" if where is site else ", through a builtin")
+        for v in (*args, *(kwargs or {}).values()) if where is site else ():  # (bytegrad's own calls: trusted)
             bad = _unreplayable(v, tape.ids)
             if bad is not None:
-                return f"it passes {bad} to {f.__qualname__} (line {site.lineno}): its state is not guarded", []
-        active, immutable = transform.callee_activity(f, args, kwargs, tape.ids)
-        key = (f, active, immutable)
+                return f"it passes {bad} to {f.__qualname__} ({at}): its state is not guarded", []
+        if nested.trusted(f):
+            continue  # (bytegrad's own sum, zip, max...: pure; what they call is a callee of its own)
+        local = frozenset() if id(f) in older or root is None else \
+            nested.run_local_cells(f.__code__, ran, parent_of, root)
+        rewritten = transform.rewritten_function(f, args, kwargs, tape.ids) is not None
+        active, immutable = transform.callee_activity(f, args, kwargs, tape.ids) if rewritten else \
+            (frozenset(), frozenset())
+        key = (f, active, immutable, local, rewritten)
         if key in seen:
             continue
         seen.add(key)
-        defaults = (f.__defaults__ or ()) + tuple((f.__kwdefaults__ or {}).values())
-        reasons, more = eligibility.check(f.__code__, active, f.__globals__, immutable, defaults)
+        made_here = f.__code__ in parent_of and id(f) not in older  # (its defaults are values of the run)
+        defaults = () if made_here else (f.__defaults__ or ()) + tuple((f.__kwdefaults__ or {}).values())
+        reasons, more = eligibility.check(f.__code__, active, f.__globals__, immutable, defaults,
+                                          f.__closure__ or (), local, cells_active=rewritten, callee=True)
         if reasons:
-            return f"it calls {f.__qualname__} (line {site.lineno}), which {reasons[0]}", []
+            return f"it calls {f.__qualname__} ({at}), which {reasons[0]}", []
         guards += more
-        guards.append(("code", f, f.__code__, (f.__defaults__, f.__kwdefaults__)))
+        if not made_here:
+            guards.append(("code", f, f.__code__, (f.__defaults__, f.__kwdefaults__)))
+        older.update(id(v) for _, _, _, v in more)
     return None, guards
-
-

@@ -22,7 +22,6 @@ module attributes the code reads come back as guards.
 """
 from __future__ import annotations
 
-import inspect
 import math
 import operator
 import sys
@@ -52,7 +51,6 @@ _PURE = frozenset({range, len, int, float, bool, abs, min, max, round, tuple, li
 _NUMPY_PURE = frozenset({np.all, np.any, np.prod, np.shape, np.ndim, np.size, np.isscalar, np.float64, np.float32,
                          np.int64, np.int32, np.bool_})
 
-_SUSPENDING = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 _REFUSED_KINDS = {
     OpKind.STORE_GLOBAL: "writes a global variable",
     OpKind.STORE_ATTR: "writes an attribute",
@@ -62,13 +60,13 @@ _REFUSED_KINDS = {
     OpKind.LOAD_NAME: "reads a name the compiler could not resolve",
     OpKind.IMPORT: "imports a module",
     OpKind.WITH: "uses a `with` block",
-    OpKind.MAKE_FUNCTION: "defines a function inside",
     OpKind.LOAD_SUPER_ATTR: "calls super()",
 }
 
 
 def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, Any],
-          immutable: frozenset[str], defaults: tuple = (), closure: Optional[tuple] = None) \
+          immutable: frozenset[str], defaults: tuple = (), closure: Optional[tuple] = None,
+          local_cells: frozenset[str] = frozenset(), cells_active: bool = True, callee: bool = False) \
         -> tuple[list[str], list[tuple]]:
     """(reasons the function cannot be a compiled program, guards on what it reads).
 
@@ -77,9 +75,12 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
     and ("cell", cell, name, value) entries; a program (compiled/source.py) checks them on every call (an array
     among them is read at call time, an input of the program). `defaults`: the function's default
     argument values (a replaced tuple drops its programs; their contents must be constants).
-    `closure`: the function's closure cells; without it a closure is refused (a Python callee's
-    guards fix its code, not its cells)."""
-    reasons = _code_reasons(code, closure is not None)
+    `closure`: the function's closure cells, guarded by value; without it a closure is refused.
+    `local_cells`: free variables whose cells belong to a frame of the capture run (an inner
+    function's reads and `nonlocal` writes of its enclosing function's variables: compiled/nested.py),
+    neither guarded nor refused. `cells_active=False`: a callee that ran as it is (not rewritten).
+    `callee`: an array in a guarded cell is refused (the capture did not track it)."""
+    reasons = _code_reasons(code, closure is not None, local_cells)
     if not all(_constant(v) for v in defaults):  # read as locals, never guarded: they must not change
         reasons.append("a default argument value that can change in place (a list, dict, array or object)")
     if reasons:
@@ -93,31 +94,123 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
     bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
     assumed = Assumptions()
     try:
-        act = analyze(bc, set(active), fn_globals, loc, immutable_params=immutable, assumed=assumed)
+        act = analyze(bc, set(active), fn_globals, loc, immutable_params=immutable, assumed=assumed,
+                      cells_active=cells_active)
     except DifferentiationError as exc:
         return [f"the general path refuses it too: {exc.args[0] if exc.args else exc}"], []
-    for ins, stack in zip(bc, act.stacks):
-        if stack is None or not hasattr(ins, "name"):
-            continue
-        why = _instruction_reason(ins, stack)
-        if why is not None:
-            reasons.append(f"{why} (line {cast('Instr', ins).lineno})")  # (only an Instr has a name)
-    guards = _guards(assumed, fn_globals, reasons)
+    inner_guards: list[tuple] = []
+    reasons += _instruction_reasons(bc, act.stacks, frozenset(code.co_cellvars) | local_cells, fn_globals,
+                                    inner_guards)
+    guards = _guards(assumed, fn_globals, reasons) + inner_guards
+    _nested(code, fn_globals, reasons, guards)
     arrays = frozenset(name if kind == "global" else f"{owner.__name__}.{name}"
                        for kind, owner, name, value in guards if type(value) is np.ndarray)
     if arrays:
         tainted = analyze(Bytecode.from_code(code, conserve_exception_block_stackdepth=True), set(active),
-                          fn_globals, loc, immutable_params=immutable, tainted=arrays)
+                          fn_globals, loc, immutable_params=immutable, tainted=arrays, cells_active=cells_active)
         reasons += _unrecorded_array_uses(bc, act.stacks, tainted.stacks)
     for name, cell in zip(code.co_freevars, closure or ()):
+        if name in local_cells:
+            continue  # (a variable of a frame of the run, as its locals are)
         try:
             value = cell.cell_contents
         except ValueError:
             reasons.append(f"reads the closure variable {name} before it is assigned")
             continue
-        if _guardable(value, f"the closure variable {name}", reasons):
+        if callee and type(value) is np.ndarray:
+            reasons.append(f"reads the closure variable {name}, an array made before the call (pass it as an argument)")
+        elif _guardable(value, f"the closure variable {name}", reasons):
             guards.append(("cell", cell, name, value))
     return reasons, guards
+
+
+def _instruction_reasons(bc: Any, stacks: list, own_cells: frozenset[str], fn_globals: dict[str, Any],
+                         guards: list[tuple]) -> list[str]:
+    """The reason of each instruction a program cannot replay. `own_cells`: the cells of frames of
+    the capture run (the function's own, its enclosing function's), written as locals are. `guards`:
+    where those of a comprehension run on constants go."""
+    from bytegrad.compiled import nested
+
+    reasons = []
+    keywords = False  # (3.11, 3.12: KW_NAMES before the CALL it names)
+    instrs = list(bc)
+    for k, (ins, stack) in enumerate(zip(instrs, stacks)):
+        if stack is None or not hasattr(ins, "name"):
+            continue
+        if ins.name == "KW_NAMES":
+            keywords = True
+            continue
+        if ins.name in nested.GENERATOR_OPS or (ins.name == "MAKE_FUNCTION"):
+            continue  # (a function made here is checked when the run calls it; see _nested)
+        try:
+            kind: Optional[OpKind] = opcodes.kind_of(ins)
+        except KeyError:
+            kind = None
+        if kind is OpKind.STORE_CELL and opcodes.var_name(ins.arg) in own_cells:
+            continue  # `nonlocal v; v = ...` of a frame of the run: a local's write
+        why = _keyed_select(ins, stack, kind, keywords) or _instruction_reason(ins, stack)
+        if kind is OpKind.CALL or kind is OpKind.CALL_KW:
+            keywords = False
+            if why is not None and why.startswith("calls a function that is not known statically"):
+                why = _constant_comprehension(instrs, k, fn_globals, guards, why)
+        if why is not None:
+            reasons.append(f"{why} (line {cast('Instr', ins).lineno})")  # (only an Instr has a name)
+    return reasons
+
+
+def _keyed_select(ins: Any, stack: tuple, kind: Any, keywords: bool) -> Optional[str]:
+    """`min`/`max` with keywords (`key=`) on constants: the C builtin would call the key function
+    without a hook, so what it computes would not be recorded."""
+    if not (kind is OpKind.CALL_KW or (kind is OpKind.CALL and keywords)):
+        return None
+    nargs = int(ins.arg)
+    own = stack[:-1] if kind is OpKind.CALL_KW else stack
+    fn_slot = opcodes.callable_slot(nargs, own)
+    if fn_slot is None or fn_slot.known not in (min, max):
+        return None
+    if any(s.active for s in own[len(own) - nargs - 2:] if not s.null):
+        return None
+    return f"calls {fn_slot.known.__name__} with keywords on constants (its key function would run unrecorded)"
+
+
+def _constant_comprehension(instrs: list, k: int, fn_globals: dict[str, Any], guards: list[tuple],
+                            why: str) -> Optional[str]:
+    """A comprehension or generator expression without a closure run on a constant iterable (`[f(k)
+    for k in range(3)]` on 3.11): the call is not hooked, so it runs as it is; fine when its code,
+    with nothing active, passes the check (what it computes is then fixed by its guards, added to
+    `guards`). Else `why`."""
+    from bytegrad.compiled import nested
+
+    inner = nested.comprehension_on_constants(instrs, k)
+    if inner is None:
+        return why
+    sub, more = check(inner, frozenset(), fn_globals, frozenset(), cells_active=False)
+    if sub:
+        return f"runs a comprehension on constants, which {sub[0]}"
+    guards += more
+    return None
+
+
+def _nested(code: types.CodeType, fn_globals: dict[str, Any], reasons: list[str], guards: list[tuple]) -> None:
+    """The code objects defined in `code` (inner functions, lambdas, comprehensions, generator
+    expressions), checked with all their parameters and cells active (conservatively: the capture
+    checks each again as a callee, with the activity its run had): their reasons, named by their
+    line, and the guards on the globals they read."""
+    from bytegrad.compiled import nested
+
+    for inner in nested.nested_codes(code):
+        params = frozenset(transform_params(inner))
+        sub, more = check(inner, params, fn_globals, frozenset(), (), None, frozenset(inner.co_freevars))
+        name = "a lambda" if inner.co_name == "<lambda>" else inner.co_name
+        reasons += [f"its {name} (line {inner.co_firstlineno}) {why}" if why.startswith("reads ") or
+                    why.startswith("calls ") else f"its {name} (line {inner.co_firstlineno}): {why}" for why in sub]
+        guards += more
+
+
+def transform_params(code: types.CodeType) -> tuple[str, ...]:
+    from bytegrad.transform import param_names
+
+    return param_names(code)
 
 
 #: operations on values (not loads, stores and stack shuffles)
@@ -157,17 +250,15 @@ def _constant(value: Any) -> bool:
     return type(value) in _GUARDED_BY_VALUE or isinstance(value, _GUARDED_BY_IDENTITY)
 
 
-def _code_reasons(code: types.CodeType, cells_guarded: bool) -> list[str]:
+def _code_reasons(code: types.CodeType, cells_guarded: bool, local_cells: frozenset[str]) -> list[str]:
+    from bytegrad.compiled import nested
+
     reasons = []
-    if code.co_flags & _SUSPENDING:
-        reasons.append("a generator or coroutine")
-    if code.co_freevars and not cells_guarded:
-        reasons.append(f"a closure (it reads {', '.join(code.co_freevars)} from an enclosing function)")
-    if code.co_cellvars:
-        reasons.append(f"inner functions read its variables ({', '.join(code.co_cellvars)})")
-    if any(isinstance(c, types.CodeType) for c in code.co_consts):
-        reasons.append("it defines a function, lambda or comprehension inside (compiled programs do not "
-                       "follow Python callees yet)")
+    if code.co_flags & nested.REFUSED_FLAGS:
+        reasons.append("a coroutine or async generator")
+    outer = [n for n in code.co_freevars if n not in local_cells]
+    if outer and not cells_guarded:
+        reasons.append(f"a closure (it reads {', '.join(outer)} from an enclosing function)")
     return reasons
 
 

@@ -66,6 +66,13 @@ class Decision:
     site: Any
 
 
+def operand_ids(args: tuple, ids: dict[int, int]) -> list[Optional[int]]:
+    """The tape index of each operand of a decision when the capture made it (capture.py `Operands`;
+    an object recorded again later has a later index in `ids` by then)."""
+    at = getattr(args, "at_ids", None)
+    return list(at) if at is not None else [ids.get(id(a)) for a in args]
+
+
 @dataclass
 class IR:
     """A capture's computation: see the module's docstring."""
@@ -114,7 +121,7 @@ def read(tape: Tape, outs: list[int], wrt_leaves: set[int], known: set[int]) -> 
     todo = list(outs) + list(ir.raising)
     ids = tape.ids
     for d in ir.decisions:  # what each decision reads is computed, needed or not
-        todo += [p for p in map(ids.get, map(id, d.args)) if p is not None]
+        todo += [p for p in operand_ids(d.args, ids) if p is not None]
         todo += [p for p in map(ids.get, map(id, (d.kwargs or {}).values())) if p is not None]
     while todo:
         i = todo.pop()

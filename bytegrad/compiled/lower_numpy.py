@@ -215,7 +215,7 @@ class Builder:
         _, fn, args, kwargs, result, site = check
         rec = Decision(fn, site)
         ids = self.tape.ids
-        ops = [self.operand(a, ids.get(id(a)), rec) for a in args]
+        ops = [self.operand(a, p, rec) for a, p in zip(args, _ir.operand_ids(args, ids))]
         kw = ""
         if kwargs:
             for key, x in kwargs.items():

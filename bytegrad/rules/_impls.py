@@ -14,7 +14,9 @@ __all__ = [
     "py_sorted", "py_reduce", "py_list", "py_tuple", "py_list_extend",
 ]
 
-_MISSING: Any = object()
+#: "no value": a slice no one else holds, tested by identity. (A slice, not an `object()`: the rewrite
+#: takes it as a constant, so `x is _MISSING` on it is a test a compiled program can make again.)
+_MISSING: Any = slice(None, None, "bytegrad: no value")
 
 
 def py_sum(iterable: Iterable[Any], /, start: Any = 0) -> Any:
@@ -42,7 +44,9 @@ def py_prod(iterable: Iterable[Any], /, *, start: Any = 1) -> Any:
 
 
 def _select(name: str, args: tuple[Any, ...], key: Any, default: Any, largest: bool) -> Any:
-    if not args:
+    # (lengths and flags, not truth tests of the arguments: what a compiled program decides again is
+    # the comparison of the items alone)
+    if len(args) == 0:
         raise TypeError(f"{name} expected at least 1 argument, got 0")
     if len(args) == 1:
         items = args[0]
@@ -50,15 +54,16 @@ def _select(name: str, args: tuple[Any, ...], key: Any, default: Any, largest: b
         if default is not _MISSING:
             raise TypeError(f"Cannot specify a default for {name}() with multiple positional arguments")
         items = args
-    best = _MISSING
-    best_key = None
+    empty = True
+    best = best_key = None
     for item in items:
         k = item if key is None else key(item)
         # Like the builtins: the first of equal items wins.
-        if best is _MISSING or (k > best_key if largest else k < best_key):
+        if empty or (k > best_key if largest else k < best_key):
             best = item
             best_key = k
-    if best is _MISSING:
+            empty = False
+    if empty:
         if default is _MISSING:
             raise ValueError(f"{name}() iterable argument is empty")
         return default
@@ -99,7 +104,7 @@ def py_iter(obj: Any, *sentinel: Any) -> Iterator[Any]:
 
 
 def _zip_items(iterators: list[Iterator[Any]], strict: bool) -> Iterator[tuple[Any, ...]]:
-    if not iterators:
+    if len(iterators) == 0:
         return
     while True:
         items: list[Any] = []
@@ -138,7 +143,7 @@ def _map_items(function: Callable[..., Any], iterables: tuple[Any, ...]) -> Iter
 
 
 def py_map(function: Callable[..., Any], *iterables: Any) -> Iterator[Any]:
-    if not iterables:
+    if len(iterables) == 0:
         raise TypeError("map() must have at least two arguments.")
     return _map_items(function, iterables)
 

@@ -32,7 +32,7 @@ __all__ = ["analyze", "Analysis", "Activity", "Slot", "NONDIFF_ATTRS", "SHAPE_ON
 
 def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], loc: SourceLoc,
             immutable_params: frozenset[str] = frozenset(), assumed: Any = None,
-            tainted: frozenset[str] = frozenset()) -> Activity:
+            tainted: frozenset[str] = frozenset(), cells_active: bool = True) -> Activity:
     """Compute the activity of every stack slot; see the module docstring.
 
     `immutable_params` hold ints, strings, None...: when the function never rebinds them, no
@@ -41,8 +41,12 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
     `tainted`: globals (`name`) and module attributes (`module.name`) taken as active from the
     start (compiled/eligibility.py traces what is computed from arrays read there).
     Locals and globals only ever become active, so sweeping until a sweep activates none converges.
+    `cells_active=False`: closure cells start inactive (compiled/eligibility.py: a callee that ran as it
+    is, not rewritten, hooked nothing on them).
     """
     a = Analysis(bc, active_params, fn_globals, loc, immutable_params, assumed)
+    if not cells_active:
+        a.active_locals -= a.cell_names - set(active_params)
     a.tainted_globals |= tainted
     refuse_invisible_code(a.instrs, a.active_locals | a.cell_names, loc)
     for _round in range(50):
