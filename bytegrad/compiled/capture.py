@@ -312,7 +312,7 @@ _REPLAYABLE = (int, float, bool, str, bytes, complex, type(None), slice, range, 
 
 #: iterators over what the run computed (a generator, a list's iterator...) and dict views: made in
 #: the run, as no argument, global, cell or default can hold one (their guards refuse it)
-_RUN_ITERATORS = (types.GeneratorType, enumerate, zip, reversed, type(iter([])), type(iter(())),
+_RUN_ITERATORS: tuple[type, ...] = (types.GeneratorType, enumerate, zip, reversed, type(iter([])), type(iter(())),
                   type(iter(range(1))), type(iter(range(1 << 70))), type(iter({})), type(iter({}.values())),
                   type(iter({}.items())), type(reversed([])), type(iter("")),
                   type({}.keys()), type({}.values()), type({}.items()))  # (views of a dict of the run or an argument)

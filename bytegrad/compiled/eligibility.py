@@ -135,12 +135,13 @@ def _instruction_reasons(bc: Any, stacks: list, own_cells: frozenset[str], fn_gl
     keywords = False  # (3.11, 3.12: KW_NAMES before the CALL it names)
     instrs = list(bc)
     for k, (ins, stack) in enumerate(zip(instrs, stacks)):
+        after = stacks[k + 1] if k + 1 < len(stacks) else None
         if stack is None or not hasattr(ins, "name"):
             continue
         if ins.name == "KW_NAMES":
             keywords = True
             continue
-        if ins.name in nested.GENERATOR_OPS or (ins.name == "MAKE_FUNCTION"):
+        if ins.name in nested.GENERATOR_OPS or ins.name == "MAKE_FUNCTION" or nested.generator_intrinsic(ins):
             continue  # (a function made here is checked when the run calls it; see _nested)
         try:
             kind: Optional[OpKind] = opcodes.kind_of(ins)
@@ -148,7 +149,8 @@ def _instruction_reasons(bc: Any, stacks: list, own_cells: frozenset[str], fn_gl
             kind = None
         if kind is OpKind.STORE_CELL and opcodes.var_name(ins.arg) in own_cells:
             continue  # `nonlocal v; v = ...` of a frame of the run: a local's write
-        why = _keyed_select(ins, stack, kind, keywords) or _instruction_reason(ins, stack)
+        why = _keyed_select(ins, stack, kind, keywords) or _instruction_reason(ins, stack) or \
+            _opaque_module_callable(ins, stack, after, kind)
         if kind is OpKind.CALL or kind is OpKind.CALL_KW:
             keywords = False
             if why is not None and why.startswith("calls a function that is not known statically"):
@@ -314,6 +316,33 @@ def _call_reason(ins: Any, stack: tuple, kind: OpKind) -> str | None:
                 "array makers, scalar types, shape functions and its ufuncs without `out` there: nothing that may "
                 "depend on state such as random draws or I/O, or write)")
     return None
+
+
+def _opaque_module_callable(ins: Any, stack: tuple, after: Optional[tuple], kind: Any) -> Optional[str]:
+    """A module attribute the analysis cannot see through, callable, without a rule and not Python
+    code the capture follows (`np.random.default_rng`, a Cython function): its slot is active, so a
+    call of it is hooked even on constants, and the runtime then runs it as it is, unrecorded: its
+    result (a random generator, a clock) would be fixed in the program."""
+    if (kind is not OpKind.LOAD_ATTR and kind is not OpKind.LOAD_METHOD) or after is None:
+        return None
+    module = stack[-1].known
+    if not isinstance(module, types.ModuleType):
+        return None
+    if not any(s.active and not s.null and s.known is None for s in after[len(stack) - 1:]):
+        return None
+    name, _ = opcodes.attr_parts(ins)
+    value = getattr(module, name, None)
+    if not callable(value) or isinstance(value, (types.FunctionType, type)):
+        return None  # (data, or what the capture follows: a Python function, a class)
+    from bytegrad.rules import registry
+
+    try:
+        if registry.get_rule(value) is not None or value in MAKERS:
+            return None
+    except TypeError:
+        pass
+    return (f"calls {module.__name__}.{name}, which the capture cannot follow (no rule, not Python code): "
+            "on constants it would run unrecorded")
 
 
 _GUARDED_BY_IDENTITY = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, np.ufunc,

@@ -27,7 +27,7 @@ import inspect
 import types
 from typing import Any, Iterable, Optional
 
-__all__ = ["GENERATOR_OPS", "REFUSED_FLAGS", "nested_codes", "parents", "run_local_cells", "trusted",
+__all__ = ["GENERATOR_OPS", "REFUSED_FLAGS", "comprehension_on_constants", "generator_intrinsic", "nested_codes", "parents", "run_local_cells", "trusted",
            "trusted_module", "user_site"]
 
 #: code flags a compiled program cannot take: a coroutine's awaits (a generator is followed: what it
@@ -39,6 +39,15 @@ REFUSED_FLAGS = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_I
 GENERATOR_OPS = frozenset({"RETURN_GENERATOR", "YIELD_VALUE", "SEND", "END_SEND", "GET_YIELD_FROM_ITER",
                            "MAKE_CELL", "SET_FUNCTION_ATTRIBUTE", "CLEANUP_THROW", "DELETE_FAST",
                            "PUSH_EXC_INFO", "POP_EXCEPT"})
+
+#: CALL_INTRINSIC_1's STOPITERATION_ERROR (3.12+): a generator's handler turning a StopIteration
+#: raised inside it into a RuntimeError
+_STOPITERATION_ERROR = 3
+
+
+def generator_intrinsic(ins: Any) -> bool:
+    return ins.name == "CALL_INTRINSIC_1" and ins.arg == _STOPITERATION_ERROR
+
 
 #: the modules of bytegrad's Python implementations of builtins (rules/_impls.py)
 _TRUSTED_MODULES = frozenset({"bytegrad.rules._impls"})

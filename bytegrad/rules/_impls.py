@@ -165,9 +165,36 @@ def py_reversed(seq: Any, /) -> Iterator[Any]:
 def py_sorted(iterable: Any, /, *, key: Any = None, reverse: bool = False) -> list[Any]:
     items = [item for item in iterable]
     keys = items if key is None else [key(item) for item in items]
-    order = [i for i in range(len(items))]
-    order.sort(key=keys.__getitem__, reverse=reverse)  # stable, as sorted() is, also with reverse
-    return [items[i] for i in order]
+    return [items[i] for i in _merge_order(keys, reverse)]
+
+
+def _merge_order(keys: list[Any], reverse: bool) -> list[int]:
+    """The positions of `keys` in sorted order, stable as sorted() is (also with `reverse`), by a
+    merge sort written in Python: each comparison is the code's own `<`, so the run records it (a
+    compiled program decides the order again on every call; `list.sort` would compare in C, unseen)."""
+    n = len(keys)
+    order = list(range(n))
+    width = 1
+    while width < n:
+        merged: list[int] = []
+        for lo in range(0, n, 2 * width):
+            mid = min(lo + width, n)
+            hi = min(lo + 2 * width, n)
+            i, j = lo, mid
+            while i < mid and j < hi:
+                a, b = order[i], order[j]
+                # the right one first only when it sorts strictly before the left one: stable
+                if (keys[a] < keys[b]) if reverse else (keys[b] < keys[a]):
+                    merged.append(b)
+                    j += 1
+                else:
+                    merged.append(a)
+                    i += 1
+            merged.extend(order[i:mid])
+            merged.extend(order[j:hi])
+        order = merged
+        width *= 2
+    return order
 
 
 def py_reduce(function: Callable[[Any, Any], Any], iterable: Any, *initial: Any) -> Any:
