@@ -394,7 +394,8 @@ def _rpow(x, n):
 
 
 def recursion_with_makers(x):
-    return np.sum(_rpow(x, 4)) + np.sum(np.zeros_like(x) + np.full_like(x, 2.0) * x)
+    return (np.sum(_rpow(x, 4)) + np.sum(np.zeros_like(x) + np.full_like(x, 2.0) * x)
+            + _rpow(1.5, 2) * x[0])  # (a recursion on constants: fixed in the program)
 
 
 @pytest.mark.parametrize("tier", TIERS)
@@ -509,3 +510,22 @@ def test_module_callable_on_constants_is_refused():
     assert len(values) == 4  # a new draw on every call
     s = info(d)
     assert not s["programs"] and "default_rng, which the capture cannot follow" in next(iter(s["not_compiled"].values()))
+
+
+_EXPONENT = 2
+
+
+def _constant_helper(n):
+    return 1.5 ** (n + _EXPONENT)  # a global read by a helper run on constants: guarded
+
+
+def uses_constant_helper(x):
+    return np.sum(x) * _constant_helper(1)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_helper_on_constants_sees_its_global_change(tier, monkeypatch):
+    x = np.array([0.2, 0.7])
+    s = agree(uses_constant_helper, [(x,)] * 4, tier,
+              between=lambda k: monkeypatch.setattr(sys.modules[__name__], "_EXPONENT", [2, 2, 3, 1][k]))
+    assert compiled(s), s

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import operator
 import sys
+import threading
 import types
 from typing import TYPE_CHECKING, Any, Optional, cast
 
@@ -155,6 +156,8 @@ def _instruction_reasons(bc: Any, stacks: list, own_cells: frozenset[str], fn_gl
             keywords = False
             if why is not None and why.startswith("calls a function that is not known statically"):
                 why = _constant_comprehension(instrs, k, fn_globals, guards, why)
+                if why is not None:
+                    why = _pure_on_constants(ins, stack, kind, fn_globals, guards, why)
         if why is not None:
             reasons.append(f"{why} (line {cast('Instr', ins).lineno})")  # (only an Instr has a name)
     return reasons
@@ -190,6 +193,38 @@ def _constant_comprehension(instrs: list, k: int, fn_globals: dict[str, Any], gu
     if sub:
         return f"runs a comprehension on constants, which {sub[0]}"
     guards += more
+    return None
+
+
+_CHECKING = threading.local()  # the functions `_pure_on_constants` is checking (recursion)
+
+
+def _pure_on_constants(ins: Any, stack: tuple, kind: Any, fn_globals: dict[str, Any], guards: list[tuple],
+                       why: str) -> Optional[str]:
+    """A module-level Python function called on constants (`_rpow(1.5, 2)` in a helper that ran as it
+    is): not hooked, so it runs as it is and its result is fixed in the program. Fine when its code,
+    with nothing active, passes the check (its globals guarded, its code fixed by a "code" guard):
+    a pure function of guarded values. A recursive call is taken as its own check. Else `why`."""
+    own = stack[:-1] if kind is OpKind.CALL_KW else stack
+    fn_slot = opcodes.callable_slot(int(ins.arg), own)
+    names = [a[2:] for a in (fn_slot.aliases if fn_slot is not None else ()) if a.startswith("G:")]
+    f = fn_globals.get(names[0]) if len(names) == 1 else None
+    if type(f) is not types.FunctionType or f.__closure__:
+        return why
+    checking = getattr(_CHECKING, "fns", None)
+    if checking is None:
+        checking = _CHECKING.fns = set()
+    if f not in checking:
+        checking.add(f)
+        try:
+            defaults = (f.__defaults__ or ()) + tuple((f.__kwdefaults__ or {}).values())
+            sub, more = check(f.__code__, frozenset(), f.__globals__, frozenset(), defaults, cells_active=False)
+        finally:
+            checking.discard(f)
+        if sub:
+            return f"calls {f.__qualname__} on constants, which {sub[0]}"
+        guards += more
+    guards.append(("global", fn_globals, names[0], f))  # (its identity, code and defaults)
     return None
 
 
