@@ -529,3 +529,15 @@ def test_helper_on_constants_sees_its_global_change(tier, monkeypatch):
     s = agree(uses_constant_helper, [(x,)] * 4, tier,
               between=lambda k: monkeypatch.setattr(sys.modules[__name__], "_EXPONENT", [2, 2, 3, 1][k]))
     assert compiled(s), s
+
+
+def decision_then_recorded_again(a, b):
+    c = a * 2.0 if a < b else b  # a decision on `a`...
+    return c + float(a) + min(a, b) * max(a * a, b)  # ...which `float(a)` records again (the same object)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_decision_on_a_value_recorded_again_later(tier):
+    calls = [(1.0, 2.0), (3.0, 2.0), (0.5, 0.1), (1.0, 2.0)]
+    s = agree(decision_then_recorded_again, calls, tier, wrt=(0, 1))
+    assert compiled(s), s
