@@ -541,3 +541,44 @@ def test_decision_on_a_value_recorded_again_later(tier):
     calls = [(1.0, 2.0), (3.0, 2.0), (0.5, 0.1), (1.0, 2.0)]
     s = agree(decision_then_recorded_again, calls, tier, wrt=(0, 1))
     assert compiled(s), s
+
+
+# ---- objects read from globals reach a callee through an iterator: refused ---------------------------
+
+
+class _Scale:
+    def __init__(self, s):
+        self.s = s
+
+    def __call__(self, v):  # (callable: a global guarded by identity, its state not)
+        return v * self.s
+
+
+_SCALE = _Scale(2.0)
+
+
+def _yield_scale():
+    yield _SCALE
+
+
+def through_a_list_iterator(x):
+    return sum(np.sum(x * obj.s) for obj in [_SCALE])  # the genexpr gets iter([_SCALE])
+
+
+def through_a_generator(x):
+    return sum(map(lambda obj: np.sum(x * obj.s), _yield_scale()))
+
+
+@pytest.mark.parametrize("fn", [through_a_list_iterator, through_a_generator])
+def test_object_state_behind_an_iterator_is_refused(fn, monkeypatch):
+    """`_SCALE.s` is state no guard fixes (the global is guarded by identity): a program would hold
+    the capture's value. The iterator is exhausted after the run, so it is looked into when it is
+    handed to the callee."""
+    d = bytegrad.differentiate(fn, tier="numpy")
+    general = bytegrad.differentiate(fn, tier="general")
+    x = np.array([0.5, 1.0])
+    for s in (2.0, 2.0, 3.0, -1.0):
+        monkeypatch.setattr(_SCALE, "s", s)
+        assert_trees_close(d.value_and_grad(x), general.value_and_grad(x), rtol=1e-12, atol=0.0)
+    st = info(d)
+    assert not st["programs"] and "_Scale object" in next(iter(st["not_compiled"].values()))

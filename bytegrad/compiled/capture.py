@@ -48,7 +48,7 @@ class CaptureTape(Tape):
         self.checks: list[tuple[int, Any, tuple, Optional[dict], Any, Any]] = []
         #: Python functions the run called with tracked values, (function, args, kwargs, site): their
         #: operations are on the tape like the caller's; their code must be as eligible (api.py)
-        self.callees: list[tuple[Any, tuple, Optional[dict], Any]] = []
+        self.callees: Callees = Callees(self.ids)
         #: arrays made from constants (`np.zeros(3)`, dispatch.MAKERS): tape index -> (fn, args,
         #: kwargs); tracked from there, so what the run computes from them is recorded
         self.made: dict[int, tuple[Any, tuple, Optional[dict]]] = {}
@@ -82,6 +82,27 @@ class Operands(tuple):
         self = super().__new__(cls, items)
         self.at_ids = at_ids
         return self
+
+
+class Callees(list):
+    """`CaptureTape.callees`: each iterator handed to a Python callee is looked into as it is handed
+    over (`_iterated`; after the run it is exhausted): `unseen` lists what one goes over that a
+    program could not reproduce (an object read from a global, whose state no guard fixes)."""
+
+    def __init__(self, ids: dict[int, int]) -> None:
+        super().__init__()
+        self.ids = ids
+        self.unseen: list[str] = []
+
+    def append(self, entry: Any) -> None:
+        f, args, kwargs, site = entry
+        for v in (*args, *(kwargs or {}).values()):
+            if type(v) in _RUN_ITERATORS:
+                bad = _iterated(v, self.ids)
+                if bad is not None:
+                    self.unseen.append(f"it passes an iterator over {bad} to {f.__qualname__} (line "
+                                       f"{site.lineno if site is not None else '?'}): its state is not guarded")
+        super().append(entry)
 
 
 def _copied(value: Any) -> Any:
@@ -322,8 +343,10 @@ def _unreplayable(value: Any, ids: dict[int, int]) -> Optional[str]:
     """None when a value handed to a Python callee is one a program reproduces (a tracked value, a
     constant, an array, a function, an iterator made in the run, a tuple, list or dict of them);
     else what it is."""
-    if id(value) in ids or isinstance(value, _REPLAYABLE) or type(value) in _RUN_ITERATORS:
+    if id(value) in ids or isinstance(value, _REPLAYABLE):
         return None
+    if type(value) in _RUN_ITERATORS:
+        return None  # (looked into when handed over: Callees.append)
     t = type(value)
     if t is tuple or t is list or t is dict:
         for v in (value.values() if t is dict else value):
@@ -332,6 +355,23 @@ def _unreplayable(value: Any, ids: dict[int, int]) -> Optional[str]:
                 return bad
         return None
     return f"a {t.__qualname__} object"
+
+
+def _iterated(it: Any, ids: dict[int, int]) -> Optional[str]:
+    """`_unreplayable` of what an iterator or dict view made in the run goes over, read without
+    advancing it (`__reduce__`: a list iterator's list, an enumerate's iterator...). A generator
+    is a callee's, whose arguments were checked when it was called."""
+    t = type(it)
+    if t is types.GeneratorType:
+        return None
+    mapping = getattr(it, "mapping", None)  # (a dict view)
+    if mapping is not None:
+        return _unreplayable(list(mapping.items()), ids)
+    try:
+        parts = it.__reduce__()[1]
+    except Exception:  # noqa: BLE001 - what cannot be looked into is not replayed
+        return f"a {t.__qualname__} object"
+    return _unreplayable(list(parts), ids)
 
 
 def _callee_guards(tape: CaptureTape, root: Optional[types.CodeType] = None,
@@ -350,12 +390,15 @@ def _callee_guards(tape: CaptureTape, root: Optional[types.CodeType] = None,
     ran = {f.__code__ for f, _, _, _ in tape.callees} | ({root} if root is not None else set())
     parent_of = nested.parents(ran)
     older = {id(v) for _, _, _, v in outer}  # functions reached through a global or cell: made before
+    unseen = getattr(tape.callees, "unseen", None)
+    if unseen:
+        return unseen[0], []
     where = None
     for f, args, kwargs, site in tape.callees:
         if nested.user_site(site):
             where = site
         at = f"line {(where or site).lineno}" + ("" if where is site else ", through a builtin")
-        for v in (*args, *(kwargs or {}).values()) if where is site else ():  # (bytegrad's own calls: trusted)
+        for v in (*args, *(kwargs or {}).values()):
             bad = _unreplayable(v, tape.ids)
             if bad is not None:
                 return f"it passes {bad} to {f.__qualname__} ({at}): its state is not guarded", []
