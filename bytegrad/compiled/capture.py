@@ -93,9 +93,15 @@ class Callees(list):
         super().__init__()
         self.ids = ids
         self.unseen: list[str] = []
+        #: per entry, (rewritten, active parameters, immutable parameters) as the call saw them (after
+        #: the run, an argument written in place is no longer in `ids`)
+        self.activity: list[tuple[bool, frozenset[str], frozenset[str]]] = []
 
     def append(self, entry: Any) -> None:
         f, args, kwargs, site = entry
+        rewritten = transform.rewritten_function(f, args, kwargs, self.ids) is not None
+        self.activity.append((rewritten, *transform.callee_activity(f, args, kwargs, self.ids)) if rewritten
+                             else (False, frozenset(), frozenset()))
         for v in (*args, *(kwargs or {}).values()):
             if type(v) in _RUN_ITERATORS:
                 bad = _iterated(v, self.ids)
@@ -198,7 +204,7 @@ def capture(d: Any, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[
     d._check_scalar(out)
     spec_at = dict(zip(positions, specs))
     wrt_specs = [spec_at[p] for p in norm_wrt]
-    callee_why, callee_guards = _callee_guards(tape, d._code, guards)
+    callee_why, callee_guards = _callee_guards(tape, d._code, guards + _default_entries(d._target))
     # the gradient of this run, as the general path sweeps it (the call's result: never run again)
     idx = tape.ids.get(id(out))
     seed = np.ones_like(out) if type(out) is _ndarray and out.ndim else 1.0
@@ -308,7 +314,7 @@ def capture_pullback(d: Any, args: tuple, general_back: Callable[..., Any],
     if tape.refusals:
         why, site = tape.refusals[0]
         return result, str(Ineligible(why, site))
-    callee_why, callee_guards = _callee_guards(tape, d._code, guards)
+    callee_why, callee_guards = _callee_guards(tape, d._code, guards + _default_entries(d._target))
     if callee_why is not None:
         return result, callee_why
     try:
@@ -357,6 +363,14 @@ def _unreplayable(value: Any, ids: dict[int, int]) -> Optional[str]:
     return f"a {t.__qualname__} object"
 
 
+def _default_entries(target: Any) -> list[tuple]:
+    """The differentiated function's default values, as guard-like entries: a function among them
+    was made before the call (its cells are guarded, never a frame's of this run)."""
+    values = (getattr(target, "__defaults__", None) or ()) + tuple((getattr(target, "__kwdefaults__", None)
+                                                                     or {}).values())
+    return [("default", None, "", v) for v in values]
+
+
 def _iterated(it: Any, ids: dict[int, int]) -> Optional[str]:
     """`_unreplayable` of what an iterator or dict view made in the run goes over, read without
     advancing it (`__reduce__`: a list iterator's list, an enumerate's iterator...). A generator
@@ -394,7 +408,8 @@ def _callee_guards(tape: CaptureTape, root: Optional[types.CodeType] = None,
     if unseen:
         return unseen[0], []
     where = None
-    for f, args, kwargs, site in tape.callees:
+    activity = getattr(tape.callees, "activity", None)
+    for k, (f, args, kwargs, site) in enumerate(tape.callees):
         if nested.user_site(site):
             where = site
         at = f"line {(where or site).lineno}" + ("" if where is site else ", through a builtin")
@@ -406,9 +421,12 @@ def _callee_guards(tape: CaptureTape, root: Optional[types.CodeType] = None,
             continue  # (bytegrad's own sum, zip, max...: pure; what they call is a callee of its own)
         local = frozenset() if id(f) in older or root is None else \
             nested.run_local_cells(f.__code__, ran, parent_of, root)
-        rewritten = transform.rewritten_function(f, args, kwargs, tape.ids) is not None
-        active, immutable = transform.callee_activity(f, args, kwargs, tape.ids) if rewritten else \
-            (frozenset(), frozenset())
+        if activity is not None:
+            rewritten, active, immutable = activity[k]
+        else:
+            rewritten = transform.rewritten_function(f, args, kwargs, tape.ids) is not None
+            active, immutable = transform.callee_activity(f, args, kwargs, tape.ids) if rewritten else \
+                (frozenset(), frozenset())
         key = (f, active, immutable, local, rewritten)
         if key in seen:
             continue
@@ -423,4 +441,5 @@ def _callee_guards(tape: CaptureTape, root: Optional[types.CodeType] = None,
         if not made_here:
             guards.append(("code", f, f.__code__, (f.__defaults__, f.__kwdefaults__)))
         older.update(id(v) for _, _, _, v in more)
+        older.update(map(id, defaults))
     return None, guards
