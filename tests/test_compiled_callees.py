@@ -8,6 +8,7 @@ tier.
 """
 from __future__ import annotations
 
+import collections
 import functools
 import inspect
 import os
@@ -582,3 +583,17 @@ def test_object_state_behind_an_iterator_is_refused(fn, monkeypatch):
         assert_trees_close(d.value_and_grad(x), general.value_and_grad(x), rtol=1e-12, atol=0.0)
     st = info(d)
     assert not st["programs"] and "_Scale object" in next(iter(st["not_compiled"].values()))
+
+
+def deque_window(x):
+    window = collections.deque(x, maxlen=2)  # refused inside bytegrad's own deque
+    return sum(window) ** 2
+
+
+def test_refusal_inside_own_builtins_cites_the_users_line():
+    d = bytegrad.differentiate(deque_window, tier="numpy")
+    d.value_and_grad(np.array([0.5, 1.0, 2.0]))
+    why = next(iter(info(d)["not_compiled"].values()))
+    line = inspect.getsourcelines(deque_window)[1] + 1
+    assert f"line {line} of deque_window" in why and "inside bytegrad's py_deque" in why, why
+    assert "_impls" not in why and "of py_deque" not in why, why

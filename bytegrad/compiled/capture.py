@@ -54,6 +54,11 @@ class CaptureTape(Tape):
         self.made: dict[int, tuple[Any, tuple, Optional[dict]]] = {}
 
     def refuse(self, why: str, site: Any) -> None:
+        from bytegrad.compiled import nested
+
+        if site is not None and not nested.user_site(site):  # inside bytegrad's own sum, zip, deque...:
+            why = f"{why} (inside bytegrad's {site.function})"  # named at the user's call of it
+            site = next((s for _, _, _, s in reversed(self.callees) if nested.user_site(s)), None)
         self.refusals.append((why, site))
 
     def make(self, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
@@ -220,7 +225,7 @@ def capture(d: Any, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[
         return result, "a differentiated argument holds a dataclass or a registered pytree"
     if tape.refusals:
         why, site = tape.refusals[0]
-        return result, str(Ineligible(why, site))
+        return result, _users_words(str(Ineligible(why, site)))
     if callee_why is not None:
         return result, callee_why
     guards = guards + callee_guards
@@ -231,7 +236,7 @@ def capture(d: Any, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[
             prog = build_program(tape, args, [spec_at.get(p) for p in range(len(args))], norm_wrt, out,
                                  d._wrt_tuple, guards, d._code, backend, aux=program_aux)
         except Ineligible as exc:
-            why = str(exc)
+            why = _users_words(str(exc))
             policy.log().debug("no %s program for %s: %s (%.3f s)", backend, d._code.co_qualname, why,
                              time.perf_counter() - t0)
             continue
@@ -313,7 +318,7 @@ def capture_pullback(d: Any, args: tuple, general_back: Callable[..., Any],
     result = (out, general_back(out, tape, all_specs, None), *(program_aux or ()))
     if tape.refusals:
         why, site = tape.refusals[0]
-        return result, str(Ineligible(why, site))
+        return result, _users_words(str(Ineligible(why, site)))
     callee_why, callee_guards = _callee_guards(tape, d._code, guards + _default_entries(d._target))
     if callee_why is not None:
         return result, callee_why
@@ -321,7 +326,7 @@ def capture_pullback(d: Any, args: tuple, general_back: Callable[..., Any],
         prog = build_program(tape, args, all_specs, positions, out, True, guards + callee_guards, d._code,
                              pullback=True, aux=program_aux)
     except Ineligible as exc:
-        return result, str(exc)
+        return result, _users_words(str(exc))
     pending, tiers, general_back = compiled.Pending(prog, args), d._pb_tiers, result[1]
     checked_out = (out, aux) if d._has_aux else out
 
@@ -361,6 +366,20 @@ def _unreplayable(value: Any, ids: dict[int, int]) -> Optional[str]:
                 return bad
         return None
     return f"a {t.__qualname__} object"
+
+
+def _users_words(why: str) -> str:
+    """A reason that cites a line of bytegrad's implementations of builtins ("(line 141 of py_map)",
+    from a record or decision made there) names the function instead: a refusal cites the user's
+    lines only."""
+    import re
+
+    from bytegrad.rules import _impls
+
+    def named(m: re.Match) -> str:
+        return f"(inside bytegrad's {m.group(1)})" if m.group(1).split(".")[0] in vars(_impls) else m.group(0)
+
+    return re.sub(r"\(line \d+ of ([\w.<>]+)\)", named, why)
 
 
 def _default_entries(target: Any) -> list[tuple]:
