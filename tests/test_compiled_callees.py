@@ -597,3 +597,55 @@ def test_refusal_inside_own_builtins_cites_the_users_line():
     line = inspect.getsourcelines(deque_window)[1] + 1
     assert f"line {line} of deque_window" in why and "inside bytegrad's py_deque" in why, why
     assert "_impls" not in why and "of py_deque" not in why, why
+
+
+# ---- more shapes of closures ---------------------------------------------------------------------------
+
+
+def generator_closure(x):
+    m = np.mean(x)  # read by the generator through its cell: changes with x
+
+    def centred():
+        for v in x:
+            yield v - m
+    return sum(c ** 2 for c in centred())
+
+
+def recursive_inner(x):
+    def power(v, n):
+        return v if n == 0 else v * power(v, n - 1)  # reads itself through its own cell
+    return np.sum(power(x, 3))
+
+
+def late_bound_lambdas(x):
+    fs = []
+    for k in range(3):
+        fs.append(lambda v: v * k)  # noqa: B023  (each sees the last k, as Python does)
+    return sum(np.sum(f(x) ** 2) for f in fs)
+
+
+_W = np.array([[1.0, 2.0], [0.5, -1.0]])
+
+
+def lambda_reads_global_array(x):
+    g = lambda v: _W @ v  # noqa: E731  (a global array read inside a lambda: an input of the program)
+    return np.sum(g(x) ** 2)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("fn", [generator_closure, recursive_inner, late_bound_lambdas])
+def test_more_closures(fn, tier):
+    s = agree(fn, arrays(size=2), tier)
+    assert compiled(s), s
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_global_array_read_in_a_lambda_changed_in_place(tier):
+    x = np.array([0.3, -0.8])
+    saved = _W.copy()
+    try:
+        s = agree(lambda_reads_global_array, [(x,)] * 4, tier,
+                  between=lambda k: _W.__setitem__((0, 0), [1.0, 1.0, 4.0, -2.0][k]))
+    finally:
+        _W[...] = saved
+    assert compiled(s), s

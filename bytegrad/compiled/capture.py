@@ -423,6 +423,7 @@ def _callee_guards(tape: CaptureTape, root: Optional[types.CodeType] = None,
     ran = {f.__code__ for f, _, _, _ in tape.callees} | ({root} if root is not None else set())
     parent_of = nested.parents(ran)
     older = {id(v) for _, _, _, v in outer}  # functions reached through a global or cell: made before
+    have = {(kind, id(owner), name) for kind, owner, name, _ in outer}  # (each read guarded once)
     unseen = getattr(tape.callees, "unseen", None)
     if unseen:
         return unseen[0], []
@@ -456,7 +457,10 @@ def _callee_guards(tape: CaptureTape, root: Optional[types.CodeType] = None,
                                           f.__closure__ or (), local, cells_active=rewritten, callee=True)
         if reasons:
             return f"it calls {f.__qualname__} ({at}), which {reasons[0]}", []
-        guards += more
+        for entry in more:
+            if (entry[0], id(entry[1]), entry[2]) not in have:
+                have.add((entry[0], id(entry[1]), entry[2]))
+                guards.append(entry)
         if not made_here:
             guards.append(("code", f, f.__code__, (f.__defaults__, f.__kwdefaults__)))
         older.update(id(v) for _, _, _, v in more)

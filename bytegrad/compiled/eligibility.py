@@ -104,6 +104,7 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
                                     inner_guards)
     guards = _guards(assumed, fn_globals, reasons) + inner_guards
     _nested(code, fn_globals, reasons, guards)
+    guards = _each_once(guards)
     arrays = frozenset(name if kind == "global" else f"{owner.__name__}.{name}"
                        for kind, owner, name, value in guards if type(value) is np.ndarray)
     if arrays:
@@ -241,7 +242,8 @@ def _nested(code: types.CodeType, fn_globals: dict[str, Any], reasons: list[str]
         name = "a lambda" if inner.co_name == "<lambda>" else inner.co_name
         reasons += [f"its {name} (line {inner.co_firstlineno}) {why}" if why.startswith("reads ") or
                     why.startswith("calls ") else f"its {name} (line {inner.co_firstlineno}): {why}" for why in sub]
-        guards += more
+        have = {(kind, id(owner), key) for kind, owner, key, _ in guards}
+        guards += [g for g in more if (g[0], id(g[1]), g[2]) not in have]  # (each read guarded once)
 
 
 def transform_params(code: types.CodeType) -> tuple[str, ...]:
@@ -351,6 +353,19 @@ def _call_reason(ins: Any, stack: tuple, kind: OpKind) -> str | None:
                 "array makers, scalar types, shape functions and its ufuncs without `out` there: nothing that may "
                 "depend on state such as random draws or I/O, or write)")
     return None
+
+
+def _each_once(guards: list[tuple]) -> list[tuple]:
+    """Each read guarded once, the first entry kept (a nested code's reads are its function's too;
+    an array read twice would be two inputs)."""
+    seen: set[tuple] = set()
+    out = []
+    for g in guards:
+        key = (g[0], id(g[1]), g[2])
+        if key not in seen:
+            seen.add(key)
+            out.append(g)
+    return out
 
 
 def _opaque_module_callable(ins: Any, stack: tuple, after: Optional[tuple], kind: Any) -> Optional[str]:
