@@ -649,3 +649,29 @@ def test_global_array_read_in_a_lambda_changed_in_place(tier):
     finally:
         _W[...] = saved
     assert compiled(s), s
+
+
+def comprehension_on_constants(x):
+    weights = [1.0 + i * i for i in range(len(x))]  # (3.11: a nested code run on constants)
+    return np.sum(x * np.array(weights)) + sum(i * 0.5 for i in range(3)) * np.sum(x)
+
+
+def impure_comprehension_on_constants(x):
+    return np.sum(x) * sum(_tick(i) for i in range(2))  # a state change: a replay would drop it
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_comprehension_on_constants(tier):
+    s = agree(comprehension_on_constants, arrays(), tier)
+    assert compiled(s), s
+
+
+def test_impure_comprehension_on_constants_is_refused():
+    d = bytegrad.differentiate(impure_comprehension_on_constants, tier="numpy")
+    for _ in range(3):
+        before = _TICKS[0]
+        v, _g = d.value_and_grad(np.array([1.0, 2.0]))
+        assert _TICKS[0] == before + 2  # both ticks, once per call
+        assert v == pytest.approx(3.0 * (2 * before + 4))
+    s = info(d)
+    assert not s["programs"] and "_tick" in next(iter(s["not_compiled"].values()))

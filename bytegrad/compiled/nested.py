@@ -142,7 +142,8 @@ def comprehension_on_constants(instrs: list, k: int) -> Optional[types.CodeType]
     if need != 0 or j < 1:
         return None
     make, const = instrs[j], instrs[j - 1]
-    if not (isinstance(make, Instr) and make.name == "MAKE_FUNCTION" and not make.arg
+    if not (isinstance(make, Instr) and make.name == "MAKE_FUNCTION"
+            and opcodes.make_function_pops(make) == 1  # (the code alone: no defaults, no closure)
             and isinstance(const, Instr) and const.name == "LOAD_CONST" and isinstance(const.arg, types.CodeType)):
         return None
     code = const.arg
