@@ -14,7 +14,14 @@ non-constant parameter active and refuses, with a reason per site:
 - calls, with no argument-derived operand, of anything but pure builtins, `math`, NumPy's array
   makers, NumPy ufuncs given their inputs alone and the NumPy scalar types and shape functions of
   `_NUMPY_PURE` called positionally (random draws, I/O, user functions, `out=`);
-- writes outside the function's locals, closures, inner functions, `with`, `try`, imports.
+- writes outside the function's locals (a closure variable of a frame that is not part of the
+  call included), `with`, `try`, imports; `min`/`max` with keywords on constants; a module
+  callable the capture cannot follow (no rule, not Python code) on constants.
+
+Inner functions, lambdas, comprehensions and generators are checked where they are defined,
+with everything active (`_nested`), and again as callees with the activity their run had
+(compiled/capture.py, compiled/nested.py); a comprehension or module-level helper run on
+constants is checked with nothing active.
 
 What the analysis cannot see (which Python function an active call reaches, a non-differentiable
 method of an array) the capture run reports (runtime/tape.py, `CaptureTape`). The globals and
