@@ -35,7 +35,7 @@ class CaptureTape(Tape):
     values of the same signature (a Python callee, a value computed from data that Python code then
     uses). The first such reason makes the capture fail; the gradient itself is unaffected."""
 
-    __slots__ = ("refusals", "checks", "callees", "made")
+    __slots__ = ("refusals", "checks", "callees", "made", "decided", "writes")
 
     capturing = True
 
@@ -52,6 +52,12 @@ class CaptureTape(Tape):
         #: arrays made from constants (`np.zeros(3)`, dispatch.MAKERS): tape index -> (fn, args,
         #: kwargs); tracked from there, so what the run computes from them is recorded
         self.made: dict[int, tuple[Any, tuple, Optional[dict]]] = {}
+        #: arrays decisions gave (a mask `x > 0`, `np.argsort(x)`, `np.zeros_like(x)`): tape index -> the
+        #: decision's position in `checks`; tracked from there, so what the run does with them is recorded
+        #: (compiled/writes.py: a program reads them from the decision's variable)
+        self.decided: dict[int, int] = {}
+        #: write records (runtime/writes.py): tape index -> (array written, its owner, key, value)
+        self.writes: dict[int, tuple[Any, Any, Any, Any]] = {}
 
     def refuse(self, why: str, site: Any) -> None:
         self.refusals.append((why, site))
@@ -67,6 +73,12 @@ class CaptureTape(Tape):
     def check(self, fn: Any, args: tuple, kwargs: Optional[dict], result: Any, site: Any) -> None:
         """`fn(*args, **kwargs)` gave `result` on tracked values: Python code may decide on it."""
         self.checks.append((len(self.nodes), fn, args, kwargs, result, site))
+        if type(result) is np.ndarray and id(result) not in self.ids:
+            self.decided[self.leaf(result)] = len(self.checks) - 1
+
+    def note_write(self, obj: Any, owner: Any, key: Any, value: Any) -> None:
+        """The write record just pushed wrote `value` at `key` of `obj` (whose memory `owner` owns)."""
+        self.writes[len(self.nodes) - 1] = (obj, owner, key, value)
 
 
 def _copied(value: Any) -> Any:

@@ -33,6 +33,7 @@ import numpy as np
 
 from bytegrad.errors import DifferentiationError, SourceLoc, qualname
 from bytegrad.runtime.dispatch import MAKERS
+from bytegrad.compiled.writes import own_writes
 from bytegrad.transform import opcodes
 from bytegrad.transform.opcodes import OpKind
 
@@ -96,8 +97,9 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
         act = analyze(bc, set(active), fn_globals, loc, immutable_params=immutable, assumed=assumed)
     except DifferentiationError as exc:
         return [f"the general path refuses it too: {exc.args[0] if exc.args else exc}"], []
+    own = own_writes(bc, act.stacks, code)  # writes into arrays and containers it made (compiled/writes.py)
     for ins, stack in zip(bc, act.stacks):
-        if stack is None or not hasattr(ins, "name"):
+        if stack is None or not hasattr(ins, "name") or id(ins) in own:
             continue
         why = _instruction_reason(ins, stack)
         if why is not None:

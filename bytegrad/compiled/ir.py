@@ -27,6 +27,7 @@ import numpy as np
 from bytegrad.compiled.parts import Record, python_raises
 from bytegrad.compiled.source import Ineligible
 from bytegrad.errors import qualname
+from bytegrad.runtime.records import IDENTITY
 from bytegrad.runtime.tape import Tape
 
 __all__ = ["IR", "Decision", "ValueType", "dump", "read", "type_of"]
@@ -91,11 +92,12 @@ def read(tape: Tape, outs: list[int], wrt_leaves: set[int], known: set[int]) -> 
     overwritten in place after it was read)."""
     nodes, values = tape.nodes, tape.values
     made = getattr(tape, "made", {})
+    decided = getattr(tape, "decided", {})  # arrays decisions gave: read from their variables
     ir = IR(outputs=list(outs), differentiated=frozenset(wrt_leaves))
     records: dict[int, Record] = {}
     for i, node in enumerate(nodes):
         if node is None:
-            if i not in known and i not in made:
+            if i not in known and i not in made and i not in decided:
                 raise Ineligible("a value entered the tape without an operation (a nested derivative)")
             if i in known:
                 ir.inputs[i] = type_of(values[i])
@@ -105,7 +107,7 @@ def read(tape: Tape, outs: list[int], wrt_leaves: set[int], known: set[int]) -> 
         for k, items in rec.nested.items():
             read_ += list(zip(items, rec.args[k]))
         for p, a in read_:
-            if p is not None and values[p] is not a:
+            if p is not None and values[p] is not a and not _copy_of(tape, p, a):
                 raise Ineligible(f"an argument of {qualname(rec.fn)} was overwritten in place", rec.site)
         records[i] = rec
     ir.decisions = [Decision(*check) for check in getattr(tape, "checks", ())]
@@ -135,6 +137,16 @@ def read(tape: Tape, outs: list[int], wrt_leaves: set[int], known: set[int]) -> 
             depends.add(i)
     ir.depends = depends
     return ir
+
+
+def _copy_of(tape: Tape, p: int, a: Any) -> bool:
+    """Whether `a` is the recorded copy of value p that a write gave the record reading it (copy on
+    write, runtime/tape.py): a program's versions are never overwritten, so it reads p's variable."""
+    j = tape.ids.get(id(a))
+    if j is None:
+        return False
+    node = tape.nodes[j]
+    return node is not None and node[0] is IDENTITY and node[1] == (p,) and tape.values[j] is a
 
 
 def dump(ir: IR) -> str:

@@ -49,6 +49,7 @@ from bytegrad.compiled.source import (
     inline_partial, operator_expr, short,
 )
 from bytegrad.compiled.reuse import accumulate, forward_alternatives, lower_partial, made_here
+from bytegrad.compiled.writes import count_guard, data_indexed, decided_array, forward_write, reverse_write
 from bytegrad.runtime.tape import Tape
 
 __all__ = ["DECIDED", "MISS", "Builder", "Ineligible", "Program", "compile_source", "emit"]
@@ -162,7 +163,12 @@ class Builder:
 
     def forward(self, i: int, depends: set[int]) -> None:
         rec = self.records[i]
-        check_shapes(rec)
+        if rec.kind == "write":  # an in-place write, replayed as a new version (compiled/writes.py)
+            forward_write(self, rec)
+            return
+        indexed = data_indexed(rec)  # a mask or an index array: the shape it gives is checked below
+        if not indexed:
+            check_shapes(rec)
         ops = [self.operand(a, p, rec) if k not in rec.nested else self._items_literal(a, rec.nested[k], rec)
                for k, (a, p) in enumerate(zip(rec.args, rec.parents + (None,) * len(rec.args)))]
         v = self.var[i] = f"v{i}"
@@ -192,6 +198,8 @@ class Builder:
         else:
             as_operator = None if kw else operator_expr(fn, ops)
             self.src.emit(f"{v} = {as_operator or self.src.const(fn, 'f') + '(' + call_args + ')'}", rec.site.lineno)
+        if indexed:
+            count_guard(self, v, rec.out.shape, rec.site.lineno)
 
     def forward_all(self, order: list[int], depends: set[int]) -> int:
         """Every needed record's forward step, each decision checked where the capture made it;
@@ -225,8 +233,9 @@ class Builder:
             kw = f", **{self.src.const(kwargs, 'kw')}"
         var = self.inputs.temp()
         self.src.emit(f"{var} = {self.src.const(fn, 'f')}({', '.join(ops)}{kw})", site.lineno)
-        self.src.guard(DECISION_GUARD, f"_decided({var}, {self.src.const(result, 'k')})",
-                       f"line {site.lineno}: {qualname(fn)} gives {short(result)}")
+        if not decided_array(self, check, var):  # (a mask, an index array: its shape alone)
+            self.src.guard(DECISION_GUARD, f"_decided({var}, {self.src.const(result, 'k')})",
+                           f"line {site.lineno}: {qualname(fn)} gives {short(result)}")
         if type(result) is _ndarray:
             self.inputs.untracked[id(result)] = var
 
@@ -246,6 +255,8 @@ class Builder:
         cond = st == MAYBE
         if rec.kind == "elementwise":
             self._elementwise_step(rec, g, targets, body, pre, cond)
+        elif rec.kind == "write":
+            reverse_write(self, rec, g, targets, body, pre, cond)
         else:
             self._rrule_step(rec, g, targets, body, pre, cond)
         if not body:

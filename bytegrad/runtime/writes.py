@@ -264,6 +264,8 @@ def write(tape: Tape, site: Any, obj: np.ndarray, key: Any, value: Any, iv: Any)
             return
         tape.push((SETITEM, (io, iv), site, key, np.shape(value)), obj)
         tape.owners[id(obj)] = obj
+        if tape.capturing:  # (compiled/writes.py replays it)
+            tape.note_write(obj, obj, key, value)
         return
     if obj is not owner:
         j = tape.ids.get(id(obj))
@@ -283,6 +285,8 @@ def write(tape: Tape, site: Any, obj: np.ndarray, key: Any, value: Any, iv: Any)
             last = flat.size - 1 - first_rev
     tape.push((OWNER_WRITE, (io, iv), site, written, np.shape(value), last), owner)
     tape.owners[id(owner)] = owner
+    if tape.capturing:
+        tape.note_write(obj, owner, key, value)
 
 
 def add_at(tape: Tape, site: Any, obj: np.ndarray, indices: Any, value: Any, iv: Any, sign: int) -> None:
@@ -296,3 +300,5 @@ def add_at(tape: Tape, site: Any, obj: np.ndarray, indices: Any, value: Any, iv:
         return
     tape.push((ADD_AT, (io, iv), site, pos[indices], np.shape(value), sign), owner)
     tape.owners[id(owner)] = owner
+    if tape.capturing:
+        tape.note_write(obj, owner, indices, value)
