@@ -305,3 +305,32 @@ def test_static_check_takes_own_locals_only():
         assert own(fn) == 0, fn.__name__
     assert own(write_through_views) == 3
     assert own(allocate_then_fill) == 2
+
+
+def mask_also_read(x):
+    mask = x > 0
+    scale = 2.0 if mask[0] else 3.0  # the mask's values decide: they must stay checked
+    return np.sum(x[mask] ** 2) * scale
+
+
+FLIP_CALLS = [(np.array([1.0, -2.0, 3.0]),), (np.array([1.5, -1.0, 2.0]),), (np.array([-1.0, 2.0, 3.0]),),
+              (np.array([2.0, -2.0, 1.0]),)]  # two positives each call; the first flips
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_mask_whose_values_are_read_stays_checked(tier):
+    _agree(mask_also_read, FLIP_CALLS, tier)
+
+
+def test_mask_values_unchecked_would_be_wrong(monkeypatch):
+    """The static check that a mask is used only as an index is what lets its values go unchecked: taken
+    away (every mask unchecked), `mask[0]`'s branch is replayed as captured, and the test sees it."""
+    monkeypatch.setattr(compiled_writes, "_index_only", lambda *a, **k: True)
+
+    def read_too(x):  # (a code of its own: no program of the checked build is found on disk for it)
+        mask = x > 0
+        scale = 2.0 if mask[0] else 3.0
+        return np.sum(x[mask] ** 2) * scale
+
+    with pytest.raises(AssertionError):
+        _agree(read_too, FLIP_CALLS, "numpy")

@@ -95,6 +95,7 @@ class Builder:
         #: the capture's decisions (CaptureTape.checks): computed again and checked, in tape order
         self.checks: list[tuple] = list(getattr(tape, "checks", ()))
         self.raising: frozenset[int] = frozenset()  # records that may raise as Python does (`read`)
+        self.code: Any = None  # the function's code, where build.py sets it (compiled/writes.py reads it)
 
     # -- forward --
 

@@ -18,10 +18,11 @@ What keeps this sound:
 - an index holding an array (a mask `x[x > 0]`, `x[idx]`, `X[rows, cols]`, `buf[mask] = v`) is read
   from its variable on every call, never baked in; a mask's count, the shape it gives, is checked
   where it is used (`count_guard`): a call whose count differs goes to the general path;
-- the arrays decisions give (`x > 0`, `np.argsort(x)`, `np.zeros_like(x)`) are tracked by the
-  capture (CaptureTape.check), so what the function computes from them is recorded; a mask's or an
-  index array's decision then checks its type and shape only (`decided_array`), its values flowing
-  into recorded operations alone.
+- the float arrays decisions give (`np.zeros_like(x)`, `np.empty_like(x)`) are tracked by the capture
+  (CaptureTape.check), so what the function computes from them and writes into them is recorded; a
+  mask (`x > 0`) that the code uses only as an index (`_index_only`, read from the bytecode) has its
+  decision check its type and shape only (`decided_array`), its values reaching recorded operations
+  alone; any other use of a mask (`mask[0]`, `~mask`, a branch) keeps its values checked.
 """
 from __future__ import annotations
 
@@ -219,16 +220,105 @@ def decided_array(b: Any, check: tuple, var: str) -> bool:
     its values are checked as any decision's."""
     result = check[4]
     checks = b.tape.checks
-    p = next((leaf for leaf, k in getattr(b.tape, "decided", {}).items() if checks[k] is check), None)
-    if p is None:
+    k = next((k for k, c in enumerate(checks) if c is check), None)
+    live = getattr(b.tape, "live", {}).get(k)
+    if live is None:
         return False
-    b.var[p] = var
-    if result.dtype.kind not in "biu" and check[1] not in _UNINITIALISED:
+    b.inputs.untracked[id(live)] = var  # (the array itself: the check holds a copy)
+    p = next((leaf for leaf, kk in b.tape.decided.items() if kk == k), None)
+    if p is not None:
+        b.var[p] = var
+    fn, site = check[1], check[5]
+    if fn not in _UNINITIALISED and not (result.dtype.kind == "b" and _index_only(b, fn, site)):
         return False
     b.src.guard(DECISION_GUARD, f"{var}.__class__ is ndarray and {var}.shape == {result.shape!r} and "
                 f"{var}.dtype == {b.src.const(result.dtype, 'dt')}",
                 f"line {check[5].lineno}: an array of {result.dtype}{list(result.shape)}")
     return True
+
+
+def _index_only(b: Any, fn: Any, site: Any) -> bool:
+    """Whether every comparison `fn` at the site's line gives a value that the code uses only as an index
+    (`x[x > 0]`, `mask = x > 0; y[mask] = v`): its elements then reach nothing but recorded operations,
+    and its count is checked where it indexes (`count_guard`). Anything else (`mask[0]`, `~mask`,
+    `mask.sum()`, a branch): the mask's values stay checked, as any decision's."""
+    code = getattr(b, "code", None)
+    if code is None or site is None:
+        return False
+    codes = [code] + [f.__code__ for f, *_ in getattr(b.tape, "callees", ()) if hasattr(f, "__code__")]
+    for c in codes:
+        if c.co_filename == site.filename and site.function in (c.co_name, getattr(c, "co_qualname", None)):
+            return (site.lineno, fn) in _index_only_compares(c)
+    return False
+
+
+_INDEX_ONLY: dict[Any, frozenset] = {}
+
+
+def _index_only_compares(code: Any) -> frozenset:
+    """(line, comparison function) of the comparisons of `code` whose every instance there gives a value
+    used only as an index, directly or through a local assigned once."""
+    found = _INDEX_ONLY.get(code)
+    if found is not None:
+        return found
+    from bytecode import Bytecode, Instr
+
+    from bytegrad.errors import SourceLoc
+    from bytegrad.transform import opcodes
+    from bytegrad.transform.activity import analyze
+
+    bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
+    try:
+        stacks = analyze(bc, set(code.co_varnames[:code.co_argcount]), {},
+                         SourceLoc(code.co_filename, code.co_firstlineno, code.co_name)).stacks
+    except Exception:  # noqa: BLE001 - what the analysis refuses is not taken
+        return frozenset()
+    instrs = list(bc)
+    popped, escaped = _flow(instrs, stacks, opcodes)
+    consumers: dict[Any, list] = {}
+    for k, took in popped.items():
+        for j, e in enumerate(took):
+            if e is not None:
+                consumers.setdefault(e, []).append((k, j))
+    loads: dict[str, list] = {}
+    stores: dict[str, int] = {}
+    for k, ins in enumerate(instrs):
+        name = getattr(ins, "name", "")
+        if not isinstance(ins, Instr):
+            continue
+        if name in _LOADS or name.startswith("STORE_FAST") or name == "DELETE_FAST":
+            for n, local in enumerate(opcodes.local_names(ins)):
+                if name in _LOADS:
+                    loads.setdefault(local, []).append((k, n))
+                else:
+                    stores[local] = stores.get(local, 0) + (1 if name == "STORE_FAST" else 2)
+    cells = set(code.co_cellvars) | set(code.co_freevars) | set(code.co_varnames[:code.co_argcount])
+
+    def index_only(e: Any, depth: int = 0) -> bool:
+        uses = consumers.get(e)
+        if not uses or e in escaped or depth > 2:
+            return False
+        for k, j in uses:
+            ins = instrs[k]
+            if (ins.name == "BINARY_SUBSCR" and j == 1) or (ins.name == "STORE_SUBSCR" and j == 2):
+                continue
+            if ins.name == "STORE_FAST":
+                local = opcodes.local_names(ins)[0]
+                if stores.get(local) == 1 and local not in cells and loads.get(local) \
+                        and all(index_only(le, depth + 1) for le in loads[local]):
+                    continue
+            return False
+        return True
+
+    verdict: dict[tuple, bool] = {}
+    for k, ins in enumerate(instrs):
+        if isinstance(ins, Instr) and ins.name == "COMPARE_OP":
+            key = (ins.lineno, opcodes.predicate_fn(ins))
+            verdict[key] = verdict.get(key, True) and index_only((k, 0))
+    found = _INDEX_ONLY[code] = frozenset(key for key, ok in verdict.items() if ok)
+    if len(_INDEX_ONLY) > 512:
+        _INDEX_ONLY.clear()
+    return found
 
 
 # ---- reverse ---------------------------------------------------------------------------------------------
@@ -317,14 +407,25 @@ def own_writes(bc: Any, stacks: list, code: Any) -> set[int]:
 def _producers(instrs: list, stacks: list, opcodes: Any) -> dict[int, list]:
     """For each instruction (by position), the values it pops, each named by the (position, slot) of the
     instruction that pushed it, or None where that is not known (after a jump target)."""
+    return _flow(instrs, stacks, opcodes)[0]
+
+
+def _flow(instrs: list, stacks: list, opcodes: Any) -> tuple[dict[int, list], set]:
+    """`_producers`, and the values still on the stack where the simulation lost track (a jump target,
+    an instruction it does not model): who reads them is not known."""
     sim: Optional[list] = None
     popped: dict[int, list] = {}
+    escaped: set = set()
     for k, ins in enumerate(instrs):
         st = stacks[k] if k < len(stacks) else None
         if not hasattr(ins, "name") or st is None:
+            if sim:
+                escaped.update(sim)
             sim = None
             continue
         if sim is None or len(sim) != len(st):
+            if sim:
+                escaped.update(sim)
             sim = [None] * len(st)
         if ins.name == "COPY":
             sim.append(sim[-int(ins.arg)])
@@ -341,15 +442,19 @@ def _producers(instrs: list, stacks: list, opcodes: Any) -> dict[int, list]:
             else:
                 consumed, produced = opcodes.stack_effect(ins, False)
         except Exception:  # noqa: BLE001 - an instruction the model does not know: nothing known after it
+            escaped.update(sim)
             sim = None
             continue
         if consumed > len(sim):
+            escaped.update(sim)
             sim = None
             continue
         popped[k] = sim[len(sim) - consumed:]
+        if ins.has_jump():  # (what is on the stack where it jumps is read there too)
+            escaped.update(sim)
         del sim[len(sim) - consumed:]
         sim += [(k, j) for j in range(produced)]
-    return popped
+    return popped, escaped
 
 
 def _level(e: Any, instrs: list, popped: dict, stacks: list, level: dict, opcodes: Any) -> int:
