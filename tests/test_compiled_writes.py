@@ -334,3 +334,52 @@ def test_mask_values_unchecked_would_be_wrong(monkeypatch):
 
     with pytest.raises(AssertionError):
         _agree(read_too, FLIP_CALLS, "numpy")
+
+
+def write_at_computed_index(x, idx):
+    out = np.zeros(4)
+    out[idx + 0] = x[:2]  # an index computed from an integer argument where the capture does not record it
+    return np.sum(out * np.arange(1.0, 5.0) * x)
+
+
+def write_at_argument_index(x, idx):
+    out = np.zeros(4)
+    out[idx] += x[:2]
+    np.add.at(out, idx, x[2:4] ** 2)
+    return np.sum(out * np.arange(1.0, 5.0) * x)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("fn", [write_at_computed_index, write_at_argument_index], ids=lambda f: f.__name__)
+def test_write_index_from_an_argument_is_never_baked_in(fn, tier):
+    rng = np.random.default_rng(13)
+    calls = [(rng.normal(size=4), np.array([0, 3])), (rng.normal(size=4), np.array([1, 2])),
+             (rng.normal(size=4), np.array([3, 3])), (rng.normal(size=4), np.array([0, 3]))]
+    _agree(fn, calls, tier)
+
+
+def fill_diagonal_and_sort(x):
+    y = x.copy()
+    y.sort()
+    M = np.outer(x, x)
+    np.fill_diagonal(M, 1.0)
+    z = x * 2.0
+    z.fill(0.5)
+    return y[-1] * 3.0 + y[0] + np.sum(M ** 2) + np.sum(z * x)
+
+
+def fill_empty(x):
+    out = np.empty((3, len(x)))
+    out[0] = x
+    out[1, :] = np.sin(x)
+    out[2, 1:] = x[:-1] * x[1:]
+    out[2, 0] = 1.0
+    out[:, 0] *= 2.0
+    return np.sum(out ** 2)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("fn", [fill_diagonal_and_sort, fill_empty], ids=lambda f: f.__name__)
+def test_inplace_methods_and_empty_buffers(fn, tier):
+    s = _agree(fn, _vectors(5, seed=17), tier)
+    assert s["programs"], s["not_compiled"]

@@ -126,20 +126,20 @@ class _Named:
 
 def _key(b: Any, key: Any, rec: Any) -> tuple[str, bool]:
     """(the key's expression, whether it reads an array of the program's: its positions are then computed
-    on every call). An array the program does not know is taken as a constant only when it is a new
-    integer array (an index a runtime helper made from shapes, as `np.fill_diagonal`'s)."""
+    on every call). An array the program does not know is taken as a constant only where it is made from
+    the written array's shape (`np.fill_diagonal`'s indices)."""
+    if getattr(rec.site, "callee", None) is np.fill_diagonal:  # (runtime/dispatch.py: from a.shape alone)
+        return b.src.const(key, "ix"), False
     items = key if type(key) is tuple else (key,)
     exprs, dynamic = [], False
     for k in items:
         if type(k) is _ndarray:
             p = b.tape.ids.get(id(k))
             var = b.inputs.untracked.get(id(k)) or b._made_var(k) or (b.var.get(p) if p is not None else None)
-            if var is None:
-                if k.dtype.kind not in "iu" or k.base is not None:
-                    raise Ineligible("a write at an index array computed without the arguments", rec.site)
-                var = b.src.const(k, "ix")
-            else:
-                dynamic = True
+            if var is None:  # (computed where the capture does not see it: from an argument, maybe)
+                raise Ineligible("a write at an index array computed where the capture does not record it "
+                                 "(from a mask or an integer array argument)", rec.site)
+            dynamic = True
             exprs.append(var)
         elif type(k) is list:
             if not all(type(x) is int for x in k):
