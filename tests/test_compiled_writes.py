@@ -383,3 +383,42 @@ def fill_empty(x):
 def test_inplace_methods_and_empty_buffers(fn, tier):
     s = _agree(fn, _vectors(5, seed=17), tier)
     assert s["programs"], s["not_compiled"]
+
+
+def mask_indexes_an_integer_argument(x, weights):
+    mask = x > 0
+    picked = weights[mask]  # an integer array: nothing is recorded here
+    return np.sum(x[mask] ** 2) * float(picked.sum())
+
+
+def mask_indexes_a_made_array(x):
+    mask = x > 0
+    n = np.arange(1.0, 1.0 + len(x))[mask].sum()
+    return np.sum(x[mask]) * n
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_mask_used_where_nothing_is_recorded_stays_checked(tier):
+    """The same count each call, other elements selected: a mask that also indexes what the capture does
+    not record keeps its values checked (the general path's result on every call)."""
+    weights = np.array([1, 10, 100])
+    _agree(mask_indexes_an_integer_argument, [(c[0], weights) for c in FLIP_CALLS], tier)
+    _agree(mask_indexes_a_made_array, FLIP_CALLS, tier)
+
+
+def test_mask_escape_unnoted_would_be_wrong(monkeypatch):
+    """Taken away, the capture's note of a mask indexing where nothing is recorded (and the static
+    check) let the mask go unchecked, and `weights[mask]`'s sum is replayed as captured: the test sees it."""
+    from bytegrad.compiled.capture import CaptureTape
+
+    monkeypatch.setattr(compiled_writes, "_index_only", lambda *a, **k: True)
+    monkeypatch.setattr(CaptureTape, "note_index", lambda self, key: None)
+
+    def unnoted(x, weights):  # (a code of its own: no program of the checked build is found on disk for it)
+        mask = x > 0
+        picked = weights[mask]
+        return np.sum(x[mask] ** 2) * float(picked.sum())
+
+    weights = np.array([1, 10, 100])
+    with pytest.raises(AssertionError):
+        _agree(unnoted, [(c[0], weights) for c in FLIP_CALLS], "numpy")

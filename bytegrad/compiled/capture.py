@@ -35,7 +35,7 @@ class CaptureTape(Tape):
     values of the same signature (a Python callee, a value computed from data that Python code then
     uses). The first such reason makes the capture fail; the gradient itself is unaffected."""
 
-    __slots__ = ("refusals", "checks", "callees", "made", "decided", "live", "writes")
+    __slots__ = ("refusals", "checks", "callees", "made", "decided", "live", "escaped", "writes")
 
     capturing = True
 
@@ -58,6 +58,8 @@ class CaptureTape(Tape):
         self.decided: dict[int, int] = {}
         #: the arrays decisions gave, by position in `checks` (which holds copies of them)
         self.live: dict[int, Any] = {}
+        #: ids of those arrays used as an index where nothing was recorded (their values stay checked)
+        self.escaped: set[int] = set()
         #: write records (runtime/writes.py): tape index -> (array written, its owner, key, value)
         self.writes: dict[int, tuple[Any, Any, Any, Any]] = {}
 
@@ -82,6 +84,14 @@ class CaptureTape(Tape):
                 self.decided[self.leaf(result)] = len(self.checks) - 1
             return
         self.checks.append((len(self.nodes), fn, args, kwargs, result, site))
+
+    def note_index(self, key: Any) -> None:
+        """`key` indexed an array where nothing was recorded: a mask among it has its values checked."""
+        if self.live:
+            live = {id(a) for a in self.live.values()}
+            for k in (key if type(key) is tuple else (key,)):
+                if id(k) in live:
+                    self.escaped.add(id(k))
 
     def note_write(self, obj: Any, owner: Any, key: Any, value: Any) -> None:
         """The write record just pushed wrote `value` at `key` of `obj` (whose memory `owner` owns)."""

@@ -225,6 +225,8 @@ def decided_array(b: Any, check: tuple, var: str) -> bool:
     if live is None:
         return False
     b.inputs.untracked[id(live)] = var  # (the array itself: the check holds a copy)
+    if id(live) in getattr(b.tape, "escaped", ()):  # it indexed where nothing was recorded
+        return False
     p = next((leaf for leaf, kk in b.tape.decided.items() if kk == k), None)
     if p is not None:
         b.var[p] = var
@@ -248,31 +250,24 @@ def _index_only(b: Any, fn: Any, site: Any) -> bool:
     codes = [code] + [f.__code__ for f, *_ in getattr(b.tape, "callees", ()) if hasattr(f, "__code__")]
     for c in codes:
         if c.co_filename == site.filename and site.function in (c.co_name, getattr(c, "co_qualname", None)):
-            return (site.lineno, fn) in _index_only_compares(c)
+            return (site.lineno, fn) in _INDEX_ONLY.get(c, ())
     return False
 
 
+#: code -> what `_index_only_compares` found (a small set per code analysed; never forgotten, so that an
+#: analysis with another activity always narrows it)
 _INDEX_ONLY: dict[Any, frozenset] = {}
 
 
-def _index_only_compares(code: Any) -> frozenset:
+def _index_only_compares(code: Any, bc: Any, stacks: list) -> frozenset:
     """(line, comparison function) of the comparisons of `code` whose every instance there gives a value
-    used only as an index, directly or through a local assigned once."""
-    found = _INDEX_ONLY.get(code)
-    if found is not None:
-        return found
-    from bytecode import Bytecode, Instr
+    used only as an index of a value the rewrite hooks (active in `stacks`, the analysis the capture's
+    rewrite makes), directly or through a local assigned once. Kept per code as the intersection over
+    every analysis of it (an activity seen once cannot widen what another allows)."""
+    from bytecode import Instr
 
-    from bytegrad.errors import SourceLoc
     from bytegrad.transform import opcodes
-    from bytegrad.transform.activity import analyze
 
-    bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
-    try:
-        stacks = analyze(bc, set(code.co_varnames[:code.co_argcount]), {},
-                         SourceLoc(code.co_filename, code.co_firstlineno, code.co_name)).stacks
-    except Exception:  # noqa: BLE001 - what the analysis refuses is not taken
-        return frozenset()
     instrs = list(bc)
     popped, escaped = _flow(instrs, stacks, opcodes)
     consumers: dict[Any, list] = {}
@@ -300,7 +295,9 @@ def _index_only_compares(code: Any) -> frozenset:
             return False
         for k, j in uses:
             ins = instrs[k]
-            if (ins.name == "BINARY_SUBSCR" and j == 1) or (ins.name == "STORE_SUBSCR" and j == 2):
+            st = stacks[k]
+            if ((ins.name == "BINARY_SUBSCR" and j == 1) or (ins.name == "STORE_SUBSCR" and j == 2)) \
+                    and st is not None and len(st) >= 2 and st[-2].active:  # (the container's: hooked)
                 continue
             if ins.name == "STORE_FAST":
                 local = opcodes.local_names(ins)[0]
@@ -315,9 +312,9 @@ def _index_only_compares(code: Any) -> frozenset:
         if isinstance(ins, Instr) and ins.name == "COMPARE_OP":
             key = (ins.lineno, opcodes.predicate_fn(ins))
             verdict[key] = verdict.get(key, True) and index_only((k, 0))
-    found = _INDEX_ONLY[code] = frozenset(key for key, ok in verdict.items() if ok)
-    if len(_INDEX_ONLY) > 512:
-        _INDEX_ONLY.clear()
+    found = frozenset(key for key, ok in verdict.items() if ok)
+    before = _INDEX_ONLY.get(code)
+    found = _INDEX_ONLY[code] = found if before is None else found & before
     return found
 
 
@@ -370,10 +367,12 @@ _ARRAY, _OWN = 2, 1
 
 def own_writes(bc: Any, stacks: list, code: Any) -> set[int]:
     """The ids of the STORE_SUBSCR / STORE_SLICE instructions of `bc` (with the activity analysis's
-    `stacks`) whose container is an array or container the function made itself."""
+    `stacks`) whose container is an array or container the function made itself. (Also notes the
+    comparisons the code uses only as indices: `_index_only_compares`.)"""
     from bytegrad.transform import opcodes
 
     instrs = list(bc)
+    _index_only_compares(code, bc, stacks)  # (the masks it uses as indices alone, for `decided_array`)
     popped = _producers(instrs, stacks, opcodes)
     nargs = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 4) + bool(code.co_flags & 8)
     foreign = set(code.co_varnames[:nargs]) | set(code.co_cellvars) | set(code.co_freevars)

@@ -272,6 +272,8 @@ def write(tape: Tape, site: Any, obj: np.ndarray, key: Any, value: Any, iv: Any)
         if j is not None:  # the view's own record is now out of date: re-derived when next read
             tape.stale[j] = site.loc() if site is not None else None
     if io is None and iv is None:  # nothing differentiated on either side: a plain store
+        if tape.capturing:  # (an index used where nothing is recorded: compiled/writes.py)
+            tape.note_index(key)
         obj[key] = value
         return
     pos = _positions(obj, owner, site, "this write goes through a view")
