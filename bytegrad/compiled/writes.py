@@ -231,7 +231,8 @@ def decided_array(b: Any, check: tuple, var: str) -> bool:
     if p is not None:
         b.var[p] = var
     fn, site = check[1], check[5]
-    if fn not in _UNINITIALISED and not (result.dtype.kind == "b" and _index_only(b, fn, site)):
+    uninitialised = fn in _UNINITIALISED and p is not None  # (a float buffer, tracked: every use recorded)
+    if not uninitialised and not (result.dtype.kind == "b" and _index_only(b, fn, site)):
         return False
     b.src.guard(DECISION_GUARD, f"{var}.__class__ is ndarray and {var}.shape == {result.shape!r} and "
                 f"{var}.dtype == {b.src.const(result.dtype, 'dt')}",
