@@ -50,15 +50,15 @@ def _setitem(old: np.ndarray, key: Any, value: Any) -> np.ndarray:
     return new
 
 
-def _owner_write(old: np.ndarray, pos: np.ndarray, value: Any, order: str) -> np.ndarray:
-    new = old.copy(order="K")
-    new.reshape(-1, order=order)[pos] = value  # type: ignore[call-overload]
+def _owner_write(old: np.ndarray, pos: np.ndarray, value: Any, order: Any) -> np.ndarray:
+    new = np.array(old, order=order)  # (laid out as the owner was: `pos` are its memory positions)
+    new.reshape(-1, order=order)[pos] = value
     return new
 
 
-def _add_at(old: np.ndarray, pos: np.ndarray, value: Any, sign: int, order: str) -> np.ndarray:
-    new = old.copy(order="K")
-    flat = new.reshape(-1, order=order)  # type: ignore[call-overload]
+def _add_at(old: np.ndarray, pos: np.ndarray, value: Any, sign: int, order: Any) -> np.ndarray:
+    new = np.array(old, order=order)
+    flat = new.reshape(-1, order=order)
     (np.add if sign > 0 else np.subtract).at(flat, pos, np.broadcast_to(value, pos.shape))
     return new
 
@@ -479,8 +479,8 @@ def _level(e: Any, instrs: list, popped: dict, stacks: list, level: dict, opcode
     if name in _SUBSCRIPTS:  # a view of an own array, or an item of an own container (anyone's)
         return _ARRAY if took and _level(took[0], instrs, popped, stacks, level, opcodes) == _ARRAY else 0
     if name == "LOAD_ATTR" and opcodes.attr_parts(ins)[0] == "T" and not opcodes.attr_parts(ins)[1]:
-        return _ARRAY if took and _level(took[0], instrs, popped, stacks, level, opcodes) else 0
-    if name == "CALL":
+        return _ARRAY if took and _level(took[0], instrs, popped, stacks, level, opcodes) == _ARRAY else 0
+    if name == "CALL" or name == "CALL_KW":
         return _call_level(k, ins, instrs, popped, stacks, level, opcodes)
     return 0
 
@@ -488,6 +488,8 @@ def _level(e: Any, instrs: list, popped: dict, stacks: list, level: dict, opcode
 def _call_level(k: int, ins: Any, instrs: list, popped: dict, stacks: list, level: dict, opcodes: Any) -> int:
     nargs = int(ins.arg)
     st = stacks[k]
+    if st is not None and ins.name == "CALL_KW":
+        st = st[:-1]  # (the names tuple on top)
     fn_slot = opcodes.callable_slot(nargs, st) if st is not None and len(st) >= nargs + 2 else None
     known = fn_slot.known if fn_slot is not None else None
     try:
@@ -505,8 +507,9 @@ def _call_level(k: int, ins: Any, instrs: list, popped: dict, stacks: list, leve
         if load.name in ("LOAD_METHOD", "LOAD_ATTR"):
             attr, _ = opcodes.attr_parts(load)
             receiver = (popped.get(e[0]) or [took[1 - n] if len(took) > 1 else None])[0]
-            if attr == "copy" and nargs == 0:
-                return _OWN
-            if attr in _VIEW_METHODS:
-                return _ARRAY if _level(receiver, instrs, popped, stacks, level, opcodes) else 0
+            own = _level(receiver, instrs, popped, stacks, level, opcodes)
+            if attr == "copy":  # (of an own array: an array; of anything else: a new object of its own)
+                return _ARRAY if own == _ARRAY else _OWN
+            if attr in _VIEW_METHODS:  # a view of an own array (of anything else: who knows)
+                return _ARRAY if own == _ARRAY else 0
     return 0
