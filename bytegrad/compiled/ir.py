@@ -30,7 +30,7 @@ from bytegrad.errors import qualname
 from bytegrad.runtime.records import IDENTITY
 from bytegrad.runtime.tape import Tape
 
-__all__ = ["IR", "Decision", "ValueType", "dump", "read", "type_of"]
+__all__ = ["IR", "Decision", "ValueType", "dump", "read", "type_of", "version_at"]
 
 _ndarray = np.ndarray
 
@@ -116,8 +116,8 @@ def read(tape: Tape, outs: list[int], wrt_leaves: set[int], known: set[int]) -> 
     todo = list(outs) + list(ir.raising)
     ids = tape.ids
     for d in ir.decisions:  # what each decision reads is computed, needed or not
-        todo += [p for p in map(ids.get, map(id, d.args)) if p is not None]
-        todo += [p for p in map(ids.get, map(id, (d.kwargs or {}).values())) if p is not None]
+        todo += [p for p in (version_at(tape, a, d.at) for a in d.args) if p is not None]
+        todo += [p for p in (version_at(tape, a, d.at) for a in (d.kwargs or {}).values()) if p is not None]
     while todo:
         i = todo.pop()
         if i in needed:
@@ -137,6 +137,19 @@ def read(tape: Tape, outs: list[int], wrt_leaves: set[int], known: set[int]) -> 
             depends.add(i)
     ir.depends = depends
     return ir
+
+
+def version_at(tape: Tape, a: Any, at: int) -> Optional[int]:
+    """The tape index of `a`'s value as it was before record `at` (an array written in place later has
+    newer versions, runtime/writes.py), or None when `a` is not tracked then."""
+    i = tape.ids.get(id(a))
+    if i is None or i < at:
+        return i
+    values = tape.values
+    for j in range(min(at, len(values)) - 1, -1, -1):
+        if values[j] is a:
+            return j
+    return None
 
 
 def _copy_of(tape: Tape, p: int, a: Any) -> bool:

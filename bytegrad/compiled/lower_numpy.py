@@ -164,8 +164,8 @@ class Builder:
 
     def forward(self, i: int, depends: set[int]) -> None:
         rec = self.records[i]
-        if rec.kind == "write":  # an in-place write, replayed as a new version (compiled/writes.py)
-            forward_write(self, rec)
+        if rec.kind == "write" or rec.kind == "zerosafe":  # an in-place write, replayed as a new version;
+            forward_write(self, rec)  # an elementwise step made zero-safe by a mask (compiled/writes.py)
             return
         indexed = data_indexed(rec)  # a mask or an index array: the shape it gives is checked below
         if not indexed:
@@ -224,7 +224,7 @@ class Builder:
         _, fn, args, kwargs, result, site = check
         rec = Decision(fn, site)
         ids = self.tape.ids
-        ops = [self.operand(a, ids.get(id(a)), rec) for a in args]
+        ops = [self.operand(a, _ir.version_at(self.tape, a, check[0]), rec) for a in args]  # (as it was then)
         kw = ""
         if kwargs:
             for key, x in kwargs.items():
@@ -256,7 +256,7 @@ class Builder:
         cond = st == MAYBE
         if rec.kind == "elementwise":
             self._elementwise_step(rec, g, targets, body, pre, cond)
-        elif rec.kind == "write":
+        elif rec.kind == "write" or rec.kind == "zerosafe":
             reverse_write(self, rec, g, targets, body, pre, cond)
         else:
             self._rrule_step(rec, g, targets, body, pre, cond)

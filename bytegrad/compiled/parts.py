@@ -39,6 +39,7 @@ _FunctionType = types.FunctionType
 
 
 _WRITE_KINDS = WRITE_KINDS | {IDENTITY}
+_ZERO_SAFE = frozenset({ELEMENTWISE.safe, UNARY.safe})
 
 
 class Record:
@@ -51,9 +52,11 @@ class Record:
         self.idx = idx
         self.out = out
         self.site = node[2]
-        if kind is ELEMENTWISE or kind is UNARY:
-            self.kind = "elementwise"
-            self.parents = (node[1],) if kind is UNARY else node[1]
+        if kind is ELEMENTWISE or kind is UNARY or kind in _ZERO_SAFE:
+            # (a zero-safe twin, made so by a mask recorded later: its reverse step is the general
+            # path's, compiled/writes.py)
+            self.kind = "elementwise" if kind is ELEMENTWISE or kind is UNARY else "zerosafe"
+            self.parents = (node[1],) if kind is UNARY or kind is UNARY.safe else node[1]
             self.rule = node[3]
             self.args = node[4]
             self.fn = node[5]
