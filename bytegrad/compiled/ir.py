@@ -114,7 +114,6 @@ def read(tape: Tape, outs: list[int], wrt_leaves: set[int], known: set[int]) -> 
     ir.raising = frozenset(i for i, rec in records.items() if python_raises(rec))
     needed: set[int] = set()
     todo = list(outs) + list(ir.raising)
-    ids = tape.ids
     for d in ir.decisions:  # what each decision reads is computed, needed or not
         todo += [p for p in (version_at(tape, a, d.at) for a in d.args) if p is not None]
         todo += [p for p in (version_at(tape, a, d.at) for a in (d.kwargs or {}).values()) if p is not None]
