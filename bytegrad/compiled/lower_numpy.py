@@ -49,7 +49,9 @@ from bytegrad.compiled.source import (
     inline_partial, operator_expr, short,
 )
 from bytegrad.compiled.reuse import accumulate, forward_alternatives, lower_partial, made_here
-from bytegrad.compiled.writes import count_guard, data_indexed, decided_array, forward_write, reverse_write
+from bytegrad.compiled.writes import (
+    count_guard, data_indexed, decided_array, forward_write, known_index, reverse_write,
+)
 from bytegrad.runtime.tape import Tape
 
 __all__ = ["DECIDED", "MISS", "Builder", "Ineligible", "Program", "compile_source", "emit"]
@@ -168,7 +170,9 @@ class Builder:
             forward_write(self, rec)  # an elementwise step made zero-safe by a mask (compiled/writes.py)
             return
         indexed = data_indexed(rec)  # a mask or an index array: the shape it gives is checked below
-        if not indexed:
+        if indexed:
+            known_index(self, rec)
+        else:
             check_shapes(rec)
         ops = [self.operand(a, p, rec) if k not in rec.nested else self._items_literal(a, rec.nested[k], rec)
                for k, (a, p) in enumerate(zip(rec.args, rec.parents + (None,) * len(rec.args)))]

@@ -35,7 +35,8 @@ from bytegrad.runtime import writes as rw
 from bytegrad.runtime.backward import UNARY
 from bytegrad.runtime.records import IDENTITY
 
-__all__ = ["count_guard", "data_indexed", "decided_array", "forward_write", "own_writes", "reverse_write"]
+__all__ = ["count_guard", "data_indexed", "decided_array", "forward_write", "known_index", "own_writes",
+           "reverse_write"]
 
 _ndarray = np.ndarray
 #: decisions whose array's values are garbage: only their type and shape are checked
@@ -249,6 +250,19 @@ def data_indexed(rec: Any) -> bool:
         return False
     key = rec.args[1]
     return any(type(k) is _ndarray or type(k) is list for k in (key if type(key) is tuple else (key,)))
+
+
+def known_index(b: Any, rec: Any) -> None:
+    """Refuse, naming the construct, an index array the program cannot read on every call: a mask
+    computed from a mask (`x[~mask]`, `x[m1 & m2]`) by an operation the rewrite leaves unhooked."""
+    key = rec.args[1]
+    for k in (key if type(key) is tuple else (key,)):
+        if type(k) is _ndarray and b.tape.ids.get(id(k)) is None and id(k) not in b.inputs.untracked \
+                and b._made_var(k) is None:
+            what = "a mask" if k.dtype.kind == "b" else "an index array"
+            raise Ineligible(f"indexes with {what} computed where the capture does not record it (`x[~mask]`, "
+                             "`x[m1 & m2]`: an operation on a comparison's result is not hooked; index with "
+                             "the comparison itself, `x[x <= 0]`)", rec.site)
 
 
 def decided_array(b: Any, check: tuple, var: str) -> bool:
