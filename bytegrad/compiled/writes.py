@@ -259,10 +259,12 @@ def known_index(b: Any, rec: Any) -> None:
     for k in (key if type(key) is tuple else (key,)):
         if type(k) is _ndarray and b.tape.ids.get(id(k)) is None and id(k) not in b.inputs.untracked \
                 and b._made_var(k) is None:
-            what = "a mask" if k.dtype.kind == "b" else "an index array"
-            raise Ineligible(f"indexes with {what} computed where the capture does not record it (`x[~mask]`, "
-                             "`x[m1 & m2]`: an operation on a comparison's result is not hooked; index with "
-                             "the comparison itself, `x[x <= 0]`)", rec.site)
+            if k.dtype.kind == "b":
+                raise Ineligible("indexes with a mask computed where the capture does not record it (`x[~mask]`, "
+                                 "`x[m1 & m2]`: an operation on a comparison's result is not hooked; index with "
+                                 "the comparison itself, `x[x <= 0]`)", rec.site)
+            raise Ineligible("indexes with an index array computed where the capture does not record it (from "
+                             "an integer argument or a decision's result, as `np.argsort(x)[-2:]`)", rec.site)
 
 
 def decided_array(b: Any, check: tuple, var: str) -> bool:
