@@ -510,3 +510,66 @@ def test_zero_safe_steps_before_a_mask_write(tier):
     fast = bytegrad.differentiate(reciprocal_masked, tier=tier)
     for args in calls:
         assert np.isfinite(fast.grad(*args)).all()  # (the zero-safe step's exact zeros, as the general path's)
+
+
+# ---- programs as users write them ---------------------------------------------------------------------
+
+
+def rnn_states(W, xs):
+    T, n = xs.shape
+    H = np.zeros((T + 1, n))
+    for t in range(T):
+        H[t + 1] = np.tanh(W @ H[t] + xs[t])
+    return np.sum(H[1:] ** 2)
+
+
+def stencil(x):
+    out = np.zeros_like(x)
+    out[1:-1] = x[2:] - 2 * x[1:-1] + x[:-2]
+    out[0] = out[-1] = 0.0
+    return np.sum(out ** 2)
+
+
+def scatter_bins(w, idx):
+    bins = np.zeros(4)
+    np.add.at(bins, idx, w)
+    return np.sum(np.exp(bins))
+
+
+def relu_in_place(x, W):
+    h = W @ x
+    h[h < 0] = 0.0
+    return np.sum(h ** 2)
+
+
+def clip_in_place(x):
+    y = x.copy()
+    big = np.abs(y) > 1.0
+    y[big] = np.sign(y[big])
+    return np.sum(y * x)
+
+
+def running_mean(x):
+    acc = np.empty(len(x))
+    acc[0] = x[0]
+    for i in range(1, len(x)):
+        acc[i] = 0.9 * acc[i - 1] + 0.1 * x[i]
+    return acc[-1] + np.sum(acc)
+
+
+def _user_calls(rng):
+    return [
+        (rnn_states, [(rng.normal(size=(3, 3)) * 0.5, rng.normal(size=(4, 3))) for _ in range(3)]),
+        (stencil, [(rng.normal(size=6),) for _ in range(3)]),
+        (scatter_bins, [(rng.normal(size=5), rng.integers(0, 4, size=5)) for _ in range(3)]),
+        (relu_in_place, [(rng.normal(size=4), rng.normal(size=(5, 4))) for _ in range(4)]),
+        (clip_in_place, [(rng.normal(size=6) * 2,) for _ in range(4)]),
+        (running_mean, [(rng.normal(size=6),) for _ in range(3)]),
+    ]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_programs_as_users_write_them(tier):
+    for fn, calls in _user_calls(np.random.default_rng(29)):
+        s = _agree(fn, calls, tier)
+        assert s["programs"], (fn.__name__, s["not_compiled"])
