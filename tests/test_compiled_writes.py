@@ -301,7 +301,21 @@ def test_static_check_takes_own_locals_only():
         a = np.zeros(3) if flag else buf
         a[0] = x[0]
 
-    for fn in (into_arg, into_arg_view, into_list_item, maybe_arg):
+    def through_asarray(x, buf):
+        a = np.asarray(buf)  # (buf itself)
+        a[0] = x[0]
+
+    def through_reshape(x, buf):
+        a = buf.reshape(-1)
+        a[0] = x[0]
+
+    def copy_of_a_list_item(x, items):
+        rows = items.copy()  # a new list, holding the caller's arrays
+        r = rows[0]
+        r[0] = x[0]
+
+    for fn in (into_arg, into_arg_view, into_list_item, maybe_arg, through_asarray, through_reshape,
+               copy_of_a_list_item):
         assert own(fn) == 0, fn.__name__
     assert own(write_through_views) == 3
     assert own(allocate_then_fill) == 2
