@@ -59,6 +59,7 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
         raise Ineligible("the output does not depend on the arguments")
     wrt_leaves = {leaf.idx for p in wrt for leaf in pytree.leaves(specs[p])}
     b = Builder(tape, src, inputs, wrt_leaves)
+    b.code = code  # (compiled/writes.py reads how the code uses a mask)
     aux_leaves: dict[int, Any] = {}
     if aux is not None:
         if backend != "numpy":

@@ -35,7 +35,7 @@ class CaptureTape(Tape):
     values of the same signature (a Python callee, a value computed from data that Python code then
     uses). The first such reason makes the capture fail; the gradient itself is unaffected."""
 
-    __slots__ = ("refusals", "checks", "callees", "made")
+    __slots__ = ("refusals", "checks", "callees", "made", "decided", "live", "escaped", "writes")
 
     capturing = True
 
@@ -52,6 +52,16 @@ class CaptureTape(Tape):
         #: arrays made from constants (`np.zeros(3)`, dispatch.MAKERS): tape index -> (fn, args,
         #: kwargs); tracked from there, so what the run computes from them is recorded
         self.made: dict[int, tuple[Any, tuple, Optional[dict]]] = {}
+        #: float arrays decisions gave (`np.zeros_like(x)`, `np.empty_like(x)`): tape index -> the decision's
+        #: position in `checks`; tracked from there, so what the run computes from them and writes into
+        #: them is recorded (compiled/writes.py: a program reads them from the decision's variable)
+        self.decided: dict[int, int] = {}
+        #: the arrays decisions gave, by position in `checks` (which holds copies of them)
+        self.live: dict[int, Any] = {}
+        #: ids of those arrays used as an index where nothing was recorded (their values stay checked)
+        self.escaped: set[int] = set()
+        #: write records (runtime/writes.py): tape index -> (array written, its owner, key, value)
+        self.writes: dict[int, tuple[Any, Any, Any, Any]] = {}
 
     def refuse(self, why: str, site: Any) -> None:
         from bytegrad.compiled import nested
@@ -72,8 +82,27 @@ class CaptureTape(Tape):
     def check(self, fn: Any, args: tuple, kwargs: Optional[dict], result: Any, site: Any) -> None:
         """`fn(*args, **kwargs)` gave `result` on tracked values: Python code may decide on it."""
         ids = self.ids
-        self.checks.append((len(self.nodes), fn, Operands(args, tuple(ids.get(id(a)) for a in args)), kwargs,
-                            result, site))
+        operands = Operands(args, tuple(ids.get(id(a)) for a in args))
+        if type(result) is np.ndarray:  # (as it is now: the function may write into it later)
+            self.checks.append((len(self.nodes), fn, operands, kwargs, result.copy(), site))
+            self.live[len(self.checks) - 1] = result
+            if result.dtype.kind in "fc" and id(result) not in self.ids:  # (a mask stays untracked: the
+                # code's own uses of it are not hooked, compiled/writes.py)
+                self.decided[self.leaf(result)] = len(self.checks) - 1
+            return
+        self.checks.append((len(self.nodes), fn, operands, kwargs, result, site))
+
+    def note_index(self, key: Any) -> None:
+        """`key` indexed an array where nothing was recorded: a mask among it has its values checked."""
+        if self.live:
+            live = {id(a) for a in self.live.values()}
+            for k in (key if type(key) is tuple else (key,)):
+                if id(k) in live:
+                    self.escaped.add(id(k))
+
+    def note_write(self, obj: Any, owner: Any, key: Any, value: Any) -> None:
+        """The write record just pushed wrote `value` at `key` of `obj` (whose memory `owner` owns)."""
+        self.writes[len(self.nodes) - 1] = (obj, owner, key, value)
 
 
 class Operands(tuple):

@@ -40,6 +40,7 @@ import numpy as np
 
 from bytegrad.errors import DifferentiationError, SourceLoc, qualname
 from bytegrad.runtime.dispatch import MAKERS
+from bytegrad.compiled.writes import own_writes
 from bytegrad.transform import opcodes
 from bytegrad.transform.opcodes import OpKind
 
@@ -107,8 +108,9 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
     except DifferentiationError as exc:
         return [f"the general path refuses it too: {exc.args[0] if exc.args else exc}"], []
     inner_guards: list[tuple] = []
+    own = own_writes(bc, act.stacks, code)  # writes into arrays and containers it made (compiled/writes.py)
     reasons += _instruction_reasons(bc, act.stacks, frozenset(code.co_cellvars) | local_cells, fn_globals,
-                                    inner_guards)
+                                    inner_guards, own)
     guards = _guards(assumed, fn_globals, reasons) + inner_guards
     _nested(code, fn_globals, reasons, guards)
     guards = _each_once(guards)
@@ -134,10 +136,11 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
 
 
 def _instruction_reasons(bc: Any, stacks: list, own_cells: frozenset[str], fn_globals: dict[str, Any],
-                         guards: list[tuple]) -> list[str]:
+                         guards: list[tuple], own: frozenset[int] | set[int] = frozenset()) -> list[str]:
     """The reason of each instruction a program cannot replay. `own_cells`: the cells of frames of
     the capture run (the function's own, its enclosing function's), written as locals are. `guards`:
-    where those of a comprehension run on constants go."""
+    where those of a comprehension run on constants go. `own`: ids of the writes into arrays and
+    containers the function made itself (compiled/writes.py), replayed."""
     from bytegrad.compiled import nested
 
     reasons = []
@@ -145,7 +148,7 @@ def _instruction_reasons(bc: Any, stacks: list, own_cells: frozenset[str], fn_gl
     instrs = list(bc)
     for k, (ins, stack) in enumerate(zip(instrs, stacks)):
         after = stacks[k + 1] if k + 1 < len(stacks) else None
-        if stack is None or not hasattr(ins, "name"):
+        if stack is None or not hasattr(ins, "name") or id(ins) in own:
             continue
         if ins.name == "KW_NAMES":
             keywords = True

@@ -27,9 +27,10 @@ import numpy as np
 from bytegrad.compiled.parts import Record, python_raises
 from bytegrad.compiled.source import Ineligible
 from bytegrad.errors import qualname
+from bytegrad.runtime.records import IDENTITY
 from bytegrad.runtime.tape import Tape
 
-__all__ = ["IR", "Decision", "ValueType", "dump", "read", "type_of"]
+__all__ = ["IR", "Decision", "ValueType", "dump", "read", "type_of", "version_at"]
 
 _ndarray = np.ndarray
 
@@ -66,11 +67,12 @@ class Decision:
     site: Any
 
 
-def operand_ids(args: tuple, ids: dict[int, int]) -> list[Optional[int]]:
-    """The tape index of each operand of a decision when the capture made it (capture.py `Operands`;
-    an object recorded again later has a later index in `ids` by then)."""
-    at = getattr(args, "at_ids", None)
-    return list(at) if at is not None else [ids.get(id(a)) for a in args]
+def operand_ids(tape: Tape, args: tuple, at: int) -> list[Optional[int]]:
+    """The tape index of each operand of a decision when the capture made it, before record `at`
+    (capture.py `Operands`; an object recorded again later, as `float(a)` gives `a` itself, or an
+    array written in place later, has a later index in `ids` by then)."""
+    at_ids = getattr(args, "at_ids", None)
+    return list(at_ids) if at_ids is not None else [version_at(tape, a, at) for a in args]
 
 
 @dataclass
@@ -98,11 +100,12 @@ def read(tape: Tape, outs: list[int], wrt_leaves: set[int], known: set[int]) -> 
     overwritten in place after it was read)."""
     nodes, values = tape.nodes, tape.values
     made = getattr(tape, "made", {})
+    decided = getattr(tape, "decided", {})  # arrays decisions gave: read from their variables
     ir = IR(outputs=list(outs), differentiated=frozenset(wrt_leaves))
     records: dict[int, Record] = {}
     for i, node in enumerate(nodes):
         if node is None:
-            if i not in known and i not in made:
+            if i not in known and i not in made and i not in decided:
                 raise Ineligible("a value entered the tape without an operation (a nested derivative)")
             if i in known:
                 ir.inputs[i] = type_of(values[i])
@@ -112,17 +115,16 @@ def read(tape: Tape, outs: list[int], wrt_leaves: set[int], known: set[int]) -> 
         for k, items in rec.nested.items():
             read_ += list(zip(items, rec.args[k]))
         for p, a in read_:
-            if p is not None and values[p] is not a:
+            if p is not None and values[p] is not a and not _copy_of(tape, p, a):
                 raise Ineligible(f"an argument of {qualname(rec.fn)} was overwritten in place", rec.site)
         records[i] = rec
     ir.decisions = [Decision(*check) for check in getattr(tape, "checks", ())]
     ir.raising = frozenset(i for i, rec in records.items() if python_raises(rec))
     needed: set[int] = set()
     todo = list(outs) + list(ir.raising)
-    ids = tape.ids
     for d in ir.decisions:  # what each decision reads is computed, needed or not
-        todo += [p for p in operand_ids(d.args, ids) if p is not None]
-        todo += [p for p in map(ids.get, map(id, (d.kwargs or {}).values())) if p is not None]
+        todo += [p for p in operand_ids(tape, d.args, d.at) if p is not None]
+        todo += [p for p in (version_at(tape, a, d.at) for a in (d.kwargs or {}).values()) if p is not None]
     while todo:
         i = todo.pop()
         if i in needed:
@@ -142,6 +144,29 @@ def read(tape: Tape, outs: list[int], wrt_leaves: set[int], known: set[int]) -> 
             depends.add(i)
     ir.depends = depends
     return ir
+
+
+def version_at(tape: Tape, a: Any, at: int) -> Optional[int]:
+    """The tape index of `a`'s value as it was before record `at` (an array written in place later has
+    newer versions, runtime/writes.py), or None when `a` is not tracked then."""
+    i = tape.ids.get(id(a))
+    if i is None or i < at:
+        return i
+    values = tape.values
+    for j in range(min(at, len(values)) - 1, -1, -1):
+        if values[j] is a:
+            return j
+    return None
+
+
+def _copy_of(tape: Tape, p: int, a: Any) -> bool:
+    """Whether `a` is the recorded copy of value p that a write gave the record reading it (copy on
+    write, runtime/tape.py): a program's versions are never overwritten, so it reads p's variable."""
+    j = tape.ids.get(id(a))
+    if j is None:
+        return False
+    node = tape.nodes[j]
+    return node is not None and node[0] is IDENTITY and node[1] == (p,) and tape.values[j] is a
 
 
 def dump(ir: IR) -> str:

@@ -41,6 +41,7 @@ from bytegrad.compiled import numba_fused as program_fused
 from bytegrad.runtime import kernels, vmath
 from bytegrad.runtime.backward import partial_uses, singular_partial
 from bytegrad.compiled.lower_numpy import Builder, Ineligible
+from bytegrad.compiled.writes import data_indexed
 from bytegrad.compiled.numba_kernel import SPLIT, module_constants, parts as kernel_parts
 from bytegrad.compiled.parts import Record, python_raises
 from bytegrad.compiled.source import AST_LOCK, OWNED, SET, Constants, inline_partial, operator_expr
@@ -485,6 +486,9 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
         raise Ineligible("it decides on data (a comparison, a function without a derivative): the Numba back end "
                          "does not check decisions yet")
     records = [i for i in order if i in b.records]
+    if any(b.records[i].kind in ("write", "zerosafe") or data_indexed(b.records[i]) for i in records):
+        raise Ineligible("an in-place write, or an index that is an array or a list: the Numba back end leaves "
+                         "them to the NumPy one (compiled/writes.py)")
     if any(b.records[i].nested for i in records):
         raise Ineligible("a list of differentiated values passed to a function (`np.stack([a, b])`): the Numba "
                          "back end takes arrays and floats")

@@ -49,6 +49,9 @@ from bytegrad.compiled.source import (
     inline_partial, operator_expr, short,
 )
 from bytegrad.compiled.reuse import accumulate, forward_alternatives, lower_partial, made_here
+from bytegrad.compiled.writes import (
+    count_guard, data_indexed, decided_array, forward_write, known_index, reverse_write,
+)
 from bytegrad.runtime.tape import Tape
 
 __all__ = ["DECIDED", "MISS", "Builder", "Ineligible", "Program", "compile_source", "emit"]
@@ -94,6 +97,7 @@ class Builder:
         #: the capture's decisions (CaptureTape.checks): computed again and checked, in tape order
         self.checks: list[tuple] = list(getattr(tape, "checks", ()))
         self.raising: frozenset[int] = frozenset()  # records that may raise as Python does (`read`)
+        self.code: Any = None  # the function's code, where build.py sets it (compiled/writes.py reads it)
 
     # -- forward --
 
@@ -162,7 +166,14 @@ class Builder:
 
     def forward(self, i: int, depends: set[int]) -> None:
         rec = self.records[i]
-        check_shapes(rec)
+        if rec.kind == "write" or rec.kind == "zerosafe":  # an in-place write, replayed as a new version;
+            forward_write(self, rec)  # an elementwise step made zero-safe by a mask (compiled/writes.py)
+            return
+        indexed = data_indexed(rec)  # a mask or an index array: the shape it gives is checked below
+        if indexed:
+            known_index(self, rec)
+        else:
+            check_shapes(rec)
         ops = [self.operand(a, p, rec) if k not in rec.nested else self._items_literal(a, rec.nested[k], rec)
                for k, (a, p) in enumerate(zip(rec.args, rec.parents + (None,) * len(rec.args)))]
         v = self.var[i] = f"v{i}"
@@ -192,6 +203,8 @@ class Builder:
         else:
             as_operator = None if kw else operator_expr(fn, ops)
             self.src.emit(f"{v} = {as_operator or self.src.const(fn, 'f') + '(' + call_args + ')'}", rec.site.lineno)
+        if indexed:
+            count_guard(self, v, rec.out.shape, rec.site.lineno)
 
     def forward_all(self, order: list[int], depends: set[int]) -> int:
         """Every needed record's forward step, each decision checked where the capture made it;
@@ -215,7 +228,7 @@ class Builder:
         _, fn, args, kwargs, result, site = check
         rec = Decision(fn, site)
         ids = self.tape.ids
-        ops = [self.operand(a, p, rec) for a, p in zip(args, _ir.operand_ids(args, ids))]
+        ops = [self.operand(a, p, rec) for a, p in zip(args, _ir.operand_ids(self.tape, args, check[0]))]  # (as it was then)
         kw = ""
         if kwargs:
             for key, x in kwargs.items():
@@ -225,8 +238,9 @@ class Builder:
             kw = f", **{self.src.const(kwargs, 'kw')}"
         var = self.inputs.temp()
         self.src.emit(f"{var} = {self.src.const(fn, 'f')}({', '.join(ops)}{kw})", site.lineno)
-        self.src.guard(DECISION_GUARD, f"_decided({var}, {self.src.const(result, 'k')})",
-                       f"line {site.lineno}: {qualname(fn)} gives {short(result)}")
+        if not decided_array(self, check, var):  # (a mask, an index array: its shape alone)
+            self.src.guard(DECISION_GUARD, f"_decided({var}, {self.src.const(result, 'k')})",
+                           f"line {site.lineno}: {qualname(fn)} gives {short(result)}")
         if type(result) is _ndarray:
             self.inputs.untracked[id(result)] = var
 
@@ -246,6 +260,8 @@ class Builder:
         cond = st == MAYBE
         if rec.kind == "elementwise":
             self._elementwise_step(rec, g, targets, body, pre, cond)
+        elif rec.kind == "write" or rec.kind == "zerosafe":
+            reverse_write(self, rec, g, targets, body, pre, cond)
         else:
             self._rrule_step(rec, g, targets, body, pre, cond)
         if not body:

@@ -25,6 +25,8 @@ from bytegrad.rules._shape import materialize, unbroadcast
 from bytegrad.rules.registry import NO_TANGENT, ZERO
 from bytegrad.runtime import pytree
 from bytegrad.runtime.backward import ELEMENTWISE, RULE, RULE_TRUSTED, UNARY, scalable, singular_partial
+from bytegrad.runtime.records import IDENTITY
+from bytegrad.runtime.writes import WRITE_KINDS
 from bytegrad.compiled.source import (
     AST_LOCK, DECIDED, FLOAT_TYPES, MISS, MISSING, Ineligible, Source, decided,
 )
@@ -34,6 +36,10 @@ __all__ = ["MAX_RECORDS", "Record", "check_shapes", "compile_program", "paused_a
 
 _ndarray = np.ndarray
 _FunctionType = types.FunctionType
+
+
+_WRITE_KINDS = WRITE_KINDS | {IDENTITY}
+_ZERO_SAFE = frozenset({ELEMENTWISE.safe, UNARY.safe})
 
 
 class Record:
@@ -46,9 +52,11 @@ class Record:
         self.idx = idx
         self.out = out
         self.site = node[2]
-        if kind is ELEMENTWISE or kind is UNARY:
-            self.kind = "elementwise"
-            self.parents = (node[1],) if kind is UNARY else node[1]
+        if kind is ELEMENTWISE or kind is UNARY or kind in _ZERO_SAFE:
+            # (a zero-safe twin, made so by a mask recorded later: its reverse step is the general
+            # path's, compiled/writes.py)
+            self.kind = "elementwise" if kind is ELEMENTWISE or kind is UNARY else "zerosafe"
+            self.parents = (node[1],) if kind is UNARY or kind is UNARY.safe else node[1]
             self.rule = node[3]
             self.args = node[4]
             self.fn = node[5]
@@ -63,6 +71,18 @@ class Record:
             self.trusted = kind is RULE_TRUSTED
             if self.rule is None or self.rule.rrule is None:
                 raise Ineligible(f"no reverse rule found again for {qualname(self.fn)}", self.site)
+        elif kind in _WRITE_KINDS:  # an in-place write, a view after one, a copy (compiled/writes.py)
+            self.kind = "write"
+            self.parents = tuple(node[1])
+            self.args = ()  # (what it reads is the previous version: see compiled/writes.py)
+            self.fn = kind
+            self.rule = None
+            self.kwargs = None
+            self.trusted = True
+            self.nested: dict[int, tuple] = {}
+            if not (type(out) is _ndarray and out.dtype.kind == "f"):
+                raise Ineligible(f"a write into an array of {getattr(out, 'dtype', type(out).__name__)}", self.site)
+            return
         else:
             raise Ineligible(f"a {kind.name} record "
                              "(in-place writes, fused kernels and nested derivatives stay on the general path)",
@@ -75,7 +95,7 @@ class Record:
         #: argument position -> the tape indices (or None) of a list or tuple argument's items, for a
         #: rule that takes differentiated values in a list (`np.stack([a, b])`); `parents` holds None
         #: there, so code that reads `parents` sees only values passed as themselves
-        self.nested: dict[int, tuple] = {}
+        self.nested = {}
         for k, p in enumerate(self.parents):
             if p is None or type(p) is int:
                 continue

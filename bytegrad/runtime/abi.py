@@ -315,6 +315,8 @@ def getitem(tape: Optional[Tape], site: Site, obj: Any, key: Any) -> Any:
                 out = CALLBACKS["missing"](tape, site, obj, key)
                 if out is not NotImplemented:
                     return out
+        if tape.capturing:  # an index read where nothing is recorded (compiled/writes.py)
+            tape.note_index(key)
     return obj[key]
 
 

@@ -153,7 +153,8 @@ _DUNDER_BUILTINS = {float: "__float__", complex: "__complex__", abs: "__abs__", 
 #: constants too, so that a capture run records how the array was made (`make` of a capturing tape) and
 #: its program makes it again on every call (bytegrad/compiled/policy.py)
 MAKERS: frozenset[Any] = frozenset({np.zeros, np.ones, np.full, np.eye, np.identity, np.arange, np.linspace, np.tri, np.array,
-                    np.asarray, np.zeros_like, np.ones_like, np.full_like})
+                    np.asarray, np.zeros_like, np.ones_like, np.full_like,
+                    np.empty})  # (np.empty: a buffer the function fills, compiled/writes.py)
 
 
 def _made_from_constants(tape: Tape, fn: Any, args: tuple, kwargs: Optional[dict]) -> bool:

@@ -116,6 +116,12 @@ class Tape:
         """`fn(*args, **kwargs)`, an array made from constants (a capturing tape tracks it)."""
         return fn(*args, **kwargs) if kwargs else fn(*args)
 
+    def note_write(self, obj: Any, owner: Any, key: Any, value: Any) -> None:
+        """The write record just pushed wrote `value` at `key` of `obj` (`owner` owns its memory)."""
+
+    def note_index(self, key: Any) -> None:
+        """`key` indexed an array where nothing was recorded (an array the run does not track)."""
+
     def push(self, node: Any, out: Any) -> Any:
         ids = self.ids
         values = self.values

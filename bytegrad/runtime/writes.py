@@ -264,12 +264,16 @@ def write(tape: Tape, site: Any, obj: np.ndarray, key: Any, value: Any, iv: Any)
             return
         tape.push((SETITEM, (io, iv), site, key, np.shape(value)), obj)
         tape.owners[id(obj)] = obj
+        if tape.capturing:  # (compiled/writes.py replays it)
+            tape.note_write(obj, obj, key, value)
         return
     if obj is not owner:
         j = tape.ids.get(id(obj))
         if j is not None:  # the view's own record is now out of date: re-derived when next read
             tape.stale[j] = site.loc() if site is not None else None
     if io is None and iv is None:  # nothing differentiated on either side: a plain store
+        if tape.capturing:  # (an index used where nothing is recorded: compiled/writes.py)
+            tape.note_index(key)
         obj[key] = value
         return
     pos = _positions(obj, owner, site, "this write goes through a view")
@@ -283,6 +287,8 @@ def write(tape: Tape, site: Any, obj: np.ndarray, key: Any, value: Any, iv: Any)
             last = flat.size - 1 - first_rev
     tape.push((OWNER_WRITE, (io, iv), site, written, np.shape(value), last), owner)
     tape.owners[id(owner)] = owner
+    if tape.capturing:
+        tape.note_write(obj, owner, key, value)
 
 
 def add_at(tape: Tape, site: Any, obj: np.ndarray, indices: Any, value: Any, iv: Any, sign: int) -> None:
@@ -296,3 +302,5 @@ def add_at(tape: Tape, site: Any, obj: np.ndarray, indices: Any, value: Any, iv:
         return
     tape.push((ADD_AT, (io, iv), site, pos[indices], np.shape(value), sign), owner)
     tape.owners[id(owner)] = owner
+    if tape.capturing:
+        tape.note_write(obj, owner, indices, value)
