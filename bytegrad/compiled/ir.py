@@ -101,6 +101,8 @@ def read(tape: Tape, outs: list[int], wrt_leaves: set[int], known: set[int]) -> 
                 ir.inputs[i] = type_of(values[i])
             continue
         rec = Record(i, node, values[i])
+        if rec.kind == "item":  # (the tuple it is an element of)
+            rec.args = (values[rec.parents[0]], rec.args[1])
         read_ = list(zip(rec.parents, rec.args))
         for k, items in rec.nested.items():
             read_ += list(zip(items, rec.args[k]))

@@ -485,6 +485,9 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
         raise Ineligible("it decides on data (a comparison, a function without a derivative): the Numba back end "
                          "does not check decisions yet")
     records = [i for i in order if i in b.records]
+    if any(b.records[i].kind == "item" for i in records):
+        raise Ineligible("a rule that returns a tuple (`np.linalg.slogdet`, `svd`, `eigh`, `qr`): the Numba back end "
+                         "takes rules with one array or float output; the NumPy back end runs it")
     if any(b.records[i].nested for i in records):
         raise Ineligible("a list of differentiated values passed to a function (`np.stack([a, b])`): the Numba "
                          "back end takes arrays and floats")

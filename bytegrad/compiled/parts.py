@@ -24,7 +24,8 @@ from bytegrad.rules import registry
 from bytegrad.rules._shape import materialize, unbroadcast
 from bytegrad.rules.registry import NO_TANGENT, ZERO
 from bytegrad.runtime import pytree
-from bytegrad.runtime.backward import ELEMENTWISE, RULE, RULE_TRUSTED, UNARY, scalable, singular_partial
+from bytegrad.runtime.backward import ELEMENTWISE, RULE, RULE_TRUSTED, TUPLE_ITEM, UNARY, scalable, singular_partial
+from bytegrad.runtime.records import TupleOut
 from bytegrad.compiled.source import (
     AST_LOCK, DECIDED, FLOAT_TYPES, MISS, MISSING, Ineligible, Source, decided,
 )
@@ -63,12 +64,18 @@ class Record:
             self.trusted = kind is RULE_TRUSTED
             if self.rule is None or self.rule.rrule is None:
                 raise Ineligible(f"no reverse rule found again for {qualname(self.fn)}", self.site)
+        elif kind is TUPLE_ITEM:  # element k of a rule's tuple output (compiled/lower_tuples.py)
+            self.kind, self.parents, self.fn, self.rule, self.kwargs = "item", tuple(node[1]), tuple_item, None, None
+            self.args = (None, node[3])  # (the tuple: set by compiled/ir.py's `read`, the position)
+            self.trusted = True
         else:
             raise Ineligible(f"a {kind.name} record "
                              "(in-place writes, fused kernels and nested derivatives stay on the general path)",
                              self.site)
         to = type(out)
-        if not (to in FLOAT_TYPES or (to is _ndarray and out.dtype.kind == "f")):
+        if to is TupleOut and self.kind == "rrule":
+            pass  # its float items are records of their own, checked as any value
+        elif not (to in FLOAT_TYPES or (to is _ndarray and out.dtype.kind == "f")):
             what = f"ndarray of {out.dtype}" if to is _ndarray else to.__name__
             raise Ineligible(f"{qualname(self.fn)} gives a {what} (compiled programs handle real float "
                              "values)", self.site)
@@ -102,6 +109,11 @@ _POWERS = frozenset((operator.pow, operator.ipow))
 #: `math`'s functions raise ValueError or OverflowError where their result would be NaN or infinite
 _MATH = frozenset(v for v in vars(math).values() if callable(v))
 _PY_NUMBERS = (int, float, bool)
+
+
+def tuple_item(t: Any, k: int) -> Any:
+    """Element k of a rule's tuple output (a tuple item record's operation, for its name)."""
+    return t[k]
 
 
 def python_raises(rec: Record) -> Optional[str]:
