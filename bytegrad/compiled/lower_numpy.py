@@ -42,7 +42,7 @@ from bytegrad.errors import qualname
 from bytegrad.rules._apply import shape_of
 from bytegrad.rules._shape import stand_in, unbroadcast_plan
 from bytegrad.runtime.backward import INPLACE_MIN_SIZE, partial_uses
-from bytegrad.compiled import ir as _ir, lower_tuples
+from bytegrad.compiled import ir as _ir, lower_stepped, lower_tuples
 from bytegrad.compiled.parts import Record, check_shapes, compile_program
 from bytegrad.compiled.source import (
     DECIDED, DECISION_GUARD, MAYBE, MISS, SCALAR_CONSTS, SET, UNSET, Decision, Ineligible, Inputs, Program, Source,
@@ -164,6 +164,8 @@ class Builder:
         rec = self.records[i]
         if rec.kind == "item":
             return lower_tuples.forward_item(self, rec)
+        if rec.kind == "stepped":
+            return lower_stepped.forward_stepped(self, rec)
         check_shapes(rec)
         ops = [self.operand(a, p, rec) if k not in rec.nested else self._items_literal(a, rec.nested[k], rec)
                for k, (a, p) in enumerate(zip(rec.args, rec.parents + (None,) * len(rec.args)))]
@@ -240,6 +242,8 @@ class Builder:
         if st == UNSET:
             return
         rec = self.records[i]
+        if rec.kind == "stepped":
+            return lower_stepped.reverse_stepped(self, rec, depends)
         if rec.kind == "item" or lower_tuples.is_tuple_rule(rec):
             return (lower_tuples.reverse_item(self, rec) if rec.kind == "item"
                     else lower_tuples.reverse_tuple(self, rec, depends))

@@ -26,6 +26,7 @@ from bytegrad.rules.registry import NO_TANGENT, ZERO
 from bytegrad.runtime import pytree
 from bytegrad.runtime.backward import ELEMENTWISE, RULE, RULE_TRUSTED, TUPLE_ITEM, UNARY, scalable, singular_partial
 from bytegrad.runtime.records import TupleOut
+from bytegrad.runtime.zerosafe import WHERE
 from bytegrad.compiled.source import (
     AST_LOCK, DECIDED, FLOAT_TYPES, MISS, MISSING, Ineligible, Source, decided,
 )
@@ -40,7 +41,7 @@ _FunctionType = types.FunctionType
 class Record:
     """One tape record, read into the form code generation needs."""
 
-    __slots__ = ("idx", "kind", "parents", "args", "fn", "rule", "kwargs", "site", "out", "trusted", "nested")
+    __slots__ = ("idx", "kind", "parents", "args", "fn", "rule", "kwargs", "site", "out", "trusted", "nested", "step")
 
     def __init__(self, idx: int, node: tuple, out: Any) -> None:
         kind = node[0]
@@ -54,6 +55,12 @@ class Record:
             self.args = node[4]
             self.fn = node[5]
             self.kwargs = None
+        elif kind is WHERE or kind is ELEMENTWISE.safe or kind is UNARY.safe:
+            # `np.where` and the zero-safe twins: reverse steps the program runs as the general path's own
+            self.kind = "stepped"  # (compiled/lower_stepped.py)
+            self.parents = (node[1],) if kind is UNARY.safe else node[1]
+            self.rule, self.args, self.fn, self.kwargs = node[3], node[4], node[5], None
+            self.step = kind  # (the record's kind, whose reverse step the program calls)
         elif kind is RULE or kind is RULE_TRUSTED:
             self.kind = "rrule"
             self.parents = tuple(node[1])
@@ -123,7 +130,7 @@ def python_raises(rec: Record) -> Optional[str]:
     the result would be NaN or infinite, or complex for `**`), or None. A program computes such an
     operation even when no output reads it, and a Numba kernel checks it (compiled/lower_numba.py)."""
     fn = rec.fn
-    if rec.kind != "elementwise":
+    if rec.kind != "elementwise" and rec.kind != "stepped":
         return None
     if fn in _MATH:
         return "result"
