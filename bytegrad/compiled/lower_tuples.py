@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from bytegrad.compiled.parts import Record
+from bytegrad.compiled.parts import Record, flat_items
 from bytegrad.compiled.source import MAYBE, SET, UNSET
 from bytegrad.rules._shape import stand_in
 from bytegrad.runtime.records import TupleOut
@@ -77,7 +77,7 @@ def reverse_tuple(b: Any, rec: Record, depends: set[int]) -> None:
     """The reverse step of a rule with a tuple output: `RULE.backward` of the items' cotangents."""
     i = rec.idx
     targets = [(k, p) for k, p in enumerate(rec.parents) if p is not None and p in depends]
-    targets += [(k, items) for k, items in rec.nested.items() if any(q in depends for q in items)]
+    targets += [(k, items) for k, items in rec.nested.items() if any(q in depends for q in flat_items(items))]
     slots = _items_of(b, i)
     if not targets or not slots:
         return

@@ -31,7 +31,7 @@ from bytegrad.compiled.source import (
     AST_LOCK, DECIDED, FLOAT_TYPES, MISS, MISSING, Ineligible, Source, decided,
 )
 
-__all__ = ["MAX_RECORDS", "Record", "check_shapes", "compile_program", "paused_and_sized", "program_code",
+__all__ = ["MAX_RECORDS", "Record", "flat_items", "item_pairs", "check_shapes", "compile_program", "paused_and_sized", "program_code",
            "program_from_code", "python_raises", "savable_share", "value_only"]
 
 _ndarray = np.ndarray
@@ -93,11 +93,11 @@ class Record:
         for k, p in enumerate(self.parents):
             if p is None or type(p) is int:
                 continue
-            if self.kind != "rrule" or type(p) not in (list, tuple) or type(self.args[k]) not in (list, tuple) \
-                    or len(p) != len(self.args[k]) or not all(q is None or type(q) is int for q in p):
+            items = _item_tree(p, self.args[k]) if self.kind == "rrule" else None
+            if items is None:
                 raise Ineligible(f"a nested structure of differentiated values passed to {qualname(self.fn)}",
                                  self.site)
-            self.nested[k] = tuple(p)
+            self.nested[k] = items
         if self.nested:
             self.parents = tuple(None if k in self.nested else p for k, p in enumerate(self.parents))
 
@@ -105,8 +105,40 @@ class Record:
         """The tape indices this record reads: its parents and the items of its list arguments."""
         found = [p for p in self.parents if p is not None]
         for items in self.nested.values():
-            found += [q for q in items if q is not None]
+            found += [q for q in flat_items(items) if q is not None]
         return found
+
+
+def _item_tree(p: Any, a: Any) -> Optional[tuple]:
+    """The tape indices of a list or tuple argument `a`'s items (`p`, from the record), as nested
+    tuples of ints and None that follow `a`'s nesting (`np.array([[a, b], [b, 1.0]])`); None
+    where `p` does not follow `a`."""
+    if type(p) not in (list, tuple) or type(a) not in (list, tuple) or len(p) != len(a):
+        return None
+    out: list[Any] = []
+    for q, x in zip(p, a):
+        if q is not None and type(q) is not int:
+            q = _item_tree(q, x)
+            if q is None:
+                return None
+        out.append(q)
+    return tuple(out)
+
+
+def flat_items(items: tuple) -> list[Any]:
+    """A list argument's tape indices (`Record.nested`), its nested lists flattened."""
+    found: list[Any] = []
+    for q in items:
+        found += flat_items(q) if type(q) is tuple else [q]
+    return found
+
+
+def item_pairs(items: tuple, a: Any) -> list[tuple[Any, Any]]:
+    """(tape index, value) of each item of a list argument `a`, its nested lists flattened."""
+    found: list[tuple[Any, Any]] = []
+    for q, x in zip(items, a):
+        found += item_pairs(q, x) if type(q) is tuple else [(q, x)]
+    return found
 
 
 #: Python's operators that raise ZeroDivisionError on a zero divisor of Python numbers
