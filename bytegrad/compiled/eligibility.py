@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Optional, cast
 
 import numpy as np
 
+from bytegrad.compiled import constructs
 from bytegrad.errors import DifferentiationError, SourceLoc, qualname
 from bytegrad.runtime.dispatch import MAKERS
 from bytegrad.transform import opcodes
@@ -190,12 +191,14 @@ def _instruction_reason(ins: Any, stack: tuple) -> str | None:
             return f"reads the attribute .{name} of an object that is not an argument"
     elif kind is OpKind.CALL or kind is OpKind.CALL_KW:
         return _call_reason(ins, stack, kind)
+    elif kind is OpKind.CONTAINER_ADD:
+        return constructs.container_reason(ins, stack)
     elif kind is OpKind.CALL_EX:
         if not any(s.active for s in stack[len(stack) - opcodes.call_ex_pops(ins):]):
             return "calls a function with unpacked constant arguments"
     elif kind is OpKind.OTHER or kind is OpKind.INTRINSIC_1:
         if not opcodes.is_plain_builder(ins):
-            return f"uses {ins.name}"
+            return constructs.other_reason(ins, stack)  # (try/except, match, sets, strings)
     return None
 
 
@@ -215,7 +218,8 @@ def _call_reason(ins: Any, stack: tuple, kind: OpKind) -> str | None:
     # without `out` (a positional one, or any keyword) it writes nothing
     try:
         pure = known in _PURE or known in MAKERS or (  # (a made array: the capture records how, runtime/dispatch.py)
-            kind is OpKind.CALL and (nargs == known.nin if isinstance(known, np.ufunc) else known in _NUMPY_PURE))
+            kind is OpKind.CALL and (nargs == known.nin if isinstance(known, np.ufunc) else known in _NUMPY_PURE)) \
+            or constructs.pure_call(known)
     except TypeError:
         pure = False
     if not pure:

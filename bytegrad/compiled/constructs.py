@@ -1,0 +1,166 @@
+"""Python constructs a compiled program takes beyond straight-line code: `try`/`except`, `match`
+on guarded structure, sets, strings and exception objects built from constants.
+
+The static check (compiled/eligibility.py) asks `other_reason` about the opcodes it does not
+classify itself and `pure_call` about a callable called on constants; the capture run
+(compiled/capture.py) runs the function under `RaiseWatch`.
+
+`try`/`except`. A program replays the path the capture run took. The handler's opcodes
+(PUSH_EXC_INFO, CHECK_EXC_MATCH, POP_EXCEPT, RERAISE...) run only when an exception arrives, so
+the check lets them through, and the capture decides whether the path it saw can be replayed:
+
+- no exception was raised on the captured path: on a later call the program runs the same
+  operations. Where the general path would raise there (an operation that raises on these values,
+  as `np.linalg.cholesky` of a matrix that is not positive definite, or Python's float division by
+  zero), the program raises too, and the caller (compiled/policy.py `Tiers.call`) sends any
+  exception a program raises to the general path, which runs the function, handler included. A
+  `raise` statement is reached only through decisions the program checks (`if y.sum() > 100:`),
+  so a call that would reach it leaves the program as DECIDED first;
+- an exception raised by a `raise` statement of the user's code (its frame's instruction is
+  RAISE_VARARGS) was reached the same way: the handler's operations are recorded, and the program
+  replays them only where every decision that led to the `raise` comes out as captured;
+- an exception raised by an operation (a call, an index, an operator: `x[len(x)]`, `cholesky`) and
+  handled: refused, since whether it raises again depends on values the program does not decide
+  on (`RaiseWatch`).
+
+`match`: MATCH_MAPPING, MATCH_SEQUENCE, MATCH_KEYS and GET_LEN read a subject's type, length and
+keys, which the guards fix for arguments (container types, lengths, key order) and which are fixed
+for constants; comparisons with literal patterns are hooked as any comparison. MATCH_CLASS reads
+attributes of objects: refused.
+"""
+from __future__ import annotations
+
+import builtins
+import dis
+import os
+import sys
+from typing import Any, Optional
+
+import bytegrad
+
+__all__ = ["RaiseWatch", "container_reason", "other_reason", "pure_call"]
+
+#: the handler side of `try`/`except` (and of `with`): they run only when an exception arrives
+_HANDLER_OPS = frozenset({"PUSH_EXC_INFO", "POP_EXCEPT", "CHECK_EXC_MATCH", "RERAISE", "DELETE_FAST"})
+#: `match` on a subject's type, length and keys (fixed by the guards)
+_MATCH_OPS = frozenset({"MATCH_MAPPING", "MATCH_SEQUENCE", "MATCH_KEYS", "GET_LEN"})
+#: builders that are pure on constants, and on values computed from the arguments are not (a set's size and
+#: order depend on its items' values; a string's text on a number's digits)
+_CONSTANT_BUILDERS = {
+    "BUILD_SET": "builds a set of values computed from the arguments (its size and order depend on their values)",
+    "FORMAT_VALUE": "formats a value computed from the arguments into a string (its text depends on the value)",
+    "FORMAT_SIMPLE": "formats a value computed from the arguments into a string (its text depends on the value)",
+    "FORMAT_WITH_SPEC": "formats a value computed from the arguments into a string (its text depends on the value)",
+    "CONVERT_VALUE": "formats a value computed from the arguments into a string (its text depends on the value)",
+    "BUILD_STRING": "builds a string from values computed from the arguments",
+}
+
+
+def other_reason(ins: Any, stack: tuple) -> Optional[str]:
+    """Why an opcode the check does not classify keeps the function off the compiled tier (None: it
+    does not): see the module's docstring."""
+    name = ins.name
+    if name in _HANDLER_OPS or name in _MATCH_OPS:
+        return None
+    why = _CONSTANT_BUILDERS.get(name)
+    if why is not None:
+        n = _popped(ins)
+        return why if n is None or any(s.active for s in stack[len(stack) - n:]) else None
+    return f"uses {name}"
+
+
+def container_reason(ins: Any, stack: tuple) -> Optional[str]:
+    """A value added to a set (`{*x}`, `{a, b}` built item by item): refused when it is computed from
+    the arguments (whether two items are one, and the order, depend on their values)."""
+    if ins.name in ("SET_ADD", "SET_UPDATE") and stack and stack[-1].active:
+        return _CONSTANT_BUILDERS["BUILD_SET"]
+    return None
+
+
+def _popped(ins: Any) -> Optional[int]:
+    try:
+        return int(ins.pre_and_post_stack_effect(False)[0] * -1)
+    except Exception:  # noqa: BLE001 - an instruction whose effect `bytecode` does not know: refused
+        return None
+
+
+#: builtin exception classes: making one from constants reads and writes nothing else
+_EXCEPTIONS = frozenset(v for v in vars(builtins).values() if isinstance(v, type) and issubclass(v, BaseException))
+
+
+def pure_call(known: Any) -> bool:
+    """Whether calling `known` on constants is pure beyond compiled/eligibility.py's own lists."""
+    try:
+        return known in _EXCEPTIONS
+    except TypeError:
+        return False
+
+
+_OWN_DIR = os.path.dirname(os.path.abspath(bytegrad.__file__)) + os.sep
+
+
+class RaiseWatch:
+    """Watches a capture run for exceptions seen by frames that can handle them: `handled(codes)`
+    says which one reached the user's code (`codes`: the differentiated function's and its
+    callees') having been raised by an operation rather than by a `raise` statement of that code,
+    or None. Only frames whose code has an exception table are traced, without line events. Where
+    a tracer is set already (a debugger, coverage) the watch does not replace it: `blind(code)`
+    then tells the capture to refuse code with handlers."""
+
+    def __init__(self) -> None:
+        #: id of each exception seen -> (the exception, held so that its id is not reused; each
+        #: (code, opcode name) it was seen at, first first)
+        self._seen: dict[int, tuple[BaseException, list[tuple[tuple, str, int]]]] = {}
+        self._old: Any = None
+
+    def __enter__(self) -> "RaiseWatch":
+        self._old = sys.gettrace()
+        if self._old is None:
+            sys.settrace(self._global)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._old is None:
+            sys.settrace(None)
+
+    def blind(self, code: Any) -> bool:
+        """Whether `code` has handlers that this watch could not see (a tracer was set already)."""
+        return self._old is not None and _has_handlers(code)
+
+    def handled(self, codes: list[Any]) -> Optional[str]:
+        keys = {_key(c) for c in codes}
+        for exc, sightings in self._seen.values():
+            user = [(k, op, line) for k, op, line in sightings if k in keys]
+            if not user:
+                continue  # raised and handled inside a library: not the user's code's business
+            k, op, line = sightings[0]
+            if k not in keys or op != "RAISE_VARARGS":
+                k, op, line = user[0]
+                return (f"{type(exc).__name__} raised by an operation at line {line} of {k[2]} reached code that "
+                        "handles exceptions (whether it raises on another call depends on values that no decision "
+                        "checks)")
+        return None
+
+    def _global(self, frame: Any, event: str, arg: Any) -> Any:
+        code = frame.f_code
+        if not _has_handlers(code) or code.co_filename.startswith(_OWN_DIR):
+            return None
+        frame.f_trace_lines = False
+        return self._local
+
+    def _local(self, frame: Any, event: str, arg: Any) -> Any:
+        if event == "exception":
+            exc = arg[1]
+            code = frame.f_code
+            op = dis.opname[code.co_code[frame.f_lasti]] if 0 <= frame.f_lasti < len(code.co_code) else "?"
+            self._seen.setdefault(id(exc), (exc, []))[1].append((_key(code), op, frame.f_lineno))
+        return self._local
+
+
+def _key(code: Any) -> tuple:
+    """A code object as its rewritten copy shares it: file, first line, name."""
+    return (code.co_filename, code.co_firstlineno, code.co_name)
+
+
+def _has_handlers(code: Any) -> bool:
+    return bool(getattr(code, "co_exceptiontable", b""))
