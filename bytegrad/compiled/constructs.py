@@ -34,11 +34,12 @@ import builtins
 import dis
 import os
 import sys
+import types
 from typing import Any, Optional
 
-import bytegrad
+import numpy as np
 
-__all__ = ["RaiseWatch", "container_reason", "other_reason", "pure_call"]
+__all__ = ["RaiseWatch", "container_reason", "is_table", "other_reason", "pure_call"]
 
 #: the handler side of `try`/`except` (and of `with`): they run only when an exception arrives
 _HANDLER_OPS = frozenset({"PUSH_EXC_INFO", "POP_EXCEPT", "CHECK_EXC_MATCH", "RERAISE", "DELETE_FAST"})
@@ -96,7 +97,21 @@ def pure_call(known: Any) -> bool:
         return False
 
 
-_OWN_DIR = os.path.dirname(os.path.abspath(bytegrad.__file__)) + os.sep
+#: what a table's entries may be: things a guard fixes by identity (their calls are recorded or guarded
+#: where they happen: a rule by its function, a Python callee by its code)
+_ENTRIES = (types.FunctionType, types.BuiltinFunctionType, np.ufunc)
+
+
+def is_table(value: Any) -> bool:
+    """A module-level table of functions (`ACT = {"tanh": np.tanh, "relu": relu}`, read as
+    `ACT[name](x)`): a dict of up to 64 functions keyed by strings or ints. A program guards its
+    entries (compiled/source.py `static_guards`: keys in order, each value by identity), so an
+    entry replaced between calls is seen."""
+    return type(value) is dict and 0 < len(value) <= 64 and all(
+        type(k) in (str, int) and isinstance(v, _ENTRIES) for k, v in value.items())
+
+
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # (bytegrad's own code)
 
 
 class RaiseWatch:

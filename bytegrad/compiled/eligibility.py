@@ -249,7 +249,8 @@ def _guards(assumed: Any, fn_globals: dict[str, Any], reasons: list[str]) -> lis
 
 
 def _guardable(value: Any, what: str, reasons: list[str]) -> bool:
-    if isinstance(value, _GUARDED_BY_IDENTITY) or type(value) in _GUARDED_BY_VALUE or callable(value):
+    if isinstance(value, _GUARDED_BY_IDENTITY) or type(value) in _GUARDED_BY_VALUE or callable(value) \
+            or constructs.is_table(value):  # (a dict of functions: guarded entry by entry)
         return True
     if type(value) is np.ndarray and value.dtype.kind in "biuf":
         return True  # (read at call time: an input of the program, its type, shape and dtype guarded)
