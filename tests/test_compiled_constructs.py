@@ -452,3 +452,36 @@ def test_an_activation_table_entry_replaced_between_calls_is_seen(tier):
         ACT["tanh"] = np.tanh
     stats = fn.stats()["compiled"]
     assert ran_programs(stats) >= 4 and len(stats["programs"]) >= 3, stats
+
+
+# ---- random draws ----------------------------------------------------------------------------------
+
+
+def local_generator(x):
+    rng = np.random.default_rng()
+    return np.sum(x * rng.random())
+
+
+def seeded_noise(x):
+    rng = np.random.default_rng(1234)
+    noise = rng.normal(size=x.shape)
+    return np.sum(np.tanh(x + 0.1 * noise))
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_generator_made_inside_draws_anew_each_call(tier):
+    """A program would replay the capture's draw: an unseeded generator made inside the function
+    must give a new value each call, as on the general path."""
+    fn = bytegrad.differentiate(local_generator, tier=tier)
+    values = {float(fn.value_and_grad(np.ones(3))[0]) for _ in range(5)}
+    assert len(values) == 5
+    stats = fn.stats()["compiled"]
+    assert ran_programs(stats) == 0
+    assert any("random" in why for why in stats["not_compiled"].values()), stats
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_seeded_draws_stay_on_the_general_path_with_a_reason(tier):
+    stats = compare(seeded_noise, _rng_calls(lambda r: (r.normal(size=4),)), tier)
+    assert ran_programs(stats) == 0
+    assert any("random generator or draw" in why for why in stats["not_compiled"].values()), stats

@@ -33,13 +33,14 @@ from __future__ import annotations
 import builtins
 import dis
 import os
+import random
 import sys
 import types
 from typing import Any, Optional
 
 import numpy as np
 
-__all__ = ["RaiseWatch", "container_reason", "is_table", "other_reason", "pure_call"]
+__all__ = ["RaiseWatch", "container_reason", "is_table", "other_reason", "pure_call", "random_reason"]
 
 #: the handler side of `try`/`except` (and of `with`): they run only when an exception arrives
 _HANDLER_OPS = frozenset({"PUSH_EXC_INFO", "POP_EXCEPT", "CHECK_EXC_MATCH", "RERAISE", "DELETE_FAST"})
@@ -109,6 +110,25 @@ def is_table(value: Any) -> bool:
     entry replaced between calls is seen."""
     return type(value) is dict and 0 < len(value) <= 64 and all(
         type(k) in (str, int) and isinstance(v, _ENTRIES) for k, v in value.items())
+
+
+_RANDOM_TYPES = (np.random.Generator, np.random.RandomState, np.random.BitGenerator, np.random.SeedSequence,
+                 random.Random)
+
+
+def random_reason(value: Any, what: str) -> Optional[str]:
+    """Why reading `value` (a global or a module attribute the code reads) keeps the function off the
+    tier: a random generator, or a function of `numpy.random` or `random` (a draw, seeded or not, is
+    a value the program would replay from the capture, and the analysis cannot see a generator made
+    inside the function: `np.random.default_rng()` then `rng.random()`). None for anything else."""
+    module = getattr(value, "__module__", None) or ""
+    owner = getattr(value, "__self__", None)
+    if isinstance(value, _RANDOM_TYPES) or isinstance(owner, _RANDOM_TYPES) or module == "random" \
+            or module == "numpy.random" or module.startswith("numpy.random.") or value is random \
+            or (isinstance(value, types.ModuleType) and value.__name__.startswith("numpy.random")):
+        return (f"reads {what}, a random generator or draw (a program would replay the capture's draws; "
+                "random draws stay on the general path)")
+    return None
 
 
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # (bytegrad's own code)

@@ -249,6 +249,10 @@ def _guards(assumed: Any, fn_globals: dict[str, Any], reasons: list[str]) -> lis
 
 
 def _guardable(value: Any, what: str, reasons: list[str]) -> bool:
+    drawn = constructs.random_reason(value, what)
+    if drawn is not None:
+        reasons.append(drawn)
+        return False
     if isinstance(value, _GUARDED_BY_IDENTITY) or type(value) in _GUARDED_BY_VALUE or callable(value) \
             or constructs.is_table(value):  # (a dict of functions: guarded entry by entry)
         return True
