@@ -80,10 +80,13 @@ def container_reason(ins: Any, stack: tuple) -> Optional[str]:
 
 
 def _popped(ins: Any) -> Optional[int]:
-    try:
-        return int(ins.pre_and_post_stack_effect(False)[0] * -1)
-    except Exception:  # noqa: BLE001 - an instruction whose effect `bytecode` does not know: refused
-        return None
+    """How many values a builder pops (written out: `bytecode`'s stack effects are net ones)."""
+    name = ins.name
+    if name in ("BUILD_SET", "BUILD_STRING"):
+        return int(ins.arg)
+    if name == "FORMAT_VALUE":  # (3.11, 3.12: a format spec on the stack when bit 0x04 is set)
+        return 2 if int(ins.arg or 0) & 0x04 else 1
+    return {"FORMAT_SIMPLE": 1, "FORMAT_WITH_SPEC": 2, "CONVERT_VALUE": 1}.get(name)
 
 
 #: builtin exception classes: making one from constants reads and writes nothing else
