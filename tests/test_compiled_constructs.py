@@ -5,6 +5,8 @@ tuple, `np.where` and zero-safe records, `//` of a differentiated value, nested 
 Each is compared call by call with the general path under the numpy and numba tiers (values, and
 gradients to 1e-12, with new values each call), and each guard or decision has an adversarial
 program that gives a wrong result without it.
+
+PYTEST_DONT_REWRITE: the programs' own `assert` statements must stay as Python compiles them.
 """
 from __future__ import annotations
 
@@ -485,3 +487,21 @@ def test_seeded_draws_stay_on_the_general_path_with_a_reason(tier):
     stats = compare(seeded_noise, _rng_calls(lambda r: (r.normal(size=4),)), tier)
     assert ran_programs(stats) == 0
     assert any("random generator or draw" in why for why in stats["not_compiled"].values()), stats
+
+
+# ---- asserts ---------------------------------------------------------------------------------------
+
+
+def asserted(x):
+    assert np.all(x > -5.0), "x must be above -5"
+    assert x.dtype.kind == "f" and x.ndim == 1
+    assert x.sum() < 100.0
+    return np.sum(np.sin(x) * x)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_an_assert_that_fails_on_a_later_call_raises_as_on_the_general_path(tier):
+    calls = [(np.array([1.0, 2.0]),), (np.array([0.5, 3.0]),), (np.array([-6.0, 1.0]),), (np.array([1.0, 2.5]),),
+             (np.array([60.0, 50.0]),), (np.array([0.25, 0.75]),)]
+    stats = compare(asserted, calls, tier)
+    assert not stats["not_compiled"] and ran_programs(stats) >= 3, stats

@@ -40,7 +40,10 @@ from typing import Any, Optional
 
 import numpy as np
 
-__all__ = ["RaiseWatch", "container_reason", "is_table", "other_reason", "pure_call", "random_reason"]
+from bytegrad.transform import opcodes
+
+__all__ = ["RaiseWatch", "allowed_sites", "container_reason", "is_table", "other_reason", "pure_call",
+           "random_reason"]
 
 #: the handler side of `try`/`except` (and of `with`): they run only when an exception arrives
 _HANDLER_OPS = frozenset({"PUSH_EXC_INFO", "POP_EXCEPT", "CHECK_EXC_MATCH", "RERAISE", "DELETE_FAST"})
@@ -87,6 +90,31 @@ def _popped(ins: Any) -> Optional[int]:
     if name == "FORMAT_VALUE":  # (3.11, 3.12: a format spec on the stack when bit 0x04 is set)
         return 2 if int(ins.arg or 0) & 0x04 else 1
     return {"FORMAT_SIMPLE": 1, "FORMAT_WITH_SPEC": 2, "CONVERT_VALUE": 1}.get(name)
+
+
+#: a dtype's attributes: fixed where the dtype is (a value's dtype is guarded or recorded)
+_DTYPE_ATTRS = frozenset({"kind", "char", "itemsize", "name", "type", "str", "num", "byteorder", "isnative"})
+
+
+def allowed_sites(instrs: Any) -> set[int]:
+    """Instructions (by id) that the check would refuse by their stack alone and that are fixed by
+    where they stand: the call that makes an `assert`'s AssertionError from its message (its callable,
+    LOAD_ASSERTION_ERROR's, is not known statically), and an attribute of a dtype read where the
+    dtype was (`x.dtype.kind`)."""
+    real = [ins for ins in instrs if hasattr(ins, "name")]
+    found: set[int] = set()
+    for k, ins in enumerate(real):
+        if ins.name == "LOAD_ASSERTION_ERROR":
+            for j in range(k + 1, min(k + 6, len(real) - 1)):
+                if real[j].name == "CALL" and real[j + 1].name == "RAISE_VARARGS":
+                    found.add(id(real[j]))
+                    break
+                if real[j].name == "RAISE_VARARGS":
+                    break
+        elif ins.name == "LOAD_ATTR" and k and real[k - 1].name == "LOAD_ATTR" \
+                and opcodes.attr_parts(real[k - 1])[0] == "dtype" and opcodes.attr_parts(ins)[0] in _DTYPE_ATTRS:
+            found.add(id(ins))
+    return found
 
 
 #: builtin exception classes: making one from constants reads and writes nothing else
