@@ -505,3 +505,72 @@ def test_an_assert_that_fails_on_a_later_call_raises_as_on_the_general_path(tier
              (np.array([60.0, 50.0]),), (np.array([0.25, 0.75]),)]
     stats = compare(asserted, calls, tier)
     assert not stats["not_compiled"] and ran_programs(stats) >= 3, stats
+
+
+# ---- with np.errstate(...) -------------------------------------------------------------------------
+
+
+def errstate_ignore(x):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = np.log(x) / x
+    return np.sum(y)
+
+
+def errstate_raise(x):
+    with np.errstate(divide="raise"):
+        y = np.log(x)
+    return np.sum(y * x)
+
+
+def errstate_nested(x):
+    with np.errstate(all="ignore"):
+        a = np.log(x)
+        with np.errstate(divide="raise"):
+            b = 1.0 / x
+        c = np.sqrt(x)
+    return np.sum(a + b + c)
+
+
+def _log_of(x):
+    return np.log(x)
+
+
+def errstate_around_a_callee(x):
+    with np.errstate(divide="raise"):
+        y = _log_of(x)
+    return np.sum(y * x)
+
+
+def errstate_with_return(x):
+    with np.errstate(divide="raise"):
+        return np.sum(np.log(x) * x)
+
+
+def errstate_early_return(x):
+    with np.errstate(divide="raise"):
+        if x.shape[0] > 5:
+            return np.sum(x)
+        y = np.log(x)
+    return np.sum(y * x)
+
+
+_WITH_A_ZERO = [(np.array([1.0, 2.0]),), (np.array([0.5, 3.0]),), (np.array([0.0, 1.0]),), (np.array([2.0, 0.5]),)]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("f", [errstate_ignore, errstate_raise, errstate_nested, errstate_with_return])
+def test_errstate_blocks_report_as_on_the_general_path(f, tier):
+    """The third call divides by zero: ignored, or FloatingPointError, as the block says (a program
+    whose steps ran outside the block would return a value where the general path raises)."""
+    with np.errstate(all="ignore"):  # (the reverse pass runs outside the block on both paths)
+        stats = compare(f, _WITH_A_ZERO, tier)
+    assert not stats["not_compiled"] and ran_programs(stats) >= 2, stats
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("f", [errstate_around_a_callee, errstate_early_return])
+def test_errstate_blocks_a_program_cannot_mark_stay_on_the_general_path(f, tier):
+    with np.errstate(all="ignore"):
+        stats = compare(f, _WITH_A_ZERO, tier)
+    assert ran_programs(stats) == 0
+    assert stats["not_compiled"], stats

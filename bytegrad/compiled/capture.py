@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 from bytegrad import transform
-from bytegrad.compiled import policy
+from bytegrad.compiled import errstate, policy
 from bytegrad.compiled.constructs import RaiseWatch
 from bytegrad.runtime import pytree
 from bytegrad.runtime.tape import Tape, sweep
@@ -236,6 +236,9 @@ def capture_run(d: Any, args: tuple, positions: tuple[int, ...]) -> Union[str, t
                                    for f in [d._target, *(c[0] for c in tape.callees)] if watch.blind(f.__code__)), None)
     if handled is not None:
         tape.refuse(handled, None)
+    inside = errstate.refused_callees(d._code, d._target.__globals__, tape.callees)
+    if inside is not None:
+        tape.refuse(inside, None)
     aux = None
     if d._has_aux:
         out, aux = d._split_aux(out)

@@ -42,7 +42,7 @@ import numpy as np
 
 from bytegrad.transform import opcodes
 
-__all__ = ["RaiseWatch", "allowed_sites", "container_reason", "is_table", "other_reason", "pure_call",
+__all__ = ["RaiseWatch", "allowed_sites", "errstate_sites", "container_reason", "is_table", "other_reason", "pure_call",
            "random_reason"]
 
 #: the handler side of `try`/`except` (and of `with`): they run only when an exception arrives
@@ -113,6 +113,27 @@ def allowed_sites(instrs: Any) -> set[int]:
                     break
         elif ins.name == "LOAD_ATTR" and k and real[k - 1].name == "LOAD_ATTR" \
                 and opcodes.attr_parts(real[k - 1])[0] == "dtype" and opcodes.attr_parts(ins)[0] in _DTYPE_ATTRS:
+            found.add(id(ins))
+    return found
+
+
+def errstate_sites(code: Any, fn_globals: dict, instrs: Any) -> set[int]:
+    """The instructions (by id) of the `with np.errstate(...)` blocks of `code` (compiled/errstate.py):
+    the errstate call, BEFORE_WITH, the `__exit__` calls and WITH_EXCEPT_START; none unless every
+    `with` of the code is such a block."""
+    from bytegrad.compiled import errstate
+
+    if not errstate.blocks(code, fn_globals):
+        return set()
+    real = [ins for ins in instrs if hasattr(ins, "name") and ins.name != "PRECALL"]
+    found: set[int] = set()
+    for k, ins in enumerate(real):
+        if ins.name in ("BEFORE_WITH", "WITH_EXCEPT_START"):
+            found.add(id(ins))
+            if ins.name == "BEFORE_WITH" and k and real[k - 1].name in ("CALL", "CALL_KW"):
+                found.add(id(real[k - 1]))
+        elif ins.name == "CALL" and k >= 3 and all(real[j].name == "LOAD_CONST" and real[j].arg is None
+                                                   for j in range(k - 3, k)):
             found.add(id(ins))
     return found
 

@@ -98,6 +98,7 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
     except DifferentiationError as exc:
         return [f"the general path refuses it too: {exc.args[0] if exc.args else exc}"], []
     allowed = constructs.allowed_sites(bc)  # (an assert's AssertionError, `x.dtype.kind`)
+    allowed |= constructs.errstate_sites(code, fn_globals, bc)  # (`with np.errstate(...)`)
     for ins, stack in zip(bc, act.stacks):
         if stack is None or not hasattr(ins, "name") or id(ins) in allowed:
             continue
