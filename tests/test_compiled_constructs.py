@@ -574,3 +574,28 @@ def test_errstate_blocks_a_program_cannot_mark_stay_on_the_general_path(f, tier)
         stats = compare(f, _WITH_A_ZERO, tier)
     assert ran_programs(stats) == 0
     assert stats["not_compiled"], stats
+
+
+# ---- pullback programs -----------------------------------------------------------------------------
+
+
+def svd_where_floor(A):
+    U, s, Vt = np.linalg.svd(A, full_matrices=False)
+    return np.where(s > 1.0, s ** 2, np.sin(s)) + (A // 1.0).sum() + np.sum(U @ np.diag(s) @ Vt, axis=0)
+
+
+def test_pullback_programs_take_tuple_rules_where_and_floordiv():
+    results = {}
+    for tier in ("numpy", "general"):
+        rng = np.random.default_rng(5)
+        f = bytegrad.differentiate(svd_where_floor, tier=tier)
+        outs = []
+        for k in range(6):
+            A = rng.normal(size=(3, 3)) * (3.0 if k == 3 else 1.0)
+            out, back = f.pullback(A)
+            outs.append((out, back(rng.normal(size=3))[0]))
+        results[tier] = (outs, f.stats().get("compiled_pullback"))
+    for (a, ga), (b, gb) in zip(results["numpy"][0], results["general"][0]):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(ga, gb, rtol=1e-12, atol=1e-12)
+    assert ran_programs(results["numpy"][1]) >= 3, results["numpy"][1]
