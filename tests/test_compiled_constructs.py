@@ -599,3 +599,22 @@ def test_pullback_programs_take_tuple_rules_where_and_floordiv():
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(ga, gb, rtol=1e-12, atol=1e-12)
     assert ran_programs(results["numpy"][1]) >= 3, results["numpy"][1]
+
+
+def _safe_log(v):
+    try:
+        return np.log(v)
+    except FloatingPointError:
+        return v
+
+
+def calls_a_callee_with_handlers(x):
+    return np.sum(_safe_log(x) * x)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_callee_with_handlers_under_a_caller_without_is_refused(tier):
+    """The watch runs only where the differentiated function has handlers of its own."""
+    stats = compare(calls_a_callee_with_handlers, _rng_calls(lambda r: (r.uniform(0.5, 2.0, size=3),)), tier)
+    assert ran_programs(stats) == 0
+    assert any("could not watch" in why for why in stats["not_compiled"].values()), stats

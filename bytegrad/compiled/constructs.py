@@ -191,28 +191,34 @@ class RaiseWatch:
     says which one reached the user's code (`codes`: the differentiated function's and its
     callees') having been raised by an operation rather than by a `raise` statement of that code,
     or None. Only frames whose code has an exception table are traced, without line events. Where
-    a tracer is set already (a debugger, coverage) the watch does not replace it: `blind(code)`
-    then tells the capture to refuse code with handlers."""
+    a tracer is set already (a debugger, coverage) the watch does not replace it: `unseen` then
+    tells the capture to refuse code with handlers."""
 
-    def __init__(self) -> None:
+    def __init__(self, on: bool = True) -> None:
         #: id of each exception seen -> (the exception, held so that its id is not reused; each
-        #: (code, opcode name) it was seen at, first first)
+        #: (code, opcode name, line) it was seen at, first first)
         self._seen: dict[int, tuple[BaseException, list[tuple[tuple, str, int]]]] = {}
+        self._on = on  # (off for a function without handlers: its run pays nothing)
         self._old: Any = None
 
     def __enter__(self) -> "RaiseWatch":
         self._old = sys.gettrace()
-        if self._old is None:
+        if self._on and self._old is None:
             sys.settrace(self._global)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self._old is None:
+        if self._on and self._old is None:
             sys.settrace(None)
 
-    def blind(self, code: Any) -> bool:
-        """Whether `code` has handlers that this watch could not see (a tracer was set already)."""
-        return self._old is not None and _has_handlers(code)
+    def unseen(self, functions: list[Any]) -> Optional[str]:
+        """Why a function run with handlers cannot be trusted: the watch was off (the differentiated
+        function has none, a callee has) or a tracer was set already (a debugger, coverage)."""
+        for f in functions:
+            if _has_handlers(f.__code__) and (not self._on or self._old is not None):
+                why = "a tracer (a debugger, coverage) is set" if self._on else "its caller has none"
+                return f"{f.__qualname__} handles exceptions and the capture could not watch them ({why})"
+        return None
 
     def handled(self, codes: list[Any]) -> Optional[str]:
         keys = {_key(c) for c in codes}
@@ -247,6 +253,11 @@ class RaiseWatch:
 def _key(code: Any) -> tuple:
     """A code object as its rewritten copy shares it: file, first line, name."""
     return (code.co_filename, code.co_firstlineno, code.co_name)
+
+
+def has_handlers(code: Any) -> bool:
+    """Whether `code` has an exception table (a `try`, a `with`)."""
+    return _has_handlers(code)
 
 
 def _has_handlers(code: Any) -> bool:
