@@ -10,7 +10,7 @@ from __future__ import annotations
 import types
 from typing import Any, Optional
 
-from bytegrad.compiled import lower_numpy
+from bytegrad.compiled import errstate, lower_numpy
 from bytegrad.compiled.ir import dump
 from bytegrad.compiled.lower_numpy import Builder, compile_source
 from bytegrad.compiled.parts import paused_and_sized, savable_share, value_only
@@ -50,6 +50,9 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     static_guards(src, static_guards_, inputs, tape.ids)
     # (_VERSION: the registry's version when the program is compiled, here or loaded from disk)
     src.guard("version", "_version() == _VERSION", f"rule registry version {registry.program_version()}")
+    fn_globals: dict = next((owner for kind, owner, *_ in static_guards_ if kind == "global"), {})
+    if (pullback or backend != "numpy") and errstate.blocks(code, fn_globals):
+        raise Ineligible("`with np.errstate(...)`: NumPy gradient programs only (compiled/errstate.py)")
     if pullback:
         if backend != "numpy":
             raise Ineligible("pullbacks have the NumPy back end only")
@@ -72,6 +75,7 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
         result_var, state, forward_records = lower_numba.emit(b, order, depends, out_idx)
     else:
         result_var, state, forward_records = lower_numpy.emit(b, order, depends, out_idx)
+        errstate.wrap(b, code, fn_globals)  # (the steps inside `with np.errstate(...)` run under it)
     if backend == "numpy" and aux is None:
         value_only(b.src, b.stmt_of, out_idx, b.raising)
     lines: list[str] = []

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 from bytegrad import transform
-from bytegrad.compiled import policy
+from bytegrad.compiled import errstate, policy
+from bytegrad.compiled.constructs import RaiseWatch, has_handlers
 from bytegrad.runtime import pytree
 from bytegrad.runtime.tape import Tape, sweep
 
@@ -292,8 +293,9 @@ def capture_run(d: Any, args: tuple, positions: tuple[int, ...]) -> Union[str, t
     # what the run may write besides its result (differentiated arrays are protected: never written)
     snapshot = Snapshot(tuple(None if p in wrt else a for p, a in enumerate(args)), tuple(names), tuple(tracked))
     try:
-        out, tape, specs, _ = d._forward(args, {}, positions, strict=False, capture=CaptureTape,
-                                         tracked=tracked, protect=frozenset(wrt), prepare_other=track_in_place)
+        with RaiseWatch(has_handlers(d._code)) as watch:  # exceptions raised and handled on the way (compiled/constructs.py)
+            out, tape, specs, _ = d._forward(args, {}, positions, strict=False, capture=CaptureTape,
+                                             tracked=tracked, protect=frozenset(wrt), prepare_other=track_in_place)
     except Unobservable as exc:  # (raised before the function ran)
         return str(exc)
     except DifferentiationError as exc:
@@ -306,6 +308,13 @@ def capture_run(d: Any, args: tuple, positions: tuple[int, ...]) -> Union[str, t
     why = snapshot.changed()
     if why is not None:
         tape.refuse(why, None)
+    handled = watch.handled([d._code, *(c[0].__code__ for c in tape.callees)]) \
+        or watch.unseen([d._target, *(c[0] for c in tape.callees)])
+    if handled is not None:
+        tape.refuse(handled, None)
+    inside = errstate.refused_callees(d._code, d._target.__globals__, tape.callees)
+    if inside is not None:
+        tape.refuse(inside, None)
     aux = None
     if d._has_aux:
         out, aux = d._split_aux(out)

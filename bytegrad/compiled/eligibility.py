@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Optional, cast
 
 import numpy as np
 
+from bytegrad.compiled import constructs
 from bytegrad.errors import DifferentiationError, SourceLoc, qualname
 from bytegrad.runtime.dispatch import MAKERS
 from bytegrad.compiled.writes import own_writes
@@ -109,6 +110,8 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
         return [f"the general path refuses it too: {exc.args[0] if exc.args else exc}"], []
     inner_guards: list[tuple] = []
     own = own_writes(bc, act.stacks, code)  # writes into arrays and containers it made (compiled/writes.py)
+    own |= constructs.allowed_sites(bc)  # (an assert's AssertionError, `x.dtype.kind`)
+    own |= constructs.errstate_sites(code, fn_globals, bc)  # (`with np.errstate(...)`)
     reasons += _instruction_reasons(bc, act.stacks, frozenset(code.co_cellvars) | local_cells, fn_globals,
                                     inner_guards, own)
     guards = _guards(assumed, fn_globals, reasons) + inner_guards
@@ -330,12 +333,14 @@ def _instruction_reason(ins: Any, stack: tuple) -> str | None:
             return f"reads the attribute .{name} of an object that is not an argument"
     elif kind is OpKind.CALL or kind is OpKind.CALL_KW:
         return _call_reason(ins, stack, kind)
+    elif kind is OpKind.CONTAINER_ADD:
+        return constructs.container_reason(ins, stack)
     elif kind is OpKind.CALL_EX:
         if not any(s.active for s in stack[len(stack) - opcodes.call_ex_pops(ins):]):
             return "calls a function with unpacked constant arguments"
     elif kind is OpKind.OTHER or kind is OpKind.INTRINSIC_1:
         if not opcodes.is_plain_builder(ins):
-            return f"uses {ins.name}"
+            return constructs.other_reason(ins, stack)  # (try/except, match, sets, strings)
     return None
 
 
@@ -355,7 +360,8 @@ def _call_reason(ins: Any, stack: tuple, kind: OpKind) -> str | None:
     # without `out` (a positional one, or any keyword) it writes nothing
     try:
         pure = known in _PURE or known in MAKERS or (  # (a made array: the capture records how, runtime/dispatch.py)
-            kind is OpKind.CALL and (nargs == known.nin if isinstance(known, np.ufunc) else known in _NUMPY_PURE))
+            kind is OpKind.CALL and (nargs == known.nin if isinstance(known, np.ufunc) else known in _NUMPY_PURE)) \
+            or constructs.pure_call(known)
     except TypeError:
         pure = False
     if not pure:
@@ -425,7 +431,12 @@ def _guards(assumed: Any, fn_globals: dict[str, Any], reasons: list[str]) -> lis
 
 
 def _guardable(value: Any, what: str, reasons: list[str]) -> bool:
-    if isinstance(value, _GUARDED_BY_IDENTITY) or type(value) in _GUARDED_BY_VALUE or callable(value):
+    drawn = constructs.random_reason(value, what)
+    if drawn is not None:
+        reasons.append(drawn)
+        return False
+    if isinstance(value, _GUARDED_BY_IDENTITY) or type(value) in _GUARDED_BY_VALUE or callable(value) \
+            or constructs.is_table(value):  # (a dict of functions: guarded entry by entry)
         return True
     if type(value) is np.ndarray and value.dtype.kind in "biuf":
         return True  # (read at call time: an input of the program, its type, shape and dtype guarded)

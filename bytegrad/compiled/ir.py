@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from bytegrad.compiled.parts import Record, python_raises
+from bytegrad.compiled.parts import Record, item_pairs, python_raises
 from bytegrad.compiled.source import Ineligible
 from bytegrad.errors import qualname
 from bytegrad.runtime.records import IDENTITY
@@ -111,9 +111,11 @@ def read(tape: Tape, outs: list[int], wrt_leaves: set[int], known: set[int]) -> 
                 ir.inputs[i] = type_of(values[i])
             continue
         rec = Record(i, node, values[i])
+        if rec.kind == "item":  # (the tuple it is an element of)
+            rec.args = (values[rec.parents[0]], rec.args[1])
         read_ = list(zip(rec.parents, rec.args))
         for k, items in rec.nested.items():
-            read_ += list(zip(items, rec.args[k]))
+            read_ += item_pairs(items, rec.args[k])
         for p, a in read_:
             if p is not None and values[p] is not a and not _copy_of(tape, p, a):
                 raise Ineligible(f"an argument of {qualname(rec.fn)} was overwritten in place", rec.site)
@@ -193,13 +195,18 @@ def dump(ir: IR) -> str:
             rec = ir.ops[i]
             operands = [f"%{p}" if p is not None else _short(a) for p, a in zip(rec.parents, rec.args)]
             for pos, items in rec.nested.items():
-                operands[pos] = "[" + ", ".join(f"%{q}" if q is not None else "_" for q in items) + "]"
+                operands[pos] = _items_text(items)
             line = getattr(rec.site, "lineno", None)
             where = f", line {line}" if line else ""
             lines.append(f"%{i} = {_name(rec.fn)}({', '.join(operands)})  {ir.types[i]}  ({rec.kind}{where}){mark}")
     lines += [_decision_line(d) for d in decisions[k:]]
     lines.append("return " + ", ".join(f"%{i}" for i in ir.outputs))
     return "\n".join(lines)
+
+
+def _items_text(items: tuple) -> str:
+    return "[" + ", ".join(_items_text(q) if type(q) is tuple else f"%{q}" if q is not None else "_"
+                           for q in items) + "]"
 
 
 def _decision_line(d: Decision) -> str:

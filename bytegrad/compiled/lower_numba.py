@@ -489,6 +489,12 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
     if any(b.records[i].kind in ("write", "zerosafe") or data_indexed(b.records[i]) for i in records):
         raise Ineligible("an in-place write, or an index that is an array or a list: the Numba back end leaves "
                          "them to the NumPy one (compiled/writes.py)")
+    if any(b.records[i].kind == "item" for i in records):
+        raise Ineligible("a rule that returns a tuple (`np.linalg.slogdet`, `svd`, `eigh`, `qr`): the Numba back end "
+                         "takes rules with one array or float output; the NumPy back end runs it")
+    if any(b.records[i].kind == "stepped" for i in records):
+        raise Ineligible("`np.where` or a zero-safe elementwise record (a mask made it so): the Numba back end "
+                         "does not run their reverse steps; the NumPy back end runs the general path's own")
     if any(b.records[i].nested for i in records):
         raise Ineligible("a list of differentiated values passed to a function (`np.stack([a, b])`): the Numba "
                          "back end takes arrays and floats")

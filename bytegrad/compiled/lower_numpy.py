@@ -42,8 +42,8 @@ from bytegrad.errors import qualname
 from bytegrad.rules._apply import shape_of
 from bytegrad.rules._shape import stand_in, unbroadcast_plan
 from bytegrad.runtime.backward import INPLACE_MIN_SIZE, partial_uses
-from bytegrad.compiled import ir as _ir
-from bytegrad.compiled.parts import Record, check_shapes, compile_program
+from bytegrad.compiled import ir as _ir, lower_stepped, lower_tuples
+from bytegrad.compiled.parts import Record, check_shapes, compile_program, flat_items
 from bytegrad.compiled.source import (
     DECIDED, DECISION_GUARD, MAYBE, MISS, SCALAR_CONSTS, SET, UNSET, Decision, Ineligible, Inputs, Program, Source,
     inline_partial, operator_expr, short,
@@ -148,7 +148,8 @@ class Builder:
 
     def _items_literal(self, a: Any, items: tuple, rec: Record) -> str:
         """A list or tuple argument holding values of the tape (`np.stack([a, b])`), rebuilt as a literal."""
-        made = "".join(self.operand(x, q, rec) + ", " for x, q in zip(a, items))
+        made = "".join((self._items_literal(x, q, rec) if type(q) is tuple else self.operand(x, q, rec)) + ", "
+                       for x, q in zip(a, items))
         return f"[{made}]" if type(a) is list else f"({made})"
 
     def _check_const(self, a: Any, rec: Union[Record, Decision]) -> None:
@@ -169,6 +170,10 @@ class Builder:
         if rec.kind == "write" or rec.kind == "zerosafe":  # an in-place write, replayed as a new version;
             forward_write(self, rec)  # an elementwise step made zero-safe by a mask (compiled/writes.py)
             return
+        if rec.kind == "item":
+            return lower_tuples.forward_item(self, rec)
+        if rec.kind == "stepped":
+            return lower_stepped.forward_stepped(self, rec)
         indexed = data_indexed(rec)  # a mask or an index array: the shape it gives is checked below
         if indexed:
             known_index(self, rec)
@@ -252,9 +257,14 @@ class Builder:
         if st == UNSET:
             return
         rec = self.records[i]
+        if rec.kind == "stepped":
+            return lower_stepped.reverse_stepped(self, rec, depends)
+        if rec.kind == "item" or lower_tuples.is_tuple_rule(rec):
+            return (lower_tuples.reverse_item(self, rec) if rec.kind == "item"
+                    else lower_tuples.reverse_tuple(self, rec, depends))
         g = f"g{i}"
         targets = [(k, p) for k, p in enumerate(rec.parents) if p is not None and p in depends]
-        targets += [(k, items) for k, items in rec.nested.items() if any(q in depends for q in items)]
+        targets += [(k, items) for k, items in rec.nested.items() if any(q in depends for q in flat_items(items))]
         pre: list[str] = []
         body: list[str] = []
         cond = st == MAYBE
@@ -462,7 +472,10 @@ class Builder:
             e = self.tmp()
             body += [f"{e} = None if {b} is None else {b}[{j}]", f"if {e}.__class__ is FunctionType: {e} = {e}()",
                      f"if {e} is ZERO or {e} is NO_TANGENT: {e} = None"]
-            self._contribute(q, e, True, body, pre, cond)
+            if type(q) is tuple:  # a nested list's items
+                self._items(q, e, body, pre, cond)
+            else:
+                self._contribute(q, e, True, body, pre, cond)
 
     def tmp(self) -> str:
         self._t += 1

@@ -24,14 +24,15 @@ from bytegrad.rules import registry
 from bytegrad.rules._shape import materialize, unbroadcast
 from bytegrad.rules.registry import NO_TANGENT, ZERO
 from bytegrad.runtime import pytree
-from bytegrad.runtime.backward import ELEMENTWISE, RULE, RULE_TRUSTED, UNARY, scalable, singular_partial
-from bytegrad.runtime.records import IDENTITY
+from bytegrad.runtime.backward import ELEMENTWISE, RULE, RULE_TRUSTED, TUPLE_ITEM, UNARY, scalable, singular_partial
+from bytegrad.runtime.records import IDENTITY, TupleOut
 from bytegrad.runtime.writes import WRITE_KINDS
+from bytegrad.runtime.zerosafe import WHERE
 from bytegrad.compiled.source import (
     AST_LOCK, DECIDED, FLOAT_TYPES, MISS, MISSING, Ineligible, Source, decided,
 )
 
-__all__ = ["MAX_RECORDS", "Record", "check_shapes", "compile_program", "paused_and_sized", "program_code",
+__all__ = ["MAX_RECORDS", "Record", "flat_items", "item_pairs", "check_shapes", "compile_program", "paused_and_sized", "program_code",
            "program_from_code", "python_raises", "savable_share", "value_only"]
 
 _ndarray = np.ndarray
@@ -45,7 +46,7 @@ _ZERO_SAFE = frozenset({ELEMENTWISE.safe, UNARY.safe})
 class Record:
     """One tape record, read into the form code generation needs."""
 
-    __slots__ = ("idx", "kind", "parents", "args", "fn", "rule", "kwargs", "site", "out", "trusted", "nested")
+    __slots__ = ("idx", "kind", "parents", "args", "fn", "rule", "kwargs", "site", "out", "trusted", "nested", "step")
 
     def __init__(self, idx: int, node: tuple, out: Any) -> None:
         kind = node[0]
@@ -61,6 +62,11 @@ class Record:
             self.args = node[4]
             self.fn = node[5]
             self.kwargs = None
+        elif kind is WHERE:  # `np.where`: a reverse step the program runs as the general path's own
+            self.kind = "stepped"  # (compiled/lower_stepped.py; the zero-safe twins are "zerosafe" above)
+            self.parents = node[1]
+            self.rule, self.args, self.fn, self.kwargs = node[3], node[4], node[5], None
+            self.step = kind  # (the record's kind, whose reverse step the program calls)
         elif kind is RULE or kind is RULE_TRUSTED:
             self.kind = "rrule"
             self.parents = tuple(node[1])
@@ -83,12 +89,18 @@ class Record:
             if not (type(out) is _ndarray and out.dtype.kind == "f"):
                 raise Ineligible(f"a write into an array of {getattr(out, 'dtype', type(out).__name__)}", self.site)
             return
+        elif kind is TUPLE_ITEM:  # element k of a rule's tuple output (compiled/lower_tuples.py)
+            self.kind, self.parents, self.fn, self.rule, self.kwargs = "item", tuple(node[1]), tuple_item, None, None
+            self.args = (None, node[3])  # (the tuple: set by compiled/ir.py's `read`, the position)
+            self.trusted = True
         else:
             raise Ineligible(f"a {kind.name} record "
                              "(in-place writes, fused kernels and nested derivatives stay on the general path)",
                              self.site)
         to = type(out)
-        if not (to in FLOAT_TYPES or (to is _ndarray and out.dtype.kind == "f")):
+        if to is TupleOut and self.kind == "rrule":
+            pass  # its float items are records of their own, checked as any value
+        elif not (to in FLOAT_TYPES or (to is _ndarray and out.dtype.kind == "f")):
             what = f"ndarray of {out.dtype}" if to is _ndarray else to.__name__
             raise Ineligible(f"{qualname(self.fn)} gives a {what} (compiled programs handle real float "
                              "values)", self.site)
@@ -99,11 +111,11 @@ class Record:
         for k, p in enumerate(self.parents):
             if p is None or type(p) is int:
                 continue
-            if self.kind != "rrule" or type(p) not in (list, tuple) or type(self.args[k]) not in (list, tuple) \
-                    or len(p) != len(self.args[k]) or not all(q is None or type(q) is int for q in p):
+            items = _item_tree(p, self.args[k]) if self.kind == "rrule" else None
+            if items is None:
                 raise Ineligible(f"a nested structure of differentiated values passed to {qualname(self.fn)}",
                                  self.site)
-            self.nested[k] = tuple(p)
+            self.nested[k] = items
         if self.nested:
             self.parents = tuple(None if k in self.nested else p for k, p in enumerate(self.parents))
 
@@ -111,8 +123,40 @@ class Record:
         """The tape indices this record reads: its parents and the items of its list arguments."""
         found = [p for p in self.parents if p is not None]
         for items in self.nested.values():
-            found += [q for q in items if q is not None]
+            found += [q for q in flat_items(items) if q is not None]
         return found
+
+
+def _item_tree(p: Any, a: Any) -> Optional[tuple]:
+    """The tape indices of a list or tuple argument `a`'s items (`p`, from the record), as nested
+    tuples of ints and None that follow `a`'s nesting (`np.array([[a, b], [b, 1.0]])`); None
+    where `p` does not follow `a`."""
+    if type(p) not in (list, tuple) or type(a) not in (list, tuple) or len(p) != len(a):
+        return None
+    out: list[Any] = []
+    for q, x in zip(p, a):
+        if q is not None and type(q) is not int:
+            q = _item_tree(q, x)
+            if q is None:
+                return None
+        out.append(q)
+    return tuple(out)
+
+
+def flat_items(items: tuple) -> list[Any]:
+    """A list argument's tape indices (`Record.nested`), its nested lists flattened."""
+    found: list[Any] = []
+    for q in items:
+        found += flat_items(q) if type(q) is tuple else [q]
+    return found
+
+
+def item_pairs(items: tuple, a: Any) -> list[tuple[Any, Any]]:
+    """(tape index, value) of each item of a list argument `a`, its nested lists flattened."""
+    found: list[tuple[Any, Any]] = []
+    for q, x in zip(items, a):
+        found += item_pairs(q, x) if type(q) is tuple else [(q, x)]
+    return found
 
 
 #: Python's operators that raise ZeroDivisionError on a zero divisor of Python numbers
@@ -124,6 +168,11 @@ _MATH = frozenset(v for v in vars(math).values() if callable(v))
 _PY_NUMBERS = (int, float, bool)
 
 
+def tuple_item(t: Any, k: int) -> Any:
+    """Element k of a rule's tuple output (a tuple item record's operation, for its name)."""
+    return t[k]
+
+
 def python_raises(rec: Record) -> Optional[str]:
     """How the general path's operation of `rec` may raise where NumPy's arithmetic gives inf or NaN:
     "divisor" (`/`, `//`, `%` of Python numbers: ZeroDivisionError at a zero divisor), "result" (a
@@ -131,7 +180,7 @@ def python_raises(rec: Record) -> Optional[str]:
     the result would be NaN or infinite, or complex for `**`), or None. A program computes such an
     operation even when no output reads it, and a Numba kernel checks it (compiled/lower_numba.py)."""
     fn = rec.fn
-    if rec.kind != "elementwise":
+    if rec.kind != "elementwise" and rec.kind != "stepped":
         return None
     if fn in _MATH:
         return "result"

@@ -22,6 +22,7 @@ from bytegrad import _operators
 from bytegrad.errors import qualname
 from bytegrad.rules._shape import stand_in
 from bytegrad.runtime import pytree
+from bytegrad.compiled.constructs import is_table
 from bytegrad.compiled.guards import KINDS, Guard, callable_state, decided as decided, number_condition
 from bytegrad.compiled.reuse import AST_LOCK as AST_LOCK, dead as operand_dead  # (AST_LOCK re-exported)
 
@@ -524,7 +525,10 @@ def static_guards(src: Source, entries: list[tuple], inputs: Optional[Inputs] = 
                       f"{number_condition(read, value, c)}", f"{name} == {value!r}")
         else:
             state = callable_state(value)
-            if state is None:
+            if is_table(value):  # a table of functions: the same dict, holding the same entries
+                src.guard(kind, f"{read} is {src.const(value)} and _same_value({read}, {src.const(dict(value), 'S')})",
+                          f"{name} holds the same functions under the same keys")
+            elif state is None:
                 src.guard(kind, f"{read} is {src.const(value)}", f"{name} is {_describe(value)}")
             else:  # a function or partial: the state that shapes its call too (a "code" guard)
                 src.guard(kind, f"{read} is {src.const(value)}", f"{name} is {_describe(value)}")

@@ -64,9 +64,32 @@ def binary_tracked(tape: Tape, site: Site, op: Any, a: Any, b: Any, ia: Any, ib:
         return push_output(tape, node, out)
     if kind is NONDIFF or kind is TRANSPARENT:
         if tape.capturing:
+            out = op(a, b)
+            if op in _FLAT and trackable(out):
+                return _record_flat(tape, site, op, a, b, ia, ib, out)
             tape.refuse(f"computes {qualname(op)} of a differentiated value (no derivative)", site)
+            return out
         return op(a, b)
     return dispatch(tape, site, op, (a, b), None)
+
+
+#: operators without a derivative whose float result a capture records (a zero derivative), so that a
+#: compiled program computes them again from the call's values: `x // 1.0`
+_FLAT = {op: registry.Rule(op, RuleKind.ELEMENTWISE, partials=(None, None), constant_partials=True)
+         for op in (operator.floordiv, operator.ifloordiv)}
+
+
+def _record_flat(tape: Tape, site: Site, op: Any, a: Any, b: Any, ia: Any, ib: Any, out: Any) -> Any:
+    """`a op b` on a capture tape: an elementwise record whose partials are None (the general
+    sweep gives its operands nothing from it, as the general path, which does not record it);
+    what reads the result is recorded, or decided on, as for any tracked value."""
+    if tape.stale:
+        ia, ib = refresh_parents(tape, (ia, ib), site)
+    values = tape.values
+    tape.ids[id(out)] = len(values)
+    values.append(out)
+    tape.nodes.append((EW_RECORD, (ia, ib), site, _FLAT[op], (as_array(a), as_array(b)), op))
+    return out
 
 
 _REFLECTED = _operators.REFLECTED
