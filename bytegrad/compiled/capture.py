@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 from bytegrad import transform
-from bytegrad.compiled import policy
+from bytegrad.compiled import objects, policy
+from bytegrad.rules import pytrees
 from bytegrad.runtime import pytree
 from bytegrad.runtime.tape import Tape, sweep
 
@@ -35,9 +36,11 @@ class CaptureTape(Tape):
     values of the same signature (a Python callee, a value computed from data that Python code then
     uses). The first such reason makes the capture fail; the gradient itself is unaffected."""
 
-    __slots__ = ("refusals", "checks", "callees", "made")
+    __slots__ = ("refusals", "checks", "callees", "made", "objects")
 
     capturing = True
+    #: whether object arguments are taken apart in place (compiled/objects.py): gradient captures only
+    takes_objects = False
 
     def __init__(self) -> None:
         super().__init__()
@@ -52,6 +55,9 @@ class CaptureTape(Tape):
         #: arrays made from constants (`np.zeros(3)`, dispatch.MAKERS): tape index -> (fn, args,
         #: kwargs); tracked from there, so what the run computes from them is recorded
         self.made: dict[int, tuple[Any, tuple, Optional[dict]]] = {}
+        #: ids of the objects, lists and dicts taken apart from object arguments (compiled/objects.py):
+        #: guarded, so a Python callee may be handed them
+        self.objects: set[int] = set()
 
     def refuse(self, why: str, site: Any) -> None:
         self.refusals.append((why, site))
@@ -69,6 +75,14 @@ class CaptureTape(Tape):
         self.checks.append((len(self.nodes), fn, args, kwargs, result, site))
 
 
+class ObjectCaptureTape(CaptureTape):
+    """The tape of a gradient's capture run: object arguments are taken apart in place."""
+
+    __slots__ = ()
+
+    takes_objects = True
+
+
 def _copied(value: Any) -> Any:
     t = type(value)
     if t is list or t is tuple:
@@ -76,8 +90,8 @@ def _copied(value: Any) -> Any:
     return value
 
 
-class Unobservable(Exception):
-    """An argument the capture would have to copy to track, so that writes into it would go unseen."""
+from bytegrad.compiled.objects import Unobservable as Unobservable  # noqa: E402  (an argument the capture
+# would have to copy to track, so that writes into it would go unseen; or one it cannot take apart)
 
 
 def track_in_place(value: Any, tape: Tape) -> tuple[Any, Any]:
@@ -101,6 +115,11 @@ def track_in_place(value: Any, tape: Tape) -> tuple[Any, Any]:
                                    "would copy it, and writes into it would go unseen)")
             subs[k] = track_in_place(v, tape)[1]
         return value, (t, subs if t is dict else [subs[k] for k in range(len(value))])
+    if isinstance(tape, CaptureTape) and tape.takes_objects:  # (a gradient's capture: objects taken apart in place)
+        if isinstance(value, type):  # (a classmethod's class)
+            return value, objects.Node("ident", t)
+        if objects.takes_apart(value) and pytrees.node_for(value) is None:
+            return value, objects.track(value, tape, tape.objects)
     if isinstance(value, tuple) and not _copy_unseen(value):  # (holding a list, a dict, an object...)
         return value, (t, [track_in_place(v, tape)[1] for v in value])
     fresh, spec = pytree.prepare(value, tape)
@@ -154,12 +173,13 @@ def capture(d: Any, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[
             pytree.prepare(args[p], Tape(), strict=True)
     except pytree.NotDifferentiable:
         return d._grad_now(args, {}), "a differentiated argument holds values with no derivative"
-    run = capture_run(d, args, positions)
+    run = capture_run(d, args, positions, ObjectCaptureTape)
     if isinstance(run, str):  # (not run, or stopped by a bytegrad error of the capture's own)
         return d._grad_now(args, {}), run
     out, aux, tape, specs, guards = run
     program_aux = (aux,) if d._has_aux else None
     d._check_scalar(out)
+    shared = _shared_object_array(tape, specs)
     spec_at = dict(zip(positions, specs))
     wrt_specs = [spec_at[p] for p in norm_wrt]
     callee_why, callee_guards = _callee_guards(tape)
@@ -176,6 +196,8 @@ def capture(d: Any, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[
         return result, "the output is a one-element array, not a scalar"
     if not all(_complete(s) for s in wrt_specs):
         return result, "a differentiated argument holds a dataclass or a registered pytree"
+    if shared is not None:
+        return result, shared
     if tape.refusals:
         why, site = tape.refusals[0]
         return result, str(Ineligible(why, site))
@@ -200,7 +222,17 @@ def capture(d: Any, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[
             return result, prog
     return result, why
 
-def capture_run(d: Any, args: tuple, positions: tuple[int, ...]) -> Union[str, tuple]:
+def _shared_object_array(tape: CaptureTape, specs: list) -> Optional[str]:
+    """Why an array an object argument holds is not an input of its own (another argument, tracked
+    after it, is the same array), or None."""
+    for spec in specs:
+        for leaf in objects.leaves(spec) if type(spec) is objects.Node else ():
+            if tape.ids.get(id(leaf.primal)) != leaf.idx:
+                return "an object argument holds an array that another argument holds too"
+    return None
+
+
+def capture_run(d: Any, args: tuple, positions: tuple[int, ...], tape_class: type = CaptureTape) -> Union[str, tuple]:
     """The capture's forward pass: (output, aux or None, tape, leaf specs, guards), or why the
     function cannot be captured for arguments like `args` (the caller then runs the general path)."""
     reasons, guards = eligibility(d, args)
@@ -216,7 +248,7 @@ def capture_run(d: Any, args: tuple, positions: tuple[int, ...]) -> Union[str, t
     # what the run may write besides its result (differentiated arrays are protected: never written)
     snapshot = Snapshot(tuple(None if p in wrt else a for p, a in enumerate(args)), tuple(names), tuple(tracked))
     try:
-        out, tape, specs, _ = d._forward(args, {}, positions, strict=False, capture=CaptureTape,
+        out, tape, specs, _ = d._forward(args, {}, positions, strict=False, capture=tape_class,
                                          tracked=tracked, protect=frozenset(wrt), prepare_other=track_in_place)
     except Unobservable as exc:  # (raised before the function ran)
         return str(exc)
@@ -295,15 +327,16 @@ _REPLAYABLE = (int, float, bool, str, bytes, complex, type(None), slice, range, 
                np.generic, np.dtype, type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType, np.ufunc)
 
 
-def _unreplayable(value: Any, ids: dict[int, int]) -> Optional[str]:
+def _unreplayable(value: Any, ids: dict[int, int], guarded: frozenset[int] | set[int] = frozenset()) -> Optional[str]:
     """None when a value handed to a Python callee is one a program reproduces (a tracked value, a
-    constant, an array, a function, a tuple, list or dict of them); else what it is."""
-    if id(value) in ids or isinstance(value, _REPLAYABLE):
+    constant, an array, a function, an object argument the program guards (`guarded`: their ids),
+    a tuple, list or dict of them); else what it is."""
+    if id(value) in ids or isinstance(value, _REPLAYABLE) or id(value) in guarded:
         return None
     t = type(value)
     if t is tuple or t is list or t is dict:
         for v in (value.values() if t is dict else value):
-            bad = _unreplayable(v, ids)
+            bad = _unreplayable(v, ids, guarded)
             if bad is not None:
                 return bad
         return None
@@ -321,7 +354,7 @@ def _callee_guards(tape: CaptureTape) -> tuple[Optional[str], list[tuple]]:
     seen: set[tuple] = set()
     for f, args, kwargs, site in tape.callees:
         for v in (*args, *(kwargs or {}).values()):
-            bad = _unreplayable(v, tape.ids)
+            bad = _unreplayable(v, tape.ids, tape.objects)
             if bad is not None:
                 return f"it passes {bad} to {f.__qualname__} (line {site.lineno}): its state is not guarded", []
         active, immutable = transform.callee_activity(f, args, kwargs, tape.ids)

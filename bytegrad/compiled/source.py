@@ -22,6 +22,7 @@ from bytegrad import _operators
 from bytegrad.errors import qualname
 from bytegrad.rules._shape import stand_in
 from bytegrad.runtime import pytree
+from bytegrad.compiled import objects
 from bytegrad.compiled.guards import KINDS, Guard, callable_state, decided as decided, number_condition
 from bytegrad.compiled.reuse import AST_LOCK as AST_LOCK, dead as operand_dead  # (AST_LOCK re-exported)
 
@@ -278,6 +279,9 @@ class Inputs:
             return
         if spec is None:
             self._untracked(expr, value)
+            return
+        if type(spec) is objects.Node:  # an object argument taken apart in place
+            objects.walk(self, expr, value, spec)
             return
         if isinstance(spec[0], str):  # "dataclass", "pytree"
             raise Ineligible(f"a {spec[0]} argument (compiled programs take arrays, floats and dicts, lists "
