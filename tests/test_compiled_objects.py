@@ -402,3 +402,63 @@ def test_the_value_guard_on_a_partials_keyword_is_needed(omit, monkeypatch):
     second = bytegrad.differentiate(functools.partial(power, k=2), tier="numpy")
     want = bytegrad.differentiate(functools.partial(power, k=2), tier="general").value_and_grad(x)
     assert _same(second.value_and_grad(x), want) is not omit
+
+
+# ---- differentiated dataclasses and namedtuples -------------------------------------------------
+
+
+@dataclass
+class MLP:
+    W: np.ndarray
+    b: float
+    act: str = "tanh"
+    depth: int = 1
+
+    def __call__(self, x):
+        h = x
+        for _ in range(self.depth):
+            h = self.W @ h + self.b
+            h = np.tanh(h) if self.act == "tanh" else np.sin(h)
+        return h
+
+    def loss(self, x):
+        return np.sum(self(x) ** 2)
+
+
+def mlp_loss(params, x):
+    return params.loss(x) + 0.1 * np.sum(params.W ** 2)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_differentiated_dataclass_with_methods(tier):
+    x, W = _rng_arrays(11, 3, (3, 3))
+    p = MLP(W, 0.5)
+    fast = bytegrad.differentiate(fresh(mlp_loss), tier=tier)
+    general = bytegrad.differentiate(mlp_loss, tier="general")
+    for _ in range(3):
+        got = _check(fast, general, p, x)
+    assert _info(fast)["programs"]
+    assert type(got[1]) is MLP and got[1].act is None and type(got[1].b) is float
+    assert got[1].W is not p.W
+    p.act = "sin"
+    _check(fast, general, p, x)
+    p.depth = 2
+    _check(fast, general, p, x)
+    p.b = 2.0
+    p.W[0] = 1.0
+    _check(fast, general, p, x)
+    p.extra = 1.0  # an attribute that is not a field: the general path's gradient copies it
+    _check(fast, general, p, x)
+
+
+@pytest.mark.parametrize("omit", [False, True], ids=["guarded", "guard-omitted"])
+def test_the_value_guard_on_a_dataclass_field_is_needed(omit, monkeypatch):
+    _omitting("value", monkeypatch, omit)
+    x, W = _rng_arrays(12, 3, (3, 3))
+    p = MLP(W, 0.5)
+    fast = bytegrad.differentiate(fresh(mlp_loss), tier="numpy")
+    general = bytegrad.differentiate(mlp_loss, tier="general")
+    for _ in range(3):
+        fast.value_and_grad(p, x)
+    p.act = "sin"
+    assert _same(fast.value_and_grad(p, x), general.value_and_grad(p, x)) is not omit

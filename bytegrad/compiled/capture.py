@@ -146,17 +146,20 @@ def _constant_arg(value: Any) -> bool:
     return type(value) in policy.CONSTANT_TYPES
 
 
-def _complete(spec: Any) -> bool:
-    """Whether a differentiated argument's spec is a plain tree (dicts, lists, tuples) of
-    differentiable leaves."""
+def _complete(spec: Any, top: bool = True) -> bool:
+    """Whether a differentiated argument's spec is a tree (dicts, lists, tuples, namedtuples,
+    dataclasses) of differentiable leaves and, below the top, values the program guards (an int,
+    a string: no spec)."""
     if spec is None:
-        return False
+        return not top
     if type(spec) is pytree.Leaf:
         return True
-    if isinstance(spec[0], str):  # a dataclass or registered pytree: compiled programs do not take them yet
+    if spec[0] == "dataclass":
+        return all(_complete(s, False) for s in spec[2].values())
+    if isinstance(spec[0], str):  # a registered pytree: compiled programs do not take them yet
         return False
     subs = spec[1]
-    return all(_complete(s) for s in (subs.values() if isinstance(subs, dict) else subs))
+    return all(_complete(s, False) for s in (subs.values() if isinstance(subs, dict) else subs))
 
 
 def capture(d: Any, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[tuple[Any, Any], Union[Program, str]]:
@@ -182,7 +185,7 @@ def capture(d: Any, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[
     shared = _shared_object_array(tape, specs)
     spec_at = dict(zip(positions, specs))
     wrt_specs = [spec_at[p] for p in norm_wrt]
-    callee_why, callee_guards = _callee_guards(tape)
+    callee_why, callee_guards = _callee_guards(tape, wrt_specs)
     # the gradient of this run, as the general path sweeps it (the call's result: never run again)
     idx = tape.ids.get(id(out))
     seed = np.ones_like(out) if type(out) is _ndarray and out.ndim else 1.0
@@ -195,7 +198,7 @@ def capture(d: Any, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[
     if type(out) is _ndarray and out.ndim:
         return result, "the output is a one-element array, not a scalar"
     if not all(_complete(s) for s in wrt_specs):
-        return result, "a differentiated argument holds a dataclass or a registered pytree"
+        return result, "a differentiated argument holds a registered pytree"
     if shared is not None:
         return result, shared
     if tape.refusals:
@@ -343,7 +346,7 @@ def _unreplayable(value: Any, ids: dict[int, int], guarded: frozenset[int] | set
     return f"a {t.__qualname__} object"
 
 
-def _callee_guards(tape: CaptureTape) -> tuple[Optional[str], list[tuple]]:
+def _callee_guards(tape: CaptureTape, wrt_specs: Sequence[Any] = ()) -> tuple[Optional[str], list[tuple]]:
     """(why a Python function the capture run called cannot be part of a program, or None; the guards
     on what those functions read: their globals, module attributes, code and defaults). Each is
     checked as the differentiated function is (compiled/eligibility.py), with the parameters that
@@ -352,9 +355,12 @@ def _callee_guards(tape: CaptureTape) -> tuple[Optional[str], list[tuple]]:
 
     guards: list[tuple] = []
     seen: set[tuple] = set()
+    guarded = tape.objects
+    if wrt_specs:  # (a differentiated dataclass's copy, handed to its methods)
+        guarded = guarded | objects.copies((v for _, args, _, _ in tape.callees for v in args), list(wrt_specs), tape)
     for f, args, kwargs, site in tape.callees:
         for v in (*args, *(kwargs or {}).values()):
-            bad = _unreplayable(v, tape.ids, tape.objects)
+            bad = _unreplayable(v, tape.ids, guarded)
             if bad is not None:
                 return f"it passes {bad} to {f.__qualname__} (line {site.lineno}): its state is not guarded", []
         active, immutable = transform.callee_activity(f, args, kwargs, tape.ids)

@@ -31,9 +31,10 @@ from typing import Any, Optional
 import numpy as np
 
 from bytegrad.compiled.guards import callable_state, number_condition
+from bytegrad.rules import pytrees
 from bytegrad.runtime import pytree
 
-__all__ = ["Node", "Unobservable", "class_state", "leaves", "same_class", "takes_apart", "track", "walk"]
+__all__ = ["Node", "Unobservable", "class_state", "copies", "dataclass_gradient", "leaves", "walk_dataclass", "same_class", "takes_apart", "track", "walk"]
 
 _ndarray = np.ndarray
 _HEAPTYPE = 1 << 9
@@ -225,3 +226,68 @@ def _item(inputs: Any, read: str, label: str, value: Any, sub: Any) -> None:
     inputs.src.emit(f"{var} = {read}")
     walk(inputs, var, value, sub)
 
+
+def walk_dataclass(inputs: Any, expr: str, value: Any, spec: tuple, fresh: bool) -> None:
+    """The guards and variables of a dataclass argument (spec `("dataclass", original, {field:
+    spec})` of runtime/pytree.py), differentiated (`fresh`) or not: its class as an object's, its
+    attributes exactly its fields, each field walked as an argument."""
+    from bytegrad.compiled.source import Ineligible
+
+    src = inputs.src
+    t = type(value)
+    fields = tuple(spec[2])
+    why = _class_refusal(t)
+    attrs = getattr(value, "__dict__", None)
+    if why is None and attrs is not None and tuple(attrs) != fields:
+        why = f"a {t.__qualname__} object with attributes that are not its fields"
+    if why is not None:
+        raise Ineligible(f"a dataclass argument: {why}")
+    tc = src.const(t, "T")
+    cond = f"{expr}.__class__ is {tc} and {src.const(same_class, 'F')}({tc}, {src.const(class_state(t), 'S')})"
+    if attrs is not None:
+        cond += f" and tuple({expr}.__dict__) == {src.const(fields, 'K')}"
+    src.guard("object", cond, f"{inputs.label(expr)}: a {t.__qualname__} with fields {', '.join(fields)}, "
+              "its class's attributes unchanged")
+    for name, sub in spec[2].items():
+        var = inputs.temp()
+        inputs.labels[var] = f"{inputs.label(expr)}.{name}"
+        src.emit(f"{var} = {expr}.__dict__[{name!r}]" if attrs is not None else f"{var} = {expr}.{name}")
+        inputs.walk(var, getattr(value, name), sub, fresh)
+
+
+def dataclass_gradient(original: Any, fields: dict[str, Any]) -> Any:
+    """A dataclass's gradient as runtime/pytree.py's `gradient` makes it: a copy with each field
+    set to its gradient."""
+    out = pytrees.shallow_copy(original)
+    for name, v in fields.items():
+        object.__setattr__(out, name, v)
+    return out
+
+
+def copies(values: Any, specs: list, tape: Any) -> set[int]:
+    """The ids of those of `values` that are the capture's copy of a differentiated dataclass
+    argument (spec `("dataclass", original, fields)`): of its class, with exactly its fields, each
+    the tracked leaf or the value of the capture's (a Python callee may be handed one: all its
+    state is the program's)."""
+    found: set[int] = set()
+    dcs = [s for s in specs if type(s) is tuple and s and s[0] == "dataclass"]
+    for v in values:
+        for spec in dcs:
+            if type(v) is type(spec[1]) and _is_copy(v, spec, tape):
+                found.add(id(v))
+    return found
+
+
+def _is_copy(v: Any, spec: tuple, tape: Any) -> bool:
+    attrs = getattr(v, "__dict__", None)
+    if type(attrs) is not dict or tuple(attrs) != tuple(spec[2]):
+        return False
+    for name, sub in spec[2].items():
+        now = attrs[name]
+        if type(sub) is pytree.Leaf:
+            if now is not tape.values[sub.idx]:
+                return False
+        elif sub is not None or type(now) not in _VALUES or now != getattr(spec[1], name) or \
+                type(now) is not type(getattr(spec[1], name)):
+            return False
+    return True

@@ -283,7 +283,10 @@ class Inputs:
         if type(spec) is objects.Node:  # an object argument taken apart in place
             objects.walk(self, expr, value, spec)
             return
-        if isinstance(spec[0], str):  # "dataclass", "pytree"
+        if spec[0] == "dataclass":
+            objects.walk_dataclass(self, expr, value, spec, fresh)
+            return
+        if isinstance(spec[0], str):  # "pytree"
             raise Ineligible(f"a {spec[0]} argument (compiled programs take arrays, floats and dicts, lists "
                              "and tuples of them)")
         kind, subs = spec
@@ -467,6 +470,9 @@ def gradient_code(src: Source, spec: Any, state: dict[int, int], lines: list[str
         else:
             lines.append(f"{name} = _project({g}, {src.const(primal)})")
         return name
+    if spec[0] == "dataclass":  # a copy with each field its gradient, as pytree.gradient makes it
+        entries = ", ".join(f"{k!r}: {gradient_code(src, v, state, lines, fresh)}" for k, v in spec[2].items())
+        return f"{src.const(objects.dataclass_gradient, 'F')}({src.const(spec[1], 'O')}, {{{entries}}})"
     t, subs = spec
     if isinstance(subs, dict):
         entries = ", ".join(f"{k!r}: {gradient_code(src, v, state, lines, fresh)}" for k, v in subs.items())
