@@ -462,3 +462,26 @@ def test_the_value_guard_on_a_dataclass_field_is_needed(omit, monkeypatch):
         fast.value_and_grad(p, x)
     p.act = "sin"
     assert _same(fast.value_and_grad(p, x), general.value_and_grad(p, x)) is not omit
+
+
+# ---- a partial made inside the function from a differentiated value --------------------------------
+
+
+def _affine(x, scale=1.0, shift=0.0):
+    return scale * x + shift
+
+
+def partial_inside(x, k):
+    double = functools.partial(_affine, scale=2.0, shift=k)
+    p = functools.partial(np.power, x)
+    return np.sum(double(x) * x) + np.sum(p(3)) + np.sum(p.args[0] ** 2)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_partial_made_inside_from_a_differentiated_value(tier):
+    fast = bytegrad.differentiate(fresh(partial_inside), tier=tier)
+    general = bytegrad.differentiate(partial_inside, tier="general")
+    for k in range(5):  # (other values each call: the partial's argument is the call's x)
+        x = np.linspace(0.1, 1.0, 4) * (k + 1)
+        _check(fast, general, x, 0.5 * k)
+    assert _info(fast)["programs"] and _compiled_calls(fast) >= 2

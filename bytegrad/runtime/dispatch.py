@@ -318,7 +318,7 @@ CALL_HANDLERS: dict[type, Callable[..., Any]] = {}
 #: results depend on shapes and container structure only, which a compiled program's guards fix
 CAPTURE_SAFE = frozenset({len, isinstance, type, np.shape, np.ndim, np.size, list.append, list.copy,
                           list.__getitem__, tuple.__getitem__, dict.get, dict.items, dict.keys, dict.values,
-                          dict.__getitem__})
+                          dict.__getitem__, functools.partial})
 
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
