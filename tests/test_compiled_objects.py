@@ -485,3 +485,54 @@ def test_a_partial_made_inside_from_a_differentiated_value(tier):
         x = np.linspace(0.1, 1.0, 4) * (k + 1)
         _check(fast, general, x, 0.5 * k)
     assert _info(fast)["programs"] and _compiled_calls(fast) >= 2
+
+
+# ---- what stays on the general path, with its reason ---------------------------------------------
+
+
+class Holder:
+    def __init__(self, x, inner=None):
+        self.x = x
+        self.inner = inner
+
+    def read(self):
+        return self.x if self.inner is None else self.inner.read()
+
+
+def holder_loss(x, h):
+    return np.sum(x * h.read())
+
+
+@pytest.mark.parametrize("case", ["int array", "too deep", "slots", "same object twice"])
+def test_objects_the_capture_cannot_take_apart_stay_general(case):
+    x = np.linspace(0.1, 1.0, 3)
+    if case == "int array":
+        h = Holder(np.array([1, 2, 3]))
+        why = "dtype int"
+    elif case == "too deep":
+        h = Holder(None, Holder(None, Holder(None, Holder(None, Holder(np.ones(3))))))
+        why = "too deep"
+    elif case == "slots":
+        h = Holder(None, _Slotted(np.ones(3)))
+        why = "__slots__"
+    else:
+        leaf = Holder(np.ones(3))
+        h = Holder(None, Holder([leaf, leaf]))
+        h.inner.read = lambda: leaf.x  # (an instance attribute: the class keeps its method)
+        why = "twice"
+    fast = bytegrad.differentiate(fresh(holder_loss), tier="numpy")
+    general = bytegrad.differentiate(holder_loss, tier="general")
+    for _ in range(3):
+        _check(fast, general, x, h)
+    (reason,) = _info(fast)["not_compiled"].values()
+    assert why in reason and not _info(fast)["programs"], reason
+
+
+class _Slotted:
+    __slots__ = ("x",)
+
+    def __init__(self, x):
+        self.x = x
+
+    def read(self):
+        return self.x

@@ -30,6 +30,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from bytegrad.compiled.effects import MAX_DEPTH as EFFECTS_DEPTH
 from bytegrad.compiled.guards import callable_state, number_condition
 from bytegrad.rules import pytrees
 from bytegrad.runtime import pytree
@@ -38,8 +39,9 @@ __all__ = ["Node", "Unobservable", "class_state", "copies", "dataclass_gradient"
 
 _ndarray = np.ndarray
 _HEAPTYPE = 1 << 9
-#: how deep objects, lists and dicts in an object argument are taken apart
-MAX_DEPTH = 6
+#: how deep objects, lists and dicts in an object argument are taken apart: no deeper than the effect
+#: snapshot compares them (a write into what a program reads is seen there)
+MAX_DEPTH = EFFECTS_DEPTH
 #: values guarded by exact value
 _VALUES = (int, float, complex, bool, str, bytes, type(None))
 #: class attributes that cannot change in place (guarded by identity)
@@ -56,8 +58,7 @@ class Node:
     """The capture spec of a part of an object argument that is not a tracked array: `kind` is
     "object" (`t` its class, `subs` attribute -> spec), "seq" (a list or tuple, `subs` a list),
     "dict" (`subs` key -> spec), "value" (a number, string, flag or None, guarded by value),
-    "array" (an array the capture does not track: an int array), "ident" (a function, class or
-    module, by identity)."""
+    "ident" (a function, class or module, by identity)."""
 
     __slots__ = ("kind", "t", "subs")
 
@@ -85,9 +86,7 @@ def track(value: Any, tape: Any, ids: set[int], depth: int = MAX_DEPTH) -> Any:
             raise Unobservable("an object argument holds an array that another argument holds too")
         if value.dtype.kind in "fc":
             return pytree.Leaf(tape.leaf(value), value)
-        if value.dtype.kind in "biu":
-            ids.add(id(value))
-            return Node("array", t)
+        # (an integer array: what Python code makes of its items, `idx[0]`, would not be recorded)
         raise Unobservable(f"an object argument holds an array of dtype {value.dtype}")
     if t in _VALUES or (isinstance(value, np.generic) and value.dtype.kind in "biuf"):
         return Node("value", t)
@@ -180,9 +179,7 @@ def walk(inputs: Any, expr: str, value: Any, spec: Any) -> None:
         return
     kind = spec.kind
     t = src.const(spec.t, "T")
-    if kind == "array":
-        inputs.walk(expr, value, None, False)
-    elif kind == "value":
+    if kind == "value":
         if isinstance(value, np.floating):
             c = src.const(float(value))
             cond = number_condition(expr, float(value), c)
