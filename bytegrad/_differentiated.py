@@ -94,16 +94,11 @@ class Differentiated:
         compiled = _compiled()
         self._tiers = compiled.tiers_for(self._target, (compiled.AUX, wrt_key) if self._has_aux else wrt_key, tier) \
             if not self._bound and not self._bound_kwargs else None
-        #: a bound method, partial or callable object: its plain function differentiated with the bound
-        #: object and arguments as leading arguments, whose programs guard them (compiled/objects.py)
-        self._inner: Optional[Differentiated] = None
-        if self._bound or self._bound_kwargs:
-            shifted = _shift_wrt(wrt, self._offset)
-            if shifted is not None:
-                self._inner = Differentiated(self._target, shifted, has_aux, tier)
-                self._tiers = self._inner._tiers
-                if self._tiers is None:
-                    self._inner = None
+        #: a bound method, partial or callable object: its function, the bound arguments in front (guarded)
+        shifted = compiled.shift_wrt(wrt, self._offset) if self._bound or self._bound_kwargs else None
+        self._inner = Differentiated(self._target, shifted, has_aux, tier) if shifted is not None else None
+        if self._inner is not None:
+            self._tiers = self._inner._tiers
         self._pb_tiers: Optional[_compiled_module.Tiers] = None  # pullback programs: made on the first pullback
         self._use_code(self._target.__code__)
         self._hits = 0
@@ -414,31 +409,19 @@ class Differentiated:
 
     def _grad_tiered(self, args: tuple, kwargs: dict, value: bool = True) -> tuple[Any, Any]:
         """A compiled program's result when one applies (bytegrad/compiled/policy.py), else the general path's.
-        `value=False`: only the gradient is used (a program skips the output's value)."""
-        tiers = self._tiers
-        if self._inner is not None:
-            if getattr(tls, "tape", None) is None and not _config.debug_nans:
-                result = self._inner._grad_bound((*self._bound, *args), {**self._bound_kwargs, **kwargs}, value)
-                if result is not MISS:
-                    return result
-            return self._grad_now(args, kwargs)
+        `value=False`: only the gradient is used (a program skips the output's value). A bound
+        method's programs are its function's (`_inner`), called with the bound arguments in front."""
+        tiers, d = self._tiers, self._inner or self
         if tiers is not None and getattr(tls, "tape", None) is None and not _config.debug_nans:
-            if kwargs:  # keywords of positional parameters move into place; others stay general
-                args, kwargs = self._normalize_call(args, kwargs)
-            if not kwargs:
-                result = tiers.call(self._target, args, self._capture, value=value)
+            call_args, call_kw = ((*self._bound, *args), {**self._bound_kwargs, **kwargs}) if d is not self \
+                else (args, kwargs)
+            if call_kw:  # keywords of positional parameters move into place; others stay general
+                call_args, call_kw = d._normalize_call(call_args, call_kw)
+            if not call_kw:
+                result = tiers.call(d._target, call_args, d._capture, value=value)
                 if result is not MISS:
                     return result
         return self._grad_now(args, kwargs)
-
-    def _grad_bound(self, args: tuple, kwargs: dict, value: bool) -> Any:
-        """A compiled program's result for a call of a bound method's (or partial's) function with
-        the bound arguments in front, or MISS (the bound method's general path then runs)."""
-        if kwargs:
-            args, kwargs = self._normalize_call(args, kwargs)
-        if kwargs or self._tiers is None:
-            return MISS
-        return self._tiers.call(self._target, args, self._capture, value=value)
 
     def _capture(self, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[tuple[Any, Any], Union[Program, str]]:
         """One gradient by a capture run, and the program made from it or why none (compiled/capture.py)."""
@@ -580,21 +563,6 @@ class Differentiated:
             out, aux = self._split_aux(out)
         back = general_back(out, tape, specs, nested)
         return (out, back, aux) if self._has_aux else (out, back)
-
-
-def _shift_wrt(wrt: Any, offset: int) -> Any:
-    """`wrt` of a bound method or partial as the positions of its function's parameters (the bound
-    arguments in front); None where it is not ints, names and tuples or lists of them."""
-    if isinstance(wrt, bool):
-        return None
-    if isinstance(wrt, int):
-        return wrt + offset if wrt >= 0 else None
-    if isinstance(wrt, str):
-        return wrt
-    if isinstance(wrt, (tuple, list)):
-        items = [_shift_wrt(w, offset) for w in wrt]
-        return None if any(w is None for w in items) else type(wrt)(items)
-    return None
 
 
 def _unwrap_partial(fn: Any) -> tuple[Any, tuple, dict]:

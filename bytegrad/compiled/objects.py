@@ -35,7 +35,7 @@ from bytegrad.compiled.guards import callable_state, number_condition
 from bytegrad.rules import pytrees
 from bytegrad.runtime import pytree
 
-__all__ = ["Node", "Unobservable", "class_state", "copies", "dataclass_gradient", "leaves", "walk_dataclass", "same_class", "takes_apart", "track", "walk"]
+__all__ = ["Node", "Unobservable", "class_state", "copies", "dataclass_gradient", "leaves", "shift_wrt", "walk_argument", "walk_dataclass", "same_class", "takes_apart", "track", "walk"]
 
 _ndarray = np.ndarray
 _HEAPTYPE = 1 << 9
@@ -224,12 +224,22 @@ def _item(inputs: Any, read: str, label: str, value: Any, sub: Any) -> None:
     walk(inputs, var, value, sub)
 
 
+def walk_argument(inputs: Any, expr: str, value: Any, spec: Any, fresh: bool, error: type) -> None:
+    """`walk` of an object argument, `walk_dataclass` of a dataclass; `error` (compiled/source.py's
+    Ineligible) raised where the program cannot take it."""
+    if type(spec) is Node:
+        walk(inputs, expr, value, spec)
+        return
+    try:
+        walk_dataclass(inputs, expr, value, spec, fresh)
+    except Unobservable as exc:
+        raise error(str(exc)) from None
+
+
 def walk_dataclass(inputs: Any, expr: str, value: Any, spec: tuple, fresh: bool) -> None:
     """The guards and variables of a dataclass argument (spec `("dataclass", original, {field:
     spec})` of runtime/pytree.py), differentiated (`fresh`) or not: its class as an object's, its
-    attributes exactly its fields, each field walked as an argument."""
-    from bytegrad.compiled.source import Ineligible
-
+    attributes exactly its fields, each field walked as an argument. Raises Unobservable."""
     src = inputs.src
     t = type(value)
     fields = tuple(spec[2])
@@ -238,7 +248,7 @@ def walk_dataclass(inputs: Any, expr: str, value: Any, spec: tuple, fresh: bool)
     if why is None and attrs is not None and tuple(attrs) != fields:
         why = f"a {t.__qualname__} object with attributes that are not its fields"
     if why is not None:
-        raise Ineligible(f"a dataclass argument: {why}")
+        raise Unobservable(f"a dataclass argument: {why}")
     tc = src.const(t, "T")
     cond = f"{expr}.__class__ is {tc} and {src.const(same_class, 'F')}({tc}, {src.const(class_state(t), 'S')})"
     if attrs is not None:
@@ -288,3 +298,18 @@ def _is_copy(v: Any, spec: tuple, tape: Any) -> bool:
                 type(now) is not type(getattr(spec[1], name)):
             return False
     return True
+
+
+def shift_wrt(wrt: Any, offset: int) -> Any:
+    """`wrt` of a bound method or partial as the positions of its function's parameters (the bound
+    arguments in front); None where it is not ints from the start, names and tuples or lists of them."""
+    if isinstance(wrt, bool):
+        return None
+    if isinstance(wrt, int):
+        return wrt + offset if wrt >= 0 else None
+    if isinstance(wrt, str):
+        return wrt
+    if isinstance(wrt, (tuple, list)):
+        items = [shift_wrt(w, offset) for w in wrt]
+        return None if any(w is None for w in items) else type(wrt)(items)
+    return None

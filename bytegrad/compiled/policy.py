@@ -36,6 +36,7 @@ import numpy as np
 
 from bytegrad._config import config as _config
 from bytegrad.compiled.guards import same_value
+from bytegrad.compiled.objects import shift_wrt as shift_wrt  # (_differentiated.py's, re-exported)
 from bytegrad.runtime.sentinels import DECIDED, MISS
 
 if TYPE_CHECKING:  # (compiled/lower_numpy.py is imported by the first capture or load, not by a first gradient)

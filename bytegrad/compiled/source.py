@@ -49,7 +49,6 @@ DECISION_GUARD = "decision"
 _OMITTED: frozenset[str] = frozenset()
 
 
-
 class Ineligible(Exception):
     """This computation cannot be a compiled program; the message says why (for explain/stats)."""
 
@@ -280,11 +279,8 @@ class Inputs:
         if spec is None:
             self._untracked(expr, value)
             return
-        if type(spec) is objects.Node:  # an object argument taken apart in place
-            objects.walk(self, expr, value, spec)
-            return
-        if spec[0] == "dataclass":
-            objects.walk_dataclass(self, expr, value, spec, fresh)
+        if type(spec) is objects.Node or spec[0] == "dataclass":  # an object taken apart, a dataclass
+            objects.walk_argument(self, expr, value, spec, fresh, Ineligible)
             return
         if isinstance(spec[0], str):  # "pytree"
             raise Ineligible(f"a {spec[0]} argument (compiled programs take arrays, floats and dicts, lists "
