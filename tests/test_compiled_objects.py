@@ -536,3 +536,33 @@ class _Slotted:
 
     def read(self):
         return self.x
+
+
+def test_explain_of_a_bound_method_reads_its_object_as_an_argument():
+    import io
+
+    model = Model(np.eye(3), 0.5)
+    out = io.StringIO()
+    bytegrad.explain(model.loss, np.ones(3), np.ones(3), file=out)
+    text = out.getvalue()
+    assert "compiled program: eligible" in text and "not an argument" not in text, text[-600:]
+
+
+def dataclass_first(p, x):
+    return np.sum(np.tanh(x * p.w + p.b) ** 2) * p.steps
+
+
+def test_pullback_programs_of_a_differentiated_dataclass():
+    x = np.ones(4)
+    p = Params(np.linspace(0, 1, 4), 0.25)
+    fast = bytegrad.differentiate(fresh(dataclass_first), wrt=(0, 1), tier="numpy")
+    general = bytegrad.differentiate(dataclass_first, wrt=(0, 1), tier="general")
+    for k in range(6):
+        if k == 3:
+            p.steps = 3
+        if k == 4:
+            p.w += 1.0
+        (out, back), (want_out, want_back) = fast.pullback(p, x), general.pullback(p, x)
+        got, want = back(2.0), want_back(2.0)
+        assert _same(out, want_out) and _same(got, want) and type(got[0]) is Params
+    assert fast.stats()["compiled_pullback"]["programs"]
