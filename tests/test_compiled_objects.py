@@ -566,3 +566,102 @@ def test_pullback_programs_of_a_differentiated_dataclass():
         got, want = back(2.0), want_back(2.0)
         assert _same(out, want_out) and _same(got, want) and type(got[0]) is Params
     assert fast.stats()["compiled_pullback"]["programs"]
+
+
+# ---- objects built inside the function from differentiated values -----------------------------------
+
+
+class Dense:
+    gain = 1.0
+
+    def __init__(self, W, b):
+        self.W = W
+        self.b = b
+
+    def forward(self, x):
+        return np.tanh(self.W @ x + self.b) * self.gain
+
+    @property
+    def norm(self):
+        return np.sum(self.W ** 2)
+
+    @staticmethod
+    def square(h):
+        return h * h
+
+
+def builds_layers(W, b, x):
+    layer = Dense(W, b)
+    return np.sum(Dense.square(layer.forward(x))) + 0.1 * layer.norm
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_an_object_built_inside_from_differentiated_values(tier):
+    W, b, x = _rng_arrays(13, (3, 3), 3, 3)
+    fast = bytegrad.differentiate(fresh(builds_layers), wrt=(0, 1), tier=tier)
+    general = bytegrad.differentiate(builds_layers, wrt=(0, 1), tier="general")
+    saved = Dense.forward
+    try:
+        for k in range(3):
+            _check(fast, general, W * (k + 1), b, x)
+        assert _info(fast)["programs"]
+        Dense.gain = 2.0  # a class attribute its method reads: the class guard sees it
+        _check(fast, general, W, b, x)
+        Dense.forward = lambda self, x: np.sin(self.W @ x) + self.b  # a method replaced
+        _check(fast, general, W, b, x)
+        _check(fast, general, W, b, x)
+    finally:
+        Dense.gain = 1.0
+        Dense.forward = saved
+
+
+class Tally:
+    def __init__(self, w):
+        self.w = w
+        self.n = 0
+
+    def __call__(self, x):
+        self.n += 1  # (not `self.name = value`: stays general)
+        return np.sum(self.w * x)
+
+
+class Finalized(Dense):
+    def __del__(self):
+        pass
+
+
+def builds_tally(w, x):
+    t = Tally(w)
+    return t(x) + t(x) * t.n
+
+
+def builds_finalized(W, b, x):
+    return np.sum(Finalized(W, b).forward(x))
+
+
+@pytest.mark.parametrize("fn, why", [(builds_tally, "writes an attribute"), (builds_finalized, "__del__")])
+def test_objects_built_inside_that_stay_general(fn, why):
+    W, b, x = _rng_arrays(14, (3, 3), 3, 3)
+    args = (W[0], x) if fn is builds_tally else (W, b, x)
+    fast = bytegrad.differentiate(fresh(fn), tier="numpy")
+    general = bytegrad.differentiate(fn, tier="general")
+    for _ in range(3):
+        _check(fast, general, *args)
+    (reason,) = _info(fast)["not_compiled"].values()
+    assert why in reason and not _info(fast)["programs"], reason
+
+
+@pytest.mark.parametrize("omit", [False, True], ids=["guarded", "guard-omitted"])
+def test_the_class_guard_of_a_built_object_is_needed(omit, monkeypatch):
+    _omitting("object", monkeypatch, omit)
+    W, b, x = _rng_arrays(15, (3, 3), 3, 3)
+    fast = bytegrad.differentiate(fresh(builds_layers), tier="numpy")
+    general = bytegrad.differentiate(builds_layers, tier="general")
+    try:
+        for _ in range(3):
+            fast.value_and_grad(W, b, x)
+        Dense.gain = 3.0
+        same = _same(fast.value_and_grad(W, b, x), general.value_and_grad(W, b, x))
+    finally:
+        Dense.gain = 1.0
+    assert same is not omit

@@ -36,7 +36,7 @@ class CaptureTape(Tape):
     values of the same signature (a Python callee, a value computed from data that Python code then
     uses). The first such reason makes the capture fail; the gradient itself is unaffected."""
 
-    __slots__ = ("refusals", "checks", "callees", "made", "objects")
+    __slots__ = ("refusals", "checks", "callees", "made", "objects", "local")
 
     capturing = True
     #: whether object arguments are taken apart in place (compiled/objects.py): gradient captures only
@@ -58,6 +58,16 @@ class CaptureTape(Tape):
         #: ids of the objects, lists and dicts taken apart from object arguments (compiled/objects.py):
         #: guarded, so a Python callee may be handed them
         self.objects: set[int] = set()
+        #: objects of plain Python classes the run built from tracked values (kept alive: their ids are
+        #: theirs for the run): locals of the call, their state plumbing between recorded operations
+        self.local: list[Any] = []
+
+    def built(self, obj: Any, site: Any) -> None:
+        why = objects.local_refusal(type(obj))
+        if why is not None:
+            self.refuse(f"builds a {type(obj).__qualname__} from a differentiated value ({why})", site)
+        else:
+            self.local.append(obj)
 
     def refuse(self, why: str, site: Any) -> None:
         self.refusals.append((why, site))
@@ -355,21 +365,26 @@ def _callee_guards(tape: CaptureTape, wrt_specs: Sequence[Any] = ()) -> tuple[Op
 
     guards: list[tuple] = []
     seen: set[tuple] = set()
-    guarded = tape.objects
+    local = {id(o) for o in tape.local}
+    guarded = tape.objects | local
     if wrt_specs:  # (a differentiated dataclass's copy, handed to its methods)
         guarded = guarded | objects.copies((v for _, args, _, _ in tape.callees for v in args), list(wrt_specs), tape)
+    for cls in {type(o) for o in tape.local}:  # (their methods and class attributes are read at capture)
+        guards.append(("class", cls, cls.__qualname__, objects.class_state(cls)))
     for f, args, kwargs, site in tape.callees:
         for v in (*args, *(kwargs or {}).values()):
             bad = _unreplayable(v, tape.ids, guarded)
             if bad is not None:
                 return f"it passes {bad} to {f.__qualname__} (line {site.lineno}): its state is not guarded", []
         active, immutable = transform.callee_activity(f, args, kwargs, tape.ids)
-        key = (f, active, immutable)
+        key = (f, active, immutable, bool(args) and id(args[0]) in local)
         if key in seen:
             continue
         seen.add(key)
         defaults = (f.__defaults__ or ()) + tuple((f.__kwdefaults__ or {}).values())
         reasons, more = eligibility.check(f.__code__, active, f.__globals__, immutable, defaults)
+        if reasons and args and id(args[0]) in local:  # a method of an object the call built: it may set its attributes
+            reasons = objects.without_self_writes(f.__code__, reasons)
         if reasons:
             return f"it calls {f.__qualname__} (line {site.lineno}), which {reasons[0]}", []
         guards += more

@@ -35,7 +35,7 @@ from bytegrad.compiled.guards import callable_state, number_condition
 from bytegrad.rules import pytrees
 from bytegrad.runtime import pytree
 
-__all__ = ["Node", "Unobservable", "class_state", "copies", "dataclass_gradient", "leaves", "shift_wrt", "walk_argument", "walk_dataclass", "same_class", "takes_apart", "track", "walk"]
+__all__ = ["Node", "Unobservable", "class_state", "copies", "dataclass_gradient", "leaves", "local_refusal", "shift_wrt", "without_self_writes", "walk_argument", "walk_dataclass", "same_class", "takes_apart", "track", "walk"]
 
 _ndarray = np.ndarray
 _HEAPTYPE = 1 << 9
@@ -313,3 +313,38 @@ def shift_wrt(wrt: Any, offset: int) -> Any:
         items = [shift_wrt(w, offset) for w in wrt]
         return None if any(w is None for w in items) else type(wrt)(items)
     return None
+
+
+def local_refusal(cls: type) -> Optional[str]:
+    """Why an object of `cls` built inside the call from differentiated values cannot be a local of
+    a capture (its attributes set and read only through Python code the capture runs), or None."""
+    for hook in ("__getattribute__", "__getattr__", "__setattr__", "__delattr__", "__del__"):
+        if getattr(cls, hook, None) is not getattr(object, hook, None):  # (a program never makes the object)
+            return f"it defines {hook}"
+    return _class_refusal(cls)
+
+
+_WRITE_ATTR = {"STORE_ATTR", "DELETE_ATTR"}
+_SELF_LOADS = {"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR"}
+
+
+def without_self_writes(code: types.CodeType, reasons: list[str]) -> list[str]:
+    """`reasons` (compiled/eligibility.py's) less "writes an attribute" when every attribute write
+    of `code` is `self.name = value` (its first parameter, loaded just before, never rebound)."""
+    import dis
+
+    if not code.co_argcount:
+        return reasons
+    me = code.co_varnames[0]
+    prev: Any = None
+    for ins in dis.get_instructions(code):
+        if ins.opname in ("STORE_FAST", "DELETE_FAST", "STORE_FAST_STORE_FAST", "STORE_FAST_LOAD_FAST") and \
+                me in str(ins.argval):
+            return reasons
+        if ins.opname in _WRITE_ATTR:
+            ok = prev is not None and ((prev.opname in _SELF_LOADS and prev.argval == me) or
+                                      (prev.opname == "LOAD_FAST_LOAD_FAST" and prev.argval[1] == me))
+            if not ok:
+                return reasons
+        prev = ins
+    return [r for r in reasons if not r.startswith("writes an attribute")]

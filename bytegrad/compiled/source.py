@@ -502,6 +502,10 @@ def static_guards(src: Source, entries: list[tuple], inputs: Optional[Inputs] = 
     walked as an input (`inputs`; a leaf where the capture tracked it, `tracked`: the tape's ids):
     type, shape and dtype guarded, its values the call's."""
     for kind, owner, name, value in entries:
+        if kind == "class":  # the class of an object the call builds (compiled/objects.py): its attributes
+            src.guard("object", f"{src.const(objects.same_class, 'F')}({src.const(owner, 'T')}, {src.const(value, 'S')})",
+                      f"{name}'s attributes unchanged")
+            continue
         if kind == "code":  # a Python callee (owner), fixed by its caller's guards: its body too
             f = src.const(owner, "F")
             src.guard("code", f"_same_state({f}, {src.const(callable_state(owner), 'S')})",
