@@ -89,18 +89,20 @@ class Differentiated:
         self._wrt_spec = wrt
         self._has_aux = bool(has_aux)
         self._tier = tier
-        # compiled programs of this function (bytegrad/compiled/policy.py): plain functions without aux
         wrt_key = tuple(wrt) if isinstance(wrt, list) else wrt
         compiled = _compiled()
         self._tiers = compiled.tiers_for(self._target, (compiled.AUX, wrt_key) if self._has_aux else wrt_key, tier) \
             if not self._bound and not self._bound_kwargs else None
-        #: a bound method, partial or callable object: its function, the bound arguments in front (guarded)
-        shifted = compiled.shift_wrt(wrt, self._offset) if self._bound or self._bound_kwargs else None
-        self._inner = Differentiated(self._target, shifted, has_aux, tier) if shifted is not None else None
-        if self._inner is not None:
-            self._tiers = self._inner._tiers
         self._pb_tiers: Optional[_compiled_module.Tiers] = None  # pullback programs: made on the first pullback
         self._use_code(self._target.__code__)
+        #: a bound method, partial or callable object: its function, the bound arguments in front (guarded)
+        shifted = compiled.shift_wrt(wrt, self._offset) if self._bound or self._bound_kwargs else None
+        try:  # (after the checks of `wrt` above: their errors count the caller's positions; its own fail quietly)
+            self._inner = Differentiated(self._target, shifted, has_aux, tier) if shifted is not None else None
+        except WrtError:
+            self._inner = None
+        if self._inner is not None:
+            self._tiers = self._inner._tiers
         self._hits = 0
         self._first_s: Optional[float] = None   # wall time of the first gradient (for stats())
         self._rewrite_s = 0.0
