@@ -665,3 +665,58 @@ def test_the_class_guard_of_a_built_object_is_needed(omit, monkeypatch):
     finally:
         Dense.gain = 1.0
     assert same is not omit
+
+
+# ---- adversarial changes between calls ------------------------------------------------------------
+
+
+class Poly:
+    degree = 2
+
+    def __init__(self, coefs, params):
+        self.coefs = coefs
+        self.params = params
+
+    def apply(self, x):
+        total = self.params["w"] * x
+        for k in range(len(self.coefs)):
+            if k < self.degree:
+                total = total + self.coefs[k] * x ** (k + 1)
+        return total
+
+
+def poly_loss(x, poly):
+    return np.sum(poly.apply(x) ** 2)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_adversarial_changes_to_an_object_argument(tier):
+    x = np.linspace(-1.0, 1.0, 5)
+    poly = Poly([0.5, -0.25, 2.0], {"w": np.ones(5)})
+    fast = bytegrad.differentiate(fresh(poly_loss), tier=tier)
+    general = bytegrad.differentiate(poly_loss, tier="general")
+
+    def shadow(x):  # an instance attribute in front of the class's method
+        return x * 10.0
+
+    changes = [
+        lambda: poly.coefs.__setitem__(0, 3.0),        # a float in a list, in place
+        lambda: poly.coefs.append(1.0),                # the list's length
+        lambda: poly.params["w"].__setitem__(0, -2.0),  # an array in a dict, in place
+        lambda: poly.params.__setitem__("w", np.full(5, 0.5)),  # rebound in the dict
+        lambda: setattr(Poly, "degree", 3),            # a class attribute
+        lambda: setattr(poly, "degree", 1),            # an instance attribute in front of it
+        lambda: setattr(poly, "apply", shadow),        # a method shadowed
+        lambda: delattr(poly, "apply"),
+        lambda: setattr(poly, "coefs", (0.5, 0.5)),    # a tuple where a list was
+    ]
+    try:
+        for _ in range(3):
+            _check(fast, general, x, poly)
+        for change in changes:
+            change()
+            _check(fast, general, x, poly)
+            _check(fast, general, x, poly)
+    finally:
+        Poly.degree = 2
+    assert _compiled_calls(fast) > 0
