@@ -25,6 +25,10 @@ TIERS = ["numpy", "numba"]
 
 
 def _same(a, b) -> bool:
+    if isinstance(a, tuple) and len(a) == 2 and isinstance(a[1], Affine):  # (a registered pytree's gradient)
+        if type(b[1]) is not Affine or a[1].act != b[1].act:
+            return False
+        a, b = ((t[0], {k: v for k, v in vars(t[1]).items() if k != "act"}) for t in (a, b))
     try:
         assert_trees_close(a, b, rtol=1e-12, atol=0.0)
     except AssertionError:
@@ -720,3 +724,51 @@ def test_adversarial_changes_to_an_object_argument(tier):
     finally:
         Poly.degree = 2
     assert _compiled_calls(fast) > 0
+
+
+# ---- a differentiated registered pytree ---------------------------------------------------------------
+
+
+class Affine:
+    def __init__(self, W, b, act="tanh"):
+        self.W = W
+        self.b = b
+        self.act = act
+
+
+bytegrad.register_pytree(Affine, fields=("W", "b"), static=("act",))
+
+
+def affine_loss(p, x):
+    h = p.W @ x + p.b
+    return np.sum((np.tanh(h) if p.act == "tanh" else np.sin(h)) ** 2)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_differentiated_registered_pytree(tier):
+    W, b, x = _rng_arrays(16, (3, 3), 3, 3)
+    p = Affine(W, b)
+    fast = bytegrad.differentiate(fresh(affine_loss), tier=tier)
+    general = bytegrad.differentiate(affine_loss, tier="general")
+    for _ in range(3):
+        got = _check(fast, general, p, x)
+    assert _info(fast)["programs"] and type(got[1]) is Affine and got[1].W is not p.W
+    p.act = "sin"  # in aux: guarded by value
+    _check(fast, general, p, x)
+    p.W = W * 3.0  # a child, read at call time
+    _check(fast, general, p, x)
+    p.b[0] = 5.0
+    _check(fast, general, p, x)
+
+
+@pytest.mark.parametrize("omit", [False, True], ids=["guarded", "guard-omitted"])
+def test_the_aux_guard_of_a_registered_pytree_is_needed(omit, monkeypatch):
+    _omitting("value", monkeypatch, omit)
+    W, b, x = _rng_arrays(17, (3, 3), 3, 3)
+    p = Affine(W, b)
+    fast = bytegrad.differentiate(fresh(affine_loss), tier="numpy")
+    general = bytegrad.differentiate(affine_loss, tier="general")
+    for _ in range(3):
+        fast.value_and_grad(p, x)
+    p.act = "sin"
+    assert _same(fast.value_and_grad(p, x), general.value_and_grad(p, x)) is not omit

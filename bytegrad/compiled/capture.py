@@ -166,8 +166,8 @@ def _complete(spec: Any, top: bool = True) -> bool:
         return True
     if spec[0] == "dataclass":
         return all(_complete(s, False) for s in spec[2].values())
-    if isinstance(spec[0], str):  # a registered pytree: compiled programs do not take them yet
-        return False
+    if spec[0] == "pytree":
+        return all(_complete(s, False) for s in spec[3])
     subs = spec[1]
     return all(_complete(s, False) for s in (subs.values() if isinstance(subs, dict) else subs))
 
@@ -208,7 +208,7 @@ def capture(d: Any, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[
     if type(out) is _ndarray and out.ndim:
         return result, "the output is a one-element array, not a scalar"
     if not all(_complete(s) for s in wrt_specs):
-        return result, "a differentiated argument holds a registered pytree"
+        return result, "a differentiated argument holds a value with no derivative"
     if shared is not None:
         return result, shared
     if tape.refusals:

@@ -35,7 +35,7 @@ from bytegrad.compiled.guards import callable_state, number_condition
 from bytegrad.rules import pytrees
 from bytegrad.runtime import pytree
 
-__all__ = ["Node", "Unobservable", "class_state", "copies", "dataclass_gradient", "leaves", "local_refusal", "shift_wrt", "without_self_writes", "walk_argument", "walk_dataclass", "same_class", "takes_apart", "track", "walk"]
+__all__ = ["Node", "Unobservable", "class_state", "copies", "dataclass_gradient", "leaves", "local_refusal", "node_of", "pytree_gradient", "walk_pytree", "shift_wrt", "without_self_writes", "walk_argument", "walk_dataclass", "same_class", "takes_apart", "track", "walk"]
 
 _ndarray = np.ndarray
 _HEAPTYPE = 1 << 9
@@ -225,10 +225,13 @@ def _item(inputs: Any, read: str, label: str, value: Any, sub: Any) -> None:
 
 
 def walk_argument(inputs: Any, expr: str, value: Any, spec: Any, fresh: bool, error: type) -> None:
-    """`walk` of an object argument, `walk_dataclass` of a dataclass; `error` (compiled/source.py's
-    Ineligible) raised where the program cannot take it."""
+    """`walk` of an object argument, `walk_dataclass` of a dataclass, `walk_pytree` of a registered
+    pytree; `error` (compiled/source.py's Ineligible) raised where the program cannot take it."""
     if type(spec) is Node:
         walk(inputs, expr, value, spec)
+        return
+    if spec[0] == "pytree":
+        walk_pytree(inputs, expr, value, spec, fresh)
         return
     try:
         walk_dataclass(inputs, expr, value, spec, fresh)
@@ -348,3 +351,36 @@ def without_self_writes(code: types.CodeType, reasons: list[str]) -> list[str]:
                 return reasons
         prev = ins
     return [r for r in reasons if not r.startswith("writes an attribute")]
+
+
+def walk_pytree(inputs: Any, expr: str, value: Any, spec: tuple, fresh: bool) -> None:
+    """The guards and variables of an argument of a class registered with `register_pytree` (spec
+    `("pytree", node, aux, [spec])` of runtime/pytree.py): the registration the same object, the
+    registered flatten called on the call's argument (as the general path calls it on every call),
+    its aux the capture's (`same_value`: by value, or identity), its children walked as a list."""
+    src = inputs.src
+    node, aux, subs = spec[1], spec[2], spec[3]
+    label = inputs.label(expr)
+    n = src.const(node, "N")
+    src.guard("object", f"{src.const(node_of, 'F')}({expr}) is {n}",
+              f"{label}: a {node.cls.__qualname__}, registered as at capture")
+    var = inputs.temp()
+    src.emit(f"{var} = {src.const(pytrees.flatten, 'F')}({n}, {expr})")
+    src.guard("value", f"len({var}[0]) == {len(subs)} and _same_value({var}[1], {src.const(aux, 'A')})",
+              f"{label} flattens to {len(subs)} children and the aux it had at capture")
+    children = pytrees.flatten(node, value)[0]
+    for k, sub in enumerate(subs):
+        child = inputs.temp()
+        inputs.labels[child] = f"{label}<child {k}>"
+        src.emit(f"{child} = {var}[0][{k}]")
+        inputs.walk(child, children[k], sub, fresh)
+
+
+def node_of(value: Any) -> Any:
+    """The registration of `value`'s class (`register_pytree`), or None."""
+    return pytrees.node_for(value)
+
+
+def pytree_gradient(node: Any, aux: Any, children: list) -> Any:
+    """A registered pytree's gradient as runtime/pytree.py's `gradient` makes it."""
+    return pytrees.unflatten(node, aux, children)

@@ -36,6 +36,7 @@ import numpy as np
 
 from bytegrad._config import config as _config
 from bytegrad.compiled.guards import same_value
+from bytegrad.rules import pytrees
 from bytegrad.compiled.objects import shift_wrt as shift_wrt  # (_differentiated.py's, re-exported)
 from bytegrad.runtime.sentinels import DECIDED, MISS
 
@@ -455,6 +456,10 @@ def _same(a: Any, b: Any) -> bool:
         return a == b
     if hasattr(ta, "__dataclass_fields__") and type(getattr(a, "__dict__", None)) is dict:  # (a dataclass's gradient)
         return _same(a.__dict__, b.__dict__)
+    node = pytrees.node_for(a)
+    if node is not None:  # a registered pytree's gradient: its children and aux
+        (ca, xa), (cb, xb) = pytrees.flatten(node, a), pytrees.flatten(node, b)
+        return same_value(xa, xb) and _same(ca, cb)
     x, y = np.asarray(a), np.asarray(b)
     if x.shape != y.shape or x.dtype != y.dtype:
         return False

@@ -279,12 +279,9 @@ class Inputs:
         if spec is None:
             self._untracked(expr, value)
             return
-        if type(spec) is objects.Node or spec[0] == "dataclass":  # an object taken apart, a dataclass
+        if type(spec) is objects.Node or isinstance(spec[0], str):  # an object, a dataclass, a registered pytree
             objects.walk_argument(self, expr, value, spec, fresh, Ineligible)
             return
-        if isinstance(spec[0], str):  # "pytree"
-            raise Ineligible(f"a {spec[0]} argument (compiled programs take arrays, floats and dicts, lists "
-                             "and tuples of them)")
         kind, subs = spec
         if kind is not t:
             raise Ineligible(f"an argument of type {t.__name__}")
@@ -469,6 +466,9 @@ def gradient_code(src: Source, spec: Any, state: dict[int, int], lines: list[str
     if spec[0] == "dataclass":  # a copy with each field its gradient, as pytree.gradient makes it
         entries = ", ".join(f"{k!r}: {gradient_code(src, v, state, lines, fresh)}" for k, v in spec[2].items())
         return f"{src.const(objects.dataclass_gradient, 'F')}({src.const(spec[1], 'O')}, {{{entries}}})"
+    if spec[0] == "pytree":  # rebuilt by the registered unflatten, as pytree.gradient does
+        children = ", ".join(gradient_code(src, v, state, lines, fresh) for v in spec[3])
+        return f"{src.const(objects.pytree_gradient, 'F')}({src.const(spec[1], 'N')}, {src.const(spec[2], 'A')}, [{children}])"
     t, subs = spec
     if isinstance(subs, dict):
         entries = ", ".join(f"{k!r}: {gradient_code(src, v, state, lines, fresh)}" for k, v in subs.items())
