@@ -89,13 +89,20 @@ class Differentiated:
         self._wrt_spec = wrt
         self._has_aux = bool(has_aux)
         self._tier = tier
-        # compiled programs of this function (bytegrad/compiled/policy.py): plain functions without aux
         wrt_key = tuple(wrt) if isinstance(wrt, list) else wrt
         compiled = _compiled()
         self._tiers = compiled.tiers_for(self._target, (compiled.AUX, wrt_key) if self._has_aux else wrt_key, tier) \
             if not self._bound and not self._bound_kwargs else None
         self._pb_tiers: Optional[_compiled_module.Tiers] = None  # pullback programs: made on the first pullback
         self._use_code(self._target.__code__)
+        #: a bound method, partial or callable object: its function, the bound arguments in front (guarded)
+        shifted = compiled.shift_wrt(wrt, self._offset) if self._bound or self._bound_kwargs else None
+        try:  # (after the checks of `wrt` above: their errors count the caller's positions; its own fail quietly)
+            self._inner = Differentiated(self._target, shifted, has_aux, tier) if shifted is not None else None
+        except WrtError:
+            self._inner = None
+        if self._inner is not None:
+            self._tiers = self._inner._tiers
         self._hits = 0
         self._first_s: Optional[float] = None   # wall time of the first gradient (for stats())
         self._rewrite_s = 0.0
@@ -404,13 +411,16 @@ class Differentiated:
 
     def _grad_tiered(self, args: tuple, kwargs: dict, value: bool = True) -> tuple[Any, Any]:
         """A compiled program's result when one applies (bytegrad/compiled/policy.py), else the general path's.
-        `value=False`: only the gradient is used (a program skips the output's value)."""
-        tiers = self._tiers
+        `value=False`: only the gradient is used (a program skips the output's value). A bound
+        method's programs are its function's (`_inner`), called with the bound arguments in front."""
+        tiers, d = self._tiers, self._inner or self
         if tiers is not None and getattr(tls, "tape", None) is None and not _config.debug_nans:
-            if kwargs:  # keywords of positional parameters move into place; others stay general
-                args, kwargs = self._normalize_call(args, kwargs)
-            if not kwargs:
-                result = tiers.call(self._target, args, self._capture, value=value)
+            call_args, call_kw = ((*self._bound, *args), {**self._bound_kwargs, **kwargs}) if d is not self \
+                else (args, kwargs)
+            if call_kw:  # keywords of positional parameters move into place; others stay general
+                call_args, call_kw = d._normalize_call(call_args, call_kw)
+            if not call_kw:
+                result = tiers.call(d._target, call_args, d._capture, value=value)
                 if result is not MISS:
                     return result
         return self._grad_now(args, kwargs)

@@ -66,9 +66,9 @@ def differentiated_stats(d: Any) -> dict[str, Any]:
         if tier != "general":  # (a pinned general tier has no compiled entry at all)
             result["compiled"] = {
                 "tier": tier, "programs": [], "compiled_calls": 0, "general_calls": d._hits + s["misses"],
-                "not_compiled": {"every signature": "a bound method, partial or callable object: compiled "
-                                 "programs take plain functions (the state of its object or its bound "
-                                 "arguments is not guarded yet)"}}
+                "not_compiled": {"every signature": "a bound method, partial or callable object differentiated "
+                                 "with a negative wrt position: compiled programs count positions of its "
+                                 "function's parameters (pass wrt as a name or a position from the start)"}}
     if d._pb_tiers is not None:
         result["compiled_pullback"] = d._pb_tiers.describe()
     return result

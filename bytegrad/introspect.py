@@ -164,6 +164,8 @@ def _explain_left_as_is(target: Any, active: frozenset[str], args: tuple, d: Any
 
 def _explain_tier(d: Any, args: tuple, out: io.StringIO) -> None:
     """Whether gradients of these arguments can run as a compiled program, and the programs made."""
+    if d._inner is not None:  # a bound method's programs are its function's, the bound arguments in front
+        d, args = d._inner, (*d._bound, *args)
     tiers = d._tiers
     if tiers is None:
         out.write("\ncompiled program: none (tier: general)\n")

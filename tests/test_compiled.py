@@ -322,6 +322,25 @@ def closure_scaling(c):
 _CLOSURE, _SET_C = closure_scaling(2.0)
 
 
+class _TanhLayer:
+    def __init__(self, k):
+        self.k = k
+
+    def __call__(self, x):
+        return np.tanh(self.k * x)
+
+
+class _SinLayer(_TanhLayer):
+    def __call__(self, x):
+        return np.sin(self.k * x)
+
+
+def _through_layers(x, layers):
+    for layer in layers:
+        x = layer(x)
+    return np.sum(x)
+
+
 def guard_case(kind):
     """(function, first call's args, a later call's args, a change made between them, undo)."""
     x = np.linspace(0.1, 1.0, 4)
@@ -348,6 +367,8 @@ def guard_case(kind):
             _SAVED_CODE.append(scale_by_length.__code__)
             scale_by_length.__code__ = (lambda x: np.sum(x * x) / 2.0).__code__
         return calls_helper, (x,), (x,), change
+    if kind == "object":  # a layer of another class in the same list (compiled/objects.py)
+        return _through_layers, (x, [_TanhLayer(2.0)]), (x, [_SinLayer(2.0)]), None
     if kind == "version":
         def change():
             _SAVED_RULES.append(registry.lookup(np.sin))

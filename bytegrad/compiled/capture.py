@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 from bytegrad import transform
-from bytegrad.compiled import errstate, policy
+from bytegrad.compiled import errstate, objects, policy
 from bytegrad.compiled.constructs import RaiseWatch, has_handlers
+from bytegrad.rules import pytrees
 from bytegrad.runtime import pytree
 from bytegrad.runtime.tape import Tape, sweep
 
@@ -36,9 +37,11 @@ class CaptureTape(Tape):
     values of the same signature (a Python callee, a value computed from data that Python code then
     uses). The first such reason makes the capture fail; the gradient itself is unaffected."""
 
-    __slots__ = ("refusals", "checks", "callees", "made", "decided", "live", "escaped", "writes")
+    __slots__ = ("refusals", "checks", "callees", "made", "decided", "live", "escaped", "writes", "objects", "local")
 
     capturing = True
+    #: whether object arguments are taken apart in place (compiled/objects.py): gradient captures only
+    takes_objects = False
 
     def __init__(self) -> None:
         super().__init__()
@@ -63,6 +66,19 @@ class CaptureTape(Tape):
         self.escaped: set[int] = set()
         #: write records (runtime/writes.py): tape index -> (array written, its owner, key, value)
         self.writes: dict[int, tuple[Any, Any, Any, Any]] = {}
+        #: ids of the objects, lists and dicts taken apart from object arguments (compiled/objects.py):
+        #: guarded, so a Python callee may be handed them
+        self.objects: set[int] = set()
+        #: objects of plain Python classes the run built from tracked values (kept alive: their ids are
+        #: theirs for the run): locals of the call, their state plumbing between recorded operations
+        self.local: list[Any] = []
+
+    def built(self, obj: Any, site: Any) -> None:
+        why = objects.local_refusal(type(obj))
+        if why is not None:
+            self.refuse(f"builds a {type(obj).__qualname__} from a differentiated value ({why})", site)
+        else:
+            self.local.append(obj)
 
     def refuse(self, why: str, site: Any) -> None:
         from bytegrad.compiled import nested
@@ -146,6 +162,14 @@ class Callees(list):
         super().append(entry)
 
 
+class ObjectCaptureTape(CaptureTape):
+    """The tape of a gradient's capture run: object arguments are taken apart in place."""
+
+    __slots__ = ()
+
+    takes_objects = True
+
+
 def _copied(value: Any) -> Any:
     t = type(value)
     if t is list or t is tuple:
@@ -153,8 +177,8 @@ def _copied(value: Any) -> Any:
     return value
 
 
-class Unobservable(Exception):
-    """An argument the capture would have to copy to track, so that writes into it would go unseen."""
+from bytegrad.compiled.objects import Unobservable as Unobservable  # noqa: E402  (an argument the capture
+# would have to copy to track, so that writes into it would go unseen; or one it cannot take apart)
 
 
 def track_in_place(value: Any, tape: Tape) -> tuple[Any, Any]:
@@ -178,6 +202,11 @@ def track_in_place(value: Any, tape: Tape) -> tuple[Any, Any]:
                                    "would copy it, and writes into it would go unseen)")
             subs[k] = track_in_place(v, tape)[1]
         return value, (t, subs if t is dict else [subs[k] for k in range(len(value))])
+    if isinstance(tape, CaptureTape) and tape.takes_objects:  # (a gradient's capture: objects taken apart in place)
+        if isinstance(value, type):  # (a classmethod's class)
+            return value, objects.Node("ident", t)
+        if objects.takes_apart(value) and pytrees.node_for(value) is None:
+            return value, objects.track(value, tape, tape.objects)
     if isinstance(value, tuple) and not _copy_unseen(value):  # (holding a list, a dict, an object...)
         return value, (t, [track_in_place(v, tape)[1] for v in value])
     fresh, spec = pytree.prepare(value, tape)
@@ -204,17 +233,20 @@ def _constant_arg(value: Any) -> bool:
     return type(value) in policy.CONSTANT_TYPES
 
 
-def _complete(spec: Any) -> bool:
-    """Whether a differentiated argument's spec is a plain tree (dicts, lists, tuples) of
-    differentiable leaves."""
+def _complete(spec: Any, top: bool = True) -> bool:
+    """Whether a differentiated argument's spec is a tree (dicts, lists, tuples, namedtuples,
+    dataclasses) of differentiable leaves and, below the top, values the program guards (an int,
+    a string: no spec)."""
     if spec is None:
-        return False
+        return not top
     if type(spec) is pytree.Leaf:
         return True
-    if isinstance(spec[0], str):  # a dataclass or registered pytree: compiled programs do not take them yet
-        return False
+    if spec[0] == "dataclass":
+        return all(_complete(s, False) for s in spec[2].values())
+    if spec[0] == "pytree":
+        return all(_complete(s, False) for s in spec[3])
     subs = spec[1]
-    return all(_complete(s) for s in (subs.values() if isinstance(subs, dict) else subs))
+    return all(_complete(s, False) for s in (subs.values() if isinstance(subs, dict) else subs))
 
 
 def capture(d: Any, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[tuple[Any, Any], Union[Program, str]]:
@@ -231,15 +263,16 @@ def capture(d: Any, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[
             pytree.prepare(args[p], Tape(), strict=True)
     except pytree.NotDifferentiable:
         return d._grad_now(args, {}), "a differentiated argument holds values with no derivative"
-    run = capture_run(d, args, positions)
+    run = capture_run(d, args, positions, ObjectCaptureTape)
     if isinstance(run, str):  # (not run, or stopped by a bytegrad error of the capture's own)
         return d._grad_now(args, {}), run
     out, aux, tape, specs, guards = run
     program_aux = (aux,) if d._has_aux else None
     d._check_scalar(out)
+    shared = _shared_object_array(tape, specs)
     spec_at = dict(zip(positions, specs))
     wrt_specs = [spec_at[p] for p in norm_wrt]
-    callee_why, callee_guards = _callee_guards(tape, d._code, guards + _default_entries(d._target))
+    callee_why, callee_guards = _callee_guards(tape, d._code, guards + _default_entries(d._target), wrt_specs)
     # the gradient of this run, as the general path sweeps it (the call's result: never run again)
     idx = tape.ids.get(id(out))
     seed = np.ones_like(out) if type(out) is _ndarray and out.ndim else 1.0
@@ -252,7 +285,9 @@ def capture(d: Any, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[
     if type(out) is _ndarray and out.ndim:
         return result, "the output is a one-element array, not a scalar"
     if not all(_complete(s) for s in wrt_specs):
-        return result, "a differentiated argument holds a dataclass or a registered pytree"
+        return result, "a differentiated argument holds a value with no derivative"
+    if shared is not None:
+        return result, shared
     if tape.refusals:
         why, site = tape.refusals[0]
         return result, _users_words(str(Ineligible(why, site)))
@@ -277,7 +312,17 @@ def capture(d: Any, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[
             return result, prog
     return result, why
 
-def capture_run(d: Any, args: tuple, positions: tuple[int, ...]) -> Union[str, tuple]:
+def _shared_object_array(tape: CaptureTape, specs: list) -> Optional[str]:
+    """Why an array an object argument holds is not an input of its own (another argument, tracked
+    after it, is the same array), or None."""
+    for spec in specs:
+        for leaf in objects.leaves(spec) if type(spec) is objects.Node else ():
+            if tape.ids.get(id(leaf.primal)) != leaf.idx:
+                return "an object argument holds an array that another argument holds too"
+    return None
+
+
+def capture_run(d: Any, args: tuple, positions: tuple[int, ...], tape_class: type = CaptureTape) -> Union[str, tuple]:
     """The capture's forward pass: (output, aux or None, tape, leaf specs, guards), or why the
     function cannot be captured for arguments like `args` (the caller then runs the general path)."""
     reasons, guards = eligibility(d, args)
@@ -294,7 +339,7 @@ def capture_run(d: Any, args: tuple, positions: tuple[int, ...]) -> Union[str, t
     snapshot = Snapshot(tuple(None if p in wrt else a for p, a in enumerate(args)), tuple(names), tuple(tracked))
     try:
         with RaiseWatch(has_handlers(d._code)) as watch:  # exceptions raised and handled on the way (compiled/constructs.py)
-            out, tape, specs, _ = d._forward(args, {}, positions, strict=False, capture=CaptureTape,
+            out, tape, specs, _ = d._forward(args, {}, positions, strict=False, capture=tape_class,
                                              tracked=tracked, protect=frozenset(wrt), prepare_other=track_in_place)
     except Unobservable as exc:  # (raised before the function ran)
         return str(exc)
@@ -388,18 +433,18 @@ _RUN_ITERATORS: tuple[type, ...] = (types.GeneratorType, enumerate, zip, reverse
                   type({}.keys()), type({}.values()), type({}.items()))  # (views of a dict of the run or an argument)
 
 
-def _unreplayable(value: Any, ids: dict[int, int]) -> Optional[str]:
+def _unreplayable(value: Any, ids: dict[int, int], guarded: frozenset[int] | set[int] = frozenset()) -> Optional[str]:
     """None when a value handed to a Python callee is one a program reproduces (a tracked value, a
-    constant, an array, a function, an iterator made in the run, a tuple, list or dict of them);
-    else what it is."""
-    if id(value) in ids or isinstance(value, _REPLAYABLE):
+    constant, an array, a function, an iterator made in the run, an object argument the program
+    guards (`guarded`: their ids), a tuple, list or dict of them); else what it is."""
+    if id(value) in ids or isinstance(value, _REPLAYABLE) or id(value) in guarded:
         return None
     if type(value) in _RUN_ITERATORS:
         return None  # (looked into when handed over: Callees.append)
     t = type(value)
     if t is tuple or t is list or t is dict:
         for v in (value.values() if t is dict else value):
-            bad = _unreplayable(v, ids)
+            bad = _unreplayable(v, ids, guarded)
             if bad is not None:
                 return bad
         return None
@@ -445,8 +490,8 @@ def _iterated(it: Any, ids: dict[int, int]) -> Optional[str]:
     return _unreplayable(list(parts), ids)
 
 
-def _callee_guards(tape: CaptureTape, root: Optional[types.CodeType] = None,
-                   outer: Sequence[tuple] = ()) -> tuple[Optional[str], list[tuple]]:
+def _callee_guards(tape: CaptureTape, root: Optional[types.CodeType] = None, outer: Sequence[tuple] = (),
+                   wrt_specs: Sequence[Any] = ()) -> tuple[Optional[str], list[tuple]]:
     """(why a Python function the capture run called cannot be part of a program, or None; the guards
     on what those functions read: their globals, module attributes, code, defaults and the closure
     cells made before the call). Each is checked as the differentiated function is
@@ -465,6 +510,12 @@ def _callee_guards(tape: CaptureTape, root: Optional[types.CodeType] = None,
     unseen = getattr(tape.callees, "unseen", None)
     if unseen:
         return unseen[0], []
+    built = {id(o) for o in tape.local}  # objects the run built (compiled/objects.py)
+    guarded = tape.objects | built
+    if wrt_specs:  # (a differentiated dataclass's copy, handed to its methods)
+        guarded = guarded | objects.copies((v for _, args, _, _ in tape.callees for v in args), list(wrt_specs), tape)
+    for cls in {type(o) for o in tape.local}:  # (their methods and class attributes are read at capture)
+        guards.append(("class", cls, cls.__qualname__, objects.class_state(cls)))
     where = None
     activity = getattr(tape.callees, "activity", None)
     for k, (f, args, kwargs, site) in enumerate(tape.callees):
@@ -472,7 +523,7 @@ def _callee_guards(tape: CaptureTape, root: Optional[types.CodeType] = None,
             where = site
         at = f"line {(where or site).lineno}" + ("" if where is site else ", through a builtin")
         for v in (*args, *(kwargs or {}).values()):
-            bad = _unreplayable(v, tape.ids)
+            bad = _unreplayable(v, tape.ids, guarded)
             if bad is not None:
                 return f"it passes {bad} to {f.__qualname__} ({at}): its state is not guarded", []
         if nested.trusted(f):
@@ -485,7 +536,7 @@ def _callee_guards(tape: CaptureTape, root: Optional[types.CodeType] = None,
             rewritten = transform.rewritten_function(f, args, kwargs, tape.ids) is not None
             active, immutable = transform.callee_activity(f, args, kwargs, tape.ids) if rewritten else \
                 (frozenset(), frozenset())
-        key = (f, active, immutable, local, rewritten)
+        key = (f, active, immutable, local, rewritten, bool(args) and id(args[0]) in built)
         if key in seen:
             continue
         seen.add(key)
@@ -493,6 +544,8 @@ def _callee_guards(tape: CaptureTape, root: Optional[types.CodeType] = None,
         defaults = () if made_here else (f.__defaults__ or ()) + tuple((f.__kwdefaults__ or {}).values())
         reasons, more = eligibility.check(f.__code__, active, f.__globals__, immutable, defaults,
                                           f.__closure__ or (), local, cells_active=rewritten, callee=True)
+        if reasons and args and id(args[0]) in built:  # a method of an object the call built: it may set its attributes
+            reasons = objects.without_self_writes(f.__code__, reasons)
         if reasons:
             return f"it calls {f.__qualname__} ({at}), which {reasons[0]}", []
         for entry in more:

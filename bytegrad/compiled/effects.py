@@ -18,6 +18,7 @@ one on values the capture does not track.
 from __future__ import annotations
 
 import random
+import types
 from typing import Any, Optional
 
 import numpy as np
@@ -97,7 +98,9 @@ class Snapshot:
             self._entries.append((label, value, (t, value.copy())))
             return
         attrs = getattr(value, "__dict__", None)
-        if type(attrs) is dict and not callable(value) and not isinstance(value, type):
+        # (a callable object of a class written in Python too: a model's `__call__` may write `self`)
+        if type(attrs) is dict and (not callable(value) or type(type(value).__dict__.get("__call__")) is
+                                    types.FunctionType) and not isinstance(value, type):
             self._entries.append((label, attrs, (dict, tuple(attrs), _ids(attrs.values()))))
             if depth:
                 for k, item in attrs.items():

@@ -29,7 +29,8 @@ from typing import Any, Optional
 import numpy as np
 
 from bytegrad.compiled.export_helpers import HELPERS, NEEDS, POSITIONAL, RULES
-from bytegrad.compiled.source import AST_LOCK, lambda_parts
+from bytegrad.compiled.inline import lambda_parts
+from bytegrad.compiled.source import AST_LOCK
 from bytegrad.errors import qualname
 
 __all__ = ["ExportRefused", "module_source"]

@@ -12,6 +12,8 @@ same wrapper code), and `Guard.describe` is the line `explain` and `stats()` pri
 - callables by identity and the state that shapes their call: a function's `__code__`,
   `__defaults__` and `__kwdefaults__` by content (the latter is a mutable dict); a
   `functools.partial`'s function, arguments and keywords by content (its keywords too);
+- objects (compiled/objects.py) by class, the class's own attributes by identity, and the
+  instance's attribute names in order; their attributes as any other value;
 - dtypes by identity, else by equality (a dtype of non-native byte order is a new object each
   time: `is` alone would never match it).
 """
@@ -28,7 +30,7 @@ import numpy as np
 __all__ = ["Guard", "KINDS", "callable_state", "decided", "number_condition", "same_state", "same_value"]
 
 #: the kinds of guards a program checks (the decision and cotangent checks are compiled/source.py's)
-KINDS = ("type", "shape", "dtype", "value", "global", "attr", "cell", "version", "code")
+KINDS = ("type", "shape", "dtype", "value", "global", "attr", "cell", "version", "code", "object")
 
 _copysign = math.copysign
 _ndarray = np.ndarray

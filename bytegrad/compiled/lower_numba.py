@@ -44,7 +44,8 @@ from bytegrad.compiled.lower_numpy import Builder, Ineligible
 from bytegrad.compiled.writes import data_indexed
 from bytegrad.compiled.numba_kernel import SPLIT, module_constants, parts as kernel_parts
 from bytegrad.compiled.parts import Record, python_raises
-from bytegrad.compiled.source import AST_LOCK, OWNED, SET, Constants, inline_partial, operator_expr
+from bytegrad.compiled.inline import inline_partial
+from bytegrad.compiled.source import AST_LOCK, OWNED, SET, Constants, operator_expr
 
 __all__ = ["emit"]
 

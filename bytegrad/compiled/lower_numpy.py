@@ -44,9 +44,10 @@ from bytegrad.rules._shape import stand_in, unbroadcast_plan
 from bytegrad.runtime.backward import INPLACE_MIN_SIZE, partial_uses
 from bytegrad.compiled import ir as _ir, lower_stepped, lower_tuples
 from bytegrad.compiled.parts import Record, check_shapes, compile_program, flat_items
+from bytegrad.compiled.inline import inline_partial
 from bytegrad.compiled.source import (
     DECIDED, DECISION_GUARD, MAYBE, MISS, SCALAR_CONSTS, SET, UNSET, Decision, Ineligible, Inputs, Program, Source,
-    inline_partial, operator_expr, short,
+    operator_expr, short,
 )
 from bytegrad.compiled.reuse import accumulate, forward_alternatives, lower_partial, made_here
 from bytegrad.compiled.writes import (

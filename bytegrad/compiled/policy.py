@@ -36,6 +36,8 @@ import numpy as np
 
 from bytegrad._config import config as _config
 from bytegrad.compiled.guards import same_value
+from bytegrad.rules import pytrees
+from bytegrad.compiled.objects import shift_wrt as shift_wrt  # (_differentiated.py's, re-exported)
 from bytegrad.runtime.sentinels import DECIDED, MISS
 
 if TYPE_CHECKING:  # (compiled/lower_numpy.py is imported by the first capture or load, not by a first gradient)
@@ -452,6 +454,12 @@ def _same(a: Any, b: Any) -> bool:
         return True
     if ta is str or ta is bytes or ta is bool or ta is int:
         return a == b
+    if hasattr(ta, "__dataclass_fields__") and type(getattr(a, "__dict__", None)) is dict:  # (a dataclass's gradient)
+        return _same(a.__dict__, b.__dict__)
+    node = pytrees.node_for(a)
+    if node is not None:  # a registered pytree's gradient: its children and aux
+        (ca, xa), (cb, xb) = pytrees.flatten(node, a), pytrees.flatten(node, b)
+        return same_value(xa, xb) and _same(ca, cb)
     x, y = np.asarray(a), np.asarray(b)
     if x.shape != y.shape or x.dtype != y.dtype:
         return False

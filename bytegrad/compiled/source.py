@@ -9,7 +9,6 @@ lambda partial as an expression in place of a call to it.
 """
 from __future__ import annotations
 
-import ast
 import builtins
 import operator
 import re
@@ -22,12 +21,13 @@ from bytegrad import _operators
 from bytegrad.errors import qualname
 from bytegrad.rules._shape import stand_in
 from bytegrad.runtime import pytree
+from bytegrad.compiled import objects
 from bytegrad.compiled.constructs import is_table
 from bytegrad.compiled.guards import KINDS, Guard, callable_state, decided as decided, number_condition
 from bytegrad.compiled.reuse import AST_LOCK as AST_LOCK, dead as operand_dead  # (AST_LOCK re-exported)
 
 __all__ = ["Program", "operator_expr", "DECIDED", "FLOAT_TYPES", "GUARD_KINDS", "MAYBE", "MISS", "OWNED", "MISSING", "SCALAR_CONSTS", "SET", "UNSET", "Constants", "Ineligible", "Inputs", "Source", "gradient_code",
-           "inline_partial", "static_guards"]
+           "static_guards"]
 
 _ndarray = np.ndarray
 #: CPython 3.11's `ast` is not safe in threads ("AST constructor recursion depth mismatch" when two
@@ -47,7 +47,6 @@ COTANGENT_GUARD = "cotangent"
 DECISION_GUARD = "decision"
 #: guard kinds left out of programs built now: only tests set it (each kind must be needed)
 _OMITTED: frozenset[str] = frozenset()
-
 
 
 class Ineligible(Exception):
@@ -280,9 +279,9 @@ class Inputs:
         if spec is None:
             self._untracked(expr, value)
             return
-        if isinstance(spec[0], str):  # "dataclass", "pytree"
-            raise Ineligible(f"a {spec[0]} argument (compiled programs take arrays, floats and dicts, lists "
-                             "and tuples of them)")
+        if type(spec) is objects.Node or isinstance(spec[0], str):  # an object, a dataclass, a registered pytree
+            objects.walk_argument(self, expr, value, spec, fresh, Ineligible)
+            return
         kind, subs = spec
         if kind is not t:
             raise Ineligible(f"an argument of type {t.__name__}")
@@ -334,113 +333,6 @@ class Inputs:
                              "strings and dicts, lists and tuples of them)")
 
 
-# ---- partials inlined: a lambda's expression in place of a call to it ----------------------------
-
-
-_LAMBDAS: dict[Any, Optional[tuple[ast.expr, tuple[str, ...], dict[str, Any]]]] = {}
-_FILE_LAMBDAS: dict[str, list[ast.Lambda]] = {}
-
-
-def _lambda_ast(d: Any) -> Optional[tuple[ast.expr, tuple[str, ...], dict[str, Any]]]:
-    """(body, parameter names, the values of its other names) of a partial written as a one-line
-    lambda in a rules file, found in the file by the columns its instructions come from; None
-    when it is anything else."""
-    if d in _LAMBDAS:
-        return _LAMBDAS[d]
-    found = None
-    code = getattr(d, "__code__", None)
-    if code is not None and code.co_name == "<lambda>" and not code.co_freevars and not code.co_flags & 0x0C:
-        cols = [(c0, c1) for ln, _, c0, c1 in code.co_positions() if ln == code.co_firstlineno and c0 and c1]
-        if cols:
-            lo, hi = min(c for c, _ in cols), max(c for _, c in cols)
-            for node in _lambdas_of(code.co_filename):
-                body = node.body
-                if body.lineno == code.co_firstlineno == body.end_lineno and body.col_offset <= lo and \
-                        body.end_col_offset >= hi and node.col_offset < body.col_offset:
-                    found = _resolved(node, d)
-                    break
-    _LAMBDAS[d] = found
-    return found
-
-
-def lambda_parts(d: Any) -> Optional[tuple[ast.expr, tuple[str, ...], dict[str, Any]]]:
-    """(body, parameter names, the values of its other names) of a rule's one-line lambda partial,
-    or None (compiled/export.py writes it into a module)."""
-    return _lambda_ast(d)
-
-
-def _lambdas_of(filename: str) -> list[ast.Lambda]:
-    nodes = _FILE_LAMBDAS.get(filename)
-    if nodes is None:
-        import linecache
-
-        try:
-            with AST_LOCK:
-                tree = ast.parse("".join(linecache.getlines(filename)))
-            nodes = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)]
-        except (SyntaxError, ValueError):
-            nodes = []
-        _FILE_LAMBDAS[filename] = nodes
-    return nodes
-
-
-def _resolved(node: ast.Lambda, d: Any) -> Optional[tuple[ast.expr, tuple[str, ...], dict[str, Any]]]:
-    a = node.args
-    if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs or a.defaults:
-        return None
-    params = tuple(x.arg for x in a.args)
-    if params != d.__code__.co_varnames[:d.__code__.co_argcount]:
-        return None  # not this lambda after all
-    names: dict[str, Any] = {}
-    bltns = vars(builtins)
-    for n in ast.walk(node.body):
-        if isinstance(n, (ast.Lambda, ast.comprehension, ast.NamedExpr)):
-            return None
-        if isinstance(n, ast.Name) and n.id not in params:
-            if n.id in d.__globals__:
-                names[n.id] = d.__globals__[n.id]
-            elif n.id in bltns:
-                names[n.id] = bltns[n.id]
-            else:
-                return None
-    return node.body, params, names
-
-
-def inline_partial(d: Any, operands: list[str], src: Constants) -> Optional[tuple[str, bool]]:
-    """(the expression of partial `d` applied to `operands`, whether evaluating it may raise
-    ZeroDivisionError): the same operations in the same order as calling `d`, without the call.
-    `operands` are variables, or "None" for what `d` does not read. None: `d` is not a lambda."""
-    found = _lambda_ast(d)
-    if found is None:
-        return None
-    body, params, names = found
-    subst = {p: o for p, o in zip(params, operands)}
-    subst.update({n: src.const(v) for n, v in names.items()})
-    with AST_LOCK:
-        return _inlined(body, subst)
-
-
-def _inlined(body: ast.expr, subst: dict[str, str]) -> tuple[str, bool]:
-    template = _TEMPLATES.get(id(body))
-    if template is None:  # the body written once with a mark for each name, filled in per use
-        class _Mark(ast.NodeTransformer):
-            def visit_Name(self, n: ast.Name) -> ast.AST:
-                return ast.copy_location(ast.Name(id=f"\x00{n.id}\x00", ctx=n.ctx), n)
-
-        expr = _Mark().visit(ast.parse(ast.unparse(body), mode="eval").body)
-        risky = any(isinstance(n, ast.Call) or (isinstance(n, ast.BinOp) and isinstance(n.op, _DIVIDING))
-                    for n in ast.walk(expr))
-        template = _TEMPLATES[id(body)] = ("(" + ast.unparse(expr) + ")", risky, body)
-    return _MARK.sub(lambda m: subst[m.group(1)], template[0]), template[1]
-
-
-#: id of a lambda's body -> (its text with marked names, whether it may raise, the body, kept alive)
-_TEMPLATES: dict[int, tuple[str, bool, ast.expr]] = {}
-_MARK = re.compile("\x00([^\x00]*)\x00")
-
-
-_DIVIDING = (ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
-
 def gradient_code(src: Source, spec: Any, state: dict[int, int], lines: list[str], fresh: dict[int, str]) -> str:
     """The expression of one argument's gradient, mirroring its spec as `pytree.gradient` does; each
     array leaf's cotangent is handed over as it is when `pytree.project` would (a fresh array of the
@@ -464,6 +356,12 @@ def gradient_code(src: Source, spec: Any, state: dict[int, int], lines: list[str
         else:
             lines.append(f"{name} = _project({g}, {src.const(primal)})")
         return name
+    if spec[0] == "dataclass":  # a copy with each field its gradient, as pytree.gradient makes it
+        entries = ", ".join(f"{k!r}: {gradient_code(src, v, state, lines, fresh)}" for k, v in spec[2].items())
+        return f"{src.const(objects.dataclass_gradient, 'F')}({src.const(spec[1], 'O')}, {{{entries}}})"
+    if spec[0] == "pytree":  # rebuilt by the registered unflatten, as pytree.gradient does
+        children = ", ".join(gradient_code(src, v, state, lines, fresh) for v in spec[3])
+        return f"{src.const(objects.pytree_gradient, 'F')}({src.const(spec[1], 'N')}, {src.const(spec[2], 'A')}, [{children}])"
     t, subs = spec
     if isinstance(subs, dict):
         entries = ", ".join(f"{k!r}: {gradient_code(src, v, state, lines, fresh)}" for k, v in subs.items())
@@ -497,6 +395,10 @@ def static_guards(src: Source, entries: list[tuple], inputs: Optional[Inputs] = 
     walked as an input (`inputs`; a leaf where the capture tracked it, `tracked`: the tape's ids):
     type, shape and dtype guarded, its values the call's."""
     for kind, owner, name, value in entries:
+        if kind == "class":  # the class of an object the call builds (compiled/objects.py): its attributes
+            src.guard("object", f"{src.const(objects.same_class, 'F')}({src.const(owner, 'T')}, {src.const(value, 'S')})",
+                      f"{name}'s attributes unchanged")
+            continue
         if kind == "code":  # a Python callee (owner), fixed by its caller's guards: its body too
             f = src.const(owner, "F")
             src.guard("code", f"_same_state({f}, {src.const(callable_state(owner), 'S')})",

@@ -319,7 +319,7 @@ CALL_HANDLERS: dict[type, Callable[..., Any]] = {}
 #: results depend on shapes and container structure only, which a compiled program's guards fix
 CAPTURE_SAFE = frozenset({len, isinstance, type, np.shape, np.ndim, np.size, list.append, list.copy,
                           list.__getitem__, tuple.__getitem__, dict.get, dict.items, dict.keys, dict.values,
-                          dict.__getitem__})
+                          dict.__getitem__, functools.partial})
 
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
@@ -333,7 +333,9 @@ def construct(tape: Tape, site: Site, cls: type[Any], args: tuple, kwargs: Optio
                             any(type(a) not in PLAIN for a in args)):
         _watch_objects(args, kwargs)  # `itertools.groupby(objs, key=f)`, `W(obj)` reading obj's values
         return cls(*args, **kwargs) if kwargs else cls(*args)
-    if tracked and tape.capturing:
+    plain = cls.__flags__ & _HEAPTYPE and type(cls) is type and cls.__new__ is object.__new__ and \
+        type(cls.__init__) is _FunctionType  # (a capturing tape is told of such an object: `Tape.built`)
+    if tracked and tape.capturing and not plain:
         tape.refuse(f"builds a {qualname(cls)} from a differentiated value", site)
     if not cls.__flags__ & _HEAPTYPE:
         if issubclass(cls, BaseException):  # `raise ValueError(x)`: it only holds its arguments
@@ -354,6 +356,8 @@ def construct(tape: Tape, site: Site, cls: type[Any], args: tuple, kwargs: Optio
         if type(init) is not _FunctionType:
             return cls(*args, **kwargs) if kwargs else cls(*args)
         obj: Any = object.__new__(cls)  # raises as `cls(...)` would for an abstract class
+        if tracked and tape.capturing:
+            tape.built(obj, site)
     elif type(new) is _FunctionType:  # a `__new__` written in Python, rewritten
         obj = call_python(tape, site, new, (cls,) + args, kwargs)
     else:
