@@ -108,6 +108,20 @@ def test_vector_matrix_products_and_basic_indexing_in_a_numba_kernel():
     assert backends(fast) == ["numba"], info(fast)
 
 
+def _transposed_mean(W, X):
+    return np.mean(np.tanh(X @ W.T) ** 2) + W.T.mean()
+
+
+def test_a_transpose_and_a_full_mean_in_a_numba_kernel():
+    fast = bytegrad.differentiate(fresh(_transposed_mean), wrt=(0, 1), tier="numba")
+    general = bytegrad.differentiate(_transposed_mean, wrt=(0, 1), tier="general")
+    rng = np.random.default_rng(4)
+    for _ in range(3):
+        args = (rng.standard_normal((5, 3)), rng.standard_normal((4, 3)))
+        assert_trees_close(fast.value_and_grad(*args), general.value_and_grad(*args), rtol=RTOL, atol=ATOL)
+    assert backends(fast) == ["numba"], info(fast)
+
+
 def _newton(x):
     for _ in range(8):
         x = x - 0.1 * (x ** 3 - 2.0) + 0.01 * x ** 2.5
@@ -125,6 +139,26 @@ def test_a_loop_on_python_floats_with_powers_is_a_numba_loop():
         for a in args:
             assert_trees_close(fast.value_and_grad(*a), general.value_and_grad(*a), rtol=RTOL, atol=ATOL)
         assert backends(fast) == ["numba"], info(fast)
+
+
+def _relu_loop(x, w):
+    h = x
+    for _ in range(4):
+        h = np.maximum(h * w, 0.1) - np.minimum(h, -0.2) * 0.5
+    return np.sum(h ** 2)
+
+
+def test_maximum_and_minimum_in_an_element_loop_split_ties_as_the_general_path():
+    fast = bytegrad.differentiate(fresh(_relu_loop), wrt=(0, 1), tier="numba")
+    general = bytegrad.differentiate(_relu_loop, wrt=(0, 1), tier="general")
+    x = np.array([-1.0, -0.2, 0.0, 0.1, 0.05, 0.3, 1.0, np.nan])  # ties with 0.1 and -0.2, and a NaN
+    for w in (np.ones(8), np.linspace(-1.0, 2.0, 8)):
+        got, want = fast.value_and_grad(x[:-1], w[:-1]), general.value_and_grad(x[:-1], w[:-1])
+        assert_trees_close(got, want, rtol=RTOL, atol=ATOL)
+    assert backends(fast) == ["numba"], info(fast)
+    for a, b in ((0.1, 1.0), (0.5, 0.2), (-0.2, 1.0)):  # Python floats: ties and both sides
+        f = bytegrad.differentiate(fresh(_relu_loop), wrt=(0, 1), tier="numba")
+        assert_trees_close(f.value_and_grad(a, b), general.value_and_grad(a, b), rtol=RTOL, atol=ATOL)
 
 
 def _tracked_exponent(x, p):
@@ -155,7 +189,7 @@ def test_tier_numba_says_why_the_numba_back_end_declined():
                        rtol=1e-12, atol=0.0)
     (prog,) = info(fast)["programs"]
     assert prog["backend"] == "numpy"
-    line = _attention.__code__.co_firstlineno + 2  # `Q @ Q.T`: `.T` has no form in a kernel
+    line = _attention.__code__.co_firstlineno + 3  # `scores.max(axis=1, keepdims=True)`: no form in a kernel
     assert prog["numba"].startswith("the Numba back end declined: "), prog
     assert f"line {line} of _attention" in prog["numba"], prog
     out = io.StringIO()

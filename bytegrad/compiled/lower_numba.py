@@ -41,7 +41,7 @@ from bytegrad.compiled import numba_fused as program_fused
 from bytegrad.runtime import kernels, vmath
 from bytegrad.runtime.backward import partial_uses, singular_partial
 from bytegrad.compiled.lower_numpy import Builder, Ineligible
-from bytegrad.compiled.numba_kernel import SPLIT, local_form, module_constants, parts as kernel_parts, power_partial
+from bytegrad.compiled.numba_kernel import SPLIT, local_form, module_constants, parts as kernel_parts, case_partial
 from bytegrad.compiled.parts import Record, python_raises
 from bytegrad.compiled.source import AST_LOCK, OWNED, SET, Constants, inline_partial, operator_expr
 
@@ -67,6 +67,7 @@ class _Kernel:
         self.hybrid = False
         self.splits: dict[str, Any] = {}        # the variable a NumPy ufunc gives -> the ufunc
         self.loop = False  # writing the body of an element loop (program_fused.py): every value a float
+        self.elements = False  # an elementwise program's loop (`_emit_loop`): its expressions run per element
         #: the kernel checks, in `bad_`, operations that raise on the general path (`python_raises`)
         self.raising = False
 
@@ -200,7 +201,8 @@ class _Kernel:
                 reads = partial_uses(d, len(ops))
                 read = [o if j in reads else "None" for j, o in enumerate(ops + [self.var[rec.idx]])]
                 inline = inline_partial(d, read, self.names)
-                if inline is None and (pp := power_partial(d, k, ops + [self.var[rec.idx]], rec, self.loop)):
+                if inline is None and (pp := case_partial(d, k, ops + [self.var[rec.idx]], rec,
+                                                          self.loop or self.elements)):
                     inline = (pp, False)
                 if inline is None:
                     raise Ineligible(f"a partial of {qualname(rec.fn)} that is not a one-line lambda", rec.site)
@@ -325,6 +327,7 @@ _SUMS = (np.sum, np.ndarray.sum)
 
 def _emit_loop(b: Builder, records: list[int], depends: set[int], out_idx: int, shape: tuple) -> Any:
     k = _Kernel(b, depends)
+    k.elements = True
     values = b.tape.values
     body: list[str] = []
     k.lines = body

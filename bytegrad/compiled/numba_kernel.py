@@ -5,8 +5,8 @@ the NumPy steps a hybrid kernel leaves to NumPy (`parts`), and its constants nam
 
 Also the forms only the Numba back end writes (`local_form`): a small matrix-vector product (an RNN's
 `W @ h`) as explicit loops (`small_matvec`, `small_vecmat`: no BLAS call, as small matrix products
-are), basic indexing with ints and slices (`xs[t]`), and the partials of `**` (`power_partial`),
-which are functions with cases rather than one-line lambdas.
+are), basic indexing with ints and slices (`xs[t]`), and the partials of `**`, `np.maximum` and `np.minimum`
+(`case_partial`), which are functions with cases rather than one-line lambdas.
 """
 from __future__ import annotations
 
@@ -14,13 +14,14 @@ import ast
 import builtins
 import math
 import operator
+import types
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
 from bytegrad.runtime import kernels
 
-__all__ = ["SPLIT", "local_form", "module_constants", "parts", "power_partial"]
+__all__ = ["SPLIT", "case_partial", "local_form", "module_constants", "parts"]
 
 #: the prefix of a kernel line that is a NumPy step between two kernel parts
 SPLIT = "#numpy "
@@ -190,6 +191,12 @@ def local_form(rec: Any, depends: set, names: Any) -> Optional[LocalForm]:
         if a.ndim == 2:  # a @ x: the gradient of a is the outer product g x, of x it is g @ a
             return LocalForm(f"{mv}({{0}}, {{1}})", (f"{outer}({{g}}, {{1}})", f"{vm}({{g}}, {{0}})"))
         return LocalForm(f"{vm}({{0}}, {{1}})", (f"{mv}({{1}}, {{g}})", f"{outer}({{0}}, {{g}})"))
+    if (fn is np.mean or fn is np.ndarray.mean) and len(args) == 1 and type(args[0]) is np.ndarray and args[0].dtype == np.float64 and args[0].size:
+        # mean_rrule's full mean: x.mean(), and out_bar / n everywhere (here as an array)
+        return LocalForm("{0}.mean()", (f"np.full({{shape0}}, {{g}} / {args[0].size})",))
+    if type(fn) is types.MethodWrapperType and fn.__self__ is np.ndarray.T and len(args) >= 1 and \
+            type(args[0]) is np.ndarray and args[0].ndim == 2 and args[0].dtype in _FLOATS:
+        return LocalForm("{0}.T", ("{g}.T",) + (None,) * (len(args) - 1))
     if fn is operator.getitem and len(args) == 2 and type(args[0]) is np.ndarray and args[0].dtype in _FLOATS:
         keys = args[1] if type(args[1]) is tuple else (args[1],)
         if not all(type(k) is int or (type(k) is slice and k.step is None and all(
@@ -200,12 +207,23 @@ def local_form(rec: Any, depends: set, names: Any) -> Optional[LocalForm]:
     return None
 
 
-def power_partial(d: Any, k: int, ops: list[str], rec: Any, loop: bool) -> Optional[str]:
-    """The partial `d` of `x ** y` (bytegrad/rules/numpy/ufuncs.py's `power_dx`, `power_dy`, functions
-    with cases) at operand `k` as an expression, the same cases the function takes, or None."""
+def case_partial(d: Any, k: int, ops: list[str], rec: Any, loop: bool) -> Optional[str]:
+    """The partial `d` of `x ** y` or of `np.maximum`/`np.minimum` (bytegrad/rules/numpy/ufuncs.py's
+    `power_dx`, `power_dy`, `_max_dx`, `_max_dy`: functions with cases) at operand `k` as an
+    expression that takes the same cases, or None. `ops`: the operands, then the output; `loop`: the
+    expression is computed element by element (an element loop), not on whole arrays."""
     from bytegrad.rules.numpy import ufuncs
 
-    x, y = rec.args[:2]
+    if len(rec.args) != 2 or len(ops) != 3:
+        return None
+    if d is ufuncs._max_dx or d is ufuncs._max_dy:  # 1 where it is the one picked, 0.5 at a tie, 0 else (NaN: 0)
+        if not (loop or all(type(a) is float for a in rec.args)):
+            return None
+        x, y = (ops[0], ops[1]) if d is ufuncs._max_dx else (ops[1], ops[0])  # (_max_dx: x > y; _max_dy: x < y)
+        return f"(1.0 if {x} > {y} else 0.5 if {x} == {y} else 0.0)"
+    if d is not ufuncs.power_dx and d is not ufuncs.power_dy:
+        return None
+    x, y = rec.args
     constant = (tuple(rec.parents) + (None, None))[1] is None  # (a tracked exponent changes between calls)
     if d is ufuncs.power_dx and k == 0 and type(y) in (int, float) and constant:
         if y == 2:
