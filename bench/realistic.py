@@ -223,6 +223,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--out", default="bench/results/realistic")
     ap.add_argument("--jax", action="store_true", help=argparse.SUPPRESS)  # the child that times JAX
     ap.add_argument("--load", default="", help="a sentence on the machine's load, for the report")
+    ap.add_argument("--before", default="", help="a .json of an earlier run (another commit): a section "
+                    "comparing its ratios with this run's")
     a = ap.parse_args(argv)
     if a.quick:
         a.batch_s, a.batches, a.warmup_s = 0.02, 3, 10.0
@@ -246,10 +248,29 @@ def main(argv: Optional[list[str]] = None) -> int:
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     with open(a.out + ".json", "w") as f:
         json.dump({"meta": meta, "bytegrad": rows, "jax": jx}, f, indent=1, default=str)
+    text = report(rows, jx, meta) + (compare(a.before, rows) if a.before else "")
     with open(a.out + ".md", "w") as f:
-        f.write(report(rows, jx, meta))
-    print(report(rows, jx, meta))
+        f.write(text)
+    print(text)
     return 0
+
+
+def compare(before_path: str, rows: dict[str, Any]) -> str:
+    """A markdown section: each program's gradient/forward ratio per tier in an earlier run and in this one."""
+    with open(before_path) as f:
+        before = json.load(f)
+    lines = ["", f"## Before and after (the earlier run: {before_path}, {before['meta']['when']})", "",
+             "| program | " + " | ".join(f"{t} before | {t} now" for t in TIERS[:3]) + " |",
+             "|---|" + "---|" * 6]
+    for p in PROGRAMS:
+        old, new = before["bytegrad"].get(p.name, {}), rows[p.name]
+        cells = []
+        for t in TIERS[:3]:
+            for r in (old, new):
+                x = r.get(t, {})
+                cells.append(f"{x['ratio']:.1f}x ({x['ran']})" if "ratio" in x else "-")
+        lines.append(f"| {p.name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def _leaves(tree: Any) -> list:

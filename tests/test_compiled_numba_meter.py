@@ -65,6 +65,7 @@ def test_the_rnn_reaches_its_numba_twin_under_auto_after_the_meter(monkeypatch):
         if n == calls - 2:
             assert backends(fast) == ["numpy"], info(fast)  # the NumPy program, its meter running
     assert backends(fast) == ["numba"], info(fast)
+    assert info(fast)["programs"][0]["numba"].endswith("the test keeps the twin")  # (what the meter decided)
     # in place between calls: an input's data and a differentiated weight, as the general path sees them
     args = rnn_inputs(7)
     fast.grad(*args)

@@ -209,32 +209,35 @@ def local_form(rec: Any, depends: set, names: Any) -> Optional[LocalForm]:
 
 def case_partial(d: Any, k: int, ops: list[str], rec: Any, loop: bool) -> Optional[str]:
     """The partial `d` of `x ** y` or of `np.maximum`/`np.minimum` (bytegrad/rules/numpy/ufuncs.py's
-    `power_dx`, `power_dy`, `_max_dx`, `_max_dy`: functions with cases) at operand `k` as an
+    `power_dx`, `power_dy`, and np.maximum's two partials: functions with cases) at operand `k` as an
     expression that takes the same cases, or None. `ops`: the operands, then the output; `loop`: the
     expression is computed element by element (an element loop), not on whole arrays."""
+    from bytegrad.rules import registry
     from bytegrad.rules.numpy import ufuncs
 
     if len(rec.args) != 2 or len(ops) != 3:
         return None
-    if d is ufuncs._max_dx or d is ufuncs._max_dy:  # 1 where it is the one picked, 0.5 at a tie, 0 else (NaN: 0)
+    rule = registry.lookup(np.maximum)  # its partials: x's (1 where x > y), y's (1 where x < y); np.minimum's, swapped
+    max_dx, max_dy = rule.partials[:2] if rule is not None and len(rule.partials) == 2 else (None, None)
+    if d is not None and (d is max_dx or d is max_dy):  # 1 where it is the one picked, 0.5 at a tie, 0 else (NaN: 0)
         if not (loop or all(type(a) is float for a in rec.args)):
             return None
-        x, y = (ops[0], ops[1]) if d is ufuncs._max_dx else (ops[1], ops[0])  # (_max_dx: x > y; _max_dy: x < y)
+        x, y = (ops[0], ops[1]) if d is max_dx else (ops[1], ops[0])
         return f"(1.0 if {x} > {y} else 0.5 if {x} == {y} else 0.0)"
     if d is not ufuncs.power_dx and d is not ufuncs.power_dy:
         return None
     x, y = rec.args
     constant = (tuple(rec.parents) + (None, None))[1] is None  # (a tracked exponent changes between calls)
-    if d is ufuncs.power_dx and k == 0 and type(y) in (int, float) and constant:
-        if y == 2:
-            return f"(2 * {ops[0]})"
-        if y == 1 or y == 0:  # (1.0 or 0.0 where power_dx gives a float; ones_like and zeros_like: not here)
-            return repr(float(y)) if loop or type(x) is float else None
-        return f"({y!r} * {ops[0]} ** {y - 1!r})"  # (at x == 0: 0 for y > 1, +-inf for y < 1, as power_dx's case)
-    if d is ufuncs.power_dx and k == 0 and type(x) is float and type(y) is float:  # power_dx's cases, at run time
+    if d is ufuncs.power_dx and k == 0 and type(x) is float and type(y) in (int, float):  # its cases, at run time
         x_, y_ = ops[0], ops[1]
         return (f"(2 * {x_} if {y_} == 2 else 1.0 if {y_} == 1 else 0.0 if {y_} == 0 else "
                 f"(0.0 if {y_} > 1 else math.copysign(math.inf, {y_})) if {x_} == 0 else {y_} * {x_} ** ({y_} - 1))")
+    if d is ufuncs.power_dx and k == 0 and type(y) in (int, float) and constant:  # on arrays: as power_dx's
+        if y == 2:  # array case, y * x ** (y - 1) (no case at x == 0), 0 where y == 0
+            return f"(2 * {ops[0]})"
+        if y == 1 or y == 0:  # (a float: only where computed per element, not as ones_like and zeros_like)
+            return repr(float(y)) if loop else None
+        return f"({y!r} * {ops[0]} ** {y - 1!r})"
     if d is ufuncs.power_dy and k == 1 and type(x) is float and type(y) is float:
         return f"({ops[2]} * math.log({ops[0]}) if {ops[0]} > 0.0 else 0.0)"
     return None

@@ -242,6 +242,7 @@ class Tiers:
         if faster:
             twin.upgraded = True
             twin.calls = prog.calls
+            twin.why_not_numba = f"moved from its NumPy program, once the meter had paid: {prog.why_not_numba}"
             self.programs[self.programs.index(prog)] = twin
         log().info("%s %s: %s (the twin's capture and compile took %.3f s)", what,
                    "moves to its Numba program" if faster else "keeps its NumPy program",
