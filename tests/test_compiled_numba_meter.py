@@ -204,3 +204,32 @@ def test_a_large_matrix_vector_product_keeps_the_numpy_back_end_with_its_reason(
     (prog,) = info(fast)["programs"]
     assert prog["backend"] == "numpy"
     assert "matmul" in prog["numba"] and "line" in prog["numba"], prog
+
+
+def _pick(x, i, j):
+    return np.sum(x[i] ** 2) + np.sum(x[i + 1, j:] * 3.0)
+
+
+@pytest.mark.parametrize("tier", ["numpy", "numba"])
+def test_an_index_from_an_int_argument_is_guarded(tier):
+    fast = bytegrad.differentiate(fresh(_pick), tier=tier)
+    general = bytegrad.differentiate(_pick, tier="general")
+    x = np.arange(12.0).reshape(4, 3) / 7.0
+    for i, j in ((0, 1), (0, 1), (2, 0), (1, 2), (0, 1)):
+        assert_trees_close(fast.value_and_grad(x, i, j), general.value_and_grad(x, i, j), rtol=RTOL, atol=ATOL)
+    if tier == "numba":
+        assert set(backends(fast)) == {"numba"}, info(fast)
+
+
+def test_a_float32_rnn_under_tier_numba_is_within_float32_rounding():
+    """`h = np.zeros(n)` is float64 and the weights float32: the first products mix dtypes, which the
+    kernel's matrix-vector form declines (and says so); the gradient is right either way."""
+    fast = bytegrad.differentiate(fresh(rnn), wrt=(0, 1, 2), tier="numba")
+    general = bytegrad.differentiate(rnn, wrt=(0, 1, 2), tier="general")
+    for seed in range(2):
+        args = tuple(a.astype(np.float32) for a in rnn_inputs(seed, hidden=8, steps=5, width=3))
+        got, want = fast.value_and_grad(*args), general.value_and_grad(*args)
+        assert_trees_close(got, want, rtol=policy.F32_RTOL, atol=policy.F32_RTOL * 10)
+        assert got[1][0].dtype == np.float32
+    (prog,) = info(fast)["programs"]
+    assert prog["backend"] == "numba" or "matmul" in prog["numba"], prog
