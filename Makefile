@@ -12,6 +12,7 @@
 #   make bench-hotpath  fused kernels, precompile, TTFG, memory, import (bench/results/hotpath.md)
 #   make bench-instructions  instructions per gradient under valgrind (bench/results/instructions.md)
 #   make bench-compiled  every tier (general path, compiled programs, auto) beside the peers (bench/results/compiled.md)
+#   make bench-realistic  realistic programs (ODE, RNN, attention, a model class, layers): gradient over forward, beside jax.jit (bench/results/realistic.md)
 #   make bench-checkpoint  peak memory and time per gradient with and without bytegrad.checkpoint (bench/results/checkpoint.md)
 #   make bench-plots  redraw the committed plots in bench/results/ from the committed results (`python -m bench.plots`
 #                    alone writes into bench/out/, not tracked)
@@ -20,7 +21,7 @@
 #   make clean       caches, egg-info, bench scratch;  make distclean: also the venvs
 #
 # Variables: PYENV_VERSIONS (where to look for CPythons), PYTHON_VERSIONS, PYTEST_ARGS, TEST_EXTRAS, TIER_RUNS, LINT_PYTHON,
-# BENCH_ARGS (bench.core), TTFG_ARGS (bench.ttfg), HOTPATH_ARGS, INSTRUCTIONS_ARGS, COMPILED_ARGS, CHECKPOINT_ARGS,
+# BENCH_ARGS (bench.core), TTFG_ARGS (bench.ttfg), HOTPATH_ARGS, INSTRUCTIONS_ARGS, COMPILED_ARGS, CHECKPOINT_ARGS, REALISTIC_ARGS,
 # PIP_QUIET (set it empty to see pip's output).
 
 SHELL := /bin/bash
@@ -71,7 +72,7 @@ $(1)/bin/python -m pip install $(PIP_QUIET) -e '.[$(3)]'; \
 touch $@
 endef
 
-.PHONY: help demo test test-long lint check-pythons bench bench-full bench-plots bench-hotpath bench-instructions bench-compiled bench-checkpoint docs clean distclean
+.PHONY: help demo test test-long lint check-pythons bench bench-full bench-plots bench-hotpath bench-instructions bench-compiled bench-checkpoint bench-realistic docs clean distclean
 
 help:
 	@sed -n '1,24s/^# \{0,1\}//p' Makefile
@@ -168,6 +169,10 @@ bench-instructions: .venv-bench/.stamp-bench
 # The compiled-programs report (bytegrad/compiled/policy.py): each tier as its own system, one run.
 bench-compiled: .venv-bench/.stamp-bench
 	$(BENCH_PY) -m bench.compiled $(COMPILED_ARGS)
+
+# Realistic programs as users write them (issue 27): gradient time over the forward call, each tier, jax.jit.
+bench-realistic: .venv-bench/.stamp-bench
+	$(BENCH_PY) -m bench.realistic $(REALISTIC_ARGS)
 
 # The checkpointing report (bytegrad.checkpoint): the 2,000-step loop and the MLP, with and without.
 bench-checkpoint: .venv-bench/.stamp-bench

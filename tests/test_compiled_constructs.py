@@ -448,8 +448,9 @@ def test_an_activation_table_entry_replaced_between_calls_is_seen(tier):
                 ACT["tanh"] = _relu
             x = rng.normal(size=4)
             got, want = fn.value_and_grad(x, "tanh"), ref.value_and_grad(x, "tanh")
-            assert got[0] == want[0]
-            np.testing.assert_array_equal(got[1], want[1])
+            # (a Numba kernel sums in its own order: equal to rounding, where a missed entry is far off)
+            np.testing.assert_allclose(got[0], want[0], rtol=1e-12, atol=1e-300)
+            np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-300)
     finally:
         ACT["tanh"] = np.tanh
     stats = fn.stats()["compiled"]

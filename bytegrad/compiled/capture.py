@@ -294,14 +294,14 @@ def capture(d: Any, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[
     if callee_why is not None:
         return result, callee_why
     guards = guards + callee_guards
-    why = "no back end"
+    why = declined = "no back end"
     for backend in backends:  # the first that builds and agrees with the capture's gradient
         t0 = time.perf_counter()
         try:
             prog = build_program(tape, args, [spec_at.get(p) for p in range(len(args))], norm_wrt, out,
                                  d._wrt_tuple, guards, d._code, backend, aux=program_aux)
         except Ineligible as exc:
-            why = _users_words(str(exc))
+            why = declined = _users_words(str(exc))
             policy.log().debug("no %s program for %s: %s (%.3f s)", backend, d._code.co_qualname, why,
                              time.perf_counter() - t0)
             continue
@@ -309,7 +309,10 @@ def capture(d: Any, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[
                          d._code.co_qualname, time.perf_counter() - t0)
         why = d._tiers.agree(prog, args, result) if d._tiers is not None else None
         if why is None:
+            if backend != backends[0] and backends[0] == "numba":  # (tier numba: why the NumPy back end serves it)
+                prog.why_not_numba = f"the Numba back end declined: {declined}"
             return result, prog
+        declined = why
     return result, why
 
 def _shared_object_array(tape: CaptureTape, specs: list) -> Optional[str]:

@@ -41,8 +41,8 @@ from bytegrad.compiled import numba_fused as program_fused
 from bytegrad.runtime import kernels, vmath
 from bytegrad.runtime.backward import partial_uses, singular_partial
 from bytegrad.compiled.lower_numpy import Builder, Ineligible
+from bytegrad.compiled.numba_kernel import SPLIT, local_form, module_constants, parts as kernel_parts, case_partial
 from bytegrad.compiled.writes import data_indexed
-from bytegrad.compiled.numba_kernel import SPLIT, module_constants, parts as kernel_parts
 from bytegrad.compiled.parts import Record, python_raises
 from bytegrad.compiled.inline import inline_partial
 from bytegrad.compiled.source import AST_LOCK, OWNED, SET, Constants, operator_expr
@@ -69,6 +69,7 @@ class _Kernel:
         self.hybrid = False
         self.splits: dict[str, Any] = {}        # the variable a NumPy ufunc gives -> the ufunc
         self.loop = False  # writing the body of an element loop (program_fused.py): every value a float
+        self.elements = False  # an elementwise program's loop (`_emit_loop`): its expressions run per element
         #: the kernel checks, in `bad_`, operations that raise on the general path (`python_raises`)
         self.raising = False
 
@@ -122,7 +123,7 @@ class _Kernel:
                     raise Ineligible(f"the Numba back end does not take {qualname(fn)}", rec.site)
                 expr = f"{self.names.const(fn, 'f')}({', '.join(ops)})"
         else:
-            form = self.b.form(rec, self.depends)
+            form = self.b.form(rec, self.depends) or local_form(rec, self.depends, self.names)
             if form is None:
                 raise Ineligible(f"{qualname(fn)} has no program form for these arguments (Numba back end)",
                                  rec.site)
@@ -202,6 +203,9 @@ class _Kernel:
                 reads = partial_uses(d, len(ops))
                 read = [o if j in reads else "None" for j, o in enumerate(ops + [self.var[rec.idx]])]
                 inline = inline_partial(d, read, self.names)
+                if inline is None and (pp := case_partial(d, k, ops + [self.var[rec.idx]], rec,
+                                                          self.loop or self.elements)):
+                    inline = (pp, False)
                 if inline is None:
                     raise Ineligible(f"a partial of {qualname(rec.fn)} that is not a one-line lambda", rec.site)
                 pv = None if self.loop else _partial_value(d, rec)
@@ -230,7 +234,10 @@ class _Kernel:
         for k, p in targets:
             template = form.cotangents[k]
             t = f"t{self.b.tmp()[2:]}"
-            self.lines.append(f"{t} = {self._loops(rec, self.b.fill(template, rec, ops, g))}")
+            if "{t}" in template:  # statements (a local form's scatter of an index's cotangent)
+                self.lines += self.b.fill(template.replace("{t}", t), rec, ops, g)[1:-1].split("\n")
+            else:
+                self.lines.append(f"{t} = {self._loops(rec, self.b.fill(template, rec, ops, g))}")
             a = rec.args[k]
             shape = self.array.get(g) if template == "{g}" else (a.shape if type(a) is _ndarray else None)
             self.contribute(p, t, shape)
@@ -322,6 +329,7 @@ _SUMS = (np.sum, np.ndarray.sum)
 
 def _emit_loop(b: Builder, records: list[int], depends: set[int], out_idx: int, shape: tuple) -> Any:
     k = _Kernel(b, depends)
+    k.elements = True
     values = b.tape.values
     body: list[str] = []
     k.lines = body

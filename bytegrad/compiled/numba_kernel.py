@@ -2,19 +2,26 @@
 the NumPy steps a hybrid kernel leaves to NumPy (`parts`), and its constants named by imports
 (`module_constants`), so that Numba's disk cache can rebuild the kernel in another process
 (runtime/kernels.py `jit_program`).
+
+Also the forms only the Numba back end writes (`local_form`): a small matrix-vector product (an RNN's
+`W @ h`) as explicit loops (`small_matvec`, `small_vecmat`: no BLAS call, as small matrix products
+are), basic indexing with ints and slices (`xs[t]`), and the partials of `**`, `np.maximum` and `np.minimum`
+(`case_partial`), which are functions with cases rather than one-line lambdas.
 """
 from __future__ import annotations
 
 import ast
 import builtins
 import math
-from typing import Any, Optional
+import operator
+import types
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
 from bytegrad.runtime import kernels
 
-__all__ = ["SPLIT", "module_constants", "parts"]
+__all__ = ["SPLIT", "case_partial", "local_form", "module_constants", "parts"]
 
 #: the prefix of a kernel line that is a NumPy step between two kernel parts
 SPLIT = "#numpy "
@@ -67,6 +74,8 @@ def module_constants(ns: dict[str, Any]) -> Optional[str]:
             lines.append(f"{name} = {expr}")
     if any("_kernels." in ln for ln in lines):
         lines.insert(0, "from bytegrad.runtime import kernels as _kernels")
+    if any("_numba_kernel." in ln for ln in lines):
+        lines.insert(0, "from bytegrad.compiled import numba_kernel as _numba_kernel")
     return "\n".join(lines)
 
 
@@ -91,6 +100,8 @@ def _by_name(v: Any) -> Optional[str]:
         return name
     if name == "small_matmul" and kernels.program_stem(v) is not None and v is kernels.small_matmul():
         return "_kernels.small_matmul()"
+    if name in _SMALL and kernels.program_stem(v) is not None and v is small(name):
+        return f"_numba_kernel.small({name!r})"
     for key, f in kernels.vector_math().items() if hasattr(v, "py_func") else ():
         if f is v:  # (runtime/vmath.py's functions, as `kernels.vector_math` compiles them)
             return f"_kernels.vector_math()[{key!r}]"
@@ -99,3 +110,134 @@ def _by_name(v: Any) -> Optional[str]:
 
 #: the NumPy scalar types a kernel's constants may have (the types themselves too, as `np.full`'s dtype)
 _SCALARS = frozenset((np.float64, np.float32, np.int64, np.int32, np.bool_))
+
+
+# ---- forms only the Numba back end writes ---------------------------------------------------------
+
+#: a matrix-vector product (`a @ x`, `x @ a`) as loops, as runtime/vmath_sources.py's small_matmul: a
+#: BLAS call from a kernel costs more than a few hundred multiplications
+_SMALL = {
+    "small_matvec": """
+def small_matvec(a, x):
+    m, k = a.shape
+    out = np.empty(m, a.dtype)
+    for i in range(m):
+        s = 0.0
+        for j in range(k):
+            s = _radd(s, a[i, j] * x[j])
+        out[i] = s
+    return out
+""",
+    "small_vecmat": """
+def small_vecmat(x, a):
+    m, k = a.shape
+    acc = np.zeros(k, np.float64)
+    for i in range(m):
+        xi = x[i]
+        for j in range(k):
+            acc[j] += xi * a[i, j]
+    return acc.astype(a.dtype)
+""",
+    "small_outer": """
+def small_outer(x, y):
+    out = np.empty((x.shape[0], y.shape[0]), x.dtype)
+    for i in range(x.shape[0]):
+        for j in range(y.shape[0]):
+            out[i, j] = x[i] * y[j]
+    return out
+""",
+}
+_SMALL_CONSTANTS = "from bytegrad.runtime import kernels as _kernels\n_radd = _kernels.vector_math()['radd']"
+_small: dict[str, Any] = {}
+#: multiplications of a matrix-vector product up to which a kernel takes it (as loops); a larger one
+#: keeps the NumPy back end, whose BLAS call is then the better one
+SMALL_MATVEC = 16384
+_MATMUL = (np.matmul, operator.matmul)
+_FLOATS = (np.dtype(np.float64), np.dtype(np.float32))
+
+
+def small(name: str) -> Any:
+    """The `njit` function `name` of `_SMALL` (compiled once, cached on disk), or None without Numba."""
+    fn = _small.get(name)
+    if fn is None:
+        fn = kernels.jit_program(_SMALL[name], {"np": np}, name, constants=_SMALL_CONSTANTS)
+        if fn is not None:
+            _small[name] = fn
+    return fn
+
+
+class LocalForm(NamedTuple):
+    """A ProgramForm (bytegrad/rules/_types.py) the Numba back end writes for a record whose rule has
+    none for these arguments; a cotangent template holding `{t}` is statements that assign `{t}`."""
+
+    forward: str
+    cotangents: tuple
+
+
+def local_form(rec: Any, depends: set, names: Any) -> Optional[LocalForm]:
+    """The form of `rec` (a matrix-vector product, or an index of ints and slices), or None."""
+    if not rec.trusted or rec.nested or rec.kwargs:
+        return None
+    fn, args = rec.fn, rec.args
+    if any(fn is f for f in _MATMUL) and len(args) == 2:
+        a, b = args
+        if not (type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype and a.dtype in _FLOATS
+                and {a.ndim, b.ndim} == {1, 2} and a.size * b.size // max(min(a.size, b.size), 1) <= SMALL_MATVEC):
+            return None
+        mv, vm, outer = (small(n) for n in ("small_matvec", "small_vecmat", "small_outer"))
+        if mv is None or vm is None or outer is None:
+            return None
+        mv, vm, outer = (names.const(f, "mv") for f in (mv, vm, outer))
+        if a.ndim == 2:  # a @ x: the gradient of a is the outer product g x, of x it is g @ a
+            return LocalForm(f"{mv}({{0}}, {{1}})", (f"{outer}({{g}}, {{1}})", f"{vm}({{g}}, {{0}})"))
+        return LocalForm(f"{vm}({{0}}, {{1}})", (f"{mv}({{1}}, {{g}})", f"{outer}({{0}}, {{g}})"))
+    if (fn is np.mean or fn is np.ndarray.mean) and len(args) == 1 and type(args[0]) is np.ndarray and args[0].dtype == np.float64 and args[0].size:
+        # mean_rrule's full mean: x.mean(), and out_bar / n everywhere (here as an array)
+        return LocalForm("{0}.mean()", (f"np.full({{shape0}}, {{g}} / {args[0].size})",))
+    if type(fn) is types.MethodWrapperType and fn.__self__ is np.ndarray.T and len(args) >= 1 and \
+            type(args[0]) is np.ndarray and args[0].ndim == 2 and args[0].dtype in _FLOATS:
+        return LocalForm("{0}.T", ("{g}.T",) + (None,) * (len(args) - 1))
+    if fn is operator.getitem and len(args) == 2 and type(args[0]) is np.ndarray and args[0].dtype in _FLOATS:
+        keys = args[1] if type(args[1]) is tuple else (args[1],)
+        if not all(type(k) is int or (type(k) is slice and k.step is None and all(
+                v is None or type(v) is int for v in (k.start, k.stop))) for k in keys):
+            return None
+        dt = names.const(args[0].dtype.type, "dt")
+        return LocalForm("{0}[{1}]", (f"{{t}} = np.zeros({{shape0}}, {dt})\n{{t}}[{{1}}] = {{g}}", None))
+    return None
+
+
+def case_partial(d: Any, k: int, ops: list[str], rec: Any, loop: bool) -> Optional[str]:
+    """The partial `d` of `x ** y` or of `np.maximum`/`np.minimum` (bytegrad/rules/numpy/ufuncs.py's
+    `power_dx`, `power_dy`, and np.maximum's two partials: functions with cases) at operand `k` as an
+    expression that takes the same cases, or None. `ops`: the operands, then the output; `loop`: the
+    expression is computed element by element (an element loop), not on whole arrays."""
+    from bytegrad.rules import registry
+    from bytegrad.rules.numpy import ufuncs
+
+    if len(rec.args) != 2 or len(ops) != 3:
+        return None
+    rule = registry.lookup(np.maximum)  # its partials: x's (1 where x > y), y's (1 where x < y); np.minimum's, swapped
+    max_dx, max_dy = rule.partials[:2] if rule is not None and len(rule.partials) == 2 else (None, None)
+    if d is not None and (d is max_dx or d is max_dy):  # 1 where it is the one picked, 0.5 at a tie, 0 else (NaN: 0)
+        if not (loop or all(type(a) is float for a in rec.args)):
+            return None
+        x, y = (ops[0], ops[1]) if d is max_dx else (ops[1], ops[0])
+        return f"(1.0 if {x} > {y} else 0.5 if {x} == {y} else 0.0)"
+    if d is not ufuncs.power_dx and d is not ufuncs.power_dy:
+        return None
+    x, y = rec.args
+    constant = (tuple(rec.parents) + (None, None))[1] is None  # (a tracked exponent changes between calls)
+    if d is ufuncs.power_dx and k == 0 and type(x) is float and type(y) in (int, float):  # its cases, at run time
+        x_, y_ = ops[0], ops[1]
+        return (f"(2 * {x_} if {y_} == 2 else 1.0 if {y_} == 1 else 0.0 if {y_} == 0 else "
+                f"(0.0 if {y_} > 1 else math.copysign(math.inf, {y_})) if {x_} == 0 else {y_} * {x_} ** ({y_} - 1))")
+    if d is ufuncs.power_dx and k == 0 and type(y) in (int, float) and constant:  # on arrays: as power_dx's
+        if y == 2:  # array case, y * x ** (y - 1) (no case at x == 0), 0 where y == 0
+            return f"(2 * {ops[0]})"
+        if y == 1 or y == 0:  # (a float: only where computed per element, not as ones_like and zeros_like)
+            return repr(float(y)) if loop else None
+        return f"({y!r} * {ops[0]} ** {y - 1!r})"
+    if d is ufuncs.power_dy and k == 1 and type(x) is float and type(y) is float:
+        return f"({ops[2]} * math.log({ops[0]}) if {ops[0]} > 0.0 else 0.0)"
+    return None
