@@ -139,6 +139,10 @@ def resolve(fn: Any) -> tuple[Any, Any]:
                     rule = None
                 if rule is not None:
                     return rule, owner
+                if registry.DEFERRED_PENDING and registry.load_deferred(desc):  # (rules/_deferred.py)
+                    return resolve(fn)
+    if registry.DEFERRED_PENDING and registry.load_deferred(fn):  # bytegrad's own rules, not imported yet
+        return resolve(fn)
     if _lazy_rules and registry.load_lazy_rules():  # a module whose rules load lazily was imported since
         return resolve(fn)
     return None, None
