@@ -6,10 +6,11 @@ bytegrad: `install` indexes the functions each registers a rule for (by name, re
 the first lookup of one of them (`registry.lookup`, `runtime.dispatch.resolve`, a rule registered
 for it, `all_rules`) imports its module (`registry.load_deferred`). `INDEX` is generated from the
 modules themselves (`_BYTEGRAD_INDEXING_RULES=1 python -m bytegrad.rules._deferred` rewrites
-`_deferred_index.py`; tests/test_lazy_rules.py checks that it is complete and up to date). A module
-stays eager when it registers a rule on something the runtime's hot paths look up with a plain
-`dict.get` and no fallback (the `operator` functions, attribute descriptors, the `__call__` of a
-callable type, a Python function, which may be called as a method).
+`_deferred_index.py`; tests/test_deferred_rules.py checks that it is complete and up to date). The
+runtime's own lookups consult the index on a miss too (`runtime.abi.getattr_` for attribute
+descriptors, `runtime.dispatch` for a callable type's `__call__` and a function bound as a method); a
+module stays eager when it registers a rule on an `operator` function (the hooks of `runtime/abi.py`
+and `operators.py` look those up with a plain `dict.get` and no fallback) or on a property.
 """
 from __future__ import annotations
 
@@ -105,14 +106,13 @@ def name_of(fn: Any) -> Optional[str]:
 
 
 def _hot_path_key(fn: Any) -> bool:
-    """Keys the runtime looks up with a plain `dict.get` and no fallback (see the module's docstring)."""
+    """Keys the runtime looks up with a plain `dict.get` and no fallback (see the module's docstring):
+    the `operator` functions (runtime/abi.py's and operators.py's hooks), and properties."""
     import operator
 
     if getattr(fn, "__name__", None) and getattr(operator, fn.__name__, None) is fn:
         return True
-    if isinstance(fn, (types.GetSetDescriptorType, types.MemberDescriptorType, property)):
-        return True
-    return isinstance(fn, types.FunctionType) or getattr(fn, "__name__", None) == "__call__"
+    return isinstance(fn, property)
 
 
 def build(candidates: tuple[str, ...]) -> tuple[dict[str, tuple[str, ...]], list[str]]:
@@ -130,6 +130,8 @@ def build(candidates: tuple[str, ...]) -> tuple[dict[str, tuple[str, ...]], list
         names, bad = [], []
         for fn in keys:
             name = name_of(fn)
+            if name is not None and name.startswith(module + ":"):
+                continue  # the module's own function: nothing can look it up before the module is imported
             if name is None or _hot_path_key(fn):
                 bad.append(repr(fn))
             else:
@@ -141,9 +143,9 @@ def build(candidates: tuple[str, ...]) -> tuple[dict[str, tuple[str, ...]], list
     return index, refused
 
 
-CANDIDATES = tuple(f"bytegrad.rules.numpy.{m}" for m in (
+CANDIDATES = ("bytegrad.rules.python_stdlib",) + tuple(f"bytegrad.rules.numpy.{m}" for m in (
     "building", "cumulative", "functional", "linalg_decomp", "manipulation", "nondiff", "products",
-    "selection", "shape", "signal", "statistics"))
+    "selection", "shape", "signal", "statistics", "ufunc_methods"))
 
 
 def main() -> None:

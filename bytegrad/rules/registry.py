@@ -167,7 +167,11 @@ def load_deferred(fn: Any = _LOCK) -> bool:
     except TypeError:  # unhashable
         return False
     # (not `from ... import`: during bytegrad's own import that waits on the package's import lock)
-    return sys.modules["bytegrad.rules._deferred"].load(None if fn is _LOCK else (fn,))
+    loaded = sys.modules["bytegrad.rules._deferred"].load(None if fn is _LOCK else (fn,))
+    if fn is _LOCK:
+        return loaded
+    DEFERRED.pop(fn, None)  # its modules are imported now, by this call or by one it set off (a
+    return True             # profile hook's `all_rules`): the caller looks it up again, once
 
 
 # Rules loaded once the program imports the module they cover, by that module's name: optional
