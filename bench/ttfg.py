@@ -331,6 +331,17 @@ def report(summaries: list[dict[str, Any]], train: list[dict[str, Any]], info: d
     return "\n".join(text)
 
 
+def _where(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The MLP's breakdown (bench/ttfg_where.py): measured now, or the JSON it wrote last."""
+    path = args.out / "ttfg-where.json"
+    if args.where_runs > 0 and "mlp" in args.cases:
+        from bench import ttfg_where
+        data = ttfg_where.measure(args.where_runs, args.compare)
+        path.write_text(json.dumps(data, indent=1) + "\n")
+        return data
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def table_or_empty(table: str) -> str:
     return table if table.count("\n") > 1 else "(nothing measured)"
 
@@ -347,6 +358,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-train", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--where-runs", type=int, default=9,
+                        help="runs of bench.ttfg_where (the MLP's breakdown); 0: reuse the JSON it last wrote")
+    parser.add_argument("--compare", type=Path, metavar="DIR",
+                        help="bench.ttfg_where: another source tree measured interleaved (before/after)")
     args = parser.parse_args(argv)
 
     import bytegrad  # noqa: F401  (the source tree's, for the check below)
@@ -418,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
             bar.close()
         caches.cleanup()
 
+    where = _where(args)
     summaries = [summarize(c, timed[c.key], mem[c.key]) for c in cfgs]
     load = summarize(load_ref, timed[load_ref.key], [])
     train = []
@@ -434,6 +450,10 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m bench.ttfg " + " ".join(argv if argv is not None else sys.argv[1:])
     text = report(summaries, train, info, runs=args.runs, mem_runs=args.memory_runs, command=command.strip(),
                   load=load)
+    if where is not None:
+        from bench.ttfg_report import where_section
+        head, sep, tail = text.partition("\n## Machine")
+        text = head + "\n".join(where_section(where)) + "\n" + sep + tail
     harness.write_atomic(args.out / "ttfg.md", text)
     harness.write_json(args.out / "ttfg.json", {
         "settings": {"runs": args.runs, "memory_runs": args.memory_runs, "train_runs": args.train_runs,

@@ -26,6 +26,7 @@ HERE = __file__
 @pytest.fixture(autouse=True)
 def restore_registry():
     registry.load_lazy_rules()  # scipy's rules, if it is imported: kept in the snapshot (they load once)
+    registry.load_deferred()  # bytegrad's own deferred rules modules (rules/_deferred.py), likewise
     with registry._LOCK:
         saved = (dict(registry._RULES), dict(registry._OPTED_OUT), dict(registry._SHADOWED), registry._plugins_loaded,
                  dict(registry._LAZY_RULES))

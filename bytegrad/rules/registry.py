@@ -22,7 +22,7 @@ __all__ = [
     "Zero", "NoTangent", "ZERO", "NO_TANGENT", "RuleKind", "Rule", "register", "lookup", "outdate", "version",
     "settled_version", "scalar_rule", "rrule", "frule", "non_differentiable", "transparent", "not_implemented",
     "differentiate_through", "opt_out", "opted_out", "all_rules", "load_plugins", "load_lazy_rules", "lazy_rule_modules",
-    "LAZY_MODULES", "LAZY_PENDING", "rrule_via_ad",
+    "LAZY_MODULES", "LAZY_PENDING", "rrule_via_ad", "load_deferred", "DEFERRED_PENDING", "DEFERRED", "LOCK",
     "set_ad_backend",
     "set_tape_probe", "recording", "Formula", "kernel", "kernel_formula", "fusable",
 ]
@@ -32,6 +32,7 @@ _RULES: dict[Any, Rule] = {}
 #: `_RULES.get` itself, for the hooks' hot path (they catch an unhashable callable's TypeError)
 get_rule = _RULES.get
 _LOCK = _thread.RLock()  # threading.RLock, without importing threading (2-3 ms)
+LOCK = _LOCK  # (held by rules/_deferred.py while it imports a deferred module)
 #: grows with every rule registered or opted out (read it as `registry.current_version`, or `version()`)
 current_version = 0
 _plugins_loaded = False
@@ -96,6 +97,8 @@ def register(rule: Rule, *, override: bool = False) -> Rule:
     global current_version
     if rule.frule is not None and rule.frule_defined_at is None:
         rule.frule_defined_at = rule.defined_at
+    if DEFERRED_PENDING:  # bytegrad's own rule for it first, as if loaded eagerly (merges, duplicates)
+        load_deferred(rule.fn)
     with _LOCK:
         table = _SHADOWED if rule.fn in _OPTED_OUT else _RULES
         old = table.get(rule.fn)
@@ -142,11 +145,33 @@ def lookup(fn: Any) -> Optional[Rule]:
     """
     try:
         rule = _RULES.get(fn)
-        if rule is None and _LAZY_RULES and load_lazy_rules():
+        if rule is None and ((DEFERRED_PENDING and load_deferred(fn)) or (_LAZY_RULES and load_lazy_rules())):
             rule = _RULES.get(fn)
         return rule
     except TypeError:
         return None
+
+
+# bytegrad's own rules modules that `import bytegrad` leaves out (rules/_deferred.py fills these):
+# function -> the modules that register a rule for it, imported on its first lookup. Every lookup
+# consults it, so loading one changes no lookup's answer and leaves the version as it is.
+DEFERRED: dict[Any, tuple[str, ...]] = {}
+DEFERRED_PENDING: set[str] = set()  # the deferred modules not imported yet
+
+
+def load_deferred(fn: Any = _LOCK) -> bool:
+    """Import the deferred rules modules covering `fn` (all without an argument); whether one was."""
+    try:
+        if not DEFERRED_PENDING or (fn is not _LOCK and fn not in DEFERRED):
+            return False
+    except TypeError:  # unhashable
+        return False
+    # (not `from ... import`: during bytegrad's own import that waits on the package's import lock)
+    loaded = sys.modules["bytegrad.rules._deferred"].load(None if fn is _LOCK else (fn,))
+    if fn is _LOCK:
+        return loaded
+    DEFERRED.pop(fn, None)  # its modules are imported now, by this call or by one it set off (a
+    return True             # profile hook's `all_rules`): the caller looks it up again, once
 
 
 # Rules loaded once the program imports the module they cover, by that module's name: optional
@@ -224,6 +249,8 @@ def all_rules() -> dict[Any, Rule]:
     has imported (`load_lazy_rules`)."""
     if _LAZY_RULES:
         load_lazy_rules()
+    if DEFERRED_PENDING:
+        load_deferred()
     with _LOCK:
         return dict(_RULES)
 
@@ -548,6 +575,8 @@ def opt_out(fn: Any) -> None:
     if not _has_python_code(fn):
         raise TypeError(f"opt_out({qualname(fn)}): bytegrad can only differentiate through a function "
                         f"written in Python, and {qualname(fn)} is not one; keep or override its rule instead")
+    if DEFERRED_PENDING:
+        load_deferred(fn)
     with _LOCK:
         _OPTED_OUT[fn] = _caller_loc(1)
         rule = _RULES.pop(fn, None)

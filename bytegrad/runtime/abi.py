@@ -44,6 +44,7 @@ _float64 = np.float64
 _FunctionType = types.FunctionType
 _DataDescriptors = (types.GetSetDescriptorType, types.MemberDescriptorType)  # `.real` of an array; of a complex
 _rules_get = registry.get_rule
+_deferred = registry.DEFERRED_PENDING  # bytegrad's own rules modules not imported yet (shrinks)
 _PLAIN = PLAIN
 ELEMENTWISE = RuleKind.ELEMENTWISE
 RRULE = RuleKind.RRULE
@@ -378,6 +379,8 @@ def getattr_(tape: Optional[Tape], site: Site, obj: Any, name: str) -> Any:
             desc: Any = getattr(type(obj), name, None)
             # only data descriptors (`.T`, `.real`) are values; methods are bound and called later
             rule = _rules_get(desc) if type(desc) in _DataDescriptors else None
+            if rule is None and _deferred and type(desc) in _DataDescriptors and registry.load_deferred(desc):
+                rule = _rules_get(desc)  # (its rules module is one rules/_deferred.py defers)
             if rule is not None and rule.kind is RRULE:
                 return record_rule(tape, site, rule, desc.__get__, (obj,), None)
             if (name == "real" or name == "imag") and type(obj) is not _ndarray and trackable(obj):

@@ -22,7 +22,6 @@ from bytegrad.errors import (
     RULE_CASE_FIX, DifferentiationError, NoRuleError, NotImplementedRuleError, RuleCaseError, qualname,
 )
 from bytegrad.rules import registry
-from bytegrad.rules.numpy.ufunc_methods import ufunc_at_in_rounds
 from bytegrad.rules.registry import RuleKind
 from bytegrad.runtime import tape as _tape
 from bytegrad.runtime import monitor, writes, zerosafe
@@ -42,6 +41,7 @@ _BuiltinFunction = types.BuiltinFunctionType
 _ModuleType = types.ModuleType
 _rules_get = registry.get_rule
 _lazy_rules = registry.LAZY_PENDING  # the modules whose rules are not loaded yet (shrinks)
+_deferred = registry.DEFERRED_PENDING  # bytegrad's own rules modules not imported yet (rules/_deferred.py)
 ELEMENTWISE, RRULE, NONDIFF, TRANSPARENT, THROUGH, NOT_IMPLEMENTED = (
     RuleKind.ELEMENTWISE, RuleKind.RRULE, RuleKind.NONDIFF, RuleKind.TRANSPARENT,
     RuleKind.THROUGH, RuleKind.NOT_IMPLEMENTED)
@@ -139,6 +139,10 @@ def resolve(fn: Any) -> tuple[Any, Any]:
                     rule = None
                 if rule is not None:
                     return rule, owner
+                if _deferred and registry.load_deferred(desc):  # (rules/_deferred.py)
+                    return resolve(fn)
+    if _deferred and registry.load_deferred(fn):  # bytegrad's own rules, not imported yet
+        return resolve(fn)
     if _lazy_rules and registry.load_lazy_rules():  # a module whose rules load lazily was imported since
         return resolve(fn)
     return None, None
@@ -188,7 +192,7 @@ def dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict
         return call_python(tape, site, fn, tuple(args), kwargs)
     if t is _MethodType:  # `obj.method(x)`: a rule registered on the class's function applies
         f = fn.__func__
-        if type(f) is _FunctionType and _rules_get(f) is None:
+        if type(f) is _FunctionType and _rules_get(f) is None and not (_deferred and registry.load_deferred(f)):
             return call_python(tape, site, f, (fn.__self__,) + tuple(args), kwargs)
         return dispatch(tape, site, f, (fn.__self__,) + tuple(args), kwargs)
     if t is functools.partial:
@@ -215,7 +219,8 @@ def dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict
     dunder_call = getattr(t, "__call__", None)
     # a callable object (`np.vectorize(f)(x)`, `operator.itemgetter(0)(x)`, an lru_cache wrapper):
     # the rule of its type's `__call__`, or that method's Python code
-    if dunder_call is not None and _rules_get(dunder_call) is not None:
+    if dunder_call is not None and (_rules_get(dunder_call) is not None or
+                                    (_deferred and registry.load_deferred(dunder_call))):
         return dispatch(tape, site, dunder_call, (fn,) + tuple(args), kwargs)
     if type(dunder_call) is _FunctionType:
         return call_python(tape, site, dunder_call, (fn,) + tuple(args), kwargs)
@@ -539,6 +544,7 @@ def _inplace_ufunc_at(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict
             tape.check_write(a, a, site)
             return fn(*args, **kwargs)
         # np.multiply.at and the others: run as rounds of fancy writes, in index order
+        from bytegrad.rules.numpy.ufunc_methods import ufunc_at_in_rounds  # (a rules module loaded on demand)
         return call_python(tape, site, ufunc_at_in_rounds, (ufunc,) + args, kwargs or None)
     ib = parent_of(tape.ids, b)
     if ib is None and tape.owners and type(b) is _ndarray:
