@@ -86,10 +86,7 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     fn, source = compile_source(src, code)
     if src.kernel_source is not None:
         source += "\n# the Numba kernel it calls\n" + src.kernel_source
-    prog = Program(fn, source, src.guards, forward_records)
-    prog.ir = dump(b.ir)
-    prog.backend, prog.twin = backend, src.kernel_stems
-    if backend == "numpy":
-        prog.parts = (src.ns, *src.parts)
-        prog.share = savable_share([b.records[i] for i in order if i in b.records])
-    return prog
+    numpy = backend == "numpy"
+    return Program(fn, source, src.guards, forward_records, backend=backend, twin=src.kernel_stems, ir=dump(b.ir),
+                   parts=(src.ns, *src.parts) if numpy else None,
+                   share=savable_share([b.records[i] for i in order if i in b.records]) if numpy else 1.0)
