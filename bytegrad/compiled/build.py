@@ -10,7 +10,7 @@ from __future__ import annotations
 import types
 from typing import Any, Optional
 
-from bytegrad.compiled import lower_numpy
+from bytegrad.compiled import lower_numpy, passes
 from bytegrad.compiled.ir import dump
 from bytegrad.compiled.lower_numpy import Builder, compile_source
 from bytegrad.compiled.parts import paused_and_sized, savable_share, value_only
@@ -88,5 +88,6 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
         source += "\n# the Numba kernel it calls\n" + src.kernel_source
     numpy = backend == "numpy"
     return Program(fn, source, src.guards, forward_records, backend=backend, twin=src.kernel_stems, ir=dump(b.ir),
+                   passes=passes.dump(b.plan),
                    parts=(src.ns, *src.parts) if numpy else None,
                    share=savable_share([b.records[i] for i in order if i in b.records]) if numpy else 1.0)

@@ -18,12 +18,12 @@ class Program:
     of it (calls, time, its Numba twin's verdict, the signature it serves) is in
     compiled/policy.py's record of it (`Tiers.runs`)."""
 
-    __slots__ = ("fn", "source", "guards", "records", "backend", "parts", "pullback", "twin", "share", "ir", "_frozen")
+    __slots__ = ("fn", "source", "guards", "records", "backend", "parts", "pullback", "twin", "share", "ir", "passes", "_frozen")
 
     def __init__(self, fn: Callable[..., Any], source: str, guards: list[Guard] | tuple[Guard, ...], records: int, *,
                  backend: str = "numpy", parts: Optional[tuple[dict[str, Any], str, tuple[int, ...], str]] = None,
                  pullback: bool = False, twin: Optional[tuple[str, ...]] = None, share: float = 1.0,
-                 ir: Optional[str] = None) -> None:
+                 ir: Optional[str] = None, passes: Optional[str] = None) -> None:
         self.fn = fn
         self.source = source
         self.guards = tuple(guards)  # its guards (compiled/guards.py), in the order it checks them
@@ -40,6 +40,8 @@ class Program:
         self.share = share
         #: the listing of the IR it was lowered from (compiled/ir.py `dump`); None when loaded from disk
         self.ir = ir
+        #: the listing of the IR passes' results (compiled/passes.py `dump`); None when loaded from disk
+        self.passes = passes
         self._frozen = True
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -53,7 +55,7 @@ class Program:
 
     def replace(self, **changes: Any) -> "Program":
         """A copy of this program with `changes` (keyword arguments of `Program`)."""
-        fields = {k: getattr(self, k) for k in ("backend", "parts", "pullback", "twin", "share", "ir")}
+        fields = {k: getattr(self, k) for k in ("backend", "parts", "pullback", "twin", "share", "ir", "passes")}
         fields.update(changes)
         fn, source, guards, records = (fields.pop(k, getattr(self, k)) for k in ("fn", "source", "guards", "records"))
         return Program(fn, source, guards, records, **fields)
