@@ -145,3 +145,43 @@ def test_summed_bias_only_for_a_bias_read_once_by_a_broadcast(plans):
 
     prog = _program(bias_twice, W, x, b, wrt=(0, 2))
     assert not plans[-1].bias and prog.records == plans[-1].ir.ops.__len__()
+
+
+def chain(x, w):
+    y = np.sin(x) * w
+    return np.sum(np.tanh(y) * y)
+
+
+@pytest.mark.parametrize("tier", ["numpy", "numba"])
+def test_both_back_ends_lower_the_one_reverse_schedule(tier, monkeypatch):
+    """The schedule is what each back end's reverse pass follows: a schedule that leaves out the
+    step nearest the inputs makes a program whose gradient is not the general path's, which the
+    check against the capture refuses (the signature stays on the general path, saying why); the
+    schedule as built makes a program that runs."""
+    from bytegrad.runtime import kernels
+
+    if tier == "numba" and kernels.disabled():
+        pytest.skip("Numba is disabled")
+    x, w = np.linspace(0.1, 0.9, 5), 1.5
+    want = bytegrad.differentiate(chain, tier="general").value_and_grad(x, w)
+    good = bytegrad.differentiate(_fresh(chain), tier=tier)  # (a float differentiated: no Numba program)
+    for _ in range(2):
+        got = good.value_and_grad(x, w)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+    info = good.stats()["compiled"]
+    assert info["compiled_calls"] == 2 and info["programs"][0]["backend"] == tier, info
+    real = passes.reverse_schedule
+
+    def short(ir):
+        s = real(ir)
+        return passes.Schedule(s.steps[:-1], s.into, {st.idx: st for st in s.steps[:-1]})
+
+    monkeypatch.setattr(passes, "reverse_schedule", short)
+    bad = bytegrad.differentiate(_fresh(chain), tier=tier)
+    for _ in range(2):
+        got = bad.value_and_grad(x, w)  # (the general path's, the program being refused)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+    info = bad.stats()["compiled"]
+    assert info["compiled_calls"] == 0 and not info["programs"], info
+    (why,) = info["not_compiled"].values()
+    assert "disagreed" in why or "raised" in why, why

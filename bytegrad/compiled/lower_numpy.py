@@ -244,8 +244,7 @@ class Builder:
             return
         rec = self.records[i]
         g = f"g{i}"
-        targets = [(k, p) for k, p in enumerate(rec.parents) if p is not None and p in depends]
-        targets += [(k, items) for k, items in rec.nested.items() if any(q in depends for q in items)]
+        targets = self.plan.schedule.targets(i)  # (compiled/passes.py `reverse_schedule`)
         pre: list[str] = []
         body: list[str] = []
         cond = st == MAYBE
@@ -475,9 +474,8 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
         b.src.emit(f"g{out_idx} = 1.0")
         b.state[out_idx] = SET
         b.ones.add(f"g{out_idx}")
-        for i in reversed(order):
-            if i in b.records and i in depends:
-                b.reverse(i, depends)
+        for i in b.plan.schedule.sweep():  # the reverse schedule (compiled/passes.py), in the sweep's order
+            b.reverse(i, depends)
     return b.var[out_idx], b.state, n
 
 
