@@ -18,6 +18,7 @@ import numpy as np
 
 from bytegrad import transform
 from bytegrad.compiled import policy
+from bytegrad.compiled.effects import ATOMS
 from bytegrad.runtime import pytree
 from bytegrad.runtime.tape import Tape, sweep
 
@@ -114,12 +115,9 @@ def _copy_unseen(value: Any) -> bool:
     """Whether a copy of `value` behaves as `value` for every write the function can make: numbers,
     strings, arrays (a copy of one is a view of the same memory) and tuples of them."""
     t = type(value)
-    if t in _ATOMS or t is _ndarray or isinstance(value, (np.generic, np.ndarray)):
+    if t in ATOMS or t is _ndarray or isinstance(value, (np.generic, np.ndarray)):
         return True
     return isinstance(value, tuple) and all(_copy_unseen(v) for v in value)
-
-
-_ATOMS = frozenset({int, float, complex, bool, str, bytes, type(None)})
 
 
 def _constant_arg(value: Any) -> bool:
