@@ -1,6 +1,8 @@
 """The IR's named passes (bytegrad/compiled/passes.py): dead code, the reverse schedule, the summed
 bias, each listed by `passes.dump` (a program's `.passes`) and golden-tested here, as the
-transform's passes are; and each pass's result checked against what it claims on its own.
+transform's passes are; and each pass's result checked against what it claims on its own. The
+listing ends with what the passes over the lowered NumPy code did (value-only steps, buffer
+reuse: `passes.dump_lowering`).
 
 The listings hold no bytecode: they are the same on every supported CPython. A change in what a
 pass decides shows here first (BYTEGRAD_REGEN_GOLDEN=1 rewrites the files in
@@ -63,6 +65,12 @@ def listed(a, b):
     return np.sum(np.stack([a, b * 2.0, a]) ** 2)
 
 
+def reused(x, W):  # the MLP's shape, 64 x 64: every forward temporary is reusable
+    h = np.tanh(W @ x + 0.5)
+    h = np.tanh(W @ h - 0.25)
+    return np.sum(h * h)
+
+
 def py_division(x, a):
     r = 1.0 / a  # noqa: F841 - raises on the general path at a == 0: kept though nothing reads it
     return np.sum(x * 2.0)
@@ -73,6 +81,7 @@ def py_division(x, a):
     ("dense_bias", dense_bias, (np.full((3, 2), 0.2), np.ones((2, 5)), np.arange(3.0)), (0, 2)),
     ("listed", listed, (np.arange(3.0), np.ones(3)), (0, 1)),
     ("py_division", py_division, (np.arange(3.0), 2.0), 0),
+    ("reused", reused, (np.linspace(-1.0, 1.0, 64 * 64).reshape(64, 64), np.eye(64) * 0.5), 1),
 ])
 def test_the_passes_listing(name, f, args, wrt):
     _golden(name, _program(f, *args, wrt=wrt).passes)
@@ -185,3 +194,18 @@ def test_both_back_ends_lower_the_one_reverse_schedule(tier, monkeypatch):
     assert info["compiled_calls"] == 0 and not info["programs"], info
     (why,) = info["not_compiled"].values()
     assert "disagreed" in why or "raised" in why, why
+
+
+def test_the_lowering_listing_says_what_the_program_does():
+    """The value-only records are those whose forward step the program runs only for the value
+    (`if value:`), and each buffer reuse listed is a statement of the program."""
+    import re
+
+    x, W = np.linspace(-1.0, 1.0, 64 * 64).reshape(64, 64), np.eye(64) * 0.5
+    prog = _program(reused, x, W, wrt=1)
+    listing = prog.passes.split("value only:\n", 1)[1]
+    only, reuse = listing.split("\nbuffer reuse:\n")
+    assert sorted(only.split()) == sorted(f"%{i}" for i in re.findall(r"if value: v(\d+) = ", prog.source))
+    lines = [ln.split(": ", 1)[1] for ln in reuse.splitlines()]
+    assert lines and all(ln in prog.source for ln in lines), lines
+    assert len(re.findall(r"out=v\d+\)", prog.source)) == len(lines)

@@ -71,8 +71,7 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
         result_var, state, forward_records = lower_numba.emit(b, order, depends, out_idx)
     else:
         result_var, state, forward_records = lower_numpy.emit(b, order, depends, out_idx)
-    if backend == "numpy" and aux is None:
-        value_only(b.src, b.stmt_of, out_idx, b.raising)
+    skipped = value_only(b.src, b.stmt_of, out_idx, b.raising) if backend == "numpy" and aux is None else []
     lines: list[str] = []
     grads = [gradient_code(src, specs[p], state, lines, inputs.fresh) for p in wrt]
     if len(grads) > 1:
@@ -88,6 +87,6 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
         source += "\n# the Numba kernel it calls\n" + src.kernel_source
     numpy = backend == "numpy"
     return Program(fn, source, src.guards, forward_records, backend=backend, twin=src.kernel_stems, ir=dump(b.ir),
-                   passes=passes.dump(b.plan),
+                   passes=passes.dump(b.plan) + "\n" + passes.dump_lowering(skipped, src.reused, b.stmt_of),
                    parts=(src.ns, *src.parts) if numpy else None,
                    share=savable_share([b.records[i] for i in order if i in b.records]) if numpy else 1.0)

@@ -17,7 +17,7 @@ lower what they give:
 `Plan` holds what they give; `dump` lists it, one section a pass (golden-tested in
 tests/test_passes_ir.py). Value-only steps and buffer reuse decide on the generated statements
 (what each reads once written), so they stay passes over the lowered code (compiled/parts.py
-`value_only`, compiled/reuse.py).
+`value_only`, compiled/reuse.py); `dump_lowering` lists what they did, beside the others.
 """
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ from bytegrad.compiled.ir import IR, depends_on, op_text
 from bytegrad.rules._apply import shape_of
 from bytegrad.rules._shape import unbroadcast_plan
 
-__all__ = ["Plan", "Schedule", "Step", "dead_code", "dump", "plan", "reverse_schedule", "summed_bias"]
+__all__ = ["Plan", "Schedule", "Step", "dead_code", "dump", "dump_lowering", "plan", "reverse_schedule",
+           "summed_bias"]
 
 _ndarray = np.ndarray
 #: a target of a reverse step: (argument position, the input's tape index, or a list argument's items')
@@ -192,4 +193,21 @@ def dump(p: Plan) -> str:
               if len(srcs) > 1]
     lines.append("summed bias:")
     lines += [f"  %{q} over axes {axes!r}" for q, axes in sorted(p.bias.items())] or ["  none"]
+    return "\n".join(lines)
+
+
+def dump_lowering(value_only: list[int], reused: list[tuple[int, str, str]], stmt_of: dict[int, int]) -> str:
+    """What the passes over the lowered NumPy code did: `value only: %6` a record's forward step a
+    gradient asked alone skips (compiled/parts.py `value_only`); `buffer reuse: %7 into v5:
+    v5 = ...` a statement (of record 7's forward step, or `reverse` for a reverse step) written
+    into a dead variable's buffer (compiled/reuse.py, taken by `Source.render`)."""
+    record_of = {k: i for i, k in stmt_of.items()}
+    lines = ["value only:"]
+    lines += ["  " + " ".join(f"%{i}" for i in value_only)] if value_only else ["  none"]
+    lines.append("buffer reuse:")
+    for k, var, first in reused:
+        i = record_of.get(k)
+        lines.append(f"  {'reverse' if i is None else f'%{i}'} into {var}: {first}")
+    if not reused:
+        lines.append("  none")
     return "\n".join(lines)

@@ -118,6 +118,8 @@ class Source(Constants):
         self.returns = "out_, back"  # what a pullback program returns (`out_, back, aux_` with has_aux)
         #: statement -> [(variable, the statement written to reuse its buffer)] (compiled/reuse.py)
         self.reuse: dict[int, list[tuple[str, list[str]]]] = {}
+        #: the alternatives `render` took: (statement, variable whose buffer it reuses, its first line)
+        self.reused: list[tuple[int, str, str]] = []
         self.parts: tuple[str, tuple[int, ...], str] = ("", (), "")  # rendered: source, user lines, file
 
     def emit(self, lines: list[str] | str, line: Optional[int] = None,
@@ -187,6 +189,7 @@ class Source(Constants):
             for var, alt in self.reuse.get(k, ()):
                 if operand_dead(var, k, last, keep):
                     lines = alt
+                    self.reused.append((k, var, next((ln for ln in alt if f"out={var}" in ln), alt[0]).strip()))
                     break
             out += [indent + ln for ln in lines]
             user += [self.lines[k] or user[0]] * len(lines)
