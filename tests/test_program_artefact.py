@@ -60,6 +60,7 @@ def test_the_policy_counts_in_its_record_of_each_program():
     tiers = _tiers(d)
     (run,) = tiers.runs
     assert run.program is tiers.programs[0] and tiers.run_of(run.program) is run
+    assert type(tiers.programs) is tuple  # (a program joins through `runs`: an append here fails loudly)
     assert run.signature == (np.ndarray, np.ndarray)
     assert run.calls == 3 and run.decided == 0 and not run.upgraded  # (the first call was the capture)
     (entry,) = d.stats()["compiled"]["programs"]

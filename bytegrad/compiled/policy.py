@@ -138,9 +138,9 @@ class Tiers:
         self.disagreements = 0
 
     @property
-    def programs(self) -> list[Program]:
-        """The programs, in the order a call tries them."""
-        return [r.program for r in self.runs]
+    def programs(self) -> tuple[Program, ...]:
+        """The programs, in the order a call tries them (a tuple: a program joins through `runs`)."""
+        return tuple(r.program for r in self.runs)
 
     def run_of(self, program: Program) -> Run:
         """The policy's record of `program` (one of `programs`)."""
