@@ -179,9 +179,10 @@ def _explain_tier(d: Any, args: tuple, out: io.StringIO) -> None:
         out.write(f"\ncompiled program: eligible (tier: {tiers.tier}); the capture run may still find a reason not "
                   "to compile (see stats()['compiled'])\n")
     from bytegrad.compiled.policy import numba_note, twin_note
-    for k, p in enumerate(tiers.programs):
+    for k, run in enumerate(tiers.runs):
+        p = run.program
         out.write(f"  program {k}: {p.backend} back end, {p.records} operations; guards: {'; '.join(g.describe() for g in p.guards)}\n")
-        note = numba_note(p, tiers.tier)
+        note = numba_note(run, tiers.tier)
         if note:
             out.write(f"    Numba twin: {note}\n")
         if p.twin:

@@ -95,7 +95,7 @@ def _precompile_programs(d: Differentiated, args: tuple) -> int:
         return 0
     try:
         d._tiers.call(d._target, args, d._capture, now=True)
-        return d._tiers.store(_twins(d._tiers, args, d._capture))
+        return d._tiers.store(_twins(d._tiers, args, d._capture), tuple(map(type, args)))
     except NonScalarOutputError:
         pass
     tiers = d._pb_tiers  # (made by the pullbacks above)
@@ -114,20 +114,21 @@ def _twins(tiers: Any, args: tuple, capture: Any) -> list[Program]:
     fresh process runs the NumPy program, and its tier-up (bytegrad/compiled/policy.py) pays Numba's load
     price, not its compile price: the twin's capture then writes the same module, which Numba loads."""
     sig = tuple(map(type, args))
-    progs = [p for p in tiers.programs if p.signature == sig]
+    progs = [r.program for r in tiers.runs if r.signature == sig]
     numpy = [p for p in progs if p.backend == "numpy"]
     if not numpy:  # (BYTEGRAD_TIER=numba made the Numba program): the NumPy one is what loads
         result = capture(args, ("numpy",))[1]
         numpy = [result] if isinstance(result, Program) else []
-        for p in numpy:
-            p.signature = sig
     if len(numpy) != 1 or kernels.disabled():
         return numpy  # (several programs: which one a twin of these arguments belongs to is unclear)
     twin = next((p for p in progs if p.backend == "numba"), None)
     if twin is None:
         twin = capture(args, ("numba",))[1]
-    if isinstance(twin, Program):
-        numpy[0].twin = twin.twin
+    if isinstance(twin, Program):  # (programs are immutable: the one the tiers run is replaced by its copy)
+        old, numpy[0] = numpy[0], numpy[0].replace(twin=twin.twin)
+        for r in tiers.runs:
+            if r.program is old:
+                r.program = numpy[0]
     return numpy
 
 

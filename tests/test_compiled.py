@@ -867,11 +867,12 @@ def test_the_tier_up_meter_counts_the_time_a_numba_twin_could_save(monkeypatch):
     for _ in range(compiled.AUTO_AFTER + 1 + 64):
         wide.grad(W, x)
         loop.grad(np.linspace(0.5, 1.5, 10), 5)
-    (pw,) = [p for t in compiled._BY_FUNCTION[wide.fn].values() for p in t.programs]
-    (pl,) = [p for t in compiled._BY_FUNCTION[loop.fn].values() for p in t.programs]
-    assert pw.backend == pl.backend == "numpy" and pw.calls == pl.calls == 64
+    (rw,) = [r for t in compiled._BY_FUNCTION[wide.fn].values() for r in t.runs]
+    (rl,) = [r for t in compiled._BY_FUNCTION[loop.fn].values() for r in t.runs]
+    pw, pl = rw.program, rl.program  # (the programs; the policy's counters are in their runs)
+    assert pw.backend == pl.backend == "numpy" and rw.calls == rl.calls == 64
     assert pw.share < 0.3 and pl.share == 1.0, (pw.share, pl.share)
-    assert pw.seconds == pytest.approx(4 * 16 * pw.share) and pl.seconds == pytest.approx(4 * 16)
+    assert rw.seconds == pytest.approx(4 * 16 * pw.share) and rl.seconds == pytest.approx(4 * 16)
     note = info(wide)["programs"][0]["numba"]  # (stats() and explain say where the meter stands)
     assert note.startswith("not tried yet") and f"counts {pw.share:.0%} of its time" in note, note
     (back,) = program_store.loads(program_store.dumps([pw]))

@@ -54,14 +54,14 @@ else:
         # the ski-rental price of the twin is a load (without importing Numba: it is not loaded)
         out["price"], out["load"] = compiled.numba_price(prog), kernels.program_load_price(prog.twin)
         out["import"], build = compiled._PRICE["import"], compiled._PRICE["fixed"] + compiled._PRICE["per_op"] * prog.records
-        prog.twin = None
-        out["compile_price"], prog.twin = compiled.numba_price(prog), tuple(out["stems"])
+        out["compile_price"] = compiled.numba_price(prog.replace(twin=None))
         per_op = compiled._PRICE["per_op"]
-        prog.seconds = 1e9  # time enough spent in the NumPy program: the next timed call tiers up
+        run = d._tiers.run_of(prog)
+        run.seconds = 1e9  # time enough spent in the NumPy program: the next timed call tiers up
         for _ in range(16):
             value, g = d.value_and_grad(x, w)
         out["same"] = out["same"] and bool(np.allclose(g, general[1], rtol=1e-12))
-        out["upgraded"], out["learned"] = prog.upgraded, compiled._PRICE["per_op"] != per_op
+        out["upgraded"], out["learned"] = run.upgraded, compiled._PRICE["per_op"] != per_op
     out["from_disk"] = kernels.program_from_disk(tuple(out["stems"]))
     out["note"] = d.stats()["compiled"]["programs"][0].get("numba_kernels")
     import io

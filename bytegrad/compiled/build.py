@@ -10,7 +10,7 @@ from __future__ import annotations
 import types
 from typing import Any, Optional
 
-from bytegrad.compiled import errstate, lower_numpy
+from bytegrad.compiled import errstate, lower_numpy, passes
 from bytegrad.compiled.ir import dump
 from bytegrad.compiled.lower_numpy import Builder, compile_source
 from bytegrad.compiled.parts import paused_and_sized, savable_share, value_only
@@ -76,8 +76,7 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     else:
         result_var, state, forward_records = lower_numpy.emit(b, order, depends, out_idx)
         errstate.wrap(b, code, fn_globals)  # (the steps inside `with np.errstate(...)` run under it)
-    if backend == "numpy" and aux is None:
-        value_only(b.src, b.stmt_of, out_idx, b.raising)
+    skipped = value_only(b.src, b.stmt_of, out_idx, b.raising) if backend == "numpy" and aux is None else []
     lines: list[str] = []
     grads = [gradient_code(src, specs[p], state, lines, inputs.fresh) for p in wrt]
     if len(grads) > 1:
@@ -91,10 +90,8 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     fn, source = compile_source(src, code)
     if src.kernel_source is not None:
         source += "\n# the Numba kernel it calls\n" + src.kernel_source
-    prog = Program(fn, source, src.guards, forward_records)
-    prog.ir = dump(b.ir)
-    prog.backend, prog.twin = backend, src.kernel_stems
-    if backend == "numpy":
-        prog.parts = (src.ns, *src.parts)
-        prog.share = savable_share([b.records[i] for i in order if i in b.records])
-    return prog
+    numpy = backend == "numpy"
+    return Program(fn, source, src.guards, forward_records, backend=backend, twin=src.kernel_stems, ir=dump(b.ir),
+                   passes=passes.dump(b.plan) + "\n" + passes.dump_lowering(skipped, src.reused, b.stmt_of),
+                   parts=(src.ns, *src.parts) if numpy else None,
+                   share=savable_share([b.records[i] for i in order if i in b.records]) if numpy else 1.0)

@@ -19,6 +19,7 @@ import numpy as np
 from bytegrad import transform
 from bytegrad.compiled import errstate, objects, policy
 from bytegrad.compiled.constructs import RaiseWatch, has_handlers
+from bytegrad.compiled.effects import ATOMS
 from bytegrad.rules import pytrees
 from bytegrad.runtime import pytree
 from bytegrad.runtime.tape import Tape, sweep
@@ -220,12 +221,9 @@ def _copy_unseen(value: Any) -> bool:
     """Whether a copy of `value` behaves as `value` for every write the function can make: numbers,
     strings, arrays (a copy of one is a view of the same memory) and tuples of them."""
     t = type(value)
-    if t in _ATOMS or t is _ndarray or isinstance(value, (np.generic, np.ndarray)):
+    if t in ATOMS or t is _ndarray or isinstance(value, (np.generic, np.ndarray)):
         return True
     return isinstance(value, tuple) and all(_copy_unseen(v) for v in value)
-
-
-_ATOMS = frozenset({int, float, complex, bool, str, bytes, type(None)})
 
 
 def _constant_arg(value: Any) -> bool:
@@ -310,7 +308,7 @@ def capture(d: Any, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[
         why = d._tiers.agree(prog, args, result) if d._tiers is not None else None
         if why is None:
             if backend != backends[0] and backends[0] == "numba":  # (tier numba: why the NumPy back end serves it)
-                prog.why_not_numba = f"the Numba back end declined: {declined}"
+                prog = prog.replace(declined=f"the Numba back end declined: {declined}")
             return result, prog
         declined = why
     return result, why

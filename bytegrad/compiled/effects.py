@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-__all__ = ["Snapshot"]
+__all__ = ["ATOMS", "Snapshot"]
 
 #: how deep the snapshot walks containers and objects, and how many of them it records at most
 #: (past that it gives up and refuses, rather than miss a write)
@@ -32,7 +32,9 @@ MAX_ITEMS = 20_000
 #: array bytes kept at most (past that the signature stays on the general path)
 MAX_BYTES = 64 << 20
 
-_ATOMS = (int, float, complex, bool, str, bytes, type(None), type(Ellipsis), slice, range)
+#: values no write can change and that hold nothing a write can reach: the snapshot does not walk
+#: them, and a capture's copy of one behaves as the value itself (compiled/capture.py)
+ATOMS = frozenset({int, float, complex, bool, str, bytes, type(None), type(Ellipsis), slice, range})
 
 
 class _TooBig(Exception):
@@ -63,7 +65,7 @@ class Snapshot:
 
     def _walk(self, label: str, value: Any, depth: int) -> None:
         t = type(value)
-        if t in _ATOMS or id(value) in self._seen:
+        if t in ATOMS or id(value) in self._seen:
             return
         self._seen.add(id(value))
         self._count += 1

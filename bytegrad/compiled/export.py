@@ -335,26 +335,26 @@ def _rule_name(value: Any) -> str:
     return f"_{_rule_key(value)}_rrule"
 
 
+#: the end of a reverse rule's qualified name -> the key of its NumPy form (`RULES`)
+_RULE_KEYS = (
+    ("reductions.sum_rrule", "sum"), ("reductions.mean_rrule", "mean"),
+    ("numpy.linalg.matmul_rrule", "matmul"), ("numpy.linalg.dot_rrule", "dot"),
+    ("numpy.indexing.getitem_rrule", "getitem"), ("rules.builtins.float_rrule", "float"),
+    ("numpy.linalg.outer_rrule", "outer"), ("numpy.shape.stack_rrule", "stack"),
+    ("numpy.shape.concatenate_rrule", "concatenate"),
+)
+#: the reductions whose rule (`max_rrule`, `min_rrule`) closes over the function it is for
+_EXTREMA = (("max", (np.max, np.amax, np.ndarray.max)), ("min", (np.min, np.amin, np.ndarray.min)))
+
+
 def _rule_key(value: Any) -> Optional[str]:
     q = qualname(value)
-    if q.endswith("reductions.sum_rrule"):
-        return "sum"
-    if q.endswith("reductions.mean_rrule"):
-        return "mean"
-    if q.endswith("numpy.linalg.matmul_rrule"):
-        return "matmul"
-    if q.endswith("numpy.linalg.dot_rrule"):
-        return "dot"
-    if q.endswith("numpy.indexing.getitem_rrule"):
-        return "getitem"
-    if q.endswith("rules.builtins.float_rrule"):
-        return "float"
-    for key in ("outer", "stack", "concatenate"):
-        if q.endswith(f"numpy.{'linalg' if key == 'outer' else 'shape'}.{key}_rrule"):
+    for suffix, key in _RULE_KEYS:
+        if q.endswith(suffix):
             return key
     if q.split(".")[-1] in ("max_rrule", "min_rrule") and ".reductions." in q and value.__closure__:
         fn = next((c.cell_contents for c in value.__closure__ if callable(c.cell_contents)), None)
-        for key, funcs in (("max", (np.max, np.amax, np.ndarray.max)), ("min", (np.min, np.amin, np.ndarray.min))):
+        for key, funcs in _EXTREMA:
             if any(fn is f for f in funcs):
                 return key
     return None

@@ -30,7 +30,7 @@ from bytegrad.errors import qualname
 from bytegrad.runtime.records import IDENTITY
 from bytegrad.runtime.tape import Tape
 
-__all__ = ["IR", "Decision", "ValueType", "dump", "read", "type_of", "version_at"]
+__all__ = ["IR", "Decision", "ValueType", "depends_on", "dump", "op_text", "read", "type_of", "version_at"]
 
 _ndarray = np.ndarray
 
@@ -91,13 +91,18 @@ class IR:
     #: records whose operation raises on the general path in some cases (Python's float division,
     #: `math`): computed where they are, whether anything reads them or not (compiled/parts.py)
     raising: frozenset[int] = frozenset()
+    #: the tape indices each decision (in `decisions`' order) reads
+    decision_reads: list[list[int]] = field(default_factory=list)
+    #: the records compiled/passes.py's `dead_code` left out (nothing needs them)
+    dropped: dict[int, Record] = field(default_factory=dict)
 
 
 def read(tape: Tape, outs: list[int], wrt_leaves: set[int], known: set[int]) -> IR:
     """The IR of the values `outs` (tape indices) of a capture's `tape`; `wrt_leaves`: the leaves
     differentiated; `known`: the leaves the program reads as inputs. Raises `Ineligible` for a
     tape a program cannot replay (a value that entered without an operation, an operand
-    overwritten in place after it was read)."""
+    overwritten in place after it was read). Every record is in it: compiled/passes.py's
+    `dead_code` keeps those the outputs, the decisions and the raising operations need."""
     nodes, values = tape.nodes, tape.values
     made = getattr(tape, "made", {})
     decided = getattr(tape, "decided", {})  # arrays decisions gave: read from their variables
@@ -122,30 +127,27 @@ def read(tape: Tape, outs: list[int], wrt_leaves: set[int], known: set[int]) -> 
         records[i] = rec
     ir.decisions = [Decision(*check) for check in getattr(tape, "checks", ())]
     ir.raising = frozenset(i for i, rec in records.items() if python_raises(rec))
-    needed: set[int] = set()
-    todo = list(outs) + list(ir.raising)
-    for d in ir.decisions:  # what each decision reads is computed, needed or not
-        todo += [p for p in operand_ids(tape, d.args, d.at) if p is not None]
-        todo += [p for p in (version_at(tape, a, d.at) for a in (d.kwargs or {}).values()) if p is not None]
-    while todo:
-        i = todo.pop()
-        if i in needed:
-            continue
-        needed.add(i)
-        needed_rec = records.get(i)
-        if needed_rec is not None:
-            todo.extend(needed_rec.inputs())
-    ir.order = sorted(needed)
-    ir.ops = {i: records[i] for i in ir.order if i in records}
+    for d in ir.decisions:  # (the tape indices each decision reads, as it read them: what it reads is computed)
+        reads = [p for p in operand_ids(tape, d.args, d.at) if p is not None]
+        ir.decision_reads.append(reads + [p for p in (version_at(tape, a, d.at) for a in (d.kwargs or {}).values())
+                                          if p is not None])
+    # (a made array, and an array a decision gave, is a leaf of the tape)
+    ir.order = sorted(records.keys() | ir.inputs.keys() | made.keys() | decided.keys())
+    ir.ops = records
     ir.made = {i: made[i] for i in ir.order if i in made}
     ir.types = {i: type_of(values[i]) for i in ir.order}
+    ir.depends = depends_on(ir, wrt_leaves)
+    return ir
+
+
+def depends_on(ir: IR, wrt_leaves: set[int] | frozenset[int]) -> set[int]:
+    """The differentiated leaves and the values of `ir.order` computed from them."""
     depends = set(wrt_leaves)
     for i in ir.order:
         op = ir.ops.get(i)
         if op is not None and any(p in depends for p in op.inputs()):
             depends.add(i)
-    ir.depends = depends
-    return ir
+    return depends
 
 
 def version_at(tape: Tape, a: Any, at: int) -> Optional[int]:
@@ -207,6 +209,11 @@ def dump(ir: IR) -> str:
 def _items_text(items: tuple) -> str:
     return "[" + ", ".join(_items_text(q) if type(q) is tuple else f"%{q}" if q is not None else "_"
                            for q in items) + "]"
+
+
+def op_text(rec: Record) -> str:
+    """`fn(%p, _)` of a record: its function as `dump` names it, its operands (`_`: not on the tape)."""
+    return f"{_name(rec.fn)}({', '.join('_' if p is None else f'%{p}' for p in rec.parents)})"
 
 
 def _decision_line(d: Decision) -> str:

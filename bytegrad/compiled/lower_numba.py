@@ -182,7 +182,8 @@ class _Kernel:
             return
         rec = self.b.records[i]
         g = f"g{i}"
-        targets = [(k, p) for k, p in enumerate(rec.parents) if p is not None and p in self.depends]
+        # (compiled/passes.py `reverse_schedule`; a list argument's items never reach this back end)
+        targets = [(k, p) for k, p in self.b.plan.schedule.targets(i) if type(p) is not tuple]
         if rec.kind == "elementwise":
             self._elementwise(rec, g, targets)
         else:
@@ -358,8 +359,8 @@ def _emit_loop(b: Builder, records: list[int], depends: set[int], out_idx: int, 
         seed = top if summed else out_idx
         body.append(f"g{seed} = 1.0")
         k.set.add(seed)
-        for i in reversed(records):
-            if i in depends and not (summed and i == out_idx):
+        for i in b.plan.schedule.sweep():  # the reverse schedule (compiled/passes.py)
+            if not (summed and i == out_idx):
                 k.reverse(i)
     leaves = sorted(p for p in b.wrt_leaves if p in k.set)
     pre: list[str] = []
@@ -525,9 +526,8 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
     if out_idx in depends:
         k.lines.append(f"g{out_idx} = 1.0")
         k.set.add(out_idx)
-        for i in reversed(records):
-            if i in depends:
-                k.reverse(i)
+        for i in b.plan.schedule.sweep():  # the reverse schedule (compiled/passes.py)
+            k.reverse(i)
     leaves = sorted(p for p in b.wrt_leaves if p in k.set)
     params = list(dict.fromkeys(k.params))
     return _finish(b, k, k.lines, [out_var] + [f"g{p}" for p in leaves], params, params, leaves, out_idx,

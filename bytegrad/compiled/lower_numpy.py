@@ -42,8 +42,8 @@ from bytegrad.errors import qualname
 from bytegrad.rules._apply import shape_of
 from bytegrad.rules._shape import stand_in, unbroadcast_plan
 from bytegrad.runtime.backward import INPLACE_MIN_SIZE, partial_uses
-from bytegrad.compiled import ir as _ir, lower_stepped, lower_tuples
-from bytegrad.compiled.parts import Record, check_shapes, compile_program, flat_items
+from bytegrad.compiled import ir as _ir, lower_stepped, lower_tuples, passes
+from bytegrad.compiled.parts import Record, check_shapes, compile_program
 from bytegrad.compiled.inline import inline_partial
 from bytegrad.compiled.source import (
     DECIDED, DECISION_GUARD, MAYBE, MISS, SCALAR_CONSTS, SET, UNSET, Decision, Ineligible, Inputs, Program, Source,
@@ -84,6 +84,7 @@ class Builder:
         self.wrt_leaves = wrt_leaves
         self.records: dict[int, Record] = {}
         self.ir: Any = None  # the capture's IR (compiled/ir.py), once `read`
+        self.plan: Any = None  # what the IR's passes give (compiled/passes.py), once `read`
         self.state: dict[int, int] = {}
         self.forms: dict[int, Any] = {}  # records written as their rule's ProgramForm
         self.squeezed: set[int] = set()  # new-axes getitems whose cotangent is summed to their argument
@@ -104,8 +105,11 @@ class Builder:
 
     def read(self, outs: list[int]) -> tuple[list[int], set[int]]:
         """The records the outputs (tape indices) need, in tape order, and the tape indices that
-        depend on a differentiated leaf: the capture's IR (compiled/ir.py), kept as `self.ir`."""
-        self.ir = _ir.read(self.tape, outs, self.wrt_leaves, set(self.var))
+        depend on a differentiated leaf: the capture's IR (compiled/ir.py) after the passes
+        (compiled/passes.py: dead code, the reverse schedule, the summed biases), kept as `self.ir`
+        and `self.plan`."""
+        self.plan = passes.plan(_ir.read(self.tape, outs, self.wrt_leaves, set(self.var)))
+        self.ir = self.plan.ir
         self.records = self.ir.ops
         # what raises on the general path (Python's float division, `math`) is computed, read or not
         self.raising = self.ir.raising
@@ -264,8 +268,7 @@ class Builder:
             return (lower_tuples.reverse_item(self, rec) if rec.kind == "item"
                     else lower_tuples.reverse_tuple(self, rec, depends))
         g = f"g{i}"
-        targets = [(k, p) for k, p in enumerate(rec.parents) if p is not None and p in depends]
-        targets += [(k, items) for k, items in rec.nested.items() if any(q in depends for q in flat_items(items))]
+        targets = self.plan.schedule.targets(i)  # (compiled/passes.py `reverse_schedule`)
         pre: list[str] = []
         body: list[str] = []
         cond = st == MAYBE
@@ -394,16 +397,8 @@ class Builder:
         `sum(g, axis=1)`, a new array handed over as b's gradient, in place of `sum(g, axis=1,
         keepdims=True).reshape(...)` and the copy of that view (the same sums). Only where this is
         p's only contribution and the sum keeps an axis (an array, not a scalar)."""
-        rec = self.records.get(p)
-        form = self.forms.get(p)
-        if rec is None or form is None or form.cotangents[0] != "{g}.reshape({shape0})" or not known_array \
-                or self.state.get(p, UNSET) != UNSET or len(a_shape) != len(out_shape):
-            return None
-        if sum(r.inputs().count(p) for r in self.records.values()) != 1:  # (`c + c` contributes twice)
-            return None
-        lead, axes = unbroadcast_plan(out_shape, a_shape)
-        kept = tuple(n for k, n in enumerate(a_shape) if k not in axes)
-        if lead or not axes or not kept or kept != rec.args[0].shape:
+        axes = self.plan.bias.get(p)  # (compiled/passes.py `summed_bias`: read once, by a broadcast)
+        if axes is None or p not in self.forms or not known_array or self.state.get(p, UNSET) != UNSET:
             return None
         self.squeezed.add(p)
         return f"{self.src.const(np.add.reduce, 'sum')}({bar}, axis={axes!r})"
@@ -508,9 +503,8 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
         b.src.emit(f"g{out_idx} = 1.0")
         b.state[out_idx] = SET
         b.ones.add(f"g{out_idx}")
-        for i in reversed(order):
-            if i in b.records and i in depends:
-                b.reverse(i, depends)
+        for i in b.plan.schedule.sweep():  # the reverse schedule (compiled/passes.py), in the sweep's order
+            b.reverse(i, depends)
     return b.var[out_idx], b.state, n
 
 

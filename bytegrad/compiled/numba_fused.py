@@ -120,9 +120,8 @@ def emit(k: Any, records: list[int], out_idx: int, vector_calls: Any) -> Optiona
         k.loop = True
         body.append(f"g{top} = 1.0")
         k.set.add(top)
-        for i in reversed(chain):
-            if i in depends:
-                k.reverse(i)
+        for i in b.plan.schedule.sweep(inside):  # the chain's part of the reverse schedule (compiled/passes.py)
+            k.reverse(i)
         k.loop = False
     outside = sorted({p for _, p in operands.values() if p is not None and p in k.set})
     for v, (a, _) in operands.items():
@@ -137,10 +136,9 @@ def emit(k: Any, records: list[int], out_idx: int, vector_calls: Any) -> Optiona
     for p in outside:
         if type(b.tape.values[p]) is _ndarray:
             k.array[f"g{p}"] = b.tape.values[p].shape
-    for i in reversed(before):
-        if i in depends:
-            k.lines = post
-            k.reverse(i)
+    for i in b.plan.schedule.sweep(set(before)):  # the rest of the reverse schedule
+        k.lines = post
+        k.reverse(i)
     leaves = sorted(p for p in b.wrt_leaves if p in k.set)
     # a leaf's array from the loop that nothing after it wrote: made here, held nowhere else
     owned = frozenset(f"g{p}" for p in outside if not any(ln.startswith(f"g{p} = ") for ln in post))

@@ -221,18 +221,20 @@ def savable_share(records: Sequence[Record]) -> float:
     return rest / (rest + blas) if rest + blas > 0 else 1.0
 
 
-def value_only(src: Source, stmt_of: dict[int, int], out_idx: int, keep: frozenset[int] = frozenset()) -> None:
+def value_only(src: Source, stmt_of: dict[int, int], out_idx: int, keep: frozenset[int] = frozenset()) -> list[int]:
     """The forward steps only the output's value reads (the loss, and what only it reads): a
     gradient asked alone (`program(args, False)`, `grad`) skips them, and gets None for the value.
     A step that the reverse pass, a decision or another kept step reads is kept, and so are the
     records `keep` (those that may raise as Python does, `python_raises`). `stmt_of`: each
-    record's statement in `src` (compiled/lower_numpy.py's Builder)."""
+    record's statement in `src` (compiled/lower_numpy.py's Builder). Returns the records skipped
+    (compiled/passes.py `dump_lowering` lists them)."""
     stmts = src.stmts
     readers: dict[str, set[int]] = {}
     for k, (_, names) in enumerate(stmts):
         for n in names:
             readers.setdefault(n, set()).add(k)
     skipped: set[int] = set()
+    records: list[int] = []
     for i in sorted(stmt_of, reverse=True):  # readers before what they read
         k = stmt_of[i]
         lines, names = stmts[k]
@@ -241,9 +243,11 @@ def value_only(src: Source, stmt_of: dict[int, int], out_idx: int, keep: frozens
                 or i in keep:
             continue
         skipped.add(k)
+        records.append(i)
         stmts[k] = (_unless_value(lines), names)
         if k in src.reuse:
             src.reuse[k] = [(var, _unless_value(alt)) for var, alt in src.reuse[k]]
+    return sorted(records)
 
 
 def _unless_value(lines: list[str]) -> list[str]:

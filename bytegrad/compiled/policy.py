@@ -104,6 +104,23 @@ class _Signature:
         self.looked = False                  # the disk cache was asked for its stored programs
 
 
+class Run:
+    """What the tiers count of one program (compiled/source.py `Program`, an immutable artefact):
+    the calls it answered, the time measured in it, its Numba twin's verdict, the signature it
+    serves. `Tiers.runs` holds them in the order the programs are tried."""
+
+    __slots__ = ("program", "signature", "calls", "seconds", "upgraded", "why_not_numba", "decided")
+
+    def __init__(self, program: Program, signature: tuple[type, ...] = ()) -> None:
+        self.program = program
+        self.signature = signature  # the argument types of its capture
+        self.calls = 0            # calls it answered
+        self.seconds = 0.0        # time spent in it (estimated from a sample), for the ski-rental meter
+        self.upgraded = program.pullback  # whether its Numba twin was tried (a pullback program has none)
+        self.why_not_numba = program.declined  # what came of that (or why the Numba back end declined)
+        self.decided = 0          # calls it refused because a decision on data came out otherwise
+
+
 class Tiers:
     """The compiled programs of one function and wrt, and the policy that makes them."""
 
@@ -115,12 +132,21 @@ class Tiers:
         self.defaults = fn.__defaults__
         self.kwdefaults = fn.__kwdefaults__
         self.kwstate = dict(fn.__kwdefaults__) if fn.__kwdefaults__ is not None else None
-        self.programs: list[Program] = []
+        self.runs: list[Run] = []  # the programs, each with what the policy counts of it
         self.signatures: dict[tuple, _Signature] = {}
         self.compiled_calls = 0
         self.general_calls = 0
         self.capture_s = 0.0
         self.disagreements = 0
+
+    @property
+    def programs(self) -> tuple[Program, ...]:
+        """The programs, in the order a call tries them (a tuple: a program joins through `runs`)."""
+        return tuple(r.program for r in self.runs)
+
+    def run_of(self, program: Program) -> Run:
+        """The policy's record of `program` (one of `programs`)."""
+        return next(r for r in self.runs if r.program is program)
 
     def call(self, fn: types.FunctionType, args: tuple, capture: Callable[[tuple], Any], now: bool = False,
              value: bool = True) -> Any:
@@ -132,8 +158,9 @@ class Tiers:
                 or (kw is not None and not same_value(kw, self.kwstate)):  # (the dict written in place)
             type(self).__init__(self, fn, self.tier, self.key)  # the body or defaults were replaced: start again
         decided = False
-        for prog in self.programs:
-            calls = prog.calls = prog.calls + 1
+        for run in self.runs:
+            prog = run.program
+            calls = run.calls = run.calls + 1
             timed = calls & 15 == 0 and prog.backend == "numpy" and self.tier == "auto"
             t0 = _perf() if timed else 0.0
             try:
@@ -145,14 +172,14 @@ class Tiers:
                 self.compiled_calls += 1
                 if timed:  # one call in 16 is timed: the ski-rental meter of the Numba back end, which
                     # counts the share of the time that a twin could save (not its BLAS calls)
-                    prog.seconds += 16 * (_perf() - t0) * prog.share
-                    if prog.seconds >= numba_price(prog) and not prog.upgraded:
-                        return self._upgrade(prog, args, capture)
+                    run.seconds += 16 * (_perf() - t0) * prog.share
+                    if run.seconds >= numba_price(prog) and not run.upgraded:
+                        return self._upgrade(run, args, capture)
                 return result
-            prog.calls -= 1
+            run.calls -= 1
             if result is DECIDED:
                 decided = True
-                prog.decided += 1
+                run.decided += 1
         key = tuple(map(type, args))
         sig = self.signatures.get(key)
         if sig is None:
@@ -163,7 +190,7 @@ class Tiers:
             return self.call(fn, args, capture, now, value)
         if decided:
             self._decided(sig)
-        if sig.reason is None and len(self.programs) < MAX_PROGRAMS and \
+        if sig.reason is None and len(self.runs) < MAX_PROGRAMS and \
                 (now or self.tier in ("numpy", "numba") or sig.calls >= AUTO_AFTER):
             return self._capture(sig, args, capture)
         sig.calls += 1
@@ -175,7 +202,7 @@ class Tiers:
         adds a program for the other outcome (a branch that flips between two ways), up to
         MAX_RECAPTURES; a program that such decisions refuse far more often than they let it run
         goes, and so does a signature's compiling once it has recaptured enough."""
-        self.programs = [p for p in self.programs if not (p.decided >= 16 and p.decided > 4 * p.calls)]
+        self.runs = [r for r in self.runs if not (r.decided >= 16 and r.decided > 4 * r.calls)]
         sig.recaptures += 1
         if sig.recaptures > MAX_RECAPTURES and sig.reason is None:
             sig.reason = (f"its decisions on data came out otherwise than at capture again after "
@@ -200,12 +227,11 @@ class Tiers:
         else:
             log().info("not compiled %s: %s (the capture took %.3f s)", what, program, spent)
         if isinstance(program, Program):
-            program.signature = tuple(map(type, args))
-            if len(self.programs) < MAX_PROGRAMS:  # (threads that captured at once: the budget holds)
-                self.programs.append(program)
+            if len(self.runs) < MAX_PROGRAMS:  # (threads that captured at once: the budget holds)
+                self.runs.append(Run(program, tuple(map(type, args))))
             self.compiled_calls += 1
         elif isinstance(program, Pending):  # adopted or refused by `settle`, later
-            program.program.signature = tuple(map(type, args))
+            program.signature = tuple(map(type, args))
             program.sig = sig
             sig.reason = PENDING
             sig.calls += 1
@@ -216,15 +242,16 @@ class Tiers:
             self.general_calls += 1
         return result
 
-    def _upgrade(self, prog: Program, args: tuple, capture: Callable[..., Any]) -> Any:
-        """The NumPy program `prog` has run long enough to pay for compiling its Numba twin: capture
+    def _upgrade(self, run: Run, args: tuple, capture: Callable[..., Any]) -> Any:
+        """The NumPy program of `run` has run long enough to pay for compiling its Numba twin: capture
         again for the Numba back end (this call's result comes from that capture), time both
         programs on these arguments, and keep the faster (a tie goes to NumPy, which compiles
         nothing more and keeps no Numba state)."""
         from bytegrad.runtime import kernels
         from bytegrad.compiled.lower_numpy import Program
 
-        prog.upgraded = True
+        prog = run.program
+        run.upgraded = True
         had_numba = kernels.numba_loaded()
         t0 = _perf()
         try:
@@ -237,18 +264,18 @@ class Tiers:
             _learn_price(spent - (0.0 if had_numba else _PRICE["import"]), twin.records)
         what = self.code.co_qualname
         if not isinstance(twin, Program):
-            prog.why_not_numba = twin
+            run.why_not_numba = twin
             log().info("%s keeps its NumPy program: no Numba twin (%s; %.3f s)", what, twin, spent)
             return result
-        faster, prog.why_not_numba = twin_wins(prog, twin, args)
+        faster, run.why_not_numba = twin_wins(prog, twin, args)
         if faster:
-            twin.upgraded = True
-            twin.calls = prog.calls
-            twin.why_not_numba = f"moved from its NumPy program, once the meter had paid: {prog.why_not_numba}"
-            self.programs[self.programs.index(prog)] = twin
+            twin_run = Run(twin, run.signature)
+            twin_run.upgraded, twin_run.calls = True, run.calls
+            twin_run.why_not_numba = f"moved from its NumPy program, once the meter had paid: {run.why_not_numba}"
+            self.runs[self.runs.index(run)] = twin_run
         log().info("%s %s: %s (the twin's capture and compile took %.3f s)", what,
                    "moves to its Numba program" if faster else "keeps its NumPy program",
-                   prog.why_not_numba, spent)
+                   run.why_not_numba, spent)
         self.compiled_calls += 1
         return result
 
@@ -273,16 +300,18 @@ class Tiers:
             return "the program disagreed with the general path on the capture's own arguments"
         return None
 
-    def store(self, programs: Optional[list[Program]] = None) -> int:
-        """Write the NumPy programs (default: this function's) to the disk cache, one entry per
-        argument signature (what `bytegrad.precompile` does); returns the number of programs stored."""
+    def store(self, programs: Optional[list[Program]] = None, signature: tuple = ()) -> int:
+        """Write the NumPy programs (default: this function's; else `programs`, of `signature`) to the
+        disk cache, one entry per argument signature (what `bytegrad.precompile` does); returns the
+        number of programs stored."""
         from bytegrad.compiled import store as program_store
         from bytegrad.runtime import diskcache
 
         by_signature: dict[tuple, list[Program]] = {}
-        for prog in self.programs if programs is None else programs:
-            if prog.backend == "numpy" and prog.parts is not None and prog.signature:
-                by_signature.setdefault(prog.signature, []).append(prog)
+        for prog, sig in ((r.program, r.signature) for r in self.runs) if programs is None else \
+                ((p, signature) for p in programs):
+            if prog.backend == "numpy" and prog.parts is not None and sig:
+                by_signature.setdefault(sig, []).append(prog)
         stored = 0
         for signature, progs in by_signature.items():
             key = program_store.key(self.code, self.key, signature)
@@ -314,9 +343,8 @@ class Tiers:
             return False
         if self.tier == "numba":  # a precompile's Numba twin: its capture loads it from Numba's cache
             progs = [p for p in progs if not p.twin]
-        for prog in progs[:MAX_PROGRAMS - len(self.programs)]:
-            prog.signature = signature
-            self.programs.append(prog)
+        for prog in progs[:MAX_PROGRAMS - len(self.runs)]:
+            self.runs.append(Run(prog, signature))
             self.loaded += 1
         return True
 
@@ -339,19 +367,19 @@ class Tiers:
             log().info("%s's pullback program is refused: %s", self.code.co_qualname, pending.sig.reason)
             return
         why = pending.sig.reason = self._verdict(got, (out, grads))
-        if why is None and len(self.programs) < MAX_PROGRAMS:
-            self.programs.append(program)
+        if why is None and len(self.runs) < MAX_PROGRAMS:
+            self.runs.append(Run(program, pending.signature))
         log().info("%s's pullback program %s", self.code.co_qualname,
                    "runs from now on" if why is None else f"is refused: {why}")
 
     def describe(self) -> dict[str, Any]:
         return {
             "tier": self.tier,
-            "programs": [{"backend": p.backend, "operations": p.records, "guards": [g.describe() for g in p.guards], "calls": p.calls,
-                          "decided_otherwise": p.decided,
-                          **({"numba": note} if (note := numba_note(p, self.tier)) else {}),
+            "programs": [{"backend": p.backend, "operations": p.records, "guards": [g.describe() for g in p.guards], "calls": r.calls,
+                          "decided_otherwise": r.decided,
+                          **({"numba": note} if (note := numba_note(r, self.tier)) else {}),
                           **({"numba_kernels": twin_note(p)} if p.twin else {})}
-                         for p in self.programs],
+                         for r in self.runs for p in (r.program,)],
             "not_compiled": {", ".join(t.__name__ for t in key): s.reason
                              for key, s in self.signatures.items() if s.reason is not None},
             "compiled_calls": self.compiled_calls,
@@ -387,11 +415,12 @@ def twin_wins(prog: Program, twin: Program, args: tuple) -> tuple[bool, str]:
     return theirs < 0.95 * mine, f"Numba's program took {theirs * 1e6:.1f} us against NumPy's {mine * 1e6:.1f} us"
 
 
-def numba_note(prog: Program, tier: str) -> str:
+def numba_note(run: Run, tier: str) -> str:
     """What came of a NumPy program's Numba twin under the automatic tier, or where its meter stands."""
-    if prog.why_not_numba or prog.backend != "numpy" or tier != "auto" or prog.upgraded:
-        return prog.why_not_numba
-    return (f"not tried yet: {prog.seconds:.2g} s of its time counted against the twin's price, "
+    prog = run.program
+    if run.why_not_numba or prog.backend != "numpy" or tier != "auto" or run.upgraded:
+        return run.why_not_numba
+    return (f"not tried yet: {run.seconds:.2g} s of its time counted against the twin's price, "
             f"{numba_price(prog):.2g} s (the meter counts {prog.share:.0%} of its time: what a twin could save)")
 
 
@@ -426,12 +455,13 @@ class Pending:
     program with itself (`Tiers.settle`), so the check runs when the general path would run the
     reverse pass anyway, never earlier (a pullback may be expensive, or raise)."""
 
-    __slots__ = ("program", "args", "sig")
+    __slots__ = ("program", "args", "sig", "signature")
 
     def __init__(self, program: Program, args: tuple) -> None:
         self.program = program
         self.args = args
         self.sig: Optional[_Signature] = None
+        self.signature: tuple[type, ...] = ()  # the argument types of its capture
 
 
 def _time(fn: Callable[[tuple], Any], args: tuple, repeat: int = 5) -> float:

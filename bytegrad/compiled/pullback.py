@@ -60,18 +60,14 @@ def build_pullback(tape: Tape, src: Source, inputs: Inputs, specs: list, wrt: tu
         src.guard("cotangent", f"{g} is None or {ok}", f"the cotangent of output value {i}: "
                   + (f"ndarray of shape {value.shape!r}" if type(value) is _ndarray else "a float or an int"))
         b.state[i] = MAYBE
-    for i in reversed(order):
-        if i in b.records and i in depends:
-            b.reverse(i, depends)
+    for i in b.plan.schedule.sweep():  # the reverse schedule (compiled/passes.py), in the sweep's order
+        b.reverse(i, depends)
     lines: list[str] = []
     grads = [gradient_code(src, specs[p], b.state, lines, inputs.fresh) for p in range(len(specs))]
     src.emit(lines + [f"return _unalias(({''.join(g + ', ' for g in grads)}))"])
     fn, source = compile_source(src, code)
-    prog = Program(fn, source, src.guards, n)
-    prog.upgraded = True  # no Numba twin: pullbacks have the NumPy back end only
-    prog.pullback = True
-    prog.parts = (src.ns, *src.parts)
-    return prog
+    # (no Numba twin: pullbacks have the NumPy back end only; the policy never tries one)
+    return Program(fn, source, src.guards, n, pullback=True, parts=(src.ns, *src.parts))
 
 
 def named_outputs(leaves: dict[int, Any], b: Builder) -> dict[int, str]:

@@ -13,7 +13,7 @@ import builtins
 import operator
 import re
 import types
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from bytegrad.runtime import pytree
 from bytegrad.compiled import objects
 from bytegrad.compiled.constructs import is_table
 from bytegrad.compiled.guards import KINDS, Guard, callable_state, decided as decided, number_condition
+from bytegrad.compiled.program import Program as Program  # (re-exported: its home before)
 from bytegrad.compiled.reuse import AST_LOCK as AST_LOCK, dead as operand_dead  # (AST_LOCK re-exported)
 
 __all__ = ["Program", "operator_expr", "DECIDED", "FLOAT_TYPES", "GUARD_KINDS", "MAYBE", "MISS", "OWNED", "MISSING", "SCALAR_CONSTS", "SET", "UNSET", "Constants", "Ineligible", "Inputs", "Source", "gradient_code",
@@ -69,40 +70,6 @@ SCALAR_CONSTS = (int, float, bool, str, bytes, type(None), complex, slice, type(
 #: q (gradients);
 #: temporaries (`_t`) live within one reverse step, constants have other names
 _VARIABLE = r"\b[xvpgq][0-9]+\b"  # compiled on first use (re caches it), not at import
-
-
-class Program:
-    """A compiled gradient program: `fn(args)` is `(value, gradient)` or `MISS`."""
-
-    __slots__ = ("fn", "source", "guards", "records", "backend", "calls", "seconds", "upgraded", "why_not_numba",
-                 "decided", "parts", "signature", "pullback", "twin", "share", "ir")
-
-    def __init__(self, fn: Callable[..., Any], source: str, guards: list[Guard], records: int) -> None:
-        self.fn = fn
-        self.source = source
-        self.guards = guards      # its guards (compiled/guards.py), in the order it checks them
-        self.records = records    # forward operations in the program
-        self.backend = "numpy"
-        self.calls = 0            # calls it answered
-        self.seconds = 0.0        # time spent in it (estimated from a sample), for the tier policy
-        self.upgraded = False     # whether its Numba twin was tried (bytegrad/compiled/policy.py)
-        self.why_not_numba = ""   # what came of that
-        self.decided = 0          # calls it refused because a decision on data came out otherwise
-        #: (constants, source, user lines, filename) of a NumPy program: what compiled/store.py
-        #: writes to disk; None for a Numba program
-        self.parts: Optional[tuple[dict[str, Any], str, tuple[int, ...], str]] = None
-        self.signature: tuple[type, ...] = ()  # the argument types of its capture (bytegrad/compiled/policy.py)
-        self.pullback = False     # a pullback program (fn(args) -> (output, back))
-        #: the Numba kernels' modules in the cache directory (runtime/kernels.py `jit_program`): of a
-        #: Numba program, its own; of a NumPy program, its twin's, where a precompile made them
-        self.twin: Optional[tuple[str, ...]] = None
-        #: the share of its time a Numba twin could save (compiled/parts.py `savable_share`)
-        self.share = 1.0
-        #: the listing of the IR it was lowered from (compiled/ir.py `dump`); None when loaded from disk
-        self.ir: Optional[str] = None
-
-    def __repr__(self) -> str:
-        return f"<bytegrad program ({self.backend}, {self.records} operations, {len(self.guards)} guards)>"
 
 
 #: operators written inline in the generated code (`v1 * v2` costs less than `operator.mul(v1, v2)`)
@@ -151,6 +118,8 @@ class Source(Constants):
         self.returns = "out_, back"  # what a pullback program returns (`out_, back, aux_` with has_aux)
         #: statement -> [(variable, the statement written to reuse its buffer)] (compiled/reuse.py)
         self.reuse: dict[int, list[tuple[str, list[str]]]] = {}
+        #: the alternatives `render` took: (statement, variable whose buffer it reuses, its first line)
+        self.reused: list[tuple[int, str, str]] = []
         self.parts: tuple[str, tuple[int, ...], str] = ("", (), "")  # rendered: source, user lines, file
 
     def emit(self, lines: list[str] | str, line: Optional[int] = None,
@@ -220,6 +189,7 @@ class Source(Constants):
             for var, alt in self.reuse.get(k, ()):
                 if operand_dead(var, k, last, keep):
                     lines = alt
+                    self.reused.append((k, var, next((ln for ln in alt if f"out={var}" in ln), alt[0]).strip()))
                     break
             out += [indent + ln for ln in lines]
             user += [self.lines[k] or user[0]] * len(lines)

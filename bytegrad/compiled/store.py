@@ -201,13 +201,12 @@ def loads(payload: bytes) -> Optional[list[Program]]:
         return None
     programs = []
     for ns, source, lines, filename, code, guards, records, pullback, twin, share in parts:
-        prog = Program(program_from_code(marshal.loads(code), ns), source, [Guard(*g) for g in guards], records)
-        prog.share = share if type(share) is float and 0.0 <= share <= 1.0 else 1.0
-        prog.parts = (ns, source, lines, filename)
-        prog.pullback = prog.upgraded = pullback
-        if twin and all(type(t) is str and t.startswith("bgp_") and t[4:].isalnum() for t in twin):
-            prog.twin = tuple(twin)  # its Numba twin's kernel modules (their names: what is on disk)
-        programs.append(prog)
+        # its Numba twin's kernel modules (their names: what is on disk)
+        twin_ok = twin and all(type(t) is str and t.startswith("bgp_") and t[4:].isalnum() for t in twin)
+        programs.append(Program(program_from_code(marshal.loads(code), ns), source, [Guard(*g) for g in guards],
+                                records, parts=(ns, source, lines, filename), pullback=pullback,
+                                twin=tuple(twin) if twin_ok else None,
+                                share=share if type(share) is float and 0.0 <= share <= 1.0 else 1.0))
     return programs
 
 
