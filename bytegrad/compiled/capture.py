@@ -10,6 +10,7 @@ make a program still returns the gradient of the run it made.
 """
 from __future__ import annotations
 
+import collections
 import time
 import types
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
@@ -443,7 +444,7 @@ def _unreplayable(value: Any, ids: dict[int, int], guarded: frozenset[int] | set
     if type(value) in _RUN_ITERATORS:
         return None  # (looked into when handed over: Callees.append)
     t = type(value)
-    if t is tuple or t is list or t is dict:
+    if t is tuple or t is list or t is dict or t is collections.deque:  # (a deque as a list is)
         for v in (value.values() if t is dict else value):
             bad = _unreplayable(v, ids, guarded)
             if bad is not None:

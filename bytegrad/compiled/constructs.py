@@ -34,6 +34,7 @@ import builtins
 import dis
 import os
 import random
+import opcode
 import sys
 import types
 from typing import Any, Optional
@@ -260,5 +261,17 @@ def has_handlers(code: Any) -> bool:
     return _has_handlers(code)
 
 
+_PUSH_EXC_INFO = opcode.opmap["PUSH_EXC_INFO"]
+_HANDLERS: dict[Any, bool] = {}
+
+
 def _has_handlers(code: Any) -> bool:
-    return bool(getattr(code, "co_exceptiontable", b""))
+    """Whether a handler of `code` can catch an exception and carry on: an `except`, a `finally`
+    or a `with` block starts with PUSH_EXC_INFO. The exception-table entries CPython adds on its own
+    (3.12+: a generator's StopIteration-to-RuntimeError, an inlined comprehension restoring its
+    variable) only re-raise, so they do not count."""
+    found = _HANDLERS.get(code)
+    if found is None:
+        found = _HANDLERS[code] = bool(getattr(code, "co_exceptiontable", b"")) and \
+            _PUSH_EXC_INFO in code.co_code[::2]
+    return found

@@ -11,6 +11,7 @@ function or object arms the frame watch (runtime/monitor.py) for the rest of the
 """
 from __future__ import annotations
 
+import collections
 import functools
 import operator
 import types
@@ -321,10 +322,16 @@ CALL_HANDLERS: dict[type, Callable[..., Any]] = {}
 
 
 #: functions without a derivative that a capture run may meet on differentiated values: their
-#: results depend on shapes and container structure only, which a compiled program's guards fix
+#: results depend on shapes and container structure only, which a compiled program's guards fix.
+#: The container methods among them move values without looking at them (none compares, sorts or
+#: hashes one); a write into a container the call did not make is an argument's (its change keeps the
+#: signature general, compiled/effects.py) or a global's (refused by the static check)
 CAPTURE_SAFE = frozenset({len, isinstance, type, np.shape, np.ndim, np.size, list.append, list.copy,
-                          list.__getitem__, tuple.__getitem__, dict.get, dict.items, dict.keys, dict.values,
-                          dict.__getitem__, functools.partial})
+                          list.insert, list.extend, list.pop, list.__getitem__, tuple.__getitem__, dict.get,
+                          dict.items, dict.keys, dict.values, dict.__getitem__, dict.update, dict.pop,
+                          dict.setdefault, dict.copy, collections.deque.append, collections.deque.appendleft,
+                          collections.deque.extend, collections.deque.pop, collections.deque.popleft,
+                          functools.partial})
 
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
