@@ -427,6 +427,11 @@ def test_mask_escape_unnoted_would_be_wrong(monkeypatch):
 
     monkeypatch.setattr(compiled_writes, "_index_only", lambda *a, **k: True)
     monkeypatch.setattr(CaptureTape, "note_index", lambda self, key: None)
+    from bytegrad.compiled import eligibility  # (and the check of what is computed from an integer argument)
+
+    check = eligibility.check
+    monkeypatch.setattr(eligibility, "check", lambda code, active, *a, untracked=frozenset(), **k:
+                        check(code, frozenset(active) | untracked, *a, **k))
 
     def unnoted(x, weights):  # (a code of its own: no program of the checked build is found on disk for it)
         mask = x > 0
@@ -449,11 +454,49 @@ def integer_argument_read(x, idx):
     return np.sum(x ** 2) * float(b.sum())
 
 
-@pytest.mark.xfail(strict=True, reason="known, not from writes: an integer array argument's values read where "
-                   "nothing is hooked (`float(idx.copy().sum())`) are baked into the program; reported")
-@pytest.mark.parametrize("fn", [integer_buffer, integer_argument_read], ids=lambda f: f.__name__)
-def test_integer_argument_values_read_unhooked(fn):
-    _agree(fn, [(np.ones(3) * k, np.array([k, 1, 2])) for k in range(1, 5)], "numpy")
+def integer_item_read(x, idx):
+    return np.sum(x * idx[0])
+
+
+def integer_length_read(x, idx):
+    return np.sum(x[: len(idx)] ** 2)
+
+
+def integer_through_a_tuple(x, idx):
+    pair = (idx, 1)  # (the tuple is plumbing: what is computed from its item later is checked there)
+    return np.sum(x * pair[0][0])
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("fn", [integer_buffer, integer_argument_read, integer_item_read, integer_through_a_tuple],
+                         ids=lambda f: f.__name__)
+def test_integer_argument_values_read_unhooked(fn, tier):
+    """What Python code computes from an integer array argument is not recorded (the capture does not
+    track it): the static check refuses it (compiled/eligibility.py, `untracked`), so the values of
+    each call are the general path's, never the capture's."""
+    _agree(fn, [(np.ones(3) * k, np.array([k, 1, 2])) for k in range(1, 5)], tier)
+    d = bytegrad.differentiate(fn, tier=tier)
+    d.value_and_grad(np.ones(3), np.array([1, 1, 2]))
+    s = d.stats()["compiled"]
+    assert not s["programs"] and s["not_compiled"], s  # (refused: by this check, or another first)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_integer_argument_written_in_place_between_calls(tier):
+    idx = np.array([1, 1, 2])
+    fast = bytegrad.differentiate(integer_item_read, tier=tier)
+    general = bytegrad.differentiate(integer_item_read, tier="general")
+    for k in range(4):
+        idx[0] = k + 1  # (the same array, its first value changed)
+        x = np.arange(3.0) + k
+        (v1, g1), (v2, g2) = fast.value_and_grad(x, idx), general.value_and_grad(x, idx)
+        np.testing.assert_allclose(v1, v2, rtol=1e-12, atol=0)
+        np.testing.assert_allclose(g1, g2, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_length_of_an_integer_argument_agrees(tier):
+    _agree(integer_length_read, [(np.arange(4.0) + k, np.arange(k % 3 + 1)) for k in range(4)], tier)
 
 
 def write_at_argmax(x):

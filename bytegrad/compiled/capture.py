@@ -377,13 +377,17 @@ def eligibility(d: Any, args: tuple) -> tuple[list[str], list[tuple]]:
     _, active = d._plan(len(args), positions)
     names = d._params[d._offset:]
     immutable = frozenset(n for n, a in zip(names, args) if _constant_arg(a))
-    key = (active, immutable, _registry.settled_version())
+    # integer and boolean arrays are inputs the capture does not track (`track_in_place`): what Python
+    # code computes from them is not recorded, so the check refuses it (`x[idx]` is recorded)
+    untracked = frozenset(n for n, a in zip(names, args) if type(a) is _ndarray and a.dtype.kind not in "fc")
+    active = frozenset(active) - untracked
+    key = (active, immutable, untracked, _registry.settled_version())
     found = d._eligible.get(key)
     if found is None:
         target = d._target
         defaults = (target.__defaults__ or ()) + tuple((target.__kwdefaults__ or {}).values())
         found = d._eligible[key] = eligibility.check(d._code, active, target.__globals__, immutable,
-                                                        defaults, target.__closure__ or ())
+                                                        defaults, target.__closure__ or (), untracked=untracked)
     return found
 
 def capture_pullback(d: Any, args: tuple, general_back: Callable[..., Any],

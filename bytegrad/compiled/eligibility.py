@@ -76,8 +76,8 @@ _REFUSED_KINDS = {
 
 def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, Any],
           immutable: frozenset[str], defaults: tuple = (), closure: Optional[tuple] = None,
-          local_cells: frozenset[str] = frozenset(), cells_active: bool = True, callee: bool = False) \
-        -> tuple[list[str], list[tuple]]:
+          local_cells: frozenset[str] = frozenset(), cells_active: bool = True, callee: bool = False,
+          untracked: frozenset[str] = frozenset()) -> tuple[list[str], list[tuple]]:
     """(reasons the function cannot be a compiled program, guards on what it reads).
 
     No reasons: the function's operations on the arguments depend on data only through recorded
@@ -123,6 +123,10 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
         tainted = analyze(Bytecode.from_code(code, conserve_exception_block_stackdepth=True), set(active),
                           fn_globals, loc, immutable_params=immutable, tainted=arrays, cells_active=cells_active)
         reasons += _unrecorded_array_uses(bc, act.stacks, tainted.stacks)
+    if untracked:  # (parameters holding integer or boolean arrays: inputs the capture does not track)
+        marked = analyze(Bytecode.from_code(code, conserve_exception_block_stackdepth=True), set(active) | untracked,
+                         fn_globals, loc, immutable_params=immutable, cells_active=cells_active)
+        reasons += _unrecorded_array_uses(bc, act.stacks, marked.stacks, _UNTRACKED_USE)
     for name, cell in zip(code.co_freevars, closure or ()):
         if name in local_cells:
             continue  # (a variable of a frame of the run, as its locals are)
@@ -270,11 +274,20 @@ _COMPUTING = frozenset({OpKind.BINARY, OpKind.SUBSCR, OpKind.SLICE, OpKind.UNARY
                         OpKind.INTRINSIC_1, OpKind.GET_ITER, OpKind.UNPACK, OpKind.UNPACK_EX, OpKind.CALL,
                         OpKind.CALL_KW, OpKind.CALL_EX, OpKind.PREDICATE, OpKind.CONTAINER_ADD, OpKind.FOR_ITER,
                         OpKind.POP_JUMP, OpKind.JUMP_OR_POP, OpKind.LOAD_ATTR, OpKind.LOAD_METHOD, OpKind.OTHER})
+#: containers built of their operands as they are (what is later computed from them is checked there)
+_BUILDERS = frozenset({"BUILD_TUPLE", "BUILD_LIST"})
 #: what an array's guards fix: reading them needs no record
 _GUARDED_ATTRS = frozenset({"shape", "ndim", "dtype", "size"})
 
 
-def _unrecorded_array_uses(bc: Any, stacks: list, tainted: list) -> list[str]:
+_GLOBAL_USE = ("computes from an array read from a global or module attribute without the arguments "
+               "(`W.T`, `W[0]`, `len(W)`: pass the array as an argument)")
+_UNTRACKED_USE = ("computes from an integer or boolean array argument where nothing is recorded (`idx[0]`, "
+                  "`idx.sum()`, `len(idx)`: a program would hold the capture's values; index a float array "
+                  "with it, `x[idx]`, or pass what it computes as an int)")
+
+
+def _unrecorded_array_uses(bc: Any, stacks: list, tainted: list, what: str = _GLOBAL_USE) -> list[str]:
     """An array read from a global or a module attribute is an input of the program, tracked in the
     capture; an operation the rewrite leaves unhooked (none of its operands derives from the
     arguments) is not recorded, so what it computes from such an array (`W[0, 0]`, `W.T`,
@@ -288,11 +301,12 @@ def _unrecorded_array_uses(bc: Any, stacks: list, tainted: list) -> list[str]:
         kind = opcodes.kind_of(ins)
         if kind not in _COMPUTING or (kind is OpKind.LOAD_ATTR and opcodes.attr_parts(ins)[0] in _GUARDED_ATTRS):
             continue
+        if kind is OpKind.OTHER and ins.name in _BUILDERS:  # (a tuple or list of the array itself, as in
+            continue  # `x[:, idx]`: its later unrecorded uses are marked, the analysis carries the array on)
         n = opcodes.stack_effect(ins, False)[0]
         if n > 0 and any(s.active for s in marked[len(marked) - n:]) \
                 and not any(s.active for s in plain[len(plain) - n:]):
-            reasons.append(f"computes from an array read from a global or module attribute without the arguments "
-                           f"(`W.T`, `W[0]`, `len(W)`: pass the array as an argument) (line {ins.lineno})")
+            reasons.append(f"{what} (line {ins.lineno})")
     return reasons
 
 
