@@ -481,6 +481,42 @@ def test_integer_argument_values_read_unhooked(fn, tier):
     assert not s["programs"] and s["not_compiled"], s  # (refused: by this check, or another first)
 
 
+def _item_helper(x, idx, *rest, **named):
+    return x * idx[0] + sum(r[0] for r in rest) + sum(v[0] for v in named.values())
+
+
+def _plain_item_helper(x, idx):
+    return x * idx[0]
+
+
+def integer_read_in_a_callee(x, idx):
+    return np.sum(_plain_item_helper(x, idx))
+
+
+def integer_read_through_star_args(x, idx):
+    return np.sum(_item_helper(x, idx, idx, k=idx))
+
+
+def integer_read_from_a_dict(p, x):
+    return np.sum(x * p["idx"][0])
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_integer_argument_read_in_a_callee_or_a_container(tier):
+    """An integer array handed to a callee (by position, through `*args` or `**kwargs`) or held by a
+    dict argument: what is computed from it is not recorded, so the signature stays general."""
+    for fn in (integer_read_in_a_callee, integer_read_through_star_args):
+        _agree(fn, [(np.arange(3.0) + k, np.array([k, 1, 2])) for k in range(1, 5)], tier)
+    _agree(integer_read_from_a_dict, [({"idx": np.array([k, 1, 2])}, np.arange(3.0) + k) for k in range(1, 5)],
+           tier, wrt=1)
+    for fn, args in ((integer_read_in_a_callee, (np.ones(3), np.array([1, 1, 2]))),
+                     (integer_read_from_a_dict, ({"idx": np.array([1, 1, 2])}, np.ones(3)))):
+        d = bytegrad.differentiate(fn, wrt=1 if fn is integer_read_from_a_dict else 0, tier=tier)
+        d.value_and_grad(*args)
+        s = d.stats()["compiled"]
+        assert not s["programs"] and "integer or boolean array" in " ".join(s["not_compiled"].values()), s
+
+
 @pytest.mark.parametrize("tier", TIERS)
 def test_integer_argument_written_in_place_between_calls(tier):
     idx = np.array([1, 1, 2])

@@ -48,7 +48,7 @@ def test_the_index_is_what_the_modules_register(tmp_path: Path) -> None:
         from bytegrad.rules import _deferred
         index, refused = _deferred.build(_deferred.CANDIDATES)
         print(json.dumps([{k: list(v) for k, v in index.items()}, sorted(r.split(":")[0] for r in refused)]))
-        """, tmp_path, _BYTEGRAD_INDEXING_RULES="1")
+        """, tmp_path, _BG_INDEXING_RULES="1")
     index, refused = json.loads(out)
     assert index == {k: list(v) for k, v in _deferred.INDEX.items()}
     assert refused == []  # (a candidate with a rule on an `operator` function or a property would stay eager)
@@ -79,7 +79,7 @@ def test_every_rule_is_found_after_a_lazy_import(tmp_path: Path) -> None:
     for m in _load_builtin_rules.ALL:  # in the order `import bytegrad` imported them all before
         importlib.import_module(m)
     print(json.dumps(describe(registry.all_rules())))
-    """, tmp_path, _BYTEGRAD_INDEXING_RULES="1"))
+    """, tmp_path, _BG_INDEXING_RULES="1"))
     lazy = json.loads(run(DESCRIBE + """
     import sys
     found = {}

@@ -218,6 +218,36 @@ def track_in_place(value: Any, tape: Tape) -> tuple[Any, Any]:
     return fresh, spec
 
 
+_CONTAINERS = (list, tuple, dict)
+
+
+def _untracked_params(code: types.CodeType, args: tuple, kwargs: Optional[dict]) -> frozenset[str]:
+    """The parameters of a callee given integer or boolean arrays (the capture does not track them):
+    what its code computes from them is checked as the differentiated function's is. An array
+    passed through `*args` or `**kwargs` is looked for in them too (their names then stand for it)."""
+    names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+    found = set()
+    for k, a in enumerate(args):
+        if type(a) is _ndarray and a.dtype.kind not in "fc":
+            found.add(names[k] if k < code.co_argcount else code.co_varnames[len(names)])  # (*args' own name)
+    for key, a in (kwargs or {}).items():
+        if type(a) is _ndarray and a.dtype.kind not in "fc":
+            found.add(key if key in names else code.co_varnames[len(names) + bool(code.co_flags & 4)])
+    return frozenset(found)
+
+
+def _holds_integer_array(value: Any, depth: int = 0) -> bool:
+    """Whether a list, tuple or dict argument holds an integer or boolean array (at any depth up to
+    8): the capture does not track one, and the check of what is computed from it
+    (compiled/eligibility.py, `untracked`) sees top-level parameters only."""
+    for v in (value.values() if type(value) is dict else value):
+        if type(v) is _ndarray and v.dtype.kind not in "fc":
+            return True
+        if type(v) in _CONTAINERS and (depth >= 8 or _holds_integer_array(v, depth + 1)):
+            return True
+    return False
+
+
 def _copy_unseen(value: Any) -> bool:
     """Whether a copy of `value` behaves as `value` for every write the function can make: numbers,
     strings, arrays (a copy of one is a view of the same memory) and tuples of them."""
@@ -330,6 +360,10 @@ def capture_run(d: Any, args: tuple, positions: tuple[int, ...], tape_class: typ
     reasons, guards = eligibility(d, args)
     if reasons:
         return reasons[0] + (f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else "")
+    for name, a in zip(d._params[d._offset:], args):
+        if type(a) in _CONTAINERS and _holds_integer_array(a):
+            return (f"the argument {name} holds an integer or boolean array in a list, tuple or dict (what Python "
+                    "code computes from it, `p['idx'][0]`, is not recorded: pass the array as an argument of its own)")
     from bytegrad.compiled import source as program_source
     from bytegrad.compiled.effects import Snapshot
     from bytegrad.errors import DifferentiationError
@@ -542,14 +576,16 @@ def _callee_guards(tape: CaptureTape, root: Optional[types.CodeType] = None, out
             rewritten = transform.rewritten_function(f, args, kwargs, tape.ids) is not None
             active, immutable = transform.callee_activity(f, args, kwargs, tape.ids) if rewritten else \
                 (frozenset(), frozenset())
-        key = (f, active, immutable, local, rewritten, bool(args) and id(args[0]) in built)
+        untracked = _untracked_params(f.__code__, args, kwargs)
+        key = (f, active, immutable, local, rewritten, bool(args) and id(args[0]) in built, untracked)
         if key in seen:
             continue
         seen.add(key)
         made_here = f.__code__ in parent_of and id(f) not in older  # (its defaults are values of the run)
         defaults = () if made_here else (f.__defaults__ or ()) + tuple((f.__kwdefaults__ or {}).values())
         reasons, more = eligibility.check(f.__code__, active, f.__globals__, immutable, defaults,
-                                          f.__closure__ or (), local, cells_active=rewritten, callee=True)
+                                          f.__closure__ or (), local, cells_active=rewritten, callee=True,
+                                          untracked=untracked)
         if reasons and args and id(args[0]) in built:  # a method of an object the call built: it may set its attributes
             reasons = objects.without_self_writes(f.__code__, reasons)
         if reasons:

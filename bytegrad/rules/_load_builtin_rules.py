@@ -11,7 +11,7 @@ ALL = ("bytegrad.rules.builtins", "bytegrad.rules.control", "bytegrad.rules.pyth
         "building", "cumulative", "functional", "indexing", "linalg", "linalg_decomp", "manipulation", "nondiff",
         "products", "reductions", "selection", "ufunc_methods", "shape", "signal", "statistics", "ufuncs"))
 
-if _os.environ.get("_BYTEGRAD_INDEXING_RULES") == "1":  # (`python -m bytegrad.rules._deferred`: none deferred,
+if _os.environ.get("_BG_INDEXING_RULES") == "1":  # (`python -m bytegrad.rules._deferred`: none deferred,
     from bytegrad.rules._deferred import CANDIDATES as _LATER  # the candidates imported by the indexer)
 else:
     from bytegrad.rules import _deferred
