@@ -233,3 +233,24 @@ def test_a_float32_rnn_under_tier_numba_is_within_float32_rounding():
         assert got[1][0].dtype == np.float32
     (prog,) = info(fast)["programs"]
     assert prog["backend"] == "numba" or "matmul" in prog["numba"], prog
+
+
+def test_a_program_over_the_numba_size_cap_is_left_to_numpy_with_its_reason(monkeypatch):
+    """Numba's compile time grows faster than a kernel (numba_kernel.MAX_RECORDS): a program past the
+    cap is a NumPy program under tier numba, and says why (the cap lowered here: no compile needed)."""
+    from bytegrad.compiled import lower_numba
+
+    monkeypatch.setattr(lower_numba, "MAX_RECORDS", 3)
+
+    def chain(x):
+        for _ in range(4):
+            x = np.sin(x) * 0.5
+        return np.sum(x)
+
+    fast = bytegrad.differentiate(fresh(chain), tier="numba")
+    general = bytegrad.differentiate(chain, tier="general")
+    for k in range(3):
+        x = np.linspace(0.0, 1.0, 5) + k
+        np.testing.assert_allclose(fast.grad(x), general.grad(x), rtol=1e-12, atol=0)
+    (prog,) = info(fast)["programs"]
+    assert prog["backend"] == "numpy" and "over the Numba back end's 3" in prog["numba"], prog

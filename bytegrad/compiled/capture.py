@@ -237,9 +237,8 @@ def _untracked_params(code: types.CodeType, args: tuple, kwargs: Optional[dict])
 
 
 def _holds_integer_array(value: Any, depth: int = 0) -> bool:
-    """Whether a list, tuple or dict argument holds an integer or boolean array (at any depth up to
-    8): the capture does not track one, and the check of what is computed from it
-    (compiled/eligibility.py, `untracked`) sees top-level parameters only."""
+    """Whether a list, tuple or dict argument holds an integer or boolean array (to depth 8): the capture
+    does not track one, and eligibility.check's `untracked` sees parameters only."""
     for v in (value.values() if type(value) is dict else value):
         if type(v) is _ndarray and v.dtype.kind not in "fc":
             return True

@@ -41,7 +41,7 @@ from bytegrad.compiled import numba_fused as program_fused
 from bytegrad.runtime import kernels, vmath
 from bytegrad.runtime.backward import partial_uses, singular_partial
 from bytegrad.compiled.lower_numpy import Builder, Ineligible
-from bytegrad.compiled.numba_kernel import SPLIT, local_form, module_constants, parts as kernel_parts, case_partial
+from bytegrad.compiled.numba_kernel import MAX_RECORDS, SPLIT, local_form, module_constants, parts as kernel_parts, case_partial
 from bytegrad.compiled.writes import data_indexed
 from bytegrad.compiled.parts import Record, python_raises
 from bytegrad.compiled.inline import inline_partial
@@ -500,8 +500,9 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
         raise Ineligible("an in-place write, or an index that is an array or a list: the Numba back end leaves "
                          "them to the NumPy one (compiled/writes.py)")
     if any(b.records[i].kind == "item" for i in records):
-        raise Ineligible("a rule that returns a tuple (`np.linalg.slogdet`, `svd`, `eigh`, `qr`): the Numba back end "
-                         "takes rules with one array or float output; the NumPy back end runs it")
+        raise Ineligible("a rule that returns a tuple (`np.linalg.slogdet`, `svd`, `eigh`, `qr`): NumPy back end only")
+    if len(records) > MAX_RECORDS:  # (numba_kernel.MAX_RECORDS: compile time grows faster than the program)
+        raise Ineligible(f"{len(records)} operations, over the Numba back end's {MAX_RECORDS} (NumPy back end only)")
     if any(b.records[i].kind == "stepped" for i in records):
         raise Ineligible("`np.where` or a zero-safe elementwise record (a mask made it so): the Numba back end "
                          "does not run their reverse steps; the NumPy back end runs the general path's own")

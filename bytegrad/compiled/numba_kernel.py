@@ -152,6 +152,10 @@ _small: dict[str, Any] = {}
 #: multiplications of a matrix-vector product up to which a kernel takes it (as loops); a larger one
 #: keeps the NumPy back end, whose BLAS call is then the better one
 SMALL_MATVEC = 16384
+#: the most forward operations a Numba program takes: LLVM's time on one kernel grows faster than
+#: its size (an RK4 loop of 8 states: 1 step 4.8 s, 4 steps 23 s, 8 steps (~230 operations) 72 s, 40
+#: steps over 15 minutes, measured here); past it the NumPy back end runs the program
+MAX_RECORDS = 250
 _MATMUL = (np.matmul, operator.matmul)
 _FLOATS = (np.dtype(np.float64), np.dtype(np.float32))
 
