@@ -25,7 +25,7 @@ def _line(fn, text):
 def _record(f, x):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        bytegrad.grad(f)(x)
+        bytegrad.differentiate(f, tier="general").grad(x)  # (a compiled program's warnings: not yet the user's lines)
     return [w for w in caught if issubclass(w.category, RuntimeWarning)]
 
 
