@@ -155,20 +155,6 @@ def _key(b: Any, key: Any, rec: Any) -> tuple[str, bool]:
     return exprs[0], dynamic
 
 
-def _forward_zero_safe(b: Any, rec: Any) -> None:
-    """An elementwise step whose reverse is zero-safe (a mask was recorded after it): its value as usual."""
-    from bytegrad.compiled.source import operator_expr
-
-    i = rec.idx
-    ops = [b.operand(a, p, rec) for a, p in zip(rec.args, rec.parents)]
-    v = b.var[i] = f"v{i}"
-    b.stmt_of[i] = len(b.src.stmts)
-    if type(rec.out) is not _ndarray:
-        b.src.scalars.update((v, f"g{i}"))
-    expr = operator_expr(rec.fn, ops) or f"{b.src.const(rec.fn, 'f')}({', '.join(ops)})"
-    b.src.emit(f"{v} = {expr}", rec.site.lineno)
-
-
 def _reverse_zero_safe(b: Any, rec: Any, g: str, targets: list, body: list[str], pre: list[str],
                        cond: bool) -> None:
     """The zero-safe twin's own reverse step (runtime/zerosafe.py), on this call's operands and output."""
@@ -192,7 +178,9 @@ def _reverse_zero_safe(b: Any, rec: Any, g: str, targets: list, body: list[str],
 def forward_write(b: Any, rec: Any) -> None:
     """The forward step of a write record (parts.Record of kind "write"): its version as a new array."""
     if rec.kind == "zerosafe":
-        _forward_zero_safe(b, rec)
+        from bytegrad.compiled.lower_stepped import forward_stepped  # (its value, as an elementwise record's)
+
+        forward_stepped(b, rec)
         return
     i = rec.idx
     node = b.tape.nodes[i]
