@@ -14,6 +14,7 @@ from numpy.lib.array_utils import normalize_axis_index
 from bytegrad.errors import NotImplementedRuleError, RuleCaseError, qualname
 from bytegrad.rules._project import is_float, project
 from bytegrad.rules._shape import unbroadcast
+from bytegrad.rules.closures import hidden, tracked
 from bytegrad.rules.registry import NO_TANGENT, ZERO, differentiate_through, recording, rrule, rrule_via_ad
 
 
@@ -21,28 +22,56 @@ def _vectorized_positions(vf: np.vectorize, args: tuple[Any, ...]) -> list[int]:
     return [i for i in range(len(args)) if i not in vf.excluded]
 
 
-def _element_function(vf: np.vectorize, args: tuple[Any, ...], positions: list[int],
+def _element_function(vf: np.vectorize, args: tuple[Any, ...], positions: list[int], params: list[int],
                       kwargs: dict[str, Any]) -> Callable[..., Any]:
-    """`vf.pyfunc` as a function of the vectorized positional arguments only."""
+    """`vf.pyfunc` as a function of the vectorized positional arguments, then of the differentiated
+    excluded ones (`params`: their positions)."""
     pyfunc = vf.pyfunc
 
     def element(*values: Any) -> Any:
         full = list(args)
-        for i, v in zip(positions, values):
+        for i, v in zip(positions + params, values):
             full[i] = v
         return pyfunc(*full, **kwargs)
 
     return element
 
 
-def _output_type(vf: np.vectorize, element: Callable[..., Any], arrays: Sequence[np.ndarray]) -> Any:
+def _output_type(vf: np.vectorize, element: Callable[..., Any], arrays: Sequence[np.ndarray],
+                 extra: tuple[Any, ...]) -> Any:
     """The output dtype NumPy picks: `otypes`, else that of the function at the first elements as
     NumPy scalars (so float32 input may give float32 output)."""
     if vf.otypes:
         return vf.otypes[0]
     if not arrays or arrays[0].size == 0:
         return np.float64
-    return np.asarray(element(*(a.flat[0] for a in arrays))).dtype
+    return np.asarray(element(*(a.flat[0] for a in arrays), *extra)).dtype
+
+
+def _differentiated_excluded(vf: np.vectorize, args: tuple[Any, ...]) -> list[int]:
+    """The excluded positional arguments that are floats or float arrays (the rule differentiates the
+    function with respect to them too, summing over the elements); a differentiated value hidden
+    elsewhere (the function's closure cell, default or global, an excluded list) is refused: its
+    derivative would be a silent zero."""
+    params = [i for i in range(len(args)) if i in vf.excluded and is_float(args[i])]
+    holders = [args[i] for i in range(len(args)) if i in vf.excluded and i not in params]
+    found = hidden((vf.pyfunc, holders), tracked)
+    if found:
+        raise RuleCaseError(
+            f"np.vectorize({qualname(vf.pyfunc)}) reads a differentiated value that is not one of its "
+            f"arguments ({_where(found[0][0][0])}): bytegrad differentiates np.vectorize with respect to its "
+            "arguments only, so its derivative would be lost.", None,
+            "pass the value to the vectorized function as an argument (np.vectorize(f, excluded={k}) for "
+            "one that is not vectorized), or write the loop in Python.")
+    return params
+
+
+def _where(path: tuple) -> str:
+    """How the value is reached (`hidden`'s path from `(pyfunc, excluded arguments)`)."""
+    if path[0] == ("item", 1) or len(path) < 2:
+        return "inside an excluded argument"
+    return {"cell": "through a closure variable", "default": "through a default argument",
+            "kwdefault": "through a keyword default", "global": "through a global"}.get(path[1][0], "through what it holds")
 
 
 @rrule(np.vectorize.__call__)
@@ -54,13 +83,15 @@ def vectorize_call_rrule(vf: np.vectorize, *args: Any, **kwargs: Any) -> tuple[A
             ("a signature" if vf.signature is not None else "vectorized keyword arguments"), None,
             "pass the vectorized arguments positionally, or write the loop in Python.")
     positions = _vectorized_positions(vf, args)
+    params = _differentiated_excluded(vf, args)
+    extra = tuple(args[i] for i in params)
     arrays = np.broadcast_arrays(*(np.asarray(args[i]) for i in positions))
     shape = arrays[0].shape if arrays else ()
-    element = _element_function(vf, args, positions, kwargs)
+    element = _element_function(vf, args, positions, params, kwargs)
     # np.vectorize hands the function Python scalars (its ufunc runs on object arrays): so do we.
-    pairs = [rrule_via_ad(element, *(a[idx].item() for a in arrays)) for idx in np.ndindex(shape)]
+    pairs = [rrule_via_ad(element, *(a[idx].item() for a in arrays), *extra) for idx in np.ndindex(shape)]
     values = [out for out, _ in pairs]
-    out = np.array(values, dtype=_output_type(vf, element, arrays)).reshape(shape)
+    out = np.array(values, dtype=_output_type(vf, element, arrays, extra)).reshape(shape)
 
     def vectorize_call_pullback(out_bar: Any) -> tuple[Any, ...]:
         if recording():
@@ -74,13 +105,21 @@ def vectorize_call_rrule(vf: np.vectorize, *args: Any, **kwargs: Any) -> tuple[A
             return tuple(cotangents)
         out_bars = np.broadcast_to(np.asarray(out_bar), shape).ravel()
         dense = np.zeros((len(positions), len(pairs)), dtype=np.result_type(out.dtype, *arrays))
+        sums: list[Any] = [0.0] * len(params)
         for j, ((_, pullback), ob) in enumerate(zip(pairs, out_bars)):
-            for k, c in enumerate(pullback(ob.item())):
+            cts = pullback(ob.item())
+            for k, c in enumerate(cts[:len(positions)]):
                 if c is not None and c is not NO_TANGENT and c is not ZERO:
                     dense[k, j] = c
+            for k, c in enumerate(cts[len(positions):]):
+                if c is not None and c is not NO_TANGENT and c is not ZERO:
+                    sums[k] = sums[k] + c
         for k, i in enumerate(positions):
             if is_float(args[i]) or type(args[i]) in (list, tuple):  # a list: each float element's share
                 cotangents[i + 1] = project(unbroadcast(dense[k].reshape(shape), np.shape(args[i])), args[i])
+        for k, i in enumerate(params):
+            total = sums[k] if np.ndim(sums[k]) else np.broadcast_to(sums[k], np.shape(args[i]))
+            cotangents[i + 1] = project(total, args[i])
         return tuple(cotangents)
 
     return out, vectorize_call_pullback
