@@ -487,7 +487,23 @@ def computes_from_read_arrays(k):
     return f
 
 
-@pytest.mark.parametrize("fn", [entry_of_global, length_of_global, entry_of_module_attribute])
+def test_the_length_of_a_global_array_is_fixed_by_its_guard():
+    """`len(DATA)` needs no record: the program reads DATA at call time and guards its shape, so a
+    global rebound to a longer array is a guard failure (a new capture), never the old length."""
+    global DATA
+    saved = DATA
+    try:
+        fast, general = compiled_and_general(length_of_global)
+        x = np.linspace(0.5, 1.5, 3)
+        for n in (len(DATA), len(DATA), len(DATA) + 2, len(DATA) + 2):
+            DATA = np.zeros(n)
+            assert _trees_same(fast.value_and_grad(x), general.value_and_grad(x))
+        assert info(fast)["programs"] and info(fast)["compiled_calls"] >= 2
+    finally:
+        DATA = saved
+
+
+@pytest.mark.parametrize("fn", [entry_of_global, entry_of_module_attribute])
 def test_what_is_computed_from_a_global_array_without_the_arguments_is_never_a_constant(fn):
     """`x * W[0, 0]` with W a global: the rewrite leaves `W[0, 0]` unhooked (no operand derives from
     the arguments), so the capture cannot record it; the signature stays general. (Folded into the

@@ -34,7 +34,7 @@ import operator
 import sys
 import threading
 import types
-from typing import TYPE_CHECKING, Any, Optional, cast
+from typing import TYPE_CHECKING, Any, Optional, Sequence, cast
 
 import numpy as np
 
@@ -44,6 +44,7 @@ from bytegrad.runtime.dispatch import MAKERS
 from bytegrad.compiled.writes import own_writes
 from bytegrad.transform import opcodes
 from bytegrad.transform.opcodes import OpKind
+from bytegrad.transform.slots import SHAPE_ONLY
 
 if TYPE_CHECKING:  # (a run from the disk cache does not import bytecode)
     from bytecode import Instr
@@ -89,7 +90,8 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
     `local_cells`: free variables whose cells belong to a frame of the capture run (an inner
     function's reads and `nonlocal` writes of its enclosing function's variables: compiled/nested.py),
     neither guarded nor refused. `cells_active=False`: a callee that ran as it is (not rewritten).
-    `callee`: an array in a guarded cell is refused (the capture did not track it)."""
+    `callee`: an array in a guarded cell was not tracked by the capture (found only when the run
+    called the function): what the function computes from it must be recorded (`_cell_array_uses`)."""
     reasons = _code_reasons(code, closure is not None, local_cells)
     if not all(_constant(v) for v in defaults):  # read as locals, never guarded: they must not change
         reasons.append("a default argument value that can change in place (a list, dict, array or object)")
@@ -127,6 +129,9 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
         marked = analyze(Bytecode.from_code(code, conserve_exception_block_stackdepth=True), set(active) | untracked,
                          fn_globals, loc, immutable_params=immutable, cells_active=cells_active)
         reasons += _unrecorded_array_uses(bc, act.stacks, marked.stacks, _UNTRACKED_USE)
+    if callee:
+        reasons += _cell_array_uses(code, bc, active, fn_globals, loc, immutable, closure or (), local_cells,
+                                    cells_active)
     for name, cell in zip(code.co_freevars, closure or ()):
         if name in local_cells:
             continue  # (a variable of a frame of the run, as its locals are)
@@ -135,9 +140,7 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
         except ValueError:
             reasons.append(f"reads the closure variable {name} before it is assigned")
             continue
-        if callee and type(value) is np.ndarray:
-            reasons.append(f"reads the closure variable {name}, an array made before the call (pass it as an argument)")
-        elif _guardable(value, f"the closure variable {name}", reasons):
+        if _guardable(value, f"the closure variable {name}", reasons):
             guards.append(("cell", cell, name, value))
     return reasons, guards
 
@@ -287,6 +290,40 @@ _UNTRACKED_USE = ("computes from an integer or boolean array argument where noth
                   "with it, `x[idx]`, or pass what it computes as an int)")
 
 
+_CELL_USE = ("computes from an array held by a closure variable without the arguments (`W.T`, `W[0]`, "
+             "`np.sum(W)`: a program would hold the capture's values; pass the array as an argument)")
+
+
+def _cell_array_uses(code: types.CodeType, bc: Any, active: frozenset[str], fn_globals: dict[str, Any],
+                     loc: SourceLoc, immutable: frozenset[str], closure: tuple, local_cells: frozenset[str],
+                     cells_active: bool) -> list[str]:
+    """A callee's closure cell made before the call (a loss built by a factory) holding an array: the
+    program reads it from the cell at each call (compiled/source.py `static_guards`), but the capture
+    met it untracked, so an operation computing from it alone was not recorded and its result would be
+    a constant of the program. Refused: each operation whose operands are active only when those
+    cells are (the cells' activity taken away from the function's own, rewritten or not)."""
+    from bytecode import Bytecode
+
+    from bytegrad.transform.activity import analyze
+
+    arrays = set()
+    for name, cell in zip(code.co_freevars, closure):
+        try:
+            if name not in local_cells and type(cell.cell_contents) is np.ndarray:
+                arrays.add(name)
+        except ValueError:
+            pass  # (an empty cell: refused by the caller)
+    if not arrays:
+        return []
+    cells = (set(code.co_cellvars) | set(code.co_freevars)) if cells_active else set()
+    base = set(active) | (cells - arrays)
+    plain = analyze(Bytecode.from_code(code, conserve_exception_block_stackdepth=True), base, fn_globals, loc,
+                    immutable_params=immutable, cells_active=False)
+    marked = analyze(Bytecode.from_code(code, conserve_exception_block_stackdepth=True), base | arrays, fn_globals,
+                     loc, immutable_params=immutable, cells_active=False)
+    return _unrecorded_array_uses(bc, plain.stacks, marked.stacks, _CELL_USE)
+
+
 def _unrecorded_array_uses(bc: Any, stacks: list, tainted: list, what: str = _GLOBAL_USE) -> list[str]:
     """An array read from a global or a module attribute is an input of the program, tracked in the
     capture; an operation the rewrite leaves unhooked (none of its operands derives from the
@@ -304,10 +341,19 @@ def _unrecorded_array_uses(bc: Any, stacks: list, tainted: list, what: str = _GL
         if kind is OpKind.OTHER and ins.name in _BUILDERS:  # (a tuple or list of the array itself, as in
             continue  # `x[:, idx]`: its later unrecorded uses are marked, the analysis carries the array on)
         n = opcodes.stack_effect(ins, False)[0]
+        if kind is OpKind.CALL and _shape_only_call(marked[len(marked) - n:]):
+            continue  # (`len(W)`, `np.shape(W)`: what the array's guards fix)
         if n > 0 and any(s.active for s in marked[len(marked) - n:]) \
                 and not any(s.active for s in plain[len(plain) - n:]):
             reasons.append(f"{what} (line {ins.lineno})")
     return reasons
+
+
+def _shape_only_call(popped: Sequence[Any]) -> bool:
+    """A call of `len`, `np.shape`, `np.ndim`, `np.size`, `type` or `isinstance` (the callable is one of
+    the first two slots a CALL pops, on 3.11 to 3.13; the arguments follow)."""
+    return any(any(s.known is f for f in SHAPE_ONLY) for s in popped[:2]) and \
+        not any(any(s.known is f for f in SHAPE_ONLY) for s in popped[2:])
 
 
 def _constant(value: Any) -> bool:

@@ -109,17 +109,22 @@ def _zip_items(iterators: list[Iterator[Any]], strict: bool) -> Iterator[tuple[A
     while True:
         items: list[Any] = []
         for it in iterators:
-            item = next(it, _MISSING)
-            if item is _MISSING:
+            for item in it:  # (the next item, or none: no test on the item itself, which a compiled
+                items.append(item)  # program would have to make again on a container it does not hold)
+                break
+            else:
                 if strict:
                     if items:
-                        raise ValueError(f"zip() argument {len(items) + 1} is shorter than argument 1")
+                        raise ValueError(f"zip() argument {len(items) + 1} is shorter than {_before(len(items) + 1)}")
                     for i, rest in enumerate(iterators[1:]):
-                        if next(rest, _MISSING) is not _MISSING:
-                            raise ValueError(f"zip() argument {i + 2} is longer than argument 1")
+                        for _ in rest:
+                            raise ValueError(f"zip() argument {i + 2} is longer than {_before(i + 2)}")
                 return
-            items.append(item)
         yield (*items,)
+
+
+def _before(k: int) -> str:
+    return "argument 1" if k == 2 else f"arguments 1-{k - 1}"
 
 
 def py_zip(*iterables: Any, strict: bool = False) -> Iterator[tuple[Any, ...]]:

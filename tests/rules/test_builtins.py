@@ -12,6 +12,8 @@ import types
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bytegrad.rules import _impls
 from bytegrad.rules._apply import as_rrule
@@ -190,3 +192,23 @@ def test_abs_partial_is_zero_at_the_kink():
 
 def test_math_rules_are_checked_on_python_floats():
     check_rule(math.exp, 0.5)
+
+
+@given(st.lists(st.lists(st.integers(), max_size=4), max_size=4), st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_zip_matches_the_builtin(lists, strict):
+    """bytegrad's zip (what differentiated code calls): the same items, and under strict=True the same
+    ValueError, for any lengths; iterators are consumed as the builtin consumes them."""
+    try:
+        expected: object = list(zip(*lists, strict=strict))
+    except ValueError as e:
+        expected = ("ValueError", str(e))
+    try:
+        got: object = list(_impls.py_zip(*lists, strict=strict))
+    except ValueError as e:
+        got = ("ValueError", str(e))
+    assert got == expected
+    its, mine = [iter(x) for x in lists], [iter(x) for x in lists]
+    list(zip(*its))
+    list(_impls.py_zip(*mine))
+    assert [list(i) for i in mine] == [list(i) for i in its]  # (what is left in each)
