@@ -615,8 +615,8 @@ def calls_a_callee_with_handlers(x):
 
 
 @pytest.mark.parametrize("tier", TIERS)
-def test_a_callee_with_handlers_under_a_caller_without_is_refused(tier):
-    """The watch runs only where the differentiated function has handlers of its own."""
+def test_a_callee_with_handlers_under_a_caller_without_compiles(tier):
+    """The watch starts when the run calls a callee with handlers (constructs.watch_callee), so the
+    caller needs none of its own (tests/test_compiled_callee_handlers.py: the handler taken)."""
     stats = compare(calls_a_callee_with_handlers, _rng_calls(lambda r: (r.uniform(0.5, 2.0, size=3),)), tier)
-    assert ran_programs(stats) == 0
-    assert any("could not watch" in why for why in stats["not_compiled"].values()), stats
+    assert ran_programs(stats) >= 1, stats

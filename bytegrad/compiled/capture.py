@@ -19,7 +19,7 @@ import numpy as np
 
 from bytegrad import transform
 from bytegrad.compiled import errstate, objects, policy
-from bytegrad.compiled.constructs import RaiseWatch, has_handlers
+from bytegrad.compiled.constructs import RaiseWatch, has_handlers, watch_callee
 from bytegrad.compiled.effects import ATOMS
 from bytegrad.rules import pytrees
 from bytegrad.runtime import pytree
@@ -152,6 +152,7 @@ class Callees(list):
 
     def append(self, entry: Any) -> None:
         f, args, kwargs, site = entry
+        watch_callee(f.__code__)  # (one that handles exceptions: the run watches them from now on)
         rewritten = transform.rewritten_function(f, args, kwargs, self.ids) is not None
         self.activity.append((rewritten, *transform.callee_activity(f, args, kwargs, self.ids)) if rewritten
                              else (False, frozenset(), frozenset()))
@@ -179,8 +180,7 @@ def _copied(value: Any) -> Any:
     return value
 
 
-from bytegrad.compiled.objects import Unobservable as Unobservable  # noqa: E402  (an argument the capture
-# would have to copy to track, so that writes into it would go unseen; or one it cannot take apart)
+from bytegrad.compiled.objects import Unobservable as Unobservable  # noqa: E402  (an argument it cannot take)
 
 
 def track_in_place(value: Any, tape: Tape) -> tuple[Any, Any]:

@@ -36,6 +36,7 @@ import os
 import random
 import opcode
 import sys
+import threading
 import types
 from typing import Any, Optional
 
@@ -206,11 +207,22 @@ class RaiseWatch:
         self._old = sys.gettrace()
         if self._on and self._old is None:
             sys.settrace(self._global)
+        _running.watch = self
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        _running.watch = None
         if self._on and self._old is None:
             sys.settrace(None)
+
+    def start(self) -> None:
+        """Watch from now on (a callee with handlers is about to run; the frames running now have none,
+        or the watch would be on): its frame, started after this, is traced."""
+        if not self._on:
+            self._old = sys.gettrace()
+            self._on = True
+            if self._old is None:
+                sys.settrace(self._global)
 
     def unseen(self, functions: list[Any]) -> Optional[str]:
         """Why a function run with handlers cannot be trusted: the watch was off (the differentiated
@@ -249,6 +261,17 @@ class RaiseWatch:
             op = dis.opname[code.co_code[frame.f_lasti]] if 0 <= frame.f_lasti < len(code.co_code) else "?"
             self._seen.setdefault(id(exc), (exc, []))[1].append((_key(code), op, frame.f_lineno))
         return self._local
+
+
+_running = threading.local()  # .watch: the RaiseWatch of this thread's capture run, while it runs
+
+
+def watch_callee(code: Any) -> None:
+    """A capture run is about to call a Python function running `code` (compiled/capture.py
+    `Callees`): one with handlers starts the run's watch, if it is not on."""
+    watch = getattr(_running, "watch", None)
+    if watch is not None and not watch._on and _has_handlers(code):
+        watch.start()
 
 
 def _key(code: Any) -> tuple:
