@@ -180,3 +180,56 @@ def test_zip_over_dict_layers_and_names_compiles(tier):
 
     s = _run(lambda p, x: _layers_loss(p, x), [(params(), rng.normal(size=(5, 3))) for _ in range(3)], tier)
     assert s["programs"] and s["compiled_calls"] >= 2, s
+
+
+# ---- an object built in the call from objects built in the call ----------------------------------
+
+
+class _Linear:
+    def __init__(self, W):
+        self.W = W
+
+    def __call__(self, x):
+        return x @ self.W
+
+
+class _Net:
+    scale = 1.0
+
+    def __init__(self, layers, activation=np.tanh):
+        self.layers = layers
+        self.activation = activation
+
+    def forward(self, x):
+        for layer in self.layers[:-1]:
+            x = self.activation(layer(x))
+        return self.scale * self.layers[-1](x)
+
+
+def _net_loss(W1, W2, x):
+    net = _Net([_Linear(W1), _Linear(W2)])
+    return np.sum(net.forward(x) ** 2)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_model_built_of_layers_built_in_the_call_compiles(tier):
+    """`_Net([...])` holds no differentiated value itself, only layers the run built: it is a local
+    of the call too (its `__init__` followed, its class guarded). A changed class attribute and a
+    changed default of `__init__` are seen."""
+    rng = np.random.default_rng(6)
+    fast = bytegrad.differentiate(_net_loss, wrt=(0, 1), tier=tier)
+    general = bytegrad.differentiate(_net_loss, wrt=(0, 1), tier="general")
+    saved = _Net.__init__.__defaults__
+    try:
+        for k in range(6):
+            if k == 3:
+                _Net.scale = 2.0
+            if k == 4:
+                _Net.__init__.__defaults__ = (np.sin,)
+            args = (rng.normal(size=(3, 4)), rng.normal(size=(4, 2)), rng.normal(size=(5, 3)))
+            assert_trees_close(fast.value_and_grad(*args), general.value_and_grad(*args), rtol=1e-12, atol=1e-300)
+    finally:
+        _Net.scale = 1.0
+        _Net.__init__.__defaults__ = saved
+    s = fast.stats()["compiled"]
+    assert s["programs"] and s["compiled_calls"] >= 3, s

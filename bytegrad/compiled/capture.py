@@ -82,6 +82,8 @@ class CaptureTape(Tape):
         else:
             self.local.append(obj)
 
+    holds_built = objects.holds_built  # (`Net([Linear(W1), ...])`: made of objects the run built)
+
     def refuse(self, why: str, site: Any) -> None:
         from bytegrad.compiled import nested
 
@@ -174,10 +176,7 @@ class ObjectCaptureTape(CaptureTape):
 
 
 def _copied(value: Any) -> Any:
-    t = type(value)
-    if t is list or t is tuple:
-        return t(_copied(v) for v in value)
-    return value
+    return type(value)(_copied(v) for v in value) if type(value) in (list, tuple) else value
 
 
 from bytegrad.compiled.objects import Unobservable as Unobservable  # noqa: E402  (an argument it cannot take)

@@ -35,7 +35,7 @@ from bytegrad.compiled.guards import callable_state, number_condition
 from bytegrad.rules import pytrees
 from bytegrad.runtime import pytree
 
-__all__ = ["Node", "Unobservable", "class_state", "copies", "dataclass_gradient", "leaves", "local_refusal", "node_of", "pytree_gradient", "walk_pytree", "shift_wrt", "without_self_writes", "walk_argument", "walk_dataclass", "same_class", "takes_apart", "track", "walk"]
+__all__ = ["Node", "Unobservable", "class_state", "copies", "holds_any", "holds_built", "dataclass_gradient", "leaves", "local_refusal", "node_of", "pytree_gradient", "walk_pytree", "shift_wrt", "without_self_writes", "walk_argument", "walk_dataclass", "same_class", "takes_apart", "track", "walk"]
 
 _ndarray = np.ndarray
 _HEAPTYPE = 1 << 9
@@ -316,6 +316,23 @@ def shift_wrt(wrt: Any, offset: int) -> Any:
         items = [shift_wrt(w, offset) for w in wrt]
         return None if any(w is None for w in items) else type(wrt)(items)
     return None
+
+
+def holds_built(tape: Any, args: tuple, kwargs: Optional[dict]) -> bool:
+    """`CaptureTape.holds_built`: whether a class's call is handed an object the run built."""
+    return bool(tape.local) and holds_any({id(o) for o in tape.local}, (*args, *(kwargs or {}).values()))
+
+
+def holds_any(ids: set[int], values: Any, depth: int = 0) -> bool:
+    """Whether `values` (a tuple, list or dict's values, to depth 4) hold an object whose id is in `ids`."""
+    for v in values:
+        if id(v) in ids:
+            return True
+        t = type(v)
+        if depth < 4 and (t is list or t is tuple or t is dict) and holds_any(ids, v.values() if t is dict else v,
+                                                                            depth + 1):
+            return True
+    return False
 
 
 def local_refusal(cls: type) -> Optional[str]:

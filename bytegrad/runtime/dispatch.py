@@ -339,7 +339,7 @@ _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
 
 def construct(tape: Tape, site: Site, cls: type[Any], args: tuple, kwargs: Optional[dict]) -> Any:
     """`cls(*args)`: a Python `__init__` is differentiated like any callee; a C class needs a rule."""
-    tracked = any_tracked(tape.ids, args, kwargs)
+    tracked = any_tracked(tape.ids, args, kwargs) or (tape.capturing and tape.holds_built(args, kwargs))
     # an object argument may hold differentiated values (`W(p)`, whose `__init__` reads `p.v`)
     if not tracked and not (cls.__flags__ & _HEAPTYPE and type(cls.__init__) is _FunctionType and
                             any(type(a) not in PLAIN for a in args)):

@@ -116,6 +116,11 @@ class Tape:
         """`obj`, of a class written in Python, was just made from tracked values (its `__init__` not
         run yet): a capturing tape decides whether a replay can do without it."""
 
+    def holds_built(self, args: tuple, kwargs: Optional[dict]) -> bool:
+        """Whether the arguments of a class's call hold an object `built` reported (a model made of
+        layers the run made): that object is built from them as from tracked values."""
+        return False
+
     def make(self, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
         """`fn(*args, **kwargs)`, an array made from constants (a capturing tape tracks it)."""
         return fn(*args, **kwargs) if kwargs else fn(*args)
