@@ -388,3 +388,142 @@ def interpolation_and_cumsum(v, t):
 def einsum_and_transpose(A):
     G = np.einsum("ij,kj->ik", A, A)
     return np.sum(np.tril(G) ** 2) + np.trace(A.T @ A)
+
+
+# ---- more everyday styles -----------------------------------------------------------------------
+
+
+@program(0, lambda r: (r.normal(size=(4, 4)),))
+def matrix_exponential_series(A, terms=8):
+    out = np.eye(4)
+    term = np.eye(4)
+    for k in range(1, terms):
+        term = term @ A / k
+        out = out + term
+    return np.sum(out ** 2)
+
+
+@program(0, lambda r: (r.normal(size=5), r.normal(size=(20, 5)), r.integers(0, 2, 20)))
+def hinge_loss_with_labels(w, X, labels):
+    signs = 2.0 * labels - 1.0
+    margins = 1.0 - signs * (X @ w)
+    return np.mean(np.maximum(margins, 0.0)) + 0.01 * w @ w
+
+
+@program(0, lambda r: (r.normal(size=3), r.normal(size=(10, 3))))
+def tuple_return_helper(w, X):
+    def stats(v):
+        return v.mean(), v.std()
+    m, s = stats(X @ w)
+    return (m - 1.0) ** 2 + (s - 2.0) ** 2
+
+
+@program(0, lambda r: ({"mu": r.normal(size=2), "log_s": np.zeros(2)}, r.normal(size=(30, 2))))
+def dict_of_parameters(params, data):
+    mu, s = params["mu"], np.exp(params["log_s"])
+    return np.sum(((data - mu) / s) ** 2) / 2 + len(data) * np.sum(np.log(s))
+
+
+@program(0, lambda r: (r.normal(size=(2, 3)), r.normal(size=(4, 3))))
+def while_loop_until_small(W, x):
+    h = x
+    steps = 0
+    while np.max(np.abs(h)) > 0.1 and steps < 20:
+        h = 0.5 * np.tanh(h)
+        steps += 1
+    return np.sum(h ** 2) + np.sum(W) * steps
+
+
+@program(0, lambda r: (r.normal(size=6),))
+def sorted_python_list(x):
+    values = sorted([float(v) ** 2 for v in x])
+    return sum(v * (i + 1) for i, v in enumerate(values))
+
+
+@program(0, lambda r: (r.normal(size=(3, 3)), r.normal(size=3)))
+def linear_solve_and_norm(A, b):
+    M = A @ A.T + 3.0 * np.eye(3)
+    x = np.linalg.solve(M, b)
+    return np.linalg.norm(x) ** 2 + np.log(np.linalg.det(M))
+
+
+@program(0, lambda r: (r.normal(size=10),))
+def stack_and_concatenate(x):
+    parts = [x[:3], x[3:7] * 2.0, x[7:] ** 2]
+    y = np.concatenate(parts)
+    z = np.stack([y, y[::-1]])
+    return np.sum(z[0] * z[1])
+
+
+@program(0, lambda r: (r.normal(size=8),))
+def running_mean_with_append(x):
+    means = []
+    total = 0.0
+    for i, v in enumerate(x):
+        total = total + v
+        means.append(total / (i + 1))
+    return np.sum(np.array(means) ** 2)
+
+
+def _step(state, params):
+    pos, vel = state
+    acc = -params["k"] * pos - params["c"] * vel
+    return pos + 0.1 * vel, vel + 0.1 * acc
+
+
+@program(0, lambda r: ({"k": 1.3, "c": 0.2},))
+def simulation_with_state_tuple(params):
+    state = (1.0, 0.0)
+    for _ in range(30):
+        state = _step(state, params)
+    return state[0] ** 2
+
+
+@program(0, lambda r: (r.normal(size=(5, 3)), r.normal(size=(3, 5))))
+def where_and_boolean_mask(A, B):
+    C = A @ B
+    positive = C[C > 0]
+    return np.sum(positive ** 2) + np.sum(np.where(C < -1.0, C, 0.0))
+
+
+@program(0, lambda r: (r.normal(size=4),))
+def recursion_depth_three(x):
+    def poly(v, depth):
+        if depth == 0:
+            return v
+        return poly(v * v * 0.5 + v, depth - 1)
+    return np.sum(poly(x, 3))
+
+
+class Scaler:
+    def __init__(self, factor):
+        self.factor = factor
+
+    def apply(self, x):
+        return self.factor * x
+
+
+_scaler = Scaler(1.5)
+
+
+@program(0, lambda r: (r.normal(size=4),))
+def bound_method_of_a_global(x):
+    return np.sum(_scaler.apply(x) ** 2)
+
+
+@program(0, lambda r: (r.normal(size=4), 0.7))
+def keyword_arguments_in_calls(x, t):
+    return np.sum(np.clip(x, a_min=-t, a_max=t) ** 2) + np.linalg.norm(x, ord=1)
+
+
+@program(0, lambda r: (r.normal(size=(3, 4)),))
+def reductions_with_axes(A):
+    return np.sum(A.mean(axis=0) ** 2) + np.sum(np.max(A, axis=1)) + np.prod(A[0, :2]) + np.var(A)
+
+
+@program(0, lambda r: (r.normal(size=5),))
+def format_and_log_progress(x, log=None):
+    log = [] if log is None else log
+    loss = np.sum(x ** 2)
+    log.append(f"loss={float(loss):.3f}")
+    return loss
