@@ -27,7 +27,7 @@ from bytegrad.rules.registry import RuleKind
 from bytegrad.runtime import tape as _tape
 from bytegrad.runtime import monitor, writes, zerosafe
 from bytegrad.runtime.records import Site
-from bytegrad.runtime.recording import parent_of, record_elementwise, record_rrule, snapshot
+from bytegrad.runtime.recording import bind_tracked_keywords, parent_of, record_elementwise, record_rrule, snapshot
 from bytegrad.runtime.tape import Tape, constant_tree
 
 __all__ = ["dispatch", "call_python", "set_rewriter", "construct", "with_out", "write_value", "any_tracked", "MAKERS",
@@ -262,6 +262,8 @@ def _with_rule(tape: Tape, site: Site, fn: Any, rule: Any, owner: Any, args: tup
         else:
             kwargs = without_out(kwargs) or None
     if kind is ELEMENTWISE:
+        if kwargs:  # (`np.clip(x, a_min=-t, a_max=t)`: the rule's partials are positional)
+            args, kwargs = bind_tracked_keywords(tape, site, rule, call_fn, tuple(args), kwargs)
         return record_elementwise(tape, site, rule, call_fn, _lists_as_arrays(tape, site, len(rule.partials),
                                                                                tuple(args)), kwargs)
     if kind is RRULE and rule.rrule is not None:

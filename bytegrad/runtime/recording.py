@@ -19,7 +19,7 @@ from bytegrad.runtime.backward import (  # the record kinds (runtime/records.py)
 from bytegrad.runtime.records import IDENTITY, Site, TupleOut
 from bytegrad.runtime.tape import Tape
 
-__all__ = ["parent_of", "refresh_parents", "untracked_views", "record_elementwise", "record_rrule", "push_output",
+__all__ = ["parent_of", "refresh_parents", "untracked_views", "record_elementwise", "record_rrule", "bind_tracked_keywords", "push_output",
            "trackable", "as_array", "snapshot"]
 
 _ndarray = np.ndarray
@@ -113,20 +113,30 @@ def _bind_positional(fn: Any, args: tuple, kwargs: dict, site: Site, rule: Any =
         "cannot inspect.", site.loc(), "pass it positionally.")
 
 
+def bind_tracked_keywords(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple,
+                          kwargs: dict) -> tuple[tuple, Optional[dict]]:
+    """Keyword arguments holding tracked values moved into their positional places (a rule sees
+    positions: `np.clip(x, a_min=-t, a_max=t)`); one without a place is an error, never a silent zero."""
+    ids = tape.ids
+    if not any(parent_of(ids, v) is not None for v in kwargs.values()):
+        return args, kwargs
+    args, kwargs = _bind_positional(fn, args, kwargs, site, rule)
+    if any(parent_of(ids, v) is not None for v in kwargs.values()) and getattr(rule, "rrule", None) is not None:
+        args, kwargs = _bind_positional(rule.rrule, args, kwargs, site)  # keyword-only (np.var's mean=)
+    if any(parent_of(ids, v) is not None for v in kwargs.values()):
+        raise DifferentiationError(
+            f"a differentiated value was passed to {qualname(fn)} as a keyword argument that "
+            "has no positional place, so its rule cannot return a cotangent for it.",
+            site.loc(), "pass it positionally, or compute it outside this call.")
+    return args, kwargs or None
+
+
 def record_rrule(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
     """`fn(*args, **kwargs)` recorded with its reverse rule (the dispatcher has handled `out=`; a
     RuleCaseError of the rule reaches the caller, `dispatch.record_rule`)."""
     ids = tape.ids
     if kwargs:
-        if any(parent_of(ids, v) is not None for v in kwargs.values()):
-            args, kwargs = _bind_positional(fn, args, kwargs, site, rule)
-            if any(parent_of(ids, v) is not None for v in kwargs.values()):  # keyword-only (np.var's mean=)
-                args, kwargs = _bind_positional(rule.rrule, args, kwargs, site)
-            if any(parent_of(ids, v) is not None for v in kwargs.values()):
-                raise DifferentiationError(
-                    f"a differentiated value was passed to {qualname(fn)} as a keyword argument that "
-                    "has no positional place, so its rule cannot return a cotangent for it.",
-                    site.loc(), "pass it positionally, or compute it outside this call.")
+        args, kwargs = bind_tracked_keywords(tape, site, rule, fn, args, kwargs)
     ids_get = ids.get
     parents = []
     tracked = False
