@@ -309,7 +309,7 @@ class Differentiated:
             if id(v) not in tape.ids:
                 if protect is None:
                     tape.protected.add(id(v))
-                tape.leaf(v)
+                tape.track_read(v)
         if type(args) is KeywordSlots:
             args, named = args.split()
             kwargs = {**kwargs, **named}

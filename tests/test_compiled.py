@@ -731,7 +731,6 @@ def mutable_default(x, scale={"k": 2.0}):  # the point: it can change between ca
 @pytest.mark.parametrize("fn, why", [
     (draws_random, "random"),
     (prints, "print"),
-    (calls_object, "it passes a _Scaler object to _Scaler.__call__"),
     (reads_global_array, "without the arguments"),
     (writes_into_array, "writes into"),
     (with_closure(), "the closure variable w, a list"),
@@ -750,6 +749,20 @@ def test_ineligible_functions_stay_on_the_general_path_with_a_reason(fn, why):
     assert st["programs"] == []
     (reason,) = st["not_compiled"].values()
     assert why in reason
+
+
+def test_a_callable_object_at_module_level_compiles_and_its_class_is_guarded():
+    """SCALER, a global object of a plain class: taken apart by the capture and walked at each call
+    (compiled/objects.py); its class attribute `k` rebound between calls is seen."""
+    fast, general = compiled_and_general(calls_object)
+    x = np.array([0.3, 0.5, 0.9])
+    try:
+        for k in (2.0, 2.0, 3.0, 3.0):
+            _Scaler.k = k
+            assert_same(fast.grad(x), general.grad(x))
+    finally:
+        _Scaler.k = 2.0
+    assert info(fast)["programs"] and info(fast)["compiled_calls"] >= 2
 
 
 def test_explain_shows_the_tier_and_reasons(capsys):

@@ -233,3 +233,79 @@ def test_a_model_built_of_layers_built_in_the_call_compiles(tier):
         _Net.__init__.__defaults__ = saved
     s = fast.stats()["compiled"]
     assert s["programs"] and s["compiled_calls"] >= 3, s
+
+
+# ---- a model at module level: taken apart by the capture, walked at each call --------------------
+
+
+class _Model:
+    def __init__(self, W, scale):
+        self.W = W
+        self.scale = scale
+
+    def predict(self, x):
+        return self.scale * np.tanh(x @ self.W)
+
+
+class _Counting:
+    def __init__(self):
+        self.calls = 0
+
+    def apply(self, x):
+        self.calls += 1
+        return 2.0 * x
+
+
+MODEL = _Model(np.random.default_rng(7).normal(size=(3, 2)), 1.5)
+COUNTER = _Counting()
+
+
+def _global_model_loss(x):
+    return np.sum(MODEL.predict(x) ** 2)
+
+
+def _global_counter_loss(x):
+    return np.sum(COUNTER.apply(x) ** 2)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_model_at_module_level_compiles_and_is_read_per_call(tier):
+    """`MODEL.predict(x)` with MODEL a global object: its arrays are inputs read at each call, its
+    numbers guarded by value, its class by identity. Each change below is seen (a program that
+    held the capture's object or values would give another gradient)."""
+    global MODEL
+    saved = MODEL
+    rng = np.random.default_rng(8)
+
+    def change(k):
+        global MODEL
+        if k == 2:
+            MODEL.W[0, 0] += 1.0  # in place
+        elif k == 3:
+            MODEL.W = rng.normal(size=(3, 2))  # an attribute rebound
+        elif k == 4:
+            MODEL.scale = -0.5  # a number changed
+        elif k == 5:
+            MODEL = _Model(rng.normal(size=(3, 2)), 1.5)  # the global rebound
+        elif k == 6:
+            MODEL.W = rng.normal(size=(3, 4))  # another shape
+
+    try:
+        s = _run(_global_model_loss, [(rng.normal(size=(4, 3)),) for _ in range(8)], tier, change)
+    finally:
+        MODEL = saved
+    assert s["programs"] and s["compiled_calls"] >= 5, s
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_global_object_written_by_a_method_stays_general(tier):
+    """`self.calls += 1` on a global object: a replay would not count; refused, and the count is the
+    general path's (once per call)."""
+    COUNTER.calls = 0
+    fast = bytegrad.differentiate(_global_counter_loss, tier=tier)
+    x = np.array([0.5, -1.0])
+    for _ in range(4):
+        fast.grad(x)
+    assert COUNTER.calls == 4
+    s = fast.stats()["compiled"]
+    assert not s["programs"], s

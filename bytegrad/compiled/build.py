@@ -47,7 +47,7 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
         inputs.labels[var] = names[p] if p < len(names) else f"args[{p}]"
         src.emit(f"{var} = args[{p}]")
         inputs.walk(var, value, specs[p], fresh=p in wrt)
-    static_guards(src, static_guards_, inputs, tape.ids)
+    static_guards(src, static_guards_, inputs, tape.ids, getattr(tape, "taken", None))
     # (_VERSION: the registry's version when the program is compiled, here or loaded from disk)
     src.guard("version", "_version() == _VERSION", f"rule registry version {registry.program_version()}")
     fn_globals: dict = next((owner for kind, owner, *_ in static_guards_ if kind == "global"), {})

@@ -39,7 +39,8 @@ class CaptureTape(Tape):
     values of the same signature (a Python callee, a value computed from data that Python code then
     uses). The first such reason makes the capture fail; the gradient itself is unaffected."""
 
-    __slots__ = ("refusals", "checks", "callees", "made", "decided", "live", "escaped", "writes", "objects", "local")
+    __slots__ = ("refusals", "checks", "callees", "made", "decided", "live", "escaped", "writes", "objects", "local",
+                 "taken")
 
     capturing = True
     #: whether object arguments are taken apart in place (compiled/objects.py): gradient captures only
@@ -52,8 +53,7 @@ class CaptureTape(Tape):
         #: function without a derivative (or a comparison) on a tracked value; a compiled program
         #: computes each again and runs only where every one gives the captured result
         self.checks: list[tuple[int, Any, tuple, Optional[dict], Any, Any]] = []
-        #: Python functions the run called with tracked values, (function, args, kwargs, site): their
-        #: operations are on the tape like the caller's; their code must be as eligible (api.py)
+        #: Python functions the run called with tracked values, (function, args, kwargs, site)
         self.callees: Callees = Callees(self.ids)
         #: arrays made from constants (`np.zeros(3)`, dispatch.MAKERS): tape index -> (fn, args,
         #: kwargs); tracked from there, so what the run computes from them is recorded
@@ -62,8 +62,7 @@ class CaptureTape(Tape):
         #: position in `checks`; tracked from there, so what the run computes from them and writes into
         #: them is recorded (compiled/writes.py: a program reads them from the decision's variable)
         self.decided: dict[int, int] = {}
-        #: the arrays decisions gave, by position in `checks` (which holds copies of them)
-        self.live: dict[int, Any] = {}
+        self.live: dict[int, Any] = {}  # the arrays decisions gave, by position in `checks` (copied there)
         #: ids of those arrays used as an index where nothing was recorded (their values stay checked)
         self.escaped: set[int] = set()
         #: write records (runtime/writes.py): tape index -> (array written, its owner, key, value)
@@ -74,6 +73,7 @@ class CaptureTape(Tape):
         #: objects of plain Python classes the run built from tracked values (kept alive: their ids are
         #: theirs for the run): locals of the call, their state plumbing between recorded operations
         self.local: list[Any] = []
+        self.taken: dict[int, Any] = {}
 
     def built(self, obj: Any, site: Any) -> None:
         why = objects.local_refusal(type(obj))
@@ -83,6 +83,7 @@ class CaptureTape(Tape):
             self.local.append(obj)
 
     holds_built = objects.holds_built  # (`Net([Linear(W1), ...])`: made of objects the run built)
+    track_read = objects.track_read  # (a model at module level: `taken`, id -> its spec)
 
     def refuse(self, why: str, site: Any) -> None:
         from bytegrad.compiled import nested

@@ -56,8 +56,9 @@ class Snapshot:
         try:
             for k, a in enumerate(args):
                 self._walk(names[k] if k < len(names) else f"argument {k}", a, MAX_DEPTH)
-            for a in arrays:
-                self._walk("an array read from a global", a, 0)
+            for a in arrays:  # (and objects: a model at module level)
+                self._walk("an array read from a global" if type(a) is np.ndarray else "an object read from a global",
+                           a, 0 if type(a) is np.ndarray else MAX_DEPTH)
         except _TooBig as exc:
             self._why = str(exc)
         self._rng = _global_rng_state()

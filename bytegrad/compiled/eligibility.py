@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, cast
 
 import numpy as np
 
-from bytegrad.compiled import constructs
+from bytegrad.compiled import constructs, objects
 from bytegrad.errors import DifferentiationError, SourceLoc, qualname
 from bytegrad.runtime.dispatch import MAKERS
 from bytegrad.compiled.writes import own_writes
@@ -500,6 +500,8 @@ def _guardable(value: Any, what: str, reasons: list[str]) -> bool:
         return True
     if type(value) is np.ndarray and value.dtype.kind in "biuf":
         return True  # (read at call time: an input of the program, its type, shape and dtype guarded)
+    if objects.takes_apart(value):
+        return True  # (a model at module level: taken apart by the capture, walked at call time as an object argument)
     if isinstance(value, np.ndarray):
         reasons.append(f"reads {what}, an array of dtype {value.dtype} or of a subclass")
     else:

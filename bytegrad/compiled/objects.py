@@ -35,7 +35,7 @@ from bytegrad.compiled.guards import callable_state, number_condition
 from bytegrad.rules import pytrees
 from bytegrad.runtime import pytree
 
-__all__ = ["Node", "Unobservable", "class_state", "copies", "holds_any", "holds_built", "dataclass_gradient", "leaves", "local_refusal", "node_of", "pytree_gradient", "walk_pytree", "shift_wrt", "without_self_writes", "walk_argument", "walk_dataclass", "same_class", "takes_apart", "track", "walk"]
+__all__ = ["Node", "Unobservable", "class_state", "copies", "holds_any", "holds_built", "track_read", "dataclass_gradient", "leaves", "local_refusal", "node_of", "pytree_gradient", "walk_pytree", "shift_wrt", "without_self_writes", "walk_argument", "walk_dataclass", "same_class", "takes_apart", "track", "walk"]
 
 _ndarray = np.ndarray
 _HEAPTYPE = 1 << 9
@@ -316,6 +316,18 @@ def shift_wrt(wrt: Any, offset: int) -> Any:
         items = [shift_wrt(w, offset) for w in wrt]
         return None if any(w is None for w in items) else type(wrt)(items)
     return None
+
+
+def track_read(tape: Any, value: Any) -> None:
+    """`CaptureTape.track_read`: an array read from a global or a closure tracked as a leaf; an object
+    of a plain class taken apart as an object argument is (`track`; raises Unobservable), its spec
+    kept for the program's walk of it (compiled/source.py `static_guards`)."""
+    if type(value) is _ndarray:
+        tape.leaf(value)
+    elif not tape.takes_objects:
+        raise Unobservable("reads an object from a global or a closure, which only a gradient's capture takes apart")
+    else:
+        tape.taken[id(value)] = track(value, tape, tape.objects)
 
 
 def holds_built(tape: Any, args: tuple, kwargs: Optional[dict]) -> bool:

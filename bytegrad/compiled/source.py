@@ -345,12 +345,14 @@ def gradient_code(src: Source, spec: Any, state: dict[int, int], lines: list[str
         f"{src.const(t, 'T')}(({''.join(i + ', ' for i in items)}))"
 
 
-def read_arrays(entries: list[tuple]) -> list[np.ndarray]:
-    """The arrays eligibility's entries read (from globals, module attributes and closure cells), as
-    they are now: a capture tracks them, so that what it computes from them is recorded."""
+def read_arrays(entries: list[tuple]) -> list[Any]:
+    """The arrays and objects of plain classes eligibility's entries read (from globals, module
+    attributes and closure cells), as they are now: a capture tracks the arrays, and takes the objects
+    apart as it does object arguments (`CaptureTape.track_read`), so that what it computes from them
+    is recorded."""
     arrays = []
     for kind, owner, name, value in entries:
-        if type(value) is _ndarray and kind != "code":
+        if (type(value) is _ndarray or objects.takes_apart(value)) and kind != "code":
             try:
                 arrays.append(_current(kind, owner, name, value))
             except Ineligible:
@@ -359,11 +361,12 @@ def read_arrays(entries: list[tuple]) -> list[np.ndarray]:
 
 
 def static_guards(src: Source, entries: list[tuple], inputs: Optional[Inputs] = None,
-                  tracked: Optional[dict[int, int]] = None) -> None:
+                  tracked: Optional[dict[int, int]] = None, taken: Optional[dict[int, Any]] = None) -> None:
     """The guards of eligibility's entries (compiled/eligibility.py): a global, module attribute or
     closure variable is fixed by value or identity, except an array, which is read at call time and
     walked as an input (`inputs`; a leaf where the capture tracked it, `tracked`: the tape's ids):
-    type, shape and dtype guarded, its values the call's."""
+    type, shape and dtype guarded, its values the call's; and an object of a plain class, walked as
+    an object argument is (`taken`: the capture's spec of each, by id)."""
     for kind, owner, name, value in entries:
         if kind == "class":  # the class of an object the call builds (compiled/objects.py): its attributes
             src.guard("object", f"{src.const(objects.same_class, 'F')}({src.const(owner, 'T')}, {src.const(value, 'S')})",
@@ -391,6 +394,8 @@ def static_guards(src: Source, entries: list[tuple], inputs: Optional[Inputs] = 
             if inputs is None:
                 raise Ineligible(f"reads {name}, an array, where a program takes none")
             _array_read(src, inputs, name, read, value, (tracked or {}).get(id(value)))
+        elif objects.takes_apart(value):
+            _object_read(src, inputs, name, read, value, (taken or {}).get(id(value)))
         elif isinstance(value, (int, float, str, bytes, bool, complex)) or value is None:
             c = src.const(value)
             src.guard(kind, f"{read}.__class__ is {src.const(type(value), 'T')} and "
@@ -431,6 +436,17 @@ def _array_read(src: Source, inputs: Inputs, name: str, read: str, value: Any, l
     var = inputs.temp()
     src.emit(f"{var} = {read}")
     inputs.walk(var, value, None if leaf is None else pytree.Leaf(leaf, value), fresh=False)
+
+
+def _object_read(src: Source, inputs: Optional[Inputs], name: str, read: str, value: Any, spec: Any) -> None:
+    """An object of a plain class the code reads from a global, a module attribute or a closure cell
+    (a model at module level): walked at call time as an object argument is (compiled/objects.py)."""
+    if inputs is None or spec is None:
+        raise Ineligible(f"reads {name}, an object the capture did not take apart")
+    var = inputs.temp()
+    inputs.labels[var] = name
+    src.emit(f"{var} = {read}")
+    objects.walk(inputs, var, value, spec)
 
 
 def _builtins_of(fn_globals: dict[str, Any]) -> dict[str, Any]:

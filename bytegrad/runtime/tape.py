@@ -116,6 +116,11 @@ class Tape:
         """`obj`, of a class written in Python, was just made from tracked values (its `__init__` not
         run yet): a capturing tape decides whether a replay can do without it."""
 
+    def track_read(self, value: Any) -> None:
+        """`value`, read by the code from a global or a closure (not an argument), tracked for the
+        run: an array as a leaf; a capturing tape also takes an object of a plain class apart."""
+        self.leaf(value)
+
     def holds_built(self, args: tuple, kwargs: Optional[dict]) -> bool:
         """Whether the arguments of a class's call hold an object `built` reported (a model made of
         layers the run made): that object is built from them as from tracked values."""
