@@ -6,6 +6,7 @@ with a reason naming the construct and line.
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -309,3 +310,29 @@ def test_a_global_object_written_by_a_method_stays_general(tier):
     assert COUNTER.calls == 4
     s = fast.stats()["compiled"]
     assert not s["programs"], s
+
+
+def _ridge(w, X, *, alpha=0.5):
+    return np.sum((X @ w) ** 2) + alpha * np.sum(w ** 2)
+
+
+RIDGE = functools.partial(_ridge, alpha=0.1)
+
+
+def _global_partial_loss(w, X):
+    return RIDGE(w, X)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_partial_at_module_level_is_guarded_by_its_state_not_walked(tier):
+    """A global partial is a callee fixed by its function, arguments and keywords (not an object the
+    capture takes apart: that refused it): its keywords changed in place between calls are seen."""
+    rng = np.random.default_rng(9)
+    saved = dict(RIDGE.keywords)
+    try:
+        s = _run(_global_partial_loss, [(rng.normal(size=3), rng.normal(size=(4, 3))) for _ in range(5)], tier,
+                 lambda k: k == 3 and RIDGE.keywords.update(alpha=2.0))
+    finally:
+        RIDGE.keywords.clear()
+        RIDGE.keywords.update(saved)
+    assert s["programs"] and s["compiled_calls"] >= 3, s

@@ -352,7 +352,7 @@ def read_arrays(entries: list[tuple]) -> list[Any]:
     is recorded."""
     arrays = []
     for kind, owner, name, value in entries:
-        if (type(value) is _ndarray or objects.takes_apart(value)) and kind != "code":
+        if (type(value) is _ndarray or _walked(value)) and kind != "code":
             try:
                 arrays.append(_current(kind, owner, name, value))
             except Ineligible:
@@ -394,7 +394,7 @@ def static_guards(src: Source, entries: list[tuple], inputs: Optional[Inputs] = 
             if inputs is None:
                 raise Ineligible(f"reads {name}, an array, where a program takes none")
             _array_read(src, inputs, name, read, value, (tracked or {}).get(id(value)))
-        elif objects.takes_apart(value):
+        elif _walked(value):
             _object_read(src, inputs, name, read, value, (taken or {}).get(id(value)))
         elif isinstance(value, (int, float, str, bytes, bool, complex)) or value is None:
             c = src.const(value)
@@ -436,6 +436,12 @@ def _array_read(src: Source, inputs: Inputs, name: str, read: str, value: Any, l
     var = inputs.temp()
     src.emit(f"{var} = {read}")
     inputs.walk(var, value, None if leaf is None else pytree.Leaf(leaf, value), fresh=False)
+
+
+def _walked(value: Any) -> bool:
+    """An object read from a global that a program walks as an object argument (a partial is guarded
+    by its state instead, as functions are)."""
+    return objects.takes_apart(value) and callable_state(value) is None
 
 
 def _object_read(src: Source, inputs: Optional[Inputs], name: str, read: str, value: Any, spec: Any) -> None:
