@@ -13,6 +13,7 @@
 #   make bench-instructions  instructions per gradient under valgrind (bench/results/instructions.md)
 #   make bench-compiled  every tier (general path, compiled programs, auto) beside the peers (bench/results/compiled.md)
 #   make bench-realistic  realistic programs (ODE, RNN, attention, a model class, layers): gradient over forward, beside jax.jit (bench/results/realistic.md)
+#   make bench-reach  the compiled tier's reach on 50 everyday programs apart from the catalogue (bench/results/reach.md)
 #   make bench-checkpoint  peak memory and time per gradient with and without bytegrad.checkpoint (bench/results/checkpoint.md)
 #   make bench-plots  redraw the committed plots in bench/results/ from the committed results (`python -m bench.plots`
 #                    alone writes into bench/out/, not tracked)
@@ -72,7 +73,7 @@ $(1)/bin/python -m pip install $(PIP_QUIET) -e '.[$(3)]'; \
 touch $@
 endef
 
-.PHONY: help demo test test-long lint check-pythons bench bench-full bench-plots bench-hotpath bench-instructions bench-compiled bench-checkpoint bench-realistic docs clean distclean
+.PHONY: help demo test test-long lint check-pythons bench bench-full bench-plots bench-hotpath bench-instructions bench-compiled bench-checkpoint bench-realistic bench-reach docs clean distclean
 
 help:
 	@sed -n '1,24s/^# \{0,1\}//p' Makefile
@@ -173,6 +174,10 @@ bench-compiled: .venv-bench/.stamp-bench
 # Realistic programs as users write them (issue 27): gradient time over the forward call, each tier, jax.jit.
 bench-realistic: .venv-bench/.stamp-bench
 	$(BENCH_PY) -m bench.realistic $(REALISTIC_ARGS)
+
+# The compiled tier's reach on everyday programs (issue 27): which compile, every one checked against the general path.
+bench-reach: .venv-bench/.stamp-bench
+	$(BENCH_PY) -m bench.reach --out bench/results/reach
 
 # The checkpointing report (bytegrad.checkpoint): the 2,000-step loop and the MLP, with and without.
 bench-checkpoint: .venv-bench/.stamp-bench
