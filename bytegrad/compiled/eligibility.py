@@ -94,7 +94,8 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
     called the function): what the function computes from it must be recorded (`_cell_array_uses`)."""
     reasons = _code_reasons(code, closure is not None, local_cells)
     if not all(_constant(v) for v in defaults):  # read as locals, never guarded: they must not change
-        reasons.append("a default argument value that can change in place (a list, dict, array or object)")
+        reasons.append(f"a default argument value that can change in place (a list, dict, array or object) "
+                       f"(line {code.co_firstlineno})")
     if reasons:
         return reasons, []
     from bytecode import Bytecode
@@ -116,7 +117,7 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
     own |= constructs.errstate_sites(code, fn_globals, bc)  # (`with np.errstate(...)`)
     reasons += _instruction_reasons(bc, act.stacks, frozenset(code.co_cellvars) | local_cells, fn_globals,
                                     inner_guards, own)
-    guards = _guards(assumed, fn_globals, reasons) + inner_guards
+    guards = _guards(assumed, fn_globals, reasons, bc) + inner_guards
     _nested(code, fn_globals, reasons, guards)
     guards = _each_once(guards)
     arrays = frozenset(name if kind == "global" else f"{owner.__name__}.{name}"
@@ -138,9 +139,9 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
         try:
             value = cell.cell_contents
         except ValueError:
-            reasons.append(f"reads the closure variable {name} before it is assigned")
+            reasons.append(f"reads the closure variable {name} before it is assigned{_at(bc, _CELL_LOADS, name)}")
             continue
-        if _guardable(value, f"the closure variable {name}", reasons):
+        if _guardable(value, f"the closure variable {name}", reasons, _at(bc, _CELL_LOADS, name)):
             guards.append(("cell", cell, name, value))
     return reasons, guards
 
@@ -476,24 +477,41 @@ _GUARDED_BY_IDENTITY = (types.ModuleType, type, types.FunctionType, types.Builti
 _GUARDED_BY_VALUE = (int, float, str, bytes, bool, complex, type(None))
 
 
-def _guards(assumed: Any, fn_globals: dict[str, Any], reasons: list[str]) -> list[tuple]:
+def _guards(assumed: Any, fn_globals: dict[str, Any], reasons: list[str], bc: Any = ()) -> list[tuple]:
     guards: list[tuple] = []
     for name, (_, value) in assumed.globals.items():
-        if _guardable(value, f"the global {name}", reasons):
+        if _guardable(value, f"the global {name}", reasons, _at(bc, _GLOBAL_LOADS, name)):
             guards.append(("global", fn_globals, name, value))
     for (modname, name), value in assumed.attrs.items():
         module = sys.modules.get(modname)
         if module is None:
-            reasons.append(f"reads {modname}.{name} from a module no longer imported")
-        elif _guardable(value, f"{modname}.{name}", reasons):
+            reasons.append(f"reads {modname}.{name} from a module no longer imported{_at(bc, _ATTR_LOADS, name)}")
+        elif _guardable(value, f"{modname}.{name}", reasons, _at(bc, _ATTR_LOADS, name)):
             guards.append(("attr", module, name, value))
     return guards
 
 
-def _guardable(value: Any, what: str, reasons: list[str]) -> bool:
+_GLOBAL_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
+_ATTR_LOADS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
+_CELL_LOADS = frozenset({"LOAD_DEREF", "LOAD_CLASSDEREF", "LOAD_FROM_DICT_OR_DEREF"})
+
+
+def _at(bc: Any, opnames: frozenset[str], name: str) -> str:
+    """" (line N)": the first line where `bc` loads `name` with one of `opnames` (a refusal names it)."""
+    for ins in bc:
+        if getattr(ins, "name", None) not in opnames:
+            continue
+        arg = ins.arg
+        arg = arg[-1] if type(arg) is tuple and arg else arg  # (3.11+: LOAD_GLOBAL/LOAD_ATTR carry (flag, name))
+        if arg == name or getattr(arg, "name", None) == name:
+            return f" (line {ins.lineno})"
+    return ""
+
+
+def _guardable(value: Any, what: str, reasons: list[str], at: str = "") -> bool:
     drawn = constructs.random_reason(value, what)
     if drawn is not None:
-        reasons.append(drawn)
+        reasons.append(drawn + at)
         return False
     if isinstance(value, _GUARDED_BY_IDENTITY) or type(value) in _GUARDED_BY_VALUE or callable(value) \
             or constructs.is_table(value):  # (a dict of functions: guarded entry by entry)
@@ -503,7 +521,7 @@ def _guardable(value: Any, what: str, reasons: list[str]) -> bool:
     if objects.takes_apart(value):
         return True  # (a model at module level: taken apart by the capture, walked at call time as an object argument)
     if isinstance(value, np.ndarray):
-        reasons.append(f"reads {what}, an array of dtype {value.dtype} or of a subclass")
+        reasons.append(f"reads {what}, an array of dtype {value.dtype} or of a subclass{at}")
     else:
-        reasons.append(f"reads {what}, a {type(value).__name__} that a guard cannot fix")
+        reasons.append(f"reads {what}, a {type(value).__name__} that a guard cannot fix{at}")
     return False
