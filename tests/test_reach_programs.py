@@ -1,0 +1,44 @@
+"""bench/reach_programs.py's everyday programs (the compiled tier's reach, apart from the catalogue)
+under tier="numpy", call by call against the general path: two calls at one input (the capture, then
+the program) and two at another, values and gradients. The report (bench/reach.py) counts how many
+compile; here every one must agree, compiled or not, and run under the numba tier too where a
+program's kernel compiles quickly (the report runs them all)."""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.reach import run_case  # noqa: E402
+from bench.reach_programs import PROGRAMS  # noqa: E402
+
+
+@pytest.mark.parametrize("case", PROGRAMS, ids=[c.name for c in PROGRAMS])
+def test_an_everyday_program_agrees_with_the_general_path(case, monkeypatch):
+    import bench.reach as reach
+
+    monkeypatch.setattr(reach, "TIERS", ("numpy",))
+    row = run_case(case)
+    assert row["numpy"]["error"] is None, row
+    assert row["numpy"]["worst"] <= 1e-9, row
+
+
+def test_most_everyday_programs_compile():
+    """A floor under the report's figure (45 of 50 when this was written; the floor leaves one), so that a change that
+    takes the tier's reach down fails here and is seen."""
+    import bench.reach as reach
+
+    compiled = 0
+    old = reach.TIERS
+    reach.TIERS = ("numpy",)
+    try:
+        for case in PROGRAMS:
+            compiled += run_case(case)["numpy"]["compiled"]
+    finally:
+        reach.TIERS = old
+    assert compiled >= 44, compiled
+    assert np.isfinite(compiled)
