@@ -333,9 +333,13 @@ _SELF_LOADS = {"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR"}
 
 def without_self_writes(code: types.CodeType, reasons: list[str]) -> list[str]:
     """`reasons` (compiled/eligibility.py's) less "writes an attribute" when every attribute write
-    of `code` is `self.name = value` (its first parameter, loaded just before, never rebound)."""
+    of `code` is `self.name = value` (its first parameter, loaded just before, never rebound); and
+    less those of its zero-argument `super()` lookups (compiled/reach_super.py)."""
     import dis
 
+    from bytegrad.compiled.reach_super import allowed_super
+
+    reasons = allowed_super(code, reasons)
     if not code.co_argcount:
         return reasons
     me = code.co_varnames[0]
