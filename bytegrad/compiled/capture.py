@@ -586,7 +586,7 @@ def _callee_guards(tape: CaptureTape, root: Optional[types.CodeType] = None, out
                                           f.__closure__ or (), local, cells_active=rewritten, callee=True,
                                           untracked=untracked)
         if reasons and args and id(args[0]) in built:  # a method of an object the call built: it may set its attributes
-            reasons = objects.without_self_writes(f.__code__, reasons)
+            reasons = objects.without_self_writes(f.__code__, reasons, f, tape)
         if reasons:
             return f"it calls {f.__qualname__} ({at}), which {reasons[0]}", []
         for entry in more:

@@ -331,15 +331,19 @@ _WRITE_ATTR = {"STORE_ATTR", "DELETE_ATTR"}
 _SELF_LOADS = {"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR"}
 
 
-def without_self_writes(code: types.CodeType, reasons: list[str]) -> list[str]:
+def without_self_writes(code: types.CodeType, reasons: list[str], f: Any = None, tape: Any = None) -> list[str]:
     """`reasons` (compiled/eligibility.py's) less "writes an attribute" when every attribute write
     of `code` is `self.name = value` (its first parameter, loaded just before, never rebound); and
-    less those of its zero-argument `super()` lookups (compiled/reach_super.py)."""
+    less those of its zero-argument `super()` lookups (compiled/reach_super.py) and of attribute reads
+    off a parameter that holds a number in the calls of `f` the capture `tape` saw (compiled/reach_params.py)."""
     import dis
 
+    from bytegrad.compiled.reach_params import allowed_param_reads
     from bytegrad.compiled.reach_super import allowed_super
 
     reasons = allowed_super(code, reasons)
+    if f is not None:
+        reasons = allowed_param_reads(f, reasons, tape)
     if not code.co_argcount:
         return reasons
     me = code.co_varnames[0]
