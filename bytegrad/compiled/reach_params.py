@@ -14,7 +14,6 @@ value; any other read on the line stays refused.
 from __future__ import annotations
 
 import dis
-import types
 from collections import Counter
 from typing import Any
 

@@ -1,0 +1,242 @@
+"""Constructs the compiled tier takes since issue 27, each against the general path call by call.
+
+- zero-argument `super()` in a method of an object the call built (compiled/reach_super.py): fixed
+  by the class guard, which sees a base class's method replaced between calls;
+- `list.sort` on differentiated values (rules/_impls.py `py_list_sort`): each comparison of the sort
+  is a decision, so a call whose values sort in another order runs the general path (or a new
+  capture), never the captured order;
+- an attribute read off a method's parameter that holds a number (compiled/reach_params.py): a user
+  operator's `other.data if isinstance(other, Vec) else other` with `w + 1.0`; the same read off
+  a parameter that holds an object the program does not guard stays refused, naming the line.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import types
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from gradcheck import assert_trees_close
+
+import bytegrad
+
+TIERS = ["numpy", "numba"]
+
+
+def fresh(fn):
+    return types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
+def stats(d) -> dict:
+    return d.stats()["compiled"]
+
+
+def agree(fast, general, *args):
+    """One call of each: value and gradient the same; returns the value."""
+    got, expected = fast.value_and_grad(*args), general.value_and_grad(*args)
+    assert_trees_close(got, expected, rtol=1e-12, atol=1e-300)
+    return got[0]
+
+
+def refusals(d) -> str:
+    return " ".join(stats(d)["not_compiled"].values())
+
+
+# ---- super() -----------------------------------------------------------------------------------
+
+
+class Base:
+    def __init__(self, w):
+        self.w = w
+
+    def forward(self, x):
+        return np.tanh(self.w * x)
+
+
+class Derived(Base):
+    def __init__(self, w, scale):
+        super().__init__(w)
+        self.scale = scale
+
+    def forward(self, x):
+        return self.scale * super().forward(x) + x
+
+
+def uses_super(w, x):
+    return np.sum(Derived(w, 0.5).forward(x) ** 2)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_super_in_a_built_object_compiles_and_agrees(tier):
+    fast = bytegrad.differentiate(fresh(uses_super), wrt=(0, 1), tier=tier)
+    general = bytegrad.differentiate(uses_super, wrt=(0, 1), tier="general")
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        agree(fast, general, rng.normal(size=3), rng.normal(size=3))
+    s = stats(fast)
+    assert len(s["programs"]) == 1 and s["programs"][0]["backend"] == tier, s
+    assert s["general_calls"] == 0
+    assert any("Derived's attributes unchanged" in g for g in s["programs"][0]["guards"])
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_super_sees_a_base_method_replaced_between_calls(tier):
+    """The method super() finds is fixed by the class guard (every class of the MRO): replacing
+    Base.forward after the capture gives what the general path gives. Fails without the class guard."""
+    fast = bytegrad.differentiate(fresh(uses_super), wrt=(0, 1), tier=tier)
+    general = bytegrad.differentiate(uses_super, wrt=(0, 1), tier="general")
+    rng = np.random.default_rng(2)
+    args = rng.normal(size=3), rng.normal(size=3)
+    agree(fast, general, *args)
+    agree(fast, general, *args)
+    old = Base.forward
+    try:
+        Base.forward = lambda self, x: np.sin(self.w * x)
+        v = agree(fast, general, *args)
+        assert v == general(*args)
+    finally:
+        Base.forward = old
+    agree(fast, general, *args)
+
+
+class Other(Base):
+    def forward(self, x):
+        return 2.0 * super(Other, self).forward(x)  # the two-argument form
+
+
+def two_argument_super(w, x):
+    return np.sum(Other(w).forward(x))
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_two_argument_super_agrees_or_is_refused_naming_the_line(tier):
+    """reach_super takes the zero-argument form only; the two-argument one is whatever the tier made
+    of it before (3.11: a hooked call of `super` on a built object; 3.12, 3.13: LOAD_SUPER_ATTR,
+    refused naming its line), and agrees with the general path."""
+    fast = bytegrad.differentiate(fresh(two_argument_super), wrt=(0, 1), tier=tier)
+    general = bytegrad.differentiate(two_argument_super, wrt=(0, 1), tier="general")
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        agree(fast, general, rng.normal(size=3), rng.normal(size=3))
+    if sys.version_info >= (3, 12):
+        line = Other.forward.__code__.co_firstlineno + 1
+        assert not stats(fast)["programs"]
+        assert f"calls super() (line {line})" in refusals(fast), refusals(fast)
+
+
+def test_zero_argument_super_sites_are_found_on_every_version():
+    from bytegrad.compiled.reach_super import super_sites
+
+    line = Derived.forward.__code__.co_firstlineno + 1
+    assert super_sites(Derived.forward.__code__) == [(line, "forward")]
+    assert super_sites(Derived.__init__.__code__) == [(line - 4, "__init__")]
+    assert super_sites(Other.forward.__code__) == []  # (two arguments)
+    assert super_sites(uses_super.__code__) == []
+
+
+# ---- list.sort -----------------------------------------------------------------------------------
+
+
+def sorts_a_list(x):
+    items = [x[0] * 2.0, x[1], x[2] ** 2, x[3] - 1.0]
+    items.sort()
+    return items[0] * 3.0 + items[-1] ** 2 + sum(items[1:3]) * items[1]
+
+
+def sorts_in_reverse_by_key(x):
+    items = list(x)
+    items.sort(key=lambda v: v * v, reverse=True)
+    return items[0] * 5.0 + items[1] * items[2]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("fn", [sorts_a_list, sorts_in_reverse_by_key])
+def test_list_sort_compiles_and_sees_a_new_order(fn, tier):
+    """Calls 1-2 sort in one order (the program runs), call 3 in another, call 4 the first again: each
+    as the general path gives it. Fails when the comparisons of the sort are not decisions (the
+    captured order would be replayed on call 3)."""
+    fast = bytegrad.differentiate(fresh(fn), tier=tier)
+    general = bytegrad.differentiate(fn, tier="general")
+    a = np.array([0.3, -1.2, 0.9, 2.5])
+    b = a + np.array([0.01, -0.02, 0.03, 0.01])  # the same order as a
+    c = np.array([2.0, 0.4, -0.1, -3.0])  # another order
+    for x in (a, b, c, a):
+        agree(fast, general, x)
+    s = stats(fast)
+    assert s["programs"], s  # (the numba tier may give the numpy back end a program this small)
+    assert s["compiled_calls"] >= 2
+    assert sum(p["decided_otherwise"] for p in s["programs"]) >= 1, s  # call 3 was seen to differ
+    assert any("lt gives" in g for g in s["programs"][0]["guards"])
+
+
+def test_list_sort_keeps_the_list_and_its_items():
+    """The sort is in place, stable, and moves the same objects (its items' identity kept)."""
+    @bytegrad.differentiate
+    def f(x):
+        items = [x[1], x[0], x[1] * 1.0, x[2]]
+        keep = items
+        items.sort()
+        assert keep is items and len(items) == 4
+        return items[0] * 1.0 + items[1] * 2.0 + items[2] * 3.0 + items[3] * 4.0
+
+    x = np.array([1.0, 1.0, 0.5])  # ties: the stable order decides which item gets which weight
+    g = f.grad(x)
+    # sorted: x[2], x[1], x[0], x[1]*1.0 (x[1] before x[0] by position, the tie kept in order)
+    np.testing.assert_array_equal(g, [3.0, 2.0 + 4.0, 1.0])
+
+
+# ---- attribute reads off a parameter holding a number ---------------------------------------------
+
+
+class Box:
+    def __init__(self, data):
+        self.data = data
+
+    def __add__(self, other):
+        return Box(self.data + (other.data if isinstance(other, Box) else other))
+
+    __radd__ = __add__
+
+
+def box_with_numbers(x, y):
+    u = Box(x) + Box(y)
+    w = u + 1.5
+    z = 2.0 + w
+    return np.sum(z.data ** 2)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_user_operator_with_a_number_compiles_and_agrees(tier):
+    fast = bytegrad.differentiate(fresh(box_with_numbers), wrt=(0, 1), tier=tier)
+    general = bytegrad.differentiate(box_with_numbers, wrt=(0, 1), tier="general")
+    rng = np.random.default_rng(4)
+    for _ in range(3):
+        agree(fast, general, rng.normal(size=3), rng.normal(size=3))
+    s = stats(fast)
+    assert len(s["programs"]) == 1 and s["general_calls"] == 0, s
+
+
+def box_with_an_object_argument(x, other):
+    return np.sum((Box(x) + other).data ** 2) + np.sum((Box(x) + 1.0).data)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_attribute_read_off_an_object_argument_sees_its_changes(tier):
+    """`other.data` on a Box handed in as a non-differentiated argument, next to `Box(x) + 1.0` (the
+    same method with a number): its array changed in place, rebound, and the object replaced between
+    calls, each call as the general path gives it."""
+    fast = bytegrad.differentiate(fresh(box_with_an_object_argument), tier=tier)
+    general = bytegrad.differentiate(box_with_an_object_argument, tier="general")
+    x = np.array([0.5, -0.2, 1.0])
+    held = Box(np.ones(3))
+    agree(fast, general, x, held)
+    agree(fast, general, x, held)
+    held.data[1] = 7.0
+    agree(fast, general, x, held)
+    held.data = np.full(3, -2.0)
+    agree(fast, general, x, held)
+    agree(fast, general, x, Box(np.arange(3.0)))
