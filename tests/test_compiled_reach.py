@@ -240,3 +240,92 @@ def test_attribute_read_off_an_object_argument_sees_its_changes(tier):
     held.data = np.full(3, -2.0)
     agree(fast, general, x, held)
     agree(fast, general, x, Box(np.arange(3.0)))
+
+
+# ---- x[~mask] ------------------------------------------------------------------------------------
+
+
+def inverted_mask(x):
+    mask = x > 0.1
+    return np.sum(x[mask] ** 3) + np.sum(np.exp(x[~mask]))
+
+
+def inverted_mask_written(x, y):
+    mask = x >= 0.0
+    out = np.zeros_like(x)
+    out[~mask] = y[~mask] * 2.0
+    return np.sum(out * x) + np.sum(y[mask] ** 2)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_inverted_mask_is_computed_on_every_call(tier):
+    """Calls 1-2 with one mask, call 3 with the same count at other places, call 4 with another
+    count: each as the general path gives it. Call 3 fails if the program used the capture's `~mask`
+    (a constant) instead of computing it from this call's comparison."""
+    fast = bytegrad.differentiate(fresh(inverted_mask), tier=tier)
+    general = bytegrad.differentiate(inverted_mask, tier="general")
+    a = np.array([0.5, -1.0, 2.0, -0.3, 0.7, -2.0])
+    b = a * 1.1
+    c = -a  # three above 0.1 again, at the other places
+    d = np.array([0.5, 1.0, 2.0, -0.3, 0.7, 2.0])
+    for x in (a, b, c, d):
+        agree(fast, general, x)
+    s = stats(fast)
+    assert s["programs"], s
+    assert s["programs"][0]["calls"] >= 2, s  # (b and c ran the first program)
+    assert not any("gives" in g and "line" in g and "gt" in g for g in s["programs"][0]["guards"])
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_inverted_mask_in_a_write(tier):
+    fast = bytegrad.differentiate(fresh(inverted_mask_written), wrt=(0, 1), tier=tier)
+    general = bytegrad.differentiate(inverted_mask_written, wrt=(0, 1), tier="general")
+    y = np.array([1.0, 2.0, 3.0, 4.0])
+    for x in (np.array([1.0, -1.0, 2.0, -2.0]), np.array([1.5, -1.0, 2.0, -2.0]), np.array([-1.0, 1.0, -2.0, 2.0])):
+        agree(fast, general, x, y)
+
+
+def inverted_mask_rebound(x, flip):
+    mask = x > 0.0
+    if flip:
+        mask = x < 0.5  # a second store: which comparison `mask` holds is not one line's
+    return np.sum(x[~mask] ** 2)
+
+
+def inverted_mask_in_a_loop(x):
+    total = 0.0
+    for k in range(2):
+        mask = x > 0.3 * k
+        total = total + np.sum(x[~mask] ** 2)
+    return total
+
+
+def inverted_other_array(x):
+    mask = x > 0.0
+    other = np.array([True, False, True, False])
+    return np.sum(x[mask]) + np.sum(x[~other] ** 2)
+
+
+@pytest.mark.parametrize("fn", [inverted_mask_rebound, inverted_mask_in_a_loop, inverted_other_array])
+def test_inverted_masks_the_analysis_cannot_prove_stay_refused_naming_the_line(fn):
+    """A local stored twice, a loop, `~` of an array that is not a comparison's: refused with the
+    construct and its line, and each call agrees. Fails when reach_mask takes any `~` index."""
+    extra = (True,) if fn is inverted_mask_rebound else ()
+    fast = bytegrad.differentiate(fresh(fn), tier="numpy")
+    general = bytegrad.differentiate(fn, tier="general")
+    for x in (np.array([1.0, -1.0, 2.0, -2.0]), np.array([-1.0, 1.0, -2.0, 2.0])):
+        got, expected = fast.value_and_grad(x, *extra), general.value_and_grad(x, *extra)
+        assert_trees_close(got, expected, rtol=1e-12, atol=1e-300)
+    if fn is not inverted_other_array:
+        assert not stats(fast)["programs"]
+        assert "x[~mask]" in refusals(fast) and "line " in refusals(fast), refusals(fast)
+
+
+def test_inverted_sources_on_every_version():
+    from bytegrad.compiled.reach_mask import inverted_sources
+
+    first = inverted_mask.__code__.co_firstlineno
+    import operator
+    assert inverted_sources(inverted_mask.__code__) == {first + 2: (first + 1, operator.gt)}
+    assert inverted_sources(inverted_mask_rebound.__code__) == {}
+    assert inverted_sources(inverted_mask_in_a_loop.__code__) == {}
