@@ -329,3 +329,57 @@ def test_inverted_sources_on_every_version():
     assert inverted_sources(inverted_mask.__code__) == {first + 2: (first + 1, operator.gt)}
     assert inverted_sources(inverted_mask_rebound.__code__) == {}
     assert inverted_sources(inverted_mask_in_a_loop.__code__) == {}
+
+
+# ---- a literal's method, a view of an array made from constants ----------------------------------
+
+
+def formats_a_value(x):
+    label = "{:.1f}".format(x[0])
+    return np.sum(x ** 2) * len(label)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_literal_method_on_a_value_is_a_decision(tier):
+    """`"{:.1f}".format(x[0])`: the text is a decision the program computes again. The third call's
+    text is longer: as the general path gives it (fails if the program kept the captured length)."""
+    fast = bytegrad.differentiate(fresh(formats_a_value), tier=tier)
+    general = bytegrad.differentiate(formats_a_value, tier="general")
+    for first in (1.23, 1.24, 12.3, 1.23):
+        agree(fast, general, np.array([first, 0.5, -2.0]))
+    s = stats(fast)
+    assert s["programs"] and s["programs"][0]["calls"] >= 1, s
+    assert any("format gives" in g for g in s["programs"][0]["guards"]), s["programs"][0]["guards"]
+
+
+def made_view(X):
+    return np.sum(X * np.arange(6.0).reshape(2, 3)) + np.sum(X.T @ np.eye(2).T)
+
+
+def made_then_written(X):
+    m = np.arange(6.0)
+    m[0] = 5.0
+    return np.sum(X * m.reshape(2, 3))
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_view_of_a_made_array_compiles_and_agrees(tier):
+    fast = bytegrad.differentiate(fresh(made_view), tier=tier)
+    general = bytegrad.differentiate(made_view, tier="general")
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        agree(fast, general, rng.normal(size=(2, 3)))
+    s = stats(fast)
+    assert len(s["programs"]) == 1 and s["general_calls"] == 0, s
+
+
+def test_view_of_a_local_made_array_stays_refused_naming_the_line():
+    """`m.reshape(2, 3)` of a local (written in between): not the one-expression form; refused with
+    the construct and its line, and agrees."""
+    fast = bytegrad.differentiate(fresh(made_then_written), tier="numpy")
+    general = bytegrad.differentiate(made_then_written, tier="general")
+    rng = np.random.default_rng(6)
+    for _ in range(3):
+        agree(fast, general, rng.normal(size=(2, 3)))
+    assert not stats(fast)["programs"]
+    assert "line " in refusals(fast), refusals(fast)
