@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Optional, cast
 
 import numpy as np
 
-from bytegrad.compiled import constructs
+from bytegrad.compiled import constructs, reach_with
 from bytegrad.compiled.reach_consts import constant_attribute, made_view_site
 from bytegrad.errors import DifferentiationError, SourceLoc, qualname
 from bytegrad.runtime.dispatch import MAKERS
@@ -171,8 +171,9 @@ def _instruction_reasons(bc: Any, stacks: list, own_cells: frozenset[str], fn_gl
             continue  # `nonlocal v; v = ...` of a frame of the run: a local's write
         why = _keyed_select(ins, stack, kind, keywords) or _instruction_reason(ins, stack) or \
             _opaque_module_callable(ins, stack, after, kind)
-        if why is not None and k and (constant_attribute(instrs[k - 1], ins, kind) or made_view_site(instrs, stacks, k)):
-            why = None  # (`"{:.2f}".format`, `np.arange(9.0).reshape(3, 3)`: compiled/reach_consts.py)
+        if why is not None and k and (constant_attribute(instrs[k - 1], ins, kind) or made_view_site(instrs, stacks, k)
+                                      or reach_with.allowed(instrs, stacks, k)):
+            why = None  # (`"{:.2f}".format`, `np.arange(9.0).reshape(3, 3)`, `with obj:`: compiled/reach_*.py)
         if kind is OpKind.CALL or kind is OpKind.CALL_KW:
             keywords = False
             if why is not None and why.startswith("calls a function that is not known statically"):
