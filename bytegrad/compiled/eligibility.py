@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Optional, cast
 
 import numpy as np
 
-from bytegrad.compiled import constructs, reach_with
+from bytegrad.compiled import constructs, reach_objects, reach_with
 from bytegrad.compiled.reach_consts import constant_attribute, made_view_site
 from bytegrad.errors import DifferentiationError, SourceLoc, qualname
 from bytegrad.runtime.dispatch import MAKERS
@@ -180,6 +180,8 @@ def _instruction_reasons(bc: Any, stacks: list, own_cells: frozenset[str], fn_gl
                 why = _constant_comprehension(instrs, k, fn_globals, guards, why)
                 if why is not None:
                     why = _pure_on_constants(ins, stack, kind, fn_globals, guards, why)
+                if why is not None:  # `Acc(np.zeros(n))`: compiled/reach_objects.py
+                    why = reach_objects.constant_class(ins, stack, kind, fn_globals, guards, why)
         if why is not None:
             reasons.append(f"{why} (line {cast('Instr', ins).lineno})")  # (only an Instr has a name)
     return reasons
