@@ -487,3 +487,122 @@ def test_with_a_manager_whose_enter_is_not_python_stays_refused_naming_the_line(
     assert not stats(fast)["programs"]
     line = with_a_c_enter.__code__.co_firstlineno + 1
     assert "`with` block on a CEnter" in refusals(fast) and f"line {line}" in refusals(fast), refusals(fast)
+
+
+# ---- objects of a plain class built on constants -------------------------------------------------
+
+
+class Totals:
+    def __init__(self, n):
+        self.total = np.zeros(n)
+        self.count = 0.0
+
+    def add(self, v):
+        self.total += v
+        self.count = self.count + np.sum(v)
+
+
+def accumulates(x):
+    acc = Totals(len(x))
+    for k in range(2):
+        acc.add(np.sin(x * (k + 1)))
+    return np.sum(acc.total ** 2) + acc.count
+
+
+class Box2:
+    def __init__(self, data):
+        self.data = data
+
+    def __iadd__(self, other):
+        self.data = self.data + other
+        return self
+
+
+def boxes_made_from_zeros(x, y):
+    acc = Box2(np.zeros(len(x)))
+    acc += x * y
+    acc += y
+    return np.sum(acc.data ** 2)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("fn", [accumulates, boxes_made_from_zeros])
+def test_object_built_on_constants_compiles_and_agrees(fn, tier):
+    wrt = 0 if fn is accumulates else (0, 1)
+    fast = bytegrad.differentiate(fresh(fn), wrt=wrt, tier=tier)
+    general = bytegrad.differentiate(fn, wrt=wrt, tier="general")
+    rng = np.random.default_rng(8)
+    for _ in range(3):
+        args = (rng.normal(size=3),) if fn is accumulates else (rng.normal(size=3), rng.normal(size=3))
+        agree(fast, general, *args)
+    s = stats(fast)
+    assert len(s["programs"]) == 1 and s["general_calls"] == 0, s
+    cls = "Totals" if fn is accumulates else "Box2"
+    assert any(f"{cls}'s attributes unchanged" in g for g in s["programs"][0]["guards"])
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_object_built_on_constants_sees_its_class_changed(tier):
+    """A method of the class replaced between calls: the class guard sends the call to the general
+    path (the program would replay the old method)."""
+    fast = bytegrad.differentiate(fresh(accumulates), tier=tier)
+    general = bytegrad.differentiate(accumulates, tier="general")
+    x = np.array([0.3, -0.7, 1.1])
+    agree(fast, general, x)
+    agree(fast, general, x)
+    old = Totals.add
+    try:
+        def add(self, v):
+            self.total += 2.0 * v
+            self.count = self.count + np.sum(v)
+        Totals.add = add
+        agree(fast, general, x)
+    finally:
+        Totals.add = old
+    agree(fast, general, x)
+
+
+class Scale3:
+    def __init__(self, k):
+        self.k = k
+
+    def times(self, v):
+        return v * self.k
+
+
+def scales_with_a_default(x, s=Scale3(2.0)):
+    local = Scale3(3.0)
+    return np.sum(s.times(x)) + np.sum(local.times(x))
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_an_object_of_the_class_not_built_in_the_call_stays_refused(tier):
+    """`s`, a default argument's Scale3, is of the class the call builds on constants, but was not
+    built in the call: it stays general (a default that can change in place is refused before the
+    capture; BuildWatch would not have seen its __init__ either), and its state changed between
+    calls is seen."""
+    fn = fresh(scales_with_a_default)
+    fast = bytegrad.differentiate(fn, tier=tier)
+    general = bytegrad.differentiate(scales_with_a_default, tier="general")
+    x = np.array([0.5, 1.0, -2.0])
+    default = scales_with_a_default.__defaults__[0]
+    try:
+        for k in (2.0, 2.0, 5.0):
+            default.k = k
+            fn.__defaults__[0].k = k
+            agree(fast, general, x)
+    finally:
+        default.k = 2.0
+    assert not stats(fast)["programs"]
+    assert "default argument" in refusals(fast), refusals(fast)
+
+
+def test_augmented_self_write_pattern():
+    import dis
+
+    from bytegrad.compiled.reach_objects import augmented_self_write
+
+    instrs = [i for i in dis.get_instructions(Totals.add) if i.opname != "CACHE"]
+    stores = [k for k, i in enumerate(instrs) if i.opname == "STORE_ATTR"]
+    assert [augmented_self_write(instrs, k, "self") for k in stores] == [True, False]
+    assert not augmented_self_write(instrs, stores[0], "v")
