@@ -600,7 +600,7 @@ def test_an_object_of_the_class_not_built_in_the_call_stays_refused(tier):
 def test_augmented_self_write_pattern():
     import dis
 
-    from bytegrad.compiled.reach_objects import augmented_self_write
+    from bytegrad.compiled.reach_self import augmented_self_write
 
     instrs = [i for i in dis.get_instructions(Totals.add) if i.opname != "CACHE"]
     stores = [k for k, i in enumerate(instrs) if i.opname == "STORE_ATTR"]

@@ -181,7 +181,7 @@ def _instruction_reasons(bc: Any, stacks: list, own_cells: frozenset[str], fn_gl
                 if why is not None:
                     why = _pure_on_constants(ins, stack, kind, fn_globals, guards, why)
                 if why is not None:  # `Acc(np.zeros(n))`: compiled/reach_objects.py
-                    why = reach_objects.constant_class(ins, stack, kind, fn_globals, guards, why)
+                    why = reach_objects.constant_class(ins, stack, kind, fn_globals, guards, why, check)
         if why is not None:
             reasons.append(f"{why} (line {cast('Instr', ins).lineno})")  # (only an Instr has a name)
     return reasons

@@ -346,7 +346,7 @@ def without_self_writes(code: types.CodeType, reasons: list[str], f: Any = None,
         reasons = allowed_param_reads(f, reasons, tape)
     if not code.co_argcount:
         return reasons
-    from bytegrad.compiled.reach_objects import augmented_self_write
+    from bytegrad.compiled.reach_self import augmented_self_write
 
     me = code.co_varnames[0]
     prev: Any = None

@@ -21,25 +21,26 @@ built object's are (their `self.x = ...` allowed) and their class guarded.
 """
 from __future__ import annotations
 
+import _thread
 import sys
-import threading
 import types
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from bytegrad.compiled import objects
 from bytegrad.compiled.constructs import RaiseWatch
 
-__all__ = ["BuildWatch", "augmented_self_write", "constant_class", "local_ids"]
+__all__ = ["BuildWatch", "constant_class", "local_ids"]
 
 _HEAPTYPE = 1 << 9
-_SEEN = threading.local()  # .objects: those whose __init__ the current capture run saw run
+#: thread -> the objects whose __init__ the capture run of that thread saw run (until `local_ids` reads them)
+_SEEN: dict[int, list] = {}
 
 
 def constant_class(ins: Any, stack: tuple, kind: Any, fn_globals: dict[str, Any], guards: list[tuple],
-                   why: str) -> Optional[str]:
+                   why: str, check: Callable[..., tuple[list[str], list[tuple]]]) -> Optional[str]:
     """None when the call at `ins` builds an object of a plain module-level class on constants (its
-    guards added to `guards`); else `why`, or the reason its `__init__` is refused."""
-    from bytegrad.compiled import eligibility
+    guards added to `guards`); else `why`, or the reason its `__init__` is refused (`check`:
+    eligibility.check, which runs this)."""
     from bytegrad.transform import opcodes
     from bytegrad.transform.opcodes import OpKind
 
@@ -53,7 +54,7 @@ def constant_class(ins: Any, stack: tuple, kind: Any, fn_globals: dict[str, Any]
             or objects.local_refusal(cls) is not None:
         return why
     defaults = (init.__defaults__ or ()) + tuple((init.__kwdefaults__ or {}).values())
-    sub, more = eligibility.check(init.__code__, frozenset(), init.__globals__, frozenset(), defaults,
+    sub, more = check(init.__code__, frozenset(), init.__globals__, frozenset(), defaults,
                                   init.__closure__ or (), cells_active=False)
     sub = objects.without_self_writes(init.__code__, sub)
     if sub:
@@ -73,9 +74,10 @@ class BuildWatch(RaiseWatch):
         self._inits = {g[1].__init__.__code__: g[1] for g in guards if g[0] == "class"
                        and type(getattr(g[1], "__init__", None)) is types.FunctionType}
         self._profiling = False
+        self._built: list = []
 
     def __enter__(self) -> "BuildWatch":
-        _SEEN.objects = []
+        self._built = _SEEN[_thread.get_ident()] = []
         if self._inits and sys.getprofile() is None:  # (a profiler already set: nothing seen, refused)
             sys.setprofile(self._profile)
             self._profiling = True
@@ -94,13 +96,13 @@ class BuildWatch(RaiseWatch):
             if cls is not None and frame.f_code.co_argcount:
                 obj = frame.f_locals.get(frame.f_code.co_varnames[0])
                 if type(obj) is cls:
-                    _SEEN.objects.append(obj)
+                    self._built.append(obj)
 
 
 def local_ids(tape: Any) -> set[int]:
     """The ids of the capture's local objects (`tape.local`), with those `BuildWatch` saw built on
     constants added to it."""
-    seen = getattr(_SEEN, "objects", None) or []
+    seen = _SEEN.pop(_thread.get_ident(), None) or []
     have = {id(o) for o in tape.local}
     for obj in seen:
         if id(obj) not in have and id(obj) not in tape.ids:
@@ -108,22 +110,3 @@ def local_ids(tape: Any) -> set[int]:
             have.add(id(obj))
     return have
 
-
-def augmented_self_write(instrs: list, k: int, me: str) -> bool:
-    """Whether the STORE_ATTR at k (`dis` instructions) ends `me.name op= value`: LOAD_FAST me, COPY 1,
-    LOAD_ATTR name, ..., BINARY_OP (in place), SWAP 2, STORE_ATTR name, the value computed between
-    the LOAD_ATTR and the BINARY_OP."""
-    store = instrs[k]
-    if k < 2 or instrs[k - 1].opname != "SWAP" or instrs[k - 1].arg != 2 or instrs[k - 2].opname != "BINARY_OP":
-        return False
-    for j in range(k - 3, 0, -1):
-        ins = instrs[j]
-        if ins.opname == "COPY" and ins.arg == 1:
-            before, after = instrs[j - 1], instrs[j + 1]
-            return before.opname in ("LOAD_FAST", "LOAD_FAST_CHECK") and before.argval == me \
-                and after.opname == "LOAD_ATTR" and _attr(after.argval) == _attr(store.argval)
-    return False
-
-
-def _attr(argval: Any) -> str:
-    return argval if isinstance(argval, str) else str(argval)
