@@ -606,3 +606,21 @@ def test_augmented_self_write_pattern():
     stores = [k for k, i in enumerate(instrs) if i.opname == "STORE_ATTR"]
     assert [augmented_self_write(instrs, k, "self") for k in stores] == [True, False]
     assert not augmented_self_write(instrs, stores[0], "v")
+
+
+def test_list_sort_of_a_list_subclass_calls_no_override():
+    class Logged(list):
+        calls = 0
+
+        def append(self, item):
+            Logged.calls += 1
+            super().append(item)
+
+    @bytegrad.differentiate
+    def f(x):
+        items = Logged([x[2], x[0], x[1]])
+        items.sort()
+        return items[0] * 1.0 + items[2] * 3.0
+
+    np.testing.assert_array_equal(f.grad(np.array([0.5, 2.0, -1.0])), [0.0, 3.0, 1.0])
+    assert Logged.calls == 0

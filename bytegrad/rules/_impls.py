@@ -170,14 +170,15 @@ def py_sorted(iterable: Any, /, *, key: Any = None, reverse: bool = False) -> li
 
 def py_list_sort(self: list[Any], /, *, key: Any = None, reverse: bool = False) -> None:
     """`list.sort`: the order `py_sorted` finds (each comparison recorded), then the list refilled in
-    place with the same items (moved by `pop` and `append`, which do not look at them)."""
+    place with the same items (moved by list's own `pop` and `append`, which do not look at them; a
+    subclass's overrides are not called, as `list.sort` calls none)."""
     items = [item for item in self]
     keys = items if key is None else [key(item) for item in items]
     order = _merge_order(keys, reverse)
     for _ in range(len(items)):
-        self.pop()
+        list.pop(self)
     for i in order:
-        self.append(items[i])
+        list.append(self, items[i])
 
 
 def _merge_order(keys: list[Any], reverse: bool) -> list[int]:
