@@ -148,11 +148,12 @@ def sorts_a_local_list(x):
 
 @pytest.mark.parametrize("tier", TIERS)
 def test_list_sort_is_not_replayed(tier):
-    """`list.sort` compares values in C: a program would replay the captured order. The order of
-    the calls' values changes; every gradient must be the general path's."""
+    """`list.sort` compares values in C, so it runs as `py_list_sort` (each comparison a decision): a
+    program never replays the captured order. The order of the calls' values changes; every
+    gradient must be the general path's (tests/test_compiled_reach.py has more)."""
     fast = bytegrad.differentiate(sorts_a_local_list, tier=tier)
     general = bytegrad.differentiate(sorts_a_local_list, tier="general")
     for x in (np.array([1.0, 2.0, 3.0]), np.array([3.0, 1.0, 2.0]), np.array([2.0, 3.0, 1.0]),
               np.array([1.5, 2.5, 0.5])):
         assert_trees_close(fast.value_and_grad(x), general.value_and_grad(x), rtol=1e-12, atol=0)
-    assert not fast.stats()["compiled"]["programs"]
+    assert all(any("lt gives" in g for g in p["guards"]) for p in fast.stats()["compiled"]["programs"])

@@ -625,7 +625,8 @@ class Tally:
         self.n = 0
 
     def __call__(self, x):
-        self.n += 1  # (not `self.name = value`: stays general)
+        me = self
+        me.n = me.n + 1  # (through another name, not `self.name = value`: stays general)
         return np.sum(self.w * x)
 
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 from bytegrad import transform
-from bytegrad.compiled import errstate, objects, policy
-from bytegrad.compiled.constructs import RaiseWatch, has_handlers, watch_callee
+from bytegrad.compiled import errstate, objects, policy, reach_objects
+from bytegrad.compiled.constructs import has_handlers, watch_callee
 from bytegrad.compiled.effects import ATOMS
 from bytegrad.rules import pytrees
 from bytegrad.runtime import pytree
@@ -75,11 +75,11 @@ class CaptureTape(Tape):
         self.local: list[Any] = []
         self.taken: dict[int, Any] = {}
 
-    def built(self, obj: Any, site: Any) -> None:
+    def built(self, obj: Any, site: Any, constants: bool = False) -> None:  # (on constants: compiled/reach_objects.py)
         why = objects.local_refusal(type(obj))
-        if why is not None:
+        if why is not None and not constants:
             self.refuse(f"builds a {type(obj).__qualname__} from a differentiated value ({why})", site)
-        else:
+        elif why is None:
             self.local.append(obj)
 
     holds_built = objects.holds_built  # (`Net([Linear(W1), ...])`: made of objects the run built)
@@ -373,7 +373,7 @@ def capture_run(d: Any, args: tuple, positions: tuple[int, ...], tape_class: typ
     # what the run may write besides its result (differentiated arrays are protected: never written)
     snapshot = Snapshot(tuple(None if p in wrt else a for p, a in enumerate(args)), tuple(names), tuple(tracked))
     try:
-        with RaiseWatch(has_handlers(d._code)) as watch:  # exceptions raised and handled on the way (compiled/constructs.py)
+        with reach_objects.BuildWatch(has_handlers(d._code), guards) as watch:  # (compiled/constructs.py, reach_objects.py)
             out, tape, specs, _ = d._forward(args, {}, positions, strict=False, capture=tape_class,
                                              tracked=tracked, protect=frozenset(wrt), prepare_other=track_in_place)
     except Unobservable as exc:  # (raised before the function ran)
@@ -549,7 +549,7 @@ def _callee_guards(tape: CaptureTape, root: Optional[types.CodeType] = None, out
     unseen = getattr(tape.callees, "unseen", None)
     if unseen:
         return unseen[0], []
-    built = {id(o) for o in tape.local}  # objects the run built (compiled/objects.py)
+    built = reach_objects.local_ids(tape)  # objects the run built (compiled/objects.py, reach_objects.py)
     guarded = tape.objects | built
     if wrt_specs:  # (a differentiated dataclass's copy, handed to its methods)
         guarded = guarded | objects.copies((v for _, args, _, _ in tape.callees for v in args), list(wrt_specs), tape)
@@ -586,7 +586,7 @@ def _callee_guards(tape: CaptureTape, root: Optional[types.CodeType] = None, out
                                           f.__closure__ or (), local, cells_active=rewritten, callee=True,
                                           untracked=untracked)
         if reasons and args and id(args[0]) in built:  # a method of an object the call built: it may set its attributes
-            reasons = objects.without_self_writes(f.__code__, reasons)
+            reasons = objects.without_self_writes(f.__code__, reasons, f, tape)
         if reasons:
             return f"it calls {f.__qualname__} ({at}), which {reasons[0]}", []
         for entry in more:

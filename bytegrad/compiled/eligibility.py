@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, cast
 
 import numpy as np
 
-from bytegrad.compiled import constructs, objects
+from bytegrad.compiled import constructs, objects, reach_objects, reach_with
+from bytegrad.compiled.reach_consts import constant_attribute, made_view_site
 from bytegrad.errors import DifferentiationError, SourceLoc, qualname
 from bytegrad.runtime.dispatch import MAKERS
 from bytegrad.compiled.writes import own_writes
@@ -174,12 +175,17 @@ def _instruction_reasons(bc: Any, stacks: list, own_cells: frozenset[str], fn_gl
             continue  # `nonlocal v; v = ...` of a frame of the run: a local's write
         why = _keyed_select(ins, stack, kind, keywords) or _instruction_reason(ins, stack) or \
             _opaque_module_callable(ins, stack, after, kind)
+        if why is not None and k and (constant_attribute(instrs[k - 1], ins, kind) or made_view_site(instrs, stacks, k)
+                                      or reach_with.allowed(instrs, stacks, k)):
+            why = None  # (`"{:.2f}".format`, `np.arange(9.0).reshape(3, 3)`, `with obj:`: compiled/reach_*.py)
         if kind is OpKind.CALL or kind is OpKind.CALL_KW:
             keywords = False
             if why is not None and why.startswith("calls a function that is not known statically"):
                 why = _constant_comprehension(instrs, k, fn_globals, guards, why)
                 if why is not None:
                     why = _pure_on_constants(ins, stack, kind, fn_globals, guards, why)
+                if why is not None:  # `Acc(np.zeros(n))`: compiled/reach_objects.py
+                    why = reach_objects.constant_class(ins, stack, kind, fn_globals, guards, why, check)
         if why is not None:
             reasons.append(f"{why} (line {cast('Instr', ins).lineno})")  # (only an Instr has a name)
     return reasons

@@ -112,7 +112,12 @@ def _inside(site: Any, code: types.CodeType, found: list) -> list[dict]:
 def refused_callees(code: types.CodeType, fn_globals: dict, callees: list) -> Optional[str]:
     """Why the capture cannot be a program: a Python callee called inside an errstate block (its
     operations run under it too), or a callee with errstate blocks of its own; None if neither."""
+    from bytegrad.compiled.reach_with import unpaired
+
     found = blocks(code, fn_globals) or []
+    why = unpaired(callees)  # (`with obj:` left other than by its end: compiled/reach_with.py)
+    if why is not None:
+        return why
     for f, _, _, site in callees:
         if found and _inside(site, code, found):
             return f"it calls {f.__qualname__} inside `with np.errstate(...)` (line {site.lineno})"

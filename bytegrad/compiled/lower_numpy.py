@@ -50,6 +50,7 @@ from bytegrad.compiled.source import (
     operator_expr, short,
 )
 from bytegrad.compiled.reuse import accumulate, forward_alternatives, lower_partial, made_here
+from bytegrad.compiled.reach_consts import made_view
 from bytegrad.compiled.writes import (
     count_guard, data_indexed, decided_array, forward_write, known_index, reverse_write,
 )
@@ -140,7 +141,7 @@ class Builder:
             return self.var[p]
         t = type(a)
         if t is _ndarray:
-            var = self.inputs.untracked.get(id(a)) or self._made_var(a)
+            var = self.inputs.untracked.get(id(a)) or self._made_var(a) or made_view(self, a, rec)
             if var is None:
                 raise Ineligible(f"{qualname(rec.fn)} reads an array computed without the arguments (from an "
                                  "array made inside the function, as `0.1 * np.eye(n)`, or read from a global, as "

@@ -360,22 +360,34 @@ _WRITE_ATTR = {"STORE_ATTR", "DELETE_ATTR"}
 _SELF_LOADS = {"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR"}
 
 
-def without_self_writes(code: types.CodeType, reasons: list[str]) -> list[str]:
+def without_self_writes(code: types.CodeType, reasons: list[str], f: Any = None, tape: Any = None) -> list[str]:
     """`reasons` (compiled/eligibility.py's) less "writes an attribute" when every attribute write
-    of `code` is `self.name = value` (its first parameter, loaded just before, never rebound)."""
+    of `code` is `self.name = value` or `self.name op= value` (its first parameter, never rebound); and
+    less those of its zero-argument `super()` lookups (compiled/reach_super.py) and of attribute reads
+    off a parameter that holds a number in the calls of `f` the capture `tape` saw (compiled/reach_params.py)."""
     import dis
 
+    from bytegrad.compiled.reach_params import allowed_param_reads
+    from bytegrad.compiled.reach_super import allowed_super
+
+    reasons = allowed_super(code, reasons)
+    if f is not None:
+        reasons = allowed_param_reads(f, reasons, tape)
     if not code.co_argcount:
         return reasons
+    from bytegrad.compiled.reach_self import augmented_self_write
+
     me = code.co_varnames[0]
     prev: Any = None
-    for ins in dis.get_instructions(code):
+    instrs = [i for i in dis.get_instructions(code) if i.opname != "CACHE"]
+    for k, ins in enumerate(instrs):
         if ins.opname in ("STORE_FAST", "DELETE_FAST", "STORE_FAST_STORE_FAST", "STORE_FAST_LOAD_FAST") and \
                 me in str(ins.argval):
             return reasons
         if ins.opname in _WRITE_ATTR:
             ok = prev is not None and ((prev.opname in _SELF_LOADS and prev.argval == me) or
-                                      (prev.opname == "LOAD_FAST_LOAD_FAST" and prev.argval[1] == me))
+                                      (prev.opname == "LOAD_FAST_LOAD_FAST" and prev.argval[1] == me)) \
+                or augmented_self_write(instrs, k, me)  # `self.total += v`
             if not ok:
                 return reasons
         prev = ins

@@ -31,6 +31,7 @@ from typing import Any, Optional
 import numpy as np
 
 from bytegrad.compiled.source import DECISION_GUARD, Ineligible
+from bytegrad.compiled.reach_mask import inverted_mask
 from bytegrad.runtime import writes as rw
 from bytegrad.runtime.backward import UNARY
 from bytegrad.runtime.records import IDENTITY
@@ -247,6 +248,8 @@ def known_index(b: Any, rec: Any) -> None:
     for k in (key if type(key) is tuple else (key,)):
         if type(k) is _ndarray and b.tape.ids.get(id(k)) is None and id(k) not in b.inputs.untracked \
                 and b._made_var(k) is None:
+            if k.dtype.kind == "b" and inverted_mask(b, rec, k) is not None:  # `x[~mask]` (compiled/reach_mask.py)
+                continue
             if k.dtype.kind == "b":
                 raise Ineligible("indexes with a mask computed where the capture does not record it (`x[~mask]`, "
                                  "`x[m1 & m2]`: an operation on a comparison's result is not hooked; index with "
@@ -342,6 +345,8 @@ def _index_only_compares(code: Any, bc: Any, stacks: list) -> frozenset:
             if ((ins.name == "BINARY_SUBSCR" and j == 1) or (ins.name == "STORE_SUBSCR" and j == 2)) \
                     and st is not None and len(st) >= 2 and st[-2].active:  # (the container's: hooked)
                 continue
+            if ins.name == "UNARY_INVERT" and index_only((k, 0), depth + 1):
+                continue  # `x[~mask]`: the program computes `~mask` (compiled/reach_mask.py) or refuses
             if ins.name == "STORE_FAST":
                 local = opcodes.local_names(ins)[0]
                 if stores.get(local) == 1 and local not in cells and loads.get(local) \

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 __all__ = [
     "py_sum", "py_fsum", "fsum_list", "py_prod", "py_min", "py_max", "py_iter", "py_zip", "py_enumerate", "py_map", "py_reversed",
-    "py_sorted", "py_reduce", "py_list", "py_tuple", "py_list_extend",
+    "py_sorted", "py_list_sort", "py_reduce", "py_list", "py_tuple", "py_list_extend",
 ]
 
 #: "no value": a slice no one else holds, tested by identity. (A slice, not an `object()`: the rewrite
@@ -171,6 +171,19 @@ def py_sorted(iterable: Any, /, *, key: Any = None, reverse: bool = False) -> li
     items = [item for item in iterable]
     keys = items if key is None else [key(item) for item in items]
     return [items[i] for i in _merge_order(keys, reverse)]
+
+
+def py_list_sort(self: list[Any], /, *, key: Any = None, reverse: bool = False) -> None:
+    """`list.sort`: the order `py_sorted` finds (each comparison recorded), then the list refilled in
+    place with the same items (moved by list's own `pop` and `append`, which do not look at them; a
+    subclass's overrides are not called, as `list.sort` calls none)."""
+    items = [item for item in self]
+    keys = items if key is None else [key(item) for item in items]
+    order = _merge_order(keys, reverse)
+    for _ in range(len(items)):
+        list.pop(self)
+    for i in order:
+        list.append(self, items[i])
 
 
 def _merge_order(keys: list[Any], reverse: bool) -> list[int]:

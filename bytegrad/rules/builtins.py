@@ -241,6 +241,7 @@ transparent(tuple.__new__)  # a namedtuple's generated `__new__` (run rewritten)
 transparent(object.__setattr__)  # stores a reference (a user `__setattr__`, a frozen dataclass's `__init__`)
 transparent(types.GeneratorType.close)  # `send` is the runtime's: it checks the generator was rewritten
 differentiate_through(list.extend, _impls.py_list_extend)
+differentiate_through(list.sort, _impls.py_list_sort)  # (in C it would compare unseen: a decision)
 
 non_differentiable(
     builtins.len, builtins.int, builtins.bool, builtins.round, builtins.range, builtins.isinstance,
@@ -250,7 +251,7 @@ non_differentiable(
 )
 transparent(
     builtins.print, builtins.dict, builtins.getattr, builtins.setattr, builtins.next, functools.partial,
-    list.append, list.insert, list.pop, list.copy, list.remove, list.clear, list.reverse, list.sort,
+    list.append, list.insert, list.pop, list.copy, list.remove, list.clear, list.reverse,
     list.__getitem__, list.__setitem__, list.__reversed__, tuple.__getitem__,
     dict.get, dict.items, dict.keys, dict.values, dict.setdefault, dict.update, dict.pop, dict.popitem,
     dict.copy, dict.__getitem__, dict.__setitem__, dict.__reversed__,

@@ -490,6 +490,9 @@ def before_with(tape: Optional[Tape], site: Site, mgr: Any) -> tuple[Any, Any]:
     if enter is None or exit_ is None:
         raise TypeError(f"'{cls.__name__}' object does not support the context manager protocol")
     bound_exit = exit_.__get__(mgr, cls)
+    if tape is not None and tape.capturing and (type(enter) is not _FunctionType or type(exit_) is not _FunctionType):
+        tape.refuse(f"uses a `with` block on a {cls.__qualname__}, whose __enter__ or __exit__ is not Python code "
+                    "(what it does would not be replayed)", site)
     if tape is not None and type(enter) is _FunctionType:
         return call_python(tape, site, enter, (mgr,), None), bound_exit
     return enter.__get__(mgr, cls)(), bound_exit

@@ -342,13 +342,14 @@ _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
 def construct(tape: Tape, site: Site, cls: type[Any], args: tuple, kwargs: Optional[dict]) -> Any:
     """`cls(*args)`: a Python `__init__` is differentiated like any callee; a C class needs a rule."""
     tracked = any_tracked(tape.ids, args, kwargs) or (tape.capturing and tape.holds_built(args, kwargs))
-    # an object argument may hold differentiated values (`W(p)`, whose `__init__` reads `p.v`)
-    if not tracked and not (cls.__flags__ & _HEAPTYPE and type(cls.__init__) is _FunctionType and
-                            any(type(a) not in PLAIN for a in args)):
-        _watch_objects(args, kwargs)  # `itertools.groupby(objs, key=f)`, `W(obj)` reading obj's values
-        return cls(*args, **kwargs) if kwargs else cls(*args)
     plain = cls.__flags__ & _HEAPTYPE and type(cls) is type and cls.__new__ is object.__new__ and \
         type(cls.__init__) is _FunctionType  # (a capturing tape is told of such an object: `Tape.built`)
+    local = plain and not tracked and tape.capturing  # (built on constants: its `__init__` recorded too)
+    # an object argument may hold differentiated values (`W(p)`, whose `__init__` reads `p.v`)
+    if not tracked and not local and not (cls.__flags__ & _HEAPTYPE and type(cls.__init__) is _FunctionType and
+                                          any(type(a) not in PLAIN for a in args)):
+        _watch_objects(args, kwargs)  # `itertools.groupby(objs, key=f)`, `W(obj)` reading obj's values
+        return cls(*args, **kwargs) if kwargs else cls(*args)
     if tracked and tape.capturing and not plain:
         tape.refuse(f"builds a {qualname(cls)} from a differentiated value", site)
     if not cls.__flags__ & _HEAPTYPE:
@@ -370,8 +371,8 @@ def construct(tape: Tape, site: Site, cls: type[Any], args: tuple, kwargs: Optio
         if type(init) is not _FunctionType:
             return cls(*args, **kwargs) if kwargs else cls(*args)
         obj: Any = object.__new__(cls)  # raises as `cls(...)` would for an abstract class
-        if tracked and tape.capturing:
-            tape.built(obj, site)
+        if tape.capturing and (tracked or local):
+            tape.built(obj, site, not tracked)
     elif type(new) is _FunctionType:  # a `__new__` written in Python, rewritten
         obj = call_python(tape, site, new, (cls,) + args, kwargs)
     else:

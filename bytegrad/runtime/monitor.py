@@ -164,6 +164,10 @@ def _check_frame(frame: Any, code: types.CodeType) -> None:
     if tape is None:
         return
     ids = tape.ids
+    made = getattr(tape, "made", None)
+    if made:  # arrays a capture made from constants (`np.zeros(n)`, tracked by it alone: the general path
+        # does not track them): what plain code computes from them is fixed (compiled/reach_objects.py)
+        ids = {k: i for k, i in ids.items() if i not in made}
     # a global holding a differentiated value, read by code that runs plain (however it started: a
     # module-level function the user's lambda calls from inside a C solver), unless a rule runs it
     # plain by design (a solver rule's solve: rules/scipy/_implicit.py)

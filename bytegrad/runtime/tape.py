@@ -112,9 +112,10 @@ class Tape:
     def check(self, fn: Any, args: tuple, kwargs: Optional[dict], result: Any, site: Any) -> None:
         """`fn(*args, **kwargs)` gave `result` on tracked values: Python code may decide on it."""
 
-    def built(self, obj: Any, site: Any) -> None:
-        """`obj`, of a class written in Python, was just made from tracked values (its `__init__` not
-        run yet): a capturing tape decides whether a replay can do without it."""
+    def built(self, obj: Any, site: Any, constants: bool = False) -> None:
+        """`obj`, of a class written in Python, was just made from tracked values (`constants`: from
+        untracked ones; its `__init__` not run yet): a capturing tape decides whether a replay can do
+        without it."""
 
     def track_read(self, value: Any) -> None:
         """`value`, read by the code from a global or a closure (not an argument), tracked for the
