@@ -289,3 +289,24 @@ def test_only_a_capture_rewrite_hooks_operations_on_made_arrays():
     f_capture = transform.rewritten_function(made_in_a_callee, (A,), None, {id(A): 0}, True)
     assert f_general is not None and f_capture is not None and f_general.__code__ is not f_capture.__code__
     assert transform.rewritten_function(made_in_a_callee, (A,), None, {id(A): 0}) is f_general
+
+
+# ---- what is left: a helper that makes an array on constants runs as it is -------------------------
+
+
+def _basis(n):
+    return 0.5 * np.eye(n)
+
+
+def made_by_a_helper_on_constants(x):
+    return np.sum(_basis(x.shape[0]) @ x)
+
+
+def test_an_array_a_helper_made_on_constants_is_refused_with_its_reason():
+    """`_basis(n)`, called with no differentiated argument, runs as it is (not rewritten): what it
+    returns was not recorded, so the signature stays on the general path, and says why."""
+    rng = np.random.default_rng(4)
+    st = compare(made_by_a_helper_on_constants, [(rng.normal(size=3),) for _ in range(3)], "numpy")
+    assert st["programs"] == []
+    (reason,) = st["not_compiled"].values()
+    assert "computed without the arguments" in reason and "called on constants" in reason
