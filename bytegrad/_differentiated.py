@@ -177,9 +177,9 @@ class Differentiated:
     # ---- running with a tape -------------------------------------------------------------
 
     def _rewritten(self, active: frozenset[str], args: tuple, made: bool = False) -> types.FunctionType:
-        # The rewrite depends on which parameters are active and on the argument types (an int can never
-        # become active), not on dtypes or shapes; a capture's (`made`: transform.rewrite_code) is its own.
-        key = (active, registry.settled_version(), tuple(map(type, args))) + ((True,) if made else ())
+        # Keyed by the active parameters and argument types (not dtypes, shapes); `made`: a capture's rewrite.
+        key = (active, registry.settled_version(), tuple(map(type, args)), True) if made else \
+            (active, registry.settled_version(), tuple(map(type, args)))
         fn = self._fns.get(key)
         if fn is not None:
             self._hits += 1

@@ -191,7 +191,7 @@ def rewritten_function(f: types.FunctionType, args: tuple, kwargs: Optional[dict
         # (a generator that uses sent values is rewritten: `send` may pass in a tracked value; so is a
         # helper that reads a global the function wrote a tracked value into)
         return None
-    key = (bits, registry.settled_version()) + ((True,) if made else ())
+    key = (bits, registry.settled_version(), True) if made else (bits, registry.settled_version())
     entry = _FN_CACHE.get(id(f))
     if entry is not None and entry[0]() is f and entry[1] is f.__code__:
         fn = entry[2].get(key)
