@@ -176,10 +176,10 @@ class Differentiated:
 
     # ---- running with a tape -------------------------------------------------------------
 
-    def _rewritten(self, active: frozenset[str], args: tuple) -> types.FunctionType:
-        # The rewrite depends on which parameters are active and on the argument types (an int
-        # can never become active), not on dtypes or shapes: those stay out of the key.
-        key = (active, registry.settled_version(), tuple(map(type, args)))
+    def _rewritten(self, active: frozenset[str], args: tuple, made: bool = False) -> types.FunctionType:
+        # Keyed by the active parameters and argument types (not dtypes, shapes); `made`: a capture's rewrite.
+        key = (active, registry.settled_version(), tuple(map(type, args)), True) if made else \
+            (active, registry.settled_version(), tuple(map(type, args)))
         fn = self._fns.get(key)
         if fn is not None:
             self._hits += 1
@@ -189,7 +189,7 @@ class Differentiated:
         immutable = frozenset(n for n, a in zip(names, args) if type(a) in transform.INERT_TYPES and n not in active)
         t0 = time.perf_counter()
         code = cache.lookup(target.__code__, key,
-                            lambda: transform.rewrite_code(target.__code__, active, target.__globals__, immutable),
+                            lambda: transform.rewrite_code(target.__code__, active, target.__globals__, immutable, made),
                             self._params[self._offset:])
         self._rewrite_s += time.perf_counter() - t0
         fn = transform.function_from(target, code)
@@ -315,7 +315,7 @@ class Differentiated:
             kwargs = {**kwargs, **named}
         call_args = (*self._bound, *args) if self._bound else tuple(args)
         # bytegrad's own functions (hessian = jacobian of grad) run as they are: they find the tape
-        fn = self._rewritten(active, call_args) if self._target.__module__ not in _dispatch.API_MODULES \
+        fn = self._rewritten(active, call_args, capture is not None) if self._target.__module__ not in _dispatch.API_MODULES \
             else self._target
         old = getattr(tls, "tape", None)
         tls.tape = tape

@@ -720,10 +720,6 @@ def with_closure():
     return f
 
 
-def makes_array(x):
-    return np.sum(x * (np.arange(3.0) * 2.0))  # (made, then changed by an operation the rewrite leaves)
-
-
 def mutable_default(x, scale={"k": 2.0}):  # the point: it can change between calls
     return np.sum(x * scale["k"])
 
@@ -734,7 +730,6 @@ def mutable_default(x, scale={"k": 2.0}):  # the point: it can change between ca
     (reads_global_array, "without the arguments"),
     (writes_into_array, "writes into"),
     (with_closure(), "the closure variable w, a list"),
-    (makes_array, "computed without the arguments"),
     (mutable_default, "default argument"),
 ], ids=lambda v: getattr(v, "__name__", None) or "")
 def test_ineligible_functions_stay_on_the_general_path_with_a_reason(fn, why):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import types
 from typing import Any, Optional
 
-from bytegrad.compiled import errstate, lower_numpy, passes
+from bytegrad.compiled import errstate, lower_numpy, made, passes
 from bytegrad.compiled.ir import dump
 from bytegrad.compiled.lower_numpy import Builder, compile_source
 from bytegrad.compiled.parts import paused_and_sized, savable_share, value_only
@@ -38,6 +38,7 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     at capture; `out` may then be a tree of values. `aux`: `(aux,)` for a function with
     `has_aux=True` (the program returns `((value, aux), gradient)`, or `(output, back, aux)` as a
     pullback program). Raises `Ineligible`."""
+    made.fold_integer_records(tape)  # (`np.arange(n) + 1`: made again, not a record)
     src = Source()
     inputs = Inputs(src)
     src.guard("type", f"len(args) == {len(call_args)}", f"{len(call_args)} positional arguments")

@@ -156,7 +156,7 @@ class Callees(list):
     def append(self, entry: Any) -> None:
         f, args, kwargs, site = entry
         watch_callee(f.__code__)  # (one that handles exceptions: the run watches them from now on)
-        rewritten = transform.rewritten_function(f, args, kwargs, self.ids) is not None
+        rewritten = transform.rewritten_function(f, args, kwargs, self.ids, True) is not None
         self.activity.append((rewritten, *transform.callee_activity(f, args, kwargs, self.ids)) if rewritten
                              else (False, frozenset(), frozenset()))
         for v in (*args, *(kwargs or {}).values()):
@@ -572,7 +572,7 @@ def _callee_guards(tape: CaptureTape, root: Optional[types.CodeType] = None, out
         if activity is not None:
             rewritten, active, immutable = activity[k]
         else:
-            rewritten = transform.rewritten_function(f, args, kwargs, tape.ids) is not None
+            rewritten = transform.rewritten_function(f, args, kwargs, tape.ids, True) is not None
             active, immutable = transform.callee_activity(f, args, kwargs, tape.ids) if rewritten else \
                 (frozenset(), frozenset())
         untracked = _untracked_params(f.__code__, args, kwargs)

@@ -90,7 +90,9 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
     `closure`: the function's closure cells, guarded by value; without it a closure is refused.
     `local_cells`: free variables whose cells belong to a frame of the capture run (an inner
     function's reads and `nonlocal` writes of its enclosing function's variables: compiled/nested.py),
-    neither guarded nor refused. `cells_active=False`: a callee that ran as it is (not rewritten).
+    neither guarded nor refused. `cells_active=False`: a callee that ran as it is (not rewritten); else its
+    rewrite was a capture's, where what it computes from an array made from constants is hooked, so
+    recorded (the analyses here take such an array as active too: transform.activity's `made_active`).
     `callee`: an array in a guarded cell was not tracked by the capture (found only when the run
     called the function): what the function computes from it must be recorded (`_cell_array_uses`)."""
     reasons = _code_reasons(code, closure is not None, local_cells)
@@ -109,7 +111,7 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
     assumed = Assumptions()
     try:
         act = analyze(bc, set(active), fn_globals, loc, immutable_params=immutable, assumed=assumed,
-                      cells_active=cells_active)
+                      cells_active=cells_active, made_active=cells_active)
     except DifferentiationError as exc:
         return [f"the general path refuses it too: {exc.args[0] if exc.args else exc}"], []
     inner_guards: list[tuple] = []
@@ -125,11 +127,13 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
                        for kind, owner, name, value in guards if type(value) is np.ndarray)
     if arrays:
         tainted = analyze(Bytecode.from_code(code, conserve_exception_block_stackdepth=True), set(active),
-                          fn_globals, loc, immutable_params=immutable, tainted=arrays, cells_active=cells_active)
+                          fn_globals, loc, immutable_params=immutable, tainted=arrays, cells_active=cells_active,
+                          made_active=cells_active)
         reasons += _unrecorded_array_uses(bc, act.stacks, tainted.stacks)
     if untracked:  # (parameters holding integer or boolean arrays: inputs the capture does not track)
         marked = analyze(Bytecode.from_code(code, conserve_exception_block_stackdepth=True), set(active) | untracked,
-                         fn_globals, loc, immutable_params=immutable, cells_active=cells_active)
+                         fn_globals, loc, immutable_params=immutable, cells_active=cells_active,
+                         made_active=cells_active)
         reasons += _unrecorded_array_uses(bc, act.stacks, marked.stacks, _UNTRACKED_USE)
     if callee:
         reasons += _cell_array_uses(code, bc, active, fn_globals, loc, immutable, closure or (), local_cells,
@@ -325,9 +329,9 @@ def _cell_array_uses(code: types.CodeType, bc: Any, active: frozenset[str], fn_g
     cells = (set(code.co_cellvars) | set(code.co_freevars)) if cells_active else set()
     base = set(active) | (cells - arrays)
     plain = analyze(Bytecode.from_code(code, conserve_exception_block_stackdepth=True), base, fn_globals, loc,
-                    immutable_params=immutable, cells_active=False)
+                    immutable_params=immutable, cells_active=False, made_active=cells_active)
     marked = analyze(Bytecode.from_code(code, conserve_exception_block_stackdepth=True), base | arrays, fn_globals,
-                     loc, immutable_params=immutable, cells_active=False)
+                     loc, immutable_params=immutable, cells_active=False, made_active=cells_active)
     return _unrecorded_array_uses(bc, plain.stacks, marked.stacks, _CELL_USE)
 
 

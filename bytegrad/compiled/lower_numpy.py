@@ -143,9 +143,9 @@ class Builder:
         if t is _ndarray:
             var = self.inputs.untracked.get(id(a)) or self._made_var(a) or made_view(self, a, rec)
             if var is None:
-                raise Ineligible(f"{qualname(rec.fn)} reads an array computed without the arguments (from an "
-                                 "array made inside the function, as `0.1 * np.eye(n)`, or read from a global, as "
-                                 "`W.T`)", rec.site)
+                raise Ineligible(f"{qualname(rec.fn)} reads an array computed without the arguments (by a "
+                                 "function called on constants alone, as `basis(n)` returning `0.1 * np.eye(n)`, "
+                                 "or from a global, as `W.T`)", rec.site)
             return var
         if t is tuple and any(type(x) is _ndarray for x in a):  # an index `x[:, idx]` with an argument array
             return "(" + "".join(self.operand(x, None, rec) + ", " for x in a) + ")"

@@ -53,10 +53,11 @@ PLAIN = frozenset({int, float, bool, complex, str, bytes, list, tuple, dict, set
 
 
 # The transform registers how to get rewritten code for a Python callee (runtime never imports it).
-_rewriter: Optional[Callable[[Any, tuple, Optional[dict], dict], Optional[Callable[..., Any]]]] = None
+# (callee, args, kwargs, the tape's ids, whether the tape captures: a capture's rewrite is its own)
+_rewriter: Optional[Callable[[Any, tuple, Optional[dict], dict, bool], Optional[Callable[..., Any]]]] = None
 
 
-def set_rewriter(fn: Callable[[Any, tuple, Optional[dict], dict], Optional[Callable[..., Any]]]) -> None:
+def set_rewriter(fn: Callable[[Any, tuple, Optional[dict], dict, bool], Optional[Callable[..., Any]]]) -> None:
     global _rewriter
     _rewriter = fn
 
@@ -74,7 +75,7 @@ def call_python(tape: Tape, site: Site, f: Any, args: tuple, kwargs: Optional[di
             tape.refuse(f"calls {qualname(f)}, which compiled programs do not follow (only plain functions)", site)
     if f.__module__ in API_MODULES and f.__name__ != "__call__":
         return _call_api(site, f, args, kwargs)
-    rewritten = _rewriter(f, args, kwargs, tape.ids) if _rewriter is not None else None
+    rewritten = _rewriter(f, args, kwargs, tape.ids, tape.capturing) if _rewriter is not None else None
     if rewritten is None:
         return f(*args, **kwargs) if kwargs else f(*args)
     return rewritten(*args, **kwargs) if kwargs else rewritten(*args)

@@ -24,17 +24,19 @@ _DUMP = _config.bind("dump", __name__, "_DUMP")
 
 
 def rewrite_code(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, Any],
-                 immutable: frozenset[str] = frozenset()) -> types.CodeType:
+                 immutable: frozenset[str] = frozenset(), made: bool = False) -> types.CodeType:
     """Rewrite `code` so that operations on the `active` parameters call the differentiation hooks.
 
     `immutable` names parameters bound to ints, strings, None...: nothing can make them active.
     A rewrite stored on disk by an earlier process is loaded instead when everything it assumed
-    (the globals and rules it resolved) still holds: see `cache.rewrite_cached`.
+    (the globals and rules it resolved) still holds: see `cache.rewrite_cached`. `made`: the rewrite
+    a capture run asks for, where what is computed from an array made from constants is hooked too
+    (`activity.analyze`'s `made_active`), so that the capture records it.
     """
     registry.load_lazy_rules()  # scipy imported since the last rewrite: its rules decide what to rewrite
     new_code = cache.rewrite_cached(
         code, active, immutable, fn_globals,
-        lambda assumed: _rewrite_fresh(code, active, fn_globals, immutable, assumed))
+        lambda assumed: _rewrite_fresh(code, active, fn_globals, immutable, assumed, made), made)
     if _DUMP and (_DUMP == "1" or code.co_name in _DUMP.split(",")):
         import dis
         print(f"---- bytegrad: {code.co_qualname if hasattr(code, 'co_qualname') else code.co_name} "
@@ -44,7 +46,7 @@ def rewrite_code(code: types.CodeType, active: frozenset[str], fn_globals: dict[
 
 
 def _rewrite_fresh(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, Any],
-                   immutable: frozenset[str], assumed: Any) -> types.CodeType:
+                   immutable: frozenset[str], assumed: Any, made: bool = False) -> types.CodeType:
     # Imported here: a process whose rewrites all come from the disk cache never imports `bytecode`.
     from bytecode import Bytecode
 
@@ -54,7 +56,8 @@ def _rewrite_fresh(code: types.CodeType, active: frozenset[str], fn_globals: dic
     loc = SourceLoc(code.co_filename, code.co_firstlineno, code.co_qualname if hasattr(code, "co_qualname")
                     else code.co_name)
     bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
-    unit = pipeline.run(pipeline.Unit(bc, active, fn_globals, loc, immutable, assumed, fuse=not fusion_disabled()))
+    unit = pipeline.run(pipeline.Unit(bc, active, fn_globals, loc, immutable, assumed, fuse=not fusion_disabled(),
+                                      made=made))
     assert unit.out is not None
     return unit.out.to_code()
 
@@ -179,15 +182,16 @@ _config.on_change(cache.DISK_KEY_SWITCHES, registry.outdate)
 
 
 def rewritten_function(f: types.FunctionType, args: tuple, kwargs: Optional[dict],
-                       ids: dict[int, int]) -> Optional[types.FunctionType]:
-    """The rewritten version of callee `f` for these arguments, or None when nothing in it is active."""
+                       ids: dict[int, int], made: bool = False) -> Optional[types.FunctionType]:
+    """The rewritten version of callee `f` for these arguments, or None when nothing in it is active.
+    `made`: for a capture run (`rewrite_code`'s `made`), a rewrite of its own."""
     bits = _activity(f, args, kwargs, ids)
     if ACTIVE not in bits and not (f.__code__.co_flags & _GENERATOR and _uses_sent_values(f.__code__)) \
             and not _reads_tracked_global(f, ids):
         # (a generator that uses sent values is rewritten: `send` may pass in a tracked value; so is a
         # helper that reads a global the function wrote a tracked value into)
         return None
-    key = (bits, registry.settled_version())
+    key = (bits, registry.settled_version(), True) if made else (bits, registry.settled_version())
     entry = _FN_CACHE.get(id(f))
     if entry is not None and entry[0]() is f and entry[1] is f.__code__:
         fn = entry[2].get(key)
@@ -195,7 +199,7 @@ def rewritten_function(f: types.FunctionType, args: tuple, kwargs: Optional[dict
         # defaults are the same dict, so writes into it are seen)
         if fn is not None and fn.__defaults__ is f.__defaults__ and fn.__kwdefaults__ is f.__kwdefaults__:
             return fn
-    return _make_function(f, bits, key)
+    return _make_function(f, bits, key, made)
 
 
 def callee_activity(f: types.FunctionType, args: tuple, kwargs: Optional[dict],
@@ -208,14 +212,14 @@ def callee_activity(f: types.FunctionType, args: tuple, kwargs: Optional[dict],
             frozenset(n for n, b in zip(pnames, bits) if b == INERT))
 
 
-def _make_function(f: types.FunctionType, bits: tuple[int, ...], key: Any) -> types.FunctionType:
+def _make_function(f: types.FunctionType, bits: tuple[int, ...], key: Any, made: bool = False) -> types.FunctionType:
     import weakref
 
     code = f.__code__
     pnames = param_names(code)
     active = frozenset(n for n, b in zip(pnames, bits) if b == ACTIVE)
     immutable = frozenset(n for n, b in zip(pnames, bits) if b == INERT)
-    new_code = cache.lookup(code, key, lambda: rewrite_code(code, active, f.__globals__, immutable), pnames)
+    new_code = cache.lookup(code, key, lambda: rewrite_code(code, active, f.__globals__, immutable, made), pnames)
     fn = function_from(f, new_code)
     entry = _FN_CACHE.get(id(f))
     if entry is None or entry[0]() is not f or entry[1] is not code:  # new, or its body was replaced

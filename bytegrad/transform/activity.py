@@ -32,7 +32,7 @@ __all__ = ["analyze", "Analysis", "Activity", "Slot", "NONDIFF_ATTRS", "SHAPE_ON
 
 def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], loc: SourceLoc,
             immutable_params: frozenset[str] = frozenset(), assumed: Any = None,
-            tainted: frozenset[str] = frozenset(), cells_active: bool = True) -> Activity:
+            tainted: frozenset[str] = frozenset(), cells_active: bool = True, made_active: bool = False) -> Activity:
     """Compute the activity of every stack slot; see the module docstring.
 
     `immutable_params` hold ints, strings, None...: when the function never rebinds them, no
@@ -43,8 +43,12 @@ def analyze(bc: Bytecode, active_params: set[str], fn_globals: dict[str, Any], l
     Locals and globals only ever become active, so sweeping until a sweep activates none converges.
     `cells_active=False`: closure cells start inactive (compiled/eligibility.py: a callee that ran as it
     is, not rewritten, hooked nothing on them).
+    `made_active=True`: the result of a call of one of NumPy's array makers (`np.eye(n)`,
+    runtime/dispatch.py's MAKERS) is active, so what is computed from it is hooked: the rewrite a
+    capture run asks for (compiled/capture.py records such an array and the operations on it).
     """
     a = Analysis(bc, active_params, fn_globals, loc, immutable_params, assumed)
+    a.made_active = made_active
     if not cells_active:
         a.active_locals -= a.cell_names - set(active_params)
     a.tainted_globals |= tainted
@@ -90,6 +94,7 @@ class Analysis:
                   for n in opcodes.local_names(ins)}
         self.frozen = {n for n in immutable_params if n not in stored}
         self.changed = False  # a sweep activated a variable: sweep again
+        self.made_active = False  # a maker's result (`np.eye(n)`) is active (see `analyze`)
         self.stacks: list[Optional[tuple[Slot, ...]]] = []
         self.work: list[int] = []
         self.queued: set[int] = set()

@@ -195,7 +195,8 @@ def _assumptions_hold(frozen: Any, fn_globals: dict[str, Any]) -> bool:
     return True
 
 
-def _disk_key(code: types.CodeType, active: frozenset[str], immutable: frozenset[str]) -> Optional[str]:
+def _disk_key(code: types.CodeType, active: frozenset[str], immutable: frozenset[str],
+              made: bool = False) -> Optional[str]:
     import marshal
     import sys
 
@@ -206,7 +207,7 @@ def _disk_key(code: types.CodeType, active: frozenset[str], immutable: frozenset
     except ValueError:
         return None
     h = diskcache.sha256(raw)
-    options = tuple(getattr(_config, name) for name in DISK_KEY_SWITCHES)
+    options = tuple(getattr(_config, name) for name in DISK_KEY_SWITCHES) + (("made",) if made else ())
     h.update(repr((sys.implementation.cache_tag, diskcache.bytegrad_version(), _ENTRY_FORMAT,
                    sorted(active), sorted(immutable), options)).encode())
     return h.hexdigest()
@@ -306,14 +307,16 @@ def _decode(payload: bytes, fn_globals: dict[str, Any]) -> Optional[types.CodeTy
 
 
 def rewrite_cached(code: types.CodeType, active: frozenset[str], immutable: frozenset[str],
-                   fn_globals: dict[str, Any], rewrite: Callable[[Assumptions], types.CodeType]) -> types.CodeType:
+                   fn_globals: dict[str, Any], rewrite: Callable[[Assumptions], types.CodeType],
+                   made: bool = False) -> types.CodeType:
     """The rewrite of `code`, from the disk cache when an earlier process stored one whose
-    assumptions still hold; else `rewrite(assumptions)` is run and its result stored."""
+    assumptions still hold; else `rewrite(assumptions)` is run and its result stored. `made`: a
+    capture's rewrite (`transform.rewrite_code`), stored under a key of its own."""
     import time
 
     from bytegrad.runtime import diskcache
 
-    key = _disk_key(code, active, immutable) if diskcache.cache_dir() is not None else None
+    key = _disk_key(code, active, immutable, made) if diskcache.cache_dir() is not None else None
     if key is not None:
         t0 = time.perf_counter_ns()
         payload = diskcache.load(DISK_NAMESPACE, key)

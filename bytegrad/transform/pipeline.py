@@ -24,10 +24,11 @@ class Unit:
     """One code object going through the passes, and what each pass adds to it."""
 
     __slots__ = ("bc", "active", "fn_globals", "loc", "immutable", "assumed", "fuse", "activity", "plans", "out",
-                 "hooked")  # (a plain class: a dataclass costs its import and its generated methods)
+                 "hooked", "made")  # (a plain class: a dataclass costs its import and its generated methods)
 
     def __init__(self, bc: Bytecode, active: frozenset[str], fn_globals: dict[str, Any], loc: SourceLoc,
-                 immutable: frozenset[str] = frozenset(), assumed: Any = None, fuse: bool = True) -> None:
+                 immutable: frozenset[str] = frozenset(), assumed: Any = None, fuse: bool = True,
+                 made: bool = False) -> None:
         self.bc = bc
         self.active = active
         self.fn_globals = fn_globals
@@ -39,6 +40,7 @@ class Unit:
         self.plans: dict[int, Any] = {}   # fusion: root index -> `fusion.FusedPlan`
         self.out: Optional[Bytecode] = None  # rewrite: the rewritten bytecode
         self.hooked = 0                   # rewrite: the number of hooked sites
+        self.made = made                  # a capture's rewrite: made arrays are active (activity.analyze)
 
 
 class Pass(NamedTuple):
@@ -49,7 +51,7 @@ class Pass(NamedTuple):
 def _activity(unit: Unit) -> None:
     from bytegrad.transform.activity import analyze
     unit.activity = analyze(unit.bc, set(unit.active), unit.fn_globals, unit.loc,
-                            immutable_params=unit.immutable, assumed=unit.assumed)
+                            immutable_params=unit.immutable, assumed=unit.assumed, made_active=unit.made)
 
 
 def _fusion(unit: Unit) -> None:

@@ -199,14 +199,26 @@ def _call_result(a: Analysis, ins: Instr, stack: Stack, count: int, fn_slot: Opt
     if fn_slot is not None and fn_slot.known is not None:
         refuse_invisible_call(a, ins, fn_slot.known, opcodes.int_arg(ins))
     real = [p for p in _pop(stack, count) if not p.null]
+    made = a.made_active and _makes_array(fn_slot)  # (a capture tracks the array it makes)
     if nondiff_callable(fn_slot):
-        stack.append(INACTIVE)
+        stack.append(ACTIVE if made else INACTIVE)
         return
     if any(p.active for p in real):
         # the callee may store an active value into any argument (or the receiver)
         for p in real:
             a.taint(p.aliases)
-    stack.append(join_all(real))
+    out = join_all(real)
+    stack.append(out._replace(active=True) if made else out)
+
+
+def _makes_array(fn_slot: Optional[Slot]) -> bool:
+    """A call of one of NumPy's array makers (`np.zeros`, `np.eye`: runtime/dispatch.py's MAKERS)."""
+    from bytegrad.runtime.dispatch import MAKERS
+
+    try:
+        return fn_slot is not None and fn_slot.known in MAKERS
+    except TypeError:  # (an unhashable known value)
+        return False
 
 
 def _make_function(a: Analysis, ins: Instr, stack: Stack) -> None:
