@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 from bytegrad import transform
-from bytegrad.compiled import errstate, objects, policy
+from bytegrad.compiled import decisions, errstate, objects, policy
 from bytegrad.compiled.constructs import RaiseWatch, has_handlers
 from bytegrad.compiled.effects import ATOMS
 from bytegrad.rules import pytrees
@@ -100,8 +100,7 @@ class CaptureTape(Tape):
 
     def check(self, fn: Any, args: tuple, kwargs: Optional[dict], result: Any, site: Any) -> None:
         """`fn(*args, **kwargs)` gave `result` on tracked values: Python code may decide on it."""
-        ids = self.ids
-        operands = Operands(args, tuple(ids.get(id(a)) for a in args))
+        operands = Operands(*decisions.operands(self, fn, args, site))  # (compiled/decisions.py)
         if type(result) is np.ndarray:  # (as it is now: the function may write into it later)
             self.checks.append((len(self.nodes), fn, operands, kwargs, result.copy(), site))
             self.live[len(self.checks) - 1] = result

@@ -355,6 +355,7 @@ def _instruction_reason(ins: Any, stack: tuple) -> str | None:
     elif kind is OpKind.OTHER or kind is OpKind.INTRINSIC_1:
         if not opcodes.is_plain_builder(ins):
             return constructs.other_reason(ins, stack)  # (try/except, match, sets, strings)
+        return constructs.map_key_reason(ins, stack)  # (`{t: v}` with a computed key)
     return None
 
 
