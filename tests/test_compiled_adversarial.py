@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import functools
 import io
+import math
 
 import numpy as np
 import pytest
@@ -851,3 +852,97 @@ MORE = [alias_second_argument, alias_in_list, alias_closure_array, assert_on_cal
 @pytest.mark.parametrize("make", MORE, ids=lambda f: f.__name__)
 def test_more_programs_agree(make, tier):
     agree(make, tier)
+
+
+# ---- data a rule gives as an int, and `**` of Python floats turning complex ---------------------------
+
+
+def frexp_exponent():
+    def f(x, t):
+        m, e = math.frexp(t)  # (e is an int computed from t: never tracked)
+        return np.sum(x) * m * e
+
+    def step(i):
+        return (_x(i), (1.0, 3.0, 5.0, 0.25, 1e3, 7.0)[i]), {}
+    return f, step, lambda: None
+
+
+def lstsq_rank():
+    def f(A, b):
+        sol, _, rank, _ = np.linalg.lstsq(A, b, rcond=None)
+        return np.sum(sol) * rank
+
+    def step(i):
+        A = np.random.default_rng(i).normal(size=(4, 3))
+        if i >= 3:
+            A[:, 2] = A[:, 1]  # (rank 2 from call 3)
+        return (A, np.ones(4)), {}
+    return f, step, lambda: None
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("make", [frexp_exponent, lstsq_rank], ids=lambda f: f.__name__)
+def test_an_int_a_rule_computes_from_data_stays_general(make, tier):
+    info = agree(make, tier)
+    assert not _compiled(info) and _refused(info, "computes a", "from a differentiated value"), info
+
+
+def power_of_a_negative_float():
+    def f(t):
+        return (t ** 0.5) * 2.0  # ((-1.0) ** 0.5 is complex: the general path raises ComplexOutputError)
+
+    def step(i):
+        return ((1.0, 2.0, 3.0, -1.0, 4.0, -2.0)[i],), {}
+    return f, step, lambda: None
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_power_of_a_negative_float_is_handed_back(tier):
+    info = agree(power_of_a_negative_float, tier)
+    assert _compiled(info), info
+
+
+# ---- the static check must not run the user's code (constructs.random_reason) -----------------------
+
+
+class Dynamic:
+    """Attributes from a dict, a `__getattr__` that raises KeyError (not AttributeError) for others."""
+
+    def __init__(self):
+        self.vals = {"w": 2.0}
+
+    def __getattr__(self, name):
+        return self.__dict__["vals"][name]
+
+
+def getattr_object_in_a_closure():
+    o = Dynamic()
+
+    def f(x):
+        return np.sum(x * o.w)
+
+    def step(i):
+        if i == 3:
+            o.vals["w"] = -1.0
+        return (_x(i),), {}
+    return f, step, lambda: None
+
+
+def getattr_object_as_a_global():
+    g = {"np": np, "O": Dynamic()}
+    exec("def f(x):\n    return np.sum(x * O.w)\n", g)  # noqa: S102 - its own globals per side
+
+    def step(i):
+        if i == 3:
+            g["O"].vals["w"] = -1.0
+        return (_x(i),), {}
+    return g["f"], step, lambda: None
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("make", [getattr_object_in_a_closure, getattr_object_as_a_global], ids=lambda f: f.__name__)
+def test_object_with_getattr_read_by_the_check(make, tier):
+    """The check asked `value.__self__` of every global and cell it guards: a user `__getattr__` ran,
+    and its KeyError came out of the first gradient on every compiled tier."""
+    info = agree(make, tier)
+    assert not _compiled(info) and _refused(info, "Dynamic"), info

@@ -187,13 +187,17 @@ _RANDOM_TYPES = (np.random.Generator, np.random.RandomState, np.random.BitGenera
                  random.Random)
 
 
+_BOUND = (types.MethodType, types.BuiltinMethodType, types.MethodWrapperType)
+
+
 def random_reason(value: Any, what: str) -> Optional[str]:
     """Why reading `value` (a global or a module attribute the code reads) keeps the function off the
     tier: a random generator, or a function of `numpy.random` or `random` (a draw, seeded or not, is
     a value the program would replay from the capture, and the analysis cannot see a generator made
     inside the function: `np.random.default_rng()` then `rng.random()`). None for anything else."""
     module = getattr(value, "__module__", None) or ""
-    owner = getattr(value, "__self__", None)
+    # (`__self__` of a bound method alone: read from any object, it would run a user `__getattr__`)
+    owner = value.__self__ if isinstance(value, _BOUND) else None
     if isinstance(value, _RANDOM_TYPES) or isinstance(owner, _RANDOM_TYPES) or module == "random" \
             or module == "numpy.random" or module.startswith("numpy.random.") or value is random \
             or (isinstance(value, types.ModuleType) and value.__name__.startswith("numpy.random")):

@@ -43,7 +43,7 @@ from bytegrad.rules._apply import shape_of
 from bytegrad.rules._shape import stand_in, unbroadcast_plan
 from bytegrad.runtime.backward import INPLACE_MIN_SIZE, partial_uses
 from bytegrad.compiled import ir as _ir, lower_stepped, lower_tuples, passes
-from bytegrad.compiled.parts import Record, check_shapes, compile_program
+from bytegrad.compiled.parts import _POWERS, Record, check_shapes, compile_program
 from bytegrad.compiled.inline import inline_partial
 from bytegrad.compiled.source import (
     DECIDED, DECISION_GUARD, MAYBE, MISS, SCALAR_CONSTS, SET, UNSET, Decision, Ineligible, Inputs, Program, Source,
@@ -194,6 +194,8 @@ class Builder:
         if rec.kind == "elementwise":
             expr = operator_expr(fn, ops) or f"{self.src.const(fn, 'f')}({', '.join(ops)})"
             self.src.emit(f"{v} = {expr}", rec.site.lineno, reuse=forward_alternatives(self, rec, ops, expr))
+            if i in self.raising and type(rec.out) is float and fn in _POWERS:
+                self.src.emit(f"if {v}.__class__ is not float: return MISS", rec.site.lineno)  # ((-1.0) ** 0.5)
             return
         kw = ""
         if rec.kwargs:
