@@ -880,8 +880,17 @@ def lstsq_rank():
     return f, step, lambda: None
 
 
+def percent_format():
+    def f(x, t):
+        return np.sum(x) * len("%s" % t)  # (a str from t: `%` on a str and a tracked float)
+
+    def step(i):
+        return (_x(i), (0.5, 0.5, 0.5, 1.25, 12.5, -0.0)[i]), {}
+    return f, step, lambda: None
+
+
 @pytest.mark.parametrize("tier", TIERS)
-@pytest.mark.parametrize("make", [frexp_exponent, lstsq_rank], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("make", [frexp_exponent, lstsq_rank, percent_format], ids=lambda f: f.__name__)
 def test_an_int_a_rule_computes_from_data_stays_general(make, tier):
     info = agree(make, tier)
     assert not _compiled(info) and _refused(info, "computes a", "from a differentiated value"), info

@@ -198,6 +198,8 @@ def _make_binary(op: Any) -> Callable[..., Any]:
                     ids[id(out)] = len(values)
                     values.append(out)
                     tape.nodes.append((EW_RECORD, (ia, ib), site, rule, (a, b), op))
+                elif tape.capturing and out is not None:  # (`"%s" % t`: data a program would hold as a constant)
+                    tape.refuse(f"computes a {to.__name__} from a differentiated value with `{op.__name__}`", site)
                 return out
             if tape.owners:
                 ia, ib = untracked_views(tape, site, (a, b), (None, None))
