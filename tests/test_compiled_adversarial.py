@@ -955,3 +955,53 @@ def test_object_with_getattr_read_by_the_check(make, tier):
     and its KeyError came out of the first gradient on every compiled tier."""
     info = agree(make, tier)
     assert not _compiled(info) and _refused(info, "Dynamic"), info
+
+
+# ---- a write into the caller's array that leaves its bytes as they were at capture ------------------
+
+
+def _no_op_at_capture(body):
+    def make():
+        buf = np.full(4, 10.0)
+
+        def step(i):
+            return (_x(i), np.full(4, 0.0 if i < 3 else 20.0), buf), {}  # (from call 3 the write changes buf)
+        return body, step, lambda: buf.copy()
+    make.__name__ = body.__name__
+    return make
+
+
+def maximum_out(x, y, buf):
+    np.maximum(buf, y, out=buf)
+    return np.sum(np.sin(x))
+
+
+def copyto_maximum(x, y, buf):
+    np.copyto(buf, np.maximum(buf, y))
+    return np.sum(np.sin(x))
+
+
+def maximum_out_global_buffer():
+    g = {"np": np, "BUF": np.full(4, 10.0)}
+    exec("def f(x, y):\n    np.maximum(BUF, y, out=BUF)\n    return np.sum(np.sin(x) * BUF)\n", g)  # noqa: S102
+
+    def step(i):
+        return (_x(i), np.full(4, 0.0 if i < 3 else 20.0)), {}
+    return g["f"], step, lambda: g["BUF"].copy()
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("make", [_no_op_at_capture(maximum_out), _no_op_at_capture(copyto_maximum)],
+                         ids=lambda f: f.__name__)
+def test_write_into_a_callers_array_unchanged_at_capture(make, tier):
+    """The effect check compares bytes before and after the capture run: a write that wrote the same
+    bytes went unseen, and the dead-code pass dropped the write record nothing read, so the program
+    skipped a write the general path made from call 3 on."""
+    info = agree(make, tier)
+    assert not _compiled(info) and _refused(info, "writes into"), info
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_write_into_a_global_array_unchanged_at_capture(tier):
+    info = agree(maximum_out_global_buffer, tier)  # (refused before the fix too, for another reason)
+    assert not _compiled(info), info

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 from bytegrad import transform
-from bytegrad.compiled import decisions, errstate, objects, policy
+from bytegrad.compiled import decisions, errstate, input_writes, objects, policy
 from bytegrad.compiled.constructs import RaiseWatch, has_handlers
 from bytegrad.compiled.effects import ATOMS
 from bytegrad.rules import pytrees
@@ -370,7 +370,8 @@ def capture_run(d: Any, args: tuple, positions: tuple[int, ...], tape_class: typ
     names = d._params[d._offset:]
     tracked = program_source.read_arrays(guards)
     # what the run may write besides its result (differentiated arrays are protected: never written)
-    snapshot = Snapshot(tuple(None if p in wrt else a for p, a in enumerate(args)), tuple(names), tuple(tracked))
+    others = tuple(None if p in wrt else a for p, a in enumerate(args))
+    snapshot = Snapshot(others, tuple(names), tuple(tracked))
     try:
         with RaiseWatch(has_handlers(d._code)) as watch:  # exceptions raised and handled on the way (compiled/constructs.py)
             out, tape, specs, _ = d._forward(args, {}, positions, strict=False, capture=tape_class,
@@ -384,7 +385,7 @@ def capture_run(d: Any, args: tuple, positions: tuple[int, ...], tape_class: typ
         return f"the capture run raised {type(exc).__name__}: {exc}"
     # any other exception is the user's code raising, as it would on the general path: it propagates
     # from this run, the call's only one
-    why = snapshot.changed()
+    why = snapshot.changed() or input_writes.input_write(tape, others, tuple(names), tuple(tracked))
     if why is not None:
         tape.refuse(why, None)
     handled = watch.handled([d._code, *(c[0].__code__ for c in tape.callees)]) \

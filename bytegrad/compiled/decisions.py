@@ -18,13 +18,13 @@ from typing import Any
 
 from bytegrad.runtime import keys
 from bytegrad.runtime.recording import parent_of
-from bytegrad.transform.opcodes.decode import _contains, _not_contains
 
 __all__ = ["operands"]
 
 _MUTABLE = (list, dict, set, bytearray)
-#: `k in d`, `k not in d` (the hooks of CONTAINS_OP)
-_CONTAINS = frozenset({_contains, _not_contains})
+#: `k in d`, `k not in d`: the functions CONTAINS_OP's decisions call (transform/opcodes `predicate_fn`), by name
+_CONTAINS = frozenset({("bytegrad.transform.opcodes.decode", "_contains"),
+                       ("bytegrad.transform.opcodes.decode", "_not_contains")})
 
 
 def operands(tape: Any, fn: Any, args: tuple, site: Any) -> tuple[tuple, tuple]:
@@ -34,7 +34,7 @@ def operands(tape: Any, fn: Any, args: tuple, site: Any) -> tuple[tuple, tuple]:
     at_ids = tuple(ids.get(id(a)) for a in args)
     kept = []
     for k, (a, at) in enumerate(zip(args, at_ids)):
-        if at is None and _holds_tracked(ids, a, keys_only=k == 1 and fn in _CONTAINS):
+        if at is None and _holds_tracked(ids, a, keys_only=k == 1 and _contains(fn)):
             tape.refuse(f"decides on a {type(a).__name__} holding values computed from the arguments "
                         "(a program would check the captured container, not the one of the call)", site)
         elif at is None and type(a) in _MUTABLE:
@@ -57,3 +57,7 @@ def _holds_tracked(ids: dict[int, int], a: Any, keys_only: bool) -> bool:
     if isinstance(a, dict):
         return keys.keyed_dict(ids, a) or (not keys_only and parent_of(ids, list(a.values())) is not None)
     return False
+
+
+def _contains(fn: Any) -> bool:
+    return (getattr(fn, "__module__", None), getattr(fn, "__name__", None)) in _CONTAINS

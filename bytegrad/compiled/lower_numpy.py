@@ -32,6 +32,7 @@ compiled/lower_numba.py; programs on disk are compiled/store.py's.
 """
 from __future__ import annotations
 
+import operator
 import re
 import types
 from typing import Any, Callable, Optional, Union
@@ -43,7 +44,7 @@ from bytegrad.rules._apply import shape_of
 from bytegrad.rules._shape import stand_in, unbroadcast_plan
 from bytegrad.runtime.backward import INPLACE_MIN_SIZE, partial_uses
 from bytegrad.compiled import ir as _ir, lower_stepped, lower_tuples, passes
-from bytegrad.compiled.parts import _POWERS, Record, check_shapes, compile_program
+from bytegrad.compiled.parts import Record, check_shapes, compile_program
 from bytegrad.compiled.inline import inline_partial
 from bytegrad.compiled.source import (
     DECIDED, DECISION_GUARD, MAYBE, MISS, SCALAR_CONSTS, SET, UNSET, Decision, Ineligible, Inputs, Program, Source,
@@ -194,7 +195,7 @@ class Builder:
         if rec.kind == "elementwise":
             expr = operator_expr(fn, ops) or f"{self.src.const(fn, 'f')}({', '.join(ops)})"
             self.src.emit(f"{v} = {expr}", rec.site.lineno, reuse=forward_alternatives(self, rec, ops, expr))
-            if i in self.raising and type(rec.out) is float and fn in _POWERS:
+            if i in self.raising and type(rec.out) is float and (fn is operator.pow or fn is operator.ipow):
                 self.src.emit(f"if {v}.__class__ is not float: return MISS", rec.site.lineno)  # ((-1.0) ** 0.5)
             return
         kw = ""
