@@ -440,9 +440,19 @@ def _guards(assumed: Any, fn_globals: dict[str, Any], reasons: list[str]) -> lis
         module = sys.modules.get(modname)
         if module is None:
             reasons.append(f"reads {modname}.{name} from a module no longer imported")
+        elif _other_module(modname, module, fn_globals):
+            reasons.append(f"reads {modname}.{name} from a module object that is not sys.modules[{modname!r}] "
+                           "(a guard would watch the other one)")
         elif _guardable(value, f"{modname}.{name}", reasons):
             guards.append(("attr", module, name, value))
     return guards
+
+
+def _other_module(modname: str, module: Any, fn_globals: dict[str, Any]) -> bool:
+    """Whether the code's globals hold a module named `modname` that is not `module` (sys.modules'):
+    the attribute it reads is then that one's, and a guard on sys.modules' would not see it change."""
+    return any(isinstance(v, types.ModuleType) and v is not module and v.__name__ == modname
+               for v in list(fn_globals.values()))
 
 
 def _guardable(value: Any, what: str, reasons: list[str]) -> bool:
