@@ -10,6 +10,7 @@ program's guards and keep compiling.
 """
 from __future__ import annotations
 
+import types
 from typing import Any, Optional
 
 from bytegrad.runtime.recording import parent_of
@@ -23,6 +24,7 @@ _ONE_KEY = frozenset({dict.get, dict.__getitem__, dict.pop, dict.setdefault, dic
 #: callables that hash the keys of a mapping or of an iterable of pairs: (position of that argument)
 _MANY_KEYS = {dict.update: 1, dict: 0}
 KEYED = _ONE_KEY | frozenset(_MANY_KEYS)
+_BOUND = (types.BuiltinMethodType, types.MethodType, types.MethodWrapperType)
 
 
 def key_reason(ids: dict[int, int], fn: Any, args: tuple, kwargs: Optional[dict]) -> Optional[str]:
@@ -92,7 +94,8 @@ def refuse_keyed_dicts(tape: Any, site: Any, fn: Any, args: tuple, kwargs: Optio
     (as an argument, or as the object a bound method `d.get` belongs to): whatever it does with the
     dict (`len(d)`, `list(d)`, `d.items()`, `f(d)`) depends on the key's value."""
     ids = tape.ids
-    if keyed_dict(ids, getattr(fn, "__self__", None)) or any(keyed_dict(ids, a) for a in args) or \
+    owner = fn.__self__ if isinstance(fn, _BOUND) else None  # (`d.get`; never a user `__getattr__`)
+    if keyed_dict(ids, owner) or any(keyed_dict(ids, a) for a in args) or \
             (kwargs and any(keyed_dict(ids, a) for a in kwargs.values())):
         tape.refuse(_HOLDS, site)
 
