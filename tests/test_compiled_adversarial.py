@@ -281,6 +281,23 @@ def test_decision_on_a_list_holding_a_float_argument(tier):
     assert not _compiled(info) and _refused(info, "decides on a list"), info
 
 
+def argmax_of_a_list_of_sums():
+    def f(x):
+        k = np.argmax([np.sum(x), np.sum(x ** 2)])  # (a function without a derivative on a list of tracked values)
+        return np.sum(x) * (k + 1.0)
+
+    def step(i):
+        return (np.random.default_rng(i).normal(size=4) * (10.0 if i == 3 else 0.1),), {}
+    return f, step, lambda: None
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_decision_on_a_list_of_differentiated_sums(tier):
+    """The list was kept as the capture's constant: the program checked np.argmax of the captured sums."""
+    info = agree(argmax_of_a_list_of_sums, tier)
+    assert not _compiled(info) and _refused(info, "decides on a list"), info
+
+
 # ---- state changed between calls ----------------------------------------------------------------------
 
 
