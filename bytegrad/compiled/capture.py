@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 from bytegrad import transform
-from bytegrad.compiled import errstate, objects, policy, reach_objects
+from bytegrad.compiled import decisions, errstate, input_writes, objects, policy, reach_objects
 from bytegrad.compiled.constructs import has_handlers, watch_callee
 from bytegrad.compiled.effects import ATOMS
 from bytegrad.rules import pytrees
@@ -103,8 +103,7 @@ class CaptureTape(Tape):
 
     def check(self, fn: Any, args: tuple, kwargs: Optional[dict], result: Any, site: Any) -> None:
         """`fn(*args, **kwargs)` gave `result` on tracked values: Python code may decide on it."""
-        ids = self.ids
-        operands = Operands(args, tuple(ids.get(id(a)) for a in args))
+        operands = Operands(*decisions.operands(self, fn, args, site))  # (compiled/decisions.py)
         if type(result) is np.ndarray:  # (as it is now: the function may write into it later)
             self.checks.append((len(self.nodes), fn, operands, kwargs, result.copy(), site))
             self.live[len(self.checks) - 1] = result
@@ -371,7 +370,8 @@ def capture_run(d: Any, args: tuple, positions: tuple[int, ...], tape_class: typ
     names = d._params[d._offset:]
     tracked = program_source.read_arrays(guards)
     # what the run may write besides its result (differentiated arrays are protected: never written)
-    snapshot = Snapshot(tuple(None if p in wrt else a for p, a in enumerate(args)), tuple(names), tuple(tracked))
+    others = tuple(None if p in wrt else a for p, a in enumerate(args))
+    snapshot = Snapshot(others, tuple(names), tuple(tracked))
     try:
         with reach_objects.BuildWatch(has_handlers(d._code), guards) as watch:  # (compiled/constructs.py, reach_objects.py)
             out, tape, specs, _ = d._forward(args, {}, positions, strict=False, capture=tape_class,
@@ -385,7 +385,7 @@ def capture_run(d: Any, args: tuple, positions: tuple[int, ...], tape_class: typ
         return f"the capture run raised {type(exc).__name__}: {exc}"
     # any other exception is the user's code raising, as it would on the general path: it propagates
     # from this run, the call's only one
-    why = snapshot.changed()
+    why = snapshot.changed() or input_writes.input_write(tape, others, tuple(names), tuple(tracked))
     if why is not None:
         tape.refuse(why, None)
     handled = watch.handled([d._code, *(c[0].__code__ for c in tape.callees)]) \

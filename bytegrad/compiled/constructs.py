@@ -44,8 +44,8 @@ import numpy as np
 
 from bytegrad.transform import opcodes
 
-__all__ = ["RaiseWatch", "allowed_sites", "errstate_sites", "container_reason", "is_table", "other_reason", "pure_call",
-           "random_reason"]
+__all__ = ["RaiseWatch", "allowed_sites", "errstate_sites", "container_reason", "is_table", "map_key_reason",
+           "other_reason", "pure_call", "random_reason"]
 
 #: the handler side of `try`/`except` (and of `with`): they run only when an exception arrives
 _HANDLER_OPS = frozenset({"PUSH_EXC_INFO", "POP_EXCEPT", "CHECK_EXC_MATCH", "RERAISE", "DELETE_FAST"})
@@ -81,6 +81,24 @@ def container_reason(ins: Any, stack: tuple) -> Optional[str]:
     the arguments (whether two items are one, and the order, depend on their values)."""
     if ins.name in ("SET_ADD", "SET_UPDATE") and stack and stack[-1].active:
         return _CONSTANT_BUILDERS["BUILD_SET"]
+    return None
+
+
+#: a dict built with a key computed from the arguments: which entries it keeps (two equal keys are one),
+#: its length and order depend on the key's value, and nothing hooks the build (runtime/keys.py refuses
+#: the lookups and writes the runtime does see)
+_MAP_KEY = "builds a dict with a key computed from the arguments (its entries, length and order depend on the key's value)"
+
+
+def map_key_reason(ins: Any, stack: tuple) -> Optional[str]:
+    """`{k: v}` (BUILD_MAP) whose key `k` is computed from the arguments: refused (a program would replay the
+    captured entries); None for other opcodes and for constant keys. (A dict comprehension's MAP_ADD is left
+    to the runtime: its key is active statically whenever it iterates over an argument, `{k: f(v) for k, v in
+    p.items()}`, though it holds strings; a dict holding a tracked key is refused where the run uses it,
+    runtime/keys.py.)"""
+    if ins.name == "BUILD_MAP":
+        n = int(ins.arg)
+        return _MAP_KEY if n and any(s.active for s in stack[len(stack) - 2 * n::2]) else None
     return None
 
 
@@ -170,13 +188,17 @@ _RANDOM_TYPES = (np.random.Generator, np.random.RandomState, np.random.BitGenera
                  random.Random)
 
 
+_BOUND = (types.MethodType, types.BuiltinMethodType, types.MethodWrapperType)
+
+
 def random_reason(value: Any, what: str) -> Optional[str]:
     """Why reading `value` (a global or a module attribute the code reads) keeps the function off the
     tier: a random generator, or a function of `numpy.random` or `random` (a draw, seeded or not, is
     a value the program would replay from the capture, and the analysis cannot see a generator made
     inside the function: `np.random.default_rng()` then `rng.random()`). None for anything else."""
     module = getattr(value, "__module__", None) or ""
-    owner = getattr(value, "__self__", None)
+    # (`__self__` of a bound method alone: read from any object, it would run a user `__getattr__`)
+    owner = value.__self__ if isinstance(value, _BOUND) else None
     if isinstance(value, _RANDOM_TYPES) or isinstance(owner, _RANDOM_TYPES) or module == "random" \
             or module == "numpy.random" or module.startswith("numpy.random.") or value is random \
             or (isinstance(value, types.ModuleType) and value.__name__.startswith("numpy.random")):

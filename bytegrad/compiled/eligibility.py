@@ -412,6 +412,7 @@ def _instruction_reason(ins: Any, stack: tuple) -> str | None:
     elif kind is OpKind.OTHER or kind is OpKind.INTRINSIC_1:
         if not opcodes.is_plain_builder(ins):
             return constructs.other_reason(ins, stack)  # (try/except, match, sets, strings)
+        return constructs.map_key_reason(ins, stack)  # (`{t: v}` with a computed key)
     return None
 
 
@@ -496,6 +497,9 @@ def _guards(assumed: Any, fn_globals: dict[str, Any], reasons: list[str], bc: An
         module = sys.modules.get(modname)
         if module is None:
             reasons.append(f"reads {modname}.{name} from a module no longer imported{_at(bc, _ATTR_LOADS, name)}")
+        elif _other_module(modname, module, fn_globals):
+            reasons.append(f"reads {modname}.{name} from a module object that is not sys.modules[{modname!r}] "
+                           f"(a guard would watch the other one){_at(bc, _ATTR_LOADS, name)}")
         elif _guardable(value, f"{modname}.{name}", reasons, _at(bc, _ATTR_LOADS, name)):
             guards.append(("attr", module, name, value))
     return guards
@@ -516,6 +520,13 @@ def _at(bc: Any, opnames: frozenset[str], name: str) -> str:
         if arg == name or getattr(arg, "name", None) == name:
             return f" (line {ins.lineno})"
     return ""
+
+
+def _other_module(modname: str, module: Any, fn_globals: dict[str, Any]) -> bool:
+    """Whether the code's globals hold a module named `modname` that is not `module` (sys.modules'):
+    the attribute it reads is then that one's, and a guard on sys.modules' would not see it change."""
+    return any(isinstance(v, types.ModuleType) and v is not module and v.__name__ == modname
+               for v in list(fn_globals.values()))
 
 
 def _guardable(value: Any, what: str, reasons: list[str], at: str = "") -> bool:

@@ -94,8 +94,20 @@ def callable_state(f: Any) -> Optional[tuple]:
         kw = f.__kwdefaults__
         return (f.__code__, f.__defaults__, None if kw is None else dict(kw))
     if type(f) is functools.partial:
-        return (f.func, callable_state(f.func), tuple(f.args), dict(f.keywords))
+        return (f.func, callable_state(f.func), _copied(tuple(f.args)), _copied(dict(f.keywords)))
     return None
+
+
+def _copied(value: Any) -> Any:
+    """`value` with its lists, dicts and tuples copied all the way down (anything else as it is): a
+    partial's `args` or `keywords` holding a list the caller writes into later (`partial(g, opts)`;
+    `opts[0] = 3.0`) must compare unequal then, not be the same object as the guard's."""
+    t = type(value)
+    if t is list or t is tuple:
+        return t(_copied(v) for v in value)
+    if t is dict:
+        return {k: _copied(v) for k, v in value.items()}
+    return value
 
 
 def same_state(f: Any, state: Optional[tuple]) -> bool:

@@ -32,6 +32,7 @@ compiled/lower_numba.py; programs on disk are compiled/store.py's.
 """
 from __future__ import annotations
 
+import operator
 import re
 import types
 from typing import Any, Callable, Optional, Union
@@ -195,6 +196,8 @@ class Builder:
         if rec.kind == "elementwise":
             expr = operator_expr(fn, ops) or f"{self.src.const(fn, 'f')}({', '.join(ops)})"
             self.src.emit(f"{v} = {expr}", rec.site.lineno, reuse=forward_alternatives(self, rec, ops, expr))
+            if i in self.raising and type(rec.out) is float and (fn is operator.pow or fn is operator.ipow):
+                self.src.emit(f"if {v}.__class__ is not float: return MISS", rec.site.lineno)  # ((-1.0) ** 0.5)
             return
         kw = ""
         if rec.kwargs:

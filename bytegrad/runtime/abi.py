@@ -21,7 +21,7 @@ from bytegrad import _operators
 from bytegrad.errors import NoRuleError, RuleCaseError
 from bytegrad.rules import registry
 from bytegrad.rules.registry import RuleKind
-from bytegrad.runtime import writes
+from bytegrad.runtime import keys, writes
 from bytegrad.runtime.backward import (  # the record kinds (runtime/records.py)
     ELEMENTWISE as EW_RECORD, RULE as RULE_RECORD, RULE_TRUSTED as TRUSTED_RECORD, UNARY as UNARY_RECORD,
 )
@@ -198,6 +198,8 @@ def _make_binary(op: Any) -> Callable[..., Any]:
                     ids[id(out)] = len(values)
                     values.append(out)
                     tape.nodes.append((EW_RECORD, (ia, ib), site, rule, (a, b), op))
+                elif tape.capturing and out is not None:  # (`"%s" % t`: data a program would hold as a constant)
+                    tape.refuse(f"computes a {to.__name__} from a differentiated value with `{op.__name__}`", site)
                 return out
             if tape.owners:
                 ia, ib = untracked_views(tape, site, (a, b), (None, None))
@@ -305,6 +307,8 @@ def getitem(tape: Optional[Tape], site: Site, obj: Any, key: Any) -> Any:
                 return out
             return push_output(tape, node, out)
         to = type(obj)
+        if tape.capturing and to is not _ndarray:  # `d[t]`: which entry depends on t's value
+            keys.refuse_subscript(tape, site, key, obj)
         if to is _ndarray:
             if tape.owners and writes.view_parent(tape, site, obj) is not None:
                 return getitem(tape, site, obj, key)
@@ -327,6 +331,8 @@ def getslice(tape: Optional[Tape], site: Site, obj: Any, start: Any, stop: Any) 
 
 def setitem(tape: Optional[Tape], site: Site, value: Any, obj: Any, key: Any) -> None:
     if tape is None or type(obj) is not _ndarray:
+        if tape is not None and tape.capturing:  # `d[t] = v`: which entry depends on t's value
+            keys.refuse_subscript(tape, site, key, obj)
         if tape is not None and type(obj) not in _PLAIN:
             meth = class_attr(type(obj), "__setitem__")
             if type(meth) is _FunctionType:  # a user container's `__setitem__`, rewritten
@@ -440,6 +446,8 @@ def _iter_rows(tape: Tape, site: Site, obj: Any) -> Any:
 
 def iter_(tape: Optional[Tape], site: Site, obj: Any) -> Any:
     if tape is not None:
+        if tape.capturing and keys.keyed_dict(tape.ids, obj):  # (its order depends on the keys' values)
+            keys.refuse_subscript(tape, site, None, obj)
         to = type(obj)
         if to is _ndarray:
             if writes.current(tape, site, obj) is not None:
@@ -471,6 +479,8 @@ def _python_steps(tape: Tape, site: Site, it: Any, step: Any) -> Any:
 
 def unpack(tape: Optional[Tape], site: Site, obj: Any) -> Any:
     if tape is not None:
+        if tape.capturing and keys.keyed_dict(tape.ids, obj):
+            keys.refuse_subscript(tape, site, None, obj)
         to = type(obj)
         if to is _ndarray:
             if writes.current(tape, site, obj) is not None:

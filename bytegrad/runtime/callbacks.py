@@ -25,6 +25,7 @@ import numpy as np
 
 from bytegrad import _operators
 from bytegrad.runtime import abi
+from bytegrad.runtime import keys as _keys
 from bytegrad.runtime.dispatch import CALL_HANDLERS, CALLBACKS, call_python, class_attr, dispatch
 from bytegrad.runtime.records import Site
 from bytegrad.runtime.tape import Tape
@@ -78,6 +79,8 @@ def _python_mapping(m: Any) -> bool:
 def _dict(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict]) -> Any:
     """`dict(mapping)` (and `dict.update`'s reading of it) with a mapping written in Python."""
     if len(args) != 1 or not _python_mapping(args[0]):
+        if tape.capturing and fn is dict:  # (`dict([(t, v)])`: which entries it keeps depends on t)
+            args = _keys.dict_source(tape, site, fn, args, kwargs)
         return fn(*args, **(kwargs or {}))
     m = args[0]
     keys = dispatch(tape, site, getattr(m, "keys"), (), None)

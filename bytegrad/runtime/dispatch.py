@@ -25,7 +25,7 @@ from bytegrad.errors import (
 from bytegrad.rules import registry
 from bytegrad.rules.registry import RuleKind
 from bytegrad.runtime import tape as _tape
-from bytegrad.runtime import monitor, writes, zerosafe
+from bytegrad.runtime import keys, monitor, writes, zerosafe
 from bytegrad.runtime.records import Site
 from bytegrad.runtime.recording import bind_tracked_keywords, parent_of, record_elementwise, record_rrule, snapshot
 from bytegrad.runtime.tape import Tape, constant_tree
@@ -182,6 +182,8 @@ def dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict
             meth = class_attr(type(args[0]), dunder)
             if type(meth) is _FunctionType:
                 return call_python(tape, site, meth, (args[0],), None)
+    if tape.capturing:  # (a dict keyed by a tracked value: runtime/keys.py)
+        keys.refuse_keyed_dicts(tape, site, fn, args, kwargs)
     rule, owner = resolve(fn)
     if tape.capturing and owner is None and _made_from_constants(tape, fn, args, kwargs):
         return tape.make(fn, args, kwargs)
@@ -273,6 +275,8 @@ def _with_rule(tape: Tape, site: Site, fn: Any, rule: Any, owner: Any, args: tup
         _watch_objects(args, kwargs)
         out = fn(*args[1:] if owner is not None else args, **kwargs) if kwargs else \
             fn(*(args[1:] if owner is not None else args))
+        if tape.capturing and rule.fn in keys.KEYED:  # (`d.get(t)`: the lookup depends on t's value)
+            keys.refuse_keyed(tape, site, rule.fn, tuple(args), kwargs)
         if tape.capturing and rule.fn not in CAPTURE_SAFE and any_tracked(tape.ids, tuple(args), kwargs):
             if kind is NONDIFF:  # Python code may decide on its result: the program checks it
                 tape.check(rule.fn if owner is not None else fn, tuple(args), kwargs, out, site)

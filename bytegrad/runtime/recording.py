@@ -168,12 +168,26 @@ def push_output(tape: Tape, node: tuple, out: Any) -> Any:
         idx = len(tape.values)
         tape.push(node, TupleOut(out))
         _push_items(tape, idx, out, node[2])
+        if tape.capturing:  # (`m, e = math.frexp(t)`: e is data a program would hold as a constant)
+            _refuse_integer_items(tape, node, out)
         return out
     if t is int or t is bool or out is None:
         if tape.capturing and out is not None:
             tape.refuse(f"computes a {t.__name__} from a differentiated value with {qualname(node[5])}", node[2])
         return out
     return tape.push(node, out)
+
+
+def _refuse_integer_items(tape: Tape, node: tuple, out: Any) -> None:
+    """A rule's tuple output holding an int, a bool or an integer array (`math.frexp`'s exponent,
+    `np.linalg.lstsq`'s rank): computed from a differentiated value and never tracked, so a compiled
+    program would hold the capture's value; the capture is refused, as for an int output alone."""
+    for item in out:
+        if type(item) is int or type(item) is bool or isinstance(item, (np.integer, np.bool_)) or \
+                (type(item) is _ndarray and item.dtype.kind in "biu"):
+            kind = type(item).__name__ if type(item) is not _ndarray else f"{item.dtype} array"
+            tape.refuse(f"computes a {kind} from a differentiated value with {qualname(node[5])}", node[2])
+            return
 
 
 def _push_items(tape: Tape, idx: int, out: Any, site: Site) -> None:
