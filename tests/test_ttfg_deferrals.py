@@ -95,3 +95,26 @@ def test_a_stored_program_still_loads_on_the_second_gradient(tmp_path) -> None:
     eager = _sequence(tmp_path, "eager", cache=cache)
     assert lazy == eager
     assert lazy[0][3] == 0 and lazy[1][3] == 1 and lazy[1][1] == 1  # loaded and run on the 2nd gradient
+
+
+def test_import_leaves_out_what_a_gradient_does_not_use() -> None:
+    """`import bytegrad` imports neither the compiled tier, nor jacobian's and jvp's modules
+    (_jacobian, runtime.forward), nor tree_util; their public names resolve on first use; a gradient
+    imports none of them, and jacobian and jvp work in that process."""
+    left_out = ("bytegrad.compiled", "bytegrad._jacobian", "bytegrad.runtime.forward", "bytegrad.tree_util")
+    code = _MLP + (
+        f"left_out = {left_out!r}\n"
+        "now = lambda: sorted(m for m in sys.modules if m.startswith(left_out))\n"
+        "print(json.dumps(now()))\n"
+        "bytegrad.grad(loss)(p, x)\n"
+        "print(json.dumps(now()))\n"
+        "t = bytegrad.tree_map(lambda v: v * 2, {'a': 1.0})\n"
+        "jac = bytegrad.jacobian(lambda v: np.tanh(v))(np.ones(3))\n"
+        "_, dot = bytegrad.jvp(lambda v: np.sum(np.sin(v)), (np.zeros(2),), (np.ones(2),))\n"
+        "print(json.dumps([t, jac.tolist(), float(dot), 'tree_map' in dir(bytegrad)]))\n")
+    at_import, after_grad, used = _json_lines(run_fresh(code, BYTEGRAD_TIER="auto"))
+    assert at_import == [] and after_grad == []
+    assert used[0] == {"a": 2.0} and used[3] is True
+    assert abs(used[2] - 2.0) < 1e-12
+    assert all(abs(used[1][i][j] - (1 - __import__("math").tanh(1.0) ** 2) * (i == j)) < 1e-12
+               for i in range(3) for j in range(3))
