@@ -9,7 +9,7 @@ first gradient, the rewrite inside it), so that every module imported is charged
 imported it; it times the disk cache's parts (`transform.cache`: the rewrite, the stored rewrite's
 load, the rest: key, look-up and store) and reports the cache's own counters. A separate child
 ("parts") times the rewrite's steps with every module already imported: disassembly
-(`Bytecode.from_code`), each pass of `transform.pipeline`, assembly (`to_code`) and the encoding of
+(`Bytecode.from_code`), each pass of `transform.pipeline`, assembly (`transform.assemble.to_code`) and the encoding of
 the entry. Configurations: hand-written NumPy, bytegrad with a warm cache (kept from a priming run)
 and with an empty one (new per process). Writes bench/results/ttfg-where.json; bench/ttfg.py
 renders it as the section "where the first gradient's time goes".
@@ -139,6 +139,10 @@ def child_parts() -> dict[str, Any]:
     from bytecode import Bytecode
 
     from bytegrad.errors import SourceLoc
+    try:  # (the rewrite's own assembly, transform/assemble.py, where the tree has it)
+        from bytegrad.transform.assemble import to_code
+    except ImportError:
+        to_code = Bytecode.to_code
     runs: dict[str, list[float]] = {}
 
     def timed(name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -155,7 +159,7 @@ def child_parts() -> dict[str, Any]:
             unit = pipeline.Unit(bc, active, fn_globals, loc, immutable, assumed)
             for p in pipeline.PIPELINE:
                 timed(f"pass: {p.name}", p.run, unit)
-            new = timed("assembly (to_code)", unit.out.to_code)
+            new = timed("assembly (to_code)", to_code, unit.out)
             timed("entry: encode (assumptions, constants)", cache._encode, new, assumed)
             timed("entry: key (sha256 of the code)", cache._disk_key, code, active, immutable)
     return {name: statistics.median(v) for name, v in runs.items()}

@@ -37,20 +37,15 @@ from bytegrad.rules import (
 from bytegrad.rules.control import stop_gradient as stop_gradient
 from bytegrad.rules.pytrees import register_pytree as register_pytree
 from bytegrad.runtime.tangents import PerformanceWarning as PerformanceWarning
-from bytegrad.tree_util import (
-    tree_flatten as tree_flatten,
-    tree_leaves as tree_leaves,
-    tree_map as tree_map,
-    tree_unflatten as tree_unflatten,
-)
 
 __version__ = "0.1.0"
 
-# `explain` and `precompile` load the fused-kernel machinery, `checkpoint` its own module: imported on
+# `explain` and `precompile` load the fused-kernel machinery, `checkpoint` and the tree utilities their own modules: imported on
 # first use, so that `import bytegrad` stays a small part of a process's time to first gradient.
 _LAZY = {"explain": "bytegrad.introspect", "precompile": "bytegrad.precompile", "export": "bytegrad.exporter",
          "ExportError": "bytegrad.exporter",
-         "checkpoint": "bytegrad.runtime.checkpoint"}
+         "checkpoint": "bytegrad.runtime.checkpoint",
+         **dict.fromkeys(("tree_flatten", "tree_leaves", "tree_map", "tree_unflatten"), "bytegrad.tree_util")}
 
 
 def __getattr__(name: str):  # PEP 562 module attribute hook

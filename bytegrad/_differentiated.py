@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union, cast
 
 import numpy as np
 
-from bytegrad import _ruled, transform
+from bytegrad import _lazy_tiers, _ruled, transform
 from bytegrad._config import config as _config
 from bytegrad.errors import (
     AuxOutputError, ComplexOutputError, NonScalarOutputError, SourceLoc, WrtError,
@@ -44,10 +44,7 @@ if TYPE_CHECKING:
     from bytegrad.compiled.policy import Pending
 
 
-def _compiled() -> Any:
-    """bytegrad.compiled, imported when a function is first differentiated (it loads bytegrad/compiled/)."""
-    from bytegrad.compiled import policy as compiled
-    return compiled
+_compiled = _lazy_tiers.compiled  # bytegrad.compiled's policy, imported on first use (it loads bytegrad/compiled/)
 
 
 _perf = time.perf_counter
@@ -66,6 +63,9 @@ class Differentiated:
 
     fn: Callable[..., Any]
     _tier: Optional[str]
+    _tiers = _lazy_tiers.TiersSlot()  # the compiled tier's record: under `auto`, made by the second gradient
+    _tiers_obj: Any
+    _tiers_due: bool
 
     def __init__(self, fn: Callable[..., Any], wrt: Wrt = 0, has_aux: bool = False,
                  tier: Optional[str] = None) -> None:
@@ -90,13 +90,11 @@ class Differentiated:
         self._has_aux = bool(has_aux)
         self._tier = tier
         wrt_key = tuple(wrt) if isinstance(wrt, list) else wrt
-        compiled = _compiled()
-        self._tiers = compiled.tiers_for(self._target, (compiled.AUX, wrt_key) if self._has_aux else wrt_key, tier) \
-            if not self._bound and not self._bound_kwargs else None
+        _lazy_tiers.init(self, wrt_key, tier, bool(self._bound or self._bound_kwargs))
         self._pb_tiers: Optional[_compiled_module.Tiers] = None  # pullback programs: made on the first pullback
         self._use_code(self._target.__code__)
         #: a bound method, partial or callable object: its function, the bound arguments in front (guarded)
-        shifted = compiled.shift_wrt(wrt, self._offset) if self._bound or self._bound_kwargs else None
+        shifted = _compiled().shift_wrt(wrt, self._offset) if self._bound or self._bound_kwargs else None
         try:  # (after the checks of `wrt` above: their errors count the caller's positions; its own fail quietly)
             self._inner = Differentiated(self._target, shifted, has_aux, tier) if shifted is not None else None
         except WrtError:
@@ -413,13 +411,15 @@ class Differentiated:
         """A compiled program's result when one applies (bytegrad/compiled/policy.py), else the general path's.
         `value=False`: only the gradient is used (a program skips the output's value). A bound
         method's programs are its function's (`_inner`), called with the bound arguments in front."""
-        tiers, d = self._tiers, self._inner or self
-        if tiers is not None and getattr(tls, "tape", None) is None and not _config.debug_nans:
+        tiers, d = self._tiers_obj, self._inner or self
+        if (tiers is not None or self._tiers_due) and getattr(tls, "tape", None) is None and not _config.debug_nans:
             call_args, call_kw = ((*self._bound, *args), {**self._bound_kwargs, **kwargs}) if d is not self \
                 else (args, kwargs)
             if call_kw:  # keywords of positional parameters move into place; others stay general
                 call_args, call_kw = d._normalize_call(call_args, call_kw)
-            if not call_kw:
+            if not call_kw and tiers is None:  # (a record left due: None again for the first gradient)
+                tiers = _lazy_tiers.first_or_made(self, call_args)
+            if not call_kw and tiers is not None:
                 result = tiers.call(d._target, call_args, d._capture, value=value)
                 if result is not MISS:
                     return result

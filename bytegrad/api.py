@@ -11,14 +11,13 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from bytegrad import _jacobian, transform
+from bytegrad import transform  # (_jacobian and runtime.forward: imported by jacobian and jvp, not by a gradient)
 from bytegrad.errors import (
     WrtError,
 )
 from bytegrad.rules import closures as _closures, pytrees, registry
 from bytegrad.runtime import abi, pytree
 from bytegrad.runtime import dispatch as dispatch_module
-from bytegrad.runtime.forward import push_forward
 from bytegrad.runtime.tape import Tape, tls
 
 from bytegrad._api_support import Nested
@@ -284,6 +283,8 @@ def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any])
     for k, (spec, tangent) in enumerate(zip(specs, tangents)):
         _seed(spec, tangent, seeds, tape, d, k)
     start = nested.start if nested is not None else 0
+    from bytegrad.runtime.forward import push_forward
+
     dots = push_forward(tape, seeds, start, nested.recorder() if nested is not None else None)
     return out, _tangent_out(out, dots, tape.ids, start, nested)
 
@@ -405,6 +406,8 @@ class JacobianFunction:
 
 def _jacobian_at(j: JacobianFunction, args: tuple, kwargs: dict) -> Any:
     # (a function of this module, so that rewritten code calling a JacobianFunction runs it as it is)
+    from bytegrad import _jacobian
+
     d = j._stats_of or j.differentiated
     if d._first_s is None and getattr(tls, "tape", None) is None:  # stats()["first_gradient_s"]
         t0 = _perf()

@@ -16,7 +16,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent / "bytegrad"
 
 # The top layer: importing any of these (or the package itself, whose __init__ imports api)
 # from a lower layer is an upward import.
-TOP = ("bytegrad.api", "bytegrad._differentiated", "bytegrad._api_support", "bytegrad._jacobian", "bytegrad._stats",
+TOP = ("bytegrad.api", "bytegrad._differentiated", "bytegrad._lazy_tiers", "bytegrad._api_support", "bytegrad._jacobian", "bytegrad._stats",
        "bytegrad.introspect", "bytegrad.precompile", "bytegrad.exporter", "bytegrad.__main__")
 
 BANNED: dict[str, tuple[str, ...]] = {

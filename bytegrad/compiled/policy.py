@@ -197,6 +197,15 @@ class Tiers:
         self.general_calls += 1
         return MISS
 
+    def note_general(self, code: Any, defaults: Any, kwdefaults: Any, signature: tuple) -> None:
+        """Count a first gradient of `signature` that ran on the general path before this record was
+        made (bytegrad/_lazy_tiers.py) as `call` counts one; not when the body or defaults changed since,
+        nor when the signature was seen (its next call must still look for stored programs)."""
+        if code is self.code and defaults is self.defaults and kwdefaults is self.kwdefaults \
+                and signature not in self.signatures:
+            self.signatures[signature] = sig = _Signature()
+            sig.calls, self.general_calls = 1, self.general_calls + 1
+
     def _decided(self, sig: _Signature) -> None:
         """A decision on data came out otherwise than in a program's capture: a capture of this call
         adds a program for the other outcome (a branch that flips between two ways), up to

@@ -50,7 +50,7 @@ def _rewrite_fresh(code: types.CodeType, active: frozenset[str], fn_globals: dic
     # Imported here: a process whose rewrites all come from the disk cache never imports `bytecode`.
     from bytecode import Bytecode
 
-    from bytegrad.transform import pipeline
+    from bytegrad.transform import assemble, pipeline
     from bytegrad.transform.rewrite import fusion_disabled
 
     loc = SourceLoc(code.co_filename, code.co_firstlineno, code.co_qualname if hasattr(code, "co_qualname")
@@ -59,7 +59,7 @@ def _rewrite_fresh(code: types.CodeType, active: frozenset[str], fn_globals: dic
     unit = pipeline.run(pipeline.Unit(bc, active, fn_globals, loc, immutable, assumed, fuse=not fusion_disabled(),
                                       made=made))
     assert unit.out is not None
-    return unit.out.to_code()
+    return assemble.to_code(unit.out)
 
 
 _INERT = (int, bool, str, bytes, type(None), range, slice, type(Ellipsis), float, complex)
