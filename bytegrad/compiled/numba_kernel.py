@@ -162,10 +162,11 @@ _small: dict[str, Any] = {}
 #: multiplications of a matrix-vector product up to which a kernel takes it (as loops); a larger one
 #: keeps the NumPy back end, whose BLAS call is then the better one
 SMALL_MATVEC = 16384
-#: the most forward operations a Numba program takes: LLVM's time on one kernel grows faster than
-#: its size (an RK4 loop of 8 states: 1 step 4.8 s, 4 steps 23 s, 8 steps (~230 operations) 72 s, 40
-#: steps (1,162) over 15 minutes, measured here; the bench's 50-step float loop, 251, compiles in
-#: seconds); past it the NumPy back end runs the program. A stopgap for a price that reads the kernel
+#: the most forward operations a Numba program takes (the bench's 50-step float loop, 251, compiles in
+#: seconds); what an array kernel costs to compile is its elementwise statements, which
+#: compiled/numba_outline.py outlines and caps (MAX_ARRAY_STATEMENTS: an RK4 loop of 8 states, 8 steps,
+#: ~230 operations, 496 statements, compiled in 72 s inline and 7.4 s outlined; 40 steps, 1,162, stay
+#: on the NumPy back end)
 MAX_RECORDS = 600
 _MATMUL = (np.matmul, operator.matmul)
 _FLOATS = (np.dtype(np.float64), np.dtype(np.float32))
