@@ -268,3 +268,18 @@ def test_which_statements_are_outlined(line, outlined):
     from bytegrad.compiled import numba_outline
 
     assert numba_outline._expression(line, {"x3", "v7", "g45", "v45", "g4", "g2", "x1"}) == outlined
+
+
+def test_the_bench_mlps_softmax_runs_in_a_kernel():
+    from bench import cases as bench_cases
+
+    fast = bytegrad.differentiate(fresh(bench_cases.mlp_loss), tier="numba")
+    general = bytegrad.differentiate(bench_cases.mlp_loss, tier="general")
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        params, data = bench_cases.mlp_inputs((6, 5, 4, 3), batch=4)(rng)
+        got, want = fast.value_and_grad(params, *data), general.value_and_grad(params, *data)
+        close(got[0], want[0], np.float64)
+        for key in want[1]:
+            close(got[1][key], want[1][key], np.float64)
+    assert backends(fast) == ["numba"]
