@@ -10,8 +10,11 @@ faster than its size (`get_executable`, `_optimize_final_module`: 3.6 s at 2 ste
 Here each such statement calls a function written once per expression (`a0 * (1 - a1 ** 2)`, its
 variables numbered in order of appearance), compiled once per argument types and kept in Numba's
 disk cache, so a kernel of many repeated steps compiles a handful of loops and a body of calls:
-the same 2, 4, 8 steps in 2.8 s, 5.3 s, 7.4 s. Each function computes its expression as the kernel
-did (the same Numba array expression), so the results are the same, bit for bit.
+the same 2, 4, 8 steps in 2.8 s, 5.3 s, 7.4 s (the kernel alone, with one function per operator, the
+same mechanism; through bytegrad, 8 steps' first call in a fresh cache took 25 s outlined, Numba's
+start and runtime/vmath.py's loops included, against 557 s inline, both on a loaded machine). Each
+function computes its expression as the kernel did (the same Numba array expression), so the results
+are the same, bit for bit (tests/test_compiled_numba_forms.py).
 
 A kernel's one function still costs LLVM more than linear time past about a thousand statements
 (16 steps, 992: over a minute even outlined; cutting it in several functions called from Python or
