@@ -37,7 +37,7 @@ import numpy as np
 from bytegrad import _operators
 from bytegrad.errors import qualname
 from bytegrad.rules._apply import shape_of
-from bytegrad.compiled import numba_fused as program_fused
+from bytegrad.compiled import numba_fused as program_fused, numba_outline
 from bytegrad.runtime import kernels, vmath
 from bytegrad.runtime.backward import partial_uses, singular_partial
 from bytegrad.compiled.lower_numpy import Builder, Ineligible
@@ -531,8 +531,8 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
             k.reverse(i)
     leaves = sorted(p for p in b.wrt_leaves if p in k.set)
     params = list(dict.fromkeys(k.params))
-    return _finish(b, k, k.lines, [out_var] + [f"g{p}" for p in leaves], params, params, leaves, out_idx,
-                   len(records))
+    return _finish(b, k, numba_outline.outline(k), [out_var] + [f"g{p}" for p in leaves], params, params, leaves,
+                   out_idx, len(records))
 
 
 def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params: list[str], call: list[str],

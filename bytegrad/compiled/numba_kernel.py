@@ -19,6 +19,7 @@ from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
+from bytegrad.compiled import numba_outline, numba_reduce
 from bytegrad.runtime import kernels
 
 __all__ = ["SPLIT", "case_partial", "local_form", "module_constants", "parts"]
@@ -74,6 +75,11 @@ def module_constants(ns: dict[str, Any]) -> Optional[str]:
             lines.append(f"{name} = {expr}")
     if any("_kernels." in ln for ln in lines):
         lines.insert(0, "from bytegrad.runtime import kernels as _kernels")
+    if any("_numba_outline." in ln for ln in lines):
+        lines.insert(0, "from bytegrad.compiled import numba_outline as _numba_outline")
+    if any("_numba_reduce." in ln for ln in lines):
+        # (the loops' version: a kernel written again after they change is another module)
+        lines.insert(0, f"from bytegrad.compiled import numba_reduce as _numba_reduce  # {numba_reduce.VERSION}")
     if any("_numba_kernel." in ln for ln in lines):
         lines.insert(0, "from bytegrad.compiled import numba_kernel as _numba_kernel")
     return "\n".join(lines)
@@ -100,6 +106,10 @@ def _by_name(v: Any) -> Optional[str]:
         return name
     if name == "small_matmul" and kernels.program_stem(v) is not None and v is kernels.small_matmul():
         return "_kernels.small_matmul()"
+    if name.startswith("outlined_") and (expr := numba_outline.source_of(v)) is not None:
+        return f"_numba_outline.helper({expr!r})"
+    if name in numba_reduce.HELPERS and kernels.program_stem(v) is not None and v is numba_reduce.helper(name):
+        return f"_numba_reduce.helper({name!r})"
     if name in _SMALL and kernels.program_stem(v) is not None and v is small(name):
         return f"_numba_kernel.small({name!r})"
     for key, f in kernels.vector_math().items() if hasattr(v, "py_func") else ():
@@ -152,10 +162,11 @@ _small: dict[str, Any] = {}
 #: multiplications of a matrix-vector product up to which a kernel takes it (as loops); a larger one
 #: keeps the NumPy back end, whose BLAS call is then the better one
 SMALL_MATVEC = 16384
-#: the most forward operations a Numba program takes: LLVM's time on one kernel grows faster than
-#: its size (an RK4 loop of 8 states: 1 step 4.8 s, 4 steps 23 s, 8 steps (~230 operations) 72 s, 40
-#: steps (1,162) over 15 minutes, measured here; the bench's 50-step float loop, 251, compiles in
-#: seconds); past it the NumPy back end runs the program. A stopgap for a price that reads the kernel
+#: the most forward operations a Numba program takes (the bench's 50-step float loop, 251, compiles in
+#: seconds); what an array kernel costs to compile is its elementwise statements, which
+#: compiled/numba_outline.py outlines and caps (MAX_ARRAY_STATEMENTS: an RK4 loop of 8 states, 8 steps,
+#: ~230 operations, 496 statements, compiled in 72 s inline and 7.4 s outlined; 40 steps, 1,162, stay
+#: on the NumPy back end)
 MAX_RECORDS = 600
 _MATMUL = (np.matmul, operator.matmul)
 _FLOATS = (np.dtype(np.float64), np.dtype(np.float32))
@@ -180,7 +191,10 @@ class LocalForm(NamedTuple):
 
 
 def local_form(rec: Any, depends: set, names: Any) -> Optional[LocalForm]:
-    """The form of `rec` (a matrix-vector product, or an index of ints and slices), or None."""
+    """The form of `rec` (a matrix-vector product, or an index of ints and slices, a reduction along an
+    axis: compiled/numba_reduce.py), or None."""
+    if rec.kwargs:
+        return _reduction(rec, names)
     if not rec.trusted or rec.nested or rec.kwargs:
         return None
     fn, args = rec.fn, rec.args
@@ -209,7 +223,12 @@ def local_form(rec: Any, depends: set, names: Any) -> Optional[LocalForm]:
             return None
         dt = names.const(args[0].dtype.type, "dt")
         return LocalForm("{0}[{1}]", (f"{{t}} = np.zeros({{shape0}}, {dt})\n{{t}}[{{1}}] = {{g}}", None))
-    return None
+    return _reduction(rec, names)
+
+
+def _reduction(rec: Any, names: Any) -> Optional[LocalForm]:
+    form = numba_reduce.reduce_form(rec, names)
+    return None if form is None else LocalForm(*form)
 
 
 def case_partial(d: Any, k: int, ops: list[str], rec: Any, loop: bool) -> Optional[str]:
