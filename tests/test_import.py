@@ -77,3 +77,24 @@ def test_a_warm_first_gradient_loads_no_rewriter_json_or_threading(tmp_path) -> 
     second = run_fresh(code, BYTEGRAD_CACHE_DIR=cache, BYTEGRAD_DISABLE_DISK_CACHE="")
     assert second.returncode == 0, second.stderr
     assert second.stdout.strip() == "[]"
+
+
+def test_a_slow_first_gradient_still_loads_no_threading(tmp_path) -> None:
+    """Under load a first gradient may spend more than the fused sites' price floor, and ski rental
+    then estimates a kernel's price (importing runtime/kernels.py) in that call: that must not load
+    `threading` either (the warm-cache test above failed on loaded machines for this reason). The
+    floor is set to zero here so that the estimate runs whatever the machine's speed."""
+    (tmp_path / "slow_mod.py").write_text("import numpy as np\n\n\ndef f(W, x, b):\n"
+                                          "    return np.sum(np.tanh(x @ W + b))\n")
+    code = ("import sys, numpy as np, bytegrad\n"
+            "from bytegrad.runtime import fused\n"
+            "fused.PRICE_FLOOR = 0.0\n"
+            f"sys.path.insert(0, {str(tmp_path)!r})\n"
+            "import slow_mod\n"
+            "bytegrad.grad(slow_mod.f)(np.ones((3, 2)), np.ones((4, 3)), np.ones(2))\n"
+            "print('bytegrad.runtime.kernels' in sys.modules, 'threading' in sys.modules)\n")
+    cache = str(tmp_path / "cache")
+    run_fresh(code, BYTEGRAD_CACHE_DIR=cache, BYTEGRAD_DISABLE_DISK_CACHE="")
+    warm = run_fresh(code, BYTEGRAD_CACHE_DIR=cache, BYTEGRAD_DISABLE_DISK_CACHE="", BYTEGRAD_FUSION="auto")
+    assert warm.returncode == 0, warm.stderr
+    assert warm.stdout.strip() == "True False", warm.stdout

@@ -30,7 +30,7 @@ import operator
 import os
 import re
 import sys
-import threading
+import _thread  # (its RLock: the `threading` module is not loaded for it, a first gradient's ski rental may import this one)
 import time
 import types
 import warnings
@@ -46,7 +46,7 @@ from bytegrad.runtime import vmath_sources
 
 KERNEL_FORMAT = 2
 _DTYPES = frozenset({"float64", "float32"})
-_LOCK = threading.RLock()
+_LOCK = _thread.RLock()
 _MODULES: dict[str, types.ModuleType] = {}
 _warned_no_cache = False
 
