@@ -373,16 +373,15 @@ def test_view_of_a_made_array_compiles_and_agrees(tier):
     assert len(s["programs"]) == 1 and s["general_calls"] == 0, s
 
 
-def test_view_of_a_local_made_array_stays_refused_naming_the_line():
-    """`m.reshape(2, 3)` of a local (written in between): not the one-expression form; refused with
-    the construct and its line, and agrees."""
+def test_view_of_a_local_made_array_written_in_between_compiles():
+    """`m.reshape(2, 3)` of a local made array written in between: a capture records the operations
+    on made arrays (tests/test_compiled_made.py), the write replayed as a version; it agrees."""
     fast = bytegrad.differentiate(fresh(made_then_written), tier="numpy")
     general = bytegrad.differentiate(made_then_written, tier="general")
     rng = np.random.default_rng(6)
     for _ in range(3):
         agree(fast, general, rng.normal(size=(2, 3)))
-    assert not stats(fast)["programs"]
-    assert "line " in refusals(fast), refusals(fast)
+    assert stats(fast)["programs"], refusals(fast)
 
 
 # ---- with on a Python context manager ------------------------------------------------------------

@@ -132,6 +132,8 @@ def _class_refusal(cls: type) -> Optional[str]:
     """Why objects of `cls` cannot be guarded by their class and `__dict__`, or None."""
     if cls.__getattribute__ is not object.__getattribute__:
         return f"{cls.__qualname__} defines __getattribute__"
+    if getattr(cls, "__getattr__", None) is not None:  # (what it computes for a missing name is no guard's)
+        return f"{cls.__qualname__} defines __getattr__"
     for c in cls.__mro__[:-1]:
         if not c.__flags__ & _HEAPTYPE:
             return f"{cls.__qualname__} derives from {c.__qualname__}, a class written in C"

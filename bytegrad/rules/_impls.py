@@ -240,8 +240,10 @@ def py_tuple(iterable: Any = (), /) -> tuple[Any, ...]:
 
 
 def py_list_extend(self: list[Any], iterable: Any, /) -> None:
-    if iterable is self:
-        iterable = [item for item in self]
+    # (CPython extends from a snapshot of a list, itself included; the type test first, so that a list
+    # holding differentiated values is never compared by identity: a decision no program could check)
+    if type(iterable) is list or iterable is self:
+        iterable = [item for item in iterable]
     for item in iterable:
         self.append(item)
 

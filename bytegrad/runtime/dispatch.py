@@ -19,13 +19,10 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from bytegrad.errors import (
-    RULE_CASE_FIX, DifferentiationError, NoRuleError, NotImplementedRuleError, RuleCaseError, qualname,
-)
+from bytegrad.errors import RULE_CASE_FIX, DifferentiationError, NoRuleError, NotImplementedRuleError, RuleCaseError, qualname
 from bytegrad.rules import registry
 from bytegrad.rules.registry import RuleKind
-from bytegrad.runtime import tape as _tape
-from bytegrad.runtime import keys, monitor, writes, zerosafe
+from bytegrad.runtime import keys, monitor, writes, zerosafe, tape as _tape
 from bytegrad.runtime.records import Site
 from bytegrad.runtime.recording import bind_tracked_keywords, parent_of, record_elementwise, record_rrule, snapshot
 from bytegrad.runtime.tape import Tape, constant_tree
@@ -52,12 +49,12 @@ PLAIN = frozenset({int, float, bool, complex, str, bytes, list, tuple, dict, set
                     np.float64, np.float32, np.int64, np.int32, np.bool_, np.complex128, slice, range})
 
 
-# The transform registers how to get rewritten code for a Python callee (runtime never imports it).
-# (callee, args, kwargs, the tape's ids, whether the tape captures: a capture's rewrite is its own)
-_rewriter: Optional[Callable[[Any, tuple, Optional[dict], dict, bool], Optional[Callable[..., Any]]]] = None
+# The transform registers how to get rewritten code for a Python callee (runtime never imports it), of
+_Rewriter = Callable[[Any, tuple, Optional[dict], dict, bool], Optional[Callable[..., Any]]]  # (.., capturing)
+_rewriter: Optional[_Rewriter] = None
 
 
-def set_rewriter(fn: Callable[[Any, tuple, Optional[dict], dict, bool], Optional[Callable[..., Any]]]) -> None:
+def set_rewriter(fn: _Rewriter) -> None:
     global _rewriter
     _rewriter = fn
 
