@@ -42,9 +42,11 @@ def assembled(monkeypatch):
         return fast
 
     monkeypatch.setattr(assemble, "to_code", recording)
-    monkeypatch.setenv("BYTEGRAD_DISABLE_DISK_CACHE", "1")
     cache.clear()
-    yield seen
+    # (the switch itself, not the environment variable, which bytegrad read at import: rewrites stored
+    # on disk by earlier tests of the run would otherwise load instead of being assembled here)
+    with bytegrad.config.override(disable_disk_cache=True):
+        yield seen
     cache.clear()
 
 
