@@ -315,7 +315,9 @@ def paused_and_sized(build: Callable[..., Any]) -> Callable[..., Any]:
     """`build(tape, ...)` (compiled/lower_numpy.py) refused (`Ineligible`) for a tape of more than
     MAX_RECORDS operations, and run with Python's cyclic garbage collector paused: a program's build
     allocates many objects that live until it is compiled (AST nodes, strings), and each collection
-    visited them all, which made a build grow as the square of its operations."""
+    visited them all, which made a build grow as the square of its operations. NumPy's
+    floating-point errors are ignored: a build computes partials on the capture's values to read
+    their shapes, and reports nothing of the call (its program reports its own, runtime/fpwarn.py)."""
     @functools.wraps(build)
     def sized(tape: Any, *args: Any, **kwargs: Any) -> Any:
         records = sum(node is not None for node in tape.nodes)
@@ -326,7 +328,8 @@ def paused_and_sized(build: Callable[..., Any]) -> Callable[..., Any]:
         was = gc.isenabled()
         gc.disable()
         try:
-            return build(tape, *args, **kwargs)
+            with np.errstate(all="ignore"):
+                return build(tape, *args, **kwargs)
         finally:
             if was:
                 gc.enable()
