@@ -173,8 +173,8 @@ class Builder:
 
     def forward(self, i: int, depends: set[int]) -> None:
         rec = self.records[i]
-        if rec.kind == "write" or rec.kind == "zerosafe":  # an in-place write, replayed as a new version;
-            forward_write(self, rec)  # an elementwise step made zero-safe by a mask (compiled/writes.py)
+        if rec.kind == "write":  # an in-place write, replayed as a new version (compiled/writes.py)
+            forward_write(self, rec)
             return
         if rec.kind == "item":
             return lower_tuples.forward_item(self, rec)
@@ -298,7 +298,7 @@ class Builder:
         cond = st == MAYBE
         if rec.kind == "elementwise":
             self._elementwise_step(rec, g, targets, body, pre, cond)
-        elif rec.kind == "write" or rec.kind == "zerosafe":
+        elif rec.kind == "write":
             reverse_write(self, rec, g, targets, body, pre, cond)
         else:
             self._rrule_step(rec, g, targets, body, pre, cond)

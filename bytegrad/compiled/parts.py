@@ -53,18 +53,18 @@ class Record:
         self.idx = idx
         self.out = out
         self.site = node[2]
-        if kind is ELEMENTWISE or kind is UNARY or kind in _ZERO_SAFE:
-            # (a zero-safe twin, made so by a mask recorded later: its reverse step is the general
-            # path's, compiled/writes.py)
-            self.kind = "elementwise" if kind is ELEMENTWISE or kind is UNARY else "zerosafe"
-            self.parents = (node[1],) if kind is UNARY or kind is UNARY.safe else node[1]
+        if kind is ELEMENTWISE or kind is UNARY:
+            self.kind = "elementwise"
+            self.parents = (node[1],) if kind is UNARY else node[1]
             self.rule = node[3]
             self.args = node[4]
             self.fn = node[5]
             self.kwargs = None
-        elif kind is WHERE:  # `np.where`: a reverse step the program runs as the general path's own
-            self.kind = "stepped"  # (compiled/lower_stepped.py; the zero-safe twins are "zerosafe" above)
-            self.parents = node[1]
+        elif kind is WHERE or kind in _ZERO_SAFE:  # `np.where`, or an elementwise record's zero-safe twin
+            # (made so by a mask recorded later): a reverse step the program runs as the general
+            # path's own (compiled/lower_stepped.py)
+            self.kind = "stepped"
+            self.parents = (node[1],) if kind is UNARY.safe else node[1]
             self.rule, self.args, self.fn, self.kwargs = node[3], node[4], node[5], None
             self.step = kind  # (the record's kind, whose reverse step the program calls)
         elif kind is RULE or kind is RULE_TRUSTED:
