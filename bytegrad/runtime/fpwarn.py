@@ -7,7 +7,7 @@ do not interfere) for the categories the user left at "warn"; "ignore", "raise",
 are untouched. `_report` runs only when NumPy meets such an error, and only then walks the stack.
 
 A compiled program (bytegrad/compiled/) runs under the same redirection (`redirect`/`restore`, what
-`at_user_lines` does without its object: a program call pays about 0.1 us for it). Its namespace
+`at_user_lines` does without its object). Its namespace
 holds PROGRAM_SITES: its source and, for each line of it, the record that line computes; `_report`
 finds the line of the instruction that met the error (`_program_site`) and names the record's
 callee, forward or "the derivative of", at the record's file and line, as the general path does.
@@ -176,8 +176,10 @@ _LAST: tuple[Any, Any] = (None, None)
 
 
 def redirect() -> Any:
-    """`at_user_lines().__enter__` as a function, for a compiled program's call (about 0.3 us: a
-    context variable set and reset): a token for `restore`, or None when nothing is redirected."""
+    """`at_user_lines().__enter__` as a function, for a compiled program's call: a token for
+    `restore`, or None when nothing is redirected. Its cost (valgrind, Python 3.11, NumPy 2.4): a
+    context variable set and reset, about 3,500 instructions a call, and about 70 more a ufunc
+    while NumPy's error state is not its default (4-5% of a 10-operation program on small arrays)."""
     global _LAST
     if _EXTOBJ is None:
         state = _redirected()
