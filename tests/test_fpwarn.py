@@ -97,6 +97,25 @@ def test_a_programs_warnings_name_the_line_of_each_step(tier):
         assert all(w.filename == __file__ for w in caught), where
 
 
+def _decides(x):
+    y = np.log(x)
+    if np.sum(x) > 1.5:  # a decision on data, after the warning
+        return np.sum(y * 2.0)
+    return np.sum(y * 3.0)
+
+
+@pytest.mark.parametrize("tier", ("numpy", "numba"))
+def test_a_program_whose_decision_comes_out_otherwise_reports_nothing(tier):
+    """A program that computed a warning's step, then found a decision otherwise (DECIDED: the general
+    path computes the call again, and reports it): its warnings are dropped, not reported twice."""
+    d = bytegrad.differentiate(_decides, tier=tier)
+    general = bytegrad.differentiate(_decides, tier="general")
+    for x in ([0.0, 2.0], [0.0, 2.0], [0.0, 1.0], [0.0, 1.0], [0.0, 2.0]):
+        want = _calls(general, np.array(x), 1, "value_and_grad")[0]
+        assert _calls(d, np.array(x), 1, "value_and_grad")[0] == want and len(want) == 2, (x, want)
+    assert d.stats()["compiled"]["compiled_calls"] >= 3 and len(d.stats()["compiled"]["programs"]) == 2
+
+
 @pytest.mark.parametrize("tier", TIERS)
 def test_the_users_errstate_and_seterr_are_kept(tier):
     def quiet(x):

@@ -38,7 +38,7 @@ from bytegrad._config import config as _config
 from bytegrad.compiled.guards import same_value
 from bytegrad.rules import pytrees
 from bytegrad.compiled.objects import shift_wrt as shift_wrt  # (_differentiated.py's, re-exported)
-from bytegrad.runtime.fpwarn import redirect as _redirect, restore as _restore
+from bytegrad.runtime.fpwarn import HOLDERS as _FP_HOLDERS, redirect as _redirect, restore as _restore
 from bytegrad.runtime.sentinels import DECIDED, MISS
 
 if TYPE_CHECKING:  # (compiled/lower_numpy.py is imported by the first capture or load, not by a first gradient)
@@ -164,14 +164,15 @@ class Tiers:
             calls = run.calls = run.calls + 1
             timed = calls & 15 == 0 and prog.backend == "numpy" and self.tier == "auto"
             t0 = _perf() if timed else 0.0
-            token = _redirect()  # NumPy's floating-point warnings at the user's lines (runtime/fpwarn.py)
+            token = _redirect()  # NumPy's floating-point warnings at the user's lines (runtime/fpwarn.py),
+            result = MISS  # reported if the result is used (else the general path computes and reports them)
             try:
                 result = prog.fn(args, value)
             except Exception:  # noqa: BLE001 - the general path raises it again, with the user's line
                 self.general_calls += 1
                 return MISS
             finally:
-                _restore(token)
+                _restore(token, result is not MISS and result is not DECIDED)
             if result is not MISS and result is not DECIDED:
                 self.compiled_calls += 1
                 if timed:  # one call in 16 is timed: the ski-rental meter of the Numba back end, which
@@ -400,6 +401,9 @@ class Tiers:
 #: operation. Defaults from this 2-core machine kind (0.4-1.4 s for the 100-250-operation loops
 #: of bench/cases.py); each compile in this process corrects the per-operation part.
 _PRICE = {"import": 0.4, "fixed": 0.2, "per_op": 0.0025}
+
+
+_FP_HOLDERS.add(Tiers.call.__code__)  # (a program's warnings wait for its result: runtime/fpwarn.py HOLDERS)
 
 
 def numba_price(prog: Program) -> float:

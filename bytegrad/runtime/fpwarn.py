@@ -18,6 +18,7 @@ import bisect
 import functools
 import sys
 import warnings
+from _thread import get_ident  # (not threading: importing bytegrad does not import it)
 from typing import TYPE_CHECKING, Any, Callable, Literal, Optional
 
 import numpy as np
@@ -32,6 +33,12 @@ __all__ = ["PROGRAM_SITES", "at_user_lines", "redirect", "restore", "sweeps"]
 #: the name of a compiled program's sites in its namespace: (source, file name, for each line of the
 #: source (filename, lineno, what it computes, whether a derivative) or None)
 PROGRAM_SITES = "_fpsites"
+
+#: code objects that run compiled programs whose result they may not use (compiled/policy.py's
+#: `Tiers.call`: a program that answers MISS or DECIDED): the warnings of a program they call are
+#: held (per thread, in _HELD) until `restore` says whether the result is used
+HOLDERS: set[Any] = set()
+_HELD: dict[int, list[tuple]] = {}
 
 #: code objects of the reverse (and tangent) sweeps, whose local `node` is the record being run
 _SWEEP_CODES: set[Any] = set()
@@ -56,17 +63,17 @@ def _report(err: str, flag: int) -> None:
                 return
         elif PROGRAM_SITES in frame.f_globals:  # a compiled program: the record its line computes
             found = _program_site(frame)
-            if found is not None:
-                filename, lineno, what, derivative = found
-                message = f"{err} encountered in {'the derivative of ' if derivative else ''}{what}"
-                if derivative:  # (as the sweep's: shown each time)
-                    warnings.warn_explicit(RuntimeWarning(message), RuntimeWarning, filename, lineno)
-                else:  # (registered in the program: "default" shows it once per line, as a user line's)
-                    warnings.warn_explicit(RuntimeWarning(message), RuntimeWarning, filename, lineno,
-                                           registry=frame.f_globals.setdefault("__warningregistry__", {}))
-                return
-            warnings.warn_explicit(RuntimeWarning(f"{err} encountered in a NumPy operation"), RuntimeWarning,
-                                   code.co_filename, frame.f_lineno)
+            if found is None:
+                item: tuple = (f"{err} encountered in a NumPy operation", code.co_filename, frame.f_lineno, None)
+            else:  # a derivative's, as the sweep's, shown each time; a primal's registered in the program
+                filename, lineno, what, derivative = found  # ("default" shows it once, as a user line's)
+                item = (f"{err} encountered in {'the derivative of ' if derivative else ''}{what}", filename,
+                        lineno, None if derivative else frame.f_globals.setdefault("__warningregistry__", {}))
+            caller = frame.f_back
+            if caller is not None and caller.f_code in HOLDERS:  # until the call's result is known
+                _HELD.setdefault(get_ident(), []).append(item)
+            else:
+                _warn(*item)
             return
         elif not library_file(code.co_filename) and not code.co_filename.startswith("<frozen"):
             g = frame.f_globals  # the user's line: registered there, so filters and "once" work as usual
@@ -81,6 +88,13 @@ def _report(err: str, flag: int) -> None:
                 site = candidate
         frame = frame.f_back
     warnings.warn(f"{err} encountered in a NumPy operation", RuntimeWarning, stacklevel=2)
+
+
+def _warn(message: str, filename: str, lineno: int, registry: Optional[dict]) -> None:
+    if registry is None:
+        warnings.warn_explicit(RuntimeWarning(message), RuntimeWarning, filename, lineno)
+    else:
+        warnings.warn_explicit(RuntimeWarning(message), RuntimeWarning, filename, lineno, registry=registry)
 
 
 def _program_site(frame: "FrameType") -> Optional[tuple]:
@@ -195,13 +209,20 @@ def redirect() -> Any:
     return _EXTOBJ.set(last[1]) if last[1] is not None else None
 
 
-def restore(token: Any) -> None:
-    """Undo `redirect`."""
+def restore(token: Any, keep: bool = True) -> None:
+    """Undo `redirect`; the warnings of the programs a HOLDERS caller ran in this thread meanwhile are
+    reported now, or, `keep` false (the call's result is not used: the general path computes it
+    again, and reports them), dropped."""
     if token is not None:
         if _EXTOBJ is None:
             token.__exit__(None, None, None)
         else:
             _EXTOBJ.reset(token)
+    if _HELD:
+        held = _HELD.pop(get_ident(), None)
+        if held and keep:
+            for item in held:
+                _warn(*item)
 
 
 class at_user_lines:
