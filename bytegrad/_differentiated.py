@@ -551,7 +551,7 @@ class Differentiated:
         """A program's `back`, which answers MISS for a cotangent not shaped as at capture: such a
         cotangent goes to the general path's pullback, run again on the same arguments."""
         def checked(out_bar: Any) -> tuple[Any, ...]:
-            grads = back(out_bar)
+            grads = fpwarn.at_user_lines.run(back, out_bar)  # (its floating-point warnings at the user's lines)
             if grads is MISS:
                 return self._pullback_now(args, {})[1](out_bar)
             return grads

@@ -4,6 +4,9 @@
 differences computed in float64, leaf by leaf, and checks that the gradient mirrors the
 differentiated argument (same container types, keys, shapes and dtypes) and that the caller's
 arguments are left unchanged. The tree helpers here are reusable by any test.
+
+`agree_with_general(fn, calls, tier)` compares a compiled tier with tier="general" call by call
+(values, gradients, exceptions, effects): the one helper the compiled tier's tests share.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ __all__ = [
     "check_grad", "check_jvp", "check_grad_and_jvp", "numerical_grad", "bytegrad_grad", "assert_mirrors", "assert_trees_equal",
     "assert_trees_close", "tree_paths", "tree_replace", "tree_map_arrays", "is_diff_leaf",
     "resolve_wrt", "scalar_value", "format_path",
+    "agree_with_general", "assert_same_call",
 ]
 
 Wrt = Union[int, str, Sequence[Union[int, str]]]
@@ -162,9 +166,71 @@ def assert_trees_close(a: Any, b: Any, *, rtol: float, atol: float, path: Path =
     if isinstance(a, (str, bytes)):
         assert a == b, f"{where}: {a!r} != {b!r}"
         return
+    if hasattr(a, "__dict__") and not callable(a) and not isinstance(a, (np.ndarray, np.generic)):
+        assert type(a) is type(b), f"{where}: type {type(a).__name__} != {type(b).__name__}"
+        assert_trees_close(vars(a), vars(b), rtol=rtol, atol=atol, path=path, what=what)  # (a registered pytree)
+        return
     assert np.shape(a) == np.shape(b), f"{where}: shape {np.shape(a)} != {np.shape(b)}"
     np.testing.assert_allclose(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64),
                                rtol=rtol, atol=atol, err_msg=where)
+
+
+# ---- a compiled tier against the general path -------------------------------------------------------
+
+
+def _outcome(d: Any, args: tuple, exceptions: bool) -> Any:
+    if not exceptions:
+        return d.value_and_grad(*args)
+    try:
+        return d.value_and_grad(*args)
+    except Exception as exc:  # noqa: BLE001 - the general path's exception is part of the result
+        return type(exc).__name__
+
+
+def assert_same_call(fast: Any, general: Any, args: tuple, general_args: Optional[tuple] = None, *,
+                     rtol: float = 1e-12, atol: float = 1e-300, value_atol: Optional[float] = None,
+                     exceptions: bool = False, close: Optional[Callable[[Any, Any], None]] = None,
+                     effects: Optional[Callable[[tuple], Any]] = None, what: str = "call") -> Any:
+    """One call of `fast` (a function differentiated under a compiled tier) on `args` and of `general`
+    (the same under tier="general") on `general_args` (default `args`), `fast` first: the same
+    `(value, gradient)` to `rtol`/`atol` (the value to `value_atol` where given), or as
+    `close(got, want)` says (it raises AssertionError); with `exceptions`, an exception of either
+    is part of the result, compared by its type's name; `effects(args)`: what the call changed (in
+    its arguments, or anywhere), equal after each. Returns `fast`'s result."""
+    got = _outcome(fast, args, exceptions)
+    mine = args if general_args is None else general_args
+    want = _outcome(general, mine, exceptions)
+    if isinstance(got, str) or isinstance(want, str):
+        assert got == want, f"{what}: {got} != general's {want}"
+    elif close is not None:
+        close(got, want)
+    elif value_atol is None:
+        assert_trees_close(got, want, rtol=rtol, atol=atol, what=what)
+    else:
+        assert_trees_close(got[0], want[0], rtol=rtol, atol=value_atol, what=f"{what}: value")
+        assert_trees_close(got[1], want[1], rtol=rtol, atol=atol, what=f"{what}: gradient")
+    if effects is not None:
+        assert_trees_equal(effects(args), effects(mine), what=f"{what}: effects")
+    return got
+
+
+def agree_with_general(fn: Callable[..., Any], calls: Any, tier: str, *, wrt: Wrt = 0,
+                       between: Optional[Callable[[int], Any]] = None, **same: Any) -> dict:
+    """`fn` differentiated under `tier` and under tier="general", compared call by call with
+    `assert_same_call` (`same`: its keywords) on `calls`, argument tuples; `between(k)` runs before
+    call k (it changes what the function reads). With `effects`, `calls` is a function giving the
+    calls, called once per tier so that each writes into arguments of its own. Returns the tier's
+    `stats()["compiled"]`."""
+    import bytegrad
+
+    fast = bytegrad.differentiate(fn, wrt=wrt, tier=tier)
+    general = bytegrad.differentiate(fn, wrt=wrt, tier="general")
+    fast_calls, general_calls = (calls(), calls()) if callable(calls) else (calls, calls)
+    for k, (args, general_args) in enumerate(zip(fast_calls, general_calls, strict=True)):
+        if between is not None:
+            between(k)
+        assert_same_call(fast, general, args, general_args, what=f"call {k}", **same)
+    return fast.stats()["compiled"]
 
 
 # ---- gradients ------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from gradcheck import assert_trees_close
+from gradcheck import agree_with_general, assert_trees_close
 
 import bytegrad
 from bytegrad.compiled import nested
@@ -31,21 +31,6 @@ TIERS = ("numpy", "numba")
 
 def info(d) -> dict:
     return d.stats()["compiled"]
-
-
-def agree(fn, calls, tier, wrt=0, between=None):
-    """`fn` under `tier` and under tier="general", call by call on `calls` (argument tuples), values
-    and gradients; `between(k)` runs before call k (it changes what the function reads). Returns
-    the tier's stats."""
-    fast = bytegrad.differentiate(fn, wrt=wrt, tier=tier)
-    general = bytegrad.differentiate(fn, wrt=wrt, tier="general")
-    for k, args in enumerate(calls):
-        if between is not None:
-            between(k)
-        expected = general.value_and_grad(*args)
-        got = fast.value_and_grad(*args)
-        assert_trees_close(got, expected, rtol=1e-12, atol=1e-300)
-    return info(fast)
 
 
 def arrays(n=4, size=3, seed=0):
@@ -116,7 +101,7 @@ def late_binding_and_defaults(x):
 @pytest.mark.parametrize("fn", [inner_reads_locals, inner_without_arguments, nonlocal_accumulator, nested_inner,
                                 late_binding_and_defaults])
 def test_inner_functions_compile_and_agree(fn, tier):
-    s = agree(fn, arrays(), tier)
+    s = agree_with_general(fn, arrays(), tier)
     assert compiled(s), s
 
 
@@ -153,7 +138,7 @@ def test_callee_closure_cell_changed_between_calls(tier):
         return np.sum(scaled(x) ** 2)
 
     x = np.array([0.3, -0.2, 0.9])
-    s = agree(f, [(x,)] * 4, tier, between=lambda k: set_scale([2.0, 2.0, 3.0, -1.5][k]))
+    s = agree_with_general(f, [(x,)] * 4, tier, between=lambda k: set_scale([2.0, 2.0, 3.0, -1.5][k]))
     assert compiled(s), s
     assert any("scale" in g for p in s["programs"] for g in p["guards"]), s  # the cell's guard
 
@@ -176,7 +161,7 @@ def test_own_closure_cell_changed_between_calls(tier):
 
     f, set_shift = make()
     x = np.array([0.3, -0.2, 0.9])
-    s = agree(f, [(x,)] * 4, tier, between=lambda k: set_shift([1.0, 1.0, 2.5, -0.5][k]))
+    s = agree_with_general(f, [(x,)] * 4, tier, between=lambda k: set_shift([1.0, 1.0, 2.5, -0.5][k]))
     assert compiled(s), s
 
 
@@ -185,7 +170,7 @@ def test_user_decorator_wrapper(tier):
     def f(x):
         return np.sum(_decorated(x) + _decorated(x, k=0.5) ** 2)
 
-    s = agree(f, arrays(), tier)
+    s = agree_with_general(f, arrays(), tier)
     assert compiled(s), s
 
 
@@ -283,7 +268,7 @@ def test_local_nonlocal_counter_is_a_local(tier):
             return v * n
         return np.sum(tick(x) + tick(x) ** 2) * n
 
-    s = agree(f, arrays(), tier)
+    s = agree_with_general(f, arrays(), tier)
     assert compiled(s), s
 
 
@@ -381,7 +366,7 @@ def test_functional_style_compiles_and_agrees(fn, tier):
     # values whose order, signs and maxima change from call to call
     calls = [(np.array(v),) for v in ([0.3, -1.2, 0.8, 0.1], [1.5, 0.2, -0.4, 0.9], [-0.7, 0.6, 0.65, -2.0],
                                       [0.3, -1.2, 0.8, 0.1], [2.0, 1.0, 0.5, 0.25])]
-    s = agree(fn, calls, tier)
+    s = agree_with_general(fn, calls, tier)
     assert compiled(s), s
 
 
@@ -419,7 +404,7 @@ def recursion_with_makers(x):
 @pytest.mark.parametrize("tier", TIERS)
 @pytest.mark.parametrize("fn", [star_args, star_kwargs, recursion_with_makers])
 def test_variadic_callees_and_makers(fn, tier):
-    s = agree(fn, arrays(), tier)
+    s = agree_with_general(fn, arrays(), tier)
     assert compiled(s), s
 
 
@@ -544,7 +529,7 @@ def uses_constant_helper(x):
 @pytest.mark.parametrize("tier", TIERS)
 def test_helper_on_constants_sees_its_global_change(tier, monkeypatch):
     x = np.array([0.2, 0.7])
-    s = agree(uses_constant_helper, [(x,)] * 4, tier,
+    s = agree_with_general(uses_constant_helper, [(x,)] * 4, tier,
               between=lambda k: monkeypatch.setattr(sys.modules[__name__], "_EXPONENT", [2, 2, 3, 1][k]))
     assert compiled(s), s
 
@@ -557,7 +542,7 @@ def decision_then_recorded_again(a, b):
 @pytest.mark.parametrize("tier", TIERS)
 def test_decision_on_a_value_recorded_again_later(tier):
     calls = [(1.0, 2.0), (3.0, 2.0), (0.5, 0.1), (1.0, 2.0)]
-    s = agree(decision_then_recorded_again, calls, tier, wrt=(0, 1))
+    s = agree_with_general(decision_then_recorded_again, calls, tier, wrt=(0, 1))
     assert compiled(s), s
 
 
@@ -656,7 +641,7 @@ def lambda_reads_global_array(x):
 @pytest.mark.parametrize("tier", TIERS)
 @pytest.mark.parametrize("fn", [generator_closure, recursive_inner, late_bound_lambdas])
 def test_more_closures(fn, tier):
-    s = agree(fn, arrays(size=2), tier)
+    s = agree_with_general(fn, arrays(size=2), tier)
     assert compiled(s), s
 
 
@@ -665,7 +650,7 @@ def test_global_array_read_in_a_lambda_changed_in_place(tier):
     x = np.array([0.3, -0.8])
     saved = _W.copy()
     try:
-        s = agree(lambda_reads_global_array, [(x,)] * 4, tier,
+        s = agree_with_general(lambda_reads_global_array, [(x,)] * 4, tier,
                   between=lambda k: _W.__setitem__((0, 0), [1.0, 1.0, 4.0, -2.0][k]))
     finally:
         _W[...] = saved
@@ -683,7 +668,7 @@ def impure_comprehension_on_constants(x):
 
 @pytest.mark.parametrize("tier", TIERS)
 def test_comprehension_on_constants(tier):
-    s = agree(comprehension_on_constants, arrays(), tier)
+    s = agree_with_general(comprehension_on_constants, arrays(), tier)
     assert compiled(s), s
 
 

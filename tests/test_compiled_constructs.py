@@ -10,6 +10,7 @@ PYTEST_DONT_REWRITE: the programs' own `assert` statements must stay as Python c
 """
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
@@ -17,38 +18,18 @@ import pytest
 
 import bytegrad
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from gradcheck import agree_with_general  # noqa: E402
+
 TIERS = ("numpy", "numba")
 
 
-def _outcome(fn, args):
-    try:
-        return fn.value_and_grad(*args)
-    except Exception as exc:  # noqa: BLE001 - the general path's exception is part of the result
-        return type(exc).__name__
-
-
-def _leaves(g):
-    if isinstance(g, dict):
-        return [leaf for v in g.values() for leaf in _leaves(v)]
-    if isinstance(g, (tuple, list)):
-        return [leaf for v in g for leaf in _leaves(v)]
-    return [g]
-
-
 def compare(f, calls, tier, wrt=0):
-    """`f` under `tier` and on the general path, call by call (`calls`: argument tuples); returns the
-    tier's `stats()["compiled"]`."""
-    fn = bytegrad.differentiate(f, tier=tier, wrt=wrt)
-    ref = bytegrad.differentiate(f, tier="general", wrt=wrt)
-    for k, args in enumerate(calls):
-        got, want = _outcome(fn, args), _outcome(ref, args)
-        if isinstance(want, str) or isinstance(got, str):
-            assert got == want, f"call {k}: {got} != general's {want}"
-            continue
-        np.testing.assert_allclose(got[0], want[0], rtol=1e-12, atol=1e-12, equal_nan=True, err_msg=f"call {k}")
-        for a, b in zip(_leaves(got[1]), _leaves(want[1])):
-            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12, equal_nan=True, err_msg=f"call {k}")
-    return fn.stats()["compiled"]
+    """`f` under `tier` against the general path, call by call (gradcheck.py `agree_with_general`), with
+    this file's terms: an exception is part of the result; values and gradients to 1e-12, relative
+    and absolute. Returns the tier's `stats()["compiled"]`."""
+    return agree_with_general(f, calls, tier, wrt=wrt, atol=1e-12, exceptions=True)
 
 
 def ran_programs(stats):

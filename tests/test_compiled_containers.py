@@ -19,7 +19,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from gradcheck import assert_trees_close
+from gradcheck import agree_with_general, assert_trees_close
 
 import bytegrad
 
@@ -29,14 +29,6 @@ TIERS = ("numpy", "numba")
 def calls(n=4, size=4, seed=0):
     rng = np.random.default_rng(seed)
     return [rng.normal(size=size) for _ in range(n)]
-
-
-def agree(fn, tier, *extra):
-    fast = bytegrad.differentiate(fn, tier=tier)
-    general = bytegrad.differentiate(fn, tier="general")
-    for x in calls():
-        assert_trees_close(fast.value_and_grad(x, *extra), general.value_and_grad(x, *extra), rtol=1e-12, atol=1e-300)
-    return fast.stats()["compiled"]
 
 
 def local_lists(x):
@@ -73,7 +65,7 @@ def local_deques(x):
 @pytest.mark.parametrize("tier", TIERS)
 @pytest.mark.parametrize("fn", [local_lists, local_dicts, local_deques])
 def test_container_methods_on_own_containers_compile_and_agree(fn, tier):
-    s = agree(fn, tier)
+    s = agree_with_general(fn, [(x,) for x in calls()], tier)
     assert s["programs"] and s["compiled_calls"] >= 2, s
 
 
@@ -102,7 +94,7 @@ def extends_a_local_list(x):
 
 @pytest.mark.parametrize("tier", TIERS)
 def test_list_extend_agrees(tier):
-    agree(extends_a_local_list, tier)
+    agree_with_general(extends_a_local_list, [(x,) for x in calls()], tier)
 
 
 @pytest.mark.parametrize("tier", TIERS)

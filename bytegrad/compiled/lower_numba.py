@@ -496,7 +496,7 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
         raise Ineligible("it decides on data (a comparison, a function without a derivative): the Numba back end "
                          "does not check decisions yet")
     records = [i for i in order if i in b.records]
-    if any(b.records[i].kind in ("write", "zerosafe") or data_indexed(b.records[i]) for i in records):
+    if any(b.records[i].kind == "write" or data_indexed(b.records[i]) for i in records):
         raise Ineligible("an in-place write, or an index that is an array or a list: the Numba back end leaves "
                          "them to the NumPy one (compiled/writes.py)")
     if any(b.records[i].kind == "item" for i in records):

@@ -42,6 +42,7 @@ import numpy as np
 from bytegrad.errors import qualname
 from bytegrad.rules._apply import shape_of
 from bytegrad.rules._shape import stand_in, unbroadcast_plan
+from bytegrad.runtime import fpwarn
 from bytegrad.runtime.backward import INPLACE_MIN_SIZE, partial_uses
 from bytegrad.compiled import ir as _ir, lower_stepped, lower_tuples, passes
 from bytegrad.compiled.parts import Record, check_shapes, compile_program
@@ -174,8 +175,8 @@ class Builder:
 
     def forward(self, i: int, depends: set[int]) -> None:
         rec = self.records[i]
-        if rec.kind == "write" or rec.kind == "zerosafe":  # an in-place write, replayed as a new version;
-            forward_write(self, rec)  # an elementwise step made zero-safe by a mask (compiled/writes.py)
+        if rec.kind == "write":  # an in-place write, replayed as a new version (compiled/writes.py)
+            forward_write(self, rec)
             return
         if rec.kind == "item":
             return lower_tuples.forward_item(self, rec)
@@ -225,15 +226,33 @@ class Builder:
         returns the number of records."""
         pending = sorted(self.checks, key=lambda c: c[0])
         n = 0
+        stmts = self.src.stmts
         for i in order:
             while pending and pending[0][0] <= i:
-                self.decide(pending.pop(0))
+                start = len(stmts)
+                self.decide(pending[0])
+                self.mark(start, pending.pop(0)[-1], False)
             if i in self.records:
+                start = len(stmts)
                 self.forward(i, depends)
+                self.mark(start, self.records[i].site, False)
                 n += 1
         for check in pending:
+            start = len(stmts)
             self.decide(check)
+            self.mark(start, check[-1], False)
         return n
+
+    def mark(self, start: int, site: Any, derivative: bool) -> None:
+        """The statements from `start` on are the forward step (or the reverse step: `derivative`) of
+        the record or decision made at `site`: their floating-point warnings name it (runtime/fpwarn.py)."""
+        lineno = getattr(site, "lineno", None)
+        if lineno is None:
+            return
+        callee = getattr(site, "callee", None)
+        what = qualname(callee) if callee is not None else f"this line's {getattr(site, 'what', 'operation')}"
+        for k in range(start, len(self.src.stmts)):
+            self.src.origin.setdefault(k, (site.filename, lineno, what, derivative))
 
     def decide(self, check: tuple) -> None:
         """A decision of the capture (`fn(*args)` gave `result` on tracked values), computed again:
@@ -262,6 +281,11 @@ class Builder:
 
     def reverse(self, i: int, depends: set[int]) -> None:
         """The reverse step of record i: cotangents for its parents that depend on a leaf."""
+        start = len(self.src.stmts)
+        self._reverse(i, depends)
+        self.mark(start, self.records[i].site, True)
+
+    def _reverse(self, i: int, depends: set[int]) -> None:
         st = self.state.get(i, UNSET)
         if st == UNSET:
             return
@@ -278,7 +302,7 @@ class Builder:
         cond = st == MAYBE
         if rec.kind == "elementwise":
             self._elementwise_step(rec, g, targets, body, pre, cond)
-        elif rec.kind == "write" or rec.kind == "zerosafe":
+        elif rec.kind == "write":
             reverse_write(self, rec, g, targets, body, pre, cond)
         else:
             self._rrule_step(rec, g, targets, body, pre, cond)
@@ -514,5 +538,8 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
 
 def compile_source(src: Source, code: types.CodeType) -> tuple[Callable[[tuple], Any], str]:
     source, user_lines = src.render("program", code.co_firstlineno)
+    # what each line computes, for its floating-point warnings (runtime/fpwarn.py `_program_site`)
+    src.ns[fpwarn.PROGRAM_SITES] = (source, code.co_filename,
+                                   tuple(None if k is None else src.origin.get(k) for k in src.line_stmt))
     src.parts = (source, tuple(user_lines), code.co_filename)
     return compile_program(source, user_lines, code.co_filename, src.ns), source

@@ -6,11 +6,14 @@ where the partial is inf or NaN), and records `np.where` as a `WHERE` record who
 selects rather than multiplies. The swap depends only on the records' order, which a program's
 guards and decisions fix, so the same records are zero-safe on every call the program runs.
 
-A program computes such a record's primal as an elementwise one (`np.where(c, a, b)`, the
-condition read from the decision that computed it: compiled/lower_numpy.py `decide`), and its
-reverse step is the record kind's own (`Kind.backward`), called on a record rebuilt from the
-call's values: the same functions as the general sweep, so the same results bit for bit. The
-Numba back end declines these records (compiled/lower_numba.py).
+Both are one record kind here, "stepped" (compiled/parts.py `Record.step`: WHERE, or the zero-safe
+twin of ELEMENTWISE or UNARY), with one lowering. A program computes such a record's primal as an
+elementwise one (`np.where(c, a, b)`, the condition read from the decision that computed it:
+compiled/lower_numpy.py `decide`), and its reverse step is the record kind's own
+(`Kind.backward`), called on a record rebuilt from the call's values, with the parents whose
+cotangent the program needs (the others None, as the general path has them when they do not depend
+on a differentiated argument): the same functions as the general sweep, so the same results bit
+for bit. The Numba back end declines these records (compiled/lower_numba.py).
 """
 from __future__ import annotations
 
@@ -44,20 +47,21 @@ def reverse_stepped(b: Any, rec: Record, depends: set[int]) -> None:
     general sweep routes it."""
     i = rec.idx
     st = b.state.get(i, UNSET)
-    targets = [(k, p) for k, p in enumerate(rec.parents) if p is not None and p in depends]
+    targets = b.plan.schedule.targets(i)  # (compiled/passes.py `reverse_schedule`: the parents in `depends`)
     if st == UNSET or not targets:
         return
     cond = st == MAYBE
     g = f"g{i}"
     ops = [b.operand(a, p, rec) for a, p in zip(rec.args, rec.parents + (None,) * len(rec.args))]
-    parents = rec.parents[0] if rec.step is UNARY.safe else rec.parents
+    wanted = {p for _, p in targets}
+    parents = rec.parents[0] if rec.step is UNARY.safe else tuple(p if p in wanted else None for p in rec.parents)
     kind, rule, site, fn = (b.src.const(x, n) for x, n in ((rec.step, "kind"), (rec.rule, "rule"),
                                                             (rec.site, "site"), (rec.fn, "f")))
     node = f"({kind}, {parents!r}, {site}, {rule}, ({''.join(o + ', ' for o in ops)}), {fn})"
     bars = b.tmp()
     pre: list[str] = []
     body = [f"{bars} = {kind}.backward({g}, {node}, v{i})"]
-    single = type(parents) is int
+    single = rec.step is UNARY.safe
     temps = [bars]
     for k, p in targets:
         t = b.tmp()

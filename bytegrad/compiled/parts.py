@@ -53,18 +53,18 @@ class Record:
         self.idx = idx
         self.out = out
         self.site = node[2]
-        if kind is ELEMENTWISE or kind is UNARY or kind in _ZERO_SAFE:
-            # (a zero-safe twin, made so by a mask recorded later: its reverse step is the general
-            # path's, compiled/writes.py)
-            self.kind = "elementwise" if kind is ELEMENTWISE or kind is UNARY else "zerosafe"
-            self.parents = (node[1],) if kind is UNARY or kind is UNARY.safe else node[1]
+        if kind is ELEMENTWISE or kind is UNARY:
+            self.kind = "elementwise"
+            self.parents = (node[1],) if kind is UNARY else node[1]
             self.rule = node[3]
             self.args = node[4]
             self.fn = node[5]
             self.kwargs = None
-        elif kind is WHERE:  # `np.where`: a reverse step the program runs as the general path's own
-            self.kind = "stepped"  # (compiled/lower_stepped.py; the zero-safe twins are "zerosafe" above)
-            self.parents = node[1]
+        elif kind is WHERE or kind in _ZERO_SAFE:  # `np.where`, or an elementwise record's zero-safe twin
+            # (made so by a mask recorded later): a reverse step the program runs as the general
+            # path's own (compiled/lower_stepped.py)
+            self.kind = "stepped"
+            self.parents = (node[1],) if kind is UNARY.safe else node[1]
             self.rule, self.args, self.fn, self.kwargs = node[3], node[4], node[5], None
             self.step = kind  # (the record's kind, whose reverse step the program calls)
         elif kind is RULE or kind is RULE_TRUSTED:
@@ -315,7 +315,9 @@ def paused_and_sized(build: Callable[..., Any]) -> Callable[..., Any]:
     """`build(tape, ...)` (compiled/lower_numpy.py) refused (`Ineligible`) for a tape of more than
     MAX_RECORDS operations, and run with Python's cyclic garbage collector paused: a program's build
     allocates many objects that live until it is compiled (AST nodes, strings), and each collection
-    visited them all, which made a build grow as the square of its operations."""
+    visited them all, which made a build grow as the square of its operations. NumPy's
+    floating-point errors are ignored: a build computes partials on the capture's values to read
+    their shapes, and reports nothing of the call (its program reports its own, runtime/fpwarn.py)."""
     @functools.wraps(build)
     def sized(tape: Any, *args: Any, **kwargs: Any) -> Any:
         records = sum(node is not None for node in tape.nodes)
@@ -326,7 +328,8 @@ def paused_and_sized(build: Callable[..., Any]) -> Callable[..., Any]:
         was = gc.isenabled()
         gc.disable()
         try:
-            return build(tape, *args, **kwargs)
+            with np.errstate(all="ignore"):
+                return build(tape, *args, **kwargs)
         finally:
             if was:
                 gc.enable()

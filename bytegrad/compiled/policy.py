@@ -38,6 +38,7 @@ from bytegrad._config import config as _config
 from bytegrad.compiled.guards import same_value
 from bytegrad.rules import pytrees
 from bytegrad.compiled.objects import shift_wrt as shift_wrt  # (_differentiated.py's, re-exported)
+from bytegrad.runtime.fpwarn import HOLDERS as _FP_HOLDERS, redirect as _redirect, restore as _restore
 from bytegrad.runtime.sentinels import DECIDED, MISS
 
 if TYPE_CHECKING:  # (compiled/lower_numpy.py is imported by the first capture or load, not by a first gradient)
@@ -163,11 +164,15 @@ class Tiers:
             calls = run.calls = run.calls + 1
             timed = calls & 15 == 0 and prog.backend == "numpy" and self.tier == "auto"
             t0 = _perf() if timed else 0.0
+            token = _redirect()  # NumPy's floating-point warnings at the user's lines (runtime/fpwarn.py),
+            result = MISS  # reported if the result is used (else the general path computes and reports them)
             try:
                 result = prog.fn(args, value)
             except Exception:  # noqa: BLE001 - the general path raises it again, with the user's line
                 self.general_calls += 1
                 return MISS
+            finally:
+                _restore(token, result is not MISS and result is not DECIDED)
             if result is not MISS and result is not DECIDED:
                 self.compiled_calls += 1
                 if timed:  # one call in 16 is timed: the ski-rental meter of the Numba back end, which
@@ -291,7 +296,8 @@ class Tiers:
     def agree(self, program: Program, args: tuple, reference: tuple[Any, Any]) -> Optional[str]:
         """None when `program` gives `reference` (value, gradient) on `args`, else why not."""
         try:
-            got = program.fn(args)
+            with np.errstate(all="ignore"):  # (the capture reported this call's floating-point warnings)
+                got = program.fn(args)
         except Exception as exc:  # noqa: BLE001
             return f"the program raised {type(exc).__name__}: {exc}"
         return self._verdict(got, reference)
@@ -366,9 +372,10 @@ class Tiers:
             return
         program = pending.program
         try:
-            got = program.fn(pending.args)
-            if got is not MISS and got is not DECIDED:  # (output, back) or (output, back, aux)
-                got = (got[0] if len(got) == 2 else (got[0], got[2]), got[1](out_bar))
+            with np.errstate(all="ignore"):  # (the general path reported this call's floating-point warnings)
+                got = program.fn(pending.args)
+                if got is not MISS and got is not DECIDED:  # (output, back) or (output, back, aux)
+                    got = (got[0] if len(got) == 2 else (got[0], got[2]), got[1](out_bar))
                 if got[1] is MISS:
                     return  # a cotangent not shaped as at capture says nothing: the next one may
         except Exception as exc:  # noqa: BLE001 - a rule that needs a tape, say: the program is refused
@@ -403,6 +410,9 @@ class Tiers:
 #: operation. Defaults from this 2-core machine kind (0.4-1.4 s for the 100-250-operation loops
 #: of bench/cases.py); each compile in this process corrects the per-operation part.
 _PRICE = {"import": 0.4, "fixed": 0.2, "per_op": 0.0025}
+
+
+_FP_HOLDERS.add(Tiers.call.__code__)  # (a program's warnings wait for its result: runtime/fpwarn.py HOLDERS)
 
 
 def numba_price(prog: Program) -> float:
@@ -477,12 +487,13 @@ def _time(fn: Callable[[tuple], Any], args: tuple, repeat: int = 5) -> float:
     """The best of `repeat` runs of a program on `args`; inf where its guards refuse them (a MISS is
     fast, and must not win the comparison with a twin that computes)."""
     best = float("inf")
-    for _ in range(repeat):
-        t0 = _perf()
-        out = fn(args)
-        if out is MISS or out is DECIDED:
-            return float("inf")
-        best = min(best, _perf() - t0)
+    with np.errstate(all="ignore"):  # (timing runs: the call's own warnings were reported once)
+        for _ in range(repeat):
+            t0 = _perf()
+            out = fn(args)
+            if out is MISS or out is DECIDED:
+                return float("inf")
+            best = min(best, _perf() - t0)
     return best
 
 

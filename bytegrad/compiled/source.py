@@ -121,6 +121,10 @@ class Source(Constants):
         #: the alternatives `render` took: (statement, variable whose buffer it reuses, its first line)
         self.reused: list[tuple[int, str, str]] = []
         self.parts: tuple[str, tuple[int, ...], str] = ("", (), "")  # rendered: source, user lines, file
+        #: statement -> (filename, lineno, what, derivative) of the record whose step it is (its
+        #: floating-point warnings name it: runtime/fpwarn.py); the statement of each rendered line
+        self.origin: dict[int, tuple[str, int, str, bool]] = {}
+        self.line_stmt: list[Optional[int]] = []
 
     def emit(self, lines: list[str] | str, line: Optional[int] = None,
              reuse: Optional[list[tuple[str, list[str]]]] = None) -> None:
@@ -163,14 +167,17 @@ class Source(Constants):
         split = len(self.stmts) if self.back_from is None else self.back_from
         out = [f"def {name}(args, value=True):"]  # value=False: the gradient alone (program_parts.value_only)
         user = [first_line]
+        self.line_stmt = [None]
         self._block(range(split), "    ", self.back_from is None, frozenset(), out, user)
         if self.back_from is not None:
             outer = set().union(*(names for _, names in self.stmts[:split]))
             out.append("    def back(ob):")
             user.append(first_line)
+            self.line_stmt.append(None)
             self._block(range(split, len(self.stmts)), "        ", True, outer, out, user)
             out.append(f"    return {self.returns}")
             user.append(first_line)
+            self.line_stmt.append(None)
         return "\n".join(out) + "\n", user
 
     def _block(self, ks: range, indent: str, ends: bool, keep: frozenset[str] | set[str], out: list[str],
@@ -193,12 +200,14 @@ class Source(Constants):
                     break
             out += [indent + ln for ln in lines]
             user += [self.lines[k] or user[0]] * len(lines)
+            self.line_stmt += [k] * len(lines)
             if ends and k == ks[-1]:
                 break  # the return
             dead = sorted(n for n in ending.get(k, ()) if n not in self.scalars and n not in keep)
             if dead:
                 out.append(f"{indent}del {', '.join(dead)}")
                 user.append(user[-1])
+                self.line_stmt.append(None)
 
 
 # ---- arguments: guards and bindings ------------------------------------------------------------

@@ -33,7 +33,6 @@ import numpy as np
 from bytegrad.compiled.source import DECISION_GUARD, Ineligible
 from bytegrad.compiled.reach_mask import inverted_mask
 from bytegrad.runtime import writes as rw
-from bytegrad.runtime.backward import UNARY
 from bytegrad.runtime.records import IDENTITY
 
 __all__ = ["count_guard", "data_indexed", "decided_array", "forward_write", "known_index", "own_writes",
@@ -156,33 +155,8 @@ def _key(b: Any, key: Any, rec: Any) -> tuple[str, bool]:
     return exprs[0], dynamic
 
 
-def _reverse_zero_safe(b: Any, rec: Any, g: str, targets: list, body: list[str], pre: list[str],
-                       cond: bool) -> None:
-    """The zero-safe twin's own reverse step (runtime/zerosafe.py), on this call's operands and output."""
-    node = b.tape.nodes[rec.idx]
-    kind = node[0]
-    wanted = {p for _, p in targets}
-    ops = [b.operand(a, p, rec) for a, p in zip(rec.args, rec.parents)]
-    unary = kind is UNARY.safe
-    parents = repr(rec.parents[0]) if unary else \
-        "(" + "".join(f"{p!r}, " if p in wanted else "None, " for p in rec.parents) + ")"
-    bars = b.tmp()
-    body.append(f"{bars} = {_helper(b, '_w_backward')}({b.src.const(kind, 'kind')}, {g}, (None, {parents}, None, "
-                f"{b.src.const(rec.rule, 'rule')}, ({''.join(o + ', ' for o in ops)}), "
-                f"{b.src.const(rec.fn, 'f')}), {b.var[rec.idx]})")
-    for k, p in targets:
-        t = b.tmp()
-        body.append(f"{t} = {bars}" if unary else f"{t} = {bars}[{k}]")
-        b._contribute(p, t, True, body, pre, cond)
-
-
 def forward_write(b: Any, rec: Any) -> None:
     """The forward step of a write record (parts.Record of kind "write"): its version as a new array."""
-    if rec.kind == "zerosafe":
-        from bytegrad.compiled.lower_stepped import forward_stepped  # (its value, as an elementwise record's)
-
-        forward_stepped(b, rec)
-        return
     i = rec.idx
     node = b.tape.nodes[i]
     kind = node[0]
@@ -372,9 +346,6 @@ def _index_only_compares(code: Any, bc: Any, stacks: list) -> frozenset:
 def reverse_write(b: Any, rec: Any, g: str, targets: list, body: list[str], pre: list[str], cond: bool) -> None:
     """The reverse step of a write record: the general path's backward function of its kind."""
     if not targets:
-        return
-    if rec.kind == "zerosafe":
-        _reverse_zero_safe(b, rec, g, targets, body, pre, cond)
         return
     i = rec.idx
     node = b.tape.nodes[i]
