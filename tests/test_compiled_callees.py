@@ -207,7 +207,7 @@ def test_callee_cell_holding_an_array_is_read_per_call(tier):
         elif k == 5:
             set_w(np.asfortranarray(rng.normal(size=(3, 5))))
 
-    s = agree(f, [(np.array([0.5, 0.1, -0.3]),)] * 7, tier, between=change)
+    s = agree_with_general(f, [(np.array([0.5, 0.1, -0.3]),)] * 7, tier, between=change)
     assert compiled(s), s
 
 
