@@ -14,7 +14,7 @@ import math
 import operator
 import sys
 import types
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Collection, Optional, Sequence
 
 import numpy as np
 
@@ -221,13 +221,15 @@ def savable_share(records: Sequence[Record]) -> float:
     return rest / (rest + blas) if rest + blas > 0 else 1.0
 
 
-def value_only(src: Source, stmt_of: dict[int, int], out_idx: int, keep: frozenset[int] = frozenset()) -> list[int]:
+def value_only(src: Source, stmt_of: dict[int, int], out_idx: int, keep: frozenset[int] = frozenset(),
+               allowed: Optional[Collection[int]] = None) -> list[int]:
     """The forward steps only the output's value reads (the loss, and what only it reads): a
     gradient asked alone (`program(args, False)`, `grad`) skips them, and gets None for the value.
-    A step that the reverse pass, a decision or another kept step reads is kept, and so are the
-    records `keep` (those that may raise as Python does, `python_raises`). `stmt_of`: each
-    record's statement in `src` (compiled/lower_numpy.py's Builder). Returns the records skipped
-    (compiled/passes.py `dump_lowering` lists them)."""
+    `allowed`: the records the IR pass found so (compiled/passes.py `value_only`); among them, a
+    step that a statement of the program reads (the reverse pass, a decision, a guard the lowering
+    added, a kept step) is kept, and so are the records `keep` (those that may raise as Python
+    does, `python_raises`). `stmt_of`: each record's statement in `src` (compiled/lower_numpy.py's
+    Builder). Returns the records skipped (compiled/passes.py `dump_lowering` lists them)."""
     stmts = src.stmts
     readers: dict[str, set[int]] = {}
     for k, (_, names) in enumerate(stmts):
@@ -239,7 +241,7 @@ def value_only(src: Source, stmt_of: dict[int, int], out_idx: int, keep: frozens
         k = stmt_of[i]
         lines, names = stmts[k]
         others = readers.get(f"v{i}", set()) - {k}
-        if len(lines) != 1 or f"p{i}" in names or not others <= skipped or (not others and i != out_idx) \
+        if (allowed is not None and i not in allowed) or len(lines) != 1 or f"p{i}" in names or not others <= skipped or (not others and i != out_idx) \
                 or i in keep:
             continue
         skipped.add(k)
