@@ -241,8 +241,8 @@ def value_only(src: Source, stmt_of: dict[int, int], out_idx: int, keep: frozens
         k = stmt_of[i]
         lines, names = stmts[k]
         others = readers.get(f"v{i}", set()) - {k}
-        if (allowed is not None and i not in allowed) or len(lines) != 1 or f"p{i}" in names or not others <= skipped or (not others and i != out_idx) \
-                or i in keep:
+        if (allowed is not None and i not in allowed) or len(lines) != 1 or f"p{i}" in names \
+                or not others <= skipped or (not others and i != out_idx) or i in keep:
             continue
         skipped.add(k)
         records.append(i)
