@@ -69,6 +69,20 @@ def test_a_program_compile_moves_the_per_operation_figure_halfway_within_bounds(
     assert m.seconds["per_op"] == costs.PER_OP_MIN
 
 
+def test_a_twin_can_save_what_is_not_blas():
+    """The meter's share: a program of elementwise steps only is all savable; one whose time is
+    in large contractions hardly any (a twin runs the same BLAS); a step's Python always counts."""
+    m = model()
+    assert m.savable_share([]) == 1.0
+    assert m.savable_share([(False, 1000.0)] * 5) == 1.0
+    mlp = [(True, 128.0 * 784 * 256), (False, 128.0 * 256), (True, 128.0 * 256 * 10)]
+    small = [(True, 2.0 * 2 * 128), (False, 2.0 * 128)]
+    assert m.savable_share(mlp) < 0.5 < m.savable_share(small) < 1.0
+    rest = 3 * 100 * costs.PER_ELEMENT_S + 2 * costs.PER_RECORD_S
+    blas = 3 * 1e6 * costs.PER_MAC_S
+    assert m.savable_share([(False, 100.0), (True, 1e6)]) == pytest.approx(rest / (rest + blas))
+
+
 def test_kernel_measurements_replace_their_figure():
     m = model()
     m.learn_kernels(0.3, loaded=False)

@@ -5,7 +5,8 @@ decide here, from one set of figures.
 Both tiers rent NumPy until what they spent there would have paid for Numba (ski rental, `pays`):
 a fused site until its time (times its backward's share) reaches `kernel_price`, a compiled NumPy
 program until its metered time reaches `program_price`. Then a twin replaces its NumPy program
-only where it is `faster`, and a site's kernels replace its rules where they `kernel_wins`.
+only where it is `faster`, and a site's kernels replace its rules where they `kernel_wins`. A
+program's meter counts the share of its time a twin could save (`savable_share`).
 
 The figures, in seconds (`CostModel.seconds`):
 
@@ -27,7 +28,7 @@ it figures); the callers measure and say whether Numba is loaded and what is on 
 from __future__ import annotations
 
 import marshal
-from typing import Optional
+from typing import Iterable, Optional
 
 __all__ = ["CostModel", "KERNEL_TIE", "MODEL", "TWIN_MARGIN"]
 
@@ -46,6 +47,10 @@ KERNEL_TIE = 1.05
 #: here, which says nothing about the next program's size), and never below the floor
 PER_OP_MAX, PER_OP_MIN = 0.01, 0.0005
 _KEY = "tier-up-seconds"
+#: what a NumPy program's operations cost, roughly, on this machine kind: per record, its Python
+#: (forward and reverse); per element of an array step, its NumPy passes; per multiply-add of a
+#: contraction, BLAS's (`savable_share`)
+PER_RECORD_S, PER_ELEMENT_S, PER_MAC_S = 1.5e-6, 1e-9, 0.025e-9
 
 
 class CostModel:
@@ -81,6 +86,22 @@ class CostModel:
         on disk, a precompile's twin; None where one is not)."""
         build = self.build_price(records)
         return (0.0 if numba_loaded else self._figures()["import"]) + (build if load is None else min(load, build))
+
+    @staticmethod
+    def savable_share(steps: Iterable[tuple[bool, float]]) -> float:
+        """The share of a NumPy program's time a Numba twin could save, from its steps: each
+        `(contraction, work)`, work a contraction's multiply-adds (m k n: the twin runs it in the
+        same BLAS, forward and twice in reverse) or another step's elements (its NumPy passes, saved);
+        each step's Python is saved too. A program's ski-rental meter counts only this share of its
+        time, so one that spends it in BLAS (an MLP's large layers) never pays for a twin."""
+        blas = rest = 0.0
+        for contraction, work in steps:
+            if contraction:
+                blas += 3 * work * PER_MAC_S
+            else:
+                rest += 3 * work * PER_ELEMENT_S
+            rest += PER_RECORD_S
+        return rest / (rest + blas) if rest + blas > 0 else 1.0
 
     # -- decisions --
 
