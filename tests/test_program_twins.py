@@ -32,7 +32,7 @@ import numpy as np
 sys.path.insert(0, sys.argv[1])
 import bytegrad, usermod
 from bytegrad.compiled import policy as compiled
-from bytegrad.runtime import kernels
+from bytegrad.runtime import costs, kernels
 mode = sys.argv[2]
 x, w = np.linspace(0.1, 1.0, 12), 1.5
 out = {}
@@ -53,15 +53,15 @@ else:
     if mode == "auto":
         # the ski-rental price of the twin is a load (without importing Numba: it is not loaded)
         out["price"], out["load"] = compiled.numba_price(prog), kernels.program_load_price(prog.twin)
-        out["import"], build = compiled._PRICE["import"], compiled._PRICE["fixed"] + compiled._PRICE["per_op"] * prog.records
+        out["import"], build = costs.MODEL.seconds["import"], costs.MODEL.build_price(prog.records)
         out["compile_price"] = compiled.numba_price(prog.replace(twin=None))
-        per_op = compiled._PRICE["per_op"]
+        per_op = costs.MODEL.seconds["per_op"]
         run = d._tiers.run_of(prog)
         run.seconds = 1e9  # time enough spent in the NumPy program: the next timed call tiers up
         for _ in range(16):
             value, g = d.value_and_grad(x, w)
         out["same"] = out["same"] and bool(np.allclose(g, general[1], rtol=1e-12))
-        out["upgraded"], out["learned"] = run.upgraded, compiled._PRICE["per_op"] != per_op
+        out["upgraded"], out["learned"] = run.upgraded, costs.MODEL.seconds["per_op"] != per_op
     out["from_disk"] = kernels.program_from_disk(tuple(out["stems"]))
     out["note"] = d.stats()["compiled"]["programs"][0].get("numba_kernels")
     import io

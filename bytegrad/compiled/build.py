@@ -77,7 +77,8 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     else:
         result_var, state, forward_records = lower_numpy.emit(b, order, depends, out_idx)
         errstate.wrap(b, code, fn_globals)  # (the steps inside `with np.errstate(...)` run under it)
-    skipped = value_only(b.src, b.stmt_of, out_idx, b.raising) if backend == "numpy" and aux is None else []
+    skipped = value_only(b.src, b.stmt_of, out_idx, b.raising, b.plan.value_only) \
+        if backend == "numpy" and aux is None else []  # (the IR pass's value-only records: compiled/passes.py)
     lines: list[str] = []
     grads = [gradient_code(src, specs[p], state, lines, inputs.fresh) for p in wrt]
     if len(grads) > 1:

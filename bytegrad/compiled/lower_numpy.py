@@ -433,13 +433,7 @@ class Builder:
 
     def form(self, rec: Record, depends: set[int]) -> Any:
         """The rule's ProgramForm when it holds for these arguments and gives every needed cotangent."""
-        form = getattr(rec.rule.rrule, "program_form", None)
-        if form is None or not rec.trusted or rec.nested or not form.when(*rec.args, **(rec.kwargs or {})):
-            return None
-        for k, p in enumerate(rec.parents):
-            if p is not None and p in depends and (k >= len(form.cotangents) or form.cotangents[k] is None):
-                return None
-        return form
+        return passes.program_form(rec, depends)  # (compiled/passes.py: the passes ask it too)
 
     def fill(self, template: str, rec: Record, ops: list[str], g: str = "") -> str:
         shapes = {f"shape{k}": repr(a.shape if type(a) is _ndarray else shape_of(a)) for k, a in enumerate(rec.args)}

@@ -14,7 +14,7 @@ import math
 import operator
 import sys
 import types
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Collection, Optional, Sequence
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from bytegrad.rules._shape import materialize, unbroadcast
 from bytegrad.rules.registry import NO_TANGENT, ZERO
 from bytegrad.runtime import pytree
 from bytegrad.runtime.backward import ELEMENTWISE, RULE, RULE_TRUSTED, TUPLE_ITEM, UNARY, scalable, singular_partial
+from bytegrad.runtime.costs import MODEL as COSTS
 from bytegrad.runtime.records import IDENTITY, TupleOut
 from bytegrad.runtime.writes import WRITE_KINDS
 from bytegrad.runtime.zerosafe import WHERE
@@ -198,36 +199,32 @@ def _rule_of(fn: Any) -> Any:
 
 #: contractions BLAS computes: a Numba kernel calls the same BLAS (or, below a size, loops that are no faster)
 _CONTRACTIONS = (np.matmul, operator.matmul, np.dot, np.vdot, np.inner, np.tensordot, np.einsum)
-#: rough costs on this machine kind: per record, its Python (forward and reverse); per element of an
-#: array step, its NumPy passes; per multiply-add of a contraction, BLAS's
-_PER_RECORD_S, _PER_ELEMENT_S, _PER_MAC_S = 1.5e-6, 1e-9, 0.025e-9
 
 
 def savable_share(records: Sequence[Record]) -> float:
     """The share of a NumPy program's time that its Numba twin could save, estimated from its
-    records: all of it but its contractions (matrix products, tensordot, einsum), which the twin
-    runs in the same BLAS. A program's ski-rental meter (bytegrad/compiled/policy.py) counts only this
-    share of its time, so a program that spends its time in BLAS (an MLP's large layers) does not
-    import Numba and compile a twin that cannot be faster."""
-    blas = rest = 0.0
+    records by the cost model (runtime/costs.py `savable_share`): all of it but its contractions
+    (matrix products, tensordot, einsum), which the twin runs in the same BLAS."""
+    steps = []
     for rec in records:
         sizes = [a.size for a in rec.args[:2] if type(a) is _ndarray]
         size = rec.out.size if type(rec.out) is _ndarray else 1
-        if len(sizes) == 2 and any(rec.fn is f for f in _CONTRACTIONS):  # m k n multiply-adds, twice in reverse
-            blas += 3 * (sizes[0] * sizes[1] * size) ** 0.5 * _PER_MAC_S
+        if len(sizes) == 2 and any(rec.fn is f for f in _CONTRACTIONS):  # (m k)(k n)(m n): m k n multiply-adds
+            steps.append((True, (sizes[0] * sizes[1] * size) ** 0.5))
         else:
-            rest += 3 * size * _PER_ELEMENT_S
-        rest += _PER_RECORD_S
-    return rest / (rest + blas) if rest + blas > 0 else 1.0
+            steps.append((False, float(size)))
+    return COSTS.savable_share(steps)
 
 
-def value_only(src: Source, stmt_of: dict[int, int], out_idx: int, keep: frozenset[int] = frozenset()) -> list[int]:
+def value_only(src: Source, stmt_of: dict[int, int], out_idx: int, keep: frozenset[int] = frozenset(),
+               allowed: Optional[Collection[int]] = None) -> list[int]:
     """The forward steps only the output's value reads (the loss, and what only it reads): a
     gradient asked alone (`program(args, False)`, `grad`) skips them, and gets None for the value.
-    A step that the reverse pass, a decision or another kept step reads is kept, and so are the
-    records `keep` (those that may raise as Python does, `python_raises`). `stmt_of`: each
-    record's statement in `src` (compiled/lower_numpy.py's Builder). Returns the records skipped
-    (compiled/passes.py `dump_lowering` lists them)."""
+    `allowed`: the records the IR pass found so (compiled/passes.py `value_only`); among them, a
+    step that a statement of the program reads (the reverse pass, a decision, a guard the lowering
+    added, a kept step) is kept, and so are the records `keep` (those that may raise as Python
+    does, `python_raises`). `stmt_of`: each record's statement in `src` (compiled/lower_numpy.py's
+    Builder). Returns the records skipped (compiled/passes.py `dump_lowering` lists them)."""
     stmts = src.stmts
     readers: dict[str, set[int]] = {}
     for k, (_, names) in enumerate(stmts):
@@ -239,8 +236,8 @@ def value_only(src: Source, stmt_of: dict[int, int], out_idx: int, keep: frozens
         k = stmt_of[i]
         lines, names = stmts[k]
         others = readers.get(f"v{i}", set()) - {k}
-        if len(lines) != 1 or f"p{i}" in names or not others <= skipped or (not others and i != out_idx) \
-                or i in keep:
+        if (allowed is not None and i not in allowed) or len(lines) != 1 or f"p{i}" in names \
+                or not others <= skipped or (not others and i != out_idx) or i in keep:
             continue
         skipped.add(k)
         records.append(i)

@@ -12,16 +12,27 @@ lower what they give:
   sweep does, so results are the general path's bit for bit);
 - `summed_bias`: the new-axes getitems (`b[:, None]`) whose only contribution is a broadcast
   sum, so that their argument's cotangent is summed straight to its shape (the NumPy back end's
-  `_squeezed_sum` lowers it where the cotangent is known to be an array then).
+  `_squeezed_sum` lowers it where the cotangent is known to be an array then);
+- `value_only`: the records only the output's value reads (the loss, and what only it reads):
+  no reverse step, decision or other record needs them, so a gradient asked alone skips them;
+- `buffer_reuse`: the records whose output is a new array of the program's own (rules 1, 2 and 5
+  of compiled/reuse.py), and for each elementwise record the operands whose buffers it may
+  write its result into.
 
 `Plan` holds what they give; `dump` lists it, one section a pass (golden-tested in
-tests/test_passes_ir.py). Value-only steps and buffer reuse decide on the generated statements
-(what each reads once written), so they stay passes over the lowered code (compiled/parts.py
-`value_only`, compiled/reuse.py); `dump_lowering` lists what they did, beside the others.
+tests/test_passes_ir.py). The NumPy lowering takes the last two's results as what it may do, and
+checks on its own statements what only they show: a value-only step is skipped where no
+statement it emitted beside the records' (a count guard, a write's) reads it (compiled/parts.py
+`value_only`); a buffer is taken where no later statement reads its variable (rule 3, in
+`Source.render`) and, when the program runs, nothing else holds it (rule 4). The reverse steps'
+in-place sums and partials (compiled/reuse.py `accumulate`, `lower_partial`) decide on the
+expressions the lowering writes, with the `made` records of `buffer_reuse`. `dump_lowering`
+lists what the lowering did.
 """
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -29,11 +40,14 @@ import numpy as np
 
 from bytegrad.compiled.ir import IR, depends_on, op_text
 from bytegrad.compiled.parts import flat_items
+from bytegrad.compiled.reuse import donors, fresh
 from bytegrad.rules._apply import shape_of
 from bytegrad.rules._shape import unbroadcast_plan
+from bytegrad.runtime.backward import partial_uses
+from bytegrad.runtime.records import TupleOut
 
-__all__ = ["Plan", "Schedule", "Step", "dead_code", "dump", "dump_lowering", "plan", "reverse_schedule",
-           "summed_bias"]
+__all__ = ["Plan", "Schedule", "Step", "buffer_reuse", "dead_code", "dump", "dump_lowering", "plan",
+           "program_form", "reverse_schedule", "summed_bias", "value_only"]
 
 _ndarray = np.ndarray
 #: a target of a reverse step: (argument position, the input's tape index, or a list argument's items')
@@ -158,19 +172,113 @@ def _reshaped(rec: Any, depends: set[int]) -> bool:
                for k, p in enumerate(rec.parents))
 
 
+def program_form(rec: Any, depends: set[int]) -> Any:
+    """The rule's ProgramForm where it holds for these arguments and gives every needed cotangent
+    (the back ends write such a record as its form: no rule call, no pullback closure); else None."""
+    form = getattr(rec.rule.rrule, "program_form", None) if rec.kind == "rrule" else None
+    if form is None or not rec.trusted or rec.nested or not form.when(*rec.args, **(rec.kwargs or {})):
+        return None
+    for k, p in enumerate(rec.parents):
+        if p is not None and p in depends and (k >= len(form.cotangents) or form.cotangents[k] is None):
+            return None
+    return form
+
+
+#: an operand in a ProgramForm's template
+_OPERAND = re.compile(r"\{(\d+)\}")
+
+
+def reverse_reads(ir: IR, schedule: Schedule) -> set[int]:
+    """The values the reverse sweep may read: an elementwise step the operands (or output) its
+    partials read (`partial_uses`), a ProgramForm's step the operands its cotangents' templates
+    name, a tuple's item nothing; any other step (a pullback closure, a write, a tuple, a loop)
+    its record and every input."""
+    reads: set[int] = set()
+    for step in schedule.steps:
+        i = step.idx
+        rec = ir.ops[i]
+        form = program_form(rec, ir.depends) if type(rec.out) is not TupleOut else None
+        if rec.kind == "item":  # its cotangent is its tuple's slot, read by the tuple's own step
+            continue
+        if rec.kind == "elementwise":
+            n, partials = len(rec.args), rec.rule.partials
+            for k, _ in step.targets:
+                d = partials[k] if k < len(partials) else None
+                if d is None or d.__class__ is int or d.__class__ is float:
+                    continue
+                uses = partial_uses(d, n)
+                reads.update(rec.parents[j] for j in uses if j < n and rec.parents[j] is not None)
+                if n in uses:
+                    reads.add(i)
+        elif form is not None:
+            for k, _ in step.targets:
+                reads.update(rec.parents[j] for j in map(int, _OPERAND.findall(form.cotangents[k]))
+                             if j < len(rec.parents) and rec.parents[j] is not None)
+        else:
+            reads.add(i)
+            reads.update(rec.inputs())
+    return reads
+
+
+#: record kinds whose forward step is more than one assignment of their value (compiled/writes.py,
+#: lower_stepped.py): never skipped alone
+_COMPOUND = frozenset({"write", "zerosafe", "stepped"})
+
+
+def value_only(ir: IR, schedule: Schedule) -> tuple[int, ...]:
+    """The records only the output's value reads (a program of one output): not read by a reverse
+    step (`reverse_reads`), a decision or a record outside them, not a record that may raise as
+    Python does, and a one-assignment step; a gradient asked alone skips them. The output first,
+    then each record whose readers are all value-only."""
+    if len(ir.outputs) != 1 or ir.outputs[0] not in ir.ops:
+        return ()
+    out = ir.outputs[0]
+    kept = reverse_reads(ir, schedule) | ir.raising | {p for reads in ir.decision_reads for p in reads}
+    readers: dict[int, set[int]] = {}
+    for i, rec in ir.ops.items():
+        for q in rec.inputs():
+            readers.setdefault(q, set()).add(i)
+    chosen: set[int] = set()
+    for i in reversed(ir.order):  # readers before what they read
+        op = ir.ops.get(i)
+        if op is None or i in kept or op.kind in _COMPOUND:
+            continue
+        others = readers.get(i, set()) - {i}
+        if (others or i == out) and others <= chosen:
+            chosen.add(i)
+    return tuple(sorted(chosen))
+
+
+def buffer_reuse(ir: IR) -> tuple[frozenset[int], dict[int, tuple[int, ...]]]:
+    """(the records whose output is a new array one of the program's own ufuncs or matrix products
+    made: rule 1 of compiled/reuse.py; for each elementwise record the operands, among those, that
+    have its result's shape and dtype, when that has at least INPLACE_MIN_SIZE elements: rules 2
+    and 5). Whether a buffer is then taken is decided where the program's statements are known
+    (rule 3) and when it runs (rule 4)."""
+    made = frozenset(i for i, rec in ir.ops.items() if fresh(rec, program_form(rec, ir.depends) is not None))
+    into = {i: found for i, rec in ir.ops.items() if rec.kind == "elementwise" and (found := donors(rec, made))}
+    return made, into
+
+
 @dataclass(frozen=True)
 class Plan:
-    """What the passes give a back end: the live IR, its reverse sweep, the summed biases."""
+    """What the passes give a back end: the live IR, its reverse sweep, the summed biases, the
+    value-only records, the records that made their arrays and the buffers each record may take."""
 
     ir: IR
     schedule: Schedule
     bias: dict[int, tuple[int, ...]]
+    value_only: tuple[int, ...] = ()
+    made: frozenset[int] = frozenset()
+    into: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
 
 def plan(ir: IR) -> Plan:
     """Every pass, in order, on the IR `ir.read` gave."""
     live = dead_code(ir)
-    return Plan(live, reverse_schedule(live), summed_bias(live))
+    schedule = reverse_schedule(live)
+    made, into = buffer_reuse(live)
+    return Plan(live, schedule, summed_bias(live), value_only(live, schedule), made, into)
 
 
 def dump(p: Plan) -> str:
@@ -180,7 +288,9 @@ def dump(p: Plan) -> str:
     operation needs (`kept %3 = ...: it may raise` one kept for that alone, or also); `reverse: g%8 -> %7` reads: record 8's cotangent flows into value 7 (`[%3,
     %4]`: a list argument's items); `g%5 = g%5 from %7 + from %6` a cotangent summed from two steps,
     in that order; `summed bias: %4 over axes (1,)` a new-axes getitem whose argument's cotangent is
-    summed straight to its shape."""
+    summed straight to its shape; `value only: %8 %9` the records only the output's value reads;
+    `buffer reuse: %3 may write into %2` an elementwise record that may write its result into
+    the array record 2 made."""
     ir = p.ir
     lines = ["dead code:"]
     lines += [f"  dropped %{i} = {op_text(rec)}" for i, rec in ir.dropped.items()] or ["  none dropped"]
@@ -194,18 +304,24 @@ def dump(p: Plan) -> str:
               if len(srcs) > 1]
     lines.append("summed bias:")
     lines += [f"  %{q} over axes {axes!r}" for q, axes in sorted(p.bias.items())] or ["  none"]
+    lines.append("value only:")
+    lines += ["  " + " ".join(f"%{i}" for i in p.value_only)] if p.value_only else ["  none"]
+    lines.append("buffer reuse:")
+    lines += [f"  %{i} may write into " + " or ".join(f"%{q}" for q in qs) for i, qs in sorted(p.into.items())] \
+        or ["  none"]
     return "\n".join(lines)
 
 
-def dump_lowering(value_only: list[int], reused: list[tuple[int, str, str]], stmt_of: dict[int, int]) -> str:
-    """What the passes over the lowered NumPy code did: `value only: %6` a record's forward step a
-    gradient asked alone skips (compiled/parts.py `value_only`); `buffer reuse: %7 into v5:
-    v5 = ...` a statement (of record 7's forward step, or `reverse` for a reverse step) written
-    into a dead variable's buffer (compiled/reuse.py, taken by `Source.render`)."""
+def dump_lowering(skipped: list[int], reused: list[tuple[int, str, str]], stmt_of: dict[int, int]) -> str:
+    """What the NumPy lowering did of it: `value only, skipped: %6` a record's forward step a
+    gradient asked alone skips (compiled/parts.py `value_only`, among the pass's records);
+    `buffer reuse, taken: %7 into v5: v5 = ...` a statement (of record 7's forward step, or
+    `reverse` for a reverse step) written into a dead variable's buffer (compiled/reuse.py,
+    taken by `Source.render`)."""
     record_of = {k: i for i, k in stmt_of.items()}
-    lines = ["value only:"]
-    lines += ["  " + " ".join(f"%{i}" for i in value_only)] if value_only else ["  none"]
-    lines.append("buffer reuse:")
+    lines = ["value only, skipped:"]
+    lines += ["  " + " ".join(f"%{i}" for i in skipped)] if skipped else ["  none"]
+    lines.append("buffer reuse, taken:")
     for k, var, first in reused:
         i = record_of.get(k)
         lines.append(f"  {'reverse' if i is None else f'%{i}'} into {var}: {first}")

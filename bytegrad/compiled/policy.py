@@ -16,7 +16,8 @@ must agree with the capture's gradient; from the next call on, calls whose guard
   be written; the NumPy back end elsewhere;
 - `auto` (the default): the NumPy back end after `AUTO_AFTER` general-path gradients of a
   signature, so a function called once never pays for a capture; then, once the program has
-  taken longer than compiling its Numba twin is expected to (ski rental, `numba_price`), that
+  taken longer than compiling its Numba twin is expected to (ski rental, `numba_price`, priced by
+  the cost model the fused sites share: runtime/costs.py), that
   twin, kept if it is faster on the arguments of the call that made it.
 
 `grad`, `value_and_grad` (with or without `has_aux`) and `pullback` (so `vjp`; without `has_aux`)
@@ -38,6 +39,7 @@ from bytegrad._config import config as _config
 from bytegrad.compiled.guards import same_value
 from bytegrad.rules import pytrees
 from bytegrad.compiled.objects import shift_wrt as shift_wrt  # (_differentiated.py's, re-exported)
+from bytegrad.runtime.costs import MODEL as COSTS
 from bytegrad.runtime.fpwarn import HOLDERS as _FP_HOLDERS, redirect as _redirect, restore as _restore
 from bytegrad.runtime.sentinels import DECIDED, MISS
 
@@ -178,7 +180,7 @@ class Tiers:
                 if timed:  # one call in 16 is timed: the ski-rental meter of the Numba back end, which
                     # counts the share of the time that a twin could save (not its BLAS calls)
                     run.seconds += 16 * (_perf() - t0) * prog.share
-                    if run.seconds >= numba_price(prog) and not run.upgraded:
+                    if COSTS.pays(run.seconds, numba_price(prog)) and not run.upgraded:
                         return self._upgrade(run, args, capture)
                 return result
             run.calls -= 1
@@ -275,7 +277,7 @@ class Tiers:
             self.capture_s += spent
         # what compiling cost, for the next program's price (a twin Numba loaded from its cache says nothing)
         if isinstance(twin, Program) and not kernels.program_from_disk(twin.twin or ()):
-            _learn_price(spent - (0.0 if had_numba else _PRICE["import"]), twin.records)
+            COSTS.learn_program(spent, twin.records, imported=not had_numba)
         what = self.code.co_qualname
         if not isinstance(twin, Program):
             run.why_not_numba = twin
@@ -406,24 +408,18 @@ class Tiers:
         }
 
 
-#: the price of a Numba twin, in seconds: importing Numba, then a fixed part and a part per
-#: operation. Defaults from this 2-core machine kind (0.4-1.4 s for the 100-250-operation loops
-#: of bench/cases.py); each compile in this process corrects the per-operation part.
-_PRICE = {"import": 0.4, "fixed": 0.2, "per_op": 0.0025}
-
-
 _FP_HOLDERS.add(Tiers.call.__code__)  # (a program's warnings wait for its result: runtime/fpwarn.py HOLDERS)
 
 
 def numba_price(prog: Program) -> float:
-    """What compiling `prog`'s Numba twin is expected to cost here, in seconds."""
+    """What compiling `prog`'s Numba twin is expected to cost here, in seconds (the one cost model,
+    runtime/costs.py, prices it: importing Numba, then compiling the twin or loading a precompile's)."""
     from bytegrad.runtime import kernels
 
     if kernels.disabled():
         return float("inf")
-    build = _PRICE["fixed"] + _PRICE["per_op"] * prog.records
     load = kernels.program_load_price(prog.twin) if prog.twin else None  # a precompile's twin, on disk
-    return (0.0 if kernels.numba_loaded() else _PRICE["import"]) + (build if load is None else min(load, build))
+    return COSTS.program_price(prog.records, load, kernels.numba_loaded())
 
 
 def twin_wins(prog: Program, twin: Program, args: tuple) -> tuple[bool, str]:
@@ -431,7 +427,7 @@ def twin_wins(prog: Program, twin: Program, args: tuple) -> tuple[bool, str]:
     `args`, the best of 5 runs each), and the note that says so (`numba_note`). The tier-up's one
     timing: tests replace it to drive the meter without a clock."""
     mine, theirs = _time(prog.fn, args), _time(twin.fn, args)
-    return theirs < 0.95 * mine, f"Numba's program took {theirs * 1e6:.1f} us against NumPy's {mine * 1e6:.1f} us"
+    return COSTS.faster(mine, theirs), f"Numba's program took {theirs * 1e6:.1f} us against NumPy's {mine * 1e6:.1f} us"
 
 
 def numba_note(run: Run, tier: str) -> str:
@@ -454,15 +450,6 @@ def twin_note(prog: Program) -> str:
     came = kernels.program_from_disk(prog.twin or ())
     return {True: "loaded from Numba's disk cache", False: "compiled in this process (and cached on disk)",
             None: "not run yet"}[came]
-
-
-def _learn_price(seconds: float, records: int) -> None:
-    """Correct the per-operation price by one compile's cost. A first compile in a process also
-    pays for Numba's own start (LLVM, BLAS bindings: a 5-operation Dense kernel took 7.8 s here),
-    which says nothing about the next program's size: one observation moves the estimate at
-    most to 10 ms per operation."""
-    per_op = min(0.01, max(0.0, seconds - _PRICE["fixed"]) / max(records, 1))
-    _PRICE["per_op"] = max(0.0005, 0.5 * _PRICE["per_op"] + 0.5 * per_op)
 
 
 #: the reason of a signature whose pullback program waits for its check

@@ -42,7 +42,7 @@ from bytegrad.runtime.backward import INPLACE_MIN_SIZE
 #: held while Python's `ast` module is used (programs are built in several threads at once)
 AST_LOCK = _thread.allocate_lock()  # (`threading` costs every process's import)
 
-__all__ = ["accumulate", "dead", "forward_alternatives", "lower_partial", "made_here", "SOLE"]
+__all__ = ["accumulate", "dead", "donors", "forward_alternatives", "fresh", "lower_partial", "made_here", "SOLE"]
 
 _ndarray = np.ndarray
 
@@ -89,11 +89,11 @@ def _ufunc_of(rec: Any) -> Optional[tuple[np.ufunc, int]]:
     return uf, n
 
 
-def made_here(b: Any, p: Optional[int]) -> bool:
-    """Rule 1: whether the value at tape index p is a new array one of the program's own ufuncs or
-    matrix products made (and it is that array at capture)."""
-    rec = b.records.get(p) if p is not None else None
-    if rec is None or type(rec.out) is not _ndarray:
+def fresh(rec: Any, formed: bool) -> bool:
+    """Rule 1 for one record: whether its output is a new array one of the program's own ufuncs or
+    matrix products (`formed`: written as its ProgramForm) made, and that array at capture
+    (compiled/passes.py `buffer_reuse` asks it of each record)."""
+    if type(rec.out) is not _ndarray:
         return False
     if "made_here" in _RELAXED:
         return True
@@ -101,25 +101,47 @@ def made_here(b: Any, p: Optional[int]) -> bool:
         return False
     if rec.kind == "elementwise":
         return _ufunc_of(rec) is not None
-    return p in b.forms and rec.fn in _PRODUCTS
+    return formed and rec.fn in _PRODUCTS
+
+
+def donors(rec: Any, made: frozenset[int]) -> tuple[int, ...]:
+    """Rules 1, 2 and 5 for an elementwise record: its operands (tape indices) among `made` (rule 1)
+    with the result's shape and dtype at capture, where the result has at least INPLACE_MIN_SIZE
+    elements; in operand order, each once (compiled/passes.py `buffer_reuse`)."""
+    out = rec.out
+    found = _ufunc_of(rec)
+    if found is None or type(out) is not _ndarray or out.size < INPLACE_MIN_SIZE:
+        return ()
+    into: list[int] = []
+    for a, p in zip(rec.args[:found[1]], rec.parents):
+        if type(a) is not _ndarray or p is None or p not in made or p in into or \
+                ((a.shape != out.shape or a.dtype != out.dtype) and "shape" not in _RELAXED):
+            continue
+        into.append(p)
+    return tuple(into)
+
+
+def made_here(b: Any, p: Optional[int]) -> bool:
+    """Rule 1: whether the value at tape index p is a new array one of the program's own ufuncs or
+    matrix products made (and it is that array at capture): the IR pass's `made` records."""
+    return p is not None and p in b.plan.made
 
 
 def forward_alternatives(b: Any, rec: Any, ops: list[str], expr: str) -> Optional[list[tuple[str, list[str]]]]:
     """For an elementwise record written `v = expr`: (operand variable, the statement that writes
-    the result into it) for each operand that rules 1, 2 and 5 allow; `Source.render` takes the
-    first that is dead there (rule 3), and the statement checks rule 4 when it runs."""
-    out = rec.out
+    the result into it) for each operand the IR pass `buffer_reuse` allows (rules 1, 2 and 5);
+    `Source.render` takes the first that is dead there (rule 3), and the statement checks rule 4
+    when it runs."""
+    into = b.plan.into.get(rec.idx)
     found = _ufunc_of(rec)
-    if found is None or type(out) is not _ndarray or out.size < INPLACE_MIN_SIZE:
+    if not into or found is None:
         return None
     uf, n = found
     v = b.var[rec.idx]
     name = b.src.const(uf, "u")
     alts: list[tuple[str, list[str]]] = []
     for k in range(n):
-        a, p = rec.args[k], rec.parents[k]
-        if type(a) is not _ndarray or not made_here(b, p) or \
-                ((a.shape != out.shape or a.dtype != out.dtype) and "shape" not in _RELAXED):
+        if rec.parents[k] not in into:
             continue
         var = ops[k]
         if any(var == alt for alt, _ in alts):

@@ -35,6 +35,7 @@ import numpy as np
 
 from bytegrad import _operators
 from bytegrad._config import config as _config
+from bytegrad.runtime.costs import KERNEL_TIE, MODEL as _COSTS
 from bytegrad.runtime.kernel_records import FUSED, PARTIALS
 from bytegrad.runtime.tape import SLIM_MIN_SIZE, Tape, sweep, tls
 
@@ -45,10 +46,9 @@ _ndarray = np.ndarray
 _perf = time.perf_counter
 _getrefcount = sys.getrefcount
 BACKWARD_FACTOR = 3.0
-#: a kernel within this factor of the NumPy tier's time counts as a tie, and ties go to the kernel:
-#: the difference is below the timing noise, and the kernel keeps less memory alive (only what its
-#: backward reads, against every intermediate of the per-operation rules)
-TIE = 1.05
+#: a kernel within this factor of the NumPy tier's time counts as a tie, and ties go to the kernel
+#: (the cost model's, runtime/costs.py `kernel_wins`)
+TIE = KERNEL_TIE
 #: seconds: no kernel module costs less to get than this (loading a forward and a backward ufunc).
 #: Until a site has spent this much, ski rental does not even estimate its price, which would
 #: import runtime/kernels.py (kept out of a process's first gradients).
@@ -296,7 +296,7 @@ def _maybe_tier_up(fs: FusedSite, ops: tuple) -> None:
     made when the time spent crosses it: not on every call of a hot site."""
     if fs.state != "numpy":
         return
-    if POLICY == "never" or (POLICY != "always" and fs.spent * BACKWARD_FACTOR < fs.price):
+    if POLICY == "never" or (POLICY != "always" and not _COSTS.pays(fs.spent * BACKWARD_FACTOR, fs.price)):
         return
     from bytegrad.runtime import kernels
     if kernels.disabled():
@@ -308,7 +308,7 @@ def _maybe_tier_up(fs: FusedSite, ops: tuple) -> None:
     p = _plan_for(fs, dtype, tuple(True for _ in range(fs.n_leaves)))
     if POLICY != "always":
         fs.price = kernels.cost_estimate(p)
-        if fs.spent * BACKWARD_FACTOR < fs.price:
+        if not _COSTS.pays(fs.spent * BACKWARD_FACTOR, fs.price):
             return
         if COMPILE == "background":
             _compile_in_background(fs, p, dtype)
@@ -410,7 +410,7 @@ class Trial:
         times = self.times
         times[use].append(seconds)
         if len(times[0]) >= TRIAL_SAMPLES and len(times[1]) >= TRIAL_SAMPLES and fs.choice.get(self.key) is self:
-            fs.choice[self.key] = _median(times[1]) < _median(times[0]) * TIE
+            fs.choice[self.key] = _COSTS.kernel_wins(_median(times[0]), _median(times[1]))
 
 
 #: consecutive gradients a `Trial` runs on one tier; the first of each is not counted
@@ -442,7 +442,7 @@ def _decide_in_isolation(fs: FusedSite, ops: tuple, key: tuple, leaves: list[Any
     assert ks is not None
     t_kernel = min(_time(lambda: kernel_gradients(fs, ks, leaves, active)) for _ in range(3))
     t_numpy = min(_time(lambda: numpy_gradients(fs, ops, active)) for _ in range(3))
-    use = t_kernel < t_numpy * TIE
+    use = _COSTS.kernel_wins(t_numpy, t_kernel)
     fs.choice[key] = use
     return use
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import marshal
 import operator
 import os
 import re
@@ -43,6 +42,7 @@ from bytegrad._config import config as _config
 from bytegrad.rules import _kernel, registry
 from bytegrad.rules.registry import Formula
 from bytegrad.runtime import vmath_sources
+from bytegrad.runtime.costs import MODEL as _COSTS
 
 KERNEL_FORMAT = 2
 _DTYPES = frozenset({"float64", "float32"})
@@ -50,14 +50,6 @@ _LOCK = _thread.RLock()
 _MODULES: dict[str, types.ModuleType] = {}
 _warned_no_cache = False
 
-#: seconds; replaced by what this machine measured (the last process that imported Numba here, kept
-#: in the disk cache: see `_remembered`) and then by what this process measures. Per function for
-#: "compile" and "load". The defaults are from a 2-core VM: `import numba` 0.35-0.45 s; the first
-#: module a process loads from Numba's cache 0.73-0.81 s for two functions (Numba sets up its
-#: compiler even to load; later loads are cheap, and measured); compiling 0.5 s per function.
-_cost = {"import": 0.45, "compile": 0.40, "load": 0.20}
-_COSTS_KEY = "tier-up-seconds"
-_costs_read = False
 _numba_failed: Optional[str] = None
 
 
@@ -275,12 +267,8 @@ def numba_loaded() -> bool:
 
 
 def cost_estimate(p: Plan) -> float:
-    """Seconds `compile_kernels(p)` is expected to take now (the ski-rental price)."""
-    if not _costs_read:
-        _remembered()
-    cost = 0.0 if numba_loaded() else _cost["import"]
-    per = _cost["load"] if on_disk(p) else _cost["compile"]
-    return cost + per * p.n_functions
+    """Seconds `compile_kernels(p)` is expected to take now (the ski-rental price: runtime/costs.py)."""
+    return _COSTS.kernel_price(p.n_functions, on_disk(p), numba_loaded())
 
 
 def _source_dir() -> Optional[str]:
@@ -335,50 +323,16 @@ def compile_kernels(p: Plan) -> Optional[Kernels]:
                 return None
             t1 = time.perf_counter()
             if not had_numba:
-                _cost["import"] = t1 - t0
+                _COSTS.learn_import(t1 - t0)
             cached = on_disk(p)
             mod = _load_module(f"bgk_{p.key}", p.source)
             per = (time.perf_counter() - t1) / p.n_functions
-            _cost["load" if cached else "compile"] = per
-            if not had_numba:
-                _remember({"import": t1 - t0, "load" if cached else "compile": per})
+            _COSTS.learn_kernels(per, cached)
+            if not had_numba:  # (kept for the next process: runtime/costs.py `remember`)
+                _COSTS.remember({"import": t1 - t0, "load" if cached else "compile": per})
             _MODULES[p.key] = mod
         backward = () if p.onepass else tuple(_ufunc_of(getattr(mod, g.name)) for g in p.groups)
         return Kernels(p, _ufunc_of(mod.forward), backward)
-
-
-def _remembered() -> None:
-    """Take the tier-up prices the last process that imported Numba on this machine measured.
-
-    Defaults are one machine's figures; where importing Numba and loading a first kernel take
-    1.2 s and the price says 0.5 s, a site tiers up at a loss (a 200-step cold start after
-    `precompile` took 2.0x NumPy's time instead of 1.0x: Numba loaded for a site that then made
-    three kernel calls). Read once per process, when a site is first priced (never in a first
-    gradient)."""
-    global _costs_read
-    _costs_read = True
-    try:
-        from bytegrad.runtime import diskcache
-        payload = diskcache.load("costs", _COSTS_KEY)
-        costs = marshal.loads(payload) if payload is not None else None
-    except Exception:  # noqa: BLE001 - a cache problem never stops a gradient
-        return
-    if isinstance(costs, dict):
-        for k, v in costs.items():
-            if k in _cost and type(v) is float and 0.0 <= v < 60.0:
-                _cost[k] = v
-
-
-def _remember(costs: dict[str, float]) -> None:
-    """Keep what tiering up cost in this process for the next ones (see `_remembered`)."""
-    if not _costs_read:
-        _remembered()  # older figures, for what this process has not measured
-    _cost.update(costs)
-    try:
-        from bytegrad.runtime import diskcache
-        diskcache.store("costs", _COSTS_KEY, marshal.dumps(dict(_cost)), label="tier-up prices")
-    except Exception:  # noqa: BLE001
-        pass
 
 
 def _ufunc_of(f: Any) -> Any:
@@ -494,9 +448,7 @@ def program_load_price(stems: tuple[str, ...]) -> Optional[float]:
     """Seconds Numba is expected to take to load the program kernels `stems` from its cache (once it
     is imported); None when one of them is not on disk (a compile). Looked up once a process."""
     if stems not in _program_prices:
-        if not _costs_read:
-            _remembered()
-        _program_prices[stems] = _cost["load"] * len(stems) if all(map(_on_disk, stems)) else None
+        _program_prices[stems] = _COSTS.load_price(len(stems)) if all(map(_on_disk, stems)) else None
     return _program_prices[stems]
 
 

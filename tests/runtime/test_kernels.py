@@ -11,7 +11,7 @@ import pytest
 
 import bytegrad
 from bytegrad import transform
-from bytegrad.runtime import fused, kernels
+from bytegrad.runtime import costs, fused, kernels
 
 pytestmark = pytest.mark.skipif(kernels.disabled(), reason="Numba disabled (BYTEGRAD_DISABLE_NUMBA)")
 
@@ -175,16 +175,14 @@ def test_tier_up_prices_are_remembered_for_the_next_process(monkeypatch, tmp_pat
     monkeypatch.setattr(bytegrad.config, "cache_dir", str(tmp_path))
     from bytegrad.runtime import diskcache
     diskcache._reset_for_tests()
-    monkeypatch.setattr(kernels, "_cost", {"import": 0.45, "compile": 0.40, "load": 0.20})
-    monkeypatch.setattr(kernels, "_costs_read", False)
-    kernels._remember({"import": 1.25, "load": 0.125})
-    monkeypatch.setattr(kernels, "_cost", {"import": 0.45, "compile": 0.40, "load": 0.20})  # a new process
-    monkeypatch.setattr(kernels, "_costs_read", False)
+    monkeypatch.setattr(kernels, "_COSTS", costs.CostModel(persist=True))
+    kernels._COSTS.remember({"import": 1.25, "load": 0.125})
+    monkeypatch.setattr(kernels, "_COSTS", costs.CostModel(persist=True))  # a new process
     monkeypatch.setattr(kernels, "numba_loaded", lambda: False)
     fs = _site(dense_tanh)
     plan = kernels.plan(fs.nodes, fs.n_leaves, "float64", (True, True))
     price = kernels.cost_estimate(plan)
     per = 0.125 if kernels.on_disk(plan) else 0.40
     assert price == pytest.approx(1.25 + per * plan.n_functions)
-    assert kernels._cost == {"import": 1.25, "compile": 0.40, "load": 0.125}
+    assert kernels._COSTS.seconds == {**costs.DEFAULTS, "import": 1.25, "load": 0.125}
     diskcache._reset_for_tests()
