@@ -57,22 +57,6 @@ def axis_max(x):
             out[i, k] = m
     return out
 """,
-    "axis_min": """
-def axis_min(x):
-    pre, n, post = x.shape
-    out = np.empty((pre, post), x.dtype)
-    for i in range(pre):
-        for k in range(post):
-            m = x[i, 0, k]
-            for j in range(1, n):
-                v = x[i, j, k]
-                if m != m:
-                    break
-                if v < m or v != v:
-                    m = v
-            out[i, k] = m
-    return out
-""",
     "axis_spread": """
 def axis_spread(g, n):
     pre, post = g.shape
@@ -100,6 +84,7 @@ def axis_extreme_bar(x, m, g):
     return out
 """,
 }
+_SOURCES["axis_min"] = _SOURCES["axis_max"].replace("axis_max", "axis_min").replace("v > m", "v < m")
 #: numpy's pairwise_sum of a[lo:lo + n] (`zero` in the array's dtype): a block of up to 128 with 8
 #: accumulators (`block`), above that the sum of two halves (cut at a multiple of 8), its recursion
 #: run with a stack (a recursive function cannot be cached)

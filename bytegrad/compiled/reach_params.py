@@ -17,7 +17,7 @@ import dis
 from collections import Counter
 from typing import Any
 
-__all__ = ["allowed_param_reads"]
+__all__ = ["allowed_param_reads", "minus"]
 
 #: values whose attributes are fixed by their type (what the guards fix by value, or the code's literals)
 _BY_VALUE = (int, float, complex, bool, str, type(None))
@@ -49,6 +49,11 @@ def allowed_param_reads(f: Any, reasons: list[str], tape: Any) -> list[str]:
                     f"(line {ins.positions.lineno})"] += 1
         if ins.opname not in ("CACHE", "EXTENDED_ARG"):
             prev = ins
+    return minus(reasons, allowed)
+
+
+def minus(reasons: list[str], allowed: Counter[str]) -> list[str]:
+    """`reasons` less each reason `allowed` counts, as many times as it counts it."""
     kept = []
     for r in reasons:
         if allowed[r] > 0:

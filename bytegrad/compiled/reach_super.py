@@ -21,6 +21,8 @@ import dis
 import types
 from collections import Counter
 
+from bytegrad.compiled.reach_params import minus
+
 __all__ = ["allowed_super", "super_sites"]
 
 
@@ -62,13 +64,7 @@ def allowed_super(code: types.CodeType, reasons: list[str]) -> list[str]:
                     f"depend on state such as random draws or I/O, or write) (line {line})",
                         f"calls super() (line {line})",
                         f"reads the attribute .{name} of an object that is not an argument (line {line})"])
-    kept = []
-    for r in reasons:
-        if allowed[r] > 0:
-            allowed[r] -= 1
-        else:
-            kept.append(r)
-    return kept
+    return minus(reasons, allowed)
 
 
 def _line(instrs: list, k: int) -> int:
