@@ -131,9 +131,9 @@ def child_parts() -> dict[str, Any]:
     seen: list[tuple] = []
     fresh = transform._rewrite_fresh
 
-    def rewrite_fresh(code: Any, active: Any, fn_globals: Any, immutable: Any, assumed: Any) -> Any:
+    def rewrite_fresh(code: Any, active: Any, fn_globals: Any, immutable: Any, assumed: Any, *rest: Any) -> Any:
         seen.append((code, active, fn_globals, immutable))
-        return fresh(code, active, fn_globals, immutable, assumed)
+        return fresh(code, active, fn_globals, immutable, assumed, *rest)
     transform._rewrite_fresh = rewrite_fresh  # type: ignore[assignment]
     bytegrad.differentiate(case.loss).grad(params, *data)
     from bytecode import Bytecode

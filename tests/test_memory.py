@@ -235,7 +235,7 @@ def test_gradient_that_raises_leaks_nothing(fn, error):
     growth = traced_growth(failing_call, 300)
     assert growth < 32 * 1024, f"{growth} bytes still allocated after 300 failing gradients"
     assert (len(cache._CACHES), len(transform._FN_CACHE)) == entries
-    assert d.stats()["entries"] <= 1
+    assert d.stats()["entries"] <= 2  # (the general path's rewrite, and a capture's variant of it)
     assert current_tape() is None
 
 

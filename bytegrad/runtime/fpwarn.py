@@ -14,7 +14,6 @@ callee, forward or "the derivative of", at the record's file and line, as the ge
 """
 from __future__ import annotations
 
-import bisect
 import functools
 import sys
 import warnings
@@ -111,6 +110,8 @@ def _program_site(frame: "FrameType") -> Optional[tuple]:
             source, filename, sites = g[PROGRAM_SITES]
             found = lines[code.co_name] = _generated_lines(code, compile(source, filename, "exec"), sites)
         offsets, at = found  # (f_lasti of a frame inside a call: one of the call's cache entries)
+        import bisect  # (only on a program's error: `import bytegrad` leaves it out, tests/test_lazy_rules.py)
+
         k = bisect.bisect_right(offsets, frame.f_lasti) - 1
         return at[k] if k >= 0 else None
     except Exception:  # noqa: BLE001 - a program without its sites (or a compile that differs): the frame's line

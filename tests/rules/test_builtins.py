@@ -106,6 +106,8 @@ THROUGH = [case(fn, *args, dtypes=F64, name=name, **kw) for name, fn, args, kw i
     ("list", builtins.list, (FLOATS,), {}), ("list-rows", builtins.list, (Gen(_rows),), {}), ("list-empty", builtins.list, (), {}),
     ("tuple", builtins.tuple, (FLOATS,), {}), ("tuple-rows", builtins.tuple, (Gen(_rows),), {}),
     ("list.extend", list.extend, ([1.0], FLOATS), {}), ("list.extend-rows", list.extend, ([], Gen(_rows)), {}),
+    ("list.sort", list.sort, (FLOATS,), {}), ("list.sort-key-reverse", list.sort, ([3.0, -1.0, 1.0, -3.0],),
+                                                  {"key": abs, "reverse": True}),
     ("math.fsum", math.fsum, (FLOATS,), {}), ("math.fsum-tuple", math.fsum, ((0.1, 0.2, 0.3),), {}),
     ("math.fsum-array", math.fsum, (Arr((5,)),), {}),
     ("math.prod", math.prod, (FLOATS,), {}), ("math.prod-start", math.prod, (FLOATS,), {"start": 2.0}),
