@@ -65,8 +65,10 @@ def test_decorated_module_level_function_pickles_as_itself():
     params, x, y = _mlp_data(4)
     v, g = vg(params, x, y, 4)
     v0, g0 = bytegrad.value_and_grad(mlp_loss, wrt=1)(params, x, y, 4)
-    assert v == v0
-    np.testing.assert_array_equal(g, g0)
+    # (equal but for rounding: under BYTEGRAD_TIER=numba one call may be a capture, which returns the
+    # general path's result, and the other the program's Numba kernel, which sums in its own order)
+    assert v == pytest.approx(v0, rel=1e-13, abs=0.0)
+    np.testing.assert_allclose(g, g0, rtol=1e-12, atol=1e-15)
 
 
 def test_lambda_and_closure_pickle_by_value_through_cloudpickle():
