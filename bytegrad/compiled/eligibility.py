@@ -529,13 +529,24 @@ def _other_module(modname: str, module: Any, fn_globals: dict[str, Any]) -> bool
                for v in list(fn_globals.values()))
 
 
+def _frozen(value: Any) -> bool:
+    """A frozenset or tuple of numbers, strings, types, ufuncs and builtins (`_PICKS =
+    frozenset({np.maximum, np.minimum})`, `COEFS = (1.0, 0.5)`): immutable all through, so the same
+    object holds the same items, and a guard by identity fixes it (source.py `static_guards`)."""
+    return type(value) in (frozenset, tuple) and len(value) <= 64 and all(
+        type(e) in _GUARDED_BY_VALUE or isinstance(e, _FROZEN_ITEMS) for e in value)
+
+
+_FROZEN_ITEMS = (type, np.ufunc, types.BuiltinFunctionType)
+
+
 def _guardable(value: Any, what: str, reasons: list[str], at: str = "") -> bool:
     drawn = constructs.random_reason(value, what)
     if drawn is not None:
         reasons.append(drawn + at)
         return False
     if isinstance(value, _GUARDED_BY_IDENTITY) or type(value) in _GUARDED_BY_VALUE or callable(value) \
-            or constructs.is_table(value):  # (a dict of functions: guarded entry by entry)
+            or constructs.is_table(value) or _frozen(value):  # (a dict of functions: guarded entry by entry)
         return True
     if type(value) is np.ndarray and value.dtype.kind in "biuf":
         return True  # (read at call time: an input of the program, its type, shape and dtype guarded)

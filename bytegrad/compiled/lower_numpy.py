@@ -162,7 +162,7 @@ class Builder:
 
     def _check_const(self, a: Any, rec: Union[Record, Decision]) -> None:
         t = type(a)
-        if t is tuple or t is list:
+        if t is tuple or t is list or t is frozenset:
             for x in a:
                 self._check_const(x, rec)
         elif t is dict:
