@@ -1,4 +1,5 @@
-"""The compiled tier's reach on everyday programs (bench/reach_programs.py), apart from the test catalogue.
+"""The compiled tier's reach on everyday programs (bench/reach_programs.py, and the held-out set of
+bench/reach_heldout.py), apart from the test catalogue.
 
 For each program: the general path's gradient; then under tiers `numpy` and `numba`, four calls (two at
 the first inputs, two at inputs from another seed), each compared with the general path's value and
@@ -18,7 +19,11 @@ from typing import Any
 import numpy as np
 
 import bytegrad
+from bench.reach_heldout import HELDOUT
 from bench.reach_programs import PROGRAMS, Case
+
+#: (name, programs): the first set, which the tier was fixed against, and the held-out one
+SETS = (("everyday", PROGRAMS), ("held out", HELDOUT))
 
 TIERS = ("numpy", "numba")
 
@@ -66,28 +71,32 @@ def report(rows: list[dict[str, Any]]) -> str:
     lines = [
         "# The compiled tier's reach on everyday programs",
         "",
-        f"`python -m bench.reach` (bench/reach.py, programs in bench/reach_programs.py), "
+        f"`python -m bench.reach` (bench/reach.py, programs in bench/reach_programs.py and bench/reach_heldout.py), "
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, Python {platform.python_version()}, "
         f"NumPy {np.__version__}.",
         "",
-        "Programs written as users write them, apart from the test catalogue. Each runs four gradient calls per "
+        "Programs written as users write them, apart from the test catalogue: the everyday set "
+        "(bench/reach_programs.py), which the tier was then fixed against, and a held-out set "
+        "(bench/reach_heldout.py) measured before any change was made for it. Each runs four gradient calls per "
         "tier (two at one input, two at another), every one compared with the general path's value and gradient "
         "(largest difference relative to each array's largest element, at least 1).",
         "",
     ]
     for tier in TIERS:
         done = sum(r[tier]["compiled"] for r in rows)
-        lines.append(f"- tier `{tier}`: **{done} of {n}** programs ran compiled")
+        per_set = ", ".join(f"{name} {sum(r[tier]['compiled'] for r in rows if r['set'] == name)} of "
+                            f"{sum(r['set'] == name for r in rows)}" for name, _ in SETS)
+        lines.append(f"- tier `{tier}`: **{done} of {n}** programs ran compiled ({per_set})")
     bad = [(r["name"], t) for r in rows for t in TIERS if r[t]["worst"] > 1e-9]
     errs = [(r["name"], t, r[t]["error"]) for r in rows for t in TIERS if r[t]["error"]]
     lines.append(f"- disagreements with the general path (over 1e-9): {len(bad)}" +
                  (": " + ", ".join(f"{a} ({b})" for a, b in bad) if bad else ""))
     lines.append(f"- errors: {len(errs)}" + ("".join(f"\n  - {a} ({b}): {e}" for a, b, e in errs) if errs else ""))
-    lines += ["", "| program | numpy | numba | largest difference | why not compiled (numpy tier) |", "|---|---|---|---|---|"]
+    lines += ["", "| program | set | numpy | numba | largest difference | why not compiled (numpy tier) |", "|---|---|---|---|---|---|"]
     for r in rows:
         mark = {True: "compiled", False: "general"}
         worst = max(r[t]["worst"] for t in TIERS)
-        lines.append(f"| {r['name']} | {mark[r['numpy']['compiled']]} | {mark[r['numba']['compiled']]} | "
+        lines.append(f"| {r['name']} | {r['set']} | {mark[r['numpy']['compiled']]} | {mark[r['numba']['compiled']]} | "
                      f"{worst:.1e} | {r['numpy']['reason'].replace('|', '/')} |")
     return "\n".join(lines) + "\n"
 
@@ -98,12 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-k", default=None, help="only programs whose name contains this")
     opts = ap.parse_args(argv)
     rows = []
-    for case in PROGRAMS:
-        if opts.k and opts.k not in case.name:
-            continue
-        rows.append(run_case(case))
-        print(f"{case.name}: numpy {'compiled' if rows[-1]['numpy']['compiled'] else 'general'}, "
-              f"numba {'compiled' if rows[-1]['numba']['compiled'] else 'general'}", file=sys.stderr)
+    for name, programs in SETS:
+        for case in programs:
+            if opts.k and opts.k not in case.name:
+                continue
+            rows.append(dict(run_case(case), set=name))
+            print(f"{case.name}: numpy {'compiled' if rows[-1]['numpy']['compiled'] else 'general'}, "
+                  f"numba {'compiled' if rows[-1]['numba']['compiled'] else 'general'}", file=sys.stderr)
     text = report(rows)
     print(text)
     if opts.out:
