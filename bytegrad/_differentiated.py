@@ -495,8 +495,8 @@ class Differentiated:
             f"grad needs a function that returns a real scalar, but {self._code.co_name} returned the complex "
             f"value {out!r}: a complex value has no gradient, and bytegrad will not silently "
             "differentiate its real part.", self._return_loc(),
-            "return the real quantity you mean (`np.real(...)`, `np.abs(...) ** 2`), or use bytegrad.vjp "
-            "with the cotangent of your choice.")
+            "return the real quantity you mean (`np.real(...)`, `np.abs(...) ** 2`); for f'(z) of a "
+            "holomorphic function, grad(f, holomorphic=True); or bytegrad.vjp with a cotangent of your choice.")
 
     def _return_loc(self) -> SourceLoc:
         return return_loc(self._code)

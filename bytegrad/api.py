@@ -134,7 +134,7 @@ def _grad_function(d: Differentiated, name: str) -> GradFunction:
 
 
 def grad(fn: Callable[..., Any], wrt: Optional[Wrt] = None, has_aux: bool = False, *,
-         argnums: Optional[Wrt] = None) -> Callable[..., Any]:
+         argnums: Optional[Wrt] = None, holomorphic: bool = False) -> Callable[..., Any]:
     """The gradient function of scalar-valued `fn` with respect to `wrt`.
 
     Parameters
@@ -148,6 +148,9 @@ def grad(fn: Callable[..., Any], wrt: Optional[Wrt] = None, has_aux: bool = Fals
         `fn` returns `(value, aux)`; the gradient function then returns `(gradient, aux)`.
     argnums : int or tuple of int, optional
         JAX's name for `wrt`: give one or the other.
+    holomorphic : bool, default False
+        `fn` is holomorphic in complex arguments (given by position) and returns a complex scalar:
+        the result is the complex derivative `f'(z)`, as `jax.grad(..., holomorphic=True)`.
 
     Returns
     -------
@@ -167,12 +170,17 @@ def grad(fn: Callable[..., Any], wrt: Optional[Wrt] = None, has_aux: bool = Fals
     [1.0, 2.0]
     >>> grad(lambda w, x: np.sum(w * x), argnums=1)(np.array([3.0, 4.0]), np.zeros(2)).tolist()
     [3.0, 4.0]
+    >>> grad(lambda z: z ** 3, holomorphic=True)(1.0 + 1.0j)
+    6j
     """
+    if holomorphic:
+        from bytegrad._holomorphic import HolomorphicGrad
+        return HolomorphicGrad(fn, _wrt_or_argnums("grad", wrt, argnums), has_aux, with_value=False)
     return GradFunction(Differentiated(fn, _wrt_or_argnums("grad", wrt, argnums), has_aux).grad)
 
 
 def value_and_grad(fn: Callable[..., Any], wrt: Optional[Wrt] = None, has_aux: bool = False, *,
-                   argnums: Optional[Wrt] = None) -> Callable[..., tuple[Any, Any]]:
+                   argnums: Optional[Wrt] = None, holomorphic: bool = False) -> Callable[..., tuple[Any, Any]]:
     """A function returning `(fn(...), gradient)`, from one forward and one reverse pass.
 
     Parameters
@@ -185,6 +193,8 @@ def value_and_grad(fn: Callable[..., Any], wrt: Optional[Wrt] = None, has_aux: b
         `fn` returns `(value, aux)`; the function then returns `((value, aux), gradient)`.
     argnums : int or tuple of int, optional
         JAX's name for `wrt`: give one or the other.
+    holomorphic : bool, default False
+        As for `grad`: the gradient is the complex derivative `f'(z)` of a holomorphic `fn`.
 
     Returns
     -------
@@ -197,6 +207,9 @@ def value_and_grad(fn: Callable[..., Any], wrt: Optional[Wrt] = None, has_aux: b
     ((9.0, 4.0), 6.0)
     """
     wrt = _wrt_or_argnums("value_and_grad", wrt, argnums)
+    if holomorphic:
+        from bytegrad._holomorphic import HolomorphicGrad
+        return HolomorphicGrad(fn, wrt, has_aux, with_value=True)
     return GradFunction(Differentiated(fn, wrt, has_aux).value_and_grad)
 
 
