@@ -1183,8 +1183,22 @@ def appends_then_no_rule_on_the_differentiated_value():
     return f, step, lambda: list(hist)
 
 
+def appends_then_a_rule_refuses_a_plain_array():
+    hist = []
+
+    def f(x, t, w, hist):
+        hist.append(len(hist))
+        bits = w.view(np.int64)  # (the view rule refuses a tracked array; `w` is not differentiated)
+        return np.sum(x * (bits & 1)) + np.sum(x) * len(bytes(w.data))  # (`.data`: no rule)
+
+    def step(i):
+        return (_x(i), 1.5, np.arange(4.0) * (i + 1), hist), {}
+    return f, step, lambda: list(hist)
+
+
 PLAIN_FLOAT_EFFECTS = [appends_then_needs_a_rule_for_a_plain_float, draws_then_needs_a_rule_for_a_plain_float,
-                       counts_then_needs_a_rule_for_a_plain_float, callback_then_needs_a_rule_for_a_plain_float]
+                       counts_then_needs_a_rule_for_a_plain_float, callback_then_needs_a_rule_for_a_plain_float,
+                       appends_then_a_rule_refuses_a_plain_array]
 
 
 @pytest.mark.parametrize("tier", TIERS)
@@ -1197,6 +1211,8 @@ def test_capture_that_meets_no_rule_on_a_plain_float_runs_the_body_once(make, ti
     assert not _compiled(info) and _refused(info, "line"), info
     if make in (appends_then_needs_a_rule_for_a_plain_float, callback_then_needs_a_rule_for_a_plain_float):
         assert _refused(info, "float.is_integer has no derivative rule"), info  # (the run went on past it)
+    if make is appends_then_a_rule_refuses_a_plain_array:
+        assert _refused(info, "ndarray.view", "no derivative rule that takes it"), info
 
 
 @pytest.mark.parametrize("tier", TIERS)
@@ -1207,6 +1223,31 @@ def test_capture_that_meets_no_rule_on_a_differentiated_value_raises_once(tier):
     d = bytegrad.differentiate(appends_then_no_rule_on_the_differentiated_value()[0], tier=tier)
     with pytest.raises(bytegrad.NoRuleError):
         d.value_and_grad(_x(0), 1.5, [])
+
+
+PULLBACK_SEEN: list = []
+
+
+def _pullback_helper(x, t):
+    PULLBACK_SEEN.append(t)  # (a callee's effect: the capture runs it, the static check looks at the caller)
+    return np.sum(x) * (2.0 if t.is_integer() else 1.0)
+
+
+def pullback_needs_a_rule_for_t(x, t):
+    return _pullback_helper(x, t)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_pullback_capture_that_meets_no_rule_raises_once(tier):
+    """A pullback differentiates every argument on the general path, `t` too: the capture run (whose own
+    differentiated set is `wrt`) raises the general path's NoRuleError, and the callee's append happens once."""
+    for d in (bytegrad.differentiate(pullback_needs_a_rule_for_t, tier=tier),
+              bytegrad.differentiate(pullback_needs_a_rule_for_t, tier="general")):
+        PULLBACK_SEEN.clear()
+        for i in range(3):
+            with pytest.raises(bytegrad.NoRuleError):
+                d.pullback(_x(i), 1.5)
+        assert PULLBACK_SEEN == [1.5] * 3, (tier, PULLBACK_SEEN)
 
 
 # ---- a module attribute read from a module object sys.modules no longer holds ------------------------

@@ -354,9 +354,10 @@ def _shared_object_array(tape: CaptureTape, specs: list) -> Optional[str]:
     return None
 
 
-def capture_run(d: Any, args: tuple, positions: tuple[int, ...], tape_class: type = CaptureTape) -> Union[str, tuple]:
-    """The capture's forward pass: (output, aux or None, tape, leaf specs, guards), or why the
-    function cannot be captured for arguments like `args` (the caller then runs the general path)."""
+def capture_run(d: Any, args: tuple, positions: tuple[int, ...], tape_class: type = CaptureTape,
+                every: bool = False) -> Union[str, tuple]:
+    """The capture's forward pass: (output, aux or None, tape, leaf specs, guards), or why the function cannot
+    be captured for arguments like `args` (the caller runs the general path); `every`: a pullback's."""
     reasons, guards = eligibility(d, args)
     if reasons:
         return reasons[0] + (f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else "")
@@ -376,13 +377,12 @@ def capture_run(d: Any, args: tuple, positions: tuple[int, ...], tape_class: typ
     snapshot = Snapshot(others, tuple(names), tuple(tracked))
     try:
         with reach_objects.BuildWatch(has_handlers(d._code), guards) as watch:  # (compiled/constructs.py, reach_objects.py)
-            out, tape, specs, _ = plainly.forward(d, args, positions, tape_class, tracked, wrt, track_in_place)
+            out, tape, specs, _ = plainly.forward(d, args, positions, tape_class, tracked, wrt, track_in_place, every)
     except Unobservable as exc:  # (raised before the function ran)
         return str(exc)
     except DifferentiationError as exc:  # (raised where the general path raises it too: the call's error)
         if plainly.raised(exc):
             raise
-        # else one the general path may not raise: it runs the call again (docs/compiled.md, "Effects")
         return f"the capture run raised {type(exc).__name__}: {exc}"
     # any other exception is the user's code raising, as on the general path: the call's only run's
     why = snapshot.changed() or input_writes.input_write(tape, others, tuple(names), tuple(tracked))
@@ -430,7 +430,7 @@ def capture_pullback(d: Any, args: tuple, general_back: Callable[..., Any],
     from bytegrad.compiled.build import Ineligible, build as build_program
     compiled = policy
     positions = compiled.capture_positions(args)
-    run = capture_run(d, args, positions)
+    run = capture_run(d, args, positions, every=True)  # (a pullback differentiates every argument)
     if isinstance(run, str):
         return d._pullback_now(args, {}), run
     out, aux, tape, specs, guards = run

@@ -70,9 +70,10 @@ def track_read(tape: Any, value: Any) -> None:
 
 
 def forward(d: Any, args: tuple, positions: Any, tape_class: type, tracked: list, wrt: Any,
-            prepare: Callable[[Any, Any], Any]) -> Any:
+            prepare: Callable[[Any, Any], Any], every: bool = False) -> Any:
     """The capture run's `d._forward`, on a `tape_class` whose leaves made by `prepare` (how an argument the
-    call does not differentiate is tracked) and by `tracked` reads are noted as not differentiated. A
+    call does not differentiate is tracked) and by `tracked` reads are noted as not differentiated (`every`: a
+    pullback's, whose general path differentiates every argument: those of `prepare` are too). A
     DifferentiationError it raises where the general path raises too is marked (`raised(exc)`)."""
     tapes: list[Any] = []
 
@@ -82,7 +83,7 @@ def forward(d: Any, args: tuple, positions: Any, tape_class: type, tracked: list
 
     def prepare_other(value: Any, tape: Any) -> Any:
         roots = tape.roots
-        phase, roots.phase = roots.phase, False
+        phase, roots.phase = roots.phase, every
         try:
             return prepare(value, tape)
         finally:
@@ -158,7 +159,7 @@ def plain(tape: Any, fn: Any, args: tuple, kwargs: Optional[dict], site: Any) ->
         return False
     name = qualname(fn) if not isinstance(fn, type) else fn.__qualname__
     tape.refuse(f"calls {name} on a value computed from an argument that is not differentiated ({name} has no "
-                "derivative rule, and a program tracks that argument)", site)
+                "derivative rule that takes it, and a program tracks that argument)", site)
     return True
 
 
