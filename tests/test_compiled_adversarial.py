@@ -1225,6 +1225,48 @@ def test_capture_that_meets_no_rule_on_a_differentiated_value_raises_once(tier):
         d.value_and_grad(_x(0), 1.5, [])
 
 
+def _no_rule_body(body):
+    def make():
+        hist = []
+
+        def f(x, t, w, hist):
+            hist.append(len(hist))
+            return body(x, t, w)
+
+        def step(i):
+            return (_x(i, 3), 0.5 + i, np.arange(1.0, 4.0) * (i + 1), hist), {}
+        return f, step, lambda: list(hist)
+    make.__name__ = body.__name__
+    return make
+
+
+def _struct_len(v):
+    import struct
+    return len(struct.pack("d", v))
+
+
+NO_RULE_BODIES = [  # (an operation without a rule, on values of `t` or `w`, which the call does not differentiate)
+    lambda x, t, w: np.sum(x) * len(t.hex()),
+    lambda x, t, w: np.sum(x) * _struct_len(t),
+    lambda x, t, w: np.sum(x * np.frexp(w)[0]),
+    lambda x, t, w: np.sum(x * w[np.lexsort((w,))]),
+    lambda x, t, w: np.sum(x * np.fromiter((v * t for v in w), float)),
+    lambda x, t, w: np.sum(x) * len(bytes(w.data)),
+    lambda x, t, w: np.sum(x) * _struct_len(np.sum(x * t)),  # (on the differentiated x: raises, once)
+    lambda x, t, w: np.sum(x * w.view(np.int64)),  # (the view rule refuses w, which only a capture tracks)
+    lambda x, t, w: np.sum(x.view(np.int64)) * np.sum(x),  # (it refuses the differentiated x: raises, once)
+]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("k", range(len(NO_RULE_BODIES)))
+def test_operations_without_a_rule_in_a_capture_run_once(k, tier):
+    """Each operation the capture run meets without a rule: run as the general path does (or raised as it
+    raises), the append before it made once a call."""
+    info = agree(_no_rule_body(NO_RULE_BODIES[k]), tier)
+    assert not _compiled(info), info
+
+
 PULLBACK_SEEN: list = []
 
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 import types
 from typing import Any, Callable, Optional
 
+import numpy as np
+
 from bytegrad.compiled import objects
 from bytegrad.errors import DifferentiationError, qualname
 from bytegrad.runtime.tape import Tape
@@ -31,7 +33,7 @@ __all__ = ["Roots", "ARGS_DONE", "forward", "leaf", "track_read", "plain", "rais
 #: put last in the `tracked` reads handed to `Differentiated._forward`: the arguments are prepared
 ARGS_DONE = object()
 
-_BOUND = (types.BuiltinMethodType, types.MethodType, types.MethodWrapperType)
+_BuiltinMethod = types.BuiltinMethodType  # (`t.is_integer`: its `__self__` an operand, as runtime/dispatch.py reads it)
 
 
 class Roots:
@@ -44,7 +46,7 @@ class Roots:
         self.phase = True  # leaves made now are differentiated arguments' (until `ARGS_DONE`)
         self.wrt: set[int] = set()
         self.dep: list[Optional[bool]] = []
-        self.raised = False  # the run raised where the general path raises too
+        self.raised: Any = None  # the site where the run raised as the general path raises too
 
 
 def leaf(tape: Any, value: Any) -> int:
@@ -92,8 +94,9 @@ def forward(d: Any, args: tuple, positions: Any, tape_class: type, tracked: list
     try:
         return d._forward(args, {}, positions, strict=False, capture=made, tracked=(*tracked, ARGS_DONE),
                           protect=frozenset(wrt), prepare_other=prepare_other)
-    except DifferentiationError as exc:
-        if tapes and tapes[0].roots.raised:
+    except DifferentiationError as exc:  # (raised at that site: not one user code caught, then another)
+        site = tapes[0].roots.raised if tapes else None
+        if site is not None and exc.loc == site.loc():
             exc.__dict__["_bytegrad_general"] = True
         raise
 
@@ -131,29 +134,30 @@ def _depends(tape: Any, idx: int) -> Optional[bool]:
 
 
 def _operand_state(tape: Any, value: Any, depth: int = 0) -> Optional[bool]:
-    """True when `value` (or a value a tuple, list or dict of it holds) depends on a differentiated leaf,
-    False when nothing tracked in it does, None when unknown."""
+    """True when `value` (or a value a tuple or list of it holds: what the runtime looks into, `parent_of`)
+    depends on a differentiated leaf, False when nothing tracked in it does, None when unknown (an array
+    that may be a view of memory the run wrote tracked values into: `writes.view_parent`)."""
     idx = tape.ids.get(id(value))
     if idx is not None:
         return _depends(tape, idx)
     t = type(value)
-    if t is tuple or t is list or t is dict:
+    if t is tuple or t is list:
         if depth > 8:
             return None
-        states = [_operand_state(tape, v, depth + 1) for v in (value.values() if t is dict else value)]
+        states = [_operand_state(tape, v, depth + 1) for v in value]
         return True if True in states else (None if None in states else False)
-    return False
+    return None if t is np.ndarray and tape.owners else False
 
 
 def plain(tape: Any, fn: Any, args: tuple, kwargs: Optional[dict], site: Any) -> bool:
     """`Tape.plain` of a capture tape: True (the caller runs `fn(*args, **kwargs)` as it is, and the capture is
     refused) when no operand depends on a differentiated leaf."""
     operands = [*args, *(kwargs or {}).values()]
-    if isinstance(fn, _BOUND):
+    if type(fn) is _BuiltinMethod:
         operands.append(fn.__self__)
     states = [_operand_state(tape, v) for v in operands]
     if True in states:
-        tape.roots.raised = True  # (the general path raises at this operation too)
+        tape.roots.raised = site  # (the general path raises at this operation too)
         return False
     if None in states:
         return False
