@@ -23,7 +23,7 @@ from bytegrad.compiled.constructs import has_handlers, watch_callee
 from bytegrad.compiled.effects import ATOMS
 from bytegrad.rules import pytrees
 from bytegrad.runtime import pytree
-from bytegrad.runtime.tape import Tape, sweep
+from bytegrad.runtime.tape import Tape
 
 if TYPE_CHECKING:
     from bytegrad.compiled.lower_numpy import Program
@@ -305,7 +305,7 @@ def capture(d: Any, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[
     # the gradient of this run, as the general path sweeps it (the call's result: never run again)
     idx = tape.ids.get(id(out))
     seed = np.ones_like(out) if type(out) is _ndarray and out.ndim else 1.0
-    cts = sweep(tape, {idx: seed}) if idx is not None else [None] * len(tape.nodes)
+    cts = plainly.sweep(tape, {idx: seed}) if idx is not None else [None] * len(tape.nodes)
     grads = pytree.not_callers(tuple(pytree.project(cts[s.idx], s.primal) if type(s) is pytree.Leaf
                                      else pytree.gradient(s, cts) for s in wrt_specs), args)
     if len(grads) > 1:

@@ -26,9 +26,10 @@ import numpy as np
 
 from bytegrad.compiled import objects
 from bytegrad.errors import DifferentiationError, qualname
+from bytegrad.runtime import tape as _tape
 from bytegrad.runtime.tape import Tape
 
-__all__ = ["Roots", "ARGS_DONE", "forward", "leaf", "track_read", "plain", "raised"]
+__all__ = ["Roots", "ARGS_DONE", "forward", "leaf", "track_read", "plain", "raised", "sweep"]
 
 #: put last in the `tracked` reads handed to `Differentiated._forward`: the arguments are prepared
 ARGS_DONE = object()
@@ -170,3 +171,24 @@ def plain(tape: Any, fn: Any, args: tuple, kwargs: Optional[dict], site: Any) ->
 def raised(exc: BaseException) -> bool:
     """Whether a capture run's error is raised where the general path raises it too (the call's error)."""
     return bool(getattr(exc, "__dict__", {}).get("_bytegrad_general"))
+
+
+def sweep(tape: Any, seeds: dict[int, Any]) -> list[Any]:
+    """The capture's gradient sweep (`runtime.tape.sweep`) as the general path's: a record that depends on no
+    differentiated leaf (only the capture tracks its inputs: `np.linalg.det(W)`, `np.sqrt(t)` of arguments not
+    differentiated) is not stepped back through, as the general path records none of them (their reverse
+    steps could raise, `det` of a singular matrix, or warn); the gradients of the differentiated leaves are
+    the same either way."""
+    nodes = tape.nodes
+    if not nodes or not seeds:
+        return _tape.sweep(tape, seeds)
+    _depends(tape, len(nodes) - 1)
+    dep = tape.roots.dep
+    pruned = {i: node for i, node in enumerate(nodes) if node is not None and dep[i] is False}
+    for i in pruned:
+        nodes[i] = None
+    try:
+        return _tape.sweep(tape, seeds)
+    finally:
+        for i, node in pruned.items():
+            nodes[i] = node
