@@ -419,8 +419,8 @@ class Differentiated:
                 call_args, call_kw = d._normalize_call(call_args, call_kw)
             if not call_kw and tiers is None:  # (a record left due: None again for the first gradient)
                 tiers = _lazy_tiers.first_or_made(self, call_args)
-            if not call_kw and tiers is not None:
-                result = tiers.call(d._target, call_args, d._capture, value=value)
+            if tiers is not None:  # (keywords left, of keyword-only parameters or **kwargs: `Tiers.keywords`)
+                result = tiers.call(d._target, call_args, d._capture, value=value, keywords=call_kw)
                 if result is not MISS:
                     return result
         return self._grad_now(args, kwargs)

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 from bytegrad import transform
-from bytegrad.compiled import decisions, errstate, input_writes, objects, policy, reach_objects
+from bytegrad.compiled import decisions, errstate, input_writes, objects, plainly, policy, reach_objects
 from bytegrad.compiled.constructs import has_handlers, watch_callee
 from bytegrad.compiled.effects import ATOMS
 from bytegrad.rules import pytrees
 from bytegrad.runtime import pytree
-from bytegrad.runtime.tape import Tape, sweep
+from bytegrad.runtime.tape import Tape
 
 if TYPE_CHECKING:
     from bytegrad.compiled.lower_numpy import Program
@@ -40,7 +40,7 @@ class CaptureTape(Tape):
     uses). The first such reason makes the capture fail; the gradient itself is unaffected."""
 
     __slots__ = ("refusals", "checks", "callees", "made", "decided", "live", "escaped", "writes", "objects", "local",
-                 "taken")
+                 "taken", "roots")
 
     capturing = True
     #: whether object arguments are taken apart in place (compiled/objects.py): gradient captures only
@@ -74,6 +74,7 @@ class CaptureTape(Tape):
         #: theirs for the run): locals of the call, their state plumbing between recorded operations
         self.local: list[Any] = []
         self.taken: dict[int, Any] = {}
+        self.roots = plainly.Roots()  # its differentiated leaves (compiled/plainly.py: an operation without a rule)
 
     def built(self, obj: Any, site: Any, constants: bool = False) -> None:  # (on constants: compiled/reach_objects.py)
         why = objects.local_refusal(type(obj))
@@ -83,7 +84,8 @@ class CaptureTape(Tape):
             self.local.append(obj)
 
     holds_built = objects.holds_built  # (`Net([Linear(W1), ...])`: made of objects the run built)
-    track_read = objects.track_read  # (a model at module level: `taken`, id -> its spec)
+    track_read = plainly.track_read  # (objects.track_read, a model at module level: `taken`, id -> its spec)
+    leaf, plain = plainly.leaf, plainly.plain  # (what the differentiated leaves are; `Tape.plain`)
 
     def refuse(self, why: str, site: Any) -> None:
         from bytegrad.compiled import nested
@@ -303,7 +305,7 @@ def capture(d: Any, args: tuple, backends: Sequence[str] = ("numpy",)) -> tuple[
     # the gradient of this run, as the general path sweeps it (the call's result: never run again)
     idx = tape.ids.get(id(out))
     seed = np.ones_like(out) if type(out) is _ndarray and out.ndim else 1.0
-    cts = sweep(tape, {idx: seed}) if idx is not None else [None] * len(tape.nodes)
+    cts = plainly.sweep(tape, {idx: seed}) if idx is not None else [None] * len(tape.nodes)
     grads = pytree.not_callers(tuple(pytree.project(cts[s.idx], s.primal) if type(s) is pytree.Leaf
                                      else pytree.gradient(s, cts) for s in wrt_specs), args)
     if len(grads) > 1:
@@ -352,9 +354,10 @@ def _shared_object_array(tape: CaptureTape, specs: list) -> Optional[str]:
     return None
 
 
-def capture_run(d: Any, args: tuple, positions: tuple[int, ...], tape_class: type = CaptureTape) -> Union[str, tuple]:
-    """The capture's forward pass: (output, aux or None, tape, leaf specs, guards), or why the
-    function cannot be captured for arguments like `args` (the caller then runs the general path)."""
+def capture_run(d: Any, args: tuple, positions: tuple[int, ...], tape_class: type = CaptureTape,
+                every: bool = False) -> Union[str, tuple]:
+    """The capture's forward pass: (output, aux or None, tape, leaf specs, guards), or why the function cannot
+    be captured for arguments like `args` (the caller runs the general path); `every`: a pullback's."""
     reasons, guards = eligibility(d, args)
     if reasons:
         return reasons[0] + (f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else "")
@@ -374,17 +377,14 @@ def capture_run(d: Any, args: tuple, positions: tuple[int, ...], tape_class: typ
     snapshot = Snapshot(others, tuple(names), tuple(tracked))
     try:
         with reach_objects.BuildWatch(has_handlers(d._code), guards) as watch:  # (compiled/constructs.py, reach_objects.py)
-            out, tape, specs, _ = d._forward(args, {}, positions, strict=False, capture=tape_class,
-                                             tracked=tracked, protect=frozenset(wrt), prepare_other=track_in_place)
+            out, tape, specs, _ = plainly.forward(d, args, positions, tape_class, tracked, wrt, track_in_place, every)
     except Unobservable as exc:  # (raised before the function ran)
         return str(exc)
-    except DifferentiationError as exc:
-        # tracking every float argument can refuse what the general path takes (a function without a
-        # rule given a float that is not differentiated): the caller runs the general path, which
-        # runs the function's body a second time (its effects too): see docs/compiled.md
+    except DifferentiationError as exc:  # (raised where the general path raises it too: the call's error)
+        if plainly.raised(exc):
+            raise
         return f"the capture run raised {type(exc).__name__}: {exc}"
-    # any other exception is the user's code raising, as it would on the general path: it propagates
-    # from this run, the call's only one
+    # any other exception is the user's code raising, as on the general path: the call's only run's
     why = snapshot.changed() or input_writes.input_write(tape, others, tuple(names), tuple(tracked))
     if why is not None:
         tape.refuse(why, None)
@@ -430,7 +430,7 @@ def capture_pullback(d: Any, args: tuple, general_back: Callable[..., Any],
     from bytegrad.compiled.build import Ineligible, build as build_program
     compiled = policy
     positions = compiled.capture_positions(args)
-    run = capture_run(d, args, positions)
+    run = capture_run(d, args, positions, every=True)  # (a pullback differentiates every argument)
     if isinstance(run, str):
         return d._pullback_now(args, {}), run
     out, aux, tape, specs, guards = run

@@ -107,6 +107,14 @@ class _Signature:
         self.looked = False                  # the disk cache was asked for its stored programs
 
 
+class _Keyword(str):
+    """A keyword of a signature (`k=float`), named in `describe` as the argument types are."""
+
+    @property
+    def __name__(self) -> str:
+        return str(self)
+
+
 class Run:
     """What the tiers count of one program (compiled/source.py `Program`, an immutable artefact):
     the calls it answered, the time measured in it, its Numba twin's verdict, the signature it
@@ -152,14 +160,17 @@ class Tiers:
         return next(r for r in self.runs if r.program is program)
 
     def call(self, fn: types.FunctionType, args: tuple, capture: Callable[[tuple], Any], now: bool = False,
-             value: bool = True) -> Any:
+             value: bool = True, keywords: Optional[dict] = None) -> Any:
         """`(value, gradient)` from a program, from a capture (`capture(args)`), or MISS: the caller
         runs the general path. `now`: capture without waiting for the warm-up (precompile).
-        `value=False`: the caller uses the gradient only (a program may give None for the value)."""
+        `value=False`: the caller uses the gradient only (a program may give None for the value).
+        `keywords`: the call's keywords that name no positional parameter (`keywords`)."""
         kw = fn.__kwdefaults__
         if fn.__code__ is not self.code or fn.__defaults__ is not self.defaults or kw is not self.kwdefaults \
                 or (kw is not None and not same_value(kw, self.kwstate)):  # (the dict written in place)
             type(self).__init__(self, fn, self.tier, self.key)  # the body or defaults were replaced: start again
+        if keywords:
+            return self.keywords(args, keywords)
         decided = False
         for run in self.runs:
             prog = run.program
@@ -200,6 +211,21 @@ class Tiers:
         if sig.reason is None and len(self.runs) < MAX_PROGRAMS and \
                 (now or self.tier in ("numpy", "numba") or sig.calls >= AUTO_AFTER):
             return self._capture(sig, args, capture)
+        sig.calls += 1
+        self.general_calls += 1
+        return MISS
+
+    def keywords(self, args: tuple, kwargs: dict) -> Any:
+        """MISS for a call with keywords that name no positional parameter (`f(x, k=2.0)` for `def f(x, *, k)`):
+        it runs on the general path, and its signature (the arguments' types, then each keyword's name and
+        type, in order) says why in `describe`."""
+        key = (*map(type, args), *(_Keyword(f"{k}={type(v).__name__}") for k, v in kwargs.items()))
+        sig = self.signatures.get(key)
+        if sig is None:
+            sig = self.signatures[key] = _Signature()
+            sig.reason = (f"it is called with the keyword argument{'s' if len(kwargs) > 1 else ''} {', '.join(kwargs)} "
+                          "(a keyword-only parameter or **kwargs): a call with keywords runs on the general path "
+                          "(pass the value positionally, to a positional parameter, to compile the call)")
         sig.calls += 1
         self.general_calls += 1
         return MISS

@@ -393,7 +393,8 @@ def getattr_(tape: Optional[Tape], site: Site, obj: Any, name: str) -> Any:
                 # a scalar's `.real` (Python's complex has no rule of its own): as a 0-d array's
                 return getitem(tape, site, getattr_(tape, site, dispatch(tape, site, np.asarray, (obj,), None),
                                                     name), ())
-            if rule is None and (type(obj) is _ndarray or isinstance(obj, np.generic)) and name in _ARRAY_DATA_ATTRS:
+            if rule is None and (type(obj) is _ndarray or isinstance(obj, np.generic)) and name in _ARRAY_DATA_ATTRS \
+                    and not (tape.capturing and tape.plain((type(obj), name), (obj,), None, site)):  # (compiled/plainly.py)
                 raise NoRuleError((type(obj), name), site.loc())
             return getattr(obj, name)
         to = type(obj)

@@ -233,7 +233,7 @@ def dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict
     # a Python function handed to C (a SciPy solver's MINPACK, QUADPACK...) that reads a differentiated
     # value, through its arguments or what it closes over: a blind call, refused at the user's line
     monitor.check_c_call(tape.ids, fn, args, kwargs, tracked)
-    if tracked:
+    if tracked and not (tape.capturing and tape.plain(fn, args, kwargs, site)):  # (plain: compiled/plainly.py)
         raise NoRuleError(method_key(fn), site.loc())
     _watch_objects(args, kwargs)
     return fn(*args, **kwargs) if kwargs else fn(*args)
@@ -284,11 +284,11 @@ def _with_rule(tape: Tape, site: Site, fn: Any, rule: Any, owner: Any, args: tup
         if type(rule.impl) is _FunctionType:
             return call_python(tape, site, rule.impl, tuple(args), kwargs)
         return dispatch(tape, site, rule.impl, tuple(args), kwargs)
-    if kind is NOT_IMPLEMENTED and any_tracked(tape.ids, tuple(args), kwargs):
+    if kind is NOT_IMPLEMENTED and any_tracked(tape.ids, tuple(args), kwargs) and not tape.plain(fn, args, kwargs, site):
         raise NotImplementedRuleError(
             f"differentiating {qualname(rule.fn)} is not supported: {rule.reason}.", site.loc(),
             "compute this part without differentiating through it, or write a rule with @bytegrad.rrule.")
-    if kind is RRULE and any_tracked(tape.ids, tuple(args), kwargs):  # a frule alone
+    if kind is RRULE and any_tracked(tape.ids, tuple(args), kwargs) and not tape.plain(fn, args, kwargs, site):
         raise NoRuleError(rule.fn, site.loc(), " (it has only a forward rule)")
     return fn(*args[1:], **(kwargs or {})) if owner is not None else fn(*args, **(kwargs or {}))
 
@@ -355,11 +355,12 @@ def construct(tape: Tape, site: Site, cls: type[Any], args: tuple, kwargs: Optio
     if tracked and tape.capturing and not plain:
         tape.refuse(f"builds a {qualname(cls)} from a differentiated value", site)
     if not cls.__flags__ & _HEAPTYPE:
-        if issubclass(cls, BaseException):  # `raise ValueError(x)`: it only holds its arguments
-            return cls(*args, **kwargs) if kwargs else cls(*args)
-        if registry.load_plugins():
-            return dispatch(tape, site, cls, args, kwargs)
-        raise NoRuleError(cls, site.loc())
+        if not issubclass(cls, BaseException):  # (`raise ValueError(x)`: it only holds its arguments)
+            if registry.load_plugins():
+                return dispatch(tape, site, cls, args, kwargs)
+            if not tape.plain(cls, args, kwargs, site):  # (a capture's argument not differentiated: compiled/plainly.py)
+                raise NoRuleError(cls, site.loc())
+        return cls(*args, **kwargs) if kwargs else cls(*args)
     init = cls.__init__
     meta = type(cls)
     # a metaclass that keeps type.__call__ (abc.ABCMeta) constructs as `type` does

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from bytegrad.runtime.recording import parent_of
 
-__all__ = ["KEYED", "dict_source", "key_reason", "keyed_dict", "refuse_keyed", "refuse_keyed_dicts", "refuse_subscript",
+__all__ = ["KEYED", "dict_source", "key_reason", "keyed_dict", "map_entry", "refuse_keyed", "refuse_keyed_dicts", "refuse_subscript",
            "subscript_reason"]
 
 #: dict methods that hash the argument after the dict itself (`d.get(k)`: args are (d, k, ...))
@@ -107,3 +107,12 @@ def dict_source(tape: Any, site: Any, fn: Any, args: tuple, kwargs: Optional[dic
         args = (list(args[0]),) + tuple(args[1:])
     refuse_keyed(tape, site, fn, args, kwargs)
     return args
+
+
+def map_entry(tape: Any, site: Any, key: Any, value: Any) -> tuple[Any, Any]:
+    """A dict comprehension's entry `key: value` in a capture's rewrite (its MAP_ADD, hooked where the key
+    may be active): a tracked key refuses the capture, as `{t: v}` does (the dict's length, read by an
+    unhooked `len(d)`, depends on its value). (value, key), which the rewritten code unpacks back in place."""
+    if tape is not None and tape.capturing and parent_of(tape.ids, key) is not None:
+        tape.refuse(_HOLDS, site)
+    return value, key

@@ -39,6 +39,8 @@ ELEMENTWISE, RRULE, NONDIFF, TRANSPARENT = (
 def binary_tracked(tape: Tape, site: Site, op: Any, a: Any, b: Any, ia: Any, ib: Any) -> Any:
     rule = _rules_get(op)
     if rule is None:
+        if tape.plain(op, (a, b), None, site):  # (a capture's float argument not differentiated: compiled/plainly.py)
+            return op(a, b)
         raise NoRuleError(op, site.loc())
     kind = rule.kind
     if kind is ELEMENTWISE:

@@ -153,7 +153,12 @@ def record_rrule(tape: Tape, site: Site, rule: Any, fn: Any, args: tuple, kwargs
         return fn(*args, **kwargs) if kwargs else fn(*args)
     if tape.stale:
         parents = refresh_parents(tape, parents, site)
-    out, pullback = rule.rrule(*args, **kwargs) if kwargs else rule.rrule(*args)
+    try:
+        out, pullback = rule.rrule(*args, **kwargs) if kwargs else rule.rrule(*args)
+    except Exception:  # (a rule refusing a value only a capture tracks, `x.view(dtype)`: compiled/plainly.py)
+        if not (tape.capturing and tape.plain(fn, tuple(args), kwargs, site)):
+            raise
+        return fn(*args, **kwargs) if kwargs else fn(*args)
     # kwargs ride along (node[6]) for the forward sweep's frules; the reverse pass ignores them
     node = (TRUSTED_RECORD if rule.trusted else RULE_RECORD, parents, site, pullback, args, fn, kwargs)
     to = type(out)

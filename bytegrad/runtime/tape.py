@@ -137,6 +137,12 @@ class Tape:
     def note_index(self, key: Any) -> None:
         """`key` indexed an array where nothing was recorded (an array the run does not track)."""
 
+    def plain(self, fn: Any, args: tuple, kwargs: Optional[dict], site: Any) -> bool:
+        """`fn(*args, **kwargs)` has no derivative rule and meets tracked values: True when a capturing tape
+        takes it as the general path does, which tracks none of them (the caller then runs it as it is);
+        False: the caller raises."""
+        return False
+
     def push(self, node: Any, out: Any) -> Any:
         ids = self.ids
         values = self.values

@@ -61,7 +61,7 @@ def _fusion(unit: Unit) -> None:
 
 def _rewrite(unit: Unit) -> None:
     from bytegrad.transform.rewrite import rewrite
-    unit.out, unit.hooked = rewrite(unit.bc, unit.activity, unit.loc, unit.plans)
+    unit.out, unit.hooked = rewrite(unit.bc, unit.activity, unit.loc, unit.plans, unit.made)
 
 
 PIPELINE: tuple[Pass, ...] = (Pass("activity", _activity), Pass("fusion", _fusion), Pass("rewrite", _rewrite))

@@ -15,7 +15,7 @@ from bytecode import Bytecode, Instr
 
 from bytegrad._config import config as _config
 from bytegrad.errors import SourceLoc
-from bytegrad.runtime import abi, fused, guards, monitor
+from bytegrad.runtime import abi, fused, guards, keys, monitor
 from bytegrad.runtime.dispatch import MAKERS
 from bytegrad.transform import fusion, opcodes
 from bytegrad.transform.activity import NONDIFF_ATTRS, SHAPE_ONLY, Activity, Slot, nondiff_callable
@@ -29,13 +29,14 @@ def _site(loc: SourceLoc, ins: Instr, what: str) -> abi.Site:
 
 
 def rewrite(bc: Bytecode, act: Activity, loc: SourceLoc,
-            plans: Optional[dict[int, fusion.FusedPlan]] = None) -> tuple[Bytecode, int]:
+            plans: Optional[dict[int, fusion.FusedPlan]] = None, made: bool = False) -> tuple[Bytecode, int]:
     """Return the rewritten bytecode and the number of hooked sites; `plans` are the fused trees
-    (`fusion.find`), found here when not given."""
+    (`fusion.find`), found here when not given; `made`: a capture run's rewrite."""
     instrs = list(bc)
     if plans is None:
         plans = {} if fusion_disabled() else fusion.find(instrs, act, loc)
     r = _Rewriter(instrs, act, loc, plans)
+    r.made = made
     for i, ins in enumerate(instrs):
         r.emit(i, ins)
     new = Bytecode(r.out)
@@ -54,6 +55,7 @@ class _Rewriter:
         self.hooked = 0
         self.pending_kw: Optional[tuple[str, ...]] = None  # the names of the 3.11/3.12 KW_NAMES before a CALL
         self.prologue_done = False
+        self.made = False  # a capture's rewrite (`_unpacked_if_active`)
         self.drop: set[int] = set()  # fused trees' instructions, and the PRECALL/KW_NAMES of hooked calls
         self.plain_loads: dict[int, list[Instr]] = {}
         for plan in plans.values():
@@ -137,6 +139,9 @@ def _unpacked_if_active(r: _Rewriter, ins: Instr, st: Stack) -> None:
     """`a, b = x`, `[*x]`, `f(a, *x)`, `{*x}`: a differentiated array unpacks into its rows."""
     if st[-1].active and opcodes.unpacks_operand(ins):
         r.hook(1, abi.unpack, ins, "unpacking")
+    elif r.made and opcodes.adds_map_entry(ins) and st[-2].active:  # a capture's rewrite: a dict comprehension's
+        r.hook(2, keys.map_entry, ins, "dict entry")  # key that may be tracked (nothing else sees `len(d)`)
+        r.out.append(opcodes.unpack_sequence(2, ins.location))
     r.out.append(ins)
 
 

@@ -18,7 +18,7 @@ __all__ = ["NULL_BELOW_CALLABLE", "OpKind", "PY", "attr_parts", "binary_operator
            "for_iter_jump_pushes", "global_parts", "int_arg", "is_plain_builder", "is_resume", "is_terminator",
            "is_unary_positive_intrinsic", "kind_of", "local_names", "make_function_pops", "predicate_fn",
            "predicate_pops", "receives_sent_value", "stack_effect", "super_attr_is_method", "tests_truth",
-           "unpack_count", "unpacks_operand", "uses_sent_values", "var_name"]
+           "unpack_count", "unpacks_operand", "adds_map_entry", "uses_sent_values", "var_name"]
 
 PY: Final = sys.version_info[:2]
 # 3.11/3.12 lay a call out as [NULL|method, callable|self, args...]; 3.13 as [callable, NULL|self, args...].
@@ -349,6 +349,11 @@ def unpacks_operand(instr: Instr) -> bool:
     """Whether the instruction iterates over its top operand: UNPACK_SEQUENCE, UNPACK_EX, and the
     LIST_EXTEND / SET_UPDATE of `[*x]`, `{*x}` and `f(*x)`."""
     return instr.name in ("UNPACK_SEQUENCE", "UNPACK_EX", "LIST_EXTEND", "SET_UPDATE")
+
+
+def adds_map_entry(instr: Instr) -> bool:
+    """MAP_ADD: a dict comprehension's entry, its key below its value on the stack."""
+    return instr.name == "MAP_ADD"
 
 
 def for_iter_jump_pushes() -> int:
