@@ -1196,9 +1196,22 @@ def appends_then_a_rule_refuses_a_plain_array():
     return f, step, lambda: list(hist)
 
 
+def appends_then_passes_a_made_array_by_keyword():
+    hist = []
+
+    def f(x, hist):
+        hist.append(len(hist))
+        # (the capture tracks the made mask; np.mean's rule has no positional place for `where`)
+        return np.sum(np.mean(x.reshape(2, 3) ** 2, axis=1, where=np.array([True, False, True])))
+
+    def step(i):
+        return (_x(i, 6), hist), {}
+    return f, step, lambda: list(hist)
+
+
 PLAIN_FLOAT_EFFECTS = [appends_then_needs_a_rule_for_a_plain_float, draws_then_needs_a_rule_for_a_plain_float,
                        counts_then_needs_a_rule_for_a_plain_float, callback_then_needs_a_rule_for_a_plain_float,
-                       appends_then_a_rule_refuses_a_plain_array]
+                       appends_then_a_rule_refuses_a_plain_array, appends_then_passes_a_made_array_by_keyword]
 
 
 @pytest.mark.parametrize("tier", TIERS)

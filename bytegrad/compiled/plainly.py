@@ -163,8 +163,9 @@ def plain(tape: Any, fn: Any, args: tuple, kwargs: Optional[dict], site: Any) ->
     if None in states:
         return False
     name = qualname(fn) if not isinstance(fn, type) else fn.__qualname__
-    tape.refuse(f"calls {name} on a value computed from an argument that is not differentiated ({name} has no "
-                "derivative rule that takes it, and a program tracks that argument)", site)
+    tape.refuse(f"calls {name} on a value that depends on no differentiated argument (one the call does not "
+                f"differentiate, or an array made from constants): {name} has no derivative rule that takes it, "
+                "and a program would track it", site)
     return True
 
 

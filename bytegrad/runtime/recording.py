@@ -123,7 +123,12 @@ def bind_tracked_keywords(tape: Tape, site: Site, rule: Any, fn: Any, args: tupl
     args, kwargs = _bind_positional(fn, args, kwargs, site, rule)
     if any(parent_of(ids, v) is not None for v in kwargs.values()) and getattr(rule, "rrule", None) is not None:
         args, kwargs = _bind_positional(rule.rrule, args, kwargs, site)  # keyword-only (np.var's mean=)
-    if any(parent_of(ids, v) is not None for v in kwargs.values()):
+    left = {k: v for k, v in kwargs.items() if parent_of(ids, v) is not None}
+    if left:
+        # (values only a capture tracks, an array made from constants as `where=`: the general path passes
+        # them as they are, and so does the run, its capture refused: compiled/plainly.py)
+        if tape.capturing and tape.plain(fn, (), left, site):
+            return args, kwargs or None
         raise DifferentiationError(
             f"a differentiated value was passed to {qualname(fn)} as a keyword argument that "
             "has no positional place, so its rule cannot return a cotangent for it.",
