@@ -101,6 +101,19 @@ def carried_scalar(x, a):
     return np.sum(x ** 2)
 
 
+def pulled_back(y, w):  # the first state also read in every step: its gradient from both
+    y0 = y
+    for _ in range(12):
+        y = y + 0.1 * (np.sin(y0) * w - y)
+    return np.sum(y ** 2)
+
+
+def strided(seed):
+    """vectors(seed), the first a strided view (a kernel's argument of another layout than its state)."""
+    y, w = vectors(seed, 16)
+    return y[::2], w[::2].copy()
+
+
 def vectors(seed, n=8):
     rng = np.random.default_rng(seed)
     return rng.standard_normal(n), rng.uniform(0.5, 1.5, n)
@@ -139,12 +152,13 @@ def test_the_numpy_program_of_rk4_keeps_its_records_and_prices_its_twin_rolled()
 
 @needs_numba
 @pytest.mark.parametrize("fn, wrt, inputs", [
-    (euler, (0, 1), lambda s: vectors(s)),
+    (euler, (0, 1), lambda s: vectors(s) if s % 2 else strided(s)),
+    (pulled_back, (0, 1), lambda s: vectors(s)),
     (invariant_layer, (0, 1), lambda s: (np.random.default_rng(s).standard_normal((6, 6)) / 2,
                                          np.random.default_rng(s + 9).standard_normal(6) / 4,
                                          np.random.default_rng(s + 5).standard_normal(6))),
     (carried_scalar, (0, 1), lambda s: (vectors(s)[0], 0.3 + 0.1 * s)),
-], ids=["euler", "invariant_array", "carried_scalar"])
+], ids=["euler", "init_also_invariant", "invariant_array", "carried_scalar"])
 def test_rolled_loops_match_the_general_path_call_by_call(low, fn, wrt, inputs):
     fast = compare(fn, wrt, [inputs(s) for s in range(4)])
     prog = program_of(fast)
