@@ -16,7 +16,9 @@ Cotangents are arrays in the loop, as they must keep one type from one iteration
 Each cotangent is summed in the general path's order (the sweep's: the last repetition first),
 except that an init that is also an invariant receives its carried part after the loop. The
 kernel is the general path's computation to rounding (tests/test_compiled_roll.py holds it to
-1e-12 relative, as compiled/policy.py's check of a twin does). Float64 values only.
+1e-12 relative, as compiled/policy.py's check of a twin does). Float64 values only. The elementwise
+statements inside the loops call numba_outline's shared functions (`_outlined`: the RK4 kernel's
+compile took about 7.7 s inline, 3.7 s outlined, on a loaded 2-core machine).
 """
 from __future__ import annotations
 
