@@ -10,7 +10,7 @@ from __future__ import annotations
 import types
 from typing import Any, Optional
 
-from bytegrad.compiled import errstate, lower_numpy, made, passes
+from bytegrad.compiled import errstate, lower_numpy, made, passes, roll
 from bytegrad.compiled.ir import dump
 from bytegrad.compiled.lower_numpy import Builder, compile_source
 from bytegrad.compiled.parts import paused_and_sized, savable_share, value_only
@@ -93,7 +93,10 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     if src.kernel_source is not None:
         source += "\n# the Numba kernel it calls\n" + src.kernel_source
     numpy = backend == "numpy"
+    rolled = roll.of(b)  # (a repeated step: its Numba twin writes it once, in a loop; compiled/roll.py)
     return Program(fn, source, src.guards, forward_records, backend=backend, twin=src.kernel_stems, ir=dump(b.ir),
-                   passes=passes.dump(b.plan) + "\n" + passes.dump_lowering(skipped, src.reused, b.stmt_of),
+                   passes=passes.dump(b.plan) + "\n" + passes.dump_lowering(skipped, src.reused, b.stmt_of)
+                   + ("\n" + roll.dump(rolled) if rolled else ""),
+                   rolled=len(b.ir.ops) - rolled.saved if rolled else None,
                    parts=(src.ns, *src.parts) if numpy else None,
                    share=savable_share([b.records[i] for i in order if i in b.records]) if numpy else 1.0)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import re
 from typing import Any, Optional, cast
 
 import numpy as np
@@ -37,7 +38,7 @@ import numpy as np
 from bytegrad import _operators
 from bytegrad.errors import qualname
 from bytegrad.rules._apply import shape_of
-from bytegrad.compiled import numba_fused as program_fused, numba_outline
+from bytegrad.compiled import numba_fused as program_fused, numba_outline, numba_roll
 from bytegrad.runtime import kernels, vmath
 from bytegrad.runtime.backward import partial_uses, singular_partial
 from bytegrad.compiled.lower_numpy import Builder, Ineligible
@@ -157,8 +158,7 @@ class _Kernel:
         if not (type(a) is _ndarray and type(b) is _ndarray and a.ndim == b.ndim == 2 and a.dtype == b.dtype
                 and a.dtype in _LOOP_DTYPES and a.shape[0] * a.shape[1] * b.shape[1] <= SMALL_MATMUL):
             return expr
-        mm = kernels.small_matmul()
-        if mm is None:
+        if (mm := kernels.small_matmul()) is None:
             return expr
         left, right = expr[1:-1].split(" @ ")
         return f"{self.names.const(mm, 'mm')}({left}, {right})"
@@ -482,8 +482,6 @@ _VECTOR = {id(f): f.__name__ for f in (np.exp, np.expm1, np.log, np.log1p, np.ta
 
 def _elements(line: str, arrays: list[str]) -> str:
     """`line` with each array argument replaced by its element `x_i`."""
-    import re
-
     for a in arrays:
         line = re.sub(rf"\b{a}\b(?!_i)", f"{a}_i", line)
     return line
@@ -501,6 +499,8 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
                          "them to the NumPy one (compiled/writes.py)")
     if any(b.records[i].kind == "item" for i in records):
         raise Ineligible("a rule that returns a tuple (`np.linalg.slogdet`, `svd`, `eigh`, `qr`): NumPy back end only")
+    if (rolled := numba_roll.find(b)) is not None and len(records) - rolled.saved <= MAX_RECORDS:  # a loop's steps
+        return numba_roll.emit(b, rolled, records, depends, out_idx, _Kernel, _finish)  # as a loop (compiled/roll.py)
     if len(records) > MAX_RECORDS:  # (numba_kernel.MAX_RECORDS: compile time grows faster than the program)
         raise Ineligible(f"{len(records)} operations, over the Numba back end's {MAX_RECORDS} (NumPy back end only)")
     if any(b.records[i].kind == "stepped" for i in records):

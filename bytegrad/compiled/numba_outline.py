@@ -32,7 +32,7 @@ import numpy as np
 
 from bytegrad.runtime import kernels
 
-__all__ = ["MAX_ARRAY_STATEMENTS", "OUTLINE_MIN", "array_statements", "helper", "outline", "source_of"]
+__all__ = ["MAX_ARRAY_STATEMENTS", "OUTLINE_MIN", "array_statements", "expression", "helper", "outline", "source_of"]
 
 #: array statements from which a kernel's elementwise statements are outlined (below it, Numba's own
 #: inline array expressions compile fast enough, and the kernel keeps its code as it was)
@@ -90,6 +90,9 @@ def _expression(line: str, arrays: Any) -> Optional[tuple[str, str, list[str]]]:
         def visit_Name(self, node: ast.Name) -> ast.AST:
             return ast.copy_location(ast.Name(f"a{names.index(node.id)}", ast.Load()), node)
     return target, ast.unparse(_Number().visit(tree)), names
+
+
+expression = _expression  # (compiled/numba_roll.py outlines its loops' statements)
 
 
 def array_statements(lines: list[str], arrays: Any) -> int:

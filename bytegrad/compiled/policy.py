@@ -445,7 +445,7 @@ def numba_price(prog: Program) -> float:
     if kernels.disabled():
         return float("inf")
     load = kernels.program_load_price(prog.twin) if prog.twin else None  # a precompile's twin, on disk
-    return COSTS.program_price(prog.records, load, kernels.numba_loaded())
+    return COSTS.program_price(prog.rolled or prog.records, load, kernels.numba_loaded())  # (rolled: compiled/roll.py)
 
 
 def twin_wins(prog: Program, twin: Program, args: tuple) -> tuple[bool, str]:
