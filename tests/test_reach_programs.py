@@ -28,7 +28,7 @@ def test_an_everyday_program_agrees_with_the_general_path(case, monkeypatch):
 
 
 def test_most_everyday_programs_compile():
-    """A floor under the report's figure (47 of 50 when this was written; the floor leaves one), so that a change that
+    """A floor under the report's figure (49 of 50 when this was written; the floor leaves one), so that a change that
     takes the tier's reach down fails here and is seen."""
     import bench.reach as reach
 
@@ -40,5 +40,5 @@ def test_most_everyday_programs_compile():
             compiled += run_case(case)["numpy"]["compiled"]
     finally:
         reach.TIERS = old
-    assert compiled >= 46, compiled
+    assert compiled >= 48, compiled
     assert np.isfinite(compiled)

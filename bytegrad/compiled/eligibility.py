@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, cast
 
 import numpy as np
 
-from bytegrad.compiled import constructs, objects, reach_objects, reach_with
+from bytegrad.compiled import constructs, objects, reach_config, reach_objects, reach_with
 from bytegrad.compiled.reasons import ATTR_OFF_CONSTANT, CALL_ON_CONSTANTS, SUPER, Reason, located
 from bytegrad.compiled.reach_consts import constant_attribute, made_view_site
 from bytegrad.errors import DifferentiationError, SourceLoc, qualname
@@ -121,6 +121,8 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
     own |= constructs.errstate_sites(code, fn_globals, bc)  # (`with np.errstate(...)`)
     reasons += _instruction_reasons(bc, act.stacks, frozenset(code.co_cellvars) | local_cells, fn_globals,
                                     inner_guards, own)
+    params = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]  # (`cfg = Config(); cfg.scale`:)
+    reasons = reach_config.allowed_config_reads(bc, act.stacks, params, immutable, fn_globals, reasons, check)
     guards = _guards(assumed, fn_globals, reasons, bc) + inner_guards
     _nested(code, fn_globals, reasons, guards)
     guards = _each_once(guards)
