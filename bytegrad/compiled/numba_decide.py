@@ -35,6 +35,9 @@ __all__ = ["DECIDE_FNS", "FLAG", "forward", "outer"]
 FLAG = "dec_"
 _COMPARE = {operator.lt: "<", operator.le: "<=", operator.gt: ">", operator.ge: ">=", operator.eq: "==",
             operator.ne: "!="}
+#: 3.13's comparisons that convert to bool in the same instruction (COMPARE_OP's bool bit), by (module, name)
+_BOOL_COMPARE = {("bytegrad.transform.opcodes.decode", f"_bool_{name}"): symbol
+                 for name, symbol in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="), ("eq", "=="), ("ne", "!="))}
 #: functions without a derivative a kernel computes as a decision (Numba implements each for arrays and floats)
 DECIDE_FNS = frozenset({np.argmax, np.argmin, np.isnan, np.isfinite, np.isinf, np.signbit})
 _ndarray = np.ndarray
@@ -76,11 +79,14 @@ def _decide(k: Any, check: tuple) -> None:
     if kwargs:
         raise Ineligible(f"a decision with keywords ({qualname(fn)}): NumPy back end only", site)
     ops = [k.operand(a, p, rec) for a, p in zip(args, _ir.operand_ids(k.b.tape, args, at))]
+    bool_compare = _BOOL_COMPARE.get((getattr(fn, "__module__", None), getattr(fn, "__name__", None)))
     if fn in _COMPARE and len(ops) == 2:
         expr = f"{ops[0]} {_COMPARE[fn]} {ops[1]}"
-    elif (fn is bool or fn is operator.truth) and len(ops) == 1:
+    elif bool_compare is not None and len(ops) == 2 and not any(type(a) is _ndarray for a in args):
+        expr = f"{ops[0]} {bool_compare} {ops[1]}"  # (on numbers: a bool already)
+    elif (fn is bool or fn is operator.truth) and len(ops) == 1 and type(args[0]) is not _ndarray:
         expr = f"bool({ops[0]})"
-    elif fn is operator.not_ and len(ops) == 1:
+    elif fn is operator.not_ and len(ops) == 1 and type(args[0]) is not _ndarray:
         expr = f"not {ops[0]}"
     elif fn in DECIDE_FNS:
         expr = f"{k.names.const(fn, 'f')}({', '.join(ops)})"
