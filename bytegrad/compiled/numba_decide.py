@@ -36,7 +36,7 @@ FLAG = "dec_"
 _COMPARE = {operator.lt: "<", operator.le: "<=", operator.gt: ">", operator.ge: ">=", operator.eq: "==",
             operator.ne: "!="}
 #: 3.13's comparisons that convert to bool in the same instruction (COMPARE_OP's bool bit), by (module, name)
-_BOOL_COMPARE = {("bytegrad.transform.opcodes.decode", f"_bool_{name}"): symbol
+_BOOL_COMPARE: dict[tuple[Any, Any], str] = {("bytegrad.transform.opcodes.decode", f"_bool_{name}"): symbol
                  for name, symbol in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="), ("eq", "=="), ("ne", "!="))}
 #: functions without a derivative a kernel computes as a decision (Numba implements each for arrays and floats)
 DECIDE_FNS = frozenset({np.argmax, np.argmin, np.isnan, np.isfinite, np.isinf, np.signbit})
