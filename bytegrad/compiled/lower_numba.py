@@ -93,7 +93,7 @@ class _Kernel:
             var = self.b.inputs.untracked.get(id(a))
             if var is None:
                 raise Ineligible(f"{qualname(rec.fn)} reads an array that is not an argument", rec.site)
-            if var not in self.array:  # (an array made in the kernel, a mask: compiled/numba_decide.py)
+            if var not in self.params and var not in self.array:  # (not a mask made in it: numba_decide.py)
                 self.params.append(var)
                 self.array[var] = a.shape
             return var
