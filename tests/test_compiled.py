@@ -1137,12 +1137,13 @@ def test_a_decision_that_changes_every_call_stops_the_captures():
     assert "decisions on data came out otherwise" in reason
 
 
-def test_the_numba_back_end_leaves_decisions_to_the_numpy_program():
+def test_the_numba_back_end_checks_decisions():
+    """(compiled/numba_decide.py; tests/test_compiled_numba_decide.py flips them call by call)"""
     d = bytegrad.differentiate(fresh(branch_on_data), tier="numba")
     x = np.array([0.3, 0.5, 0.9])
     for _ in range(2):
         assert_same(d.grad(x), bytegrad.differentiate(branch_on_data, tier="general").grad(x))
-    assert [p["backend"] for p in info(d)["programs"]] == ["numpy"]
+    assert [p["backend"] for p in info(d)["programs"]] == ["numba" if not kernels.disabled() else "numpy"]
 
 
 # ---- Python callees ---------------------------------------------------------------------------------

@@ -138,6 +138,27 @@ def test_zero_argument_super_sites_are_found_on_every_version():
     assert super_sites(uses_super.__code__) == []
 
 
+def test_super_allowance_matches_reasons_by_kind_not_by_text(monkeypatch):
+    """reach_super drops the static check's reasons for a `super()` lookup by their kind, line and name
+    (compiled/reasons.py): a message reworded in eligibility.py still matches, its text unchanged
+    there; a plain string with the words of one never does."""
+    from bytegrad.compiled import eligibility, reasons
+    from bytegrad.compiled.reach_super import allowed_super
+
+    code = Derived.forward.__code__
+    found, _ = eligibility.check(code, frozenset({"self", "x"}), Derived.forward.__globals__, frozenset(),
+                                 closure=Derived.forward.__closure__)
+    line = code.co_firstlineno + 1
+    typed = [r for r in found if isinstance(r, reasons.Reason)]
+    assert typed and all(r.line == line for r in typed), found
+    assert all(str(r).endswith(f"(line {line})") for r in typed)  # (the text a user reads, as before)
+    assert allowed_super(code, found) == [r for r in found if r not in typed]
+    reworded = [reasons.Reason(f"other words (line {line})", r.kind, r.name, r.line) for r in typed]
+    assert allowed_super(code, reworded) == []
+    plain = [str(r) for r in typed]
+    assert allowed_super(code, plain) == plain
+
+
 # ---- list.sort -----------------------------------------------------------------------------------
 
 

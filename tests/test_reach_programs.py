@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import sys
 
-import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -43,11 +42,10 @@ def _compiled(programs) -> int:
 
 
 def test_most_everyday_programs_compile():
-    """A floor under the report's figure (47 of 50 when this was written; the floor leaves one), so that a change that
+    """A floor under the report's figure (49 of 50 when this was written; the floor leaves one), so that a change that
     takes the tier's reach down fails here and is seen."""
     compiled = _compiled(PROGRAMS)
-    assert compiled >= 46, compiled
-    assert np.isfinite(compiled)
+    assert compiled >= 48, compiled
 
 
 def test_most_held_out_programs_compile():

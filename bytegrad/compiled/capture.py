@@ -19,6 +19,7 @@ import numpy as np
 
 from bytegrad import transform
 from bytegrad.compiled import decisions, errstate, input_writes, objects, plainly, policy, reach_objects
+from bytegrad.compiled import reach_config, reach_labels
 from bytegrad.compiled.constructs import has_handlers, watch_callee
 from bytegrad.compiled.effects import ATOMS
 from bytegrad.rules import pytrees
@@ -193,7 +194,7 @@ def track_in_place(value: Any, tape: Tape) -> tuple[Any, Any]:
     t = type(value)
     if t is _ndarray:
         if value.dtype.kind not in "fc":
-            return value, None
+            return value, reach_labels.leaf(value, tape)
         return value, pytree.Leaf(tape.leaf(value), value)
     if t is list or t is dict:
         items = value.items() if t is dict else enumerate(value)
@@ -255,11 +256,6 @@ def _copy_unseen(value: Any) -> bool:
     if t in ATOMS or t is _ndarray or isinstance(value, (np.generic, np.ndarray)):
         return True
     return isinstance(value, tuple) and all(_copy_unseen(v) for v in value)
-
-
-def _constant_arg(value: Any) -> bool:
-    """An argument whose value a compiled program guards (an int, string, flag or None)."""
-    return type(value) in policy.CONSTANT_TYPES
 
 
 def _complete(spec: Any, top: bool = True) -> bool:
@@ -409,10 +405,10 @@ def eligibility(d: Any, args: tuple) -> tuple[list[str], list[tuple]]:
     positions = policy.capture_positions(args)
     _, active = d._plan(len(args), positions)
     names = d._params[d._offset:]
-    immutable = frozenset(n for n, a in zip(names, args) if _constant_arg(a))
+    immutable = reach_config.constant_params(d._target, names, args, d._offset)  # (and omitted ones' defaults)
     # integer and boolean arrays are inputs the capture does not track (`track_in_place`): what Python
     # code computes from them is not recorded, so the check refuses it (`x[idx]` is recorded)
-    untracked = frozenset(n for n, a in zip(names, args) if type(a) is _ndarray and a.dtype.kind not in "fc")
+    untracked = reach_labels.untracked_params(d._code, names, args)  # (`2.0 * labels` tracks them: reach_labels.py)
     active = frozenset(active) - untracked
     key = (active, immutable, untracked, _registry.settled_version())
     found = d._eligible.get(key)

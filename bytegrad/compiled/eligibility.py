@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, cast
 
 import numpy as np
 
-from bytegrad.compiled import constructs, objects, reach_objects, reach_with
+from bytegrad.compiled import constructs, objects, reach_config, reach_objects, reach_with
+from bytegrad.compiled.reasons import ATTR_OFF_CONSTANT, CALL_ON_CONSTANTS, SUPER, Reason, located
 from bytegrad.compiled.reach_consts import constant_attribute, made_view_site
 from bytegrad.errors import DifferentiationError, SourceLoc, qualname
 from bytegrad.runtime.dispatch import MAKERS
@@ -72,7 +73,7 @@ _REFUSED_KINDS = {
     OpKind.LOAD_NAME: "reads a name the compiler could not resolve",
     OpKind.IMPORT: "imports a module",
     OpKind.WITH: "uses a `with` block",
-    OpKind.LOAD_SUPER_ATTR: "calls super()",
+    OpKind.LOAD_SUPER_ATTR: Reason("calls super()", SUPER),
 }
 
 
@@ -120,6 +121,8 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
     own |= constructs.errstate_sites(code, fn_globals, bc)  # (`with np.errstate(...)`)
     reasons += _instruction_reasons(bc, act.stacks, frozenset(code.co_cellvars) | local_cells, fn_globals,
                                     inner_guards, own)
+    params = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]  # (`cfg = Config(); cfg.scale`:)
+    reasons = reach_config.allowed_config_reads(bc, act.stacks, params, immutable, fn_globals, reasons, check)
     guards = _guards(assumed, fn_globals, reasons, bc) + inner_guards
     _nested(code, fn_globals, reasons, guards)
     guards = _each_once(guards)
@@ -191,7 +194,7 @@ def _instruction_reasons(bc: Any, stacks: list, own_cells: frozenset[str], fn_gl
                 if why is not None:  # `Acc(np.zeros(n))`: compiled/reach_objects.py
                     why = reach_objects.constant_class(ins, stack, kind, fn_globals, guards, why, check)
         if why is not None:
-            reasons.append(f"{why} (line {cast('Instr', ins).lineno})")  # (only an Instr has a name)
+            reasons.append(located(why, cast('Instr', ins).lineno))  # (only an Instr has a name)
     return reasons
 
 
@@ -401,7 +404,7 @@ def _instruction_reason(ins: Any, stack: tuple) -> str | None:
         obj = stack[-1]
         name, _ = opcodes.attr_parts(ins)
         if not obj.active and not isinstance(obj.known, types.ModuleType) and obj.known is None:
-            return f"reads the attribute .{name} of an object that is not an argument"
+            return Reason(f"reads the attribute .{name} of an object that is not an argument", ATTR_OFF_CONSTANT, name)
     elif kind is OpKind.CALL or kind is OpKind.CALL_KW:
         return _call_reason(ins, stack, kind)
     elif kind is OpKind.CONTAINER_ADD:
@@ -437,9 +440,9 @@ def _call_reason(ins: Any, stack: tuple, kind: OpKind) -> str | None:
     except TypeError:
         pure = False
     if not pure:
-        return (f"calls {qualname(known)} on constants (a compiled program takes only pure builtins, math, NumPy's "
-                "array makers, scalar types, shape functions and its ufuncs without `out` there: nothing that may "
-                "depend on state such as random draws or I/O, or write)")
+        return Reason(f"calls {qualname(known)} on constants (a compiled program takes only pure builtins, math, "
+                      "NumPy's array makers, scalar types, shape functions and its ufuncs without `out` there: nothing "
+                      "that may depend on state such as random draws or I/O, or write)", CALL_ON_CONSTANTS, qualname(known))
     return None
 
 

@@ -38,7 +38,7 @@ import numpy as np
 from bytegrad import _operators
 from bytegrad.errors import qualname
 from bytegrad.rules._apply import shape_of
-from bytegrad.compiled import numba_fused as program_fused, numba_outline, numba_roll
+from bytegrad.compiled import numba_decide, numba_fused as program_fused, numba_outline, numba_roll
 from bytegrad.runtime import kernels, vmath
 from bytegrad.runtime.backward import partial_uses, singular_partial
 from bytegrad.compiled.lower_numpy import Builder, Ineligible
@@ -94,7 +94,7 @@ class _Kernel:
             var = self.b.inputs.untracked.get(id(a))
             if var is None:
                 raise Ineligible(f"{qualname(rec.fn)} reads an array that is not an argument", rec.site)
-            if var not in self.params:
+            if var not in self.params and var not in self.array:  # (not a mask made in it: numba_decide.py)
                 self.params.append(var)
                 self.array[var] = a.shape
             return var
@@ -284,8 +284,8 @@ def _index_source(key: Any, rec: Record) -> str:
             parts.append("...")
         elif type(item) is slice and item.step is None and all(v is None or type(v) is int for v in (item.start, item.stop)):
             parts.append(f"{'' if item.start is None else item.start}:{'' if item.stop is None else item.stop}")
-        elif type(item) is int:
-            parts.append(repr(item))
+        elif type(item) is int or isinstance(item, np.integer):  # (`x[np.argmax(x)]`: the decision checks it)
+            parts.append(repr(int(item)))
         else:
             raise Ineligible("an index the Numba back end cannot write", rec.site)
     return ", ".join(parts) + ("," if len(parts) == 1 and type(key) is tuple else "")
@@ -490,9 +490,7 @@ def _elements(line: str, arrays: list[str]) -> str:
 def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple[str, dict[int, int], int]:
     """Write the kernel and the wrapper's call of it into `b.src`: (the wrapper's variable holding
     the output, the state of each cotangent for the gradient code, the number of records)."""
-    if b.checks:
-        raise Ineligible("it decides on data (a comparison, a function without a derivative): the Numba back end "
-                         "does not check decisions yet")
+    inner = numba_decide.outer(b)  # (decisions on data: checked in the wrapper, or in an array kernel)
     records = [i for i in order if i in b.records]
     if any(b.records[i].kind == "write" or data_indexed(b.records[i]) for i in records):
         raise Ineligible("an in-place write, or an index that is an array or a list: the Numba back end leaves "
@@ -509,20 +507,19 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
     if any(b.records[i].nested for i in records):
         raise Ineligible("a list of differentiated values passed to a function (`np.stack([a, b])`): the Numba "
                          "back end takes arrays and floats")
-    loop = _loop_shape(b, records, out_idx)
+    loop = None if inner else _loop_shape(b, records, out_idx)
     if loop is not None:
         k, lines, ret, params, flat, leaves = _emit_loop(b, records, depends, out_idx, loop)
         owned = frozenset(f"r{p}" for p in leaves if type(b.tape.values[p]) is _ndarray)
         return _finish(b, k, lines, ret, params, flat, leaves, out_idx, len(records), owned)
     k = _Kernel(b, depends)
-    fused = program_fused.emit(k, records, out_idx, vector_calls)  # (passed: no import back)
+    fused = None if inner else program_fused.emit(k, records, out_idx, vector_calls)  # (passed: no import back)
     if fused is not None:
         params = list(dict.fromkeys(k.params))
         return _finish(b, k, fused[0], fused[1], params, params, fused[2], out_idx, len(records), fused[3])
     k = _Kernel(b, depends)
     k.hybrid = True
-    for i in records:
-        k.forward(i)
+    flag = numba_decide.forward(k, records, inner)
     out_var = k.value(out_idx)
     if out_idx in depends:
         k.lines.append(f"g{out_idx} = 1.0")
@@ -531,7 +528,7 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
             k.reverse(i)
     leaves = sorted(p for p in b.wrt_leaves if p in k.set)
     params = list(dict.fromkeys(k.params))
-    return _finish(b, k, numba_outline.outline(k), [out_var] + [f"g{p}" for p in leaves], params, params, leaves,
+    return _finish(b, k, numba_outline.outline(k), [out_var] + [f"g{p}" for p in leaves] + flag, params, params, leaves,
                    out_idx, len(records))
 
 
@@ -558,7 +555,7 @@ def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params
     parts = kernel_parts(lines, returns, set(k.names.ns)) if k.splits else [(lines, params, [])]
     result = f"v{out_idx}_out"
     sources = []
-    targets = f"{result}, {''.join(f'g{p}, ' for p in leaves)}"
+    targets = f"{result}, {''.join(f'{g}, ' for g in [f'g{p}' for p in leaves] + returns[1 + len(leaves):])}"
     for n, (body, reads, gives) in enumerate(parts):
         last = n == len(parts) - 1
         if body[0].startswith(SPLIT):  # a NumPy ufunc between two kernel parts
@@ -579,6 +576,8 @@ def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params
         sources.append(source)
         gets = targets if last else "".join(f"{g}, " for g in gives)
         src.emit(f"{gets}= {src.const(fn, 'K')}({', '.join(args)})")
+    if returns[-1] == numba_decide.FLAG:  # a decision came out otherwise: before the kernel's results are read
+        src.emit(f"if {numba_decide.FLAG}: return DECIDED")
     if type(out) is not _ndarray:  # the general path's scalar type (np.float64 from a sum)
         # an inf or NaN loss: NumPy would have met a floating-point error, which the general path
         # reports as the user's error state says (a warning at the user's line, FloatingPointError)

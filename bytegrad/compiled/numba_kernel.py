@@ -218,7 +218,7 @@ def local_form(rec: Any, depends: set, names: Any) -> Optional[LocalForm]:
         return LocalForm("{0}.T", ("{g}.T",) + (None,) * (len(args) - 1))
     if fn is operator.getitem and len(args) == 2 and type(args[0]) is np.ndarray and args[0].dtype in _FLOATS:
         keys = args[1] if type(args[1]) is tuple else (args[1],)
-        if not all(type(k) is int or (type(k) is slice and k.step is None and all(
+        if not all(type(k) is int or isinstance(k, np.integer) or (type(k) is slice and k.step is None and all(
                 v is None or type(v) is int for v in (k.start, k.stop))) for k in keys):
             return None
         dt = names.const(args[0].dtype.type, "dt")

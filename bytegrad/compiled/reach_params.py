@@ -17,6 +17,8 @@ import dis
 from collections import Counter
 from typing import Any
 
+from bytegrad.compiled.reasons import ATTR_OFF_CONSTANT, key
+
 __all__ = ["allowed_param_reads", "minus"]
 
 #: values whose attributes are fixed by their type (what the guards fix by value, or the code's literals)
@@ -37,27 +39,28 @@ def allowed_param_reads(f: Any, reasons: list[str], tape: Any) -> list[str]:
              if calls and all(not kwargs and k < len(args) for args, kwargs in calls)
              and any(type(args[k]) in _BY_VALUE for args, _ in calls)
              and all(type(args[k]) in _BY_VALUE or id(args[k]) in known for args, _ in calls)}
-    if not plain or not any(r.startswith("reads the attribute .") for r in reasons):
+    if not plain or not any(getattr(r, "kind", None) == ATTR_OFF_CONSTANT for r in reasons):
         return reasons
-    allowed: Counter[str] = Counter()
+    allowed: Counter[tuple[str, int, str]] = Counter()
     prev = None
     for ins in dis.get_instructions(code):
         if ins.opname.startswith(("STORE_FAST", "DELETE_FAST")) and any(p in str(ins.argval) for p in plain):
             return reasons  # (a parameter rebound: what it holds at the read is not known)
         if ins.opname in _READS and prev is not None and _loads_param(prev, plain) and ins.positions is not None:
-            allowed[f"reads the attribute .{ins.argval} of an object that is not an argument "
-                    f"(line {ins.positions.lineno})"] += 1
+            allowed[ATTR_OFF_CONSTANT, ins.positions.lineno or -1, str(ins.argval)] += 1
         if ins.opname not in ("CACHE", "EXTENDED_ARG"):
             prev = ins
     return minus(reasons, allowed)
 
 
-def minus(reasons: list[str], allowed: Counter[str]) -> list[str]:
-    """`reasons` less each reason `allowed` counts, as many times as it counts it."""
+def minus(reasons: list[str], allowed: Counter[tuple[str, int, str]]) -> list[str]:
+    """`reasons` less each reason whose key (compiled/reasons.py: kind, line, name) `allowed` counts, as
+    many times as it counts it; a reason without a key stays."""
     kept = []
     for r in reasons:
-        if allowed[r] > 0:
-            allowed[r] -= 1
+        k = key(r)
+        if k is not None and allowed[k] > 0:
+            allowed[k] -= 1
         else:
             kept.append(r)
     return kept

@@ -11,7 +11,8 @@ like any other callee's (the capture follows it, and checks its code as eligible
 `allowed_super` drops, from a method's refusal reasons, those the static check
 (compiled/eligibility.py) gave for the super lookups alone: the call of `super` on constants and
 the attribute read off its result (3.11), or LOAD_SUPER_ATTR (3.12, 3.13), each at its line and
-for its attribute's name. Anything else on those lines stays refused. Only the zero-argument form
+for its attribute's name (matched by the reasons' kinds, compiled/reasons.py, not their text).
+Anything else on those lines stays refused. Only the zero-argument form
 with the method's own first parameter is taken (`super(Other, obj)` names a class and an object
 the program does not guard).
 """
@@ -22,6 +23,7 @@ import types
 from collections import Counter
 
 from bytegrad.compiled.reach_params import minus
+from bytegrad.compiled.reasons import ATTR_OFF_CONSTANT, CALL_ON_CONSTANTS, SUPER
 
 __all__ = ["allowed_super", "super_sites"]
 
@@ -57,13 +59,9 @@ def allowed_super(code: types.CodeType, reasons: list[str]) -> list[str]:
     sites = super_sites(code)
     if not sites:
         return reasons
-    allowed: Counter[str] = Counter()
-    for line, name in sites:
-        allowed.update([f"calls super on constants (a compiled program takes only pure builtins, math, NumPy's array "
-                    f"makers, scalar types, shape functions and its ufuncs without `out` there: nothing that may "
-                    f"depend on state such as random draws or I/O, or write) (line {line})",
-                        f"calls super() (line {line})",
-                        f"reads the attribute .{name} of an object that is not an argument (line {line})"])
+    allowed: Counter[tuple[str, int, str]] = Counter()
+    for line, name in sites:  # (compiled/reasons.py: matched by kind, line and name, not by their text)
+        allowed.update([(CALL_ON_CONSTANTS, line, "super"), (SUPER, line, ""), (ATTR_OFF_CONSTANT, line, name)])
     return minus(reasons, allowed)
 
 
