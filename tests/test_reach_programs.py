@@ -49,7 +49,7 @@ def test_most_everyday_programs_compile():
 
 
 def test_most_held_out_programs_compile():
-    """The held-out set: 31 of 34 when it was first measured, 32 once `np.maximum.accumulate` compiled;
-    the floor leaves one."""
+    """The held-out set: 31 of 34 when it was first measured; 33 once `np.maximum.accumulate` and a
+    configuration object as a default argument compiled. The floor leaves one."""
     compiled = _compiled(HELDOUT)
-    assert compiled >= 31, compiled
+    assert compiled >= 32, compiled

@@ -97,7 +97,8 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
     `callee`: an array in a guarded cell was not tracked by the capture (found only when the run
     called the function): what the function computes from it must be recorded (`_cell_array_uses`)."""
     reasons = _code_reasons(code, closure is not None, local_cells)
-    if not all(_constant(v) for v in defaults):  # read as locals, never guarded: they must not change
+    configs = [v for v in defaults if not _constant(v)]  # read as locals: they must not change, or be guarded
+    if not all(objects.config_default(v) for v in configs):
         reasons.append(f"a default argument value that can change in place (a list, dict, array or object) "
                        f"(line {code.co_firstlineno})")
     if reasons:
@@ -122,8 +123,10 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
     reasons += _instruction_reasons(bc, act.stacks, frozenset(code.co_cellvars) | local_cells, fn_globals,
                                     inner_guards, own)
     params = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]  # (`cfg = Config(); cfg.scale`:)
-    reasons = reach_config.allowed_config_reads(bc, act.stacks, params, immutable, fn_globals, reasons, check)
+    reasons = reach_config.allowed_config_reads(bc, act.stacks, params, immutable, fn_globals, reasons, check,
+                                                reach_config.config_params(code, defaults))
     guards = _guards(assumed, fn_globals, reasons, bc) + inner_guards
+    guards += [("config", v, f"the default {type(v).__qualname__}", objects.config_state(v)) for v in configs]
     _nested(code, fn_globals, reasons, guards)
     guards = _each_once(guards)
     arrays = frozenset(name if kind == "global" else f"{owner.__name__}.{name}"

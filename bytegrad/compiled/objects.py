@@ -154,6 +154,52 @@ def class_state(cls: type) -> tuple:
     return tuple((c, tuple(vars(c)), tuple(vars(c).values())) for c in cls.__mro__ if c.__flags__ & _HEAPTYPE)
 
 
+def config_default(value: Any) -> bool:
+    """Whether a default argument value is a configuration object (`def loss(w, hp=Hyper())`): of a
+    plain class (`_class_refusal`), its `__dict__` holding numbers, strings, flags, None and tuples of
+    them only. A program fixes it by `config_state` (`same_config`), as a read of a global number."""
+    cls = type(value)
+    d = getattr(value, "__dict__", None)
+    return (type(d) is dict and bool(cls.__flags__ & _HEAPTYPE) and getattr(cls, "__slots__", None) is None
+            and _class_refusal(cls) is None and len(d) <= 64 and all(_constant_attr(v) for v in d.values()))
+
+
+def _constant_attr(v: Any) -> bool:
+    return type(v) in (int, float, str, bool, bytes, complex, type(None)) or \
+        (type(v) is tuple and all(_constant_attr(x) for x in v))
+
+
+def config_state(value: Any) -> tuple:
+    """What `same_config` compares: the object's class (and its state) and a copy of its `__dict__`."""
+    return (type(value), class_state(type(value)), dict(vars(value)))
+
+
+class Live:
+    """A program's reference to the user's object itself (a configuration default): a program that
+    holds one is not stored on disk (`bytegrad.precompile`), where a copy would stand for the object
+    and its guard would watch the copy."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __reduce__(self) -> Any:
+        import pickle
+
+        raise pickle.PicklingError("a program guarding a live object is not stored")
+
+
+def same_config(live: Live, state: tuple) -> bool:
+    """Whether a configuration default (`config_default`) holds what the capture read: the same class,
+    unchanged, and the same attributes in the same order, numbers by value and sign (guards.same_value)."""
+    from bytegrad.compiled.guards import same_value
+
+    value = live.obj
+    cls = type(value)
+    return cls is state[0] and same_class(cls, state[1]) and same_value(vars(value), state[2])
+
+
 def same_class(cls: type, state: tuple) -> bool:
     """Whether `cls` (its bases included) has the attributes `class_state` read, each the same object."""
     mro = [c for c in cls.__mro__ if c.__flags__ & _HEAPTYPE]

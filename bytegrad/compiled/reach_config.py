@@ -38,10 +38,11 @@ _STORES = (OpKind.STORE_LOCAL, OpKind.STORE_LOCAL_LOAD, OpKind.STORE_LOCAL_PAIR)
 
 
 def allowed_config_reads(bc: Any, stacks: list, params: tuple, immutable: frozenset[str], fn_globals: dict[str, Any],
-                         reasons: list[str], check: Callable[..., Any]) -> list[str]:
+                         reasons: list[str], check: Callable[..., Any], configs: frozenset[str] = frozenset()) -> list[str]:
     """`reasons` less one "reads the attribute" reason per read off a local holding an object built
-    on constants (see the module's docstring). `params`: the function's parameter names; `check`:
-    eligibility.check (for `constant_class`)."""
+    on constants (see the module's docstring), or off a parameter in `configs` the call left to its
+    default, a configuration object (`config_params`), and never stored into. `params`: the function's
+    parameter names; `check`: eligibility.check (for `constant_class`)."""
     if not any(getattr(r, "kind", None) == ATTR_OFF_CONSTANT for r in reasons):
         return reasons
     instrs = list(bc)
@@ -55,10 +56,32 @@ def allowed_config_reads(bc: Any, stacks: list, params: tuple, immutable: frozen
         if method or local is None:
             continue
         if local not in built:
-            built[local] = _holds_built(instrs, stacks, local, params, immutable, fn_globals, check)
+            built[local] = _default_config(instrs, local, configs, immutable) if local in configs else \
+                _holds_built(instrs, stacks, local, params, immutable, fn_globals, check)
         if built[local] and ins.lineno is not None:
             allowed[ATTR_OFF_CONSTANT, ins.lineno, name] += 1
     return minus(reasons, allowed) if allowed else reasons
+
+
+def config_params(code: Any, defaults: tuple) -> frozenset[str]:
+    """The positional parameters whose default is a configuration object (`def loss(w, hp=Hyper())`:
+    compiled/objects.py `config_default`), which eligibility.check guards by content ("config")."""
+    from bytegrad.compiled.objects import config_default
+
+    if code.co_kwonlyargcount:  # (`defaults` ends with the keyword defaults' values, whose names it lacks)
+        return frozenset()
+    names = code.co_varnames[:code.co_argcount]
+    first = len(names) - len(defaults)
+    return frozenset(names[first + k] for k, v in enumerate(defaults) if config_default(v))
+
+
+def _default_config(instrs: list, local: str, configs: frozenset[str], immutable: frozenset[str]) -> bool:
+    """Whether parameter `local` holds its default configuration object: the call left it out
+    (`constant_params` counts it in `immutable`) and the code never stores into or deletes it."""
+    if local not in configs or local not in immutable:
+        return False
+    return not any(hasattr(ins, "name") and (ins.name.startswith(("STORE_FAST", "DELETE_FAST")))
+                   and local in opcodes.local_names(ins) for ins in instrs)
 
 
 def constant_params(fn: Any, names: tuple, args: tuple, offset: int) -> frozenset[str]:
@@ -66,6 +89,7 @@ def constant_params(fn: Any, names: tuple, args: tuple, offset: int) -> frozense
     those the call passed an int, string, flag or None (`args`), and the positional ones it omitted
     (a keyword is moved into place first), which hold their defaults: constants (eligibility.py
     refuses others), in a tuple whose replacement drops the programs (compiled/policy.py)."""
+    from bytegrad.compiled.objects import config_default
     from bytegrad.compiled.policy import CONSTANT_TYPES
 
     passed = frozenset(n for n, a in zip(names, args) if type(a) in CONSTANT_TYPES)
@@ -73,7 +97,8 @@ def constant_params(fn: Any, names: tuple, args: tuple, offset: int) -> frozense
     defaults = fn.__defaults__ or ()
     first_default = code.co_argcount - len(defaults)
     omitted = frozenset(n for k, n in enumerate(code.co_varnames[:code.co_argcount]) if k >= offset + len(args)
-                        and k >= first_default and type(defaults[k - first_default]) in CONSTANT_TYPES)
+                        and k >= first_default and (type(defaults[k - first_default]) in CONSTANT_TYPES
+                                                    or config_default(defaults[k - first_default])))
     return passed | omitted
 
 

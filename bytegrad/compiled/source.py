@@ -381,6 +381,10 @@ def static_guards(src: Source, entries: list[tuple], inputs: Optional[Inputs] = 
             src.guard("object", f"{src.const(objects.same_class, 'F')}({src.const(owner, 'T')}, {src.const(value, 'S')})",
                       f"{name}'s attributes unchanged")
             continue
+        if kind == "config":  # a configuration object as a default argument value (objects.config_default)
+            src.guard("object", f"{src.const(objects.same_config, 'F')}({src.const(objects.Live(owner), 'D')}, "
+                      f"{src.const(value, 'S')})", f"{name} keeps its attributes")
+            continue
         if kind == "code":  # a Python callee (owner), fixed by its caller's guards: its body too
             f = src.const(owner, "F")
             src.guard("code", f"_same_state({f}, {src.const(callable_state(owner), 'S')})",
