@@ -291,3 +291,44 @@ def test_a_value_of_an_earlier_step_read_after_the_loop_cuts_the_region(low):
     fast = compare(reads_back, (0, 1), [vectors(s) for s in range(2)], tier="numpy")
     lines = region(fast).splitlines()
     assert lines[1].startswith("  4 repetitions of 5 records, %2..%21;"), lines
+
+
+# ---- a loop that also decides on data; a fault of the Numba lowering --------------------------------
+
+
+def accumulate(x, w):
+    acc = np.zeros_like(x)  # (a decision on data: numba_decide checks it in the kernel, so no loop is rolled)
+    for _ in range(300):
+        x = np.tanh(x * w)
+        acc = acc + x * w
+    return np.sum(acc) + np.sum(x)
+
+
+@needs_numba
+def test_a_repeated_step_with_a_decision_in_the_kernel_is_not_rolled():
+    """The merge of the rolled loops and the Numba back end's decisions once rolled such a program and
+    crashed its capture with a KeyError (the decision's value had no variable in the loop)."""
+    rng = np.random.default_rng(0)
+    calls = [(rng.normal(size=6) * 0.3, rng.normal(size=6) * 0.3) for _ in range(3)]
+    d = compare(accumulate, 0, calls)
+    assert program_of(d).backend == "numpy"
+    # (not rolled: the whole program is over the Numba back end's cap)
+    assert "over the Numba back end's" in str(d.stats()["compiled"]), d.stats()["compiled"]
+
+
+@needs_numba
+def test_a_fault_of_the_numba_lowering_keeps_the_numpy_program(monkeypatch):
+    """An unexpected error while writing a Numba kernel is the Numba back end declining, with the
+    error in the reason: the call and the ones after it get the NumPy program's (right) results."""
+    from bytegrad.compiled import lower_numba
+
+    def broken(*args, **kwargs):
+        raise KeyError(12345)
+
+    monkeypatch.setattr(lower_numba, "emit", broken)
+    rng = np.random.default_rng(1)
+    calls = [(rng.normal(size=6), rng.normal(size=6)) for _ in range(3)]
+    d = compare(lambda x, w: np.sum(np.tanh(x * w) * x), 0, calls)
+    assert program_of(d).backend == "numpy"
+    reasons = str(d.stats()["compiled"])
+    assert "the Numba back end failed (KeyError: 12345)" in reasons, reasons

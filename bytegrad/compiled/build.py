@@ -73,7 +73,16 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     if backend == "numba":
         from bytegrad.compiled import lower_numba
 
-        result_var, state, forward_records = lower_numba.emit(b, order, depends, out_idx)
+        try:
+            result_var, state, forward_records = lower_numba.emit(b, order, depends, out_idx)
+        except (Ineligible, RecursionError, MemoryError):
+            raise
+        except Exception as exc:  # (a fault of the Numba lowering: its NumPy program stays, with the reason)
+            from bytegrad.compiled.policy import log
+
+            log().warning("the Numba back end failed on %s: %r", code.co_name, exc)
+            raise Ineligible(f"the Numba back end failed ({type(exc).__name__}: {exc}); its NumPy program runs "
+                             "(please report it)") from exc
     else:
         result_var, state, forward_records = lower_numpy.emit(b, order, depends, out_idx)
         errstate.wrap(b, code, fn_globals)  # (the steps inside `with np.errstate(...)` run under it)

@@ -497,7 +497,7 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
                          "them to the NumPy one (compiled/writes.py)")
     if any(b.records[i].kind == "item" for i in records):
         raise Ineligible("a rule that returns a tuple (`np.linalg.slogdet`, `svd`, `eigh`, `qr`): NumPy back end only")
-    if (rolled := numba_roll.find(b)) is not None and len(records) - rolled.saved <= MAX_RECORDS:  # a loop's steps
+    if not inner and (rolled := numba_roll.find(b)) is not None and len(records) - rolled.saved <= MAX_RECORDS:
         return numba_roll.emit(b, rolled, records, depends, out_idx, _Kernel, _finish)  # as a loop (compiled/roll.py)
     if len(records) > MAX_RECORDS:  # (numba_kernel.MAX_RECORDS: compile time grows faster than the program)
         raise Ineligible(f"{len(records)} operations, over the Numba back end's {MAX_RECORDS} (NumPy back end only)")
