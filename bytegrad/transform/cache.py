@@ -315,7 +315,27 @@ def rewrite_cached(code: types.CodeType, active: frozenset[str], immutable: froz
                    made: bool = False) -> types.CodeType:
     """The rewrite of `code`, from the disk cache when an earlier process stored one whose
     assumptions still hold; else `rewrite(assumptions)` is run and its result stored. `made`: a
-    capture's rewrite (`transform.rewrite_code`), stored under a key of its own."""
+    capture's rewrite (`transform.rewrite_code`), stored under a key of its own.
+
+    The cyclic collector is paused meanwhile: a rewrite (and the imports of its first run) makes tens
+    of thousands of objects, nearly all freed by reference counting, and the young-generation
+    collections they would trigger (a first gradient's ~8, one of them of the middle generation, which
+    holds every object `import bytegrad` made: 1.5 ms) would find nothing to free."""
+    import gc
+
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        return _rewrite_cached(code, active, immutable, fn_globals, rewrite, made)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _rewrite_cached(code: types.CodeType, active: frozenset[str], immutable: frozenset[str],
+                    fn_globals: dict[str, Any], rewrite: Callable[[Assumptions], types.CodeType],
+                    made: bool) -> types.CodeType:
     import time
 
     from bytegrad.runtime import diskcache
