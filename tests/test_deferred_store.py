@@ -135,3 +135,13 @@ def test_one_gradient_process_stores_at_exit(tmp_path):
     assert cold == dict(pending=1, stores=0, rewrites=1, hits=0), cold  # not yet written when it printed
     assert len(list((disk / "code").glob("*.bgc"))) == 1  # written at exit
     assert warm["rewrites"] == 0 and warm["hits"] == 1 and warm["pending"] == 0, warm
+
+
+def test_pending_entries_are_bounded(disk, monkeypatch):
+    monkeypatch.setattr(cache, "PENDING_LIMIT", 2)
+    ns = {"np": np}
+    for i in range(3):
+        exec(f"def f{i}(x):\n    return np.sum(np.sin(x) * {i + 1}.0)\n", ns)  # noqa: S102
+        np.testing.assert_allclose(bytegrad.grad(ns[f"f{i}"])(X), np.cos(X) * (i + 1))
+        assert len(cache._PENDING) == (i + 1 if i < 2 else 0)
+    assert len(_entries(disk)) == 3

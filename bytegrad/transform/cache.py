@@ -372,12 +372,17 @@ def _rewrite_cached(code: types.CodeType, active: frozenset[str], immutable: fro
 # it was made for.
 
 _PENDING: list[tuple[str, types.CodeType, types.CodeType, tuple, Optional[str]]] = []
+#: past this many pending entries the rewrite that adds one writes them all (a program that
+#: differentiates thousands of functions once each does not hold them all until exit)
+PENDING_LIMIT = 64
 _exit_hook = [False]
 
 
 def _defer_store(key: str, code: types.CodeType, new_code: types.CodeType, frozen: tuple,
                  directory: Optional[str]) -> None:
     _PENDING.append((key, code, new_code, frozen, directory))
+    if len(_PENDING) > PENDING_LIMIT:
+        flush_stores()
     if not _exit_hook[0]:
         import atexit
 
