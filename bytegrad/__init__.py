@@ -1,53 +1,42 @@
 """bytegrad: derivatives of ordinary Python + NumPy code, by rewriting its bytecode."""
-import gc as _gc
-
-# The import creates ~20,000 long-lived objects (functions, rules, tables): the young-generation
-# collections they would trigger (~10) find nothing to free, so it runs with the collector paused.
-_gc_enabled = _gc.isenabled()
-_gc.disable()
-try:
-    from bytegrad.api import (
-        differentiate as differentiate,
-        grad as grad,
-        hessian as hessian,
-        hvp as hvp,
-        jacobian as jacobian,
-        jvp as jvp,
-        value_and_grad as value_and_grad,
-        vjp as vjp,
-    )
-    from bytegrad._config import config as config
-    from bytegrad.errors import (
-        AuxOutputError as AuxOutputError,
-        DifferentiationError as DifferentiationError,
-        DuplicateRuleError as DuplicateRuleError,
-        MutationError as MutationError,
-        NaNError as NaNError,
-        NonScalarOutputError as NonScalarOutputError,
-        NoRuleError as NoRuleError,
-        PullbackError as PullbackError,
-        PushforwardError as PushforwardError,
-        UnsupportedOpcodeError as UnsupportedOpcodeError,
-        WrtError as WrtError,
-    )
-    from bytegrad.rules import (
-        NO_TANGENT as NO_TANGENT,
-        ZERO as ZERO,
-        differentiate_through as differentiate_through,
-        frule as frule,
-        non_differentiable as non_differentiable,
-        not_implemented as not_implemented,
-        opt_out as opt_out,
-        rrule as rrule,
-        scalar_rule as scalar_rule,
-    )
-    from bytegrad.rules.control import stop_gradient as stop_gradient
-    from bytegrad.rules.pytrees import register_pytree as register_pytree
-    from bytegrad.runtime.tangents import PerformanceWarning as PerformanceWarning
-finally:
-    if _gc_enabled:
-        _gc.enable()
-    del _gc_enabled
+from bytegrad.api import (
+    differentiate as differentiate,
+    grad as grad,
+    hessian as hessian,
+    hvp as hvp,
+    jacobian as jacobian,
+    jvp as jvp,
+    value_and_grad as value_and_grad,
+    vjp as vjp,
+)
+from bytegrad._config import config as config
+from bytegrad.errors import (
+    AuxOutputError as AuxOutputError,
+    DifferentiationError as DifferentiationError,
+    DuplicateRuleError as DuplicateRuleError,
+    MutationError as MutationError,
+    NaNError as NaNError,
+    NonScalarOutputError as NonScalarOutputError,
+    NoRuleError as NoRuleError,
+    PullbackError as PullbackError,
+    PushforwardError as PushforwardError,
+    UnsupportedOpcodeError as UnsupportedOpcodeError,
+    WrtError as WrtError,
+)
+from bytegrad.rules import (
+    NO_TANGENT as NO_TANGENT,
+    ZERO as ZERO,
+    differentiate_through as differentiate_through,
+    frule as frule,
+    non_differentiable as non_differentiable,
+    not_implemented as not_implemented,
+    opt_out as opt_out,
+    rrule as rrule,
+    scalar_rule as scalar_rule,
+)
+from bytegrad.rules.control import stop_gradient as stop_gradient
+from bytegrad.rules.pytrees import register_pytree as register_pytree
+from bytegrad.runtime.tangents import PerformanceWarning as PerformanceWarning
 
 __version__ = "0.1.0"
 
