@@ -405,6 +405,8 @@ class Differentiated:
             result = self._grad_tiered(args, kwargs, value)
             self._first_s = time.perf_counter() - t0
             return result
+        if cache._PENDING:  # what the first gradient left for later: its rewrites' disk cache entries
+            cache.flush_stores()
         return self._grad_tiered(args, kwargs, value)
 
     def _grad_tiered(self, args: tuple, kwargs: dict, value: bool = True) -> tuple[Any, Any]:

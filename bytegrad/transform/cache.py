@@ -92,6 +92,8 @@ def stats(code: types.CodeType) -> dict[str, int]:
 
 
 def clear() -> None:
+    """Forget the rewrites held in memory (those not yet on disk are written first)."""
+    flush_stores()
     with COMPILE_LOCK:
         _CACHES.clear()
 
@@ -122,7 +124,9 @@ _disk = {"rewrites": 0, "disk_hits": 0, "disk_misses": 0, "disk_stale": 0, "disk
 
 def disk_stats() -> dict[str, int]:
     """Counters of this process: rewrites run, rewrites loaded from disk (disk_hits), entries whose
-    assumptions no longer held (disk_stale), stores, and the time spent rewriting and loading."""
+    assumptions no longer held (disk_stale), stores (pending ones written first), and the time spent
+    rewriting and loading."""
+    flush_stores()
     return dict(_disk)
 
 
@@ -262,7 +266,7 @@ def _label(code: types.CodeType) -> str:
     return f"{name} ({os.path.basename(code.co_filename)}:{code.co_firstlineno})"
 
 
-def _encode(new_code: types.CodeType, assumed: Assumptions) -> Optional[bytes]:
+def _encode(new_code: types.CodeType, frozen: tuple) -> Optional[bytes]:
     import marshal
     import os
     import pickle
@@ -274,7 +278,7 @@ def _encode(new_code: types.CodeType, assumed: Assumptions) -> Optional[bytes]:
     try:
         stripped = _strip(new_code, nonce, table)
         side = diskcache.safe_dumps(table)
-        return marshal.dumps((_ENTRY_FORMAT, nonce, stripped, assumed.freeze(), side))
+        return marshal.dumps((_ENTRY_FORMAT, nonce, stripped, frozen, side))
     except (pickle.PicklingError, TypeError, AttributeError, ValueError, RecursionError) as exc:
         # a constant that cannot be serialized only means "not stored": this process keeps working
         import logging
@@ -311,7 +315,27 @@ def rewrite_cached(code: types.CodeType, active: frozenset[str], immutable: froz
                    made: bool = False) -> types.CodeType:
     """The rewrite of `code`, from the disk cache when an earlier process stored one whose
     assumptions still hold; else `rewrite(assumptions)` is run and its result stored. `made`: a
-    capture's rewrite (`transform.rewrite_code`), stored under a key of its own."""
+    capture's rewrite (`transform.rewrite_code`), stored under a key of its own.
+
+    The cyclic collector is paused meanwhile: a rewrite (and the imports of its first run) makes tens
+    of thousands of objects, nearly all freed by reference counting, and the young-generation
+    collections they would trigger (a first gradient's ~8, one of them of the middle generation, which
+    holds every object `import bytegrad` made: 1.5 ms) would find nothing to free."""
+    import gc
+
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        return _rewrite_cached(code, active, immutable, fn_globals, rewrite, made)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _rewrite_cached(code: types.CodeType, active: frozenset[str], immutable: frozenset[str],
+                    fn_globals: dict[str, Any], rewrite: Callable[[Assumptions], types.CodeType],
+                    made: bool) -> types.CodeType:
     import time
 
     from bytegrad.runtime import diskcache
@@ -332,12 +356,56 @@ def rewrite_cached(code: types.CodeType, active: frozenset[str], immutable: froz
     _disk["rewrite_ns"] += time.perf_counter_ns() - t0
     _disk["rewrites"] += 1
     if key is not None:
-        payload = _encode(new_code, assumed)
+        _defer_store(key, code, new_code, assumed.freeze(), diskcache.cache_dir())
+    return new_code
+
+
+# ---- the store, after the gradient -----------------------------------------------------------------
+#
+# Encoding a rewrite (its side table's pickling indexes bytegrad's module-level objects) and writing
+# it cost an empty cache's first gradient ~4 ms that only a later process gains from: the entry is
+# written on the next gradient of a differentiated function (`_differentiated`), at `disk_stats`,
+# `clear`, or at exit.
+# What the rewrite assumed is frozen when it runs (a rule registered in between must not be recorded
+# as one the rewrite saw); the rest (the code object, Sites and fused sites, which pickle from their
+# definition alone) does not change after the rewrite. An entry is written only into the directory
+# it was made for.
+
+_PENDING: list[tuple[str, types.CodeType, types.CodeType, tuple, Optional[str]]] = []
+#: past this many pending entries the rewrite that adds one writes them all (a program that
+#: differentiates thousands of functions once each does not hold them all until exit)
+PENDING_LIMIT = 64
+_exit_hook = [False]
+
+
+def _defer_store(key: str, code: types.CodeType, new_code: types.CodeType, frozen: tuple,
+                 directory: Optional[str]) -> None:
+    _PENDING.append((key, code, new_code, frozen, directory))
+    if len(_PENDING) > PENDING_LIMIT:
+        flush_stores()
+    if not _exit_hook[0]:
+        import atexit
+
+        _exit_hook[0] = True
+        atexit.register(flush_stores)
+
+
+def flush_stores() -> None:
+    """Write the rewrites made since the last flush into the disk cache (see above)."""
+    from bytegrad.runtime import diskcache
+
+    while _PENDING:
+        try:
+            key, code, new_code, frozen, directory = _PENDING.pop(0)
+        except IndexError:  # another thread took the last one
+            return
+        if diskcache.cache_dir() != directory:
+            continue  # the cache moved or was switched off since: not this entry's directory
+        payload = _encode(new_code, frozen)
         if payload is None:
             _disk["disk_unstorable"] += 1
         elif diskcache.store(DISK_NAMESPACE, key, payload, label=_label(code)):
             _disk["disk_stores"] += 1
-    return new_code
 
 
 def param_names(code: types.CodeType) -> tuple[str, ...]:
