@@ -37,7 +37,7 @@ import numpy as np
 from bytegrad import _operators
 from bytegrad.errors import qualname
 from bytegrad.rules._apply import shape_of
-from bytegrad.compiled import numba_fused as program_fused, numba_outline
+from bytegrad.compiled import numba_fpflag, numba_fused as program_fused, numba_outline
 from bytegrad.runtime import kernels, vmath
 from bytegrad.runtime.backward import partial_uses, singular_partial
 from bytegrad.compiled.lower_numpy import Builder, Ineligible
@@ -538,9 +538,8 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
 def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params: list[str], call: list[str],
             leaves: list[int], out_idx: int, n_records: int, owned: frozenset = frozenset()
             ) -> tuple[str, dict[int, int], int]:
-    """The kernel compiled and its call written; an array cotangent it returns is `owned` (an array
-    it made and holds nowhere else) or returned as a copy, so that the wrapper hands it over without
-    a copy of its own (an array a kernel returns always has a base: Numba's memory record)."""
+    """The kernel compiled and its call written; an array cotangent it returns is `owned` (made there, held nowhere
+    else) or returned as a copy, so the wrapper hands it over uncopied (a kernel's array always has a base)."""
     src = b.src
     out = b.tape.values[out_idx]
     if k.raising:  # an operation that raises on the general path met a raising case: a NaN loss
@@ -548,6 +547,7 @@ def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params
             raise Ineligible("Python's float division or a `math` function whose exceptions a kernel with an "
                              "array output cannot report")
         lines = ["bad_ = False", *lines, f"{returns[0]} = np.nan if bad_ else {returns[0]}"]
+    lines, returns = numba_fpflag.flag(k, lines, returns)  # (its floating-point errors: after() below)
     state = {p: SET for p in leaves}
     if not k.splits:
         for n, p in enumerate(leaves, 1):
@@ -558,7 +558,8 @@ def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params
     parts = kernel_parts(lines, returns, set(k.names.ns)) if k.splits else [(lines, params, [])]
     result = f"v{out_idx}_out"
     sources = []
-    targets = f"{result}, {''.join(f'g{p}, ' for p in leaves)}"
+    targets = f"{result}, {''.join(f'g{p}, ' for p in leaves)}{numba_fpflag.TARGET}, "
+    numba_fpflag.before(src)
     for n, (body, reads, gives) in enumerate(parts):
         last = n == len(parts) - 1
         if body[0].startswith(SPLIT):  # a NumPy ufunc between two kernel parts
@@ -579,9 +580,8 @@ def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params
         sources.append(source)
         gets = targets if last else "".join(f"{g}, " for g in gives)
         src.emit(f"{gets}= {src.const(fn, 'K')}({', '.join(args)})")
-    if type(out) is not _ndarray:  # the general path's scalar type (np.float64 from a sum)
-        # an inf or NaN loss: NumPy would have met a floating-point error, which the general path
-        # reports as the user's error state says (a warning at the user's line, FloatingPointError)
+    numba_fpflag.after(src)
+    if type(out) is not _ndarray:  # the general path's scalar type (np.float64 from a sum); an inf or NaN loss
         src.emit(f"if {result} - {result} != 0.0: return MISS")
         src.emit(f"if value: {result} = {src.const(type(out), 'T')}({result})")  # (grad drops it)
     src.kernel_source = "\n".join(sources)

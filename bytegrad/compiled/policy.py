@@ -41,7 +41,7 @@ from bytegrad.rules import pytrees
 from bytegrad.compiled.objects import shift_wrt as shift_wrt  # (_differentiated.py's, re-exported)
 from bytegrad.runtime.costs import MODEL as COSTS
 from bytegrad.runtime.fpwarn import HOLDERS as _FP_HOLDERS, redirect as _redirect, restore as _restore
-from bytegrad.runtime.sentinels import DECIDED, MISS
+from bytegrad.runtime.sentinels import DECIDED, FP_ERROR, MISS
 
 if TYPE_CHECKING:  # (compiled/lower_numpy.py is imported by the first capture or load, not by a first gradient)
     from bytegrad.compiled.lower_numpy import Program
@@ -174,7 +174,11 @@ class Tiers:
                 self.general_calls += 1
                 return MISS
             finally:
-                _restore(token, result is not MISS and result is not DECIDED)
+                _restore(token, result is not MISS and result is not DECIDED and result is not FP_ERROR)
+            if result is FP_ERROR:  # a Numba kernel met a floating-point error: the general path reports it
+                run.calls -= 1      # (compiled/numba_fpflag.py), with no capture
+                self.general_calls += 1
+                return MISS
             if result is not MISS and result is not DECIDED:
                 self.compiled_calls += 1
                 if timed:  # one call in 16 is timed: the ski-rental meter of the Numba back end, which

@@ -53,6 +53,14 @@ def sum_cols(a):
         for j in range(m):
             acc[j] += a[i, j]
     return acc.astype(a.dtype)
+
+
+def nonfinite(a):  # 0.0, or NaN where an element of `a` is inf or NaN (compiled/numba_fpflag.py)
+    flat = np.asarray(a).ravel()
+    s = 0.0
+    for i in range(flat.size):
+        s = radd(s, flat[i] - flat[i])
+    return s
 """
 
 ARRAY_MATH = """
