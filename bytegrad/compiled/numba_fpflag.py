@@ -29,11 +29,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import numpy as np
-
 from bytegrad.compiled.numba_kernel import SPLIT
-from bytegrad.runtime import kernels
-from bytegrad.runtime.fpstate import kernel_mode
+from bytegrad.runtime import fpstate, kernels
 from bytegrad.runtime.sentinels import FP_ERROR
 
 __all__ = ["FLAG", "TARGET", "after", "before", "flag"]
@@ -43,64 +40,96 @@ FLAG = "fp_"
 TARGET = "fpflag_"
 _MODE = "fpmode_"
 
-#: a value an element loop computes (every one a float there) and one of the kernel's top level (an
-#: array or a float): the kernel's values, cotangents, temporaries, accumulators and its loss
-_IN_LOOP = re.compile(r"^(\s+)((?:v|g|t|e|a|r)\d+|total) = ")
-_TOP = re.compile(r"^((?:v|g|t)\d+|total) = (.*)$")
-#: allocations (np.empty is not yet written: its bytes are anything)
-_MADE = ("np.empty", "np.zeros", "np.full")
+#: an assignment of a value the kernel computes: a record's value, a cotangent, a temporary, an element
+#: loop's accumulators and its loss (not `r{p}` at the top level: an array not yet written, np.empty)
+_ASSIGN = re.compile(r"^(\s*)((?:v|g|t|e|a|r)\d+|total) = (.*)$")
+#: right-hand sides that cannot make a non-finite value from finite ones: a name, negated, indexed,
+#: transposed or reshaped (a copy or a view), a number, an allocation
+#: an element loop's sums: the loss, a row's, a float argument's gradient (its reductions: read in the
+#: loop's body, they would no longer vectorise)
+_SUM = re.compile(r"^(total|a\d+|r\d+)$")
+_COPY = re.compile(r"^\(?-?[A-Za-z_]\w*(\[[^\]]*\]|\.T|\.reshape\(\([^()]*\)\))*\)?$|^-?[0-9.e+-]+$"
+                   r"|^np\.(empty|zeros|full)\(")
+
+
+class _Flagged:
+    """The lines being written: each top-level value checked after its statement, an element loop's
+    values summed once per iteration at the end of their block (`q_`, a tree of additions)."""
+
+    def __init__(self, radd: str, check: str) -> None:
+        self.radd, self.check = radd, check
+        self.out: list[str] = []
+        self.started = False
+        self.pad = ""
+        self.pending: dict[str, None] = {}  # (in order, once each: a name reassigned only accumulates)
+        self.checked: set[str] = set()  # (top-level names checked: a result among them needs no check at the end)
+
+    def add(self, line: str) -> None:
+        if not self.started:  # (`fp_ = 0.0` opens the first kernel part: a NumPy step may come first)
+            self.out.append(f"{FLAG} = 0.0")
+            self.started = True
+        self.out.append(line)
+
+    def flush(self) -> None:
+        if self.pending:
+            self.add(f"{self.pad}q_ = {_tree(list(self.pending))}")
+            self.add(f"{self.pad}{FLAG} = {self.radd}({FLAG}, q_ - q_)")
+            self.pending = {}
+
+    def line(self, ln: str) -> None:
+        pad = ln[:len(ln) - len(ln.lstrip())]
+        if pad != self.pad or ln.rstrip().endswith(":"):
+            self.flush()
+        self.pad = pad
+        if ln.startswith(SPLIT):  # a NumPy ufunc between two kernel parts: the next part checks its value
+            self.out.append(ln)
+            self.add(f"{FLAG} = {FLAG} + {self.check}({ln[len(SPLIT):].split(' = ')[0]})")
+            return
+        self.add(ln)
+        m = _ASSIGN.match(ln)
+        if m is None or _COPY.match(m[3].strip()):
+            return
+        if pad:
+            if not _SUM.match(m[2]):  # (a loop's sums are checked once, after it: `flag`)
+                self.pending[m[2]] = None
+        elif m[2][0] != "r":
+            self.add(f"{FLAG} = {FLAG} + {self.check}({m[2]})")
+            self.checked.add(m[2])
+
+
+def _tree(names: list[str]) -> str:
+    """`names` added in a balanced tree (independent additions, not one chain)."""
+    if len(names) == 1:
+        return names[0]
+    mid = len(names) // 2
+    return f"({_tree(names[:mid])} + {_tree(names[mid:])})"
 
 
 def flag(k: Any, lines: list[str], returns: list[str]) -> tuple[list[str], list[str]]:
-    """The kernel `lines` of `k` (lower_numba's `_Kernel`) with `fp_` kept, and `returns` with it last."""
+    """The kernel `lines` of `k` (lower_numba's `_Kernel`) with `fp_` kept, and `returns` with it last.
+    An element loop's lines are indented (every value a float there); a top-level value may be an
+    array or a float (`nonfinite` is typed for each: runtime/kernels.py)."""
     vm = kernels.vector_math()
     if not vm:  # (no Numba: no kernel is compiled)
         return [f"{FLAG} = 0.0", *lines], [*returns, FLAG]
-    radd = k.names.const(vm["radd"], "radd")
-    check = k.names.const(vm["nonfinite"], "vm")
-    out: list[str] = []
-    started: list[bool] = []
-
-    def add(line: str) -> None:  # (`fp_ = 0.0` opens the first kernel part: a NumPy step may come first)
-        if not started:
-            out.append(f"{FLAG} = 0.0")
-            started.append(True)
-        out.append(line)
+    f = _Flagged(k.names.const(vm["radd"], "radd"), k.names.const(vm["nonfinite"], "vm"))
     for ln in lines:
-        if ln.startswith(SPLIT):  # a NumPy ufunc between two kernel parts: the next part checks its value
-            out.append(ln)
-            add(f"{FLAG} = {FLAG} + {check}({ln[len(SPLIT):].split(' = ')[0]})")
-            continue
-        add(ln)
-        if ln.startswith("#"):
-            continue
-        m = _IN_LOOP.match(ln)
-        if m is not None:
-            add(f"{m[1]}{FLAG} = {radd}({FLAG}, {m[2]} - {m[2]})")
-            continue
-        m = _TOP.match(ln)
-        if m is not None and not m[2].startswith(_MADE):
-            x = m[1]
-            add(f"{FLAG} = {FLAG} + {check}({x})" if _array(k, x) else f"{FLAG} = {FLAG} + np.sum({x} - {x})")
-    if not started:
-        out.append(f"{FLAG} = 0.0")
-    return out, [*returns, FLAG]
-
-
-def _array(k: Any, name: str) -> bool:
-    """Whether the kernel variable `name` is known to be an array (else it may be a float: `np.sum`
-    takes both, and costs nothing on a float)."""
-    if name in k.array:
-        return True
-    values = k.b.tape.values
-    return name[0] == "v" and name[1:].isdigit() and int(name[1:]) < len(values) \
-        and type(values[int(name[1:])]) is np.ndarray
+        f.line(ln)
+    f.pad = ""
+    f.flush()
+    if not f.started:  # (only NumPy steps)
+        f.out.append(f"{FLAG} = 0.0")
+    f.out += [f"{FLAG} = {FLAG} + {f.check}({r})" for r in returns if r not in f.checked]  # (the loop's sums)
+    return f.out, [*returns, FLAG]
 
 
 def before(src: Any) -> None:
     """The wrapper's lines before its first kernel call: the error state's mode; the call goes to the
     general path where it asks for underflow (runtime/fpstate.py)."""
-    src.emit(f"{_MODE} = {src.const(kernel_mode, 'fpmode')}()")
+    mode = f"{src.const(fpstate.kernel_mode, 'fpmode')}()"
+    if fpstate.STATE is not None:  # (the mode of a state met before, inline: a call costs more than the rest)
+        mode = f"{src.const(fpstate.MODES, 'fpmodes')}.get({src.const(fpstate.STATE, 'fpstate')}.get()) or {mode}"
+    src.emit(f"{_MODE} = {mode}")
     src.emit(f"if {_MODE} == 0: return {src.const(FP_ERROR, 'FP')}")
 
 

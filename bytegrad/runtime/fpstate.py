@@ -10,7 +10,7 @@ run (`under` is not "ignore"); 1, it runs, and a non-finite value hands the call
 and its values stand (divide, over and invalid are all "ignore": nothing to report).
 
 NumPy 2 keeps the state in a context variable, a new object each time it is set; the mode is worked
-out once per object (np.geterr, about 3 us) and then found by its identity (about 0.1 us a call).
+out once per object (np.geterr, about 3 us) and then found by its identity.
 """
 from __future__ import annotations
 
@@ -20,11 +20,14 @@ import numpy as np
 
 from bytegrad.runtime import fpwarn
 
-__all__ = ["kernel_mode"]
+__all__ = ["MODES", "STATE", "kernel_mode"]
 
-#: id of an error state -> (that state, its mode): one entry per state the user (or runtime/fpwarn.py's
-#: redirection, whose "call" is read as reporting) sets
-_MODES: dict[int, tuple[Any, int]] = {}
+#: error state -> its mode (the state objects themselves: hashed by identity, kept while here), one
+#: entry per state the user (or runtime/fpwarn.py's redirection, whose "call" reads as reporting) sets;
+#: a program reads it inline (`MODES.get(STATE.get()) or kernel_mode()`: about 0.1 us)
+MODES: dict[Any, int] = {}
+#: NumPy's error state (a context variable), or None in another NumPy layout
+STATE: Any = fpwarn._EXTOBJ
 
 
 def _mode() -> int:
@@ -36,15 +39,13 @@ def _mode() -> int:
 
 def kernel_mode() -> int:
     """0, 1 or 2 for the current error state: see the module's docstring."""
-    extobj = fpwarn._EXTOBJ
-    if extobj is None:  # (another NumPy layout: read every time)
+    if STATE is None:  # (another NumPy layout: read every time)
         return _mode()
-    state = extobj.get()
-    known = _MODES.get(id(state))
-    if known is not None and known[0] is state:
-        return known[1]
-    mode = _mode()
-    if len(_MODES) > 64:
-        _MODES.clear()
-    _MODES[id(state)] = (state, mode)
+    state = STATE.get()
+    mode = MODES.get(state)
+    if mode is None:
+        mode = _mode()
+        if len(MODES) > 64:
+            MODES.clear()
+        MODES[state] = mode
     return mode

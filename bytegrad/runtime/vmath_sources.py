@@ -55,11 +55,10 @@ def sum_cols(a):
     return acc.astype(a.dtype)
 
 
-def nonfinite(a):  # 0.0, or NaN where an element of `a` is inf or NaN (compiled/numba_fpflag.py)
-    flat = np.asarray(a).ravel()
+def nonfinite_array(a):  # 0.0, or NaN where an element of `a` is inf or NaN (compiled/numba_fpflag.py)
     s = 0.0
-    for i in range(flat.size):
-        s = radd(s, flat[i] - flat[i])
+    for v in a.flat:
+        s = radd(s, v - v)
     return s
 """
 
