@@ -221,3 +221,41 @@ def test_a_fused_kernel_reports_as_the_general_path():
             x[at] = 800.0
         return lambda: (x.copy(),)
     _compare(pairs, [make(), make(), make(3), make(), make(0), make()])
+
+
+def absorbed(x):
+    y = 1.0 / (1.0 + np.exp(-x))  # exp overflows where x < -709, and the division absorbs the inf
+    return np.sum(y[1:] * y[:-1])  # (an index: an array kernel, not an element loop)
+
+
+def test_an_array_kernel_checks_a_value_that_a_later_step_absorbs():
+    def make(at=None):
+        x = np.linspace(-2.0, 2.0, 40)
+        if at is not None:
+            x[at] = -800.0
+        return lambda: (x.copy(),)
+    fast = _compare(absorbed, [make(), make(), make(5), make(), make(0), make()])
+    assert fast.stats()["compiled"]["general_calls"] == 2
+
+
+def weighted(x, w):
+    return np.sum(w[1:] * np.exp(-np.exp(x)[1:]))  # exp overflows where x > 709, exp(-inf) is 0: all finite
+
+
+def test_a_value_off_the_gradients_path_is_checked():
+    """exp(x) is computed (as on the general path) but no cotangent reaches it: only its own check sees
+    the overflow."""
+    def make(at=None):
+        x, w = np.linspace(-2.0, 2.0, 40), np.linspace(1.0, 2.0, 40)
+        if at is not None:
+            x[at] = 800.0
+        return lambda: (x.copy(), w.copy())
+    fast = bytegrad.differentiate(weighted, tier="numba", wrt=1)
+    general = bytegrad.differentiate(weighted, tier="general", wrt=1)
+    for i, call in enumerate([make(), make(), make(5), make(), make(30), make()]):
+        (got, got_w), (want, want_w) = _outcome(fast, call()), _outcome(general, call())
+        assert _same(got, want) and got_w == want_w, f"call {i}: {got, got_w} != general {want, want_w}"
+    info = fast.stats()["compiled"]
+    if [p["backend"] for p in info["programs"]] != ["numba"]:
+        pytest.skip("no Numba program here")
+    assert info["general_calls"] == 2  # (the calls whose exp overflowed went to the general path)

@@ -26,10 +26,15 @@ over and invalid are all "ignore" (the tier's own checks run so) the kernel's va
 """
 from __future__ import annotations
 
+import ast
 import re
-from typing import Any
+from typing import Any, Optional
 
+import numpy as np
+
+from bytegrad.compiled import numba_outline
 from bytegrad.compiled.numba_kernel import SPLIT
+from bytegrad.compiled.source import AST_LOCK
 from bytegrad.runtime import fpstate, kernels
 from bytegrad.runtime.sentinels import FP_ERROR
 
@@ -48,6 +53,8 @@ _ASSIGN = re.compile(r"^(\s*)((?:v|g|t|e|a|r)\d+|total) = (.*)$")
 #: an element loop's sums: the loss, a row's, a float argument's gradient (its reductions: read in the
 #: loop's body, they would no longer vectorise)
 _SUM = re.compile(r"^(total|a\d+|r\d+)$")
+#: a number or a fresh array (zeros, or not yet written): nothing to check
+_MADE = re.compile(r"^-?[0-9.e+-]+$|^np\.(zeros|empty)\(")
 _COPY = re.compile(r"^\(?-?[A-Za-z_]\w*(\[[^\]]*\]|\.T|\.reshape\(\([^()]*\)\))*\)?$|^-?[0-9.e+-]+$"
                    r"|^np\.(empty|zeros|full)\(")
 
@@ -56,8 +63,9 @@ class _Flagged:
     """The lines being written: each top-level value checked after its statement, an element loop's
     values summed once per iteration at the end of their block (`q_`, a tree of additions)."""
 
-    def __init__(self, radd: str, check: str) -> None:
-        self.radd, self.check = radd, check
+    def __init__(self, k: Any, radd: str, check: str, needed: set[int]) -> None:
+        self.k, self.radd, self.check = k, radd, check
+        self.needed = needed  # (the top-level values checked: `_needed`)
         self.out: list[str] = []
         self.started = False
         self.pad = ""
@@ -76,7 +84,7 @@ class _Flagged:
             self.add(f"{self.pad}{FLAG} = {self.radd}({FLAG}, q_ - q_)")
             self.pending = {}
 
-    def line(self, ln: str) -> None:
+    def line(self, n: int, ln: str) -> None:
         pad = ln[:len(ln) - len(ln.lstrip())]
         if pad != self.pad or ln.rstrip().endswith(":"):
             self.flush()
@@ -87,14 +95,121 @@ class _Flagged:
             return
         self.add(ln)
         m = _ASSIGN.match(ln)
-        if m is None or _COPY.match(m[3].strip()):
+        if m is None:
             return
+        name, copy = m[2], _COPY.match(m[3].strip())
         if pad:
-            if not _SUM.match(m[2]):  # (a loop's sums are checked once, after it: `flag`)
-                self.pending[m[2]] = None
-        elif m[2][0] != "r":
-            self.add(f"{FLAG} = {FLAG} + {self.check}({m[2]})")
-            self.checked.add(m[2])
+            if not (copy or _SUM.match(name)):  # (a loop's sums are checked once, after it: `flag`)
+                self.pending[name] = None
+        elif name[0] != "r" and n in self.needed and not _MADE.match(m[3].strip()):
+            self.add(f"{FLAG} = {FLAG} + {self._check(name)}")
+            self.checked.add(name)
+
+    def _check(self, name: str) -> str:
+        """The check of a top-level value: an array's pass, a float's subtraction."""
+        values = self.k.b.tape.values
+        tape = name[0] == "v" and name[1:].isdigit() and int(name[1:]) < len(values)
+        if name in self.k.array or (tape and type(values[int(name[1:])]) is np.ndarray):
+            return f"{self.check}({name})"
+        return f"({name} - {name})" if tape else f"np.sum({name} - {name})"  # (np.sum: a float, or an array)
+
+
+def _needed(lines: list[str], returns: list[str], ns: dict) -> set[int]:
+    """The top-level assignments whose value the kernel checks: all but those whose every later use
+    carries an inf or NaN on into a value that is checked (or carries it on in turn): `a + b`, `a - b`,
+    `a * b` (inf * 0 is NaN), `a @ b`, `-a`, `a / b`'s numerator, `a ** 2`, `.T`, `.reshape`, a sum,
+    an outlined expression of those, a small product's loops. Division by it, `exp`, `tanh`, an index
+    (which may drop the element), a use in a loop or a store, a return: the value is checked."""
+    uses: dict[tuple[str, int], list[Optional[tuple[str, int]]]] = {}  # (name, version) -> into what
+    version: dict[str, int] = {}
+    defs: dict[int, tuple[str, int]] = {}
+    for n, ln in enumerate(lines):
+        m = _ASSIGN.match(ln)
+        flows: dict[str, bool] = {}
+        target = None
+        if m is not None and not m[1]:
+            target = (m[2], version.get(m[2], -1) + 1)
+            with AST_LOCK:
+                tree = ast.parse(m[3].strip(), mode="eval").body
+            _flows(tree, True, ns, flows)
+        else:  # (a line of a loop, a store, a NumPy step: what it reads is not carried)
+            flows = dict.fromkeys(re.findall(r"[A-Za-z_]\w*", ln), False)
+        for name, carried in flows.items():
+            if name in version:
+                uses.setdefault((name, version[name]), []).append(target if carried else None)
+        if target is not None:
+            version[target[0]] = target[1]
+            defs[n] = target
+    for r in returns:  # (what the kernel returns is checked)
+        if r in version:
+            uses.setdefault((r, version[r]), []).append(None)
+    covered: set[tuple[str, int]] = set()
+    needed = set()
+    for n in sorted(defs, reverse=True):  # (a value's uses come after it: their targets are known)
+        into = uses.get(defs[n])
+        if not into or any(t is None or t not in covered for t in into):
+            needed.add(n)
+        covered.add(defs[n])
+    return needed
+
+
+#: functions of a kernel whose result holds an inf or NaN where an argument does (by `__name__`)
+_CARRY = frozenset({"small_matmul", "small_matvec", "small_vecmat", "small_outer", "sum_rows", "sum_cols",
+                    "axis_sum"})
+_CARRY_OPS = (ast.Add, ast.Sub, ast.Mult, ast.MatMult)
+
+
+def _flows(node: ast.AST, carry: bool, ns: dict, flows: dict[str, bool]) -> None:
+    """For each name `node` reads: whether every read of it carries an inf or NaN into the result."""
+    if isinstance(node, ast.Name):
+        flows[node.id] = flows.get(node.id, True) and carry
+        return
+    if isinstance(node, ast.BinOp):
+        op = type(node.op)
+        left = carry and (op in _CARRY_OPS or op is ast.Div or (op is ast.Pow and _positive(node.right)))
+        _flows(node.left, left, ns, flows)
+        _flows(node.right, carry and op in _CARRY_OPS, ns, flows)
+        return
+    if isinstance(node, ast.UnaryOp):
+        _flows(node.operand, carry and isinstance(node.op, (ast.USub, ast.UAdd)), ns, flows)
+        return
+    if isinstance(node, ast.Attribute):
+        _flows(node.value, carry and node.attr == "T", ns, flows)
+        return
+    if isinstance(node, ast.Call):
+        _call(node, carry, ns, flows)
+        return
+    for child in ast.iter_child_nodes(node):  # (an index, a tuple...: not carried)
+        _flows(child, False, ns, flows)
+
+
+def _call(node: ast.Call, carry: bool, ns: dict, flows: dict[str, bool]) -> None:
+    f = node.func
+    carried: list[bool] = [False] * len(node.args)
+    if isinstance(f, ast.Attribute):  # x.reshape(...), x.sum(), x.sum(axis=0), x.copy()
+        _flows(f.value, carry and f.attr in ("reshape", "sum", "copy"), ns, flows)
+    elif isinstance(f, ast.Name):
+        fn = ns.get(f.id)
+        name = getattr(fn, "__name__", "")
+        expr = numba_outline.source_of(fn) if name.startswith("outlined_") else None
+        if expr is not None:  # an outlined expression over a0, a1...
+            inner: dict[str, bool] = {}
+            with AST_LOCK:
+                tree = ast.parse(expr, mode="eval").body
+            _flows(tree, True, {}, inner)
+            carried = [inner.get(f"a{j}", False) for j in range(len(node.args))]
+        elif name in _CARRY or fn is np.ascontiguousarray:
+            carried = [True] * len(node.args)
+        elif fn is np.full and len(node.args) >= 2:
+            carried[1] = True
+    for a, c in zip(node.args, carried):
+        _flows(a, carry and c, ns, flows)
+    for kw in node.keywords:
+        _flows(kw.value, False, ns, flows)
+
+
+def _positive(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and node.value > 0
 
 
 def _tree(names: list[str]) -> str:
@@ -112,14 +227,15 @@ def flag(k: Any, lines: list[str], returns: list[str]) -> tuple[list[str], list[
     vm = kernels.vector_math()
     if not vm:  # (no Numba: no kernel is compiled)
         return [f"{FLAG} = 0.0", *lines], [*returns, FLAG]
-    f = _Flagged(k.names.const(vm["radd"], "radd"), k.names.const(vm["nonfinite"], "vm"))
-    for ln in lines:
-        f.line(ln)
+    f = _Flagged(k, k.names.const(vm["radd"], "radd"), k.names.const(vm["nonfinite_array"], "vm"),
+                 _needed(lines, returns, k.names.ns))
+    for n, ln in enumerate(lines):
+        f.line(n, ln)
     f.pad = ""
     f.flush()
     if not f.started:  # (only NumPy steps)
         f.out.append(f"{FLAG} = 0.0")
-    f.out += [f"{FLAG} = {FLAG} + {f.check}({r})" for r in returns if r not in f.checked]  # (the loop's sums)
+    f.out += [f"{FLAG} = {FLAG} + {f._check(r)}" for r in returns if r not in f.checked]  # (the loop's sums)
     return f.out, [*returns, FLAG]
 
 

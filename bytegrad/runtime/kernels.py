@@ -543,26 +543,8 @@ def _compile_vector_math() -> dict[str, Any]:
         out[f"{name}_array"] = njit(error_model="numpy")(ns[f"{name}_array"])
     exec(compile(vmath_sources.SUMS, "<bytegrad vector math>", "exec"), ns)  # noqa: S102
     ns["radd"] = out["radd"]
-    for name in ("sum_rows", "sum_cols", "nonfinite_array"):
+    for name in ("sum_rows", "sum_cols", "nonfinite_array"):  # (nonfinite_array: compiled/numba_fpflag.py)
         out[name] = njit(error_model="numpy")(ns[name])
-    out["nonfinite"] = _nonfinite(out["nonfinite_array"], njit, nbtypes)
-    keep = names + vmath.GUARDS + ("radd", "sum_rows", "sum_cols", "nonfinite") + tuple(f"{n}_array" for n in names)
+    keep = names + vmath.GUARDS + ("radd", "sum_rows", "sum_cols", "nonfinite_array") + tuple(f"{n}_array" for n in names)
     return {name: out[name] for name in keep}
 
-
-def _nonfinite(array_check: Any, njit: Any, nbtypes: Any) -> Any:
-    """`nonfinite(x)`: 0.0, or NaN where `x`, a float or an array, is or holds an inf or a NaN (a
-    kernel's floating-point check, compiled/numba_fpflag.py); typed once per kernel: `x - x` on a
-    float, `array_check`'s vectorised pass on an array."""
-    from numba.extending import overload
-
-    def check(x):  # (no annotations: Numba compares the typing's signature with the implementation's)
-        raise NotImplementedError("a kernel's function")
-
-    @overload(check, inline="always")
-    def _typed(x):
-        if isinstance(x, nbtypes.Array):
-            return lambda x: array_check(x)
-        return lambda x: x - x
-
-    return njit(error_model="numpy")(lambda x: check(x))
