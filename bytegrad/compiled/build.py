@@ -14,6 +14,7 @@ from bytegrad.compiled import errstate, lower_numpy, made, passes
 from bytegrad.compiled.ir import dump
 from bytegrad.compiled.lower_numpy import Builder, compile_source
 from bytegrad.compiled.parts import paused_and_sized, savable_share, value_only
+from bytegrad.compiled.numba_price import twin_statements
 from bytegrad.compiled.pullback import build_pullback, named_outputs, output_code, output_leaves
 from bytegrad.compiled.source import Ineligible, Inputs, Program, Source, gradient_code, static_guards
 from bytegrad.rules import registry
@@ -96,4 +97,5 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
     return Program(fn, source, src.guards, forward_records, backend=backend, twin=src.kernel_stems, ir=dump(b.ir),
                    passes=passes.dump(b.plan) + "\n" + passes.dump_lowering(skipped, src.reused, b.stmt_of),
                    parts=(src.ns, *src.parts) if numpy else None,
-                   share=savable_share([b.records[i] for i in order if i in b.records]) if numpy else 1.0)
+                   share=savable_share([b.records[i] for i in order if i in b.records]) if numpy else 1.0,
+                   statements=twin_statements([b.records[i] for i in order if i in b.records]) if numpy else 0)

@@ -281,7 +281,7 @@ class Tiers:
             self.capture_s += spent
         # what compiling cost, for the next program's price (a twin Numba loaded from its cache says nothing)
         if isinstance(twin, Program) and not kernels.program_from_disk(twin.twin or ()):
-            COSTS.learn_program(spent, twin.records, imported=not had_numba)
+            COSTS.learn_program(spent, twin.records, imported=not had_numba, statements=prog.statements)
         what = self.code.co_qualname
         if not isinstance(twin, Program):
             run.why_not_numba = twin
@@ -423,7 +423,7 @@ def numba_price(prog: Program) -> float:
     if kernels.disabled():
         return float("inf")
     load = kernels.program_load_price(prog.twin) if prog.twin else None  # a precompile's twin, on disk
-    return COSTS.program_price(prog.records, load, kernels.numba_loaded())
+    return COSTS.program_price(prog.records, load, kernels.numba_loaded(), getattr(prog, "statements", 0))
 
 
 def twin_wins(prog: Program, twin: Program, args: tuple) -> tuple[bool, str]:

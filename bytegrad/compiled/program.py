@@ -19,12 +19,13 @@ class Program:
     compiled/policy.py's record of it (`Tiers.runs`)."""
 
     __slots__ = ("fn", "source", "guards", "records", "backend", "parts", "pullback", "twin", "share", "ir", "passes", "declined",
-                 "_frozen")
+                 "statements", "_frozen")
 
     def __init__(self, fn: Callable[..., Any], source: str, guards: list[Guard] | tuple[Guard, ...], records: int, *,
                  backend: str = "numpy", parts: Optional[tuple[dict[str, Any], str, tuple[int, ...], str]] = None,
                  pullback: bool = False, twin: Optional[tuple[str, ...]] = None, share: float = 1.0,
-                 ir: Optional[str] = None, passes: Optional[str] = None, declined: str = "") -> None:
+                 ir: Optional[str] = None, passes: Optional[str] = None, declined: str = "",
+                 statements: int = 0) -> None:
         self.fn = fn
         self.source = source
         self.guards = tuple(guards)  # its guards (compiled/guards.py), in the order it checks them
@@ -46,6 +47,9 @@ class Program:
         #: why a back end tried before this one declined the capture (tier numba: the Numba back
         #: end's reason, when the NumPy one serves the signature); "" when none was
         self.declined = declined
+        #: the array statements its Numba twin's kernel would have, estimated (0 where the twin would be
+        #: an element loop): what its compile costs beyond its records' (runtime/costs.py `build_price`)
+        self.statements = statements
         self._frozen = True
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -59,7 +63,8 @@ class Program:
 
     def replace(self, **changes: Any) -> "Program":
         """A copy of this program with `changes` (keyword arguments of `Program`)."""
-        fields = {k: getattr(self, k) for k in ("backend", "parts", "pullback", "twin", "share", "ir", "passes", "declined")}
+        fields = {k: getattr(self, k) for k in ("backend", "parts", "pullback", "twin", "share", "ir", "passes", "declined",
+                                                "statements")}
         fields.update(changes)
         fn, source, guards, records = (fields.pop(k, getattr(self, k)) for k in ("fn", "source", "guards", "records"))
         return Program(fn, source, guards, records, **fields)
