@@ -18,16 +18,17 @@ from typing import Any
 
 import numpy as np
 
-from bytegrad.runtime import fpwarn
-
 __all__ = ["MODES", "STATE", "kernel_mode"]
 
 #: error state -> its mode (the state objects themselves: hashed by identity, kept while here), one
 #: entry per state the user (or runtime/fpwarn.py's redirection, whose "call" reads as reporting) sets;
 #: a program reads it inline (`MODES.get(STATE.get()) or kernel_mode()`: about 0.1 us)
 MODES: dict[Any, int] = {}
-#: NumPy's error state (a context variable), or None in another NumPy layout
-STATE: Any = fpwarn._EXTOBJ
+STATE: Any  # NumPy's error state (a context variable, as runtime/fpwarn.py reads it), or None in another layout
+try:
+    from numpy._core.umath import _extobj_contextvar as STATE
+except ImportError:
+    STATE = None
 
 
 def _mode() -> int:
