@@ -259,3 +259,24 @@ def test_a_value_off_the_gradients_path_is_checked():
     if [p["backend"] for p in info["programs"]] != ["numba"]:
         pytest.skip("no Numba program here")
     assert info["general_calls"] == 2  # (the calls whose exp overflowed went to the general path)
+
+
+def weighted_loop(x, w):
+    return np.sum(w * np.exp(-np.exp(x)))  # one element loop: each element's exp checked in it
+
+
+def test_every_element_of_a_loop_is_checked():
+    def make(at=None):
+        x, w = np.linspace(-2.0, 2.0, 40), np.linspace(1.0, 2.0, 40)
+        if at is not None:
+            x[at] = 800.0
+        return lambda: (x.copy(), w.copy())
+    fast = bytegrad.differentiate(weighted_loop, tier="numba", wrt=1)
+    general = bytegrad.differentiate(weighted_loop, tier="general", wrt=1)
+    for i, call in enumerate([make(), make(), make(5), make(), make(0), make(39), make()]):
+        (got, got_w), (want, want_w) = _outcome(fast, call()), _outcome(general, call())
+        assert _same(got, want) and got_w == want_w, f"call {i}: {got, got_w} != general {want, want_w}"
+    info = fast.stats()["compiled"]
+    if [p["backend"] for p in info["programs"]] != ["numba"]:
+        pytest.skip("no Numba program here")
+    assert info["general_calls"] == 3  # (the calls whose exp overflowed, at the first, last or any element)

@@ -113,8 +113,8 @@ class _Flagged:
 
     def _check(self, name: str) -> str:
         """The check of a top-level value: an array's pass, a float's subtraction."""
-        values = self.k.b.tape.values
-        tape = name[0] == "v" and name[1:].isdigit() and int(name[1:]) < len(values)
+        values = self.k.b.tape.values  # (v{i}: record i's value; r{p}: argument p's gradient)
+        tape = name[0] in "vr" and name[1:].isdigit() and int(name[1:]) < len(values)
         if name in self.k.array or (tape and type(values[int(name[1:])]) is np.ndarray):
             return f"{self.check}({name})"
         return f"({name} - {name})" if tape else f"np.sum({name} - {name})"  # (np.sum: a float, or an array)
@@ -237,8 +237,7 @@ def flag(k: Any, lines: list[str], returns: list[str]) -> tuple[list[str], list[
                  _needed(lines, returns, k.names.ns))
     for n, ln in enumerate(lines):
         f.line(n, ln)
-    f.pad = ""
-    f.flush()
+    f.flush()  # (the last block's: a loop's last lines)
     if not f.started:  # (only NumPy steps)
         f.out.append(f"{FLAG} = 0.0")
     f.out += [f"{FLAG} = {FLAG} + {f._check(r)}" for r in returns if r not in f.checked]  # (the loop's sums)
