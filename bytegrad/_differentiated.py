@@ -1,9 +1,8 @@
 """`Differentiated`: a function with derivatives (what `bytegrad.differentiate` returns).
 
-It wires the transform to the runtime for one function: rewrites it for the differentiated
-arguments, runs it with a tape, sweeps the tape backwards and mirrors the gradient; it hands hot
-signatures to the compiled tier (bytegrad/compiled/). The public functions built on it
-(`grad`, `vjp`, `jacobian`...) are bytegrad/api.py's.
+It wires the transform to the runtime for one function: rewrites it for the differentiated arguments,
+runs it with a tape, sweeps the tape backwards and mirrors the gradient; it hands hot signatures to the
+compiled tier (bytegrad/compiled/). `grad`, `vjp`, `jacobian`... are bytegrad/api.py's, built on it.
 """
 from __future__ import annotations
 
@@ -45,13 +44,10 @@ if TYPE_CHECKING:
 
 
 _compiled = _lazy_tiers.compiled  # bytegrad.compiled's policy, imported on first use (it loads bytegrad/compiled/)
-
-
 _perf = time.perf_counter
 
 #: code flags of functions whose call returns a generator or coroutine instead of running the body
 _SUSPENDING = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
-
 
 
 class Differentiated:
@@ -405,7 +401,7 @@ class Differentiated:
             result = self._grad_tiered(args, kwargs, value)
             self._first_s = time.perf_counter() - t0
             return result
-        if cache._PENDING:  # what the first gradient left for later: its rewrites' disk cache entries
+        if cache.PENDING:  # what the first gradient left for later: its rewrites' disk cache entries
             cache.flush_stores()
         return self._grad_tiered(args, kwargs, value)
 

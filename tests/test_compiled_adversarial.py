@@ -1377,9 +1377,6 @@ def sqrt_times(x):
     return np.sum(np.sqrt(x) * x)  # (its derivative divides by zero at x == 0)
 
 
-@pytest.mark.xfail(strict=True, reason="a Numba kernel ignores np.seterr: with all='raise' the general path raises "
-                   "(PullbackError from FloatingPointError) where the Numba program returns a number; a guard on "
-                   "np.geterr() would cost about 3 us per call (np.geterr builds a dict), left to the lead")
 def test_numba_program_under_seterr_raise():
     fast = bytegrad.differentiate(sqrt_times, tier="numba")
     general = bytegrad.differentiate(sqrt_times, tier="general")
@@ -1394,9 +1391,7 @@ def test_numba_program_under_seterr_raise():
         assert got[0] == want[0], f"call {i}: {got} != general {want}"
 
 
-@pytest.mark.parametrize("tier", ["numpy", pytest.param("numba", marks=pytest.mark.xfail(
-    strict=True, reason="a Numba kernel emits no floating-point warnings (NumPy programs report the general "
-    "path's, at the user's line: runtime/fpwarn.py)"))])
+@pytest.mark.parametrize("tier", ["numpy", "numba"])
 def test_floating_point_warnings_match_the_general_path(tier):
     import warnings
 

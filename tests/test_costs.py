@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import types
 
+import numpy as np
 import pytest
 
 from bytegrad.compiled import policy
@@ -131,6 +132,40 @@ def test_the_tiers_price_with_the_process_model(monkeypatch):
     monkeypatch.setattr(kernels, "on_disk", lambda p: False)
     plan = types.SimpleNamespace(n_functions=3)
     assert kernels.cost_estimate(plan) == pytest.approx(4.0 + 3 * 1.0)
-    prog = types.SimpleNamespace(records=10, twin=None)
+    prog = types.SimpleNamespace(records=10, twin=None, rolled=None)
     assert policy.numba_price(prog) == pytest.approx(4.0 + 2.0 + 10 * 0.5)
     assert fused.TIE == costs.KERNEL_TIE
+
+
+def test_an_array_kernels_statements_are_priced_as_an_outlined_compile():
+    """A twin that is an array kernel compiles each array statement as a loop of its own (compiled/
+    numba_price.py: about 11 ms each, ten times a record's 2.5 ms): its price counts them."""
+    m = model(fixed=0.2, per_op=0.0025, per_statement=0.011)
+    assert m.build_price(282) == pytest.approx(0.2 + 282 * 0.0025)  # an element loop's twin
+    assert m.build_price(282, 592) == pytest.approx(0.2 + 282 * 0.0025 + 592 * 0.011)  # RK4, 8 steps: ~7 s
+    assert m.program_price(282, None, numba_loaded=True, statements=592) == pytest.approx(m.build_price(282, 592))
+    assert costs.DEFAULTS["per_statement"] >= 4 * costs.DEFAULTS["per_op"]  # (the default follows the measurement)
+    m.learn_program(0.2 + 282 * 0.002 + 592 * 0.011, 282, imported=False, statements=592)  # their share is taken off
+    assert m.seconds["per_op"] == pytest.approx(0.5 * 0.0025 + 0.5 * 0.002)
+
+
+def test_the_tier_prices_a_programs_twin_by_its_statements(monkeypatch):
+    m = model(**{"import": 4.0, "fixed": 2.0, "per_op": 0.5, "per_statement": 0.25})
+    monkeypatch.setattr(policy, "COSTS", m)
+    monkeypatch.setattr(kernels, "numba_loaded", lambda: True)
+    monkeypatch.setattr(kernels, "disabled", lambda: False)
+    prog = types.SimpleNamespace(records=10, twin=None, rolled=None, statements=12)
+    assert policy.numba_price(prog) == pytest.approx(2.0 + 10 * 0.5 + 12 * 0.25)
+
+
+def test_the_statements_of_a_twin_are_estimated_from_its_records():
+    from bytegrad.compiled.numba_price import twin_statements
+
+    def rec(kind, fn, out, *args):
+        return types.SimpleNamespace(kind=kind, fn=fn, out=out, args=args)
+    x = np.ones(8)
+    chain = [rec("elementwise", np.sin, x, x), rec("elementwise", np.multiply, x, x, x), rec("reduce", np.sum, 1.0, x)]
+    assert twin_statements(chain) == 0  # an element loop
+    matvec = [rec("form", np.matmul, x, np.ones((8, 8)), x), *chain]
+    assert twin_statements(matvec) == 2 * 3  # forward and reverse of each array step
+    assert twin_statements([]) == 0

@@ -31,7 +31,7 @@ def disk(tmp_path, monkeypatch):
     diskcache._reset_for_tests()
     cache.clear()
     yield path
-    cache._PENDING.clear()
+    cache.PENDING.clear()
     diskcache._reset_for_tests()
     cache.clear()
 
@@ -54,9 +54,9 @@ X = np.linspace(-1.0, 1.0, 5)
 def test_first_gradient_defers_the_store_and_the_second_writes_it(disk):
     f = bytegrad.differentiate(cube_loss)
     np.testing.assert_allclose(f.grad(X), cube_grad(X))
-    assert len(cache._PENDING) == 1 and not _entries(disk)  # nothing written by the first gradient
+    assert len(cache.PENDING) == 1 and not _entries(disk)  # nothing written by the first gradient
     np.testing.assert_allclose(f.grad(X), cube_grad(X))
-    assert not cache._PENDING and len(_entries(disk)) == 1
+    assert not cache.PENDING and len(_entries(disk)) == 1
     cache.clear()  # the entry loads in place of a rewrite
     rewrites = cache.disk_stats()["rewrites"]
     np.testing.assert_allclose(bytegrad.differentiate(cube_loss).grad(X), cube_grad(X))
@@ -77,7 +77,7 @@ def test_assumptions_are_those_of_the_rewrite_not_of_the_flush(disk):
     from bytegrad.rules import registry
 
     np.testing.assert_allclose(bytegrad.grad(uses_helper)(X), 2 * X)
-    assert cache._PENDING
+    assert cache.PENDING
     try:
         @bytegrad.rrule(helper)
         def helper_rrule(x):
@@ -98,11 +98,11 @@ def test_assumptions_are_those_of_the_rewrite_not_of_the_flush(disk):
 
 def test_pending_entry_is_not_written_into_another_directory(disk, tmp_path, monkeypatch):
     np.testing.assert_allclose(bytegrad.grad(cube_loss)(X), cube_grad(X))
-    assert cache._PENDING
+    assert cache.PENDING
     other = tmp_path / "other"
     monkeypatch.setattr(bytegrad.config, "cache_dir", str(other))
     cache.flush_stores()
-    assert not cache._PENDING
+    assert not cache.PENDING
     assert not list(other.rglob("*.bgc")) and not _entries(disk)
 
 
@@ -116,7 +116,7 @@ def loss(x):
     return np.sum(np.tanh(x) ** 2)
 
 g = bytegrad.grad(loss)(np.linspace(-1, 1, 4))
-print(json.dumps(dict(pending=len(cache._PENDING), stores=cache._disk["disk_stores"],
+print(json.dumps(dict(pending=len(cache.PENDING), stores=cache._disk["disk_stores"],
                       rewrites=cache._disk["rewrites"], hits=cache._disk["disk_hits"])))
 '''
 
@@ -143,5 +143,5 @@ def test_pending_entries_are_bounded(disk, monkeypatch):
     for i in range(3):
         exec(f"def f{i}(x):\n    return np.sum(np.sin(x) * {i + 1}.0)\n", ns)  # noqa: S102
         np.testing.assert_allclose(bytegrad.grad(ns[f"f{i}"])(X), np.cos(X) * (i + 1))
-        assert len(cache._PENDING) == (i + 1 if i < 2 else 0)
+        assert len(cache.PENDING) == (i + 1 if i < 2 else 0)
     assert len(_entries(disk)) == 3

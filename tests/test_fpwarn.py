@@ -167,8 +167,6 @@ def test_the_error_state_is_read_on_every_gradient(tier):
         np.seterr(**old)
 
 
-@pytest.mark.xfail(strict=True, reason="a Numba kernel meets floating-point errors without NumPy's reporting "
-                   "(docs/compiled.md, Not yet)")
 def test_a_numba_kernels_warnings():
     pytest.importorskip("numba")
 

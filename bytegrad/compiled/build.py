@@ -14,6 +14,7 @@ from bytegrad.compiled import errstate, lower_numpy, made, passes, roll
 from bytegrad.compiled.ir import dump
 from bytegrad.compiled.lower_numpy import Builder, compile_source
 from bytegrad.compiled.parts import paused_and_sized, savable_share, value_only
+from bytegrad.compiled.numba_price import twin_statements
 from bytegrad.compiled.pullback import build_pullback, named_outputs, output_code, output_leaves
 from bytegrad.compiled.source import Ineligible, Inputs, Program, Source, gradient_code, static_guards
 from bytegrad.rules import registry
@@ -71,18 +72,7 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
         output_leaves(aux[0], tape, aux_leaves)
     order, depends = b.read([out_idx, *aux_leaves])
     if backend == "numba":
-        from bytegrad.compiled import lower_numba
-
-        try:
-            result_var, state, forward_records = lower_numba.emit(b, order, depends, out_idx)
-        except (Ineligible, RecursionError, MemoryError):
-            raise
-        except Exception as exc:  # (a fault of the Numba lowering: its NumPy program stays, with the reason)
-            from bytegrad.compiled.policy import log
-
-            log().warning("the Numba back end failed on %s: %r", code.co_name, exc)
-            raise Ineligible(f"the Numba back end failed ({type(exc).__name__}: {exc}); its NumPy program runs "
-                             "(please report it)") from exc
+        result_var, state, forward_records = _numba_emit(b, order, depends, out_idx, code)
     else:
         result_var, state, forward_records = lower_numpy.emit(b, order, depends, out_idx)
         errstate.wrap(b, code, fn_globals)  # (the steps inside `with np.errstate(...)` run under it)
@@ -103,9 +93,29 @@ def build(tape: Tape, call_args: tuple, specs: list, wrt: tuple[int, ...], out: 
         source += "\n# the Numba kernel it calls\n" + src.kernel_source
     numpy = backend == "numpy"
     rolled = roll.of(b)  # (a repeated step: its Numba twin writes it once, in a loop; compiled/roll.py)
+    repeated = {i for rep in rolled.reps[:-1] for i in rep} if rolled else set()  # (the twin writes the last one)
     return Program(fn, source, src.guards, forward_records, backend=backend, twin=src.kernel_stems, ir=dump(b.ir),
                    passes=passes.dump(b.plan) + "\n" + passes.dump_lowering(skipped, src.reused, b.stmt_of)
                    + ("\n" + roll.dump(rolled) if rolled else ""),
                    rolled=len(b.ir.ops) - rolled.saved if rolled else None,
                    parts=(src.ns, *src.parts) if numpy else None,
-                   share=savable_share([b.records[i] for i in order if i in b.records]) if numpy else 1.0)
+                   share=savable_share([b.records[i] for i in order if i in b.records]) if numpy else 1.0,
+                   statements=twin_statements([b.records[i] for i in order if i in b.records and i not in repeated])
+                   if numpy else 0)
+
+
+def _numba_emit(b: Builder, order: list[int], depends: set[int], out_idx: int, code: types.CodeType) -> Any:
+    """lower_numba.emit; an unexpected error in it (a fault of the Numba lowering) is the Numba back end
+    declining, with the error in the reason and a warning on the `bytegrad` logger: the NumPy program stays."""
+    from bytegrad.compiled import lower_numba
+
+    try:
+        return lower_numba.emit(b, order, depends, out_idx)
+    except (Ineligible, RecursionError, MemoryError):
+        raise
+    except Exception as exc:
+        from bytegrad.compiled.policy import log
+
+        log().warning("the Numba back end failed on %s: %r", code.co_name, exc)
+        raise Ineligible(f"the Numba back end failed ({type(exc).__name__}: {exc}); its NumPy program runs "
+                         "(please report it)") from exc

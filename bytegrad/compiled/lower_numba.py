@@ -18,13 +18,12 @@ last bits: a kernel is kept only when its first result agrees with the general p
 relative (bytegrad/compiled/policy.py). A program that ends in the sum of an elementwise chain with
 broadcast operands is one loop nest (compiled/numba_fused.py). Other array kernels are cut in parts
 around each large exp2, log2 or log10 (`_SIMD`, from `HYBRID_MIN` elements): the wrapper calls
-NumPy's ufunc between two Numba calls, the same call the general path makes. (Numba's own SIMD math,
-SVML, needs an llvmlite built with it; the pip wheels are not, so installing icc_rt changes nothing.)
+NumPy's ufunc between two Numba calls, the same call the general path makes (Numba's own SIMD math,
+SVML, needs an llvmlite built with it: not the pip wheels').
 
 A kernel whose constants can be imported by name (compiled/numba_kernel.py) is a module of the cache
 directory with Numba's `cache=True`, so a process that writes the same kernel again (a precompiled
-twin) loads it from Numba's cache instead of compiling it.
-"""
+twin) loads it from Numba's cache instead of compiling it."""
 from __future__ import annotations
 
 import ast
@@ -38,7 +37,7 @@ import numpy as np
 from bytegrad import _operators
 from bytegrad.errors import qualname
 from bytegrad.rules._apply import shape_of
-from bytegrad.compiled import numba_decide, numba_fused as program_fused, numba_outline, numba_roll
+from bytegrad.compiled import numba_decide, numba_fpflag, numba_fused as program_fused, numba_outline, numba_roll
 from bytegrad.runtime import kernels, vmath
 from bytegrad.runtime.backward import partial_uses, singular_partial
 from bytegrad.compiled.lower_numpy import Builder, Ineligible
@@ -535,9 +534,8 @@ def emit(b: Builder, order: list[int], depends: set[int], out_idx: int) -> tuple
 def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params: list[str], call: list[str],
             leaves: list[int], out_idx: int, n_records: int, owned: frozenset = frozenset()
             ) -> tuple[str, dict[int, int], int]:
-    """The kernel compiled and its call written; an array cotangent it returns is `owned` (an array
-    it made and holds nowhere else) or returned as a copy, so that the wrapper hands it over without
-    a copy of its own (an array a kernel returns always has a base: Numba's memory record)."""
+    """The kernel compiled and its call written; an array cotangent it returns is `owned` (made there, held nowhere
+    else) or returned as a copy, so the wrapper hands it over uncopied (a kernel's array always has a base)."""
     src = b.src
     out = b.tape.values[out_idx]
     if k.raising:  # an operation that raises on the general path met a raising case: a NaN loss
@@ -545,6 +543,9 @@ def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params
             raise Ineligible("Python's float division or a `math` function whose exceptions a kernel with an "
                              "array output cannot report")
         lines = ["bad_ = False", *lines, f"{returns[0]} = np.nan if bad_ else {returns[0]}"]
+    decided = returns[-1:] if returns[-1] == numba_decide.FLAG else []  # (numba_decide's flag, returned last)
+    lines, returns = numba_fpflag.flag(k, lines, returns[:len(returns) - len(decided)])  # (after() below)
+    returns += decided
     state = {p: SET for p in leaves}
     if not k.splits:
         for n, p in enumerate(leaves, 1):
@@ -555,7 +556,8 @@ def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params
     parts = kernel_parts(lines, returns, set(k.names.ns)) if k.splits else [(lines, params, [])]
     result = f"v{out_idx}_out"
     sources = []
-    targets = f"{result}, {''.join(f'{g}, ' for g in [f'g{p}' for p in leaves] + returns[1 + len(leaves):])}"
+    targets = f"{result}, {''.join(f'g{p}, ' for p in leaves)}{numba_fpflag.TARGET}, {''.join(f'{d}, ' for d in decided)}"
+    numba_fpflag.before(src)
     for n, (body, reads, gives) in enumerate(parts):
         last = n == len(parts) - 1
         if body[0].startswith(SPLIT):  # a NumPy ufunc between two kernel parts
@@ -576,11 +578,10 @@ def _finish(b: Builder, k: _Kernel, lines: list[str], returns: list[str], params
         sources.append(source)
         gets = targets if last else "".join(f"{g}, " for g in gives)
         src.emit(f"{gets}= {src.const(fn, 'K')}({', '.join(args)})")
-    if returns[-1] == numba_decide.FLAG:  # a decision came out otherwise: before the kernel's results are read
+    if decided:  # a decision came out otherwise: before the kernel's results are read
         src.emit(f"if {numba_decide.FLAG}: return DECIDED")
-    if type(out) is not _ndarray:  # the general path's scalar type (np.float64 from a sum)
-        # an inf or NaN loss: NumPy would have met a floating-point error, which the general path
-        # reports as the user's error state says (a warning at the user's line, FloatingPointError)
+    numba_fpflag.after(src)
+    if type(out) is not _ndarray:  # the general path's scalar type (np.float64 from a sum); an inf or NaN loss
         src.emit(f"if {result} - {result} != 0.0: return MISS")
         src.emit(f"if value: {result} = {src.const(type(out), 'T')}({result})")  # (grad drops it)
     src.kernel_source = "\n".join(sources)

@@ -41,7 +41,7 @@ from bytegrad.rules import pytrees
 from bytegrad.compiled.objects import shift_wrt as shift_wrt  # (_differentiated.py's, re-exported)
 from bytegrad.runtime.costs import MODEL as COSTS
 from bytegrad.runtime.fpwarn import HOLDERS as _FP_HOLDERS, redirect as _redirect, restore as _restore
-from bytegrad.runtime.sentinels import DECIDED, MISS
+from bytegrad.runtime.sentinels import DECIDED, FP_ERROR, MISS
 
 if TYPE_CHECKING:  # (compiled/lower_numpy.py is imported by the first capture or load, not by a first gradient)
     from bytegrad.compiled.lower_numpy import Program
@@ -185,7 +185,11 @@ class Tiers:
                 self.general_calls += 1
                 return MISS
             finally:
-                _restore(token, result is not MISS and result is not DECIDED)
+                _restore(token, result is not MISS and result is not DECIDED and result is not FP_ERROR)
+            if result is FP_ERROR:  # a Numba kernel met a floating-point error: the general path reports it
+                run.calls -= 1      # (compiled/numba_fpflag.py), with no capture
+                self.general_calls += 1
+                return MISS
             if result is not MISS and result is not DECIDED:
                 self.compiled_calls += 1
                 if timed:  # one call in 16 is timed: the ski-rental meter of the Numba back end, which
@@ -303,7 +307,7 @@ class Tiers:
             self.capture_s += spent
         # what compiling cost, for the next program's price (a twin Numba loaded from its cache says nothing)
         if isinstance(twin, Program) and not kernels.program_from_disk(twin.twin or ()):
-            COSTS.learn_program(spent, twin.records, imported=not had_numba)
+            COSTS.learn_program(spent, twin.records, imported=not had_numba, statements=prog.statements)
         what = self.code.co_qualname
         if not isinstance(twin, Program):
             run.why_not_numba = twin
@@ -445,7 +449,8 @@ def numba_price(prog: Program) -> float:
     if kernels.disabled():
         return float("inf")
     load = kernels.program_load_price(prog.twin) if prog.twin else None  # a precompile's twin, on disk
-    return COSTS.program_price(prog.rolled or prog.records, load, kernels.numba_loaded())  # (rolled: compiled/roll.py)
+    return COSTS.program_price(prog.rolled or prog.records, load, kernels.numba_loaded(),  # (rolled: compiled/roll.py)
+                               getattr(prog, "statements", 0))
 
 
 def twin_wins(prog: Program, twin: Program, args: tuple) -> tuple[bool, str]:

@@ -19,13 +19,13 @@ class Program:
     compiled/policy.py's record of it (`Tiers.runs`)."""
 
     __slots__ = ("fn", "source", "guards", "records", "backend", "parts", "pullback", "twin", "share", "ir", "passes", "declined",
-                 "rolled", "_frozen")
+                 "rolled", "statements", "_frozen")
 
     def __init__(self, fn: Callable[..., Any], source: str, guards: list[Guard] | tuple[Guard, ...], records: int, *,
                  backend: str = "numpy", parts: Optional[tuple[dict[str, Any], str, tuple[int, ...], str]] = None,
                  pullback: bool = False, twin: Optional[tuple[str, ...]] = None, share: float = 1.0,
                  ir: Optional[str] = None, passes: Optional[str] = None, declined: str = "",
-                 rolled: Optional[int] = None) -> None:
+                 rolled: Optional[int] = None, statements: int = 0) -> None:
         self.fn = fn
         self.source = source
         self.guards = tuple(guards)  # its guards (compiled/guards.py), in the order it checks them
@@ -50,6 +50,9 @@ class Program:
         #: of a NumPy program with a repeated step, the records of its Numba twin, which writes the step once in
         #: a loop (compiled/roll.py): what compiling the twin is priced by; None where it is `records`
         self.rolled = rolled
+        #: the array statements its Numba twin's kernel would have, estimated (0 where the twin would be
+        #: an element loop): what its compile costs beyond its records' (runtime/costs.py `build_price`)
+        self.statements = statements
         self._frozen = True
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -63,7 +66,8 @@ class Program:
 
     def replace(self, **changes: Any) -> "Program":
         """A copy of this program with `changes` (keyword arguments of `Program`)."""
-        fields = {k: getattr(self, k) for k in ("backend", "parts", "pullback", "twin", "share", "ir", "passes", "declined", "rolled")}
+        fields = {k: getattr(self, k) for k in ("backend", "parts", "pullback", "twin", "share", "ir", "passes", "declined",
+                                                "rolled", "statements")}
         fields.update(changes)
         fn, source, guards, records = (fields.pop(k, getattr(self, k)) for k in ("fn", "source", "guards", "records"))
         return Program(fn, source, guards, records, **fields)

@@ -12,7 +12,9 @@ The figures, in seconds (`CostModel.seconds`):
 
 - `import`: importing Numba (paid once a process, by whichever tier first needs it);
 - `compile`, `load`: compiling one kernel function, or loading it from Numba's disk cache;
-- `fixed`, `per_op`: compiling a program twin, a fixed part and a part per operation.
+- `fixed`, `per_op`: compiling a program twin, a fixed part and a part per operation;
+- `per_statement`: and a part per array statement of its kernel (compiled/numba_price.py: an
+  outlined statement compiles in about 11 ms, RK4 programs of 148-592 statements).
 
 Defaults are from a 2-core VM (`import numba` 0.35-0.45 s; the first module a process loads from
 Numba's cache 0.73-0.81 s for two functions, later loads cheap; compiling 0.4-0.5 s per kernel
@@ -33,7 +35,8 @@ from typing import Iterable, Optional
 __all__ = ["CostModel", "KERNEL_TIE", "MODEL", "TWIN_MARGIN"]
 
 #: the defaults (see the module's docstring)
-DEFAULTS: dict[str, float] = {"import": 0.45, "compile": 0.40, "load": 0.20, "fixed": 0.2, "per_op": 0.0025}
+DEFAULTS: dict[str, float] = {"import": 0.45, "compile": 0.40, "load": 0.20, "fixed": 0.2, "per_op": 0.0025,
+                             "per_statement": 0.011}
 #: the figures a later process takes from the disk cache (a program twin's are learned anew each process)
 PERSISTED = ("import", "compile", "load")
 #: a twin replaces its NumPy program where it takes less than this share of its time
@@ -75,16 +78,17 @@ class CostModel:
         """Seconds loading `n_modules` kernel modules from Numba's cache costs, once Numba is imported."""
         return self._figures()["load"] * n_modules
 
-    def build_price(self, records: int) -> float:
-        """Seconds compiling a program twin of `records` operations costs, once Numba is imported."""
+    def build_price(self, records: int, statements: int = 0) -> float:
+        """Seconds compiling a program twin of `records` operations and `statements` array statements
+        (compiled/numba_price.py) costs, once Numba is imported."""
         s = self._figures()
-        return s["fixed"] + s["per_op"] * records
+        return s["fixed"] + s["per_op"] * records + s["per_statement"] * statements
 
-    def program_price(self, records: int, load: Optional[float], numba_loaded: bool) -> float:
+    def program_price(self, records: int, load: Optional[float], numba_loaded: bool, statements: int = 0) -> float:
         """Seconds a program twin costs now: importing Numba unless `numba_loaded`, then compiling
         it, or loading it where that is cheaper (`load`: `load_price` of its modules where all are
         on disk, a precompile's twin; None where one is not)."""
-        build = self.build_price(records)
+        build = self.build_price(records, statements)
         return (0.0 if numba_loaded else self._figures()["import"]) + (build if load is None else min(load, build))
 
     @staticmethod
@@ -132,12 +136,13 @@ class CostModel:
         """A fused site's kernels took `per_function` seconds each to load (`loaded`) or compile."""
         self.seconds["load" if loaded else "compile"] = per_function
 
-    def learn_program(self, seconds: float, records: int, imported: bool) -> None:
+    def learn_program(self, seconds: float, records: int, imported: bool, statements: int = 0) -> None:
         """A program twin of `records` operations took `seconds` to capture and compile, importing
-        Numba too where `imported` (its figure is taken off). One compile moves the per-operation
-        figure halfway to what it measured, at most to PER_OP_MAX, never below PER_OP_MIN."""
+        Numba too where `imported` (its figure is taken off, and so are its `statements`' at
+        `per_statement`). One compile moves the per-operation figure halfway to what it measured,
+        at most to PER_OP_MAX, never below PER_OP_MIN."""
         s = self._figures()
-        seconds -= s["import"] if imported else 0.0
+        seconds -= (s["import"] if imported else 0.0) + s["per_statement"] * statements
         per_op = min(PER_OP_MAX, max(0.0, seconds - s["fixed"]) / max(records, 1))
         s["per_op"] = max(PER_OP_MIN, 0.5 * s["per_op"] + 0.5 * per_op)
 

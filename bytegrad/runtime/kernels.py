@@ -543,7 +543,8 @@ def _compile_vector_math() -> dict[str, Any]:
         out[f"{name}_array"] = njit(error_model="numpy")(ns[f"{name}_array"])
     exec(compile(vmath_sources.SUMS, "<bytegrad vector math>", "exec"), ns)  # noqa: S102
     ns["radd"] = out["radd"]
-    for name in ("sum_rows", "sum_cols"):
+    for name in ("sum_rows", "sum_cols", "nonfinite_array"):  # (nonfinite_array: compiled/numba_fpflag.py)
         out[name] = njit(error_model="numpy")(ns[name])
-    keep = names + vmath.GUARDS + ("radd", "sum_rows", "sum_cols") + tuple(f"{n}_array" for n in names)
+    keep = names + vmath.GUARDS + ("radd", "sum_rows", "sum_cols", "nonfinite_array") + tuple(f"{n}_array" for n in names)
     return {name: out[name] for name in keep}
+

@@ -3,7 +3,7 @@ compiled/source.py, so that `bytegrad.api` can test for them without importing t
 machinery (bytegrad.compiled and bytegrad/compiled/ load when a function is first differentiated)."""
 from __future__ import annotations
 
-__all__ = ["MISS", "DECIDED"]
+__all__ = ["MISS", "DECIDED", "FP_ERROR"]
 
 
 class _Miss:
@@ -20,3 +20,8 @@ class _Miss:
 MISS = _Miss("MISS")
 #: what it returns when a decision on data came out otherwise than at capture (then too)
 DECIDED = _Miss("DECIDED")
+#: what a Numba program returns when its kernel met a floating-point error (an inf or NaN) that the
+#: user's error state reports, or when that state asks for what a kernel cannot see (underflow):
+#: the call runs on the general path, which reports it, and no capture follows
+#: (compiled/numba_fpflag.py)
+FP_ERROR = _Miss("FP_ERROR")

@@ -53,6 +53,13 @@ def sum_cols(a):
         for j in range(m):
             acc[j] += a[i, j]
     return acc.astype(a.dtype)
+
+
+def nonfinite_array(a):  # 0.0, or NaN where an element of `a` is inf or NaN (compiled/numba_fpflag.py)
+    s = 0.0
+    for v in a.flat:
+        s = radd(s, v - v)
+    return s
 """
 
 ARRAY_MATH = """

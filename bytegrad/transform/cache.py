@@ -371,7 +371,7 @@ def _rewrite_cached(code: types.CodeType, active: frozenset[str], immutable: fro
 # definition alone) does not change after the rewrite. An entry is written only into the directory
 # it was made for.
 
-_PENDING: list[tuple[str, types.CodeType, types.CodeType, tuple, Optional[str]]] = []
+PENDING: list[tuple[str, types.CodeType, types.CodeType, tuple, Optional[str]]] = []
 #: past this many pending entries the rewrite that adds one writes them all (a program that
 #: differentiates thousands of functions once each does not hold them all until exit)
 PENDING_LIMIT = 64
@@ -380,8 +380,8 @@ _exit_hook = [False]
 
 def _defer_store(key: str, code: types.CodeType, new_code: types.CodeType, frozen: tuple,
                  directory: Optional[str]) -> None:
-    _PENDING.append((key, code, new_code, frozen, directory))
-    if len(_PENDING) > PENDING_LIMIT:
+    PENDING.append((key, code, new_code, frozen, directory))
+    if len(PENDING) > PENDING_LIMIT:
         flush_stores()
     if not _exit_hook[0]:
         import atexit
@@ -394,9 +394,9 @@ def flush_stores() -> None:
     """Write the rewrites made since the last flush into the disk cache (see above)."""
     from bytegrad.runtime import diskcache
 
-    while _PENDING:
+    while PENDING:
         try:
-            key, code, new_code, frozen, directory = _PENDING.pop(0)
+            key, code, new_code, frozen, directory = PENDING.pop(0)
         except IndexError:  # another thread took the last one
             return
         if diskcache.cache_dir() != directory:
