@@ -1209,6 +1209,25 @@ def appends_then_passes_a_made_array_by_keyword():
     return f, step, lambda: list(hist)
 
 
+def vectorized_helper():
+    def helper(t):
+        return t * t + 1.0
+
+    def f(x):  # (np.vectorize's rule makes a leaf per element in the run: differentiated, as on the general path)
+        return np.sum(np.vectorize(helper)(x))
+
+    def step(i):
+        return (_x(i, 3),), {}
+    return f, step, lambda: None
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_leaves_a_rule_makes_in_the_capture_run_are_differentiated(tier):
+    """The capture's gradient pass once skipped the records of leaves a rule made in the run (they
+    depended on no argument leaf), so the capture call of np.vectorize returned a zero gradient."""
+    agree(vectorized_helper, tier)
+
+
 PLAIN_FLOAT_EFFECTS = [appends_then_needs_a_rule_for_a_plain_float, draws_then_needs_a_rule_for_a_plain_float,
                        counts_then_needs_a_rule_for_a_plain_float, callback_then_needs_a_rule_for_a_plain_float,
                        appends_then_a_rule_refuses_a_plain_array, appends_then_passes_a_made_array_by_keyword]

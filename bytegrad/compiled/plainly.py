@@ -6,8 +6,9 @@ tracked value in the capture run only: raising there (NoRuleError) and running t
 general path would repeat the effects the body had before that point (an append, an RNG draw, a print).
 
 So the capture tape knows which of its leaves are differentiated (`Roots`: the leaves made while the
-call's arguments are prepared, outside the preparation of the arguments it does not differentiate), and
-which records depend on them (through their parents). At an operation with no rule (runtime/dispatch.py,
+call's arguments are prepared, outside the preparation of the arguments it does not differentiate, and
+those a rule makes in the run, as the general path does, np.vectorize's per element; not the values
+read from globals and cells, nor the arrays made from constants), and which records depend on them (through their parents). At an operation with no rule (runtime/dispatch.py,
 runtime/operators.py ask `tape.plain`):
 - no operand depends on a differentiated leaf: the general path tracks none of them and runs the operation
   as it is, so the run does the same and goes on; the capture is refused (the reason names the function and
@@ -62,8 +63,8 @@ def track_read(tape: Any, value: Any) -> None:
     """`CaptureTape.track_read` (compiled/objects.py): a value read from a global or a cell is not
     differentiated; `ARGS_DONE` ends the arguments' preparation."""
     roots = tape.roots
-    if value is ARGS_DONE:
-        roots.phase = False
+    if value is ARGS_DONE:  # (a leaf a rule makes in the run, np.vectorize's per element, the general path
+        roots.phase = True  # makes too: differentiated, as there; the capture's made arrays are not, `_depends`)
         return
     phase, roots.phase = roots.phase, False
     try:
@@ -123,7 +124,7 @@ def _depends(tape: Any, idx: int) -> Optional[bool]:
     for i in range(len(dep), len(nodes)):
         node = nodes[i]
         if node is None:
-            dep.append(i in roots.wrt)
+            dep.append(i in roots.wrt and i not in tape.made)
             continue
         found: list[int] = []
         if type(node) is not tuple or len(node) < 2 or not _indices(node[1], found):
