@@ -54,7 +54,7 @@ RTOL, ATOL = 1e-10, 1e-14
 
 def test_the_rnn_reaches_its_numba_twin_under_auto_after_the_meter(monkeypatch):
     monkeypatch.setattr(costs.MODEL, "seconds", {**costs.MODEL.seconds, "import": 0.0, "fixed": 0.0, "per_op": 0.0,
-                                                 "load": 0.0})  # any time pays
+                                                 "per_statement": 0.0, "load": 0.0})  # any time pays
     monkeypatch.setattr(policy, "twin_wins", lambda prog, twin, args: (True, "the test keeps the twin"))
     fast = bytegrad.differentiate(fresh(rnn), wrt=(0, 1, 2), tier="auto")
     general = bytegrad.differentiate(rnn, wrt=(0, 1, 2), tier="general")

@@ -256,7 +256,7 @@ def flag(k: Any, lines: list[str], returns: list[str]) -> tuple[list[str], list[
     vm = kernels.vector_math()
     if not vm:  # (no Numba: no kernel is compiled)
         return [f"{FLAG} = 0.0", *lines], [*returns, FLAG]
-    f = _Flagged(k, k.names.const(vm["radd"], "radd"), k.names.const(vm["nonfinite_array"], "vm"),
+    f = _Flagged(k, k.names.const(vm["radd"], "radd"), k.names.const(vm["nonfinite_array"], "nf"),
                  _needed(lines, returns, k.names.ns))
     for n, ln in enumerate(lines):
         f.line(n, ln)

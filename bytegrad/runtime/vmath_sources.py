@@ -55,9 +55,9 @@ def sum_cols(a):
     return acc.astype(a.dtype)
 
 
-def nonfinite_array(a):  # 0.0, or NaN where an element of `a` is inf or NaN (compiled/numba_fpflag.py)
+def nonfinite_array(a):  # 0.0, or NaN where an element of `a` (an array or a float) is inf or NaN (numba_fpflag)
     s = 0.0
-    for v in a.flat:
+    for v in np.asarray(a).flat:
         s = radd(s, v - v)
     return s
 """
