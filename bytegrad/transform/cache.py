@@ -7,6 +7,7 @@ oldest is dropped and a warning, once, names the argument that keeps changing.
 from __future__ import annotations
 
 import _thread
+import sys
 import types
 import warnings
 from collections import OrderedDict
@@ -381,13 +382,21 @@ _exit_hook = [False]
 def _defer_store(key: str, code: types.CodeType, new_code: types.CodeType, frozen: tuple,
                  directory: Optional[str]) -> None:
     PENDING.append((key, code, new_code, frozen, directory))
-    if len(PENDING) > PENDING_LIMIT:
+    if len(PENDING) > PENDING_LIMIT or _worker_process():
         flush_stores()
     if not _exit_hook[0]:
         import atexit
 
         _exit_hook[0] = True
         atexit.register(flush_stores)
+
+
+def _worker_process() -> bool:
+    """Whether this is a process multiprocessing started (a Pool's worker, a Dask worker): its pool may
+    end it without running `atexit` (`Pool.terminate`, which `with Pool(...)` calls), and its rewrites
+    are what the disk cache shares with the other workers, so it writes them at once."""
+    mp = sys.modules.get("multiprocessing")
+    return mp is not None and mp.parent_process() is not None
 
 
 def flush_stores() -> None:
