@@ -127,3 +127,41 @@ def test_a_program_guarding_the_object_is_not_stored(tmp_path):
     with bytegrad.config.override(cache_dir=str(tmp_path)):
         out = bytegrad.precompile(make_unrolled(), *_data(0))
     assert out["programs_stored"] == 0, out
+
+
+SCALE = [1.0]
+
+
+class Computed:
+    def __init__(self):
+        self.k = 2.0
+
+    @property
+    def lr(self):  # (computed when read, from a list a guard cannot fix)
+        return SCALE[0]
+
+
+def reads_a_property_of_the_default(x, hp=Computed()):
+    return np.sum(x * hp.lr * hp.k)
+
+
+def reads_a_property_of_a_built_config(x):
+    hp = Computed()
+    return np.sum(x * hp.lr * hp.k)
+
+
+@pytest.mark.parametrize("fn", [reads_a_property_of_the_default, reads_a_property_of_a_built_config])
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_property_read_off_a_config_is_not_a_constant(tier, fn):
+    """A property runs when it is read, unhooked: a program would hold the capture's value. Both the
+    default object and a config built in the call (compiled/reach_config.py) once compiled such a read
+    and kept the first value after the list it reads had changed."""
+    def between(k):
+        SCALE[0] = 5.0 if k >= 3 else 1.0
+
+    try:
+        info = agree_with_general(fn, [(np.ones(3) * (i + 1),) for i in range(5)], tier, between=between)
+    finally:
+        SCALE[0] = 1.0
+    assert not _compiled(info)
+    assert "reads the attribute .lr" in " ".join(str(v) for v in (info.get("not_compiled") or {}).values()), info

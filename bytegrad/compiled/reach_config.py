@@ -24,7 +24,7 @@ method call too (its load is not taken here), and a function called with it on c
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from bytegrad.compiled import reach_objects
 from bytegrad.compiled.reach_params import minus
@@ -38,7 +38,8 @@ _STORES = (OpKind.STORE_LOCAL, OpKind.STORE_LOCAL_LOAD, OpKind.STORE_LOCAL_PAIR)
 
 
 def allowed_config_reads(bc: Any, stacks: list, params: tuple, immutable: frozenset[str], fn_globals: dict[str, Any],
-                         reasons: list[str], check: Callable[..., Any], configs: frozenset[str] = frozenset()) -> list[str]:
+                         reasons: list[str], check: Callable[..., Any], configs: Optional[dict[str, Any]] = None
+                         ) -> list[str]:
     """`reasons` less one "reads the attribute" reason per read off a local holding an object built
     on constants (see the module's docstring), or off a parameter in `configs` the call left to its
     default, a configuration object (`config_params`), and never stored into. `params`: the function's
@@ -46,7 +47,8 @@ def allowed_config_reads(bc: Any, stacks: list, params: tuple, immutable: frozen
     if not any(getattr(r, "kind", None) == ATTR_OFF_CONSTANT for r in reasons):
         return reasons
     instrs = list(bc)
-    built: dict[str, bool] = {}
+    configs = configs or {}
+    built: dict[str, list[type]] = {}  # local -> the classes of what it holds (none: not a built object)
     allowed: Counter[tuple[str, int, str]] = Counter()
     for k, ins in enumerate(instrs):
         if not hasattr(ins, "name") or _kind(ins) is not OpKind.LOAD_ATTR:
@@ -56,26 +58,44 @@ def allowed_config_reads(bc: Any, stacks: list, params: tuple, immutable: frozen
         if method or local is None:
             continue
         if local not in built:
-            built[local] = _default_config(instrs, local, configs, immutable) if local in configs else \
-                _holds_built(instrs, stacks, local, params, immutable, fn_globals, check)
-        if built[local] and ins.lineno is not None:
+            classes: list[type] = []
+            if local in configs:
+                ok = _default_config(instrs, local, configs, immutable)
+                classes.append(type(configs[local]))
+            else:
+                ok = _holds_built(instrs, stacks, local, params, immutable, fn_globals, check, classes)
+            built[local] = classes if ok else []
+        # (a property or other descriptor computes what it gives when read, unhooked: not a constant)
+        if built[local] and not any(computed_attribute(c, name) for c in built[local]) and ins.lineno is not None:
             allowed[ATTR_OFF_CONSTANT, ins.lineno, name] += 1
     return minus(reasons, allowed) if allowed else reasons
 
 
-def config_params(code: Any, defaults: tuple) -> frozenset[str]:
+def config_params(code: Any, defaults: tuple) -> dict[str, Any]:
     """The positional parameters whose default is a configuration object (`def loss(w, hp=Hyper())`:
-    compiled/objects.py `config_default`), which eligibility.check guards by content ("config")."""
+    compiled/objects.py `config_default`), which eligibility.check guards by content ("config"), with
+    their defaults."""
     from bytegrad.compiled.objects import config_default
 
     if code.co_kwonlyargcount:  # (`defaults` ends with the keyword defaults' values, whose names it lacks)
-        return frozenset()
+        return {}
     names = code.co_varnames[:code.co_argcount]
     first = len(names) - len(defaults)
-    return frozenset(names[first + k] for k, v in enumerate(defaults) if config_default(v))
+    return {names[first + k]: v for k, v in enumerate(defaults) if config_default(v)}
 
 
-def _default_config(instrs: list, local: str, configs: frozenset[str], immutable: frozenset[str]) -> bool:
+def computed_attribute(cls: type, name: str) -> bool:
+    """Whether reading attribute `name` off an object of `cls` may run code: the class (or a base) holds
+    it as a descriptor (a property, a method, anything with `__get__`), which takes precedence over or
+    stands beside the object's own `__dict__`."""
+    for c in cls.__mro__:
+        v = vars(c).get(name)
+        if v is not None:
+            return hasattr(type(v), "__get__")
+    return False
+
+
+def _default_config(instrs: list, local: str, configs: dict[str, Any], immutable: frozenset[str]) -> bool:
     """Whether parameter `local` holds its default configuration object: the call left it out
     (`constant_params` counts it in `immutable`) and the code never stores into or deletes it."""
     if local not in configs or local not in immutable:
@@ -124,8 +144,9 @@ def _loaded_local(instrs: list, k: int) -> Any:
 
 
 def _holds_built(instrs: list, stacks: list, local: str, params: tuple, immutable: frozenset[str],
-                 fn_globals: dict[str, Any], check: Callable[..., Any]) -> bool:
-    """Whether every store into `local` is a constant-class call's result (and a parameter is a constant)."""
+                 fn_globals: dict[str, Any], check: Callable[..., Any], classes: list[type]) -> bool:
+    """Whether every store into `local` is a constant-class call's result (and a parameter is a constant);
+    the classes called are added to `classes`."""
     from bytecode import Label  # (not at import: bytegrad's import stays light)
 
     if local in params and local not in immutable:
@@ -153,6 +174,10 @@ def _holds_built(instrs: list, stacks: list, local: str, params: tuple, immutabl
             return False
         if reach_objects.constant_class(call, stacks[p], ck, fn_globals, [], "", check) is not None:
             return False
+        cls = reach_objects.called_class(call, stacks[p], ck, fn_globals)
+        if cls is None:
+            return False
+        classes.append(cls)
         if not all(_only_itself(instrs, label, local, params) for label in labels):
             return False
     return stores > 0

@@ -41,13 +41,7 @@ def constant_class(ins: Any, stack: tuple, kind: Any, fn_globals: dict[str, Any]
     """None when the call at `ins` builds an object of a plain module-level class on constants (its
     guards added to `guards`); else `why`, or the reason its `__init__` is refused (`check`:
     eligibility.check, which runs this)."""
-    from bytegrad.transform import opcodes
-    from bytegrad.transform.opcodes import OpKind
-
-    own = stack[:-1] if kind is OpKind.CALL_KW else stack
-    fn_slot = opcodes.callable_slot(int(ins.arg), own)
-    names = [a[2:] for a in (fn_slot.aliases if fn_slot is not None else ()) if a.startswith("G:")]
-    cls: Any = fn_globals.get(names[0]) if len(names) == 1 else None
+    cls = called_class(ins, stack, kind, fn_globals)
     init = getattr(cls, "__init__", None)
     if not isinstance(cls, type) or type(cls) is not type or not cls.__flags__ & _HEAPTYPE \
             or cls.__new__ is not object.__new__ or type(init) is not types.FunctionType \
@@ -63,6 +57,18 @@ def constant_class(ins: Any, stack: tuple, kind: Any, fn_globals: dict[str, Any]
     guards.append(("code", init, init.__code__, (init.__defaults__, init.__kwdefaults__)))
     guards.append(("class", cls, cls.__qualname__, objects.class_state(cls)))
     return None
+
+
+def called_class(ins: Any, stack: tuple, kind: Any, fn_globals: dict[str, Any]) -> Any:
+    """What the call at `ins` calls, when the code names it by a module global (a class, or anything
+    else: `constant_class` checks it), else None."""
+    from bytegrad.transform import opcodes
+    from bytegrad.transform.opcodes import OpKind
+
+    own = stack[:-1] if kind is OpKind.CALL_KW else stack
+    fn_slot = opcodes.callable_slot(int(ins.arg), own)
+    names = [a[2:] for a in (fn_slot.aliases if fn_slot is not None else ()) if a.startswith("G:")]
+    return fn_globals.get(names[0]) if len(names) == 1 else None
 
 
 class BuildWatch(RaiseWatch):
