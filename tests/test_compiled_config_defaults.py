@@ -165,3 +165,21 @@ def test_a_property_read_off_a_config_is_not_a_constant(tier, fn):
         SCALE[0] = 1.0
     assert not _compiled(info)
     assert "reads the attribute .lr" in " ".join(str(v) for v in (info.get("not_compiled") or {}).values()), info
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_program_captured_after_a_change_guards_the_new_state(tier):
+    """The static check's result is kept per signature, but the guard of a program must hold what its
+    own capture read: after a change, the new program serves the calls that see the new values."""
+    f = make_unrolled()
+    hp = f.__defaults__[0]
+    fast = bytegrad.differentiate(f, tier=tier)
+    general = bytegrad.differentiate(f, tier="general")
+    for i in range(8):
+        if i == 3:
+            hp.lr = 0.3
+        before = fast.stats()["compiled"].get("compiled_calls", 0)
+        got, want = fast.value_and_grad(*_data(i)), general.value_and_grad(*_data(i))
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-300)
+    assert fast.stats()["compiled"]["compiled_calls"] > before, fast.stats()["compiled"]  # (the last call)

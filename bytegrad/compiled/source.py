@@ -382,8 +382,10 @@ def static_guards(src: Source, entries: list[tuple], inputs: Optional[Inputs] = 
                       f"{name}'s attributes unchanged")
             continue
         if kind == "config":  # a configuration object as a default argument value (objects.config_default)
+            if not objects.config_default(owner):  # (its state as the capture read it, not as the check saw it)
+                raise Ineligible(f"reads {name}, which no longer holds only numbers, strings and flags")
             src.guard("object", f"{src.const(objects.same_config, 'F')}({src.const(objects.Live(owner), 'D')}, "
-                      f"{src.const(value, 'S')})", f"{name} keeps its attributes")
+                      f"{src.const(objects.config_state(owner), 'S')})", f"{name} keeps its attributes")
             continue
         if kind == "code":  # a Python callee (owner), fixed by its caller's guards: its body too
             f = src.const(owner, "F")
