@@ -1356,6 +1356,41 @@ def test_pullback_capture_that_meets_no_rule_raises_once(tier):
         assert PULLBACK_SEEN == [1.5] * 3, (tier, PULLBACK_SEEN)
 
 
+def pullback_writes_its_second_argument(x, y):
+    y += 1.0
+    return np.sum(np.sin(x) * y)
+
+
+def pullback_appends_to_its_list(x, hist):
+    hist.append(len(hist))
+    return np.sum(np.sin(x)) * (1.0 + len(hist))
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_pullbacks_capture_protects_every_argument_as_the_general_path(tier):
+    """A pullback differentiates every argument on the general path: a write into the second one raises
+    MutationError there, and a list argument is differentiated as a copy (an append does not reach the
+    caller's list). The capture run used to track the arguments outside `wrt` in place: the first call wrote
+    into the caller's array and returned a result, and appended to the caller's list."""
+    for tier_ in (tier, "general"):
+        d = bytegrad.differentiate(pullback_writes_its_second_argument, tier=tier_)
+        for i in range(3):
+            y = np.ones(4)
+            with pytest.raises(bytegrad.MutationError):
+                d.pullback(_x(i), y)
+            assert np.array_equal(y, np.ones(4)), (tier_, i, y)
+    fast = bytegrad.differentiate(pullback_appends_to_its_list, tier=tier)
+    general = bytegrad.differentiate(pullback_appends_to_its_list, tier="general")
+    hist_fast: list = []
+    hist_general: list = []
+    for i in range(5):
+        (out1, back1), (out2, back2) = fast.pullback(_x(i), hist_fast), general.pullback(_x(i), hist_general)
+        assert out1 == out2 and hist_fast == hist_general == [], (tier, i, hist_fast, hist_general)
+        g1, g2 = back1(1.5), back2(1.5)
+        np.testing.assert_allclose(g1[0], g2[0], rtol=1e-12)
+        assert g1[1] == g2[1] == [], (g1[1], g2[1])
+
+
 # ---- a module attribute read from a module object sys.modules no longer holds ------------------------
 
 
