@@ -61,6 +61,30 @@ def test_warnings_name_the_users_lines_forward_and_reverse(tier):
     assert np.geterrcall() is None
 
 
+def fused_log_overflow(x):
+    return np.sum(np.tanh(np.exp(x) * 2.0 + 1.0)) + np.sum(np.log(x) * 2.0 + x)
+
+
+def test_a_fused_sites_forward_warnings_name_the_users_line(monkeypatch):
+    """A fused site (runtime/fused.py) runs its NumPy tier in generated code: NumPy's warnings there were
+    filed under that code's pseudo-file and lost (`exp`'s overflow, `log`'s division by zero), where plain
+    NumPy and the unfused general path report them. They now name the user's line, and
+    `np.errstate(over="raise")` raises as in plain NumPy. (The site's Numba kernel tier reports what the
+    hardware flags say, which is not always what NumPy says: docs/compiled.md, "Not yet".)"""
+    from bytegrad.runtime import fused
+
+    monkeypatch.setattr(fused, "POLICY", "never")
+    x = np.array([1000.0, 0.0, 1.0])
+    line = _line(fused_log_overflow, "np.tanh(np.exp(x)")
+    d = bytegrad.differentiate(fused_log_overflow, tier="general")
+    for caught in _calls(d, x, 3):
+        messages = [m for f, n, m in caught if (f, n) == (__file__, line) and "derivative" not in m]
+        assert any(m.startswith("overflow encountered") for m in messages), caught
+        assert any(m.startswith("divide by zero encountered") for m in messages), caught
+    with np.errstate(over="raise", divide="ignore", invalid="ignore"), pytest.raises(FloatingPointError):
+        d.grad(x)
+
+
 def _in_a_callee(x):
     return np.sum(_callee_log(x) * x)
 

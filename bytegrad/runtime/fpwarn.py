@@ -74,7 +74,7 @@ def _report(err: str, flag: int) -> None:
             else:
                 _warn(*item)
             return
-        elif not library_file(code.co_filename) and not code.co_filename.startswith("<frozen"):
+        elif not library_file(code.co_filename) and not code.co_filename.startswith(("<frozen", "<bytegrad")):
             g = frame.f_globals  # the user's line: registered there, so filters and "once" work as usual
             what = _callee(site) if site is not None else "a NumPy operation"
             warnings.warn_explicit(RuntimeWarning(f"{err} encountered in {what}"), RuntimeWarning,
