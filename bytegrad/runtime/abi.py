@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from bytegrad import _operators
-from bytegrad.errors import NoRuleError, RuleCaseError
+from bytegrad.errors import MutationError, NoRuleError, RuleCaseError
 from bytegrad.rules import registry
 from bytegrad.rules.registry import RuleKind
 from bytegrad.runtime import keys, writes
@@ -32,7 +32,7 @@ from bytegrad.runtime.operators import (
     binary_tracked, inplace_array, list_as_array, python_operator, user_binary,
 )
 from bytegrad.runtime.records import Site
-from bytegrad.runtime.recording import as_array, push_output, trackable, untracked_views
+from bytegrad.runtime.recording import as_array, parent_of, push_output, trackable, untracked_views
 from bytegrad.runtime.tape import Tape, current_tape
 
 __all__ = ["Site", "current_tape", "BINARY_HOOKS", "call", "call0", "call1", "call2",
@@ -342,12 +342,26 @@ def setitem(tape: Optional[Tape], site: Site, value: Any, obj: Any, key: Any) ->
                 base = obj.base                                          # as indices into `a`
                 write_value(tape, site, base, np.unravel_index(np.arange(base.size)[key], base.shape), value)
                 return
+            if isinstance(obj, _ndarray):
+                subclass_store(tape, site, obj, value)
         obj[key] = value
         return
     write_value(tape, site, obj, key, value)
 
 
 _FlatIter = np.flatiter
+
+
+def subclass_store(tape: Tape, site: Site, obj: np.ndarray, value: Any) -> None:
+    """Refuse a store into an instance of an ndarray subclass that a derivative would flow through (the value
+    or the array is differentiated): the tape records writes into plain ndarrays only, and a plain store
+    would drop the derivative without a word. A store of constants into a constant array is plain."""
+    ids = tape.ids
+    if parent_of(ids, value) is not None or ids.get(id(obj)) is not None or ids.get(id(writes.owner_of(obj))) is not None:
+        raise MutationError(
+            f"this write stores into an instance of {type(obj).__qualname__}, a subclass of numpy.ndarray, and a "
+            "derivative would flow through it: bytegrad records writes into plain ndarrays only.", site.loc(),
+            f"write into a plain array (`np.asarray(a)`, or make it without `.view({type(obj).__name__})`).")
 
 
 def setattr_(tape: Optional[Tape], site: Site, value: Any, obj: Any, name: str) -> None:

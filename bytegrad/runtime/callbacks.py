@@ -164,6 +164,8 @@ def _dunder(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict]
     else:
         return NotImplemented
     name = fn.__name__
+    if name in ("__setitem__", "__getitem__") and type(getattr(type(obj), name, None)) is types.FunctionType:
+        return _base_item(tape, site, fn, obj, rest, args)
     if name == "__setitem__" and len(rest) == 2:
         abi.setitem(tape, site, rest[1], obj, rest[0])
         return None
@@ -178,6 +180,20 @@ def _dunder(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict]
     if not inplace and fn(*args) is NotImplemented:  # (an out-of-place operator computes nothing else)
         return NotImplemented
     return hook(tape, site, rest[0], obj) if reflected else hook(tape, site, obj, rest[0])
+
+
+def _base_item(tape: Tape, site: Site, fn: Any, obj: Any, rest: tuple, args: tuple) -> Any:
+    """`super().__setitem__(k, v)` or `super().__getitem__(k)` inside a class's own `__setitem__`/`__getitem__`
+    (written in Python, running rewritten): the base class's store or read. Spelled as `obj[k] = v` it would
+    call the override again, without end. A list's or a dict's is the plain call (their entries are tracked
+    as they are); an ndarray subclass's store is refused where a derivative would flow through it
+    (`abi.subclass_store`), and a read of a tracked one goes through the indexing rule."""
+    if isinstance(obj, np.ndarray):
+        if fn.__name__ == "__setitem__" and len(rest) == 2:
+            abi.subclass_store(tape, site, obj, rest[1])
+        elif tape.ids.get(id(obj)) is not None:
+            return abi.getitem(tape, site, obj, rest[0])
+    return fn(*args)
 
 
 CALL_HANDLERS[types.MethodWrapperType] = _dunder
