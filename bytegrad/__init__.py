@@ -45,6 +45,7 @@ __version__ = "0.1.0"
 _LAZY = {"explain": "bytegrad.introspect", "precompile": "bytegrad.precompile", "export": "bytegrad.exporter",
          "ExportError": "bytegrad.exporter",
          "checkpoint": "bytegrad.runtime.checkpoint",
+         **dict.fromkeys(("jacfwd", "jacrev", "linearize", "custom_vjp", "custom_jvp"), "bytegrad._jax_api"),
          **dict.fromkeys(("tree_flatten", "tree_leaves", "tree_map", "tree_unflatten"), "bytegrad.tree_util")}
 
 
@@ -64,7 +65,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "differentiate", "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp", "stop_gradient", "register_pytree",
     "tree_map", "tree_flatten", "tree_unflatten", "tree_leaves",
-    "checkpoint",
+    "checkpoint", "jacfwd", "jacrev", "linearize", "custom_vjp", "custom_jvp",
     "PerformanceWarning",
     "explain", "precompile", "export", "ExportError",
     "AuxOutputError", "config", "DifferentiationError", "DuplicateRuleError", "MutationError", "NaNError",

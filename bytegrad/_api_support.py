@@ -3,18 +3,19 @@
 checking tape of `debug_nans`, and the checks of what a function returns."""
 from __future__ import annotations
 
+import functools
 import inspect
 import types
 from typing import Any, Callable, Optional
 
 import numpy as np
 
-from bytegrad.errors import SourceLoc, UnsupportedOpcodeError
+from bytegrad.errors import AuxOutputError, SourceLoc, UnsupportedOpcodeError
 from bytegrad.runtime import abi, nested as _nested_sweep, pytree
 from bytegrad.runtime.dispatch import dispatch
 from bytegrad.runtime.tape import Tape, sweep, tls
 
-__all__ = ["KeywordSlots", "Nested", "checking_tape", "is_complex", "return_loc", "suspending_error"]
+__all__ = ["KeywordSlots", "Nested", "checking_tape", "is_complex", "return_loc", "split_aux", "suspending_error"]
 
 _ndarray = np.ndarray
 _float64 = np.float64
@@ -136,3 +137,31 @@ def suspending_error(code: types.CodeType, loc: SourceLoc) -> UnsupportedOpcodeE
         fix = ("differentiate a plain function that consumes the generator, for example "
                "`lambda x: sum(gen(x))`: generators called from differentiated code are supported.")
     return UnsupportedOpcodeError(f"{code.co_name} is {construct}, not a value to differentiate.", loc, fix)
+
+
+def split_aux(fn: Callable[..., Any]) -> tuple[Callable[..., Any], list]:
+    """(`fn` returning its value only, the list its calls append their aux to): `has_aux` for the functions
+    that differentiate a function as it is (`jvp`, `jacobian`), which run it once per call."""
+    box: list = []
+
+    def value_only(*args: Any, **kwargs: Any) -> Any:
+        out = fn(*args, **kwargs)
+        if type(out) is not tuple or len(out) != 2:
+            found = f"a tuple of {len(out)}" if isinstance(out, tuple) else f"a {type(out).__name__}"
+            raise AuxOutputError(
+                f"{getattr(fn, '__qualname__', None) or type(fn).__name__} was declared has_aux=True, so it must return a pair (value, aux), but it returned "
+                f"{found}.", _fn_loc(fn), "return `value, aux` (a tuple of two: the value to differentiate and "
+                "anything else), or drop has_aux=True.")
+        box.append(out[1])
+        return out[0]
+
+    functools.update_wrapper(value_only, fn, updated=())
+    return value_only, box
+
+
+def _fn_loc(fn: Any) -> SourceLoc:
+    target = getattr(fn, "__func__", getattr(fn, "func", fn))
+    code = getattr(target, "__code__", None)
+    if code is None:
+        return SourceLoc("<unknown>", 0, getattr(fn, "__qualname__", None) or type(fn).__name__)
+    return return_loc(code)

@@ -20,7 +20,7 @@ from bytegrad.runtime import abi, pytree
 from bytegrad.runtime import dispatch as dispatch_module
 from bytegrad.runtime.tape import Tape, tls
 
-from bytegrad._api_support import Nested
+from bytegrad._api_support import Nested, split_aux
 from bytegrad._differentiated import Differentiated, Wrt
 
 __all__ = ["differentiate", "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp", "Differentiated",
@@ -254,7 +254,7 @@ _closures.set_tracked_probe(lambda v: (t := getattr(tls, "tape", None)) is not N
 # ---- forward mode, Jacobians and Hessians ---------------------------------------------------------
 
 
-def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, Any]:
+def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any], has_aux: bool = False) -> Any:
     """Forward mode: `(fn(*primals), J @ tangents)`, through the same rewritten code as `grad`.
 
     Forward rules come from `frule`s and from `scalar_rule` partials; through a rule with only a
@@ -270,6 +270,9 @@ def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any])
     tangents : tuple or list
         One tangent per primal, shaped like it (containers mirrored); None, or the entry of a
         non-float argument, means "no tangent".
+    has_aux : bool, default False
+        `fn` returns `(value, aux)`: only `value` is differentiated, and the result is
+        `(out, out_dot, aux)`, as `jax.jvp`.
 
     Returns
     -------
@@ -287,19 +290,28 @@ def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any])
     True
     """
     primals, tangents = _as_args(primals, "primals"), _as_args(tangents, "tangents")
+    if has_aux:
+        value_only, box = split_aux(fn)
+        return (*jvp(value_only, primals, tangents), box[-1])
     d = Differentiated(fn)
     if len(tangents) != len(primals):
         raise WrtError(f"jvp got {len(primals)} primals but {len(tangents)} tangents.", d._loc(),
                        "pass one tangent per positional argument (None for arguments with no tangent).")
     out, tape, specs, nested = d._forward(tuple(primals), {}, tuple(range(len(primals))), strict=False)
-    seeds: dict[int, Any] = {}
-    for k, (spec, tangent) in enumerate(zip(specs, tangents)):
-        _seed(spec, tangent, seeds, tape, d, k)
+    seeds = seed_tangents(specs, tangents, tape, d)
     start = nested.start if nested is not None else 0
     from bytegrad.runtime.forward import push_forward
 
     dots = push_forward(tape, seeds, start, nested.recorder() if nested is not None else None)
-    return out, _tangent_out(out, dots, tape.ids, start, nested)
+    return out, tangent_out(out, dots, tape.ids, start, nested)
+
+
+def seed_tangents(specs: list, tangents: Sequence[Any], tape: Tape, d: Differentiated) -> dict[int, Any]:
+    """The tangent of each tape leaf that `specs` (the arguments' leaf specs) and `tangents` give."""
+    seeds: dict[int, Any] = {}
+    for k, (spec, tangent) in enumerate(zip(specs, tangents)):
+        _seed(spec, tangent, seeds, tape, d, k)
+    return seeds
 
 
 def _as_args(values: Any, what: str) -> tuple[Any, ...]:
@@ -352,7 +364,7 @@ def _seed(spec: Any, tangent: Any, seeds: dict[int, Any], tape: Tape, d: Differe
         _seed(sub, item, seeds, tape, d, k)
 
 
-def _tangent_out(value: Any, dots: list[Any], ids: dict[int, int], start: int, nested: Optional[Nested]) -> Any:
+def tangent_out(value: Any, dots: list[Any], ids: dict[int, int], start: int, nested: Optional[Nested]) -> Any:
     """The output tangent tree: each float leaf's tangent, zeros for leaves that do not depend on the inputs."""
     t = type(value)
     floating = (t is _ndarray and value.dtype.kind in "fc") or t is float or t is complex or \
@@ -371,13 +383,13 @@ def _tangent_out(value: Any, dots: list[Any], ids: dict[int, int], start: int, n
     node = pytrees.node_for(value)
     if node is not None:
         children, aux = pytrees.flatten(node, value)
-        return pytrees.unflatten(node, aux, [_tangent_out(v, dots, ids, start, nested) for v in children])
+        return pytrees.unflatten(node, aux, [tangent_out(v, dots, ids, start, nested) for v in children])
     if isinstance(value, dict):
-        return type(value)((k, _tangent_out(v, dots, ids, start, nested)) for k, v in value.items())
+        return type(value)((k, tangent_out(v, dots, ids, start, nested)) for k, v in value.items())
     if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return t(*[_tangent_out(v, dots, ids, start, nested) for v in value])
+        return t(*[tangent_out(v, dots, ids, start, nested) for v in value])
     if isinstance(value, (list, tuple)):
-        return t(_tangent_out(v, dots, ids, start, nested) for v in value)
+        return t(tangent_out(v, dots, ids, start, nested) for v in value)
     return None
 
 
