@@ -1,0 +1,264 @@
+"""bytegrad's own disassembler and assembler (bytegrad/transform/code/) against the `bytecode`
+package (a test dependency only) and against CPython's compiler.
+
+For every code object of a corpus (each function, class body, comprehension and lambda of several
+stdlib modules, NumPy's Python modules and bytegrad's own modules, compiled from their sources):
+(a) the disassembly agrees with `bytecode.Bytecode.from_code` item by item (labels, exception-table
+ranges with their depth and lasti flag, instruction names, arguments, positions, stack effects);
+(b) assembling the disassembly gives back the compiler's co_code, co_consts, co_names, co_varnames,
+co_linetable, co_exceptiontable, co_stacksize and co_flags exactly. And (c) for the transform's own
+rewrites of the golden programs and the test suite's functions, our assembly and the `bytecode`
+package's assembly of the same instructions run the same instructions: the constant and name tables
+are numbered differently (ours keeps the original's and appends, `bytecode` renumbers by first use),
+so the code is compared instruction by instruction with its arguments resolved, and the positions,
+the exception table (as instruction indices) and the stack size exactly.
+"""
+from __future__ import annotations
+
+import dis
+import importlib.util
+import subprocess
+import sys
+import types
+
+import pytest
+
+from bytegrad.transform import code as ours
+
+B = pytest.importorskip("bytecode")
+
+_STDLIB = ["json.decoder", "json.encoder", "ast", "dis", "inspect", "collections", "enum", "dataclasses", "typing",
+           "functools", "argparse", "tokenize", "textwrap", "asyncio.tasks", "contextlib", "re._parser",
+           "pathlib", "string", "traceback", "difflib"]
+_NUMPY = ["numpy._core.numeric", "numpy._core.fromnumeric", "numpy.lib._function_base_impl", "numpy.linalg._linalg",
+          "numpy.lib._shape_base_impl", "numpy._core.shape_base", "numpy.lib._index_tricks_impl"]
+_BYTEGRAD = ["bytegrad.transform.activity", "bytegrad.transform.rewrite", "bytegrad.transform.fusion",
+             "bytegrad.transform.transfer", "bytegrad.transform.cache", "bytegrad.transform.opcodes.decode",
+             "bytegrad.compiled.eligibility", "bytegrad.compiled.ir", "bytegrad.compiled.lower_numpy",
+             "bytegrad.runtime.tape", "bytegrad.api", "bytegrad.rules.numpy_rules", "bytegrad.transform.code.asm",
+             "tests.functions", "tests.transform.golden_functions"]
+
+
+def _codes(code: types.CodeType):
+    yield code
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            yield from _codes(c)
+
+
+def _corpus() -> list[types.CodeType]:
+    out = []
+    for name in _STDLIB + _NUMPY + _BYTEGRAD:
+        try:
+            spec = importlib.util.find_spec(name)
+        except ImportError:
+            continue
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            continue
+        with open(spec.origin, encoding="utf-8") as fh:
+            out.extend(_codes(compile(fh.read(), spec.origin, "exec")))
+    return out
+
+
+CORPUS = _corpus()
+
+
+def _norm(arg, labels):
+    if arg is ours.UNSET or arg is B.instr.UNSET:
+        return ("unset",)
+    if isinstance(arg, (ours.Label, B.Label)):
+        return ("label", labels[id(arg)])
+    if isinstance(arg, (ours.CellVar, B.CellVar)):
+        return ("cell", arg.name)
+    if isinstance(arg, (ours.FreeVar, B.FreeVar)):
+        return ("free", arg.name)
+    if type(arg) is tuple:
+        return tuple(_norm(a, labels) for a in arg)
+    if isinstance(arg, types.CodeType):
+        return ("code", id(arg))
+    if isinstance(arg, int) and not isinstance(arg, bool):
+        return ("int", int(arg), getattr(arg, "name", None) if type(arg) is not int else None)
+    return (type(arg), repr(arg))
+
+
+def _items(bc) -> list:
+    labels = {id(x): k for k, x in enumerate(x for x in bc if isinstance(x, (ours.Label, B.Label)))}
+    tries: dict[int, int] = {}
+    out = []
+    for x in bc:
+        if isinstance(x, (ours.Label, B.Label)):
+            out.append(("label", labels[id(x)]))
+        elif isinstance(x, (ours.TryBegin, B.TryBegin)):
+            tries[id(x)] = len(tries)
+            out.append(("try", labels[id(x.target)], bool(x.push_lasti), int(x.stack_depth)))
+        elif isinstance(x, (ours.TryEnd, B.TryEnd)):
+            out.append(("end", tries[id(x.entry)]))
+        else:
+            loc = x.location
+            where = (loc.lineno, loc.end_lineno, loc.col_offset, loc.end_col_offset) if loc is not None else None
+            effects = tuple(x.pre_and_post_stack_effect(jump=j) for j in (False, True)) + \
+                tuple(x.stack_effect(jump=j) for j in (False, True))
+            out.append((x.name, _norm(x.arg, labels), where, effects, x.has_jump(), x.is_uncond_jump(),
+                        x.is_final()))
+    return out
+
+
+def test_the_corpus_is_large():
+    assert len(CORPUS) > 3000, len(CORPUS)
+
+
+@pytest.mark.parametrize("chunk", range(8))
+def test_disassembly_agrees_with_the_bytecode_package(chunk):
+    checked = 0
+    for code in CORPUS[chunk::8]:
+        try:
+            theirs = B.Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
+        except (IndexError, ValueError):
+            continue  # (`bytecode` cannot read it: a cell read by LOAD_FAST_AND_CLEAR before 3.13)
+        mine = ours.Bytecode.from_code(code)
+        assert _items(mine) == _items(theirs), code
+        assert (mine.cellvars, mine.freevars, mine.flags) == \
+            (list(theirs.cellvars), list(theirs.freevars), int(theirs.flags))
+        checked += 1
+    assert checked > 300
+
+
+_EXACT = ("co_code", "co_consts", "co_names", "co_varnames", "co_linetable", "co_exceptiontable", "co_stacksize",
+          "co_flags", "co_cellvars", "co_freevars", "co_argcount", "co_posonlyargcount", "co_kwonlyargcount",
+          "co_nlocals", "co_firstlineno", "co_qualname", "co_name")
+
+
+@pytest.mark.parametrize("chunk", range(8))
+def test_assembly_gives_back_the_compilers_code(chunk):
+    codes = CORPUS[chunk::8]
+    for code in codes:
+        back = ours.Bytecode.from_code(code).to_code()
+        wrong = [a for a in _EXACT if getattr(back, a) != getattr(code, a)]
+        assert not wrong, (code, wrong)
+    assert len(codes) > 300
+
+
+# ---- (c): the transform's rewrites, assembled by both ------------------------------------------
+
+
+def _to_theirs(bc):
+    labels: dict[int, object] = {}
+    entries: dict[int, object] = {}
+
+    def label(x):
+        return labels.setdefault(id(x), B.Label())
+
+    def arg(a):
+        if isinstance(a, ours.Label):
+            return label(a)
+        if isinstance(a, ours.CellVar):
+            return B.CellVar(a.name)
+        if isinstance(a, ours.FreeVar):
+            return B.FreeVar(a.name)
+        if type(a) is tuple:
+            return tuple(arg(v) for v in a)
+        for mine, theirs in ((ours.BinaryOp, "BinaryOp"), (ours.Compare, "Compare"),
+                             (ours.Intrinsic1Op, "Intrinsic1Op"), (ours.Intrinsic2Op, "Intrinsic2Op")):
+            if type(a) is mine:
+                return getattr(B.instr, theirs)(int(a))
+        return a
+
+    out = B.Bytecode()
+    for x in bc:
+        if isinstance(x, ours.Label):
+            out.append(label(x))
+        elif isinstance(x, ours.TryBegin):
+            entries[id(x)] = tb = B.TryBegin(label(x.target), x.push_lasti, x.stack_depth)
+            out.append(tb)
+        elif isinstance(x, ours.TryEnd):
+            out.append(B.TryEnd(entries[id(x.entry)]))
+        else:
+            loc = x.location
+            bloc = B.instr.InstrLocation(loc.lineno, loc.end_lineno, loc.col_offset, loc.end_col_offset)
+            out.append(B.Instr(x.name, arg(x.arg), location=bloc) if x.arg is not ours.UNSET
+                       else B.Instr(x.name, location=bloc))
+    for a in ("name", "qualname", "filename", "argcount", "posonlyargcount", "kwonlyargcount", "first_lineno"):
+        setattr(out, a, getattr(bc, a))
+    out.flags = B.CompilerFlags(bc.flags)
+    out.cellvars, out.freevars, out.argnames = list(bc.cellvars), list(bc.freevars), list(bc.argnames)
+    return out
+
+
+def _behaviour(code):
+    instrs = list(dis.get_instructions(code))
+    index = {i.offset: k for k, i in enumerate(instrs)}
+    ops = [(i.opname, index.get(i.argval) if i.opcode in dis.hasjrel else _argval(i.argval)) for i in instrs]
+    from bytegrad.transform.code.disasm import parse_exception_table
+    spans = [(index[2 * s], min((index[o] for o in index if o > 2 * e), default=None), index[2 * t], d, lasti)
+             for s, e, t, d, lasti in parse_exception_table(code.co_exceptiontable)]
+    positions = list(code.co_positions())
+    where = [positions[i.offset // 2] for i in instrs]
+    return ops, spans, where, code.co_stacksize, code.co_flags, code.co_varnames, code.co_cellvars
+
+
+def _argval(v):
+    return ("code", id(v)) if isinstance(v, types.CodeType) else (type(v), repr(v))
+
+
+def _rewrites():
+    from bytegrad.errors import SourceLoc
+    from bytegrad.transform import pipeline
+    from tests import functions as F
+    from tests.transform import golden_functions as G
+    fns = list(G.FUNCTIONS) + [v for v in vars(F).values() if isinstance(v, types.FunctionType)
+                              and v.__module__ == F.__name__ and v.__code__.co_argcount]
+    out = []
+    for fn in fns:
+        code = fn.__code__
+        active = G.ACTIVE.get(fn.__name__) or code.co_varnames[:1]
+        unit = pipeline.Unit(ours.Bytecode.from_code(code), frozenset(active), fn.__globals__,
+                             SourceLoc(code.co_filename, code.co_firstlineno, code.co_name))
+        try:
+            pipeline.run(unit)
+        except Exception:  # noqa: BLE001  (a function the transform refuses: nothing to assemble)
+            continue
+        out.append((fn.__name__, unit.out))
+    return out
+
+
+def test_the_transforms_rewrites_assemble_as_the_bytecode_package_assembles_them():
+    rewrites = _rewrites()
+    assert len(rewrites) >= 20
+    for name, bc in rewrites:
+        theirs = _to_theirs(bc).to_code()
+        mine = bc.to_code()
+        assert _behaviour(mine) == _behaviour(theirs), name
+
+
+def test_what_the_disassembler_cannot_read_declines_the_rewrite():
+    from bytegrad.errors import UnsupportedOpcodeError
+
+    def f(x):
+        return x + 1
+
+    broken = f.__code__.replace(co_code=f.__code__.co_code[:-2] + bytes((dis.opmap["EXTENDED_ARG"], 1)))
+    with pytest.raises(UnsupportedOpcodeError, match="cannot read the bytecode of"):
+        ours.Bytecode.from_code(broken)
+    bc = ours.Bytecode.from_code(f.__code__)
+    bc.insert(len(bc) - 1, ours.Instr("POP_TOP"))  # the value RETURN_VALUE returns is gone: an underflow
+    with pytest.raises(UnsupportedOpcodeError, match="cannot assemble"):
+        bc.to_code()
+
+
+def test_a_first_gradient_on_an_empty_cache_does_not_import_the_bytecode_package(tmp_path):
+    prog = ("import sys, numpy as np, bytegrad\n"
+            "def f(W, x):\n"
+            "    try:\n"
+            "        h = np.tanh(x @ W)\n"
+            "    except ValueError:\n"
+            "        h = x\n"
+            "    return np.sum([v * 2.0 for v in h])\n"
+            "g = bytegrad.grad(f)(np.ones((3, 2)), np.ones((4, 3)))\n"
+            "assert g.shape == (3, 2)\n"
+            "bytegrad.grad(f)(np.ones((3, 2)), np.ones((4, 3)))\n"
+            "print(sorted(m for m in sys.modules if m == 'bytecode' or m.startswith('bytecode.')))\n")
+    env = {"BYTEGRAD_CACHE_DIR": str(tmp_path / "cache"), "BYTEGRAD_DISABLE_DISK_CACHE": "",
+           "PATH": "/usr/bin:/bin"}
+    run = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"
