@@ -193,7 +193,7 @@ def _behaviour(code):
              for s, e, t, d, lasti in parse_exception_table(code.co_exceptiontable)]
     positions = list(code.co_positions())
     where = [positions[i.offset // 2] for i in instrs]
-    return ops, spans, where, code.co_stacksize, code.co_flags, code.co_varnames, code.co_cellvars
+    return ops, spans, where, code.co_stacksize, code.co_flags, sorted(code.co_varnames), code.co_cellvars
 
 
 def _argval(v):
