@@ -67,7 +67,7 @@ class Bytecode(list):
         keyword is accepted for the `bytecode` package's spelling)."""
         from bytegrad.transform.code.disasm import from_code
         try:
-            return from_code(code)
+            return from_code(code, cls())
         except CodeError as exc:
             raise _located(exc, code.co_filename, code.co_firstlineno, code.co_qualname, "read") from None
 

@@ -10,10 +10,9 @@ import dis
 import types
 from typing import Any, Optional
 
-from bytegrad.transform.code.bytecode import Bytecode
 from bytegrad.transform.code.instr import (
     BACKWARD_JUMPS, PY312, PY313, UNSET, BinaryOp, CellVar, CodeError, Compare, FormatValue, FreeVar, Instr,
-    InstrLocation, Intrinsic1Op, Intrinsic2Op, Label, TryBegin, TryEnd, _JUMPS, cache_count, opcode_has_arg)
+    InstrLocation, Intrinsic1Op, Intrinsic2Op, Label, TryBegin, TryEnd, JUMPS, cache_count, opcode_has_arg)
 
 __all__ = ["from_code", "parse_exception_table"]
 
@@ -146,8 +145,9 @@ def _jump_target(op: int, last: int, arg: int) -> int:
     return last + 1 - arg if op in BACKWARD_JUMPS else last + 1 + arg
 
 
-def from_code(code: types.CodeType) -> Bytecode:
-    """The instructions of `code` (raises `CodeError` for what this does not read)."""
+def from_code(code: types.CodeType, out: Any) -> Any:
+    """`out` (an empty `Bytecode`) filled with the instructions of `code` (raises `CodeError` for
+    what this does not read)."""
     try:
         units = _decode_units(code)
         table = parse_exception_table(code.co_exceptiontable)
@@ -157,7 +157,7 @@ def from_code(code: types.CodeType) -> Bytecode:
     lasts = {u[1] for u in units}
     labels: dict[int, Label] = {}
     for start, last, op, arg, _ in units:
-        if op in _JUMPS:
+        if op in JUMPS:
             labels.setdefault(_jump_target(op, last, arg), Label())
     begins: dict[int, tuple[int, int, int, bool]] = {}
     ends: dict[int, list[int]] = {}
@@ -170,7 +170,6 @@ def from_code(code: types.CodeType) -> Bytecode:
     if not set(labels) <= starts:
         raise CodeError("a jump into the middle of an instruction")
     args = _Args(code)
-    out = Bytecode()
     out._set_code(code)
     tries: dict[int, TryBegin] = {}
     for start, last, op, arg, loc in units:
@@ -182,7 +181,7 @@ def from_code(code: types.CodeType) -> Bytecode:
             tb = TryBegin(labels[entry[1]], entry[3], entry[2])
             tries[entry[0]] = tb
             out.append(tb)
-        if op in _JUMPS:
+        if op in JUMPS:
             value: Any = labels[_jump_target(op, last, arg)]
         elif arg is UNSET:
             value = UNSET

@@ -170,11 +170,11 @@ class FormatValue(_NamedInt):
 
 OPMAP: Final = dis.opmap
 _HAS_ARG: Final = frozenset(dis.hasarg if PY312 else range(dis.HAVE_ARGUMENT, 256))  # type: ignore[attr-defined]
-_JUMPS: Final = frozenset(o for o in (dis.hasjump if PY313 else dis.hasjrel) if o < 256)  # type: ignore[attr-defined]
-BACKWARD_JUMPS: Final = frozenset(o for o in _JUMPS if "BACKWARD" in dis.opname[o])
-FORWARD_JUMPS: Final = _JUMPS - BACKWARD_JUMPS
-_COND_JUMPS: Final = frozenset(o for o in _JUMPS if any(s in dis.opname[o] for s in ("IF_", "FOR_ITER", "SEND")))
-_UNCOND_JUMPS: Final = _JUMPS - _COND_JUMPS
+JUMPS: Final = frozenset(o for o in (dis.hasjump if PY313 else dis.hasjrel) if o < 256)  # type: ignore[attr-defined]
+BACKWARD_JUMPS: Final = frozenset(o for o in JUMPS if "BACKWARD" in dis.opname[o])
+FORWARD_JUMPS: Final = JUMPS - BACKWARD_JUMPS
+_COND_JUMPS: Final = frozenset(o for o in JUMPS if any(s in dis.opname[o] for s in ("IF_", "FOR_ITER", "SEND")))
+_UNCOND_JUMPS: Final = JUMPS - _COND_JUMPS
 #: control never goes on to the next instruction
 _FINAL: Final = _UNCOND_JUMPS | frozenset(OPMAP[n] for n in ("RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE")
                                           if n in OPMAP)
@@ -292,7 +292,7 @@ class Instr:
         return Instr._trusted(self._name, self._opcode, self.arg, self.location)
 
     def has_jump(self) -> bool:
-        return self._opcode in _JUMPS
+        return self._opcode in JUMPS
 
     def is_cond_jump(self) -> bool:
         return self._opcode in _COND_JUMPS
