@@ -262,3 +262,64 @@ def test_a_first_gradient_on_an_empty_cache_does_not_import_the_bytecode_package
     run = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "[]"
+
+
+# ---- EXTENDED_ARG, long jumps, many constants -------------------------------------------------
+
+
+def _wide_source(n: int) -> str:
+    consts = ", ".join(f"{k}.5" for k in range(n))
+    body = "\n".join(f"        y = y + {k}.25 * x" for k in range(n))
+    return (f"def wide(x, flag):\n    y = 0.0\n    table = ({consts},)\n    if flag:\n{body}\n"
+            "    else:\n        y = -x\n    for v in table[:3]:\n        y += v\n    return y\n")
+
+
+def test_many_constants_and_long_jumps_round_trip_exactly():
+    ns: dict = {}
+    exec(compile(_wide_source(300), "<wide>", "exec"), ns)  # noqa: S102
+    code = ns["wide"].__code__
+    assert any(i.opname == "EXTENDED_ARG" for i in dis.get_instructions(code))
+    back = ours.Bytecode.from_code(code).to_code()
+    assert [getattr(back, a) for a in _EXACT] == [getattr(code, a) for a in _EXACT]
+
+
+def test_a_jump_that_grows_an_extended_arg_is_resolved_again():
+    """Instructions inserted into a short branch push its jump past 255 code units: the jump takes an
+    EXTENDED_ARG, which moves every later offset, and the function still runs both branches."""
+    def f(x, flag):
+        if flag:
+            y = x * 2
+        else:
+            y = x - 1
+        return y
+
+    bc = ours.Bytecode.from_code(f.__code__)
+    k = next(k for k, x in enumerate(bc) if isinstance(x, ours.Instr) and x.name == "STORE_FAST")
+    loc = bc[k].location
+    bc[k:k] = [ours.Instr("NOP", location=loc) for _ in range(400)]
+    code = bc.to_code()
+    jumps = [i for i in dis.get_instructions(code) if i.opcode in dis.hasjrel]
+    assert any(i.arg > 255 for i in jumps)
+    g = types.FunctionType(code, {})
+    assert g(3, True) == 6 and g(3, False) == 2
+    assert _behaviour(code) == _behaviour(_to_theirs(bc).to_code())
+
+
+def test_a_new_local_moves_the_cells_after_it():
+    """A local the rewrite adds (the tape's) goes after the original's, before the cells that are not
+    arguments: every cell and free variable index moves by one, and the closure still reads them."""
+    def outer(a):
+        c = a + 1
+
+        def inner(b):
+            return a + b + c
+        return inner(2) + c
+
+    bc = ours.Bytecode.from_code(outer.__code__)
+    k = next(k for k, x in enumerate(bc) if isinstance(x, ours.Instr) and x.name == "RESUME") + 1
+    bc[k:k] = [ours.Instr("LOAD_CONST", 7.0, location=bc[k].location),
+               ours.Instr("STORE_FAST", "__new_local__", location=bc[k].location)]
+    code = bc.to_code()
+    assert code.co_varnames[-1] == "__new_local__" and code.co_cellvars == outer.__code__.co_cellvars
+    assert types.FunctionType(code, {})(1) == outer(1)
+    assert _behaviour(code) == _behaviour(_to_theirs(bc).to_code())
