@@ -323,3 +323,27 @@ def test_a_new_local_moves_the_cells_after_it():
     assert code.co_varnames[-1] == "__new_local__" and code.co_cellvars == outer.__code__.co_cellvars
     assert types.FunctionType(code, {})(1) == outer(1)
     assert _behaviour(code) == _behaviour(_to_theirs(bc).to_code())
+
+
+def test_code_that_digs_below_a_handlers_depth_is_refused():
+    """Inside a loop's try block the iterator sits below the handler's depth: a rewrite that popped it
+    (and pushed something else back, so that nothing underflows) would leave the handler cutting the
+    stack to a depth it no longer has. The assembler refuses it instead of writing it."""
+    from bytegrad.errors import UnsupportedOpcodeError
+
+    def f(xs):
+        total = 0
+        for v in xs:
+            try:
+                total += v
+            except TypeError:
+                pass
+        return total
+
+    bc = ours.Bytecode.from_code(f.__code__)
+    k = next(k for k, x in enumerate(bc) if isinstance(x, ours.TryBegin) and x.stack_depth == 1) + 1
+    loc = bc[k].location
+    bc.to_code()  # (as it is, it assembles)
+    bc[k:k] = [ours.Instr("POP_TOP", location=loc), ours.Instr("LOAD_CONST", None, location=loc)]
+    with pytest.raises(UnsupportedOpcodeError, match="below its exception handler"):
+        bc.to_code()

@@ -48,7 +48,7 @@ from bytegrad.transform import opcodes
 from bytegrad.transform.opcodes import OpKind
 from bytegrad.transform.slots import SHAPE_ONLY
 
-if TYPE_CHECKING:  # (a run from the disk cache does not import bytecode)
+if TYPE_CHECKING:  # (a run from the disk cache does not import the disassembler)
     from bytegrad.transform.code import Instr
 
 __all__ = ["check"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bytegrad.transform.code.instr import PY313, UNSET, CodeError, CompilerFlags, Instr, Label, TryBegin
+from bytegrad.transform.code.instr import PY313, UNSET, CodeError, CompilerFlags, Instr, Label, TryBegin, TryEnd
 
 __all__ = ["stack_size"]
 
@@ -31,7 +31,7 @@ def stack_size(bc: Any) -> int:
     # (before 3.13, a generator or coroutine starts with the value sent in on the stack)
     start = 1 if not PY313 and bc.flags & _GENERATORS else 0
     depths: dict[int, int] = {}
-    walk = _Walk(items, labels, depths)
+    walk = _Walk(items, labels, depths, _floors(items))
     top = walk.run([(0, start)], start)
     while True:  # handlers whose range no path enters at its TryBegin: the depth they were read with
         todo = [tb for tb in tries if id(tb) not in depths and type(tb.stack_depth) is int
@@ -45,9 +45,26 @@ def stack_size(bc: Any) -> int:
     return top
 
 
+def _floors(items: list[Any]) -> list[int]:
+    """The depth of the handler protecting each item (0 outside every range): the stack never goes
+    below it there, or the handler would find fewer values than it cuts the stack to."""
+    out = []
+    depth = 0
+    for x in items:
+        if type(x) is TryBegin:
+            if depth:
+                raise CodeError("nested exception handler ranges")
+            depth = x.stack_depth if type(x.stack_depth) is int and x.stack_depth is not UNSET else 0
+        elif type(x) is TryEnd:
+            depth = 0
+        out.append(depth)
+    return out
+
+
 class _Walk:
-    def __init__(self, items: list[Any], labels: dict[int, int], depths: dict[int, int]) -> None:
+    def __init__(self, items: list[Any], labels: dict[int, int], depths: dict[int, int], floors: list[int]) -> None:
         self.items = items
+        self.floors = floors
         self.labels = labels
         self.depths = depths
         self.seen: set[tuple[int, int]] = set()
@@ -68,6 +85,8 @@ class _Walk:
                     continue
                 if t is not Instr:
                     continue  # a label or a TryEnd
+                if size < self.floors[i - 1]:
+                    raise CodeError(f"{x.name} runs with the stack below its exception handler's depth")
                 if x.has_jump():
                     pre, post = x.pre_and_post_stack_effect(jump=True)
                     target = labels.get(id(x.arg)) if type(x.arg) is Label else None
