@@ -20,6 +20,7 @@ import importlib.util
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -246,6 +247,7 @@ def test_what_the_disassembler_cannot_read_declines_the_rewrite():
 
 
 def test_a_first_gradient_on_an_empty_cache_does_not_import_the_bytecode_package(tmp_path):
+    """Nor does the compiled tier's capture and static check."""
     prog = ("import sys, numpy as np, bytegrad\n"
             "def f(W, x):\n"
             "    try:\n"
@@ -256,12 +258,21 @@ def test_a_first_gradient_on_an_empty_cache_does_not_import_the_bytecode_package
             "g = bytegrad.grad(f)(np.ones((3, 2)), np.ones((4, 3)))\n"
             "assert g.shape == (3, 2)\n"
             "bytegrad.grad(f)(np.ones((3, 2)), np.ones((4, 3)))\n"
+            "d = bytegrad.differentiate(f, tier='numpy')\n"  # (the compiled tier: capture, eligibility check)
+            "for _ in range(3):\n"
+            "    d.grad(np.ones((3, 2)), np.ones((4, 3)))\n"
+            "assert 'bytegrad.compiled.eligibility' in sys.modules\n"
+            "print(bytegrad.__file__)\n"
             "print(sorted(m for m in sys.modules if m == 'bytecode' or m.startswith('bytecode.')))\n")
     env = {"BYTEGRAD_CACHE_DIR": str(tmp_path / "cache"), "BYTEGRAD_DISABLE_DISK_CACHE": "",
            "PATH": "/usr/bin:/bin"}
-    run = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env=env, timeout=300)
+    root = Path(__file__).resolve().parent.parent
+    run = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env=env, timeout=300,
+                         cwd=str(root))
     assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == "[]"
+    where, imported = run.stdout.strip().splitlines()
+    assert Path(where).resolve().parent.parent == root  # (this tree's bytegrad, not an installed one)
+    assert imported == "[]"
 
 
 # ---- EXTENDED_ARG, long jumps, many constants -------------------------------------------------
