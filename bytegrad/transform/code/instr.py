@@ -188,11 +188,13 @@ def opcode_has_arg(op: int) -> bool:
     return op in _HAS_ARG
 
 
+#: the inline CACHE entries that follow each opcode in co_code
+_NCACHE: Final = tuple((_CACHES.get(dis.opname[op], 0) if type(_CACHES) is dict else _CACHES[op]) for op in range(256))
+
+
 def cache_count(op: int) -> int:
     """The inline CACHE entries that follow the opcode `op` in co_code."""
-    if type(_CACHES) is dict:
-        return _CACHES.get(dis.opname[op], 0)
-    return _CACHES[op]
+    return _NCACHE[op]
 
 
 # The stack-effect model: (pre, post), the change before the instruction runs (what it takes; a

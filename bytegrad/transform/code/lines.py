@@ -67,7 +67,7 @@ def encode_locations(runs: Sequence[tuple[Optional[InstrLocation], int]], first_
     cur: Optional[InstrLocation] = None
     size = 0
     for loc, n in runs:
-        if size and loc == cur and _MERGE:
+        if _MERGE and size and (loc is cur or loc == cur):
             size += n
             continue
         while size > 0:
