@@ -136,7 +136,10 @@ def child_parts() -> dict[str, Any]:
         return fresh(code, active, fn_globals, immutable, assumed, *rest)
     transform._rewrite_fresh = rewrite_fresh  # type: ignore[assignment]
     bytegrad.differentiate(case.loss).grad(params, *data)
-    from bytecode import Bytecode
+    try:  # (bytegrad's own disassembler, transform/code/, where the tree has it)
+        from bytegrad.transform.code import Bytecode
+    except ImportError:
+        from bytecode import Bytecode
 
     from bytegrad.errors import SourceLoc
     try:  # (the rewrite's own assembly, transform/assemble.py, where the tree has it)

@@ -118,7 +118,7 @@ def checking_tape() -> Tape:
 
 def return_loc(code: types.CodeType) -> SourceLoc:
     """Where `code` returns: its one return line, else its first line (for errors about the output)."""
-    from bytecode import Bytecode, Instr
+    from bytegrad.transform.code import Bytecode, Instr
 
     from bytegrad.transform import opcodes
     lines = {i.lineno for i in Bytecode.from_code(code) if isinstance(i, Instr)

@@ -132,7 +132,7 @@ def _left_as_is(ins: Any, kind: Any, st: Any) -> Optional[str]:
 def _explain_left_as_is(target: Any, active: frozenset[str], args: tuple, d: Any, out: io.StringIO) -> None:
     """The operations of the function's own code that the rewrite left as they are, and why (its
     nested functions are rewritten when called, for the values they get then)."""
-    from bytecode import Bytecode, Instr
+    from bytegrad.transform.code import Bytecode, Instr
 
     from bytegrad.errors import SourceLoc
     from bytegrad.transform import INERT_TYPES

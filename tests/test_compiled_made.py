@@ -268,7 +268,7 @@ def test_an_array_made_from_an_integer_array_argument_is_still_refused(tier):
 
 
 def _hooked(fn, made):
-    from bytecode import Bytecode
+    from bytegrad.transform.code import Bytecode
 
     code = fn.__code__
     loc = SourceLoc(code.co_filename, code.co_firstlineno, code.co_name)

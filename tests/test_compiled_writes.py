@@ -261,7 +261,7 @@ def test_append_to_callers_list_happens_every_call(tier):
 
 def test_static_check_takes_own_locals_only():
     """The static check takes writes into locals the function made, not into arguments or their views."""
-    from bytecode import Bytecode
+    from bytegrad.transform.code import Bytecode
 
     from bytegrad.errors import SourceLoc
     from bytegrad.transform.activity import analyze

@@ -48,8 +48,8 @@ from bytegrad.transform import opcodes
 from bytegrad.transform.opcodes import OpKind
 from bytegrad.transform.slots import SHAPE_ONLY
 
-if TYPE_CHECKING:  # (a run from the disk cache does not import bytecode)
-    from bytecode import Instr
+if TYPE_CHECKING:  # (a run from the disk cache does not import the disassembler)
+    from bytegrad.transform.code import Instr
 
 __all__ = ["check"]
 
@@ -103,7 +103,7 @@ def check(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, An
                        f"(line {code.co_firstlineno})")
     if reasons:
         return reasons, []
-    from bytecode import Bytecode
+    from bytegrad.transform.code import Bytecode
 
     from bytegrad.transform.activity import analyze
     from bytegrad.transform.cache import Assumptions
@@ -319,7 +319,7 @@ def _cell_array_uses(code: types.CodeType, bc: Any, active: frozenset[str], fn_g
     met it untracked, so an operation computing from it alone was not recorded and its result would be
     a constant of the program. Refused: each operation whose operands are active only when those
     cells are (the cells' activity taken away from the function's own, rewritten or not)."""
-    from bytecode import Bytecode
+    from bytegrad.transform.code import Bytecode
 
     from bytegrad.transform.activity import analyze
 

@@ -121,7 +121,7 @@ def comprehension_on_constants(instrs: list, k: int) -> Optional[types.CodeType]
     generator expression made just before it without a closure (`[... for i in range(n)]` on 3.11,
     `(... for i in range(n))`): `MAKE_FUNCTION` of that code, the iterable's instructions, `GET_ITER`,
     the call. None for anything else (a jump or a label among them: not followed)."""
-    from bytecode import Instr
+    from bytegrad.transform.code import Instr
 
     from bytegrad.transform import opcodes
 

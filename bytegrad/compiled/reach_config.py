@@ -147,7 +147,7 @@ def _holds_built(instrs: list, stacks: list, local: str, params: tuple, immutabl
                  fn_globals: dict[str, Any], check: Callable[..., Any], classes: list[type]) -> bool:
     """Whether every store into `local` is a constant-class call's result (and a parameter is a constant);
     the classes called are added to `classes`."""
-    from bytecode import Label  # (not at import: bytegrad's import stays light)
+    from bytegrad.transform.code import Label  # (not at import: bytegrad's import stays light)
 
     if local in params and local not in immutable:
         return False

@@ -284,7 +284,7 @@ def _index_only_compares(code: Any, bc: Any, stacks: list) -> frozenset:
     used only as an index of a value the rewrite hooks (active in `stacks`, the analysis the capture's
     rewrite makes), directly or through a local assigned once. Kept per code as the intersection over
     every analysis of it (an activity seen once cannot widen what another allows)."""
-    from bytecode import Instr
+    from bytegrad.transform.code import Instr
 
     from bytegrad.transform import opcodes
 

@@ -47,8 +47,8 @@ def rewrite_code(code: types.CodeType, active: frozenset[str], fn_globals: dict[
 
 def _rewrite_fresh(code: types.CodeType, active: frozenset[str], fn_globals: dict[str, Any],
                    immutable: frozenset[str], assumed: Any, made: bool = False) -> types.CodeType:
-    # Imported here: a process whose rewrites all come from the disk cache never imports `bytecode`.
-    from bytecode import Bytecode
+    # Imported here: a process whose rewrites all come from the disk cache never imports the disassembler.
+    from bytegrad.transform.code import Bytecode
 
     from bytegrad.transform import assemble, pipeline
     from bytegrad.transform.rewrite import fusion_disabled

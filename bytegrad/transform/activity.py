@@ -14,7 +14,7 @@ import builtins
 import types
 from typing import Any, Final, Optional
 
-from bytecode import Bytecode, Instr, Label, TryBegin, TryEnd
+from bytegrad.transform.code import Bytecode, Instr, Label, TryBegin, TryEnd
 
 from bytegrad.errors import SourceLoc, UnsupportedOpcodeError
 from bytegrad.transform import opcodes

@@ -17,7 +17,7 @@ from __future__ import annotations
 import operator
 from typing import Any, Optional
 
-from bytecode import Instr, Label, TryBegin, TryEnd
+from bytegrad.transform.code import Instr, Label, TryBegin, TryEnd
 
 from bytegrad.errors import SourceLoc
 from bytegrad.rules import registry

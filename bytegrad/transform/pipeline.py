@@ -12,7 +12,7 @@ import sys
 import types
 from typing import Any, Callable, NamedTuple, Optional
 
-from bytecode import Bytecode, Instr, Label, TryBegin, TryEnd
+from bytegrad.transform.code import Bytecode, Instr, Label, TryBegin, TryEnd
 
 from bytegrad._config import config as _config
 from bytegrad.errors import SourceLoc

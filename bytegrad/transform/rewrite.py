@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Final, Optional, cast
 
-from bytecode import Bytecode, Instr
+from bytegrad.transform.code import Bytecode, Instr
 
 from bytegrad._config import config as _config
 from bytegrad.errors import SourceLoc

@@ -9,7 +9,7 @@ import types
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Optional
 
 import numpy as np
-from bytecode import Instr
+from bytegrad.transform.code import Instr
 
 from bytegrad.errors import SourceLoc, UnsupportedOpcodeError
 from bytegrad.rules import registry

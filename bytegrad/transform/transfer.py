@@ -7,7 +7,7 @@ from __future__ import annotations
 import types
 from typing import TYPE_CHECKING, Callable, Final, Optional, cast
 
-from bytecode import Instr
+from bytegrad.transform.code import Instr
 
 from bytegrad.transform import opcodes
 from bytegrad.transform.opcodes import OpKind

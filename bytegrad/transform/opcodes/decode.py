@@ -9,7 +9,7 @@ import operator
 import sys
 from typing import Any, Final, Sequence
 
-from bytecode import Instr
+from bytegrad.transform.code import Instr
 
 from bytegrad._operators import BINARY, BinaryOperator
 

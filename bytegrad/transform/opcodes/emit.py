@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Final, Sequence
 
-from bytecode import Instr
+from bytegrad.transform.code import Instr
 
 from bytegrad.transform.opcodes.decode import NULL_BELOW_CALLABLE, PY
 
