@@ -362,6 +362,32 @@ def test_required_keyword_missing_and_unexpected_keyword_raise_as_the_general_pa
             d.grad(_x(0), k=1.0, other=2.0)
 
 
+def test_a_positional_parameter_passed_twice_raises_with_kwargs_too():
+    def f(w, **options):
+        return np.sum(w) * len(options)
+
+    def g(w, /, **options):  # (a positional-only name is a key **options takes)
+        return np.sum(w) * len(options)
+
+    d, e = bytegrad.differentiate(f, tier="numpy"), bytegrad.differentiate(g, tier="numpy")
+    for i in range(3):
+        with pytest.raises(TypeError):
+            d.grad(_x(i), w=1.0)
+        assert _same(e.grad(_x(i), w=1.0), np.ones(4))
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_partial_with_keyword_only_arguments(tier):
+    import functools
+
+    def make():
+        def step(i):
+            return (_x(i), np.ones((3, 4))), ({"scale": 1.0 + i} if i % 2 else {})
+        return functools.partial(loss, l2=0.25), step, _nothing
+    info = agree(make, tier)
+    assert info["compiled_calls"] >= 2, info
+
+
 # ---- pullbacks, stats and explain ---------------------------------------------------------------------
 
 

@@ -104,7 +104,7 @@ def twin_call(d: Any, call_args: tuple, call_kw: dict) -> Any:
     argc, k, flags = code.co_argcount, code.co_kwonlyargcount, code.co_flags
     kwonly = code.co_varnames[argc:argc + k]
     extra = [n for n in call_kw if n not in kwonly]
-    if extra and not flags & _VARKEYWORDS:
+    if extra and (not flags & _VARKEYWORDS or any(n in code.co_varnames[code.co_posonlyargcount:argc] for n in extra)):
         return None  # (an unexpected keyword, or a positional parameter passed twice: TypeError)
     if extra and flags & _VARARGS:
         return (f"it is called with the keyword argument{'s' if len(extra) > 1 else ''} {', '.join(extra)}, which "

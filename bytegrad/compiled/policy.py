@@ -21,7 +21,7 @@ must agree with the capture's gradient; from the next call on, calls whose guard
   twin, kept if it is faster on the arguments of the call that made it.
 
 `grad`, `value_and_grad` (with or without `has_aux`) and `pullback` (so `vjp`; without `has_aux`)
-calls with positional arguments (or keywords of positional parameters, for gradients), outside
+calls with positional arguments (or keywords, for gradients: compiled/keywords.py), outside
 other derivatives, use programs; a pullback program (NumPy back end only) returns
 the output and a `back` that takes any cotangent shaped like the output (others go to the general
 path). Forward mode and higher order stay on the general path.
