@@ -203,6 +203,8 @@ def test_omitted_positional_default_before_keywords(tier):
             return np.sum(w * k) * a
 
         def step(i):
+            if i == 3:
+                f.__defaults__ = (-1.0,)
             return (_x(i),), ({"k": 0.5 * i} if i % 2 else {"k": 1.5, "a": 3.0 - i})
         return f, step, _nothing
     info = agree(make, tier)
@@ -319,6 +321,39 @@ def test_a_keyword_only_list_the_function_appends_to(tier):
     info = agree(make, tier)
     assert info["compiled_calls"] == 0, info  # (its append is an effect no program replays)
     assert any("log" in why or "list" in why for why in info["not_compiled"].values()), info
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_an_omitted_keyword_whose_default_list_the_function_appends_to(tier):
+    """`log` is omitted, but the call passes `k` after it: the default list is an argument of the twin,
+    whose append is an effect no program replays (the call runs once, and appends once)."""
+    def make():
+        def f(w, *, log=[], k=1.0):  # noqa: B006 - the default written in place is the point
+            log.append(k)
+            return np.sum(w) * k * len(log)
+
+        def step(i):
+            return (_x(i),), {"k": 0.5 + i}
+        return f, step, lambda: list(f.__kwdefaults__["log"])
+    info = agree(make, tier)
+    assert info["compiled_calls"] == 0, info
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_body_replaced_between_calls(tier):
+    def make():
+        def f(w, *, k=1.0):
+            return np.sum(np.sin(w)) * k
+
+        def g(w, *, k=1.0):
+            return np.sum(np.cos(w)) * k * 2.0
+
+        def step(i):
+            if i == 3:
+                f.__code__ = g.__code__
+            return (_x(i),), {"k": 0.5 + i}
+        return f, step, _nothing
+    agree(make, tier, calls=8)
 
 
 @pytest.mark.parametrize("tier", TIERS)
