@@ -413,12 +413,14 @@ class Differentiated:
         if (tiers is not None or self._tiers_due) and getattr(tls, "tape", None) is None and not _config.debug_nans:
             call_args, call_kw = ((*self._bound, *args), {**self._bound_kwargs, **kwargs}) if d is not self \
                 else (args, kwargs)
-            if call_kw:  # keywords of positional parameters move into place; others stay general
+            if call_kw:  # keywords of positional parameters move into place (others: compiled/keywords.py)
                 call_args, call_kw = d._normalize_call(call_args, call_kw)
-            if not call_kw and tiers is None:  # (a record left due: None again for the first gradient)
-                tiers = _lazy_tiers.first_or_made(self, call_args)
-            if tiers is not None:  # (keywords left, of keyword-only parameters or **kwargs: `Tiers.keywords`)
-                result = tiers.call(d._target, call_args, d._capture, value=value, keywords=call_kw)
+            if tiers is None:  # (a record left due: None again for the first gradient)
+                tiers = _lazy_tiers.first_or_made(self, call_args) if not call_kw else \
+                    self._tiers if self._first_s is not None else None  # (keywords: made by a second gradient)
+            if tiers is not None:  # (keywords left, of keyword-only parameters or **kwargs: compiled/keywords.py)
+                result = tiers.call(d._target, call_args, d._capture, value=value) if not call_kw else \
+                    _lazy_tiers.keywords().grad(tiers, d, call_args, call_kw, value)
                 if result is not MISS:
                     return result
         return self._grad_now(args, kwargs)

@@ -27,6 +27,13 @@ def compiled() -> Any:
     return policy
 
 
+def keywords() -> Any:
+    """bytegrad/compiled/keywords.py (calls with keyword-only arguments), loaded with the policy."""
+    from bytegrad.compiled import keywords as module
+
+    return module
+
+
 class TiersSlot:
     """The `_tiers` attribute of a `Differentiated`: reading it makes a record left for later."""
 

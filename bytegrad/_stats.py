@@ -60,7 +60,8 @@ def differentiated_stats(d: Any) -> dict[str, Any]:
     result: dict[str, Any] = {"hits": d._hits + s["hits"], "misses": s["misses"], "entries": s["entries"]}
     result.update(function_stats(d))
     if d._tiers is not None:
-        result["compiled"] = d._tiers.describe()
+        from bytegrad.compiled import keywords  # (a call with keyword-only arguments: its twins' programs)
+        result["compiled"] = keywords.merge(d._tiers.describe(), d._inner or d)
     elif d._bound or d._bound_kwargs:
         tier = d._tier or _default_tier()
         if tier != "general":  # (a pinned general tier has no compiled entry at all)

@@ -189,6 +189,8 @@ def _explain_tier(d: Any, args: tuple, out: io.StringIO) -> None:
             out.write(f"    Numba kernels: {twin_note(p)}\n")
     for sig, why in tiers.describe()["not_compiled"].items():
         out.write(f"  not compiled for ({sig}): {why}\n")
+    from bytegrad.compiled import keywords  # (calls with keyword-only arguments: compiled/keywords.py)
+    out.writelines(f"{line}\n" for line in keywords.explained(d))
 
 
 def _explain_code(co: types.CodeType, out: io.StringIO) -> None:

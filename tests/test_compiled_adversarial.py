@@ -1466,15 +1466,13 @@ def keyword_only(x, *, k):
 
 
 @pytest.mark.parametrize("tier", TIERS)
-def test_keyword_call_says_why_it_is_not_compiled(tier):
+def test_keyword_call_is_compiled_and_says_so(tier):
     d = bytegrad.differentiate(keyword_only, tier=tier)
     for i in range(CALLS):
         d.value_and_grad(_x(i), k=2.0)
     info = d.stats()["compiled"]
-    assert not _compiled(info) and _refused(info, "keyword argument k", "general path"), info
-    assert info["general_calls"] == CALLS and "k=float" in " ".join(info["not_compiled"]), info
-    assert "not compiled for (ndarray, k=float): it is called with the keyword argument k" in \
-        bytegrad.explain(d, _x(0), k=2.0)
+    assert _compiled(info) and [p["keywords"] for p in info["programs"]] == [["k"]], info
+    assert "program for calls with keywords k:" in bytegrad.explain(d, _x(0), k=2.0)
 
 
 def keywords_and_more(x, a=1.0, *, k, m=1.0, **rest):
@@ -1495,6 +1493,6 @@ def test_keyword_calls_that_change_between_calls_agree(tier):
     """Each call's keywords (a value changed, their order, one added) give the general path's value and
     gradient; the signatures with keywords are named, each with its reason."""
     info = agree(_keyword_calls, tier)
-    assert not _compiled(info), info
+    assert not _compiled(info), info  # (`rest.values()`; a float in **rest: compiled/keywords.py)
     named = " ".join(info["not_compiled"])
-    assert "k=float" in named and "z=float" in named, info
+    assert "k=float" in named and ("**rest=dict" in named or tier == "auto"), info  # (auto: too few calls of it)

@@ -21,7 +21,7 @@ must agree with the capture's gradient; from the next call on, calls whose guard
   twin, kept if it is faster on the arguments of the call that made it.
 
 `grad`, `value_and_grad` (with or without `has_aux`) and `pullback` (so `vjp`; without `has_aux`)
-calls with positional arguments (or keywords of positional parameters, for gradients), outside
+calls with positional arguments (or keywords, for gradients: compiled/keywords.py), outside
 other derivatives, use programs; a pullback program (NumPy back end only) returns
 the output and a `back` that takes any cotangent shaped like the output (others go to the general
 path). Forward mode and higher order stay on the general path.
@@ -219,17 +219,17 @@ class Tiers:
         self.general_calls += 1
         return MISS
 
-    def keywords(self, args: tuple, kwargs: dict) -> Any:
-        """MISS for a call with keywords that name no positional parameter (`f(x, k=2.0)` for `def f(x, *, k)`):
-        it runs on the general path, and its signature (the arguments' types, then each keyword's name and
-        type, in order) says why in `describe`."""
+    def keywords(self, args: tuple, kwargs: dict, why: Optional[str] = None) -> Any:
+        """MISS for a call with keywords that name no positional parameter that no program serves (those
+        that can be are served by compiled/keywords.py): it runs on the general path, and its signature (the
+        arguments' types, then each keyword's name and type, in order) says why (`why`) in `describe`."""
         key = (*map(type, args), *(_Keyword(f"{k}={type(v).__name__}") for k, v in kwargs.items()))
         sig = self.signatures.get(key)
         if sig is None:
             sig = self.signatures[key] = _Signature()
-            sig.reason = (f"it is called with the keyword argument{'s' if len(kwargs) > 1 else ''} {', '.join(kwargs)} "
-                          "(a keyword-only parameter or **kwargs): a call with keywords runs on the general path "
-                          "(pass the value positionally, to a positional parameter, to compile the call)")
+            sig.reason = why or (f"it is called with the keyword argument{'s' if len(kwargs) > 1 else ''} "
+                                 f"{', '.join(kwargs)} (a keyword-only parameter or **kwargs): a call with keywords "
+                                 "runs on the general path here")
         sig.calls += 1
         self.general_calls += 1
         return MISS
