@@ -325,7 +325,7 @@ def _build(root: _Op, tree: list[_Op], tree_idx: set[int], leaves: list[_Item], 
             site = abi.Site(loc.filename, lineno, loc.function, "unary -")
             nodes.append(fused.Node("neg", op.fn, abi.neg, args, site))
         else:
-            site = abi.Site(loc.filename, lineno, loc.function, "call")
+            site = abi.Site(loc.filename, lineno, loc.function, "call", op.fn)  # (callee: named in warnings, explain)
             nodes.append(fused.Node("call", op.fn, abi.call1 if len(args) == 1 else abi.call2, args, site))
     # the operands left on the stack, in push order: callables of fused calls, and leaf values
     kept: list[tuple[int, int, Any]] = []
