@@ -86,6 +86,24 @@ def test_a_rule_is_recorded_with_its_kernel_arity() -> None:
     assert cache._rule_of(len) is None or cache._rule_of(len)[2] is None
 
 
+def test_the_key_holds_the_rules_of_the_operators_fusion_fuses(monkeypatch) -> None:
+    """Binary operators are fused by their rules' kernels, read by no global of the function: those rules
+    are part of the key (a kernel taken off `operator.mul` changes it), and the key's list is fusion's."""
+    import operator
+
+    from bytegrad.rules import registry
+    from bytegrad.transform import fusion
+
+    assert fusion._FUSED_BINARY == {operator.add, operator.mul, operator.pow, operator.sub, operator.truediv}
+    code = (lambda x: x * 2.0 + 1.0).__code__
+    before = cache._disk_key(code, frozenset({"x"}), frozenset())
+    rule = registry.lookup(operator.mul)
+    monkeypatch.setitem(registry._RULES, operator.mul, rule.replaced(kernel=None))
+    assert cache._disk_key(code, frozenset({"x"}), frozenset()) != before
+    monkeypatch.setitem(registry._RULES, operator.mul, rule)
+    assert cache._disk_key(code, frozenset({"x"}), frozenset()) == before
+
+
 RUNNER = r'''
 import json, sys
 import numpy as np

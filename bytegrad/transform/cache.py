@@ -229,8 +229,12 @@ def _disk_key(code: types.CodeType, active: frozenset[str], immutable: frozenset
         return None
     h = diskcache.sha256(raw)
     options = tuple(getattr(_config, name) for name in DISK_KEY_SWITCHES) + (("made",) if made else ())
+    import operator
+
+    # the rules of the operators fusion may fuse (transform/fusion.py's _FUSED_BINARY): no global records them
+    fused_ops = tuple(_rule_of(op) for op in (operator.add, operator.mul, operator.pow, operator.sub, operator.truediv))
     h.update(repr((sys.implementation.cache_tag, rewrite_version(), _ENTRY_FORMAT,
-                   sorted(active), sorted(immutable), options)).encode())
+                   sorted(active), sorted(immutable), options, fused_ops)).encode())
     return h.hexdigest()
 
 
