@@ -34,17 +34,17 @@ from bytegrad.rules import (
     rrule as rrule,
     scalar_rule as scalar_rule,
 )
-from bytegrad.rules.control import stop_gradient as stop_gradient
 from bytegrad.rules.pytrees import register_pytree as register_pytree
+from bytegrad.rules import _deferred as _deferred_rules
 from bytegrad.runtime.tangents import PerformanceWarning as PerformanceWarning
 
 __version__ = "0.1.0"
 
-# `explain` and `precompile` load the fused-kernel machinery, `checkpoint` and the tree utilities their own modules: imported on
-# first use, so that `import bytegrad` stays a small part of a process's time to first gradient.
+# `explain` and `precompile` load the fused-kernel machinery, `checkpoint`, `stop_gradient` and the tree utilities their own
+# modules: imported on first use, so that `import bytegrad` stays a small part of a process's time to first gradient.
 _LAZY = {"explain": "bytegrad.introspect", "precompile": "bytegrad.precompile", "export": "bytegrad.exporter",
          "ExportError": "bytegrad.exporter",
-         "checkpoint": "bytegrad.runtime.checkpoint",
+         "checkpoint": "bytegrad.runtime.checkpoint", "stop_gradient": "bytegrad.rules.control",
          **dict.fromkeys(("jacfwd", "jacrev", "linearize", "custom_vjp", "custom_jvp"), "bytegrad._jax_api"),
          **dict.fromkeys(("tree_flatten", "tree_leaves", "tree_map", "tree_unflatten"), "bytegrad.tree_util")}
 
@@ -53,6 +53,8 @@ def __getattr__(name: str):  # PEP 562 module attribute hook
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'bytegrad' has no attribute {name!r}")
+    if module in _deferred_rules.DEFERRED:  # a deferred rules module (rules/_deferred.py): loaded as a lookup loads it
+        _deferred_rules.load_module(module)
     import importlib
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value

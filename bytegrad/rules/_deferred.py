@@ -76,6 +76,19 @@ def load(fns: Optional[tuple[Any]]) -> bool:
     return loaded
 
 
+def load_module(module: str) -> None:
+    """Import one deferred module (for `bytegrad.stop_gradient`'s first use), as `load` does: the version is
+    left as it was (its functions did not exist before, so no lookup could have seen their rules missing)."""
+    from bytegrad.rules import registry
+
+    with registry.LOCK:
+        if module in registry.DEFERRED_PENDING:
+            before = registry.current_version
+            importlib.import_module(module)
+            registry.DEFERRED_PENDING.discard(module)
+            registry.current_version = before
+
+
 # ------------------------------------------------------------------------------ generating INDEX
 _NAMESPACES = ("numpy", "numpy.linalg", "numpy.lib.stride_tricks", "numpy.lib.array_utils", "math", "builtins")
 
@@ -130,7 +143,8 @@ def build(candidates: tuple[str, ...]) -> tuple[dict[str, tuple[str, ...]], list
         names, bad = [], []
         for fn in keys:
             name = name_of(fn)
-            if name is not None and name.startswith(module + ":"):
+            own = getattr(fn, "__globals__", {}).get("__name__") == module  # (stop_gradient's __module__ is "bytegrad")
+            if own or (name is not None and name.startswith(module + ":")):
                 continue  # the module's own function: nothing can look it up before the module is imported
             if name is None or _hot_path_key(fn):
                 bad.append(repr(fn))
@@ -145,7 +159,7 @@ def build(candidates: tuple[str, ...]) -> tuple[dict[str, tuple[str, ...]], list
 
 #: (linalg_decomp stays eager: np.linalg.svd is the seed's own example, whose first gradient must stay
 #: within 2 ms of autograd's; loading the module on that gradient costs it 0.4 ms)
-CANDIDATES = ("bytegrad.rules.python_stdlib",) + tuple(f"bytegrad.rules.numpy.{m}" for m in (
+CANDIDATES = ("bytegrad.rules.python_stdlib", "bytegrad.rules.control") + tuple(f"bytegrad.rules.numpy.{m}" for m in (
     "building", "cumulative", "functional", "manipulation", "nondiff", "products", "selection", "shape",
     "signal", "statistics", "ufunc_methods"))
 

@@ -12,8 +12,8 @@ read-only or full directory degrades to in-memory operation with one warning.
 
 API (namespaces are short names such as "code" or "kernels", one sub-folder each):
     cache_dir() -> str | None             the usable cache directory, None when off or refused
-    load(namespace, key, tag="") -> bytes | None
-    store(namespace, key, payload, tag="", label="") -> bool     `label` names the function for `info`
+    load(namespace, key, tag="", version=None) -> bytes | None
+    store(namespace, key, payload, tag="", label="", version=None) -> bool     `label` names the function for `info`
     source_dir(namespace) -> str | None   a folder for generated `.py` files (Numba's `cache=True`
                                           files land next to them, in `__pycache__`)
     write_source(namespace, name, text) -> str | None    atomic; an unchanged file is not rewritten
@@ -67,12 +67,12 @@ class CacheWarning(UserWarning):
 
 
 try:  # CPython's own SHA-256: hashlib would load OpenSSL first, milliseconds of a first gradient
-    from _sha2 import sha256  # 3.12+
-except ImportError:
-    try:
-        from _sha256 import sha256  # 3.11
-    except ImportError:  # pragma: no cover - a Python built without them
-        from hashlib import sha256
+    if sys.version_info >= (3, 12):  # (the failed import of the other name costs a first gradient 0.07 ms)
+        from _sha2 import sha256
+    else:
+        from _sha256 import sha256
+except ImportError:  # pragma: no cover - a Python built without them
+    from hashlib import sha256
 
 _lock = _thread.RLock()  # threading.RLock, without importing threading
 _resolved: dict[tuple, Optional[str]] = {}    # environment -> usable directory (None: refused/off)
@@ -227,15 +227,15 @@ def _entry_path(directory: str, key: str) -> str:
     return os.path.join(directory, sha256(key.encode()).hexdigest()[:40] + ENTRY_SUFFIX)
 
 
-def _header(key: str, payload: bytes, tag: str, label: str) -> dict[str, Any]:
-    return {"bytegrad": bytegrad_version(), "cache_tag": sys.implementation.cache_tag, "tag": tag,
-            "key": key, "length": len(payload), "sha256": sha256(payload).hexdigest(),
+def _header(key: str, payload: bytes, tag: str, label: str, version: Optional[str] = None) -> dict[str, Any]:
+    return {"bytegrad": bytegrad_version() if version is None else version,
+            "cache_tag": sys.implementation.cache_tag, "tag": tag, "key": key, "length": len(payload), "sha256": sha256(payload).hexdigest(),
             "label": label}
 
 
-def encode_entry(key: str, payload: bytes, tag: str = "", label: str = "") -> bytes:
-    """Header + payload, as stored on disk."""
-    head = marshal.dumps(_header(key, payload, tag, label))  # marshal: built in, no import
+def encode_entry(key: str, payload: bytes, tag: str = "", label: str = "", version: Optional[str] = None) -> bytes:
+    """Header + payload, as stored on disk (`version`: see `load`)."""
+    head = marshal.dumps(_header(key, payload, tag, label, version))  # marshal: built in, no import
     return _PREFIX.pack(MAGIC, FORMAT_VERSION, len(head)) + head + payload
 
 
@@ -255,21 +255,24 @@ def read_header(data: bytes) -> Optional[tuple[dict[str, Any], bytes]]:
     return head, data[_PREFIX.size + hlen:]
 
 
-def _decode(data: bytes, key: str, tag: str) -> Optional[bytes]:
+def _decode(data: bytes, key: str, tag: str, version: Optional[str] = None) -> Optional[bytes]:
     parsed = read_header(data)
     if parsed is None:
         return None
     head, payload = parsed
-    if (head.get("bytegrad") != bytegrad_version() or head.get("cache_tag") != sys.implementation.cache_tag
+    if (head.get("bytegrad") != (bytegrad_version() if version is None else version)
+            or head.get("cache_tag") != sys.implementation.cache_tag
             or head.get("tag") != tag or head.get("key") != key or head.get("length") != len(payload)
             or head.get("sha256") != sha256(payload).hexdigest()):
         return None
     return payload
 
 
-def load(namespace: str, key: str, tag: str = "") -> Optional[bytes]:
+def load(namespace: str, key: str, tag: str = "", version: Optional[str] = None) -> Optional[bytes]:
     """The payload stored under (namespace, key, tag), or None. A damaged, foreign or stale entry
-    is deleted (when ours) and reported as a miss: the caller rebuilds and stores it again."""
+    is deleted (when ours) and reported as a miss: the caller rebuilds and stores it again. `version`:
+    the bytegrad the entry must come from (default `bytegrad_version()`; for entries that depend on
+    part of bytegrad's sources, transform/cache.py's `rewrite_version()`), given alike to `store`."""
     directory = _namespace_dir(namespace, create=False)
     if directory is None:
         return None
@@ -278,7 +281,7 @@ def load(namespace: str, key: str, tag: str = "") -> Optional[bytes]:
     if data is None:
         _count("misses")
         return None
-    payload = _decode(data, key, tag)
+    payload = _decode(data, key, tag, version)
     if payload is None:
         _debug(f"ignoring the damaged or stale entry {path}")
         _count("rejected")
@@ -319,12 +322,13 @@ def _read_trusted(path: str) -> Optional[bytes]:
         os.close(fd)
 
 
-def store(namespace: str, key: str, payload: bytes, tag: str = "", label: str = "") -> bool:
+def store(namespace: str, key: str, payload: bytes, tag: str = "", label: str = "",
+          version: Optional[str] = None) -> bool:
     """Write an entry atomically; False (after one warning) when the directory cannot take it."""
     directory = _namespace_dir(namespace, create=True)
     if directory is None or os.path.dirname(directory) in _read_only:
         return False
-    data = encode_entry(key, payload, tag, label)
+    data = encode_entry(key, payload, tag, label, version)
     ok = _write_atomic(_entry_path(directory, key), data)
     if ok:
         _count("stores")

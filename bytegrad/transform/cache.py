@@ -113,9 +113,21 @@ def clear() -> None:
 # table that is loaded through diskcache.safe_loads (bytegrad, NumPy and plain builtins only).
 
 DISK_NAMESPACE = "code"
+#: bytegrad's sources that shape a stored rewrite (relative to the package; "dir/": its .py files): the
+#: rewriter, the runtime modules whose hooks and objects rewritten code holds or whose tables the rewrite
+#: reads, the registry's rule types, the operators' rules (their kernels decide fusion; every other rule
+#: the rewrite read is recorded in the entry's assumptions: kind, definition site, kernel arity), and the
+#: cache's own formats. An entry is keyed by their sizes and mtimes (`rewrite_version`), not by every file
+#: of bytegrad; tests/test_rewrite_stamp.py checks that every bytegrad module transform/ imports is here.
+REWRITE_SOURCES = (
+    "__init__.py", "_bytecode.py", "_config.py", "_operators.py", "errors.py", "transform/", "transform/opcodes/",
+    "runtime/abi.py", "runtime/diskcache.py", "runtime/dispatch.py", "runtime/fused.py", "runtime/guards.py",
+    "runtime/keys.py", "runtime/monitor.py", "runtime/records.py", "runtime/safepickle.py",
+    "rules/registry.py", "rules/_types.py", "rules/builtins.py",
+)
 #: the switches (bytegrad.config) that change what the rewrite emits: part of the disk key
 DISK_KEY_SWITCHES = ("disable_numba", "disable_fusion", "check")
-_ENTRY_FORMAT = 1
+_ENTRY_FORMAT = 2  # 2: keyed by REWRITE_SOURCES; a rule's kernel arity recorded
 _PLACEHOLDER = "\x00bytegrad-const:"
 _SIMPLE = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis))
 
@@ -145,13 +157,17 @@ def _describe(value: Any) -> tuple:
 
 
 def _rule_of(value: Any) -> Optional[tuple]:
+    """What the rewrite read of `value`'s rule: its kind, where it is defined, and the arity of its kernel
+    formula (fusion), or -1 for a formula made per constant (`x ** c`)."""
     from bytegrad.rules import registry
 
     rule = registry.lookup(value)
     if rule is None:
         return None
     at = rule.defined_at
-    return (rule.kind.value, (at.filename, at.lineno) if at is not None else None)
+    k = rule.kernel
+    return (rule.kind.value, (at.filename, at.lineno) if at is not None else None,
+            None if k is None else len(k.partials) if isinstance(k, tuple) else -1)
 
 
 class Assumptions:
@@ -213,9 +229,47 @@ def _disk_key(code: types.CodeType, active: frozenset[str], immutable: frozenset
         return None
     h = diskcache.sha256(raw)
     options = tuple(getattr(_config, name) for name in DISK_KEY_SWITCHES) + (("made",) if made else ())
-    h.update(repr((sys.implementation.cache_tag, diskcache.bytegrad_version(), _ENTRY_FORMAT,
-                   sorted(active), sorted(immutable), options)).encode())
+    import operator
+
+    # the rules of the operators fusion may fuse (transform/fusion.py's _FUSED_BINARY): no global records them
+    fused_ops = tuple(_rule_of(op) for op in (operator.add, operator.mul, operator.pow, operator.sub, operator.truediv))
+    h.update(repr((sys.implementation.cache_tag, rewrite_version(), _ENTRY_FORMAT,
+                   sorted(active), sorted(immutable), options, fused_ops)).encode())
     return h.hexdigest()
+
+
+_rewrite_version: list[str] = []
+
+
+def rewrite_version() -> str:
+    """The bytegrad a stored rewrite must come from: the release and a fingerprint (size, mtime) of the
+    files of `REWRITE_SOURCES`, where `diskcache.bytegrad_version` stats every file of bytegrad (~170,
+    0.3-0.8 ms of a first gradient). An edit of one of them (in place or by rename) in an editable
+    checkout makes every stored rewrite stale. Computed once per process."""
+    if _rewrite_version:
+        return _rewrite_version[0]
+    import os
+
+    from bytegrad.runtime import diskcache
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    lines = []
+    for rel in REWRITE_SOURCES:
+        names = [rel]
+        if rel.endswith("/"):
+            try:
+                names = sorted(rel + n for n in os.listdir(os.path.join(root, rel)) if n.endswith(".py"))
+            except OSError:
+                names = [rel + "-"]
+        for name in names:
+            try:
+                st = os.stat(os.path.join(root, name))
+                lines.append(f"{name}:{st.st_size}:{st.st_mtime_ns};")
+            except OSError:
+                lines.append(f"{name}:-;")
+    release = getattr(sys.modules.get("bytegrad"), "__version__", "0")
+    _rewrite_version.append(f"{release}+{diskcache.sha256(''.join(lines).encode()).hexdigest()[:16]}")
+    return _rewrite_version[0]
 
 
 def _strip(code: types.CodeType, nonce: str, table: list[Any]) -> types.CodeType:
@@ -344,7 +398,7 @@ def _rewrite_cached(code: types.CodeType, active: frozenset[str], immutable: fro
     key = _disk_key(code, active, immutable, made) if diskcache.cache_dir() is not None else None
     if key is not None:
         t0 = time.perf_counter_ns()
-        payload = diskcache.load(DISK_NAMESPACE, key)
+        payload = diskcache.load(DISK_NAMESPACE, key, version=rewrite_version())
         loaded = _decode(payload, fn_globals) if payload is not None else None
         if loaded is not None:
             _disk["disk_hits"] += 1
@@ -413,7 +467,7 @@ def flush_stores() -> None:
         payload = _encode(new_code, frozen)
         if payload is None:
             _disk["disk_unstorable"] += 1
-        elif diskcache.store(DISK_NAMESPACE, key, payload, label=_label(code)):
+        elif diskcache.store(DISK_NAMESPACE, key, payload, label=_label(code), version=rewrite_version()):
             _disk["disk_stores"] += 1
 
 
