@@ -120,7 +120,7 @@ DISK_NAMESPACE = "code"
 #: cache's own formats. An entry is keyed by their sizes and mtimes (`rewrite_version`), not by every file
 #: of bytegrad; tests/test_rewrite_stamp.py checks that every bytegrad module transform/ imports is here.
 REWRITE_SOURCES = (
-    "__init__.py", "_bytecode.py", "_config.py", "_operators.py", "errors.py", "transform/", "transform/opcodes/",
+    "__init__.py", "_bytecode.py", "_config.py", "_operators.py", "errors.py", "transform/", "transform/opcodes/", "transform/code/",
     "runtime/abi.py", "runtime/diskcache.py", "runtime/dispatch.py", "runtime/fused.py", "runtime/guards.py",
     "runtime/keys.py", "runtime/monitor.py", "runtime/records.py", "runtime/safepickle.py",
     "rules/registry.py", "rules/_types.py", "rules/builtins.py",
