@@ -313,6 +313,8 @@ class Differentiated:
             else self._target
         old = getattr(tls, "tape", None)
         tls.tape = tape
+        if capture is not None:
+            tape.started = True  # type: ignore[union-attr]  # (the user's body runs from here: compiled/abandon.py)
         watch = _monitor.start()  # Python code started blind from C is stopped (runtime/monitor.py)
         try:
             with fpwarn.at_user_lines():  # NumPy's floating-point warnings name the user's line, not a hook's

@@ -30,7 +30,7 @@ from bytegrad.errors import DifferentiationError, qualname
 from bytegrad.runtime import tape as _tape
 from bytegrad.runtime.tape import Tape
 
-__all__ = ["Roots", "ARGS_DONE", "forward", "leaf", "track_read", "plain", "raised", "sweep"]
+__all__ = ["Roots", "ARGS_DONE", "forward", "general_ids", "leaf", "track_read", "plain", "raised", "started", "sweep"]
 
 #: put last in the `tracked` reads handed to `Differentiated._forward`: the arguments are prepared
 ARGS_DONE = object()
@@ -100,6 +100,8 @@ def forward(d: Any, args: tuple, positions: Any, tape_class: type, tracked: list
         site = tapes[0].roots.raised if tapes else None
         if site is not None and exc.loc == site.loc():
             exc.__dict__["_bytegrad_general"] = True
+        elif tapes and tapes[0].started and not raised(exc):  # (the body ran: `started`, compiled/abandon.py)
+            exc.__dict__["_bytegrad_started"] = tapes[0]
         raise
 
 
@@ -168,6 +170,24 @@ def plain(tape: Any, fn: Any, args: tuple, kwargs: Optional[dict], site: Any) ->
                 f"differentiate, or an array made from constants): {name} has no derivative rule that takes it, "
                 "and a program would track it", site)
     return True
+
+
+def general_ids(tape: Any, ids: dict[int, int]) -> dict[int, int]:
+    """`CaptureTape.general_ids`: the entries of `ids` (the tape's, or a part of them) for the values the general
+    path tracks too (those that may depend on a differentiated leaf): runtime/monitor.py checks a blind call
+    from C on them, and lets one that meets only the others run, as the general path does."""
+    nodes = tape.nodes
+    if nodes:
+        _depends(tape, len(nodes) - 1)
+    dep = tape.roots.dep
+    n = len(dep)
+    return {k: i for k, i in ids.items() if not (0 <= i < n and dep[i] is False)}
+
+
+def started(exc: BaseException) -> Any:
+    """The tape of the capture run that raised `exc` after the user's body had started, or None (taken off
+    the error: it is not kept alive by it)."""
+    return getattr(exc, "__dict__", {}).pop("_bytegrad_started", None)
 
 
 def raised(exc: BaseException) -> bool:

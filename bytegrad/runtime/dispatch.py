@@ -232,7 +232,7 @@ def dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict
         return dispatch(tape, site, fn, args, kwargs)
     # a Python function handed to C (a SciPy solver's MINPACK, QUADPACK...) that reads a differentiated
     # value, through its arguments or what it closes over: a blind call, refused at the user's line
-    monitor.check_c_call(tape.ids, fn, args, kwargs, tracked)
+    monitor.check_c_call(tape.ids, fn, args, kwargs, tracked, tape if tape.capturing else None)
     if tracked and not (tape.capturing and tape.plain(fn, args, kwargs, site)):  # (plain: compiled/plainly.py)
         raise NoRuleError(method_key(fn), site.loc())
     _watch_objects(args, kwargs)
