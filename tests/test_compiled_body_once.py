@@ -117,7 +117,7 @@ def calls(f, tier, n=3, pullback=False):
                 v, g = d.value_and_grad(x, c)
             out.append((float(v), np.asarray(g).tolist(), LOG[before:], c.tolist()))
         except DifferentiationError as exc:
-            out.append((type(exc).__name__, exc.problem, LOG[before:]))
+            out.append((type(exc).__name__, exc.problem, LOG[before:], c.tolist()))
     return out, d
 
 
@@ -167,6 +167,28 @@ def test_a_blind_call_on_a_differentiated_value_raises_once(tier):
     assert [(c[0], c[2]) for c in got] == [(c[0], c[2]) for c in want]
     assert all(c[0] == "BlindCallError" and len(c[2]) == 1 for c in got)  # the error, with its effects once
     assert "its capture run raised BlindCallError" in reason(d)  # not captured again (MAX_FAILED_CAPTURES)
+
+
+def writes_into_x(x, c):  # a write into the differentiated argument: the general path's MutationError
+    y = np.sum(tick(x) * c)
+    x *= 2.0
+    return y
+
+
+def writes_into_c(x, c):  # a pullback differentiates c too: the general path's MutationError, c unchanged
+    y = np.sum(tick(x) * c)
+    c += 1.0
+    return y
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("f, pullback", [(writes_into_x, False), (writes_into_x, True), (writes_into_c, True)])
+def test_a_write_into_a_differentiated_argument_raises_once(f, pullback, tier):
+    want, _ = calls(f, "general", n=4, pullback=pullback)
+    got, d = calls(f, tier, n=4, pullback=pullback)
+    assert got == want
+    assert all(c[0] == "MutationError" and len(c[2]) == 1 for c in got)  # once, with its effects once
+    assert "its capture run raised MutationError (line " in reason(d)
 
 
 def raises_on_positive(x, c):

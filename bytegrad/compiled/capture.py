@@ -367,7 +367,7 @@ def capture_run(d: Any, args: tuple, positions: tuple[int, ...], tape_class: typ
     from bytegrad.compiled.effects import Snapshot
     from bytegrad.errors import DifferentiationError
 
-    wrt, _ = d._plan(len(args), d._wrt)
+    wrt, _ = d._plan(len(args), tuple(range(len(args))) if every else d._wrt)  # (a pullback's: every argument)
     names = d._params[d._offset:]
     tracked = program_source.read_arrays(guards)
     # what the run may write besides its result (differentiated arrays are protected: never written)

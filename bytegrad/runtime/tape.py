@@ -180,10 +180,13 @@ class Tape:
         """Refuse a write into the caller's data (a differentiated input or its base)."""
         owner = target.base if target.base is not None else target
         if id(owner) in self.protected or id(target) in self.protected:
-            raise MutationError(
+            exc = MutationError(
                 "this in-place write would modify an array being differentiated (the caller's data).",
                 site.loc() if site is not None else None,
                 "compute a new array instead (for example `x = x + v`, or `y = x.copy()` and write into y).")
+            if self.capturing:  # (a capture protects what the general path does: its error, raised once there)
+                exc.__dict__["_bytegrad_general"] = True  # (compiled/plainly.py `raised`)
+            raise exc
 
     def check_write(self, target: np.ndarray, region: np.ndarray, site: Any) -> None:
         """Before writing `region` (a view of `target`): refuse if it would change saved values, and
