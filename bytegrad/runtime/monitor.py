@@ -168,14 +168,18 @@ def _check_frame(frame: Any, code: types.CodeType) -> None:
     if made:  # arrays a capture made from constants (`np.zeros(n)`, tracked by it alone: the general path
         # does not track them): what plain code computes from them is fixed (compiled/reach_objects.py)
         ids = {k: i for k, i in ids.items() if i not in made}
-    general = _general_ids(tape, ids)
-    name = _blind_name(frame, code, ids if general is None else general)
+    name = _blind_name(frame, code, ids)
+    if name is None:
+        return
+    general = _general_ids(tape, ids)  # (a capture's: of the values the general path tracks too)
+    if general is None:
+        raise _blind_error(frame, code, name)
+    name = _blind_name(frame, code, general)
     if name is not None:
         raise _as_general(_blind_error(frame, code, name), general)
-    if general is not None and _blind_name(frame, code, ids) is not None:
-        _refuse_blind(tape, f"{getattr(code, 'co_qualname', code.co_name)} is called from C code (or a call bytegrad "
-                      "leaves alone) with a value the call does not differentiate: it runs blind, as on the general "
-                      "path, and a program would not run it", user_loc(frame.f_back))
+    _refuse_blind(tape, f"{getattr(code, 'co_qualname', code.co_name)} is called from C code (or a call bytegrad "
+                  "leaves alone) with a value the call does not differentiate: it runs blind, as on the general "
+                  "path, and a program would not run it", user_loc(frame.f_back))
 
 
 def _general_ids(tape: Any, ids: dict[int, int]) -> Optional[dict[int, int]]:
@@ -298,15 +302,16 @@ def check_c_call(ids: dict[int, int], fn: Any, args: tuple, kwargs: Optional[dic
             return
     except TypeError:
         pass
-    general = _general_ids(tape, ids) if tape is not None else None
-    if general is not None:  # a capture: raise where the general path raises, else let it run (and refuse)
-        _check_captured_c_call(tape, ids, general, fn, args, kwargs, tracked, callables)
-        return
     is_tracked = lambda x: id(x) in ids  # noqa: E731
     for c in callables:
         found = hidden(c, is_tracked)
         if found or tracked:
-            raise _c_call_error(fn, c, found)
+            general = _general_ids(tape, ids) if tape is not None else None
+            if general is None:
+                raise _c_call_error(fn, c, found)
+            # a capture: raise where the general path raises, else let it run (and refuse)
+            _check_captured_c_call(tape, ids, general, fn, args, kwargs, tracked, callables)
+            return
 
 
 def _check_captured_c_call(tape: Any, ids: dict[int, int], general: dict[int, int], fn: Any, args: tuple,
@@ -314,17 +319,16 @@ def _check_captured_c_call(tape: Any, ids: dict[int, int], general: dict[int, in
     """`check_c_call` in a capture run, whose `ids` hold the arguments the call does not differentiate too:
     raise, as the general path's error, where a value of `general` (those the general path tracks) reaches
     the callable; else a call that a value of `ids` reaches runs, as on the general path, and the capture is
-    refused."""
+    refused (called where a value of `ids` reaches it)."""
     plain = tracked and not (any(_deep_tracked(a, general) for a in (*args, *(kwargs or {}).values()))
                              or (type(fn) is types.BuiltinMethodType and id(fn.__self__) in general))
     for c in callables:
         found = hidden(c, lambda x: id(x) in general)
         if found or (tracked and not plain):
             raise _as_general(_c_call_error(fn, c, found), general)
-    if tracked or any(hidden(c, lambda x: id(x) in ids) for c in callables):
-        _refuse_blind(tape, f"the C function {qualname_of(fn)} is handed a Python callable and a value the call "
-                      "does not differentiate: it runs as on the general path, and a program would not run it",
-                      user_loc(sys._getframe(2)))
+    _refuse_blind(tape, f"the C function {qualname_of(fn)} is handed a Python callable and a value the call does "
+                  "not differentiate: it runs as on the general path, and a program would not run it",
+                  user_loc(sys._getframe(2)))
 
 
 def _deep_tracked(a: Any, ids: dict[int, int]) -> bool:
