@@ -227,6 +227,18 @@ def decides_after_an_effect(x, c):
     return np.sum(x)
 
 
+def show(v):
+    print("shown", v[0])  # (refused at run time: no static check sees a print of a differentiated value)
+    return v
+
+
+def decides_after_a_print(x, c):
+    x = show(x)
+    if np.sum(x) > 0.0:
+        return np.sum(x * c)
+    return np.sum(x)
+
+
 def decides_without_effects(x, c):
     y = x * 2.0
     if np.sum(y) > 0.0:
@@ -272,3 +284,13 @@ def test_an_unknown_capture_only_error_without_effects_runs_the_general_path(tie
     got, d = calls(decides_without_effects, tier)
     assert got == want
     assert "the capture run raised DifferentiationError" in reason(d) and "not run again" not in reason(d)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_an_unknown_capture_only_error_after_a_print_is_not_a_second_print(tier, monkeypatch, capsys):
+    inject(monkeypatch)
+    d = bytegrad.differentiate(fresh(decides_after_a_print), tier=tier)
+    with pytest.raises(DifferentiationError, match="injected"):
+        d.value_and_grad(np.ones(3), np.ones(3))
+    assert capsys.readouterr().out.count("shown") == 1
+    assert "passes a differentiated value through print" in reason(d)

@@ -65,12 +65,13 @@ def effects(d: Any, tape: Any, changed: Callable[[], Optional[str]], inputs: tup
     """What a capture run stopped by an error did that a program replay would not redo (the checks a capture
     that completes makes before a program may stand in for the body), or None: `changed` (compiled/effects.py
     `Snapshot.changed`), `inputs` (the arguments not differentiated, their names, the arrays read from globals:
-    compiled/input_writes.py), the handled-exception `watch`, and `callees` (why a Python function the run
-    called cannot be part of a program). Any of them that cannot be read counts as an effect."""
+    compiled/input_writes.py), the run's refusals (any, conservatively), the handled-exception `watch`, and
+    `callees` (why a Python function the run called cannot be part of a program). Any of them that cannot be
+    read counts as an effect."""
     from bytegrad.compiled import errstate, input_writes
 
-    try:
-        found = changed() or input_writes.input_write(tape, *inputs)
+    try:  # (a refusal may be one: `print` of a tracked value is refused at run time, as no static check sees it)
+        found = changed() or input_writes.input_write(tape, *inputs) or _refused(tape)
         if found is None:
             codes = [d._code, *(c[0].__code__ for c in tape.callees)]
             found = watch.handled(codes) or watch.unseen([d._target, *(c[0] for c in tape.callees)])
@@ -79,6 +80,14 @@ def effects(d: Any, tape: Any, changed: Callable[[], Optional[str]], inputs: tup
     except Exception as exc:  # noqa: BLE001 - what cannot be read is not known to be free of effects
         found = f"its effects could not be read ({type(exc).__name__})"
     return found
+
+
+def _refused(tape: Any) -> Optional[str]:
+    """The first reason the run refused a program for (with its line), or None."""
+    if not tape.refusals:
+        return None
+    why, site = tape.refusals[0]
+    return f"{why} (line {site.lineno})" if site is not None and getattr(site, "lineno", None) else why
 
 
 def failed(exc: BaseException, count: int, most: int) -> Optional[str]:
