@@ -169,6 +169,21 @@ def test_a_blind_call_on_a_differentiated_value_raises_once(tier):
     assert "its capture run raised BlindCallError" in reason(d)  # not captured again (MAX_FAILED_CAPTURES)
 
 
+def put_strided(x, c):  # np.put into a strided view of c: the capture's in-place rule takes contiguous arrays only
+    np.put(c[::2], [0], 4.0)
+    return np.sum(x * c)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_np_put_into_a_view_of_a_value_not_differentiated_runs_as_on_the_general_path(tier):
+    f = caller(put_strided)
+    want, _ = calls(f, "general")
+    got, d = calls(f, tier)
+    assert got == want and all(len(call[2]) == 1 for call in got)  # c written as there, the draw once
+    assert "calls numpy.put on a value that depends on no differentiated argument" in reason(d)
+    assert "(line " in reason(d) and "of put_strided)" in reason(d)
+
+
 def writes_into_x(x, c):  # a write into the differentiated argument: the general path's MutationError
     y = np.sum(tick(x) * c)
     x *= 2.0
