@@ -184,6 +184,30 @@ def test_np_put_into_a_view_of_a_value_not_differentiated_runs_as_on_the_general
     assert "(line " in reason(d) and "of put_strided)" in reason(d)
 
 
+def write_through_real(x, c):  # a write through a complex array's `.real`: a layout the capture cannot map
+    z = np.zeros(2, complex)
+    z.real[:] = c[:2]
+    return np.sum(x[:2] * z.real)
+
+
+def write_through_f32_view(x, c):  # a write through a float32 view of c's memory
+    c.view(np.float32)[0] = 1.0
+    return np.sum(x * c)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("fn, words", [
+    (write_through_real, "writes through a view in a memory layout bytegrad cannot map back to its array"),
+    (write_through_f32_view, "calls ndarray.view on a value that depends on no differentiated argument"),
+])
+def test_a_write_through_an_unmappable_view_of_values_not_differentiated(fn, words, tier):
+    f = caller(fn)
+    want, _ = calls(f, "general")
+    got, d = calls(f, tier)
+    assert got == want and all(len(call[2]) == 1 for call in got)
+    assert words in reason(d) and f"of {fn.__name__})" in reason(d)
+
+
 def writes_into_x(x, c):  # a write into the differentiated argument: the general path's MutationError
     y = np.sum(tick(x) * c)
     x *= 2.0

@@ -30,7 +30,7 @@ from bytegrad.errors import DifferentiationError, qualname
 from bytegrad.runtime import tape as _tape
 from bytegrad.runtime.tape import Tape
 
-__all__ = ["Roots", "ARGS_DONE", "forward", "general_ids", "leaf", "track_read", "plain", "raised", "started", "sweep"]
+__all__ = ["Roots", "ARGS_DONE", "forward", "general_ids", "leaf", "plain_write", "track_read", "plain", "raised", "started", "sweep"]
 
 #: put last in the `tracked` reads handed to `Differentiated._forward`: the arguments are prepared
 ARGS_DONE = object()
@@ -169,6 +169,29 @@ def plain(tape: Any, fn: Any, args: tuple, kwargs: Optional[dict], site: Any) ->
     tape.refuse(f"calls {name} on a value that depends on no differentiated argument (one the call does not "
                 f"differentiate, or an array made from constants): {name} has no derivative rule that takes it, "
                 "and a program would track it", site)
+    return True
+
+
+def plain_write(tape: Any, parents: Any, site: Any, marked: list[int]) -> bool:
+    """`Tape.plain_write` of a capture tape: a write through a view bytegrad cannot map back to its owner (a
+    `.view(np.float32)`, a complex array's `.real`) is one the general path makes as it is when neither the
+    owner's version nor the value depends on a differentiated leaf (it tracks neither): so does the run (the
+    records it made stale, `marked`, which the general path does not have, are current again: no derivative
+    flows through them), and the capture is refused. When one does, the general path raises here too."""
+    found: list[int] = []
+    if not _indices(parents, found):
+        return False
+    states = [_depends(tape, i) for i in found]
+    if True in states:
+        tape.roots.raised = site  # (`raised`)
+        return False
+    if None in states or any(_depends(tape, j) is not False for j in marked):
+        return False
+    for j in marked:
+        del tape.stale[j]
+    tape.refuse("writes through a view in a memory layout bytegrad cannot map back to its array, values that "
+                "depend on no differentiated argument: the general path stores them as they are, and a program "
+                "would track them", site)
     return True
 
 

@@ -257,7 +257,13 @@ def write(tape: Tape, site: Any, obj: np.ndarray, key: Any, value: Any, iv: Any)
     """`obj[key] = value`, recorded as a new version of the memory's owner."""
     owner = owner_of(obj)
     io = current(tape, site, owner)  # the owner's value before this write (check_write marks it stale)
+    plain = tape.capturing and (io is not None or iv is not None) and not (owner is obj and _is_basic(key)) \
+        and memory_positions(obj, owner) is None  # (a capture's write through a view it cannot map: `plain_write`)
+    before = set(tape.stale) if plain else ()
     tape.check_write(obj, region(obj, key), site)
+    if plain and tape.plain_write((io, iv), site, [j for j in tape.stale if j not in before]):
+        obj[key] = value  # (values the general path does not track: it stores them as they are)
+        return
     if owner is obj and _is_basic(key):
         obj[key] = value
         if io is None and iv is None:
