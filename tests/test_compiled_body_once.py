@@ -208,6 +208,33 @@ def test_a_write_through_an_unmappable_view_of_values_not_differentiated(fn, wor
     assert words in reason(d) and f"of {fn.__name__})" in reason(d)
 
 
+class Holder:
+    def __init__(self, w):
+        self.w = w
+
+
+def put_into_attribute(x, h):  # in a callee, the general path hooks a call on an object argument's attribute
+    np.put(h.w[::2], [0], 4.0)
+    return np.sum(x * h.w)
+
+
+def put_strided_attribute(x, h):
+    x = tick(x)
+    return put_into_attribute(x, h)
+
+
+@pytest.mark.parametrize("tier", ("general", *TIERS))
+def test_np_put_into_a_strided_view_of_untracked_values_is_a_plain_store(tier):
+    # (the general path raised MutationError here, where it hooked the call: np.put's rule takes contiguous arrays)
+    d = bytegrad.differentiate(fresh(put_strided_attribute), tier=tier)
+    for k in range(3):
+        x, h = np.array([0.5, 1.5, 2.5]) + k, Holder(np.array([0.25, 0.75, 1.25]) + k)
+        before = len(LOG)
+        v, g = d.value_and_grad(x, h)
+        assert (v, g.tolist(), h.w.tolist(), len(LOG)) == ([6.25, 18.25, 34.25][k], h.w.tolist(), h.w.tolist(), before + 1)
+        assert h.w[0] == 4.0
+
+
 def writes_into_x(x, c):  # a write into the differentiated argument: the general path's MutationError
     y = np.sum(tick(x) * c)
     x *= 2.0
