@@ -540,13 +540,7 @@ def _inplace_put(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> 
     ind, v = rest[0], rest[1]
     flat = a.reshape(-1) if a.flags.c_contiguous else None
     if flat is None or flat.base is not (a.base if a.base is not None else a) and flat.base is not a:
-        ids = tape.ids
-        if ids.get(id(writes.owner_of(a))) is None and parent_of(ids, a) is None and parent_of(ids, v) is None:
-            return fn(*args, **kwargs)  # nothing tracked: a plain store (as `writes.write` makes one)
-        if tape.capturing and tape.plain(fn, args, kwargs, site):  # (values the general path does not track:
-            return fn(*args, **kwargs)  # it stores them as they are; the capture is refused, compiled/plainly.py)
-        raise writes.MutationError("bytegrad supports np.put only on contiguous arrays.", site.loc(),
-                                   "assign with a.reshape(-1)[ind] = v on a contiguous array instead.")
+        return writes.put_strided(tape, site, fn, args, kwargs, a, v)  # (a plain store, or MutationError)
     ind = np.asarray(ind).ravel()
     n = ind.size
     value = v if np.ndim(v) == 0 else dispatch(tape, site, np.resize, (v, n), None)
