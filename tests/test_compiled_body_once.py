@@ -26,6 +26,11 @@ from bytegrad.compiled import capture as capture_module, policy
 from bytegrad.errors import DifferentiationError
 from bytegrad.runtime import monitor
 
+try:
+    import scipy.integrate as integrate
+except ImportError:  # (SciPy is optional)
+    integrate = None
+
 TIERS = ("numpy", "numba")
 WATCH = pytest.mark.skipif(not (hasattr(sys, "monitoring") or monitor.CHECK),
                            reason="the frame watch needs sys.monitoring (3.12+) or BYTEGRAD_CHECK=1")
@@ -233,6 +238,37 @@ def test_np_put_into_a_strided_view_of_untracked_values_is_a_plain_store(tier):
         v, g = d.value_and_grad(x, h)
         assert (v, g.tolist(), h.w.tolist(), len(LOG)) == ([6.25, 18.25, 34.25][k], h.w.tolist(), h.w.tolist(), before + 1)
         assert h.w[0] == 4.0
+
+
+def lotka_volterra(t, y, a, b):
+    return np.array([a * y[0] - 0.4 * y[0] * y[1], -b * y[1] + 0.1 * y[0] * y[1]])
+
+
+TIMES = np.linspace(0.0, 2.0, 5)  # a global array: the capture tracks it (a program reads it), the general path not
+
+
+def ode_over_global_times(x, c):  # the ODE rule refused a tracked time: the capture's alone, before
+    x = tick(x)
+    return np.sum(integrate.odeint(lotka_volterra, [10.0, 5.0], TIMES, args=(x[0], x[1]), tfirst=True))
+
+
+def ode_over_times_argument(x, c):  # the same with times the call does not differentiate (c)
+    return np.sum(integrate.odeint(lotka_volterra, [10.0, 5.0], c, args=(x[0], x[1]), tfirst=True))
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("fn", [ode_over_global_times, ode_over_times_argument])
+def test_a_solver_rule_given_values_not_differentiated_takes_them_as_constants(fn, tier):
+    if integrate is None:
+        pytest.skip("SciPy is not installed")
+    f = fn if fn is ode_over_global_times else caller(fn)  # (a global the differentiated function reads)
+    want, _ = calls(f, "general", n=2)
+    got, d = calls(f, tier, n=2)
+    assert all(len(call[2]) == 1 for call in got)
+    for a, b in zip(got, want):  # (the solver's own tolerance: the same calls, so the same numbers)
+        assert a[2:] == b[2:] and np.allclose(a[0], b[0], rtol=1e-12) and np.allclose(a[1], b[1], rtol=1e-9)
+    assert "to a rule that differentiates what its callable reads" in reason(d)
+    assert f"of {fn.__name__})" in reason(d)
 
 
 def writes_into_x(x, c):  # a write into the differentiated argument: the general path's MutationError

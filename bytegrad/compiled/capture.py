@@ -88,7 +88,7 @@ class CaptureTape(Tape):
     holds_built = objects.holds_built  # (`Net([Linear(W1), ...])`: made of objects the run built)
     track_read = plainly.track_read  # (objects.track_read, a model at module level: `taken`, id -> its spec)
     leaf, plain = plainly.leaf, plainly.plain  # (what the differentiated leaves are; `Tape.plain`)
-    general_ids, plain_write = plainly.general_ids, plainly.plain_write  # (runtime/monitor.py, writes.py)
+    general_ids, plain_write, general_tracked = plainly.general_ids, plainly.plain_write, plainly.general_tracked
 
     def refuse(self, why: str, site: Any) -> None:
         from bytegrad.compiled import nested

@@ -30,7 +30,7 @@ from bytegrad.errors import DifferentiationError, qualname
 from bytegrad.runtime import tape as _tape
 from bytegrad.runtime.tape import Tape
 
-__all__ = ["Roots", "ARGS_DONE", "forward", "general_ids", "leaf", "plain_write", "track_read", "plain", "raised", "started", "sweep"]
+__all__ = ["Roots", "ARGS_DONE", "forward", "general_ids", "general_tracked", "leaf", "plain_write", "track_read", "plain", "raised", "started", "sweep"]
 
 #: put last in the `tracked` reads handed to `Differentiated._forward`: the arguments are prepared
 ARGS_DONE = object()
@@ -193,6 +193,23 @@ def plain_write(tape: Any, parents: Any, site: Any, marked: list[int]) -> bool:
                 "depend on no differentiated argument: the general path stores them as they are, and a program "
                 "would track them", site)
     return True
+
+
+def general_tracked(tape: Any, value: Any) -> bool:
+    """`CaptureTape.general_tracked`: whether a tracked `value` is one the general path tracks too (it may depend
+    on a differentiated leaf), as rules/closures.py `tracked` asks it for a rule (a SciPy solver's, which
+    differentiates the values its callable reads, and refuses a tracked ODE time). One that is not is a constant
+    there: so it is for the rule here, and the capture is refused (a program would not see it as an input)."""
+    if _operand_state(tape, value) is not False:
+        return True
+    import sys
+
+    from bytegrad.runtime import monitor
+
+    monitor.refuse_at_user_line(tape, "hands a value the call does not differentiate to a rule that differentiates "
+                                "what its callable reads (a SciPy solver's): the general path takes it as a constant, "
+                                "and so does the run, which a program would not replay", sys._getframe(1))
+    return False
 
 
 def general_ids(tape: Any, ids: dict[int, int]) -> dict[int, int]:

@@ -33,7 +33,7 @@ from bytegrad.errors import BlindCallError, SourceLoc, library_file
 from bytegrad.rules.closures import hidden
 from bytegrad.runtime import tape as _tape
 
-__all__ = ["CHECK", "BlindCallError", "start", "arm", "stop", "check_c_call", "user_loc"]
+__all__ = ["CHECK", "BlindCallError", "start", "arm", "stop", "check_c_call", "refuse_at_user_line", "user_loc"]
 
 #: the checking mode (BYTEGRAD_CHECK=1): guards at inactive sites, and the frame watch on 3.11 too
 CHECK = _config.bind("check", __name__, "CHECK")
@@ -196,6 +196,11 @@ def _as_general(exc: BlindCallError, general: Optional[dict]) -> BlindCallError:
     if general is not None:
         exc.__dict__["_bytegrad_general"] = True
     return exc
+
+
+def refuse_at_user_line(tape: Any, why: str, frame: Any) -> None:
+    """A capture tape's refusal `why`, at the user's line that the stack at `frame` runs under."""
+    _refuse_blind(tape, why, user_loc(frame))
 
 
 def _refuse_blind(tape: Any, why: str, loc: Optional[SourceLoc]) -> None:
