@@ -206,9 +206,10 @@ def general_tracked(tape: Any, value: Any) -> bool:
 
     from bytegrad.runtime import monitor
 
-    monitor.refuse_at_user_line(tape, "hands a value the call does not differentiate to a rule that differentiates "
-                                "what its callable reads (a SciPy solver's): the general path takes it as a constant, "
-                                "and so does the run, which a program would not replay", sys._getframe(1))
+    monitor.refuse_at_user_line(tape, "hands a value the call does not differentiate to a rule that looks for the "
+                                "differentiated values a function it is given reads (np.vectorize's, a SciPy solver's): "
+                                "the general path takes it as a constant, and so does the run, which a program would "
+                                "not replay", sys._getframe(1))
     return False
 
 
