@@ -313,6 +313,8 @@ class Differentiated:
             else self._target
         old = getattr(tls, "tape", None)
         tls.tape = tape
+        if capture is not None:
+            tape.started = True  # type: ignore[union-attr]  # (the user's body runs from here: compiled/abandon.py)
         watch = _monitor.start()  # Python code started blind from C is stopped (runtime/monitor.py)
         try:
             with fpwarn.at_user_lines():  # NumPy's floating-point warnings name the user's line, not a hook's
@@ -329,8 +331,7 @@ class Differentiated:
         Each differentiated leaf enters as a fresh value whose node is an identity linked to the
         outer value (so the outer derivative flows through it) and the function runs through the
         rewriter like any callee (closures over outer values are seen). The inner derivative
-        sweeps only the nodes after its leaves: see runtime/nested.py.
-        """
+        sweeps only the nodes after its leaves: see runtime/nested.py."""
         site = self._call_site()
         nested = Nested(tape, site, len(tape.nodes))
         protected = set(tape.protected)
@@ -527,8 +528,7 @@ class Differentiated:
         return self._grad(args, kwargs, value=False)[1]
 
     def value_and_grad(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        """(output, gradient) from one forward and one reverse pass; `((output, aux), gradient)`
-        with `has_aux=True`."""
+        """(output, gradient) from one forward and one reverse pass; `((output, aux), gradient)` with `has_aux=True`."""
         return self._grad(args, kwargs)
 
     def pullback(self, *args: Any, **kwargs: Any) -> Any:

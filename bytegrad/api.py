@@ -248,7 +248,9 @@ registry.set_ad_backend(vjp)  # rrule_via_ad: rules call back into bytegrad thro
 registry.set_tape_probe(lambda: getattr(tls, "tape", None) is not None)  # registry.recording
 # rules/closures.tracked: whether a value is differentiated now (the solver rules find the values a
 # user's function closes over that are, rules/scipy/_implicit.py)
-_closures.set_tracked_probe(lambda v: (t := getattr(tls, "tape", None)) is not None and id(v) in t.ids)
+# (a capture run tracks the arguments it does not differentiate too: compiled/plainly.py `general_tracked`)
+_closures.set_tracked_probe(lambda v: (t := getattr(tls, "tape", None)) is not None and id(v) in t.ids
+                            and (not t.capturing or t.general_tracked(v)))
 
 
 # ---- forward mode, Jacobians and Hessians ---------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 from bytegrad import transform
-from bytegrad.compiled import decisions, errstate, input_writes, objects, plainly, policy, reach_objects
+from bytegrad.compiled import abandon, decisions, errstate, input_writes, objects, plainly, policy, reach_objects
 from bytegrad.compiled import reach_config, reach_labels
 from bytegrad.compiled.constructs import has_handlers, watch_callee
 from bytegrad.compiled.effects import ATOMS
@@ -41,7 +41,7 @@ class CaptureTape(Tape):
     uses). The first such reason makes the capture fail; the gradient itself is unaffected."""
 
     __slots__ = ("refusals", "checks", "callees", "made", "decided", "live", "escaped", "writes", "objects", "local",
-                 "taken", "roots")
+                 "taken", "roots", "started")
 
     capturing = True
     #: whether object arguments are taken apart in place (compiled/objects.py): gradient captures only
@@ -75,6 +75,7 @@ class CaptureTape(Tape):
         #: theirs for the run): locals of the call, their state plumbing between recorded operations
         self.local: list[Any] = []
         self.taken: dict[int, Any] = {}
+        self.started = False  # whether the user's body has started running (bytegrad/_differentiated.py)
         self.roots = plainly.Roots()  # its differentiated leaves (compiled/plainly.py: an operation without a rule)
 
     def built(self, obj: Any, site: Any, constants: bool = False) -> None:  # (on constants: compiled/reach_objects.py)
@@ -87,6 +88,7 @@ class CaptureTape(Tape):
     holds_built = objects.holds_built  # (`Net([Linear(W1), ...])`: made of objects the run built)
     track_read = plainly.track_read  # (objects.track_read, a model at module level: `taken`, id -> its spec)
     leaf, plain = plainly.leaf, plainly.plain  # (what the differentiated leaves are; `Tape.plain`)
+    general_ids, plain_write, general_tracked = plainly.general_ids, plainly.plain_write, plainly.general_tracked
 
     def refuse(self, why: str, site: Any) -> None:
         from bytegrad.compiled import nested
@@ -365,7 +367,7 @@ def capture_run(d: Any, args: tuple, positions: tuple[int, ...], tape_class: typ
     from bytegrad.compiled.effects import Snapshot
     from bytegrad.errors import DifferentiationError
 
-    wrt, _ = d._plan(len(args), d._wrt) if not every else (positions, None)  # (a pullback protects every one)
+    wrt, _ = d._plan(len(args), tuple(range(len(args))) if every else d._wrt)  # (a pullback's: every argument)
     names = d._params[d._offset:]
     tracked = program_source.read_arrays(guards)
     # what the run may write besides its result (differentiated arrays are protected: never written)
@@ -379,7 +381,8 @@ def capture_run(d: Any, args: tuple, positions: tuple[int, ...], tape_class: typ
     except DifferentiationError as exc:  # (raised where the general path raises it too: the call's error)
         if plainly.raised(exc):
             raise
-        return f"the capture run raised {type(exc).__name__}: {exc}"
+        return abandon.settle(exc, d, watch, snapshot.changed, (others, tuple(names), tuple(tracked)),  # (the body
+                              lambda t: _callee_guards(t, d._code, guards + _default_entries(d._target))[0])  # once)
     # any other exception is the user's code raising, as on the general path: the call's only run's
     why = snapshot.changed() or input_writes.input_write(tape, others, tuple(names), tuple(tracked))
     if why is not None:

@@ -30,7 +30,7 @@ from bytegrad.errors import DifferentiationError, qualname
 from bytegrad.runtime import tape as _tape
 from bytegrad.runtime.tape import Tape
 
-__all__ = ["Roots", "ARGS_DONE", "forward", "leaf", "track_read", "plain", "raised", "sweep"]
+__all__ = ["Roots", "ARGS_DONE", "forward", "general_ids", "general_tracked", "leaf", "plain_write", "track_read", "plain", "raised", "started", "sweep"]
 
 #: put last in the `tracked` reads handed to `Differentiated._forward`: the arguments are prepared
 ARGS_DONE = object()
@@ -100,6 +100,8 @@ def forward(d: Any, args: tuple, positions: Any, tape_class: type, tracked: list
         site = tapes[0].roots.raised if tapes else None
         if site is not None and exc.loc == site.loc():
             exc.__dict__["_bytegrad_general"] = True
+        elif tapes and tapes[0].started and not raised(exc):  # (the body ran: `started`, compiled/abandon.py)
+            exc.__dict__["_bytegrad_started"] = tapes[0]
         raise
 
 
@@ -168,6 +170,65 @@ def plain(tape: Any, fn: Any, args: tuple, kwargs: Optional[dict], site: Any) ->
                 f"differentiate, or an array made from constants): {name} has no derivative rule that takes it, "
                 "and a program would track it", site)
     return True
+
+
+def plain_write(tape: Any, parents: Any, site: Any, marked: list[int]) -> bool:
+    """`Tape.plain_write` of a capture tape: a write through a view bytegrad cannot map back to its owner (a
+    `.view(np.float32)`, a complex array's `.real`) is one the general path makes as it is when neither the
+    owner's version nor the value depends on a differentiated leaf (it tracks neither): so does the run (the
+    records it made stale, `marked`, which the general path does not have, are current again: no derivative
+    flows through them), and the capture is refused. When one does, the general path raises here too."""
+    found: list[int] = []
+    if not _indices(parents, found):
+        return False
+    states = [_depends(tape, i) for i in found]
+    if True in states:
+        tape.roots.raised = site  # (`raised`)
+        return False
+    if None in states or any(_depends(tape, j) is not False for j in marked):
+        return False
+    for j in marked:
+        del tape.stale[j]
+    tape.refuse("writes through a view in a memory layout bytegrad cannot map back to its array, values that "
+                "depend on no differentiated argument: the general path stores them as they are, and a program "
+                "would track them", site)
+    return True
+
+
+def general_tracked(tape: Any, value: Any) -> bool:
+    """`CaptureTape.general_tracked`: whether a tracked `value` is one the general path tracks too (it may depend
+    on a differentiated leaf), as rules/closures.py `tracked` asks it for a rule (a SciPy solver's, which
+    differentiates the values its callable reads, and refuses a tracked ODE time). One that is not is a constant
+    there: so it is for the rule here, and the capture is refused (a program would not see it as an input)."""
+    if _operand_state(tape, value) is not False:
+        return True
+    import sys
+
+    from bytegrad.runtime import monitor
+
+    monitor.refuse_at_user_line(tape, "hands a value the call does not differentiate to a rule that looks for the "
+                                "differentiated values a function it is given reads (np.vectorize's, a SciPy solver's): "
+                                "the general path takes it as a constant, and so does the run, which a program would "
+                                "not replay", sys._getframe(1))
+    return False
+
+
+def general_ids(tape: Any, ids: dict[int, int]) -> dict[int, int]:
+    """`CaptureTape.general_ids`: the entries of `ids` (the tape's, or a part of them) for the values the general
+    path tracks too (those that may depend on a differentiated leaf): runtime/monitor.py checks a blind call
+    from C on them, and lets one that meets only the others run, as the general path does."""
+    nodes = tape.nodes
+    if nodes:
+        _depends(tape, len(nodes) - 1)
+    dep = tape.roots.dep
+    n = len(dep)
+    return {k: i for k, i in ids.items() if not (0 <= i < n and dep[i] is False)}
+
+
+def started(exc: BaseException) -> Any:
+    """The tape of the capture run that raised `exc` after the user's body had started, or None (taken off
+    the error: it is not kept alive by it)."""
+    return getattr(exc, "__dict__", {}).pop("_bytegrad_started", None)
 
 
 def raised(exc: BaseException) -> bool:

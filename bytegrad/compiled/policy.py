@@ -78,6 +78,8 @@ AUTO_AFTER = 2
 MAX_PROGRAMS = 8
 #: captures of one signature whose programs' decisions on data came out otherwise; then no more
 MAX_RECAPTURES = 3
+#: captures of one signature that raised (the call's error, raised once); then no more
+MAX_FAILED_CAPTURES = 3
 CONSTANT_TYPES = (int, bool, str, bytes, type(None))
 
 
@@ -98,12 +100,13 @@ _DEFAULT = _config.bind("tier", __name__, "_DEFAULT")  # bytegrad.config.tier (B
 class _Signature:
     """What the tiers know of one argument signature (the types of the positional arguments)."""
 
-    __slots__ = ("calls", "reason", "recaptures", "looked")
+    __slots__ = ("calls", "reason", "recaptures", "looked", "failed")
 
     def __init__(self) -> None:
         self.calls = 0                       # general-path gradients so far
         self.reason: Optional[str] = None    # why it is not compiled, once known
         self.recaptures = 0                  # captures after a program's decision came out otherwise
+        self.failed = 0                      # captures that raised (the call's error)
         self.looked = False                  # the disk cache was asked for its stored programs
 
 
@@ -260,6 +263,9 @@ class Tiers:
         t0 = time.perf_counter()
         try:
             result, program = capture(args, ("numba", "numpy") if self.tier == "numba" else ("numpy",))
+        except Exception as exc:
+            self._failed(sig, exc)
+            raise
         finally:
             spent = time.perf_counter() - t0
             self.capture_s += spent
@@ -287,6 +293,18 @@ class Tiers:
             sig.calls += 1
             self.general_calls += 1
         return result
+
+    def _failed(self, sig: _Signature, exc: Exception) -> None:
+        """A capture of `sig` raised `exc`, as the call's error (once, with the run's effects once): after
+        MAX_FAILED_CAPTURES of them, or at once when the capture was abandoned after its body ran, the signature
+        is not captured again, and says why (compiled/abandon.py `failed`)."""
+        from bytegrad.compiled import abandon
+
+        sig.failed += 1
+        why = abandon.failed(exc, sig.failed, MAX_FAILED_CAPTURES)
+        if why is not None and sig.reason is None:
+            sig.reason = why
+            log().info("not compiled %s: %s", self.code.co_qualname, why)
 
     def _upgrade(self, run: Run, args: tuple, capture: Callable[..., Any]) -> Any:
         """The NumPy program of `run` has run long enough to pay for compiling its Numba twin: capture

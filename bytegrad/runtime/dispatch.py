@@ -232,7 +232,7 @@ def dispatch(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: Optional[dict
         return dispatch(tape, site, fn, args, kwargs)
     # a Python function handed to C (a SciPy solver's MINPACK, QUADPACK...) that reads a differentiated
     # value, through its arguments or what it closes over: a blind call, refused at the user's line
-    monitor.check_c_call(tape.ids, fn, args, kwargs, tracked)
+    monitor.check_c_call(tape.ids, fn, args, kwargs, tracked, tape if tape.capturing else None)
     if tracked and not (tape.capturing and tape.plain(fn, args, kwargs, site)):  # (plain: compiled/plainly.py)
         raise NoRuleError(method_key(fn), site.loc())
     _watch_objects(args, kwargs)
@@ -540,8 +540,7 @@ def _inplace_put(tape: Tape, site: Site, fn: Any, args: tuple, kwargs: dict) -> 
     ind, v = rest[0], rest[1]
     flat = a.reshape(-1) if a.flags.c_contiguous else None
     if flat is None or flat.base is not (a.base if a.base is not None else a) and flat.base is not a:
-        raise writes.MutationError("bytegrad supports np.put only on contiguous arrays.", site.loc(),
-                                   "assign with a.reshape(-1)[ind] = v on a contiguous array instead.")
+        return writes.put_strided(tape, site, fn, args, kwargs, a, v)  # (a plain store, or MutationError)
     ind = np.asarray(ind).ravel()
     n = ind.size
     value = v if np.ndim(v) == 0 else dispatch(tape, site, np.resize, (v, n), None)

@@ -33,7 +33,7 @@ from bytegrad.errors import BlindCallError, SourceLoc, library_file
 from bytegrad.rules.closures import hidden
 from bytegrad.runtime import tape as _tape
 
-__all__ = ["CHECK", "BlindCallError", "start", "arm", "stop", "check_c_call", "user_loc"]
+__all__ = ["CHECK", "BlindCallError", "start", "arm", "stop", "check_c_call", "refuse_at_user_line", "user_loc"]
 
 #: the checking mode (BYTEGRAD_CHECK=1): guards at inactive sites, and the frame watch on 3.11 too
 CHECK = _config.bind("check", __name__, "CHECK")
@@ -168,6 +168,60 @@ def _check_frame(frame: Any, code: types.CodeType) -> None:
     if made:  # arrays a capture made from constants (`np.zeros(n)`, tracked by it alone: the general path
         # does not track them): what plain code computes from them is fixed (compiled/reach_objects.py)
         ids = {k: i for k, i in ids.items() if i not in made}
+    name = _blind_name(frame, code, ids)
+    if name is None:
+        return
+    general = _general_ids(tape, ids)  # (a capture's: of the values the general path tracks too)
+    if general is None:
+        raise _blind_error(frame, code, name)
+    name = _blind_name(frame, code, general)
+    if name is not None:
+        raise _as_general(_blind_error(frame, code, name), general)
+    _refuse_blind(tape, f"{getattr(code, 'co_qualname', code.co_name)} is called from C code (or a call bytegrad "
+                  "leaves alone) with a value the call does not differentiate: it runs blind, as on the general "
+                  "path, and a program would not run it", user_loc(frame.f_back))
+
+
+def _general_ids(tape: Any, ids: dict[int, int]) -> Optional[dict[int, int]]:
+    """A capture tape's `ids` less the values the general path does not track (those that depend on no
+    differentiated argument: compiled/plainly.py `general_ids`), or None for any other tape. A blind
+    call that meets only such values runs on the general path: the capture lets it run too, and refuses."""
+    narrow = getattr(tape, "general_ids", None)
+    return narrow(ids) if narrow is not None else None
+
+
+def _as_general(exc: BlindCallError, general: Optional[dict]) -> BlindCallError:
+    """`exc`, marked as the general path's error too when a capture raises it on the values the general
+    path tracks (compiled/plainly.py `raised`: the capture run's error is the call's, raised once)."""
+    if general is not None:
+        exc.__dict__["_bytegrad_general"] = True
+    return exc
+
+
+def refuse_at_user_line(tape: Any, why: str, frame: Any) -> None:
+    """A capture tape's refusal `why`, at the user's line that the stack at `frame` runs under."""
+    _refuse_blind(tape, why, user_loc(frame))
+
+
+def _refuse_blind(tape: Any, why: str, loc: Optional[SourceLoc]) -> None:
+    site = _LocSite(loc) if loc is not None else None
+    tape.refuse(why, site)
+
+
+class _LocSite:
+    """A SourceLoc as a refusal's site (`lineno`, `function`, `filename`: compiled/source.py `Ineligible`)."""
+
+    __slots__ = ("filename", "lineno", "function", "_loc")
+
+    def __init__(self, loc: SourceLoc) -> None:
+        self.filename, self.lineno, self.function, self._loc = loc.filename, loc.lineno, loc.function, loc
+
+    def loc(self) -> SourceLoc:
+        return self._loc
+
+
+def _blind_name(frame: Any, code: types.CodeType, ids: dict[int, int]) -> Optional[str]:
+    """The name through which a frame started blind holds a value of `ids` (so must be stopped), or None."""
     # a global holding a differentiated value, read by code that runs plain (however it started: a
     # module-level function the user's lambda calls from inside a C solver), unless a rule runs it
     # plain by design (a solver rule's solve: rules/scipy/_implicit.py)
@@ -175,24 +229,25 @@ def _check_frame(frame: Any, code: types.CodeType) -> None:
     for name in code.co_names:
         v = g.get(name)
         if v is not None and id(v) in ids and not _under_rule(frame.f_back):
-            raise _blind_error(frame, code, name)
+            return name
     if not _entered_blind(frame):
         # (and what it closes over: np.vectorize's ufunc calling a lambda over a differentiated value)
         for name in code.co_freevars:
             if _holds_tracked(frame.f_locals.get(name), ids) and not _under_rule(frame.f_back):
-                raise _blind_error(frame, code, name)
-        return
+                return name
+        return None
     f_locals = frame.f_locals
     n = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)
     for name in code.co_varnames[:n]:
         if _holds_tracked(f_locals.get(name), ids):
-            raise _blind_error(frame, code, name)
+            return name
     # what it closes over (a lambda over a differentiated value, which np.frompyfunc's ufunc calls
     # with plain numbers), with the functions held there (a library's wrapper of the user's function)
     for name in code.co_freevars:
         v = f_locals.get(name)
         if _holds_tracked(v, ids) or (type(v) in _CALLABLES and hidden(v, lambda x: id(x) in ids, limit=500)):
-            raise _blind_error(frame, code, name)
+            return name
+    return None
 
 
 _CALLABLES = frozenset({types.FunctionType, types.MethodType})
@@ -232,7 +287,8 @@ _INSPECTS = frozenset({id, callable, hash, repr, hasattr, vars, dir, print, form
                        builtins.__build_class__})
 
 
-def check_c_call(ids: dict[int, int], fn: Any, args: tuple, kwargs: Optional[dict], tracked: bool) -> None:
+def check_c_call(ids: dict[int, int], fn: Any, args: tuple, kwargs: Optional[dict], tracked: bool,
+                 tape: Any = None) -> None:
     """A C function without a rule is about to run: when it is handed a Python function, method or
     partial (SciPy's MINPACK, QUADPACK and C root finders, odeint, a ufunc's `reduce` of objects...)
     and a differentiated value reaches that callable, as an argument beside it (`args=(theta,)`) or
@@ -255,14 +311,52 @@ def check_c_call(ids: dict[int, int], fn: Any, args: tuple, kwargs: Optional[dic
     for c in callables:
         found = hidden(c, is_tracked)
         if found or tracked:
-            raise _c_call_error(fn, c, found)
+            general = _general_ids(tape, ids) if tape is not None else None
+            if general is None:
+                raise _c_call_error(fn, c, found)
+            # a capture: raise where the general path raises, else let it run (and refuse)
+            _check_captured_c_call(tape, ids, general, fn, args, kwargs, tracked, callables)
+            return
+
+
+def _check_captured_c_call(tape: Any, ids: dict[int, int], general: dict[int, int], fn: Any, args: tuple,
+                           kwargs: Optional[dict], tracked: bool, callables: list) -> None:
+    """`check_c_call` in a capture run, whose `ids` hold the arguments the call does not differentiate too:
+    raise, as the general path's error, where a value of `general` (those the general path tracks) reaches
+    the callable; else a call that a value of `ids` reaches runs, as on the general path, and the capture is
+    refused (called where a value of `ids` reaches it)."""
+    plain = tracked and not (any(_deep_tracked(a, general) for a in (*args, *(kwargs or {}).values()))
+                             or (type(fn) is types.BuiltinMethodType and id(fn.__self__) in general))
+    for c in callables:
+        found = hidden(c, lambda x: id(x) in general)
+        if found or (tracked and not plain):
+            raise _as_general(_c_call_error(fn, c, found), general)
+    _refuse_blind(tape, f"the C function {qualname_of(fn)} is handed a Python callable and a value the call does "
+                  "not differentiate: it runs as on the general path, and a program would not run it",
+                  user_loc(sys._getframe(2)))
+
+
+def _deep_tracked(a: Any, ids: dict[int, int]) -> bool:
+    """Whether `a`, or a value a (nested) list or tuple of it holds, is in `ids` (as runtime/recording.py
+    `parent_of` looks, which decides whether a C function is handed a tracked value)."""
+    t = type(a)
+    if t is list or t is tuple:
+        return any(_deep_tracked(x, ids) for x in a)
+    return id(a) in ids
+
+
+def qualname_of(fn: Any) -> str:
+    """A C function's name as a blind call's error gives it (`scipy.optimize._minpack._lmdif`)."""
+    from bytegrad.errors import qualname
+
+    name = getattr(fn, "__module__", None)
+    return f"{name}.{fn.__name__}" if name and hasattr(fn, "__name__") else qualname(fn)
 
 
 def _c_call_error(fn: Any, c: Any, found: list) -> BlindCallError:
     from bytegrad.errors import qualname
 
-    name = getattr(fn, "__module__", None)
-    name = f"{name}.{fn.__name__}" if name and hasattr(fn, "__name__") else qualname(fn)
+    name = qualname_of(fn)
     how = ("a differentiated value passed beside it" if not found else
            "a differentiated value it reads through " + _describe(found[0][0][0]))
     return BlindCallError(

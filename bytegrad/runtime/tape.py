@@ -143,6 +143,13 @@ class Tape:
         False: the caller raises."""
         return False
 
+    def plain_write(self, parents: Any, site: Any, marked: list[int]) -> bool:
+        """A write through a view whose memory layout cannot be mapped back to its owner, of records
+        `parents` (the owner's version, the value's; `marked`: the records it made stale): True when a
+        capturing tape takes it as the general path does, which tracks none of them (the caller writes as
+        it is); False: the caller raises."""
+        return False
+
     def push(self, node: Any, out: Any) -> Any:
         ids = self.ids
         values = self.values
@@ -180,10 +187,13 @@ class Tape:
         """Refuse a write into the caller's data (a differentiated input or its base)."""
         owner = target.base if target.base is not None else target
         if id(owner) in self.protected or id(target) in self.protected:
-            raise MutationError(
+            exc = MutationError(
                 "this in-place write would modify an array being differentiated (the caller's data).",
                 site.loc() if site is not None else None,
                 "compute a new array instead (for example `x = x + v`, or `y = x.copy()` and write into y).")
+            if self.capturing:  # (a capture protects what the general path does: its error, raised once there)
+                exc.__dict__["_bytegrad_general"] = True  # (compiled/plainly.py `raised`)
+            raise exc
 
     def check_write(self, target: np.ndarray, region: np.ndarray, site: Any) -> None:
         """Before writing `region` (a view of `target`): refuse if it would change saved values, and

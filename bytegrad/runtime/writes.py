@@ -253,11 +253,39 @@ def region(obj: np.ndarray, key: Any) -> np.ndarray:
     return view if type(view) is _ndarray else obj
 
 
+def put_strided(tape: Tape, site: Any, fn: Any, args: tuple, kwargs: dict, obj: np.ndarray, value: Any) -> None:
+    """`np.put` (`fn(*args, **kwargs)`) into `obj`, an array that is not contiguous (runtime/dispatch.py's rule
+    takes contiguous ones): a plain store when nothing in it is tracked (as `write` makes one), or, in a capture
+    run, when nothing in it depends on a differentiated argument (compiled/plainly.py `plain`: the general path
+    tracks none of it); else MutationError."""
+    ids = tape.ids
+    if (ids.get(id(owner_of(obj))) is None and ids.get(id(obj)) is None and not _holds_tracked(ids, value)) \
+            or (tape.capturing and tape.plain(fn, args, kwargs, site)):
+        fn(*args, **kwargs)
+        return
+    raise MutationError("bytegrad supports np.put only on contiguous arrays.", site.loc(),
+                        "assign with a.reshape(-1)[ind] = v on a contiguous array instead.")
+
+
+def _holds_tracked(ids: dict[int, int], value: Any) -> bool:
+    """`value` or a value a (nested) list or tuple of it holds is tracked (as recording.py `parent_of` sees)."""
+    t = type(value)
+    if t is list or t is tuple:
+        return any(_holds_tracked(ids, v) for v in value)
+    return id(value) in ids
+
+
 def write(tape: Tape, site: Any, obj: np.ndarray, key: Any, value: Any, iv: Any) -> None:
     """`obj[key] = value`, recorded as a new version of the memory's owner."""
     owner = owner_of(obj)
     io = current(tape, site, owner)  # the owner's value before this write (check_write marks it stale)
+    plain = tape.capturing and (io is not None or iv is not None) and not (owner is obj and _is_basic(key)) \
+        and memory_positions(obj, owner) is None  # (a capture's write through a view it cannot map: `plain_write`)
+    before = set(tape.stale) if plain else ()
     tape.check_write(obj, region(obj, key), site)
+    if plain and tape.plain_write((io, iv), site, [j for j in tape.stale if j not in before]):
+        obj[key] = value  # (values the general path does not track: it stores them as they are)
+        return
     if owner is obj and _is_basic(key):
         obj[key] = value
         if io is None and iv is None:
