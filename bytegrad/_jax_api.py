@@ -204,10 +204,7 @@ class custom_vjp:  # noqa: N801 - JAX's name, a decorator
                 raise WrtError(f"the bwd rule of {_name(self.fun)} must return a tuple of {len(diff_positions)} "
                                f"cotangent(s), one per argument outside nondiff_argnums, but returned {cts!r:.80}.",
                                _loc(self.bwd), "return a tuple with one entry per differentiable argument.")
-            full: list[Any] = [None] * len(args)
-            for p, ct in zip(diff_positions, cts):
-                full[p] = ct
-            return tuple(full)
+            return _placed(len(args), diff_positions, cts)
 
         return out, pullback
 
@@ -278,16 +275,20 @@ class custom_jvp:  # noqa: N801 - JAX's name, a decorator
         def pullback(out_bar: Any) -> tuple:
             zeros = tuple(_zero_if_none(None, x) for x in primals)
             _, back = rrule_via_ad(tangent_out, *zeros)
-            cts = back(out_bar)
-            full: list[Any] = [None] * len(args)
-            for p, ct in zip(diff, cts):
-                full[p] = ct
-            return tuple(full)
+            return _placed(len(args), diff, back(out_bar))
 
         return out, pullback
 
     def __repr__(self) -> str:
         return f"<bytegrad.custom_jvp of {_name(self.fun)!r}>"
+
+
+def _placed(n: int, positions: Sequence[int], cotangents: Sequence[Any]) -> tuple:
+    """One cotangent per argument of `n`: those of `positions` from `cotangents`, None for the others."""
+    full: list[Any] = [None] * n
+    for p, ct in zip(positions, cotangents):
+        full[p] = ct
+    return tuple(full)
 
 
 def _zero_if_none(tangent: Any, primal: Any) -> Any:
