@@ -115,3 +115,15 @@ def test_every_tier_agrees_with_the_general_path(tier):
         assert got[0] == pytest.approx(want[0], rel=1e-12)
         np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
         assert seen_fast == SEEN, (i, seen_fast, SEEN)
+
+
+@pytest.mark.parametrize("tier", ("numpy", "numba"))
+def test_a_capture_stores_constants_into_a_subclass_as_the_general_path(tier):
+    """A capture run tracks the array `np.zeros(3)` makes (the general path does not): a store into its
+    subclass view is the general path's plain store there, and the capture is refused, not failed."""
+    d = bytegrad.differentiate(constants_into_a_subclass, tier=tier)
+    for i in range(3):
+        x = np.array([0.5, 1.5, -2.0]) + i
+        np.testing.assert_allclose(d.grad(x, Plain), [0.0, 2.0, 3.0])
+    info = d.stats()["compiled"]
+    assert info["not_compiled"] and not info["compiled_calls"], info  # (refused: `.view` comes first)

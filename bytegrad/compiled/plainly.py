@@ -172,7 +172,7 @@ def plain(tape: Any, fn: Any, args: tuple, kwargs: Optional[dict], site: Any) ->
     return True
 
 
-def plain_write(tape: Any, parents: Any, site: Any, marked: list[int]) -> bool:
+def plain_write(tape: Any, parents: Any, site: Any, marked: list[int], why: Optional[str] = None) -> bool:
     """`Tape.plain_write` of a capture tape: a write through a view bytegrad cannot map back to its owner (a
     `.view(np.float32)`, a complex array's `.real`) is one the general path makes as it is when neither the
     owner's version nor the value depends on a differentiated leaf (it tracks neither): so does the run (the
@@ -189,9 +189,9 @@ def plain_write(tape: Any, parents: Any, site: Any, marked: list[int]) -> bool:
         return False
     for j in marked:
         del tape.stale[j]
-    tape.refuse("writes through a view in a memory layout bytegrad cannot map back to its array, values that "
-                "depend on no differentiated argument: the general path stores them as they are, and a program "
-                "would track them", site)
+    tape.refuse(why or ("writes through a view in a memory layout bytegrad cannot map back to its array, values that "
+                        "depend on no differentiated argument: the general path stores them as they are, and a program "
+                        "would track them"), site)
     return True
 
 

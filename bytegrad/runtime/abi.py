@@ -355,9 +355,13 @@ _FlatIter = np.flatiter
 def subclass_store(tape: Tape, site: Site, obj: np.ndarray, value: Any) -> None:
     """Refuse a store into an instance of an ndarray subclass that a derivative would flow through (the value
     or the array is differentiated): the tape records writes into plain ndarrays only, and a plain store
-    would drop the derivative without a word. A store of constants into a constant array is plain."""
+    would drop the derivative without a word. A store of constants into a constant array is plain; so is one
+    a capture run tracks but the general path does not (`Tape.plain_write`: the capture is refused)."""
     ids = tape.ids
-    if parent_of(ids, value) is not None or ids.get(id(obj)) is not None or ids.get(id(writes.owner_of(obj))) is not None:
+    parents = [p for p in (parent_of(ids, value), ids.get(id(obj)), ids.get(id(writes.owner_of(obj)))) if p is not None]
+    if parents and not tape.plain_write(parents, site, [], why=(  # (a capture's: those the general path tracks too)
+            f"stores into an instance of {type(obj).__qualname__}, a subclass of numpy.ndarray, values that depend on "
+            "no differentiated argument: the general path stores them as they are, and a program would track them")):
         raise MutationError(
             f"this write stores into an instance of {type(obj).__qualname__}, a subclass of numpy.ndarray, and a "
             "derivative would flow through it: bytegrad records writes into plain ndarrays only.", site.loc(),

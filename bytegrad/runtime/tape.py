@@ -143,7 +143,7 @@ class Tape:
         False: the caller raises."""
         return False
 
-    def plain_write(self, parents: Any, site: Any, marked: list[int]) -> bool:
+    def plain_write(self, parents: Any, site: Any, marked: list[int], why: Optional[str] = None) -> bool:
         """A write through a view whose memory layout cannot be mapped back to its owner, of records
         `parents` (the owner's version, the value's; `marked`: the records it made stale): True when a
         capturing tape takes it as the general path does, which tracks none of them (the caller writes as
