@@ -15,7 +15,7 @@ from bytegrad.runtime import abi, nested as _nested_sweep, pytree
 from bytegrad.runtime.dispatch import dispatch
 from bytegrad.runtime.tape import Tape, sweep, tls
 
-__all__ = ["KeywordSlots", "Nested", "checking_tape", "is_complex", "return_loc", "split_aux", "suspending_error"]
+__all__ = ["KeywordSlots", "Nested", "checking_tape", "is_complex", "return_loc", "aux_pair", "split_aux", "suspending_error"]
 
 _ndarray = np.ndarray
 _float64 = np.float64
@@ -139,21 +139,26 @@ def suspending_error(code: types.CodeType, loc: SourceLoc) -> UnsupportedOpcodeE
     return UnsupportedOpcodeError(f"{code.co_name} is {construct}, not a value to differentiate.", loc, fix)
 
 
+def aux_pair(out: Any, name: str, loc: Callable[[], SourceLoc]) -> tuple[Any, Any]:
+    """`(value, aux)` from the output of a function `name` declared `has_aux=True` (`loc()`: where it returns)."""
+    if type(out) is tuple and len(out) == 2:
+        return out
+    found = f"a tuple of {len(out)}" if isinstance(out, tuple) else f"a {type(out).__name__}"
+    raise AuxOutputError(
+        f"{name} was declared has_aux=True, so it must return a pair (value, aux), but it returned {found}.", loc(),
+        "return `value, aux` (a tuple of two: the value to differentiate and anything else), or drop has_aux=True.")
+
+
 def split_aux(fn: Callable[..., Any]) -> tuple[Callable[..., Any], list]:
     """(`fn` returning its value only, the list its calls append their aux to): `has_aux` for the functions
     that differentiate a function as it is (`jvp`, `jacobian`), which run it once per call."""
     box: list = []
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
 
     def value_only(*args: Any, **kwargs: Any) -> Any:
-        out = fn(*args, **kwargs)
-        if type(out) is not tuple or len(out) != 2:
-            found = f"a tuple of {len(out)}" if isinstance(out, tuple) else f"a {type(out).__name__}"
-            raise AuxOutputError(
-                f"{getattr(fn, '__qualname__', None) or type(fn).__name__} was declared has_aux=True, so it must return a pair (value, aux), but it returned "
-                f"{found}.", _fn_loc(fn), "return `value, aux` (a tuple of two: the value to differentiate and "
-                "anything else), or drop has_aux=True.")
-        box.append(out[1])
-        return out[0]
+        value, aux = aux_pair(fn(*args, **kwargs), name, lambda: _fn_loc(fn))
+        box.append(aux)
+        return value
 
     functools.update_wrapper(value_only, fn, updated=())
     return value_only, box

@@ -17,7 +17,7 @@ import numpy as np
 from bytegrad import _lazy_tiers, _ruled, transform
 from bytegrad._config import config as _config
 from bytegrad.errors import (
-    AuxOutputError, ComplexOutputError, NonScalarOutputError, SourceLoc, WrtError,
+    ComplexOutputError, NonScalarOutputError, SourceLoc, WrtError,
 )
 from bytegrad.rules import registry
 from bytegrad.runtime import abi, fpwarn, monitor as _monitor, pytree, writes
@@ -26,7 +26,7 @@ from bytegrad.runtime.sentinels import MISS
 from bytegrad.runtime.tape import Tape, call_site, sweep, tls
 from bytegrad.transform import cache
 
-from bytegrad._api_support import KeywordSlots, Nested, checking_tape, is_complex, return_loc, suspending_error
+from bytegrad._api_support import KeywordSlots, Nested, aux_pair, checking_tape, is_complex, return_loc, suspending_error
 from bytegrad.runtime import dispatch as _dispatch
 
 __all__ = ["Differentiated", "Wrt", "general_back"]
@@ -482,14 +482,7 @@ class Differentiated:
 
     def _split_aux(self, out: Any) -> tuple[Any, Any]:
         """`(value, aux)` from the output of a function declared `has_aux=True`."""
-        if type(out) is tuple and len(out) == 2:
-            return out
-        found = f"a tuple of {len(out)}" if isinstance(out, tuple) else f"a {type(out).__name__}"
-        raise AuxOutputError(
-            f"{self._code.co_name} was declared has_aux=True, so it must return a pair (value, aux), but it "
-            f"returned {found}.", self._return_loc(),
-            "return `value, aux` (a tuple of two: the value to differentiate and anything else), or drop "
-            "has_aux=True.")
+        return aux_pair(out, self._code.co_name, self._return_loc)
 
     def _complex_output_error(self, out: Any) -> ComplexOutputError:
         return ComplexOutputError(
