@@ -15,7 +15,8 @@ from bytegrad.runtime import abi, nested as _nested_sweep, pytree
 from bytegrad.runtime.dispatch import dispatch
 from bytegrad.runtime.tape import Tape, sweep, tls
 
-__all__ = ["KeywordSlots", "Nested", "checking_tape", "is_complex", "return_loc", "aux_pair", "split_aux", "suspending_error"]
+__all__ = ["KeywordSlots", "Nested", "aux_pair", "checking_tape", "def_loc", "fn_code", "fn_name", "fn_return_loc", "is_complex",
+           "return_loc", "split_aux", "suspending_error"]
 
 _ndarray = np.ndarray
 _float64 = np.float64
@@ -153,10 +154,10 @@ def split_aux(fn: Callable[..., Any]) -> tuple[Callable[..., Any], list]:
     """(`fn` returning its value only, the list its calls append their aux to): `has_aux` for the functions
     that differentiate a function as it is (`jvp`, `jacobian`), which run it once per call."""
     box: list = []
-    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    name = fn_name(fn)
 
     def value_only(*args: Any, **kwargs: Any) -> Any:
-        value, aux = aux_pair(fn(*args, **kwargs), name, lambda: _fn_loc(fn))
+        value, aux = aux_pair(fn(*args, **kwargs), name, lambda: fn_return_loc(fn))
         box.append(aux)
         return value
 
@@ -164,9 +165,27 @@ def split_aux(fn: Callable[..., Any]) -> tuple[Callable[..., Any], list]:
     return value_only, box
 
 
-def _fn_loc(fn: Any) -> SourceLoc:
-    target = getattr(fn, "__func__", getattr(fn, "func", fn))
-    code = getattr(target, "__code__", None)
+def fn_name(fn: Any) -> str:
+    """A callable's name for messages: its qualified name, else its type's."""
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+def fn_code(fn: Any) -> Optional[types.CodeType]:
+    """The code object of a function, a bound method, a `functools.partial` or an object's `__call__`, or None."""
+    target = getattr(fn, "func", fn)  # (a functools.partial)
+    target = getattr(target, "__func__", target)  # (a bound method)
+    return getattr(target, "__code__", None) or getattr(getattr(type(target), "__call__", None), "__code__", None)
+
+
+def def_loc(fn: Any) -> SourceLoc:
+    """Where `fn` is defined (its first line), for errors about the function itself."""
+    code = fn_code(fn)
     if code is None:
-        return SourceLoc("<unknown>", 0, getattr(fn, "__qualname__", None) or type(fn).__name__)
-    return return_loc(code)
+        return SourceLoc("<unknown>", 0, fn_name(fn))
+    return SourceLoc(code.co_filename, code.co_firstlineno, code.co_name)
+
+
+def fn_return_loc(fn: Any) -> SourceLoc:
+    """Where `fn` returns (`return_loc`), for errors about its output; where it is defined without its code."""
+    code = fn_code(fn)
+    return return_loc(code) if code is not None else def_loc(fn)

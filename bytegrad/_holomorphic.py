@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from bytegrad._api_support import return_loc
-from bytegrad.errors import ComplexOutputError, NonScalarOutputError, SourceLoc, WrtError
+from bytegrad._api_support import def_loc, fn_name, fn_return_loc
+from bytegrad.errors import ComplexOutputError, NonScalarOutputError, WrtError
 
 __all__ = ["HolomorphicGrad"]
 
@@ -37,11 +37,11 @@ class HolomorphicGrad:
         for p in positions:
             if p >= len(args):
                 raise WrtError(f"argnums={p} asks for argument {p}, but {len(args)} positional argument(s) were "
-                               "given.", _loc(fn), "pass the differentiated arguments positionally.")
+                               "given.", def_loc(fn), "pass the differentiated arguments positionally.")
             if not _complex_leaves(args[p]):
                 raise WrtError(
                     f"grad with holomorphic=True differentiates complex arguments, but argument {p} is "
-                    f"{_describe(args[p])}.", _loc(fn),
+                    f"{_describe(args[p])}.", def_loc(fn),
                     "pass it as a complex value (`x.astype(complex)`, `complex(x)`), or drop holomorphic=True.")
 
         def picked(*xs: Any) -> Any:
@@ -64,23 +64,23 @@ class HolomorphicGrad:
         if np.ndim(out) != 0 or not isinstance(out, (complex, float, np.number, np.ndarray)):
             raise NonScalarOutputError(
                 f"grad with holomorphic=True needs a function that returns a complex scalar, but "
-                f"{_name(self.fn)} returned {_describe(out)}.", _return_loc(self.fn),
+                f"{fn_name(self.fn)} returned {_describe(out)}.", fn_return_loc(self.fn),
                 "return a scalar, or use bytegrad.jacobian (complex Jacobians are f'(z) too).")
         if not np.iscomplexobj(out):
             raise ComplexOutputError(
                 f"grad with holomorphic=True needs a function that returns a complex value, but "
-                f"{_name(self.fn)} returned {_describe(out)}.", _return_loc(self.fn),
+                f"{fn_name(self.fn)} returned {_describe(out)}.", fn_return_loc(self.fn),
                 "drop holomorphic=True for a real output (its gradient is the usual one), or return a complex value.")
 
     def __repr__(self) -> str:
-        return f"<bytegrad.grad of {_name(self.fn)!r} holomorphic=True argnums={self._positions!r}>"
+        return f"<bytegrad.grad of {fn_name(self.fn)!r} holomorphic=True argnums={self._positions!r}>"
 
 
 def _positions(fn: Callable[..., Any], wrt: Any) -> tuple[tuple[int, ...], bool]:
     single = not isinstance(wrt, (tuple, list))
     positions = (wrt,) if single else tuple(wrt)
     if not positions or not all(type(p) is int and p >= 0 for p in positions):
-        raise WrtError(f"holomorphic=True takes argument positions (argnums), got {wrt!r}.", _loc(fn),
+        raise WrtError(f"holomorphic=True takes argument positions (argnums), got {wrt!r}.", def_loc(fn),
                        "give argnums as an int or a tuple of ints, as jax.grad does.")
     return positions, single
 
@@ -97,25 +97,3 @@ def _describe(x: Any) -> str:
     if dtype is not None and np.ndim(x):
         return f"an array of dtype {dtype} and shape {np.shape(x)}"
     return f"{x!r} ({type(x).__name__})"
-
-
-def _name(fn: Any) -> str:
-    return getattr(fn, "__qualname__", None) or type(fn).__name__
-
-
-def _code(fn: Any) -> Any:
-    target = getattr(fn, "func", fn)  # (a functools.partial)
-    target = getattr(target, "__func__", target)  # (a bound method)
-    return getattr(target, "__code__", None) or getattr(type(target).__call__, "__code__", None)
-
-
-def _loc(fn: Any) -> SourceLoc:
-    code = _code(fn)
-    if code is None:
-        return SourceLoc("<unknown>", 0, _name(fn))
-    return SourceLoc(code.co_filename, code.co_firstlineno, code.co_name)
-
-
-def _return_loc(fn: Any) -> SourceLoc:
-    code = _code(fn)
-    return return_loc(code) if code is not None else _loc(fn)

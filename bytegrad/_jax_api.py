@@ -17,8 +17,8 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from bytegrad._api_support import split_aux
-from bytegrad.errors import SourceLoc, WrtError
+from bytegrad._api_support import def_loc, fn_name, split_aux
+from bytegrad.errors import WrtError
 
 __all__ = ["jacfwd", "jacrev", "linearize", "custom_vjp", "custom_jvp", "Ruled"]
 
@@ -64,11 +64,11 @@ class JaxJacobian:
         name = "jacfwd" if self.mode == "fwd" else "jacrev"
         if self.holomorphic and not (complex_ and all(complex_)):
             raise WrtError(f"{name} with holomorphic=True differentiates complex arguments, but argument {p} "
-                           "holds real values.", _loc(self.fn),
+                           "holds real values.", def_loc(self.fn),
                            "pass it as a complex value (`x.astype(complex)`), or drop holomorphic=True.")
         if not self.holomorphic and any(complex_):
             raise WrtError(f"{name} differentiates real arguments, but argument {p} holds complex values.",
-                           _loc(self.fn), "for the Jacobian f'(z) of a holomorphic function pass holomorphic=True; "
+                           def_loc(self.fn), "for the Jacobian f'(z) of a holomorphic function pass holomorphic=True; "
                            "or use bytegrad.jacobian, which takes complex arguments as they are.")
 
     def _check_output(self, out: Any) -> None:
@@ -76,11 +76,11 @@ class JaxJacobian:
 
         if not all(np.iscomplexobj(leaf) for leaf in tree_leaves(out)):
             raise WrtError("jacfwd/jacrev with holomorphic=True needs a function with complex outputs, but "
-                           f"{_name(self.fn)} returned real ones.", _loc(self.fn),
+                           f"{fn_name(self.fn)} returned real ones.", def_loc(self.fn),
                            "return complex values, or drop holomorphic=True.")
 
     def __repr__(self) -> str:
-        return f"<bytegrad.{'jacfwd' if self.mode == 'fwd' else 'jacrev'} of {_name(self.fn)!r} argnums={self.argnums!r}>"
+        return f"<bytegrad.{'jacfwd' if self.mode == 'fwd' else 'jacrev'} of {fn_name(self.fn)!r} argnums={self.argnums!r}>"
 
 
 def jacfwd(fn: Callable[..., Any], argnums: Any = 0, has_aux: bool = False, holomorphic: bool = False) -> JaxJacobian:
@@ -136,7 +136,7 @@ def linearize(fn: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[...,
     def f_jvp(*tangents: Any) -> Any:
         if len(tangents) != len(primals):
             raise WrtError(f"the linearized function takes {len(primals)} tangent(s), one per primal, but got "
-                           f"{len(tangents)}.", _loc(fn), "pass one tangent per primal (None for no tangent).")
+                           f"{len(tangents)}.", def_loc(fn), "pass one tangent per primal (None for no tangent).")
         seeds = seed_tangents(specs, tangents, tape, d)
         return tangent_out(out, push_forward(tape, seeds, 0, None), tape.ids, 0, None)
 
@@ -201,15 +201,15 @@ class custom_vjp:  # noqa: N801 - JAX's name, a decorator
             assert self.bwd is not None
             cts = self.bwd(*nondiff, residuals, out_bar)
             if not isinstance(cts, (tuple, list)) or len(cts) != len(diff_positions):
-                raise WrtError(f"the bwd rule of {_name(self.fun)} must return a tuple of {len(diff_positions)} "
+                raise WrtError(f"the bwd rule of {fn_name(self.fun)} must return a tuple of {len(diff_positions)} "
                                f"cotangent(s), one per argument outside nondiff_argnums, but returned {cts!r:.80}.",
-                               _loc(self.bwd), "return a tuple with one entry per differentiable argument.")
+                               def_loc(self.bwd), "return a tuple with one entry per differentiable argument.")
             return _placed(len(args), diff_positions, cts)
 
         return out, pullback
 
     def __repr__(self) -> str:
-        return f"<bytegrad.custom_vjp of {_name(self.fun)!r}>"
+        return f"<bytegrad.custom_vjp of {fn_name(self.fun)!r}>"
 
 
 class custom_jvp:  # noqa: N801 - JAX's name, a decorator
@@ -280,7 +280,7 @@ class custom_jvp:  # noqa: N801 - JAX's name, a decorator
         return out, pullback
 
     def __repr__(self) -> str:
-        return f"<bytegrad.custom_jvp of {_name(self.fun)!r}>"
+        return f"<bytegrad.custom_jvp of {fn_name(self.fun)!r}>"
 
 
 def _placed(n: int, positions: Sequence[int], cotangents: Sequence[Any]) -> tuple:
@@ -297,16 +297,3 @@ def _zero_if_none(tangent: Any, primal: Any) -> Any:
     if isinstance(primal, np.ndarray):
         return np.zeros_like(primal, dtype=primal.dtype if primal.dtype.kind in "fc" else float)
     return type(primal)(0) if isinstance(primal, (float, complex, np.inexact)) else 0.0
-
-
-def _name(fn: Any) -> str:
-    return getattr(fn, "__qualname__", None) or type(fn).__name__
-
-
-def _loc(fn: Any) -> SourceLoc:
-    target = getattr(fn, "func", fn)
-    target = getattr(target, "__func__", target)
-    code = getattr(target, "__code__", None) or getattr(getattr(type(target), "__call__", None), "__code__", None)
-    if code is None:
-        return SourceLoc("<unknown>", 0, _name(fn))
-    return SourceLoc(code.co_filename, code.co_firstlineno, code.co_name)
