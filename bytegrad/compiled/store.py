@@ -21,6 +21,13 @@ the same trust model as rewritten code, and its unpickler, which loads only byte
 and plain builtin types. The registry version a program guards is the loading process's own
 (`_VERSION` in program_parts.program_from_code). The compiled code is stored too (marshal), so a load
 runs no compiler.
+
+bytegrad's own rules are part of the key (its source fingerprint); what the processes registered
+besides (a user's or a plugin's rules and opt-outs, `custom_vjp`s, pytree classes) is not, and a
+program captured without a user's rule for a function it inlined would ignore that rule. So the
+payload carries that state (`foreign_state`), and a load refuses a program whose process registered
+otherwise than the loading one has so far; what is registered after the load changes the version
+that every program guards.
 """
 from __future__ import annotations
 
@@ -33,7 +40,8 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
-from bytegrad.rules import registry
+from bytegrad.errors import qualname
+from bytegrad.rules import pytrees, registry
 from bytegrad.rules._shape import is_stand_in, stand_in
 from bytegrad.runtime import diskcache, safepickle
 from bytegrad.compiled.guards import Guard
@@ -45,8 +53,8 @@ __all__ = ["NAMESPACE", "dumps", "loads", "key"]
 NAMESPACE = "programs"
 #: 2: the compiled code beside the source, stand-ins by shape; 3: the Numba twin's kernels;
 #: 4: program(args, value=True); 5: the share of its time a Numba twin could save; 6: typed guards
-#: (kind, check, description)
-_FORMAT = 6
+#: (kind, check, description); 7: `foreign_state`
+_FORMAT = 7
 
 
 def key(code: types.CodeType, kind: Any, signature: tuple[type, ...]) -> Optional[str]:
@@ -81,7 +89,7 @@ def dumps(programs: list[Program]) -> Optional[bytes]:
         pickler = _Pickler(buf)
         for prog_parts in parts:
             pickler.note_functions(prog_parts[0].values())
-        pickler.dump(parts)
+        pickler.dump((foreign_state(), parts))
     except (pickle.PicklingError, TypeError, AttributeError, ValueError):
         return None
     return buf.getvalue()
@@ -189,6 +197,23 @@ def _stamp(rule: Any) -> tuple:
     return (rule.kind.value, (at.filename, at.lineno) if at is not None else None)
 
 
+def foreign_state() -> tuple:
+    """What this process registered beyond bytegrad's own rules, as data that compares equal between
+    processes: each function given a rule or opted out outside bytegrad/rules/ (by name) with the
+    rule in force (its kind and where its forms were defined) and whether it is opted out; each
+    pytree class with where it was registered."""
+    def at(loc: Any) -> Optional[tuple[str, int]]:
+        return None if loc is None else (loc.filename, loc.lineno)
+
+    rules = []
+    for fn in list(registry.FOREIGN):
+        rule = registry.get_rule(fn)
+        rules.append((qualname(fn), registry.opted_out(fn),
+                      None if rule is None else (rule.kind.value, at(rule.defined_at), at(rule.frule_defined_at))))
+    nodes = [(f"{n.cls.__module__}.{n.cls.__qualname__}", at(n.defined_at)) for n in pytrees.registered()]
+    return tuple(sorted(rules, key=repr)), tuple(sorted(nodes, key=repr))
+
+
 # ---- reading ------------------------------------------------------------------------------------
 
 
@@ -196,8 +221,10 @@ def loads(payload: bytes) -> Optional[list[Program]]:
     """The programs of a payload, compiled in this process; None when a reference no longer
     resolves to what it was (a rule registered since, a callee's code replaced, a module gone)."""
     try:
-        parts = _Unpickler(io.BytesIO(payload)).load()
+        foreign, parts = _Unpickler(io.BytesIO(payload)).load()
     except (pickle.UnpicklingError, LookupError, AttributeError, TypeError, ValueError, EOFError):
+        return None
+    if foreign != foreign_state():
         return None
     programs = []
     for ns, source, lines, filename, code, guards, records, pullback, twin, share in parts:

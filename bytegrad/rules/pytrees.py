@@ -15,7 +15,8 @@ import numpy as np
 from bytegrad.errors import SourceLoc
 
 __all__ = ["PytreeNode", "register_pytree", "node_for", "flatten", "unflatten", "holds_floats", "user_object",
-           "float_attributes", "dataclass_instance", "dataclass_fields", "shallow_copy"]
+           "float_attributes", "dataclass_instance", "dataclass_fields", "shallow_copy",
+           "registered"]
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
 #: types bytegrad already takes apart (or treats as leaves) itself: registering them would change
@@ -143,6 +144,12 @@ def _by_fields(cls: type, fields: tuple[str, ...], static: tuple[str, ...]) -> t
     flatten_fields.__qualname__ = f"{cls.__qualname__}.<flatten {', '.join(fields)}>"
     unflatten_fields.__qualname__ = f"{cls.__qualname__}.<unflatten {', '.join(fields)}>"
     return flatten_fields, unflatten_fields
+
+
+def registered() -> list[PytreeNode]:
+    """Every class registration made so far."""
+    with _LOCK:
+        return list(_NODES.values())
 
 
 def node_for(value: Any) -> Optional[PytreeNode]:

@@ -23,8 +23,7 @@ __all__ = [
     "settled_version", "scalar_rule", "rrule", "frule", "non_differentiable", "transparent", "not_implemented",
     "differentiate_through", "opt_out", "opted_out", "all_rules", "load_plugins", "load_lazy_rules", "lazy_rule_modules",
     "LAZY_MODULES", "LAZY_PENDING", "rrule_via_ad", "load_deferred", "DEFERRED_PENDING", "DEFERRED", "LOCK",
-    "set_ad_backend",
-    "set_tape_probe", "recording", "Formula", "kernel", "kernel_formula", "fusable",
+    "set_ad_backend", "set_tape_probe", "recording", "Formula", "kernel", "kernel_formula", "fusable", "FOREIGN",
 ]
 
 
@@ -36,10 +35,11 @@ LOCK = _LOCK  # (held by rules/_deferred.py while it imports a deferred module)
 #: grows with every rule registered or opted out (read it as `registry.current_version`, or `version()`)
 current_version = 0
 _plugins_loaded = False
-# Functions the user or a plugin opted out of their rule (opt_out), with where that was declared;
-# rules registered for them are kept aside in _SHADOWED, so lookup() finds no rule for them.
+# Functions opted out of their rule (opt_out), with where; their rules are kept aside in _SHADOWED (lookup finds none).
 _OPTED_OUT: dict[Any, SourceLoc] = {}
 _SHADOWED: dict[Any, Rule] = {}
+#: functions given a rule or opted out outside bytegrad/rules/: what a stored program checks (compiled/store.py)
+FOREIGN: dict[Any, Any] = {}
 # How rrule_via_ad calls back into bytegrad: `bytegrad.api` fills it in (rules never import upward).
 _ad_backend: Optional[Callable[..., tuple[Any, Callable[[Any], tuple[Any, ...]]]]] = None
 
@@ -104,6 +104,8 @@ def register(rule: Rule, *, override: bool = False) -> Rule:
         old = table.get(rule.fn)
         merged = rule if old is None else _merge(old, rule, override)
         table[rule.fn] = merged
+        if not rule.trusted:
+            FOREIGN[rule.fn] = None
         current_version += 1
         return merged
 
@@ -578,7 +580,7 @@ def opt_out(fn: Any) -> None:
     if DEFERRED_PENDING:
         load_deferred(fn)
     with _LOCK:
-        _OPTED_OUT[fn] = _caller_loc(1)
+        _OPTED_OUT[fn] = FOREIGN[fn] = _caller_loc(1)
         rule = _RULES.pop(fn, None)
         if rule is not None:
             _SHADOWED[fn] = rule
