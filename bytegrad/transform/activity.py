@@ -193,7 +193,7 @@ class Analysis:
             jump_stack = TRANSFER[kind](self, ins, stack)
             if jump_stack is not None and isinstance(ins.arg, Label):
                 self.flow(self.label_pos[id(ins.arg)], tuple(jump_stack))
-            if not opcodes.is_terminator(ins):
+            if kind not in opcodes.TERMINATOR_KINDS:  # (`opcodes.is_terminator`, from the kind at hand)
                 self.flow(i + 1, tuple(stack))
         return self.stacks
 
