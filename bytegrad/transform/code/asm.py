@@ -101,7 +101,8 @@ class _Tables:
 def _register_locals(bc: Any, tables: _Tables) -> None:
     for x in bc:
         if type(x) is Instr and x.opcode in _LOCAL:
-            for v in (x.arg if type(x.arg) is tuple else (x.arg,)):
+            arg = x.arg
+            for v in (arg if type(arg) is tuple else (arg,)):
                 if type(v) is str:
                     tables.var(v)
 
@@ -183,8 +184,11 @@ def _resolve_jumps(units: list[list[Any]], labels: dict[int, int]) -> list[int]:
     """Set every jump's oparg; the start offset of each instruction (and one past the end)."""
     for _ in range(10):
         starts = [0]
+        at = 0
         for u in units:
-            starts.append(starts[-1] + 1 + _ext(u[1]) + u[4])
+            arg = u[1]
+            at += 1 + u[4] + (0 if arg is None or arg < 0x100 else _ext(arg))
+            starts.append(at)
         changed = False
         for k, u in enumerate(units):
             label = u[2]
