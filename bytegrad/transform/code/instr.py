@@ -340,7 +340,12 @@ class Instr:
     def pre_and_post_stack_effect(self, jump: Optional[bool] = None) -> tuple[int, int]:
         """(pre, post): the change before the instruction runs (what it takes) and after (what it leaves)."""
         op, arg = self._opcode, self.arg
-        oparg = self._effect_oparg()
+        if op not in _HAS_ARG:
+            oparg = None
+        elif type(arg) is int and op not in _CONST_OPS:  # (the frequent case of `_effect_oparg`, inline)
+            oparg = arg
+        else:
+            oparg = self._effect_oparg()
         if op in _SPLIT_READS_ARG and type(arg) is not int:  # (computed each time: not a function of the key)
             return _split_effect(op, self._name, arg, dis.stack_effect(op, oparg, jump=jump), jump)
         key = (op, oparg, jump)
