@@ -85,3 +85,27 @@ def test_an_emitted_instruction_is_still_checked_when_its_argument_is_wrong():
     with pytest.raises(CodeError):
         emit._instr("NO_SUCH_OPCODE", 1)
     assert dis.opmap["SWAP"] == emit._instr("SWAP", 2).opcode
+
+
+def test_a_first_gradient_imports_the_guards_only_under_check(tmp_path):
+    """rewrite.py imports runtime.guards where BYTEGRAD_CHECK=1 emits a guard, not at import."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    prog = ("import sys, numpy as np, bytegrad\n"
+            "def f(W, x):\n"
+            "    return np.sum(np.tanh(x @ W) * 2.0) + len(x)\n"
+            "bytegrad.grad(f)(np.ones((3, 2)), np.ones((4, 3)))\n"
+            "print(bytegrad.__file__)\n"
+            "print('bytegrad.runtime.guards' in sys.modules)\n")
+    for check, imported in (("", "False"), ("1", "True")):
+        env = {"BYTEGRAD_CACHE_DIR": str(tmp_path / f"cache{check}"), "BYTEGRAD_CHECK": check,
+               "PATH": "/usr/bin:/bin"}
+        run = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env=env, timeout=300,
+                             cwd=str(root))
+        assert run.returncode == 0, run.stderr
+        where, got = run.stdout.strip().splitlines()
+        assert Path(where).resolve().parent.parent == root
+        assert got == imported, (check, got)
