@@ -169,22 +169,24 @@ class Analysis:
 
     def sweep(self) -> list[Optional[tuple[Slot, ...]]]:
         """The stacks before every instruction, given what is known of the variables so far."""
-        instrs = self.instrs
-        self.stacks = [None] * len(instrs)
-        self.stacks[0] = ()
+        instrs, handler_of = self.instrs, self.handler_of
+        stacks: list[Optional[tuple[Slot, ...]]] = [None] * len(instrs)
+        stacks[0] = ()
+        self.stacks = stacks
         self.changed = False
-        self.work = [0]
-        self.queued = {0}
-        while self.work:
-            i = self.work.pop()
-            self.queued.discard(i)
-            st = self.stacks[i]
+        work = self.work = [0]
+        queued = self.queued = {0}
+        while work:
+            i = work.pop()
+            queued.discard(i)
+            st = stacks[i]
             assert st is not None
             ins = instrs[i]
             if not isinstance(ins, Instr):
                 self.flow(i + 1, st)
                 continue
-            self.flow_to_handler(i, ins, st)
+            if handler_of[i] is not None:
+                self.flow_to_handler(i, ins, st)
             try:
                 kind = opcodes.kind_of(ins)
             except KeyError:
@@ -193,7 +195,7 @@ class Analysis:
             jump_stack = TRANSFER[kind](self, ins, stack)
             if jump_stack is not None and isinstance(ins.arg, Label):
                 self.flow(self.label_pos[id(ins.arg)], tuple(jump_stack))
-            if not opcodes.is_terminator(ins):
+            if kind not in opcodes.TERMINATOR_KINDS:  # (`opcodes.is_terminator`, from the kind at hand)
                 self.flow(i + 1, tuple(stack))
         return self.stacks
 

@@ -29,7 +29,8 @@ from bytegrad.transform.opcodes import OpKind
 #: binary operators that fuse (the in-place forms never do: they write into their operand)
 _FUSED_BINARY = frozenset({operator.add, operator.mul, operator.pow, operator.sub, operator.truediv})
 MIN_OPS = 2
-_BRANCHES = frozenset({OpKind.JUMP, OpKind.POP_JUMP, OpKind.JUMP_OR_POP, OpKind.FOR_ITER})
+#: the kinds that end a block: terminators and branches (a tuple: see `opcodes.TERMINATOR_KINDS`)
+_ENDS_BLOCK = (*opcodes.TERMINATOR_KINDS, OpKind.POP_JUMP, OpKind.JUMP_OR_POP, OpKind.FOR_ITER)
 
 
 class _Item:
@@ -114,7 +115,7 @@ def _simulate(instrs: list[Any], act: Activity) -> dict[int, _Op]:
         kind = opcodes.kind_of(ins)
         if kind is OpKind.PRECALL or kind is OpKind.KW_NAMES:
             continue
-        if opcodes.is_terminator(ins) or kind in _BRANCHES:
+        if kind in _ENDS_BLOCK:
             epoch += 1
             prev_depth_ok = False
             continue

@@ -8,9 +8,10 @@ them for a function, for debugging and for the golden tests (tests/transform/tes
 """
 from __future__ import annotations
 
+import collections
 import sys
 import types
-from typing import Any, Callable, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
 
 from bytegrad.transform.code import Bytecode, Instr, Label, TryBegin, TryEnd
 
@@ -43,9 +44,12 @@ class Unit:
         self.made = made                  # a capture's rewrite: made arrays are active (activity.analyze)
 
 
-class Pass(NamedTuple):
-    name: str
-    run: Callable[[Unit], None]
+if TYPE_CHECKING:
+    class Pass(NamedTuple):
+        name: str
+        run: Callable[[Unit], None]
+else:  # (collections.namedtuple: the same tuple class, without typing.NamedTuple's cost at import)
+    Pass = collections.namedtuple("Pass", ("name", "run"))
 
 
 def _activity(unit: Unit) -> None:

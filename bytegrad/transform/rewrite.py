@@ -15,7 +15,7 @@ from bytegrad.transform.code import Bytecode, Instr
 
 from bytegrad._config import config as _config
 from bytegrad.errors import SourceLoc
-from bytegrad.runtime import abi, fused, guards, keys, monitor
+from bytegrad.runtime import abi, fused, keys, monitor
 from bytegrad.runtime.dispatch import MAKERS
 from bytegrad.transform import fusion, opcodes
 from bytegrad.transform.activity import NONDIFF_ATTRS, SHAPE_ONLY, Activity, Slot, nondiff_callable
@@ -99,6 +99,7 @@ class _Rewriter:
 
     def guard(self, n_operands: int, hook: Any, ins: Instr, what: str) -> None:
         """BYTEGRAD_CHECK=1: a site left inactive still checks that no operand is differentiated."""
+        from bytegrad.runtime import guards  # (imported here: only BYTEGRAD_CHECK=1 emits guards)
         self.out += opcodes.call_hook(n_operands, guards.guard_for(hook), TAPE_LOCAL, _site(self.loc, ins, what),
                                       ins.location)
 

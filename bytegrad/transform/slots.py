@@ -4,6 +4,7 @@ calls that the analysis (transform/activity.py) and its transfer functions (tran
 read."""
 from __future__ import annotations
 
+import collections
 import inspect
 import types
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Optional
@@ -21,13 +22,17 @@ if TYPE_CHECKING:  # (activity.py imports this module)
 __all__ = ["Slot", "INACTIVE", "ACTIVE", "NULL", "IMPORTED_MODULE", "NONDIFF_ATTRS", "SHAPE_ONLY", "INERT_GLOBAL_TYPES", "WRITABLE_GLOBALS", "Activity", "join", "join_all", "derived", "nondiff_callable", "refuse_invisible_call", "refuse_invisible_code", "attr_slot"]
 
 
-class Slot(NamedTuple):
-    """One value of the abstract stack."""
+if TYPE_CHECKING:
+    class Slot(NamedTuple):
+        """One value of the abstract stack."""
 
-    active: bool        # may depend on a differentiated argument
-    null: bool          # is the NULL of a call layout
-    aliases: frozenset  # the variables whose objects it may be: "L:name" (local), "G:name" (global)
-    known: Any          # the value when statically known (a builtin, a module attribute), else None
+        active: bool        # may depend on a differentiated argument
+        null: bool          # is the NULL of a call layout
+        aliases: frozenset  # the variables whose objects it may be: "L:name" (local), "G:name" (global)
+        known: Any          # the value when statically known (a builtin, a module attribute), else None
+else:  # the same tuple class, without typing.NamedTuple's cost at import (a first gradient imports this module)
+    Slot = collections.namedtuple("Slot", ("active", "null", "aliases", "known"))
+    Slot.__doc__ = "One value of the abstract stack."
 
 
 INACTIVE: Final = Slot(False, False, frozenset(), None)

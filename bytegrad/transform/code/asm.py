@@ -101,13 +101,13 @@ class _Tables:
 def _register_locals(bc: Any, tables: _Tables) -> None:
     for x in bc:
         if type(x) is Instr and x.opcode in _LOCAL:
-            for v in (x.arg if type(x.arg) is tuple else (x.arg,)):
+            arg = x.arg
+            for v in (arg if type(arg) is tuple else (arg,)):
                 if type(v) is str:
                     tables.var(v)
 
 
-def _oparg(x: Instr, tables: _Tables) -> int:
-    op, arg = x.opcode, x.arg
+def _oparg(x: Instr, op: int, arg: Any, tables: _Tables) -> int:
     if op in _CONST:
         return tables.const(arg)
     if op in _LOCAL:
@@ -154,20 +154,19 @@ def _flatten(bc: Any, tables: _Tables) -> tuple[list[list[Any]], dict[int, int],
         elif t is Instr:
             if x.location is not None:
                 loc = x.location
-            op = x.opcode
-            if op in _PAIRS and any(tables.var(v) > 15 for v in x.arg):
+            op, arg = x.opcode, x.arg
+            if op in _PAIRS and any(tables.var(v) > 15 for v in arg):
                 a, b = _PAIRS[op]
-                units.append([dis.opmap[a], tables.var(x.arg[0]), None, loc, 0])
-                units.append([dis.opmap[b], tables.var(x.arg[1]), None, loc, 0])
+                units.append([dis.opmap[a], tables.var(arg[0]), None, loc, 0])
+                units.append([dis.opmap[b], tables.var(arg[1]), None, loc, 0])
                 continue
             if op in _PAIRS:
-                arg = (tables.var(x.arg[0]) << 4) | tables.var(x.arg[1])
-                units.append([op, arg, None, loc, cache_count(op)])
+                units.append([op, (tables.var(arg[0]) << 4) | tables.var(arg[1]), None, loc, cache_count(op)])
                 continue
-            if type(x.arg) is Label:
-                units.append([op, 0, x.arg, loc, cache_count(op)])
+            if type(arg) is Label:
+                units.append([op, 0, arg, loc, cache_count(op)])
             else:
-                units.append([op, None if x.arg is UNSET else _oparg(x, tables), None, loc, cache_count(op)])
+                units.append([op, None if arg is UNSET else _oparg(x, op, arg, tables), None, loc, cache_count(op)])
         else:
             raise CodeError(f"{type(x).__name__} in the instructions")
     if open_tries:
@@ -185,8 +184,11 @@ def _resolve_jumps(units: list[list[Any]], labels: dict[int, int]) -> list[int]:
     """Set every jump's oparg; the start offset of each instruction (and one past the end)."""
     for _ in range(10):
         starts = [0]
+        at = 0
         for u in units:
-            starts.append(starts[-1] + 1 + _ext(u[1]) + u[4])
+            arg = u[1]
+            at += 1 + u[4] + (0 if arg is None or arg < 0x100 else _ext(arg))
+            starts.append(at)
         changed = False
         for k, u in enumerate(units):
             label = u[2]
@@ -209,12 +211,20 @@ def _resolve_jumps(units: list[list[Any]], labels: dict[int, int]) -> list[int]:
 
 def _code_bytes(units: list[list[Any]]) -> bytes:
     out = bytearray()
+    append = out.append
     for op, arg, _, _, caches in units:
-        a = 0 if arg is None else arg
-        for shift in range(8 * _ext(arg), 0, -8):
-            out += bytes((_EXTENDED_ARG, (a >> shift) & 0xFF))
-        out += bytes((op, a & 0xFF))
-        out += bytes(2 * caches)
+        if arg is None:
+            a = 0
+        else:
+            a = arg
+            if arg >= 0x100:
+                for shift in range(8 * _ext(arg), 0, -8):
+                    append(_EXTENDED_ARG)
+                    append((a >> shift) & 0xFF)
+        append(op)
+        append(a & 0xFF)
+        if caches:
+            out += bytes(2 * caches)
     return bytes(out)
 
 

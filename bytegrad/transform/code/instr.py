@@ -17,7 +17,7 @@ from typing import Any, Final, Optional
 
 from bytegrad.errors import UnsupportedOpcodeError
 
-__all__ = ["PY312", "PY313", "UNSET", "CodeError", "Label", "TryBegin", "TryEnd", "Instr", "InstrLocation", "CellVar",
+__all__ = ["PY312", "PY313", "UNSET", "ENDS_PATH", "CodeError", "Label", "TryBegin", "TryEnd", "Instr", "InstrLocation", "CellVar",
            "FreeVar", "BinaryOp", "Compare", "Intrinsic1Op", "Intrinsic2Op", "FormatValue", "CompilerFlags",
            "MONITORING_ONLY_JUMP_OPS", "cache_count", "opcode_has_arg"]
 
@@ -178,6 +178,8 @@ _UNCOND_JUMPS: Final = JUMPS - _COND_JUMPS
 #: control never goes on to the next instruction
 _FINAL: Final = _UNCOND_JUMPS | frozenset(OPMAP[n] for n in ("RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE")
                                           if n in OPMAP)
+#: the opcodes after which control never falls through (`Instr.is_final`)
+ENDS_PATH: Final = _FINAL
 #: jumps whose target only monitoring reads (none before 3.14)
 MONITORING_ONLY_JUMP_OPS: Final[frozenset[int]] = frozenset()
 _CONST_OPS: Final = frozenset(dis.hasconst)
@@ -218,6 +220,15 @@ _TAKES_ALL: Final = frozenset(OPMAP[n] for n in OPMAP if n.startswith("BUILD_") 
                                                                                         "CALL_FUNCTION_EX"))
 _BITFLAG: Final = frozenset(OPMAP[n] for n in (("LOAD_GLOBAL", "LOAD_ATTR") if PY312 else ("LOAD_GLOBAL",)))
 _BITFLAG2: Final = frozenset({OPMAP["LOAD_SUPER_ATTR"]} if PY312 else ())
+
+
+#: the opcodes whose (pre, post) `_split_effect` reads from the argument itself: for every other
+#: instruction, and these with a plain int argument (then the oparg), (pre, post) is a function of
+#: (opcode, oparg, jump), computed once per process (`_PRE_POST`: the stack-depth walk of the
+#: assembler and the passes ask for it for every instruction)
+_SPLIT_READS_ARG: Final = frozenset(OPMAP[n] for n in ("CALL", "CALL_KW", "SWAP", "COPY", "SET_ADD", "LIST_APPEND",
+                                                       "MAP_ADD") if n in OPMAP)
+_PRE_POST: dict[tuple[int, Optional[int], Optional[bool]], tuple[int, int]] = {}
 
 
 def _split_effect(op: int, name: str, arg: Any, effect: int, jump: Optional[bool]) -> tuple[int, int]:
@@ -311,22 +322,37 @@ class Instr:
     def is_backward_rel_jump(self) -> bool:
         return self._opcode in BACKWARD_JUMPS
 
-    def stack_effect(self, jump: Optional[bool] = None) -> int:
-        """The net change of the stack's depth (`dis.stack_effect` of the oparg this argument encodes)."""
+    def _effect_oparg(self) -> Optional[int]:
+        """The oparg `dis.stack_effect` is asked with for this argument."""
         op, arg = self._opcode, self.arg
         if op not in _HAS_ARG:
-            oparg = None
-        elif type(arg) is tuple and (op in _BITFLAG or op in _BITFLAG2):
-            oparg = int(arg[0])
-        elif not isinstance(arg, int) or op in _CONST_OPS:
-            oparg = 0
-        else:
-            oparg = int(arg)
-        return dis.stack_effect(op, oparg, jump=jump)
+            return None
+        if type(arg) is tuple and (op in _BITFLAG or op in _BITFLAG2):
+            return int(arg[0])
+        if not isinstance(arg, int) or op in _CONST_OPS:
+            return 0
+        return int(arg)
+
+    def stack_effect(self, jump: Optional[bool] = None) -> int:
+        """The net change of the stack's depth (`dis.stack_effect` of the oparg this argument encodes)."""
+        return dis.stack_effect(self._opcode, self._effect_oparg(), jump=jump)
 
     def pre_and_post_stack_effect(self, jump: Optional[bool] = None) -> tuple[int, int]:
         """(pre, post): the change before the instruction runs (what it takes) and after (what it leaves)."""
-        return _split_effect(self._opcode, self._name, self.arg, self.stack_effect(jump), jump)
+        op, arg = self._opcode, self.arg
+        if op not in _HAS_ARG:
+            oparg = None
+        elif type(arg) is int and op not in _CONST_OPS:  # (the frequent case of `_effect_oparg`, inline)
+            oparg = arg
+        else:
+            oparg = self._effect_oparg()
+        if op in _SPLIT_READS_ARG and type(arg) is not int:  # (computed each time: not a function of the key)
+            return _split_effect(op, self._name, arg, dis.stack_effect(op, oparg, jump=jump), jump)
+        key = (op, oparg, jump)
+        found = _PRE_POST.get(key)
+        if found is None:
+            found = _PRE_POST[key] = _split_effect(op, self._name, arg, dis.stack_effect(op, oparg, jump=jump), jump)
+        return found
 
     def __repr__(self) -> str:
         if self.arg is UNSET:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bytegrad.transform.code.instr import PY313, UNSET, CodeError, CompilerFlags, Instr, Label, TryBegin, TryEnd
+from bytegrad.transform.code.instr import (
+    ENDS_PATH, JUMPS, PY313, UNSET, CodeError, CompilerFlags, Instr, Label, TryBegin, TryEnd)
 
 __all__ = ["stack_size"]
 
@@ -70,11 +71,12 @@ class _Walk:
         self.seen: set[tuple[int, int]] = set()
 
     def run(self, work: list[tuple[int, int]], top: int) -> int:
-        items, labels, seen = self.items, self.labels, self.seen
+        items, labels, seen, floors = self.items, self.labels, self.seen, self.floors
         n = len(items)
         while work:
             i, size = work.pop()
-            top = max(top, size)
+            if size > top:
+                top = size
             while i < n and (i, size) not in seen:
                 seen.add((i, size))
                 x = items[i]
@@ -85,23 +87,26 @@ class _Walk:
                     continue
                 if t is not Instr:
                     continue  # a label or a TryEnd
-                if size < self.floors[i - 1]:
+                if size < floors[i - 1]:
                     raise CodeError(f"{x.name} runs with the stack below its exception handler's depth")
-                if x.has_jump():
+                op = x.opcode
+                if op in JUMPS:
                     pre, post = x.pre_and_post_stack_effect(jump=True)
                     target = labels.get(id(x.arg)) if type(x.arg) is Label else None
                     if size + pre < 0 or target is None:
                         raise CodeError(f"{x.name} underflows the stack or jumps to no label")
                     work.append((target, size + pre + post))
-                    top = max(top, size + pre + post)
+                    if size + pre + post > top:
+                        top = size + pre + post
                     if x.is_uncond_jump():
                         break
                 pre, post = x.pre_and_post_stack_effect(jump=False)
                 if size + pre < 0:
                     raise CodeError(f"{x.name} pops more than the stack holds")
                 size += pre + post
-                top = max(top, size)
-                if x.is_final():
+                if size > top:
+                    top = size
+                if op in ENDS_PATH:
                     break
             if len(seen) > 4 * n + 16:
                 raise CodeError("the stack depth does not settle")

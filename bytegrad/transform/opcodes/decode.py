@@ -7,7 +7,7 @@ import dis
 import enum
 import operator
 import sys
-from typing import Any, Final, Sequence
+from typing import TYPE_CHECKING, Any, Final, Sequence, TypeVar
 
 from bytegrad.transform.code import Instr
 
@@ -15,7 +15,7 @@ from bytegrad._operators import BINARY, BinaryOperator
 
 __all__ = ["NULL_BELOW_CALLABLE", "OpKind", "PY", "attr_parts", "binary_operator", "call_ex_has_kwargs",
            "call_ex_pops", "callable_slot", "cell_reads", "check_complete", "container_add_parts",
-           "for_iter_jump_pushes", "global_parts", "int_arg", "is_plain_builder", "is_resume", "is_terminator",
+           "for_iter_jump_pushes", "global_parts", "int_arg", "is_plain_builder", "is_resume", "is_terminator", "TERMINATOR_KINDS",
            "is_unary_positive_intrinsic", "kind_of", "local_names", "make_function_pops", "predicate_fn",
            "predicate_pops", "receives_sent_value", "stack_effect", "super_attr_is_method", "tests_truth",
            "unpack_count", "unpacks_operand", "adds_map_entry", "uses_sent_values", "var_name"]
@@ -25,7 +25,21 @@ PY: Final = sys.version_info[:2]
 NULL_BELOW_CALLABLE: Final = PY < (3, 13)
 
 
-class OpKind(enum.Enum):
+_C = TypeVar("_C")
+if TYPE_CHECKING or not hasattr(enum, "_simple_enum"):
+    def _fast_enum(cls: _C) -> _C:
+        return cls
+    _EnumBase = enum.Enum
+else:
+    # `enum._simple_enum` (3.11+; the standard library's own enums use it) makes the same Enum class
+    # from a plain class in about a third of the time, and a first gradient imports this module
+    # (tests/transform/test_opkind.py compares it with the class statement)
+    _fast_enum = enum._simple_enum(enum.Enum)
+    _EnumBase = object
+
+
+@_fast_enum
+class OpKind(_EnumBase):
     # pushes
     LOAD_CONST = enum.auto()
     LOAD_LOCAL = enum.auto()        # LOAD_FAST and its checked / clearing variants
@@ -80,6 +94,15 @@ class OpKind(enum.Enum):
     JUMP_OR_POP = enum.auto()       # 3.11 JUMP_IF_TRUE_OR_POP: keeps the value when it jumps
     RETURN = enum.auto()            # ends the block
     OTHER = enum.auto()             # modelled by its stack effect, result activity = join of inputs
+
+
+# `_simple_enum` leaves each member behind a descriptor (`enum.property`): the members go into the class's
+# dict as the class statement puts them, so that `OpKind.CALL`, read for every instruction, is a plain
+# class attribute (type.__setattr__: EnumType's own refuses to rebind a member)
+for _member in OpKind:
+    if type(OpKind.__dict__[_member.name]) is not OpKind:
+        type.__setattr__(OpKind, _member.name, _member)
+del _member
 
 
 _KIND_BY_NAME: Final[dict[str, OpKind]] = {
@@ -240,9 +263,14 @@ def cell_reads(code: Any) -> frozenset[str]:
     return frozenset(names)
 
 
+#: the kinds after which control never falls through to the next instruction (a tuple: `in` compares
+#: by identity, where a set would call the enum's `__hash__`, a Python function on 3.11)
+TERMINATOR_KINDS: Final = (OpKind.JUMP, OpKind.RETURN)
+
+
 def is_terminator(instr: Instr) -> bool:
     """True when control never falls through to the next instruction."""
-    return _KIND_BY_NAME.get(instr.name) in (OpKind.JUMP, OpKind.RETURN)
+    return _KIND_BY_NAME.get(instr.name) in TERMINATOR_KINDS
 
 
 # ---- decoding arguments --------------------------------------------------------------------

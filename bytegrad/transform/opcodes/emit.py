@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Final, Sequence
 
-from bytegrad.transform.code import Instr
+from bytegrad.transform.code import UNSET, Instr
 
 from bytegrad.transform.opcodes.decode import NULL_BELOW_CALLABLE, PY
 
@@ -17,12 +17,19 @@ __all__ = ["call", "load_const", "load_local", "store_local", "pop_top", "push_n
 _UNSET = object()
 
 
+#: (name, takes an argument) -> opcode, for the instructions `Instr`'s constructor already accepted
+_CHECKED: dict[tuple[str, bool], int] = {}
+
+
 def _instr(name: str, arg: Any = _UNSET, loc: Any = None) -> Instr:
-    if arg is _UNSET:
-        return Instr(name, location=loc) if loc is not None else Instr(name)
-    if loc is not None:
-        return Instr(name, arg, location=loc)
-    return Instr(name, arg)
+    # (what `Instr(...)` checks depends on the name and on whether an argument is given: once checked,
+    # the same kind of instruction is made without the check; the rewrite emits hundreds)
+    op = _CHECKED.get((name, arg is _UNSET))
+    if op is not None:
+        return Instr._trusted(name, op, UNSET if arg is _UNSET else arg, loc)
+    new = Instr(name, location=loc) if arg is _UNSET else Instr(name, arg, location=loc)
+    _CHECKED[(name, arg is _UNSET)] = new.opcode
+    return new
 
 
 def call(nargs: int, loc: Any) -> list[Instr]:
@@ -181,15 +188,29 @@ def call_hook(n_operands: int, hook: Any, tape_local: str, site: Any, loc: Any, 
     `null` says that the original call left a NULL in its layout that must be consumed: on 3.11/3.12
     it sits under the operands, on 3.13 between the first operand (the callable) and the rest.
     """
-    h, t, s = object(), object(), object()
-    ops = [object() for _ in range(n_operands)]
     seq: list[Instr] = [load_const(hook, loc), load_local(tape_local, loc), load_const(site, loc)]
-    if null and not NULL_BELOW_CALLABLE:
-        n = object()
-        seq += permute([ops[0], n, *ops[1:], h, t, s], [h, n, t, s, *ops], loc)
-    else:
-        seq += permute([*ops, h, t, s], [h, t, s, *ops], loc)
+    seq += [swap(depth, loc) for depth in _hook_swaps(n_operands, null)]
     # Without a NULL, [hook, tape, site, *ops] calls hook(tape, site, *ops): hook sits in the
     # method slot and tape plays `self`. With the NULL, hook is a plain callable of all the rest.
     seq += call(n_operands + (2 if null else 1), loc)
     return seq
+
+
+_HOOK_SWAPS: dict[tuple[int, bool], tuple[int, ...]] = {}
+
+
+def _hook_swaps(n_operands: int, null: bool) -> tuple[int, ...]:
+    """The SWAP depths of `call_hook`'s permutation (`permute`'s, once per process for each layout:
+    the rewrite emits one for every hooked site)."""
+    key = (n_operands, bool(null))
+    found = _HOOK_SWAPS.get(key)
+    if found is None:
+        h, t, s = object(), object(), object()
+        ops = [object() for _ in range(n_operands)]
+        if null and not NULL_BELOW_CALLABLE:
+            n = object()
+            swaps = permute([ops[0], n, *ops[1:], h, t, s], [h, n, t, s, *ops], None)
+        else:
+            swaps = permute([*ops, h, t, s], [h, t, s, *ops], None)
+        found = _HOOK_SWAPS[key] = tuple(int(ins.arg) for ins in swaps)
+    return found
