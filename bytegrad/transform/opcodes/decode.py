@@ -7,7 +7,7 @@ import dis
 import enum
 import operator
 import sys
-from typing import TYPE_CHECKING, Any, Final, Sequence, TypeVar
+from typing import Any, Final, Sequence
 
 from bytegrad.transform.code import Instr
 
@@ -25,21 +25,7 @@ PY: Final = sys.version_info[:2]
 NULL_BELOW_CALLABLE: Final = PY < (3, 13)
 
 
-_C = TypeVar("_C")
-if TYPE_CHECKING or not hasattr(enum, "_simple_enum"):
-    def _fast_enum(cls: _C) -> _C:
-        return cls
-    _EnumBase = enum.Enum
-else:
-    # `enum._simple_enum` (3.11+; the standard library's own enums use it) makes the same Enum class
-    # from a plain class in about a third of the time, and a first gradient imports this module
-    # (tests/transform/test_opkind.py compares it with the class statement)
-    _fast_enum = enum._simple_enum(enum.Enum)
-    _EnumBase = object
-
-
-@_fast_enum
-class OpKind(_EnumBase):
+class OpKind(enum.Enum):
     # pushes
     LOAD_CONST = enum.auto()
     LOAD_LOCAL = enum.auto()        # LOAD_FAST and its checked / clearing variants
@@ -94,15 +80,6 @@ class OpKind(_EnumBase):
     JUMP_OR_POP = enum.auto()       # 3.11 JUMP_IF_TRUE_OR_POP: keeps the value when it jumps
     RETURN = enum.auto()            # ends the block
     OTHER = enum.auto()             # modelled by its stack effect, result activity = join of inputs
-
-
-# `_simple_enum` leaves each member behind a descriptor (`enum.property`): the members go into the class's
-# dict as the class statement puts them, so that `OpKind.CALL`, read for every instruction, is a plain
-# class attribute (type.__setattr__: EnumType's own refuses to rebind a member)
-for _member in OpKind:
-    if type(OpKind.__dict__[_member.name]) is not OpKind:
-        type.__setattr__(OpKind, _member.name, _member)
-del _member
 
 
 _KIND_BY_NAME: Final[dict[str, OpKind]] = {
