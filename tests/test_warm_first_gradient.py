@@ -9,11 +9,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from bytegrad.runtime import costs, fused
+from bytegrad.runtime import costs, diskcache, fused, records
+from bytegrad.transform import cache, sidetable
+
+pytestmark = pytest.mark.general_path  # the general path's own machinery (tests/conftest.py)
 
 REPO = Path(__file__).resolve().parent.parent
+X = np.linspace(-1.0, 1.0, 7)
+W = 0.7
 
 _PROGRAM = (
     "import sys, json, numpy as np\n"
@@ -31,7 +37,8 @@ _PROGRAM = (
 
 
 def _run(cache_dir: Path, *watched: str, **env: str) -> dict:
-    environ = dict(os.environ, BYTEGRAD_CACHE_DIR=str(cache_dir), **env)
+    # (the default tier: `tier="general"` imports the compiled tier's policy, and with it the cost model)
+    environ = dict(os.environ, BYTEGRAD_CACHE_DIR=str(cache_dir), BYTEGRAD_TIER="auto", **env)
     environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), environ.get("PYTHONPATH")]))
     proc = subprocess.run([sys.executable, "-c", _PROGRAM, *watched], cwd=REPO, env=environ,
                           capture_output=True, text=True, timeout=180)
@@ -39,11 +46,13 @@ def _run(cache_dir: Path, *watched: str, **env: str) -> dict:
     return json.loads(proc.stdout.splitlines()[-1])
 
 
-def test_a_warm_first_gradient_imports_neither_the_cost_model_nor_the_kernel_records(tmp_path) -> None:
+def test_a_warm_first_gradient_imports_no_cost_model_kernel_records_or_pickle(tmp_path) -> None:
     """The stored rewrite holds a fused site (runtime/fused.py is imported to load it); the site has
-    spent less than its price, so neither runtime/costs.py nor runtime/kernel_records.py is imported,
+    spent less than its price, so neither runtime/costs.py nor runtime/kernel_records.py is imported;
+    the side table is read without runtime/safepickle.py (transform/sidetable.py's format);
     and the gradient is the one a process without the disk cache computes."""
-    watched = ("bytegrad.runtime.fused", "bytegrad.runtime.costs", "bytegrad.runtime.kernel_records")
+    watched = ("bytegrad.runtime.fused", "bytegrad.runtime.costs", "bytegrad.runtime.kernel_records",
+               "bytegrad.runtime.safepickle")
     cold = _run(tmp_path, *watched)
     warm = _run(tmp_path, *watched)
     off = _run(tmp_path, *watched, BYTEGRAD_DISABLE_DISK_CACHE="1")
@@ -86,3 +95,130 @@ def test_the_deferred_names_of_fused_still_read() -> None:
     assert fused.FUSED is kernel_records.FUSED and fused.PARTIALS is kernel_records.PARTIALS
     with pytest.raises(AttributeError):
         fused.NOT_A_NAME  # noqa: B018
+
+
+# ---- the side table in marshal's terms (transform/sidetable.py, transform/cache.py `table_loads`) ----
+
+
+def _tree_loss(x, w):
+    h = np.tanh(w * x + 1.0)
+    return np.sum(h * h) + np.sum(np.sin(x) * w)
+
+
+def _dumps(table: list):
+    return sidetable.dumps(table, cache.TABLE_FORMAT, cache.table_global, cache.table_ufunc)
+
+
+def _table_of(fn, *args) -> list:
+    """The side table of `fn`'s rewrite for these arguments (every parameter active)."""
+    from bytegrad.transform import rewrite_code
+
+    code = fn.__code__
+    active = frozenset(code.co_varnames[:code.co_argcount])
+    table: list = []
+    cache._strip(rewrite_code(code, active, fn.__globals__), "n", table)
+    return table
+
+
+def test_a_rewrites_table_comes_back_with_the_same_objects_and_sharing() -> None:
+    import marshal
+
+    table = _table_of(_tree_loss, X, W)
+    kinds = {type(c).__name__ for c in table}
+    assert {"Site", "FusedSite"} <= kinds  # (the test reads a table with a fused site)
+    side = _dumps(table)
+    assert side is not None
+    back = cache.table_loads(marshal.loads(marshal.dumps(side)))
+    assert len(back) == len(table)
+    for a, b in zip(table, back):
+        assert type(a) is type(b)
+        if isinstance(a, records.Site):
+            assert (a.filename, a.lineno, a.function, a.what, a.callee) == (b.filename, b.lineno, b.function,
+                                                                            b.what, b.callee)
+        elif isinstance(a, fused.FusedSite):
+            assert (a.expr, a.operands, a.leaf_names) == (b.expr, b.operands, b.leaf_names)
+            for n, m in zip(a.nodes, b.nodes):
+                assert (n.kind, n.fn, n.hook, n.args, n.site.what) == (m.kind, m.fn, m.hook, m.args, m.site.what)
+        else:
+            assert a is b  # hooks and NumPy functions: the very objects
+    # an object held twice comes back once (pickle's memo did so)
+    fs = next(c for c in table if isinstance(c, fused.FusedSite))
+    shared = fs.nodes[0].site
+    again = cache.table_loads(_dumps([shared, fs, shared]))
+    assert again[0] is again[2] is again[1].nodes[0].site
+
+
+class _Odd:
+    pass
+
+
+@pytest.mark.parametrize("value", [np.float64(2.0), _Odd(), os.system, (1, 2), np.load])
+def test_a_table_with_a_value_the_format_does_not_write_is_pickled(value) -> None:
+    site = records.Site("f.py", 3, "f", "add", callee=value)
+    assert _dumps([value]) is None
+    assert _dumps([site]) is None
+
+
+@pytest.mark.parametrize("item", [("g", "os", "system"), ("g", "builtins", "eval"), ("g", "numpy", "load"),
+                                  ("g", "operator", "_private"), ("u", "load"), ("u", "__class__"),
+                                  ("r", "os", "system", None), ("r", "bytegrad.nope", "x", None),
+                                  ("r", "bytegrad.runtime.abi", "NO_SUCH_HOOK", None), ("v", [1]), ("x", 1)])
+def test_a_table_is_read_only_within_its_format(item) -> None:
+    """Only bytegrad's own objects, NumPy ufuncs and functions with a rule, operator and math
+    functions, plain values: anything else is refused (the entry is then rewritten)."""
+    with pytest.raises((ValueError, ImportError)):
+        cache.table_loads((cache.TABLE_FORMAT, (), (item,)))
+
+
+@pytest.mark.parametrize("objects", [(("fused", ("v", None), (0,), (), ()),), (("node",),), (("site",),),
+                                     (("evil", "x"),), (5,), (("node", "bin", ("o", 3), ("v", 1), (), ("v", 1)),)])
+def test_a_malformed_table_raises_what_a_load_turns_into_a_rewrite(objects) -> None:
+    with pytest.raises((ValueError, TypeError, IndexError, KeyError, AttributeError)):
+        cache.table_loads((cache.TABLE_FORMAT, objects, ()))
+
+
+def test_a_damaged_table_in_a_checksummed_entry_is_rewritten(tmp_path, monkeypatch) -> None:
+    import marshal
+
+    import bytegrad
+
+    monkeypatch.setattr(bytegrad.config, "cache_dir", str(tmp_path))
+    monkeypatch.setattr(bytegrad.config, "disable_disk_cache", False)
+    diskcache._reset_for_tests()
+    cache.clear()
+    try:
+        want = bytegrad.grad(_tree_loss)(X, W)
+        cache.flush_stores()
+        (entry,) = (tmp_path / "code").glob("*.bgc")
+        head, payload = diskcache.read_header(entry.read_bytes())
+        fmt, nonce, stripped, frozen, side = marshal.loads(payload)
+        assert type(side) is tuple and side[0] == cache.TABLE_FORMAT
+        evil = (side[0], side[1], (("g", "os", "system"),) + side[2][1:])
+        entry.write_bytes(diskcache.encode_entry(head["key"], marshal.dumps((fmt, nonce, stripped, frozen, evil)),
+                                                 label=head["label"], version=head["bytegrad"]))
+        cache.clear()
+        rewrites = cache.disk_stats()["rewrites"]
+        np.testing.assert_array_equal(bytegrad.grad(_tree_loss)(X, W), want)
+        assert cache.disk_stats()["rewrites"] == rewrites + 1
+    finally:
+        diskcache._reset_for_tests()
+        cache.clear()
+
+
+def test_a_table_the_format_does_not_write_is_stored_pickled_and_loads(tmp_path, monkeypatch) -> None:
+    import bytegrad
+
+    monkeypatch.setattr(bytegrad.config, "cache_dir", str(tmp_path))
+    monkeypatch.setattr(bytegrad.config, "disable_disk_cache", False)
+    monkeypatch.setattr(sidetable, "dumps", lambda table, *how: None)
+    diskcache._reset_for_tests()
+    cache.clear()
+    try:
+        want = bytegrad.grad(_tree_loss)(X, W)
+        cache.clear()
+        hits = cache.disk_stats()["disk_hits"]
+        np.testing.assert_array_equal(bytegrad.grad(_tree_loss)(X, W), want)
+        assert cache.disk_stats()["disk_hits"] == hits + 1
+    finally:
+        diskcache._reset_for_tests()
+        cache.clear()
