@@ -222,3 +222,43 @@ def test_a_table_the_format_does_not_write_is_stored_pickled_and_loads(tmp_path,
     finally:
         diskcache._reset_for_tests()
         cache.clear()
+
+
+# ---- the key's operator rules (transform/cache.py `_rule_of(..., stamped=True)`) ----------------------
+
+
+def test_the_keys_operator_rules_from_the_stamped_builtins_read_no_line(monkeypatch) -> None:
+    """The five operators' rules come from rules/builtins.py, whose stamp is in the key: the key reads
+    none of their lines (each a scan of the module's line table)."""
+    from bytegrad import errors
+
+    reads = []
+    original = errors.SourceLoc.lineno
+
+    def counting(self):
+        reads.append(self.filename)
+        return original.fget(self)
+    monkeypatch.setattr(errors.SourceLoc, "lineno", property(counting))
+    code = (lambda x: x * 2.0 + 1.0).__code__
+    cache._disk_key(code, frozenset({"x"}), frozenset())
+    assert reads == []
+    assert cache._rule_of(np.tanh) is not None and reads  # (the assumptions still record lines)
+
+
+def test_an_operator_rule_registered_elsewhere_changes_the_key(monkeypatch) -> None:
+    """A rule for `operator.add` defined outside rules/builtins.py, of the same kind and kernel arity,
+    is recorded with its place, and so changes the key; put back, the key is as before."""
+    import operator
+
+    from bytegrad import errors
+    from bytegrad.rules import registry
+
+    code = (lambda x: x + 1.0).__code__
+    before = cache._disk_key(code, frozenset({"x"}), frozenset())
+    rule = registry.lookup(operator.add)
+    elsewhere = rule.replaced(defined_at=errors.SourceLoc(__file__, 1, "<module>"))
+    monkeypatch.setitem(registry._RULES, operator.add, elsewhere)
+    assert cache._rule_of(operator.add)[0::2] == cache._rule_of(operator.mul, stamped=True)[0::2]
+    assert cache._disk_key(code, frozenset({"x"}), frozenset()) != before
+    monkeypatch.setitem(registry._RULES, operator.add, rule)
+    assert cache._disk_key(code, frozenset({"x"}), frozenset()) == before
