@@ -238,8 +238,8 @@ def _disk_key(code: types.CodeType, active: frozenset[str], immutable: frozenset
     import operator
 
     # the rules of the operators fusion may fuse (transform/fusion.py's _FUSED_BINARY): no global records them
-    fused_ops = tuple(_rule_of(op, stamped=True) for op in (operator.add, operator.mul, operator.pow, operator.sub,
-                                                   operator.truediv))
+    ops = (operator.add, operator.mul, operator.pow, operator.sub, operator.truediv)
+    fused_ops = tuple(_rule_of(op, stamped=True) for op in ops)
     h.update(repr((sys.implementation.cache_tag, rewrite_version(), _ENTRY_FORMAT,
                    sorted(active), sorted(immutable), options, fused_ops)).encode())
     return h.hexdigest()
@@ -339,7 +339,6 @@ def _encode(new_code: types.CodeType, frozen: tuple) -> Optional[bytes]:
     import pickle
 
     from bytegrad.runtime import diskcache
-
     from bytegrad.transform import sidetable
 
     nonce = os.urandom(8).hex()
