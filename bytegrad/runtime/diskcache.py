@@ -22,7 +22,7 @@ API (namespaces are short names such as "code" or "kernels", one sub-folder each
     clear() -> int                        removes every entry, source and temporary file
     safe_dumps(obj) -> bytes              pickle.dumps; bytegrad's module-level objects go by reference
     safe_loads(data) -> object            pickle.loads restricted to bytegrad, NumPy and plain builtins
-                                          (both from runtime/safepickle.py)
+                                          (both runtime/safepickle.py's, imported on first use)
     stats() -> dict                       counters: hits, misses, rejected, stores, store_failures, evicted
 
 Switches (bytegrad.config, read from the environment at import): `cache_dir` (BYTEGRAD_CACHE_DIR,
@@ -45,10 +45,9 @@ import warnings
 from typing import Any, Iterator, Optional
 
 from bytegrad._config import config as _config, switch as _config_switch
-from bytegrad.runtime.safepickle import safe_dumps, safe_loads
 
-__all__ = ["cache_dir", "load", "store", "source_dir", "write_source", "info", "clear", "safe_dumps", "safe_loads",
-           "stats", "sha256", "CacheWarning", "DEFAULT_MAX_MB"]
+__all__ = ["cache_dir", "load", "store", "source_dir", "write_source", "info", "clear", "stats", "sha256",
+           "CacheWarning", "DEFAULT_MAX_MB", "safe_dumps", "safe_loads"]  # noqa: F822 (safe_*: `__getattr__`)
 
 
 MAGIC = b"BYTEGRAD"
@@ -83,6 +82,12 @@ _stats = {"hits": 0, "misses": 0, "rejected": 0, "stores": 0, "store_failures": 
 
 
 # ---- where, and whether it can be trusted ----------------------------------------------------------
+
+
+def __getattr__(name: str) -> Any:  # safe_dumps, safe_loads (a warm-cache load of a rewrite reads no pickle)
+    if name not in ("safe_dumps", "safe_loads"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(__import__("bytegrad.runtime.safepickle", fromlist=[name]), name)
 
 
 def _env_key() -> tuple:
@@ -309,12 +314,9 @@ def _read_trusted(path: str) -> Optional[bytes]:
         if problem:
             _warn("trust", path, f"refusing the cache file {path}: {problem}; it is not loaded")
             return None
-        chunks = []
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
+        chunks = [os.read(fd, st.st_size + 1)]  # the whole entry in one read (unless it grew since fstat)
+        while chunks[-1]:
+            chunks.append(os.read(fd, 1 << 20))
         return b"".join(chunks)
     except OSError:
         return None

@@ -35,20 +35,22 @@ import numpy as np
 
 from bytegrad import _operators
 from bytegrad._config import config as _config
-from bytegrad.runtime.costs import KERNEL_TIE, MODEL as _COSTS
-from bytegrad.runtime.kernel_records import FUSED, PARTIALS
 from bytegrad.runtime.tape import SLIM_MIN_SIZE, Tape, sweep, tls
 
 if TYPE_CHECKING:
     from bytegrad.runtime import kernels
+    from bytegrad.runtime.costs import CostModel
 
 _ndarray = np.ndarray
 _perf = time.perf_counter
 _getrefcount = sys.getrefcount
 BACKWARD_FACTOR = 3.0
-#: a kernel within this factor of the NumPy tier's time counts as a tie, and ties go to the kernel
-#: (the cost model's, runtime/costs.py `kernel_wins`)
-TIE = KERNEL_TIE
+# runtime/costs.py (the cost model) and runtime/kernel_records.py (the kernel tier's records) are
+# imported when first needed (`_rents`, `_kernel_records`): a first gradient, whose sites have spent less
+# than PRICE_FLOOR, imports neither (0.3 ms of it, warm cache). `TIE`, `FUSED`, `PARTIALS`: `__getattr__`.
+_COSTS: Optional[CostModel] = None
+_FUSED: Any = None
+_PARTIALS: Any = None
 #: seconds: no kernel module costs less to get than this (loading a forward and a backward ufunc).
 #: Until a site has spent this much, ski rental does not even estimate its price, which would
 #: import runtime/kernels.py (kept out of a process's first gradients).
@@ -296,7 +298,7 @@ def _maybe_tier_up(fs: FusedSite, ops: tuple) -> None:
     made when the time spent crosses it: not on every call of a hot site."""
     if fs.state != "numpy":
         return
-    if POLICY == "never" or (POLICY != "always" and not _COSTS.pays(fs.spent * BACKWARD_FACTOR, fs.price)):
+    if POLICY == "never" or (POLICY != "always" and _rents(fs)):
         return
     from bytegrad.runtime import kernels
     if kernels.disabled():
@@ -308,12 +310,46 @@ def _maybe_tier_up(fs: FusedSite, ops: tuple) -> None:
     p = _plan_for(fs, dtype, tuple(True for _ in range(fs.n_leaves)))
     if POLICY != "always":
         fs.price = kernels.cost_estimate(p)
-        if not _COSTS.pays(fs.spent * BACKWARD_FACTOR, fs.price):
+        if _rents(fs):
             return
         if COMPILE == "background":
             _compile_in_background(fs, p, dtype)
             return
     fs.state = "kernel"  # kernels compile on the next eligible call, for its activity pattern
+
+
+def _rents(fs: FusedSite) -> bool:
+    """Whether `fs` keeps renting NumPy: its meter (times its backward's share) has not paid its price
+    (the cost model's `pays`, which is `spent >= price`: read here until the model is imported, so that a
+    site below its price, as every site of a first gradient is, does not import it; tests/test_costs.py)."""
+    spent = fs.spent * BACKWARD_FACTOR
+    if _COSTS is None and spent < fs.price:
+        return True
+    return not _cost_model().pays(spent, fs.price)
+
+
+def _cost_model() -> CostModel:
+    global _COSTS
+    if _COSTS is None:
+        from bytegrad.runtime.costs import MODEL as _COSTS
+    return _COSTS  # type: ignore[return-value]  # (the import above binds the global)
+
+
+def _kernel_records() -> tuple[Any, Any]:
+    global _FUSED, _PARTIALS
+    if _FUSED is None:
+        from bytegrad.runtime.kernel_records import FUSED, PARTIALS
+        _FUSED, _PARTIALS = FUSED, PARTIALS
+    return _FUSED, _PARTIALS
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TIE":  # a kernel within this factor of the NumPy tier's time is a tie (costs.py `kernel_wins`)
+        from bytegrad.runtime.costs import KERNEL_TIE
+        return KERNEL_TIE
+    if name in ("FUSED", "PARTIALS"):
+        return _kernel_records()[name == "PARTIALS"]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _compile_in_background(fs: FusedSite, p: kernels.Plan, dtype: str) -> None:
@@ -410,7 +446,7 @@ class Trial:
         times = self.times
         times[use].append(seconds)
         if len(times[0]) >= TRIAL_SAMPLES and len(times[1]) >= TRIAL_SAMPLES and fs.choice.get(self.key) is self:
-            fs.choice[self.key] = _COSTS.kernel_wins(_median(times[0]), _median(times[1]))
+            fs.choice[self.key] = _cost_model().kernel_wins(_median(times[0]), _median(times[1]))
 
 
 #: consecutive gradients a `Trial` runs on one tier; the first of each is not counted
@@ -442,7 +478,7 @@ def _decide_in_isolation(fs: FusedSite, ops: tuple, key: tuple, leaves: list[Any
     assert ks is not None
     t_kernel = min(_time(lambda: kernel_gradients(fs, ks, leaves, active)) for _ in range(3))
     t_numpy = min(_time(lambda: numpy_gradients(fs, ops, active)) for _ in range(3))
-    use = _COSTS.kernel_wins(t_numpy, t_kernel)
+    use = _cost_model().kernel_wins(t_numpy, t_kernel)
     fs.choice[key] = use
     return use
 
@@ -461,6 +497,9 @@ def _run_kernel(tape: Tape, fs: FusedSite, dtype: str, active: tuple[bool, ...],
     ks = fs.kernels[(dtype, active)]
     assert ks is not None  # the kernel tier runs only with its kernels compiled
     fs.kernel_calls += 1
+    FUSED, PARTIALS = _FUSED, _PARTIALS
+    if FUSED is None:
+        FUSED, PARTIALS = _kernel_records()
     if ks.onepass:  # the output and the partials, in one pass
         out, *partials = ks.forward(*leaves)
         node: tuple = (PARTIALS, parents, fs.site, ks, partials, leaf_shapes(leaves), tape.lean)
@@ -546,6 +585,7 @@ def numpy_gradients(fs: FusedSite, ops: tuple, active: tuple[bool, ...], ct: Any
 def kernel_gradients(fs: FusedSite, ks: kernels.Kernels, leaves: list[Any], active: tuple[bool, ...],
                      ct: Any = 1.0) -> tuple[Any, list[Any]]:
     """Value and leaf cotangents by the kernel tier."""
+    FUSED, PARTIALS = _kernel_records()
     if ks.onepass:
         out, *partials = ks.forward(*leaves)
         node: tuple = (PARTIALS, tuple(0 if a else None for a in active), fs.site, ks, partials,

@@ -109,8 +109,10 @@ def clear() -> None:
 # analysis resolved, and the rule each resolved object had) and a load checks that it still holds.
 #
 # Rewritten code holds constants marshal cannot write (hook functions, Site objects, fused sites):
-# they are replaced by placeholder strings, recursively in nested code objects, and pickled in a side
-# table that is loaded through diskcache.safe_loads (bytegrad, NumPy and plain builtins only).
+# they are replaced by placeholder strings, recursively in nested code objects, and kept in a side
+# table: in marshal's terms where it holds only those (transform/sidetable.py, read by `table_loads`
+# without pickle), else pickled and loaded through diskcache.safe_loads (bytegrad, NumPy and plain
+# builtins only).
 
 DISK_NAMESPACE = "code"
 #: bytegrad's sources that shape a stored rewrite (relative to the package; "dir/": its .py files): the
@@ -127,7 +129,7 @@ REWRITE_SOURCES = (
 )
 #: the switches (bytegrad.config) that change what the rewrite emits: part of the disk key
 DISK_KEY_SWITCHES = ("disable_numba", "disable_fusion", "check")
-_ENTRY_FORMAT = 2  # 2: keyed by REWRITE_SOURCES; a rule's kernel arity recorded
+_ENTRY_FORMAT = 3  # 2: keyed by REWRITE_SOURCES; a rule's kernel arity recorded. 3: the side table in marshal's terms
 _PLACEHOLDER = "\x00bytegrad-const:"
 _SIMPLE = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis))
 
@@ -156,9 +158,12 @@ def _describe(value: Any) -> tuple:
     return ("value", tname)
 
 
-def _rule_of(value: Any) -> Optional[tuple]:
+def _rule_of(value: Any, stamped: bool = False) -> Optional[tuple]:
     """What the rewrite read of `value`'s rule: its kind, where it is defined, and the arity of its kernel
-    formula (fusion), or -1 for a formula made per constant (`x ** c`)."""
+    formula (fusion), or -1 for a formula made per constant (`x ** c`). `stamped` (the key's operators):
+    a rule rules/builtins.py registers is recorded as defined there, without its line (that file is in
+    REWRITE_SOURCES: its stamp, in the key, fixes its registrations; finding a line scans the module's
+    line table, SourceLoc.lineno: 0.13 ms of a first gradient for the key's five operators)."""
     from bytegrad.rules import registry
 
     rule = registry.lookup(value)
@@ -166,8 +171,9 @@ def _rule_of(value: Any) -> Optional[tuple]:
         return None
     at = rule.defined_at
     k = rule.kernel
-    return (rule.kind.value, (at.filename, at.lineno) if at is not None else None,
-            None if k is None else len(k.partials) if isinstance(k, tuple) else -1)
+    where = None if at is None else ("rules/builtins.py", "stamped") if stamped and at.filename == _builtins_file() \
+        else (at.filename, at.lineno)
+    return (rule.kind.value, where, None if k is None else len(k.partials) if isinstance(k, tuple) else -1)
 
 
 class Assumptions:
@@ -232,10 +238,16 @@ def _disk_key(code: types.CodeType, active: frozenset[str], immutable: frozenset
     import operator
 
     # the rules of the operators fusion may fuse (transform/fusion.py's _FUSED_BINARY): no global records them
-    fused_ops = tuple(_rule_of(op) for op in (operator.add, operator.mul, operator.pow, operator.sub, operator.truediv))
+    ops = (operator.add, operator.mul, operator.pow, operator.sub, operator.truediv)
+    fused_ops = tuple(_rule_of(op, stamped=True) for op in ops)
     h.update(repr((sys.implementation.cache_tag, rewrite_version(), _ENTRY_FORMAT,
                    sorted(active), sorted(immutable), options, fused_ops)).encode())
     return h.hexdigest()
+
+
+def _builtins_file() -> Optional[str]:
+    module = sys.modules.get("bytegrad.rules.builtins")
+    return getattr(module, "__file__", None) if "rules/builtins.py" in REWRITE_SOURCES else None
 
 
 _rewrite_version: list[str] = []
@@ -327,12 +339,15 @@ def _encode(new_code: types.CodeType, frozen: tuple) -> Optional[bytes]:
     import pickle
 
     from bytegrad.runtime import diskcache
+    from bytegrad.transform import sidetable
 
     nonce = os.urandom(8).hex()
     table: list[Any] = []
     try:
         stripped = _strip(new_code, nonce, table)
-        side = diskcache.safe_dumps(table)
+        side: Any = sidetable.dumps(table, TABLE_FORMAT, table_global, table_ufunc)  # (None: pickled instead)
+        if side is None:
+            side = diskcache.safe_dumps(table)
         return marshal.dumps((_ENTRY_FORMAT, nonce, stripped, frozen, side))
     except (pickle.PicklingError, TypeError, AttributeError, ValueError, RecursionError) as exc:
         # a constant that cannot be serialized only means "not stored": this process keeps working
@@ -352,17 +367,113 @@ def _decode(payload: bytes, fn_globals: dict[str, Any]) -> Optional[types.CodeTy
         fmt, nonce, stripped, frozen, side = marshal.loads(payload)
     except (ValueError, EOFError, TypeError):
         return None
-    if fmt != _ENTRY_FORMAT or not isinstance(stripped, types.CodeType) or not isinstance(side, bytes):
+    if fmt != _ENTRY_FORMAT or not isinstance(stripped, types.CodeType) or type(side) not in (bytes, tuple):
         return None
     try:
         if not _assumptions_hold(frozen, fn_globals):
             _disk["disk_stale"] += 1
             return None
-        table = diskcache.safe_loads(side)
+        table = table_loads(side) if type(side) is tuple else diskcache.safe_loads(side)
         return _restore(stripped, nonce, table)
     except (pickle.UnpicklingError, AttributeError, ImportError, EOFError, ValueError, TypeError,
             IndexError, KeyError):
         return None  # an entry that does not fit this process: a fresh rewrite is always safe
+
+
+# ---- the side table without pickle (transform/sidetable.py writes it) ---------------------------------
+
+TABLE_FORMAT = "t1"
+_TABLE_PLAIN = (type(None), bool, int, float, complex, str, bytes)
+_TABLE_MODULES = ("operator", "_operator", "math")
+
+
+def table_global(module: str, name: str) -> Any:
+    """The function `module.name` where the format allows it (else None): `operator` and `math`
+    functions, NumPy ufuncs and NumPy functions that have a rule; modules are not imported."""
+    if not name.isidentifier() or name.startswith("_"):
+        return None
+    if module in _TABLE_MODULES:
+        return getattr(sys.modules.get(module), name, None)
+    if module == "numpy" or module.startswith("numpy."):
+        import numpy as np
+
+        from bytegrad.rules import registry
+
+        obj = getattr(sys.modules.get(module), name, None)
+        if obj is not None and (type(obj) is np.ufunc or (callable(obj) and registry.lookup(obj) is not None)):
+            return obj
+    return None
+
+
+def table_loads(data: Any) -> list[Any]:
+    """The side table transform/sidetable.py's `dumps` wrote; ValueError (or TypeError, IndexError) for
+    anything else (a damaged or foreign entry). runtime/fused.py is imported only for a fused site."""
+    if type(data) is not tuple or len(data) != 3 or data[0] != TABLE_FORMAT:
+        raise ValueError("not a side table")
+    from bytegrad.runtime.records import Site
+
+    objects: list[Any] = []
+
+    def value(e: tuple) -> Any:
+        tag = e[0]
+        if tag == "v":
+            if type(e[1]) not in _TABLE_PLAIN:
+                raise ValueError("not a plain value")
+            return e[1]
+        if tag == "o":
+            return objects[e[1]]
+        if tag == "r":
+            return _table_ref(e[1], e[2], e[3])
+        if tag == "u" or tag == "g":
+            found = table_ufunc(e[1]) if tag == "u" else table_global(e[1], e[2])
+            if found is None:
+                raise ValueError(f"the table refers to {e[1:]!r}, which this format does not load")
+            return found
+        raise ValueError(f"unknown tag {tag!r}")
+
+    for rec in data[1]:
+        kind = rec[0]
+        if kind == "site":
+            obj: Any = Site(rec[1], rec[2], rec[3], rec[4], value(rec[5]))
+        elif kind == "node":
+            from bytegrad.runtime.fused import Node
+            obj = Node(rec[1], value(rec[2]), value(rec[3]), tuple((tag, value(v)) for tag, v in rec[4]),
+                       value(rec[5]))
+        elif kind == "fused":
+            from bytegrad.runtime.fused import FusedSite
+            obj = FusedSite(value(rec[1]), rec[2], tuple(value(n) for n in rec[3]), rec[4])
+        else:
+            raise ValueError(f"unknown object kind {kind!r}")
+        objects.append(obj)
+    return [value(e) for e in data[2]]
+
+
+def table_ufunc(name: str) -> Any:
+    import numpy as np
+
+    obj = getattr(np, name, None) if type(name) is str and name.isidentifier() else None
+    return obj if type(obj) is np.ufunc else None
+
+
+def _table_ref(module: str, name: str, key: Any) -> Any:
+    """bytegrad's module-level object (module, attribute[, key]): as safepickle.resolve_ref finds it."""
+    if not (type(module) is str and type(name) is str and (module == "bytegrad" or module.startswith("bytegrad."))
+            and type(key) in (int, str, type(None))):
+        raise ValueError(f"the table refers to {(module, name, key)!r}, outside bytegrad")
+    mod = sys.modules.get(module)
+    if mod is None:
+        import importlib
+
+        mod = importlib.import_module(module)
+    value = getattr(mod, name, None)
+    if key is not None:
+        try:
+            value = value[key]  # type: ignore[index]
+        except (KeyError, IndexError, TypeError):
+            value = None
+    if value is None:
+        raise ValueError(f"the table refers to {(module, name, key)!r}, which this process lacks")
+    return value
 
 
 def rewrite_cached(code: types.CodeType, active: frozenset[str], immutable: frozenset[str],
