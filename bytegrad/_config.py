@@ -20,9 +20,27 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Any, Callable, Iterable, Optional
 
-__all__ = ["Config", "Switch", "SWITCHES", "config", "markdown_table", "switch"]
+__all__ = ["Config", "Switch", "SWITCHES", "config", "markdown_table", "switch", "IMPORTED_NS", "edited_stamp"]
+
+#: when this process imported bytegrad (`time.time_ns()`)
+IMPORTED_NS = time.time_ns()
+
+
+def edited_stamp(lines: Iterable[str]) -> str:
+    """'' when no source file of these stamps ('name:size:mtime_ns;', runtime/diskcache.py and
+    transform/cache.py fingerprint bytegrad's sources so) was modified since this process imported
+    bytegrad; else a suffix unique to this process, for the fingerprint. The code running here was read
+    before the edit, while the stamp, taken on first use, describes the files after it: the entries this
+    process writes must not be found by a process that runs the edited code, nor the other way round."""
+    now = time.time_ns()
+    for line in lines:
+        mtime = line.rstrip(";").rpartition(":")[2]
+        if mtime.isdigit() and IMPORTED_NS < int(mtime) <= now:
+            return f"+edited-{os.getpid()}-{now}"
+    return ""
 
 #: the passes of transform/pipeline.py, by name (tests/test_config.py checks them against PASS_NAMES)
 PASS_NAMES = ("activity", "fusion", "rewrite")

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -166,3 +167,24 @@ def test_an_edit_of_a_rewrite_source_invalidates_stored_rewrites(tmp_path: Path)
     ufuncs.write_text("# a line above every rule\n" + ufuncs.read_text(encoding="utf-8"), encoding="utf-8")
     after = _run(copy, disk)
     assert after["rewrites"] >= 1 and after["disk_stale"] >= 1, after
+
+
+def test_a_source_edited_since_import_makes_the_stamps_this_processs_own(monkeypatch) -> None:
+    """The stamps are taken on first use: a bytegrad source edited between the import and then describes
+    code this process does not run, so its stamps (rewrites, programs) are its own, not the edited
+    code's; an mtime before the import, or in the future (a skewed clock), is not an edit."""
+    from bytegrad import _config
+    from bytegrad.runtime import diskcache
+
+    monkeypatch.setattr(cache, "_rewrite_version", [])
+    plain_rewrite, plain_all = cache.rewrite_version(), diskcache.bytegrad_version()
+    assert "edited" not in plain_rewrite and "edited" not in plain_all
+    monkeypatch.setattr(cache, "_rewrite_version", [])
+    monkeypatch.setattr(diskcache, "_version", None)
+    monkeypatch.setattr(_config, "IMPORTED_NS", 0)  # every source is newer than this "import"
+    edited_rewrite, edited_all = cache.rewrite_version(), diskcache.bytegrad_version()
+    assert edited_rewrite.startswith(plain_rewrite + "+edited-") and edited_all.startswith(plain_all + "+edited-")
+    monkeypatch.setattr(_config, "IMPORTED_NS", time.time_ns() - 10**9)
+    assert _config.edited_stamp([f"a.py:10:{time.time_ns() + 10**12};", "b.py:-;"]) == ""  # (the future)
+    assert _config.edited_stamp([f"a.py:10:{time.time_ns() - 2 * 10**9};"]) == ""  # (before the import)
+    assert _config.edited_stamp([f"a.py:10:{time.time_ns() - 10**8};"]).startswith("+edited-")

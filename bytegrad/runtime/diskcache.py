@@ -44,7 +44,7 @@ import time
 import warnings
 from typing import Any, Iterator, Optional
 
-from bytegrad._config import config as _config, switch as _config_switch
+from bytegrad._config import config as _config, edited_stamp as _edited_stamp, switch as _config_switch
 
 __all__ = ["cache_dir", "load", "store", "source_dir", "write_source", "info", "clear", "stats", "sha256",
            "CacheWarning", "DEFAULT_MAX_MB", "safe_dumps", "safe_loads"]  # noqa: F822 (safe_*: `__getattr__`)
@@ -203,11 +203,11 @@ def bytegrad_version() -> str:
     so that a changed bytegrad (a development checkout, an upgrade) never loads another's entries."""
     global _version
     if _version is None:
-        h = sha256()
-        for line in sorted(_source_stamps(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")):
+        h, lines = sha256(), sorted(_source_stamps(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ""))
+        for line in lines:
             h.update(line.encode())
         release = getattr(sys.modules.get("bytegrad"), "__version__", "0")
-        _version = f"{release}+{h.hexdigest()[:16]}"
+        _version = f"{release}+{h.hexdigest()[:16]}{_edited_stamp(lines)}"
     return _version
 
 

@@ -13,7 +13,7 @@ import warnings
 from collections import OrderedDict
 from typing import Any, Callable, Optional
 
-from bytegrad._config import config as _config
+from bytegrad._config import config as _config, edited_stamp
 
 CACHE_SIZE_LIMIT = 8
 COMPILE_LOCK = _thread.RLock()  # threading.RLock, without importing threading (2-3 ms)
@@ -257,7 +257,8 @@ def rewrite_version() -> str:
     """The bytegrad a stored rewrite must come from: the release and a fingerprint (size, mtime) of the
     files of `REWRITE_SOURCES`, where `diskcache.bytegrad_version` stats every file of bytegrad (~170,
     0.3-0.8 ms of a first gradient). An edit of one of them (in place or by rename) in an editable
-    checkout makes every stored rewrite stale. Computed once per process."""
+    checkout makes every stored rewrite stale. Computed once per process, on first use: one edited since this
+    process imported bytegrad makes its stamp its own (`_config.edited_stamp`)."""
     if _rewrite_version:
         return _rewrite_version[0]
     import os
@@ -280,7 +281,8 @@ def rewrite_version() -> str:
             except OSError:
                 lines.append(f"{name}:-;")
     release = getattr(sys.modules.get("bytegrad"), "__version__", "0")
-    _rewrite_version.append(f"{release}+{diskcache.sha256(''.join(lines).encode()).hexdigest()[:16]}")
+    stamp = f"{release}+{diskcache.sha256(''.join(lines).encode()).hexdigest()[:16]}{edited_stamp(lines)}"
+    _rewrite_version.append(stamp)
     return _rewrite_version[0]
 
 
