@@ -57,3 +57,20 @@ def pytest_terminal_summary(terminalreporter):
     props = sys.modules.get("tests.test_properties") or sys.modules.get("test_properties")
     if props is not None and props.STATS["tried"]:
         terminalreporter.write_line(f"random programs: {props.STATS['tried']} tried, {props.STATS['failed']} failed")
+
+
+@pytest.fixture
+def disk(tmp_path, monkeypatch):
+    """The disk cache on, in a new directory (returned), with nothing remembered before or after the test."""
+    import bytegrad
+    from bytegrad.runtime import diskcache
+    from bytegrad.transform import cache
+
+    path = tmp_path / "cache"
+    monkeypatch.setattr(bytegrad.config, "cache_dir", str(path))
+    monkeypatch.setattr(bytegrad.config, "disable_disk_cache", False)
+    diskcache._reset_for_tests()
+    cache.clear()
+    yield path
+    diskcache._reset_for_tests()
+    cache.clear()

@@ -22,18 +22,6 @@ pytestmark = pytest.mark.general_path  # the general path's own machinery (tests
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture
-def disk(tmp_path, monkeypatch):
-    path = tmp_path / "cache"
-    monkeypatch.setattr(bytegrad.config, "cache_dir", str(path))
-    monkeypatch.setattr(bytegrad.config, "disable_disk_cache", False)
-    diskcache._reset_for_tests()
-    cache.clear()
-    yield path
-    diskcache._reset_for_tests()
-    cache.clear()
-
-
 # ---- in this process -----------------------------------------------------------------------------
 
 

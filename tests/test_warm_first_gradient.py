@@ -177,51 +177,35 @@ def test_a_malformed_table_raises_what_a_load_turns_into_a_rewrite(objects) -> N
         cache.table_loads((cache.TABLE_FORMAT, objects, ()))
 
 
-def test_a_damaged_table_in_a_checksummed_entry_is_rewritten(tmp_path, monkeypatch) -> None:
+def test_a_damaged_table_in_a_checksummed_entry_is_rewritten(disk) -> None:
     import marshal
 
     import bytegrad
 
-    monkeypatch.setattr(bytegrad.config, "cache_dir", str(tmp_path))
-    monkeypatch.setattr(bytegrad.config, "disable_disk_cache", False)
-    diskcache._reset_for_tests()
+    want = bytegrad.grad(_tree_loss)(X, W)
+    cache.flush_stores()
+    (entry,) = (disk / "code").glob("*.bgc")
+    head, payload = diskcache.read_header(entry.read_bytes())
+    fmt, nonce, stripped, frozen, side = marshal.loads(payload)
+    assert type(side) is tuple and side[0] == cache.TABLE_FORMAT
+    evil = (side[0], side[1], (("g", "os", "system"),) + side[2][1:])
+    entry.write_bytes(diskcache.encode_entry(head["key"], marshal.dumps((fmt, nonce, stripped, frozen, evil)),
+                                             label=head["label"], version=head["bytegrad"]))
     cache.clear()
-    try:
-        want = bytegrad.grad(_tree_loss)(X, W)
-        cache.flush_stores()
-        (entry,) = (tmp_path / "code").glob("*.bgc")
-        head, payload = diskcache.read_header(entry.read_bytes())
-        fmt, nonce, stripped, frozen, side = marshal.loads(payload)
-        assert type(side) is tuple and side[0] == cache.TABLE_FORMAT
-        evil = (side[0], side[1], (("g", "os", "system"),) + side[2][1:])
-        entry.write_bytes(diskcache.encode_entry(head["key"], marshal.dumps((fmt, nonce, stripped, frozen, evil)),
-                                                 label=head["label"], version=head["bytegrad"]))
-        cache.clear()
-        rewrites = cache.disk_stats()["rewrites"]
-        np.testing.assert_array_equal(bytegrad.grad(_tree_loss)(X, W), want)
-        assert cache.disk_stats()["rewrites"] == rewrites + 1
-    finally:
-        diskcache._reset_for_tests()
-        cache.clear()
+    rewrites = cache.disk_stats()["rewrites"]
+    np.testing.assert_array_equal(bytegrad.grad(_tree_loss)(X, W), want)
+    assert cache.disk_stats()["rewrites"] == rewrites + 1
 
 
-def test_a_table_the_format_does_not_write_is_stored_pickled_and_loads(tmp_path, monkeypatch) -> None:
+def test_a_table_the_format_does_not_write_is_stored_pickled_and_loads(disk, monkeypatch) -> None:
     import bytegrad
 
-    monkeypatch.setattr(bytegrad.config, "cache_dir", str(tmp_path))
-    monkeypatch.setattr(bytegrad.config, "disable_disk_cache", False)
     monkeypatch.setattr(sidetable, "dumps", lambda table, *how: None)
-    diskcache._reset_for_tests()
+    want = bytegrad.grad(_tree_loss)(X, W)
     cache.clear()
-    try:
-        want = bytegrad.grad(_tree_loss)(X, W)
-        cache.clear()
-        hits = cache.disk_stats()["disk_hits"]
-        np.testing.assert_array_equal(bytegrad.grad(_tree_loss)(X, W), want)
-        assert cache.disk_stats()["disk_hits"] == hits + 1
-    finally:
-        diskcache._reset_for_tests()
-        cache.clear()
+    hits = cache.disk_stats()["disk_hits"]
+    np.testing.assert_array_equal(bytegrad.grad(_tree_loss)(X, W), want)
+    assert cache.disk_stats()["disk_hits"] == hits + 1
 
 
 # ---- the key's operator rules (transform/cache.py `_rule_of(..., stamped=True)`) ----------------------
