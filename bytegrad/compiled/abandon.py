@@ -53,10 +53,10 @@ def settle(exc: BaseException, d: Any, watch: Any, changed: Callable[[], Optiona
     reason = (f"{why}; the function's body had run, with an effect a second run would repeat ({effect}), so "
               "the call was not run again: the error is the call's, and this signature stays on the general path")
     exc.__dict__[ABANDONED] = reason
-    exc.add_note(f"bytegrad: raised by the compiled tier's capture run, which tracks the arguments that are not "
-                 f"differentiated too; the body had run with an effect ({effect}), so it was not run again on the "
-                 "general path. The next call of this signature runs the general path (differentiate(..., "
-                 "tier='general') avoids the capture).")
+    exc.add_note(f"bytegrad: raised by the compiled tier's capture run of this call after the body had run with an "
+                 f"effect ({effect}), so it was not run again on the general path. The capture tracks the arguments "
+                 "that are not differentiated too: the general path may raise this error as well, or not. The next "
+                 "call of this signature runs the general path (differentiate(..., tier='general') avoids the capture).")
     raise exc
 
 
