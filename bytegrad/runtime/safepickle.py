@@ -15,6 +15,9 @@ import _thread
 import sys
 from typing import Any
 
+from bytegrad.runtime import refs
+from bytegrad.runtime.refs import lookup_ref as lookup_ref
+
 __all__ = ["safe_dumps", "safe_loads", "SafeUnpickler", "ref_index", "lookup_ref", "resolve_ref"]
 
 _lock = _thread.allocate_lock()  # threading.Lock, without importing threading
@@ -42,11 +45,11 @@ class SafeUnpickler(pickle.Unpickler):
             return super().find_class(module, name)
         if module == "numpy" or module.startswith("numpy."):
             obj = super().find_class(module, name)
-            if _numpy_ok(obj, name):
+            if refs.numpy_ok(obj, name):
                 return obj
         if module in _SAFE_STDLIB and name in _SAFE_STDLIB[module]:
             return super().find_class(module, name)
-        if module in ("operator", "_operator", "math") and not name.startswith("_"):
+        if module in refs.STDLIB_FUNCTION_MODULES and not name.startswith("_"):
             return super().find_class(module, name)  # pure functions: rules are attached to them
         if module == "copyreg" and name in ("_reconstructor", "__newobj__", "__newobj_ex__"):
             return super().find_class(module, name)
@@ -54,18 +57,6 @@ class SafeUnpickler(pickle.Unpickler):
 
     def persistent_load(self, pid: Any) -> Any:
         return resolve_ref(pid)
-
-
-def _numpy_ok(obj: Any, name: str) -> bool:
-    import numpy as np
-
-    if isinstance(obj, (np.ufunc, np.dtype)) or (isinstance(obj, type) and issubclass(obj, (np.generic, np.ndarray, np.dtype))):
-        return True
-    if name in ("_reconstruct", "scalar", "_frombuffer", "_ufunc_reconstruct"):
-        return True
-    from bytegrad.rules import registry  # a NumPy function that has a rule is one rewritten code calls
-
-    return registry.lookup(obj) is not None
 
 
 def safe_loads(data: bytes) -> Any:
@@ -136,26 +127,9 @@ def ref_index() -> dict[int, tuple]:
         return _REF_INDEX
 
 
-def lookup_ref(ref: tuple) -> Any:
-    modname, name, key = ref
-    value = getattr(sys.modules.get(modname), name, None)
-    if key is not None:
-        try:
-            value = value[key]  # type: ignore[index]
-        except (KeyError, IndexError, TypeError):
-            return None
-    return value
-
-
 def resolve_ref(pid: Any) -> Any:
-    if not (isinstance(pid, tuple) and len(pid) == 3 and isinstance(pid[0], str) and isinstance(pid[1], str)
-            and (pid[0] == "bytegrad" or pid[0].startswith("bytegrad.")) and type(pid[2]) in (int, str, type(None))):
-        raise pickle.UnpicklingError(f"bytegrad's cache does not load the reference {pid!r}")
-    if pid[0] not in sys.modules:
-        import importlib
-
-        importlib.import_module(pid[0])
-    value = lookup_ref(pid)
-    if value is None:
-        raise pickle.UnpicklingError(f"bytegrad's cache refers to {pid!r}, which this process lacks")
-    return value
+    """refs.resolve_ref, failing as an unpickler does."""
+    try:
+        return refs.resolve_ref(pid)
+    except ValueError as exc:
+        raise pickle.UnpicklingError(str(exc)) from None

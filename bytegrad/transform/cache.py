@@ -124,7 +124,7 @@ DISK_NAMESPACE = "code"
 REWRITE_SOURCES = (
     "__init__.py", "_bytecode.py", "_config.py", "_operators.py", "errors.py", "transform/", "transform/opcodes/", "transform/code/",
     "runtime/abi.py", "runtime/diskcache.py", "runtime/dispatch.py", "runtime/fused.py", "runtime/guards.py",
-    "runtime/keys.py", "runtime/monitor.py", "runtime/records.py", "runtime/safepickle.py",
+    "runtime/keys.py", "runtime/monitor.py", "runtime/records.py", "runtime/refs.py", "runtime/safepickle.py",
     "rules/registry.py", "rules/_types.py", "rules/builtins.py",
 )
 #: the switches (bytegrad.config) that change what the rewrite emits: part of the disk key
@@ -386,15 +386,16 @@ def _decode(payload: bytes, fn_globals: dict[str, Any]) -> Optional[types.CodeTy
 
 TABLE_FORMAT = "t1"
 _TABLE_PLAIN = (type(None), bool, int, float, complex, str, bytes)
-_TABLE_MODULES = ("operator", "_operator", "math")
 
 
 def table_global(module: str, name: str) -> Any:
     """The function `module.name` where the format allows it (else None): `operator` and `math`
     functions, NumPy ufuncs and NumPy functions that have a rule; modules are not imported."""
+    from bytegrad.runtime import refs
+
     if not name.isidentifier() or name.startswith("_"):
         return None
-    if module in _TABLE_MODULES:
+    if module in refs.STDLIB_FUNCTION_MODULES:
         return getattr(sys.modules.get(module), name, None)
     if module == "numpy" or module.startswith("numpy."):
         import numpy as np
@@ -412,6 +413,7 @@ def table_loads(data: Any) -> list[Any]:
     anything else (a damaged or foreign entry). runtime/fused.py is imported only for a fused site."""
     if type(data) is not tuple or len(data) != 3 or data[0] != TABLE_FORMAT:
         raise ValueError("not a side table")
+    from bytegrad.runtime import refs
     from bytegrad.runtime.records import Site
 
     objects: list[Any] = []
@@ -425,7 +427,7 @@ def table_loads(data: Any) -> list[Any]:
         if tag == "o":
             return objects[e[1]]
         if tag == "r":
-            return _table_ref(e[1], e[2], e[3])
+            return refs.resolve_ref((e[1], e[2], e[3]))
         if tag == "u" or tag == "g":
             found = table_ufunc(e[1]) if tag == "u" else table_global(e[1], e[2])
             if found is None:
@@ -455,27 +457,6 @@ def table_ufunc(name: str) -> Any:
 
     obj = getattr(np, name, None) if type(name) is str and name.isidentifier() else None
     return obj if type(obj) is np.ufunc else None
-
-
-def _table_ref(module: str, name: str, key: Any) -> Any:
-    """bytegrad's module-level object (module, attribute[, key]): as safepickle.resolve_ref finds it."""
-    if not (type(module) is str and type(name) is str and (module == "bytegrad" or module.startswith("bytegrad."))
-            and type(key) in (int, str, type(None))):
-        raise ValueError(f"the table refers to {(module, name, key)!r}, outside bytegrad")
-    mod = sys.modules.get(module)
-    if mod is None:
-        import importlib
-
-        mod = importlib.import_module(module)
-    value = getattr(mod, name, None)
-    if key is not None:
-        try:
-            value = value[key]  # type: ignore[index]
-        except (KeyError, IndexError, TypeError):
-            value = None
-    if value is None:
-        raise ValueError(f"the table refers to {(module, name, key)!r}, which this process lacks")
-    return value
 
 
 def rewrite_cached(code: types.CodeType, active: frozenset[str], immutable: frozenset[str],
