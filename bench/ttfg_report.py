@@ -121,7 +121,7 @@ def _largest(data: dict[str, Any]) -> list[str]:
     out = ["What bytegrad adds to hand-written NumPy's import + first gradient, by part, largest first "
            "(imports by group, then the first gradient's parts; the gradient's own work is its first call less "
            "the rewrite's cache path and imports, against NumPy's first gradient; the disk cache's part includes "
-           "importing runtime.diskcache and safepickle, also counted under bytegrad.runtime):", ""]
+           "importing bytegrad.diskcache and safepickle, also counted under bytegrad.runtime):", ""]
     for name in ("bytegrad, warm cache", "bytegrad, empty cache"):
         c = confs.get(name)
         if c is None:

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any, Callable, Optional, Sequence
 
-from bytegrad.runtime import diskcache
+from bytegrad import diskcache
 
 
 def _size(n: int) -> str:

@@ -30,7 +30,7 @@ IMPORTED_NS = time.time_ns()
 
 
 def edited_stamp(lines: Iterable[str]) -> str:
-    """'' when no source file of these stamps ('name:size:mtime_ns;', runtime/diskcache.py and
+    """'' when no source file of these stamps ('name:size:mtime_ns;', diskcache.py and
     transform/cache.py fingerprint bytegrad's sources so) was modified since this process imported
     bytegrad; else a suffix unique to this process, for the fingerprint. The code running here was read
     before the edit, while the stamp, taken on first use, describes the files after it: the entries this

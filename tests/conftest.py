@@ -18,7 +18,7 @@ settings.register_profile("ci", max_examples=40, derandomize=True)
 settings.register_profile("long", max_examples=int(os.environ.get("BYTEGRAD_LONG_EXAMPLES", "20000")))
 settings.load_profile(os.environ.get("BYTEGRAD_HYPOTHESIS_PROFILE", "ci"))
 
-# The on-disk caches (bytegrad/runtime/diskcache.py) must never write into the user's real cache
+# The on-disk caches (bytegrad/diskcache.py) must never write into the user's real cache
 # directory: this test process, and every subprocess it starts, uses a fresh private one.
 import atexit  # noqa: E402
 import shutil  # noqa: E402
@@ -63,7 +63,7 @@ def pytest_terminal_summary(terminalreporter):
 def disk(tmp_path, monkeypatch):
     """The disk cache on, in a new directory (returned), with nothing remembered before or after the test."""
     import bytegrad
-    from bytegrad.runtime import diskcache
+    from bytegrad import diskcache
     from bytegrad.transform import cache
 
     path = tmp_path / "cache"

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import bytegrad
-from bytegrad.runtime import abi, diskcache
+from bytegrad import diskcache
+from bytegrad.runtime import abi
 from bytegrad.transform import cache, sidetable
 
 pytestmark = pytest.mark.general_path  # the general path's own machinery (tests/conftest.py)
@@ -179,7 +180,7 @@ t0 = time.perf_counter()
 import numpy as np
 import bytegrad
 from bytegrad.transform import cache
-from bytegrad.runtime import diskcache
+from bytegrad import diskcache
 import model
 if len(sys.argv) > 2 and sys.argv[2] == "override_rule":
     bytegrad.scalar_rule(np.tanh, lambda x, out: 1.0 - out * out, override=True)

@@ -155,7 +155,7 @@ def test_disable_fusion_at_run_time_reaches_functions_already_rewritten():
 
 
 def test_disk_cache_switches_are_read_when_used(tmp_path):
-    from bytegrad.runtime import diskcache
+    from bytegrad import diskcache
 
     with bytegrad.config.override(cache_dir=tmp_path / "c", disable_disk_cache=False):
         assert diskcache.cache_dir() == str((tmp_path / "c").resolve())

@@ -96,7 +96,7 @@ def test_only_the_machine_figures_are_kept_for_the_next_process(monkeypatch, tmp
     """`import`, `compile` and `load` go to the disk cache; a program's per-operation figure is
     learned anew in each process; a kept figure out of range is ignored."""
     import bytegrad
-    from bytegrad.runtime import diskcache
+    from bytegrad import diskcache
 
     monkeypatch.setattr(bytegrad.config, "cache_dir", str(tmp_path))
     diskcache._reset_for_tests()
@@ -114,8 +114,8 @@ def test_only_the_machine_figures_are_kept_for_the_next_process(monkeypatch, tmp
 
 
 def test_a_model_of_a_test_touches_no_disk(monkeypatch):
-    monkeypatch.setattr("bytegrad.runtime.diskcache.load", lambda *a: pytest.fail("read the disk cache"))
-    monkeypatch.setattr("bytegrad.runtime.diskcache.store", lambda *a, **k: pytest.fail("wrote the disk cache"))
+    monkeypatch.setattr("bytegrad.diskcache.load", lambda *a: pytest.fail("read the disk cache"))
+    monkeypatch.setattr("bytegrad.diskcache.store", lambda *a, **k: pytest.fail("wrote the disk cache"))
     m = model()
     m.remember({"import": 0.5})
     assert m.kernel_price(0, False, False) == 0.5

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import bytegrad
-from bytegrad.runtime import diskcache
+from bytegrad import diskcache
 from bytegrad.transform import cache
 
 pytestmark = pytest.mark.general_path

@@ -1,4 +1,4 @@
-"""The cache directory (runtime/diskcache.py): trust by ownership and mode, damaged or foreign
+"""The cache directory (diskcache.py): trust by ownership and mode, damaged or foreign
 entries ignored and deleted, atomic writes, read-only or full directories, the LRU cap, the CLI."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import bytegrad
-from bytegrad.runtime import diskcache
+from bytegrad import diskcache
 
 ROOT = Path(__file__).resolve().parent.parent
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -250,7 +250,7 @@ def test_leftover_temp_file_is_never_loaded_and_is_cleaned_later(cache):
 def test_process_killed_between_write_and_rename_leaves_nothing_loadable(cache):
     script = (
         "import os, sys\n"
-        "from bytegrad.runtime import diskcache\n"
+        "from bytegrad import diskcache\n"
         "def die(src, dst):\n"
         "    os._exit(3)\n"
         "os.replace = die\n"

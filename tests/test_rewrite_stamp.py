@@ -174,7 +174,7 @@ def test_a_source_edited_since_import_makes_the_stamps_this_processs_own(monkeyp
     code this process does not run, so its stamps (rewrites, programs) are its own, not the edited
     code's; an mtime before the import, or in the future (a skewed clock), is not an edit."""
     from bytegrad import _config
-    from bytegrad.runtime import diskcache
+    from bytegrad import diskcache
 
     monkeypatch.setattr(cache, "_rewrite_version", [])
     plain_rewrite, plain_all = cache.rewrite_version(), diskcache.bytegrad_version()

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bytegrad.runtime import costs, diskcache, fused, records
+from bytegrad import diskcache
+from bytegrad.runtime import costs, fused, records
 from bytegrad.transform import cache, sidetable
 
 pytestmark = pytest.mark.general_path  # the general path's own machinery (tests/conftest.py)

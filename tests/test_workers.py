@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import bytegrad
-from bytegrad.runtime import diskcache
+from bytegrad import diskcache
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -130,7 +130,7 @@ def test_spawn_pool_computes_gradients_and_shares_the_disk_cache(cache):
     # and a third process loads the module-level function's rewrite instead of rewriting it
     code = ("import numpy as np, bytegrad, test_workers as t\n"
             "bytegrad.grad(t.sin_loss)(np.ones(3))\n"
-            "from bytegrad.runtime import diskcache; print(diskcache.stats()['hits'])")
+            "from bytegrad import diskcache; print(diskcache.stats()['hits'])")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT / "tests", capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])},
                          timeout=120)

@@ -370,7 +370,7 @@ class Tiers:
         disk cache, one entry per argument signature (what `bytegrad.precompile` does); returns the
         number of programs stored."""
         from bytegrad.compiled import store as program_store
-        from bytegrad.runtime import diskcache
+        from bytegrad import diskcache
 
         by_signature: dict[tuple, list[Program]] = {}
         for prog, sig in ((r.program, r.signature) for r in self.runs) if programs is None else \
@@ -399,7 +399,7 @@ class Tiers:
         """Programs of this signature from the disk cache, if a precompile stored them and every
         reference in them still holds; they join this function's programs."""
         from bytegrad.compiled import store as program_store
-        from bytegrad.runtime import diskcache
+        from bytegrad import diskcache
 
         key = program_store.key(self.code, self.key, signature)
         payload = diskcache.load(program_store.NAMESPACE, key) if key is not None else None

@@ -16,7 +16,7 @@ importing anything:
   marshalled code and the defaults stored beside it.
 
 A constant that is none of these makes the program unstorable (it is then made again by a
-capture in the new process). Entries go through runtime/diskcache.py (namespace "programs"):
+capture in the new process). Entries go through diskcache.py (namespace "programs"):
 the same trust model as rewritten code, and its unpickler, which loads only bytegrad's, NumPy's
 and plain builtin types. The registry version a program guards is the loading process's own
 (`_VERSION` in program_parts.program_from_code). The compiled code is stored too (marshal), so a load
@@ -43,7 +43,8 @@ import numpy as np
 from bytegrad.errors import qualname
 from bytegrad.rules import pytrees, registry
 from bytegrad.rules._shape import is_stand_in, stand_in
-from bytegrad.runtime import diskcache, safepickle
+from bytegrad import diskcache
+from bytegrad.runtime import safepickle
 from bytegrad.compiled.guards import Guard
 from bytegrad.compiled.parts import program_code, program_from_code
 from bytegrad.compiled.source import Program

@@ -160,7 +160,7 @@ class CostModel:
         if not self.persist:
             return
         try:
-            from bytegrad.runtime import diskcache
+            from bytegrad import diskcache
             payload = diskcache.load("costs", _KEY)
             kept = marshal.loads(payload) if payload is not None else None
         except Exception:  # noqa: BLE001 - a cache problem never stops a gradient
@@ -178,7 +178,7 @@ class CostModel:
         if not self.persist:
             return
         try:
-            from bytegrad.runtime import diskcache
+            from bytegrad import diskcache
             kept = {k: self.seconds[k] for k in PERSISTED}
             diskcache.store("costs", _KEY, marshal.dumps(kept), label="tier-up prices")
         except Exception:  # noqa: BLE001

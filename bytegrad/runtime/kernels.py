@@ -273,7 +273,7 @@ def cost_estimate(p: Plan) -> float:
 
 def _source_dir() -> Optional[str]:
     try:
-        from bytegrad.runtime import diskcache
+        from bytegrad import diskcache
     except ImportError:
         return None
     try:
@@ -376,7 +376,7 @@ def _load_module(stem: str, source: str, warn: bool = True) -> types.ModuleType:
 
 
 def _write_source(path: str, source: str) -> None:
-    from bytegrad.runtime import diskcache
+    from bytegrad import diskcache
     written = diskcache.write_source("kernels", os.path.basename(path), source)
     if written is None:
         raise OSError("cache directory not writable")

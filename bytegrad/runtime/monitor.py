@@ -68,7 +68,7 @@ def _safe_dirs() -> tuple[str, ...]:
     if _SAFE_DIRS is None:
         import numpy
 
-        from bytegrad.runtime import diskcache
+        from bytegrad import diskcache
 
         dirs = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                 os.path.dirname(os.path.abspath(numpy.__file__))]

@@ -1,4 +1,4 @@
-"""Restricted pickling for the disk cache (runtime/diskcache.py): what a cache entry's side table
+"""Restricted pickling for the disk cache (diskcache.py): what a cache entry's side table
 may hold, and how bytegrad's own module-level objects travel in it.
 
 `safe_dumps` writes bytegrad's module-level objects (hook functions made by factories, singletons,

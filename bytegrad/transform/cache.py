@@ -102,7 +102,7 @@ def clear() -> None:
 # ---- rewritten code on disk ------------------------------------------------------------------------
 #
 # A fresh process that needs a rewrite an earlier process already made loads it from the disk
-# cache (runtime.diskcache, namespace "code") instead of running the rewriter. The entry key is
+# cache (bytegrad.diskcache, namespace "code") instead of running the rewriter. The entry key is
 # the sha256 of the original code (marshal), the CPython cache tag, the bytegrad version and the
 # rewrite's inputs (active and immutable parameters). The registry version is process-local, so
 # instead every entry records what the rewrite assumed (each global and module attribute the
@@ -123,7 +123,7 @@ DISK_NAMESPACE = "code"
 #: of bytegrad; tests/test_rewrite_stamp.py checks that every bytegrad module transform/ imports is here.
 REWRITE_SOURCES = (
     "__init__.py", "_bytecode.py", "_config.py", "_operators.py", "errors.py", "transform/", "transform/opcodes/", "transform/code/",
-    "runtime/abi.py", "runtime/diskcache.py", "runtime/dispatch.py", "runtime/fused.py", "runtime/guards.py",
+    "runtime/abi.py", "diskcache.py", "runtime/dispatch.py", "runtime/fused.py", "runtime/guards.py",
     "runtime/keys.py", "runtime/monitor.py", "runtime/records.py", "runtime/refs.py", "runtime/safepickle.py",
     "rules/registry.py", "rules/_types.py", "rules/builtins.py",
 )
@@ -227,7 +227,7 @@ def _disk_key(code: types.CodeType, active: frozenset[str], immutable: frozenset
     import marshal
     import sys
 
-    from bytegrad.runtime import diskcache
+    from bytegrad import diskcache
 
     try:
         raw = marshal.dumps(code, 2)  # version 2 writes no refcount-dependent back-references: stable
@@ -263,7 +263,7 @@ def rewrite_version() -> str:
         return _rewrite_version[0]
     import os
 
-    from bytegrad.runtime import diskcache
+    from bytegrad import diskcache
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     lines = []
@@ -340,7 +340,7 @@ def _encode(new_code: types.CodeType, frozen: tuple) -> Optional[bytes]:
     import os
     import pickle
 
-    from bytegrad.runtime import diskcache
+    from bytegrad import diskcache
     from bytegrad.transform import sidetable
 
     nonce = os.urandom(8).hex()
@@ -363,7 +363,7 @@ def _decode(payload: bytes, fn_globals: dict[str, Any]) -> Optional[types.CodeTy
     import marshal
     import pickle
 
-    from bytegrad.runtime import diskcache
+    from bytegrad import diskcache
 
     try:
         fmt, nonce, stripped, frozen, side = marshal.loads(payload)
@@ -487,7 +487,7 @@ def _rewrite_cached(code: types.CodeType, active: frozenset[str], immutable: fro
                     made: bool) -> types.CodeType:
     import time
 
-    from bytegrad.runtime import diskcache
+    from bytegrad import diskcache
 
     key = _disk_key(code, active, immutable, made) if diskcache.cache_dir() is not None else None
     if key is not None:
@@ -549,7 +549,7 @@ def _worker_process() -> bool:
 
 def flush_stores() -> None:
     """Write the rewrites made since the last flush into the disk cache (see above)."""
-    from bytegrad.runtime import diskcache
+    from bytegrad import diskcache
 
     while PENDING:
         try:

@@ -173,7 +173,7 @@ def test_tier_up_prices_are_remembered_for_the_next_process(monkeypatch, tmp_pat
     process prices its sites' tier-up by it rather than by the defaults (a slow machine priced by
     the quick-machine guess tiers up at a loss)."""
     monkeypatch.setattr(bytegrad.config, "cache_dir", str(tmp_path))
-    from bytegrad.runtime import diskcache
+    from bytegrad import diskcache
     diskcache._reset_for_tests()
     monkeypatch.setattr(kernels, "_COSTS", costs.CostModel(persist=True))
     kernels._COSTS.remember({"import": 1.25, "load": 0.125})

@@ -203,7 +203,7 @@ def bytegrad_version() -> str:
     so that a changed bytegrad (a development checkout, an upgrade) never loads another's entries."""
     global _version
     if _version is None:
-        h, lines = sha256(), sorted(_source_stamps(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ""))
+        h, lines = sha256(), sorted(_source_stamps(os.path.dirname(os.path.abspath(__file__)), ""))
         for line in lines:
             h.update(line.encode())
         release = getattr(sys.modules.get("bytegrad"), "__version__", "0")
