@@ -1,47 +1,28 @@
 """bytegrad: derivatives of ordinary Python + NumPy code, by rewriting its bytecode."""
-from bytegrad.api import (
-    differentiate as differentiate,
-    grad as grad,
-    hessian as hessian,
-    hvp as hvp,
-    jacobian as jacobian,
-    jvp as jvp,
-    value_and_grad as value_and_grad,
-    vjp as vjp,
-)
+from bytegrad import _config as _config_module
 from bytegrad._config import config as config
-from bytegrad.errors import (
-    AuxOutputError as AuxOutputError,
-    DifferentiationError as DifferentiationError,
-    DuplicateRuleError as DuplicateRuleError,
-    MutationError as MutationError,
-    NaNError as NaNError,
-    NonScalarOutputError as NonScalarOutputError,
-    NoRuleError as NoRuleError,
-    PullbackError as PullbackError,
-    PushforwardError as PushforwardError,
-    UnsupportedOpcodeError as UnsupportedOpcodeError,
-    WrtError as WrtError,
-)
-from bytegrad.rules import (
-    NO_TANGENT as NO_TANGENT,
-    ZERO as ZERO,
-    differentiate_through as differentiate_through,
-    frule as frule,
-    non_differentiable as non_differentiable,
-    not_implemented as not_implemented,
-    opt_out as opt_out,
-    rrule as rrule,
-    scalar_rule as scalar_rule,
-)
-from bytegrad.rules.pytrees import register_pytree as register_pytree
-from bytegrad.rules import _deferred as _deferred_rules
-from bytegrad.runtime.tangents import PerformanceWarning as PerformanceWarning
+from bytegrad._front import differentiate as differentiate, grad as grad, value_and_grad as value_and_grad
 
 __version__ = "0.1.0"
 
-# `explain` and `precompile` load the fused-kernel machinery, `checkpoint`, `stop_gradient` and the tree utilities their own
-# modules: imported on first use, so that `import bytegrad` stays a small part of a process's time to first gradient.
+# `import bytegrad` loads the settings and `differentiate`, `grad` and `value_and_grad` (bytegrad/_front.py), whose
+# first gradient may be served by a stored program without the general path (bytegrad/_quick.py). Every other name
+# loads the general path (`_general`: the API, the errors, the rules and the runtime) when it is first read;
+# `explain` and `precompile` (the fused-kernel machinery), `checkpoint`, `stop_gradient` and the tree utilities
+# also their own modules.
+_GENERAL = {
+    "bytegrad.api": ("hessian", "hvp", "jacobian", "jvp", "vjp"),
+    "bytegrad.errors": ("AuxOutputError", "DifferentiationError", "DuplicateRuleError", "MutationError", "NaNError",
+                        "NonScalarOutputError", "NoRuleError", "PullbackError", "PushforwardError",
+                        "UnsupportedOpcodeError", "WrtError"),
+    "bytegrad.rules": ("NO_TANGENT", "ZERO", "differentiate_through", "frule", "non_differentiable", "not_implemented",
+                       "opt_out", "rrule", "scalar_rule"),
+    "bytegrad.rules.pytrees": ("register_pytree",),
+    "bytegrad.runtime.tangents": ("PerformanceWarning",),
+}
+_SUBMODULES = frozenset({"api", "errors", "rules", "runtime", "transform", "compiled", "diskcache", "introspect",  # (not
+                         # `precompile`: the name is the function, from its module of that name)
+                         "exporter", "tree_util"})
 _LAZY = {"explain": "bytegrad.introspect", "precompile": "bytegrad.precompile", "export": "bytegrad.exporter",
          "ExportError": "bytegrad.exporter",
          "checkpoint": "bytegrad.runtime.checkpoint", "stop_gradient": "bytegrad.rules.control",
@@ -49,20 +30,48 @@ _LAZY = {"explain": "bytegrad.introspect", "precompile": "bytegrad.precompile", 
          **dict.fromkeys(("tree_flatten", "tree_leaves", "tree_map", "tree_unflatten"), "bytegrad.tree_util")}
 
 
+def _general() -> None:
+    """Load the general path and bind the names it gives (each as `import bytegrad` once bound them)."""
+    import importlib
+
+    for module, names in _GENERAL.items():
+        loaded = importlib.import_module(module)
+        for n in names:
+            globals().setdefault(n, getattr(loaded, n))
+
+
+_config_module.LOAD_GENERAL.append(_general)  # (for a lower layer that needs it: `rrule_via_ad`)
+
+
 def __getattr__(name: str):  # PEP 562 module attribute hook
-    module = _LAZY.get(name)
-    if module is None:
+    import importlib
+
+    if name in _SUBMODULES or name[:1] == "_" and name[:2] != "__":
+        # a submodule (`from bytegrad import transform` asks here before importing it): that module alone,
+        # as a submodule's own imports must not run the general path's, which may be what imports it
+        try:
+            return importlib.import_module(f"bytegrad.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"bytegrad.{name}":
+                raise
+            raise AttributeError(f"module 'bytegrad' has no attribute {name!r}") from None
+    if name not in _LAZY and all(name not in names for names in _GENERAL.values()):
         raise AttributeError(f"module 'bytegrad' has no attribute {name!r}")
+    _general()
+    if name in globals():
+        return globals()[name]
+    module = _LAZY[name]
+    from bytegrad.rules import _deferred as _deferred_rules
+
     if module in _deferred_rules.DEFERRED:  # a deferred rules module (rules/_deferred.py): loaded as a lookup loads it
         _deferred_rules.load_module(module)
-    import importlib
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | {n for names in _GENERAL.values() for n in names})
 
 __all__ = [
     "differentiate", "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp", "stop_gradient", "register_pytree",

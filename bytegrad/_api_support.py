@@ -15,7 +15,7 @@ from bytegrad.runtime import abi, nested as _nested_sweep, pytree
 from bytegrad.runtime.dispatch import dispatch
 from bytegrad.runtime.tape import Tape, sweep, tls
 
-__all__ = ["KeywordSlots", "Nested", "aux_pair", "checking_tape", "def_loc", "fn_code", "fn_name", "fn_return_loc", "is_complex",
+__all__ = ["KeywordSlots", "Nested", "aux_pair", "checking_tape", "def_loc", "general_back", "fn_code", "fn_name", "fn_return_loc", "is_complex",
            "return_loc", "split_aux", "suspending_error"]
 
 _ndarray = np.ndarray
@@ -189,3 +189,20 @@ def fn_return_loc(fn: Any) -> SourceLoc:
     """Where `fn` returns (`return_loc`), for errors about its output; where it is defined without its code."""
     code = fn_code(fn)
     return return_loc(code) if code is not None else def_loc(fn)
+
+
+def general_back(out: Any, tape: Tape, specs: list, nested: Optional[Nested]) -> Callable[[Any], tuple]:
+    """The general path's `back` of a pullback: the tape swept from `out_bar`."""
+    def back(out_bar: Any) -> tuple[Any, ...]:
+        pairs: list[tuple[int, Any]] = []
+        pytree.cotangent_leaves(out, out_bar, tape.ids, pairs)
+        seeds: dict[int, Any] = {}
+        for i, c in pairs:
+            if c is not None:
+                seeds[i] = c if i not in seeds else seeds[i] + c
+        if nested is not None:
+            return nested.gradients(specs, nested.sweep(seeds), force_tuple=True)
+        cts = sweep(tape, seeds)
+        return pytree.unalias(tuple(pytree.gradient(s, cts) for s in specs))
+
+    return back

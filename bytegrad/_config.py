@@ -23,10 +23,13 @@ import sys
 import time
 from typing import Any, Callable, Iterable, Optional
 
-__all__ = ["Config", "Switch", "SWITCHES", "config", "markdown_table", "switch", "IMPORTED_NS", "edited_stamp"]
+__all__ = ["Config", "Switch", "SWITCHES", "config", "markdown_table", "switch", "IMPORTED_NS", "LOAD_GENERAL", "edited_stamp"]
 
 #: when this process imported bytegrad (`time.time_ns()`)
 IMPORTED_NS = time.time_ns()
+#: what loads bytegrad's general path (bytegrad/__init__.py puts it here): for a lower layer that needs it
+#: loaded (`rrule_via_ad` called before any gradient, as `bytegrad.rules.testing` does) and cannot import it
+LOAD_GENERAL: list[Callable[[], None]] = []
 
 
 def edited_stamp(lines: Iterable[str]) -> str:

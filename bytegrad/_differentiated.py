@@ -19,14 +19,14 @@ from bytegrad._config import config as _config
 from bytegrad.errors import (
     ComplexOutputError, NonScalarOutputError, SourceLoc, WrtError,
 )
-from bytegrad.rules import registry
+from bytegrad.rules import closures as _closures, registry
 from bytegrad.runtime import abi, fpwarn, monitor as _monitor, pytree, writes
 from bytegrad.runtime.dispatch import call_python
 from bytegrad.runtime.sentinels import MISS
 from bytegrad.runtime.tape import Tape, call_site, sweep, tls
 from bytegrad.transform import cache
 
-from bytegrad._api_support import KeywordSlots, Nested, aux_pair, checking_tape, is_complex, return_loc, suspending_error
+from bytegrad._api_support import KeywordSlots, Nested, aux_pair, checking_tape, general_back, is_complex, return_loc, suspending_error
 from bytegrad.runtime import dispatch as _dispatch
 
 __all__ = ["Differentiated", "Wrt", "general_back"]
@@ -65,6 +65,7 @@ class Differentiated:
 
     def __init__(self, fn: Callable[..., Any], wrt: Wrt = 0, has_aux: bool = False,
                  tier: Optional[str] = None) -> None:
+        fn = _lazy_tiers.resolved(fn)  # (`differentiate(f)` made before the general path loaded)
         if isinstance(fn, Differentiated):
             tier = fn._tier if tier is None else tier
             fn = fn.fn
@@ -570,24 +571,24 @@ def _unwrap_partial(fn: Any) -> tuple[Any, tuple, dict]:
             args = (*fn.args, *args)
             keywords = {**fn.keywords, **keywords}  # the outer partial's keywords win
             fn = fn.func
-        elif isinstance(fn, Differentiated):  # its function (run as it is, it would hide the derivative)
-            fn = fn.fn
+        elif isinstance(fn, Differentiated) or type(fn) in _lazy_tiers.DEFERRED:  # its function (run as it
+            fn = fn.fn                                                                # is, it would hide the derivative)
         else:
             return fn, args, keywords
 
 
-def general_back(out: Any, tape: Tape, specs: list, nested: Optional["Nested"]) -> Callable[[Any], tuple]:
-    """The general path's `back` of a pullback: the tape swept from `out_bar`."""
-    def back(out_bar: Any) -> tuple[Any, ...]:
-        pairs: list[tuple[int, Any]] = []
-        pytree.cotangent_leaves(out, out_bar, tape.ids, pairs)
-        seeds: dict[int, Any] = {}
-        for i, c in pairs:
-            if c is not None:
-                seeds[i] = c if i not in seeds else seeds[i] + c
-        if nested is not None:
-            return nested.gradients(specs, nested.sweep(seeds), force_tuple=True)
-        cts = sweep(tape, seeds)
-        return pytree.unalias(tuple(pytree.gradient(s, cts) for s in specs))
+def _vjp(fn: Callable[..., Any], *args: Any, has_aux: bool = False, **kwargs: Any) -> Any:
+    """`bytegrad.vjp`, for `rrule_via_ad` (the rules call back into bytegrad through `registry.set_ad_backend`)."""
+    return Differentiated(fn, has_aux=has_aux).pullback(*args, **kwargs)
 
-    return back
+
+# The layers that cannot import each other, connected once this module is loaded (by `bytegrad.api`, by
+# `grad`'s first call that needs it, or by unpickling a differentiated function): the dispatch rewrites
+# the Python callees it meets through the transform, runs bytegrad's own API as it is, and the rules
+# ask whether a value is differentiated now (`rules/closures.tracked`, `registry.recording`).
+abi.set_rewriter(transform.rewritten_function)
+_dispatch.API_MODULES.update(("bytegrad.api", __name__, "bytegrad._front", "bytegrad._api_support"))  # (general_back)
+registry.set_ad_backend(_vjp)
+registry.set_tape_probe(lambda: getattr(tls, "tape", None) is not None)
+_closures.set_tracked_probe(lambda v: (t := getattr(tls, "tape", None)) is not None and id(v) in t.ids
+                            and (not t.capturing or t.general_tracked(v)))

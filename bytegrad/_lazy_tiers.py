@@ -18,6 +18,14 @@ from typing import Any, Optional
 from bytegrad._config import config as _config
 
 POLICY = "bytegrad.compiled.policy"
+#: the types that stand for a `Differentiated` not made yet (bytegrad/_front.py's `DeferredDifferentiated`):
+#: `resolved` gives the one they stand for
+DEFERRED: set[type] = set()
+
+
+def resolved(fn: Any) -> Any:
+    """The `Differentiated` that `fn` stands for, when it is a deferred one; else `fn`."""
+    return fn.differentiated if type(fn) in DEFERRED else fn
 
 
 def compiled() -> Any:
@@ -80,3 +88,15 @@ def first_or_made(d: Any, call_args: tuple) -> Any:
         d._early = (fn.__code__, fn.__defaults__, fn.__kwdefaults__, tuple(map(type, call_args)))
         return None
     return d._tiers
+
+
+def served(d: Any, signature: tuple) -> None:
+    """A `grad` function's first call ran the stored standalone program of `signature` (bytegrad/_front.py,
+    bytegrad/_quick.py) before `d` was made: its record counts that as a compiled call (`Tiers.note_general`),
+    and the signature's next call loads its stored programs."""
+    fn = d._target
+    early = (fn.__code__, fn.__defaults__, fn.__kwdefaults__, signature, True)
+    if d._tiers_due:
+        d._early = early
+    elif d._tiers_obj is not None:
+        d._tiers_obj.note_general(*early)

@@ -11,206 +11,27 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from bytegrad import transform  # (_jacobian and runtime.forward: imported by jacobian and jvp, not by a gradient)
 from bytegrad.errors import (
     WrtError,
 )
-from bytegrad.rules import closures as _closures, pytrees, registry
-from bytegrad.runtime import abi, pytree
-from bytegrad.runtime import dispatch as dispatch_module
+from bytegrad.rules import pytrees
+from bytegrad.runtime import pytree
 from bytegrad.runtime.tape import Tape, tls
 
 from bytegrad._api_support import Nested, split_aux
 from bytegrad._differentiated import Differentiated, Wrt
+from bytegrad._front import (
+    GradFunction as GradFunction, differentiate as differentiate, grad as grad, value_and_grad as value_and_grad,
+    wrt_or_argnums,
+)
 
 __all__ = ["differentiate", "grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp", "Differentiated",
            "GradFunction", "JacobianFunction"]
 
-abi.set_rewriter(transform.rewritten_function)
 _ndarray = np.ndarray
 _float64 = np.float64
 #: functions of these modules called inside differentiated code run as they are: they find the tape
 _perf = time.perf_counter
-dispatch_module.API_MODULES.update(("bytegrad.api", "bytegrad._differentiated"))
-
-
-def differentiate(fn: Optional[Callable[..., Any]] = None, *, wrt: Optional[Wrt] = None, has_aux: bool = False,
-                  tier: Optional[str] = None, argnums: Optional[Wrt] = None) -> Any:
-    """Decorator: `fn` keeps working as before and gains `.grad`, `.value_and_grad` and `.pullback`.
-
-    Parameters
-    ----------
-    fn : callable, optional
-        The function. Without it, `differentiate(wrt=..., has_aux=...)` returns the decorator.
-        As everywhere in this API it may be a Python function, a bound method, a static or class
-        method, an object with a `__call__` method, or a `functools.partial` of one (`wrt` then
-        counts the arguments the partial is called with, as in JAX).
-    wrt : int, str or tuple of them, default 0
-        The argument(s) to differentiate with respect to, by position or parameter name; a tuple
-        gives a tuple of gradients.
-    has_aux : bool, default False
-        `fn` returns a pair `(value, aux)`: `value` is differentiated, `aux` (anything) comes back
-        as it was returned, undifferentiated. Then `.grad` returns `(gradient, aux)`,
-        `.value_and_grad` returns `((value, aux), gradient)` and `.pullback` returns
-        `(value, back, aux)`, as in JAX. A function that returns something else raises
-        `bytegrad.AuxOutputError`.
-    tier : {"general", "numpy", "numba", "auto"}, optional
-        How gradients run: "general" (the rewritten code and a tape, every call), "numpy" (a
-        compiled program from the first call that can be compiled), "numba" (the same, with the
-        Numba back end where it can be written) or "auto" (a compiled program once the function
-        has run a few gradients). Default: `bytegrad.config.tier` when `fn` is differentiated
-        (the BYTEGRAD_TIER environment variable, else "auto"). See bytegrad/compiled/policy.py.
-    argnums : int or tuple of int, optional
-        JAX's name for `wrt`: give one or the other.
-
-    Returns
-    -------
-    Differentiated
-        Calling it runs `fn` unchanged.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> @differentiate
-    ... def f(x):
-    ...     return np.sum(np.sin(x) ** 2)
-    >>> x = np.array([0.1, 0.2])
-    >>> bool(np.allclose(f.grad(x), 2 * np.sin(x) * np.cos(x)))
-    True
-    >>> @differentiate(has_aux=True)
-    ... def loss(w):
-    ...     err = w - 1.0
-    ...     return np.sum(err ** 2), {"max_err": float(np.max(np.abs(err)))}
-    >>> g, aux = loss.grad(np.array([0.0, 3.0]))
-    >>> g.tolist(), aux
-    ([-2.0, 4.0], {'max_err': 2.0})
-    """
-    wrt = _wrt_or_argnums("differentiate", wrt, argnums)
-    if fn is None:
-        return lambda f: Differentiated(f, wrt, has_aux, tier)
-    return Differentiated(fn, wrt, has_aux, tier)
-
-
-def _wrt_or_argnums(name: str, wrt: Optional[Wrt], argnums: Optional[Wrt], default: Wrt = 0) -> Wrt:
-    """The `wrt` of a call that may spell it JAX's way (`argnums=`); TypeError when it gives both."""
-    if argnums is None:
-        return default if wrt is None else wrt
-    if wrt is not None:
-        raise TypeError(f"{name}() got both wrt={wrt!r} and argnums={argnums!r}: they are the same setting "
-                        "(argnums is JAX's name for wrt); pass one of them.")
-    return argnums
-
-
-class GradFunction:
-    """What `grad` and `value_and_grad` return: call it with `fn`'s arguments.
-
-    `stats()` reports on the differentiated function, as `Differentiated.stats` does for a
-    function decorated with `differentiate`; `differentiated` is that `Differentiated`.
-    """
-
-    def __init__(self, method: Callable[..., Any]) -> None:
-        self._method = method                    # a bound method of a Differentiated
-        self.differentiated: Differentiated = method.__self__  # type: ignore[attr-defined]
-        # the name and docstring, not the __dict__ (another GradFunction's would replace ours)
-        functools.update_wrapper(self, self.differentiated.fn, updated=())
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._method(*args, **kwargs)
-
-    def stats(self) -> dict[str, Any]:
-        """The differentiated function's `Differentiated.stats()`."""
-        return self.differentiated.stats()
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return _grad_function, (self.differentiated, self._method.__name__)
-
-    def __repr__(self) -> str:
-        name = getattr(self.differentiated.fn, "__qualname__", self.differentiated.fn)
-        return f"<bytegrad.{self._method.__name__} of {name!r} wrt={self.differentiated._wrt_spec!r}>"
-
-
-def _grad_function(d: Differentiated, name: str) -> GradFunction:
-    return GradFunction(getattr(d, name))
-
-
-def grad(fn: Callable[..., Any], wrt: Optional[Wrt] = None, has_aux: bool = False, *,
-         argnums: Optional[Wrt] = None, holomorphic: bool = False) -> Callable[..., Any]:
-    """The gradient function of scalar-valued `fn` with respect to `wrt`.
-
-    Parameters
-    ----------
-    fn : callable
-        A Python function returning a scalar (or `(scalar, aux)` with `has_aux=True`); or a bound
-        method, a callable object, a `functools.partial` (see `differentiate`).
-    wrt : int, str or tuple of them, default 0
-        The argument(s) to differentiate with respect to; a tuple gives a tuple of gradients.
-    has_aux : bool, default False
-        `fn` returns `(value, aux)`; the gradient function then returns `(gradient, aux)`.
-    argnums : int or tuple of int, optional
-        JAX's name for `wrt`: give one or the other.
-    holomorphic : bool, default False
-        `fn` is holomorphic in complex arguments (given by position) and returns a complex scalar:
-        the result is the complex derivative `f'(z)`, as `jax.grad(..., holomorphic=True)`.
-
-    Returns
-    -------
-    callable
-        Takes `fn`'s arguments; returns the gradient, shaped like the `wrt` argument (arrays,
-        floats, and dicts, lists, tuples, dataclasses and registered pytrees of them).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> grad(lambda x: np.sum(x ** 3))(np.array([1.0, 2.0])).tolist()
-    [3.0, 12.0]
-    >>> grad(lambda x: (x ** 2, "aux"), has_aux=True)(3.0)
-    (6.0, 'aux')
-    >>> import functools
-    >>> grad(functools.partial(lambda w, x: np.sum(w * x), x=np.array([1.0, 2.0])))(np.zeros(2)).tolist()
-    [1.0, 2.0]
-    >>> grad(lambda w, x: np.sum(w * x), argnums=1)(np.array([3.0, 4.0]), np.zeros(2)).tolist()
-    [3.0, 4.0]
-    >>> grad(lambda z: z ** 3, holomorphic=True)(1.0 + 1.0j)
-    6j
-    """
-    if holomorphic:
-        from bytegrad._holomorphic import HolomorphicGrad
-        return HolomorphicGrad(fn, _wrt_or_argnums("grad", wrt, argnums), has_aux, with_value=False)
-    return GradFunction(Differentiated(fn, _wrt_or_argnums("grad", wrt, argnums), has_aux).grad)
-
-
-def value_and_grad(fn: Callable[..., Any], wrt: Optional[Wrt] = None, has_aux: bool = False, *,
-                   argnums: Optional[Wrt] = None, holomorphic: bool = False) -> Callable[..., tuple[Any, Any]]:
-    """A function returning `(fn(...), gradient)`, from one forward and one reverse pass.
-
-    Parameters
-    ----------
-    fn : callable
-        A Python function returning a scalar (or `(scalar, aux)` with `has_aux=True`).
-    wrt : int, str or tuple of them, default 0
-        The argument(s) to differentiate with respect to.
-    has_aux : bool, default False
-        `fn` returns `(value, aux)`; the function then returns `((value, aux), gradient)`.
-    argnums : int or tuple of int, optional
-        JAX's name for `wrt`: give one or the other.
-    holomorphic : bool, default False
-        As for `grad`: the gradient is the complex derivative `f'(z)` of a holomorphic `fn`.
-
-    Returns
-    -------
-    callable
-        Takes `fn`'s arguments; returns `(value, gradient)` or `((value, aux), gradient)`.
-
-    Examples
-    --------
-    >>> value_and_grad(lambda x: (x ** 2, x + 1.0), has_aux=True)(3.0)
-    ((9.0, 4.0), 6.0)
-    """
-    wrt = _wrt_or_argnums("value_and_grad", wrt, argnums)
-    if holomorphic:
-        from bytegrad._holomorphic import HolomorphicGrad
-        return HolomorphicGrad(fn, wrt, has_aux, with_value=True)
-    return GradFunction(Differentiated(fn, wrt, has_aux).value_and_grad)
 
 
 def vjp(fn: Callable[..., Any], *args: Any, has_aux: bool = False, **kwargs: Any) -> Any:
@@ -243,14 +64,6 @@ def vjp(fn: Callable[..., Any], *args: Any, has_aux: bool = False, **kwargs: Any
     return Differentiated(fn, has_aux=has_aux).pullback(*args, **kwargs)
 
 
-
-registry.set_ad_backend(vjp)  # rrule_via_ad: rules call back into bytegrad through this slot
-registry.set_tape_probe(lambda: getattr(tls, "tape", None) is not None)  # registry.recording
-# rules/closures.tracked: whether a value is differentiated now (the solver rules find the values a
-# user's function closes over that are, rules/scipy/_implicit.py)
-# (a capture run tracks the arguments it does not differentiate too: compiled/plainly.py `general_tracked`)
-_closures.set_tracked_probe(lambda v: (t := getattr(tls, "tape", None)) is not None and id(v) in t.ids
-                            and (not t.capturing or t.general_tracked(v)))
 
 
 # ---- forward mode, Jacobians and Hessians ---------------------------------------------------------
@@ -483,7 +296,7 @@ def jacobian(fn: Callable[..., Any], wrt: Optional[Wrt] = None, mode: str = "aut
     >>> J["y"]["w"].shape, J["s"]["w"].shape
     ((3, 3), (3,))
     """
-    return JacobianFunction(Differentiated(fn, _wrt_or_argnums("jacobian", wrt, argnums)), mode)
+    return JacobianFunction(Differentiated(fn, wrt_or_argnums("jacobian", wrt, argnums)), mode)
 
 
 def hessian(fn: Callable[..., Any], wrt: Optional[Wrt] = None, mode: str = "fwd", *,
@@ -526,7 +339,7 @@ def hessian(fn: Callable[..., Any], wrt: Optional[Wrt] = None, mode: str = "fwd"
     >>> float(Hxx), float(Hxy), float(Hyx), float(Hyy)
     (6.0, 4.0, 4.0, 0.0)
     """
-    inner = JacobianFunction(Differentiated(fn, _wrt_or_argnums("hessian", wrt, argnums)), "rev", grad_like=True)
+    inner = JacobianFunction(Differentiated(fn, wrt_or_argnums("hessian", wrt, argnums)), "rev", grad_like=True)
     d = inner.differentiated
     outer = Differentiated(inner, d._wrt if d._wrt_tuple else d._wrt[0])
     return JacobianFunction(outer, mode, stats_of=d)

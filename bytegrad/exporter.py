@@ -14,6 +14,7 @@ import subprocess
 import sys
 from typing import Any
 
+from bytegrad import _lazy_tiers
 from bytegrad.api import Differentiated, differentiate
 from bytegrad.errors import DifferentiationError, SourceLoc
 
@@ -59,6 +60,7 @@ def export(fn: Any, *example_args: Any, wrt: Any = 0, **example_kwargs: Any) -> 
     from bytegrad.compiled.export import ExportRefused, module_source
     from bytegrad.compiled.source import Program
 
+    fn = _lazy_tiers.resolved(fn)  # (a `differentiate` made before the general path loaded: its Differentiated)
     d = fn if isinstance(fn, Differentiated) else differentiate(fn, wrt=wrt)
     code = d._code
     args = _positional(d, code, example_args, example_kwargs)

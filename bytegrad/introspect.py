@@ -14,6 +14,7 @@ import linecache
 import types
 from typing import Any, Optional, TextIO
 
+from bytegrad import _lazy_tiers
 from bytegrad._stats import codes as _codes, function_stats as function_stats, fused_sites as fused_sites
 from bytegrad.rules import registry
 from bytegrad.runtime import abi, fused
@@ -82,6 +83,7 @@ def explain(fn: Any, *args: Any, wrt: Any = 0, file: Optional[TextIO] = None, **
     """
     from bytegrad.api import Differentiated, differentiate
 
+    fn = _lazy_tiers.resolved(fn)  # (a `differentiate` made before the general path loaded: its Differentiated)
     d = fn if isinstance(fn, Differentiated) else differentiate(fn, wrt=wrt)
     positions, active = d._plan(len(args), d._wrt)
     rewritten = d._rewritten(active, args)

@@ -25,6 +25,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from bytegrad import _lazy_tiers
 from bytegrad.api import Differentiated, differentiate
 from bytegrad.compiled.lower_numpy import MISS, Program
 from bytegrad.runtime import fused, kernels
@@ -67,6 +68,7 @@ def precompile(fn: Any, *example_args: Any, wrt: Any = 0, **example_kwargs: Any)
     dict
         The function's `stats()` after the run, with `precompile_s` (seconds it took).
     """
+    fn = _lazy_tiers.resolved(fn)  # (a `differentiate` made before the general path loaded: its Differentiated)
     d = fn if isinstance(fn, Differentiated) else differentiate(fn, wrt=wrt)
     t0 = time.perf_counter()
     from bytegrad.errors import NonScalarOutputError
@@ -95,7 +97,7 @@ def _precompile_programs(d: Differentiated, args: tuple) -> int:
         return 0
     try:
         d._tiers.call(d._target, args, d._capture, now=True)
-        return d._tiers.store(_twins(d._tiers, args, d._capture), tuple(map(type, args)))
+        return d._tiers.store(_twins(d._tiers, args, d._capture), tuple(map(type, args)), d._target)
     except NonScalarOutputError:
         pass
     tiers = d._pb_tiers  # (made by the pullbacks above)

@@ -50,6 +50,16 @@ def _pin_general_path(request, monkeypatch):
     yield
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """The programs `auto` captured are written at exit (compiled/store.py `later`): the session's cache
+    directory is removed then, so this process does not spend its exit writing them."""
+    import sys
+
+    store = sys.modules.get("bytegrad.compiled.store")
+    if store is not None:
+        store.PENDING.clear()
+
+
 def pytest_terminal_summary(terminalreporter):
     """`make test-long` reports how many random programs it tried and how many failed."""
     import sys

@@ -27,7 +27,7 @@ import time:      3000 |       3000 |   bytecode.instr
 import time:       500 |       3500 | bytegrad.transform.rewrite
 import time:        20 |         20 | zlib
 #phase first
-import time:       300 |        300 | bytegrad.diskcache
+import time:       300 |        300 | bytegrad.runtime.fused
 """
 
 

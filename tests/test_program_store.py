@@ -174,3 +174,24 @@ def test_a_program_whose_callee_has_defaults_is_stored_and_loaded(tmp_path):
     assert fresh["same"] and fresh["loaded"] == 1 and fresh["compiled_calls"] == 1, fresh
     changed = run_project(project, "redefault")
     assert changed["same"] and changed["loaded"] == 0 and changed["compiled_calls"] == 0, changed
+
+
+def _scaled_sine(x):  # (run only with globals of its own: below)
+    return np.sum(np.sin(x) * SCALE)  # noqa: F821
+
+
+def test_a_function_whose_globals_are_no_modules_is_not_stored():
+    """`FunctionType(code, {...})`: its globals would be written by value, and a loaded program would guard
+    that frozen copy, not the globals the function reads (a global changed since: the stored value)."""
+    import types as _types
+
+    import numpy as np
+
+    import bytegrad
+    from bytegrad.compiled import policy
+    from bytegrad.compiled import store as program_store
+
+    f = _types.FunctionType(_scaled_sine.__code__, {"np": np, "SCALE": 2.0}, "f")
+    bytegrad.differentiate(f, tier="numpy").grad(np.linspace(0.0, 1.0, 3))
+    programs = [r.program for t in policy._BY_FUNCTION[f].values() for r in t.runs]
+    assert programs and program_store.dumps(programs) is None

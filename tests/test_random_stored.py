@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bytegrad
-from bytegrad.compiled import policy
+from bytegrad import _quick
+from bytegrad.compiled import policy, quick
 from bytegrad.compiled import store as program_store
 from bytegrad.runtime.sentinels import DECIDED, MISS
 
@@ -50,11 +51,14 @@ STEPS = [
     "h = np.log1p(h * h)",
     "for _ in range(K):\n    h = np.cos(h) * 0.9",
     "h = h / (1.0 + np.abs(h))",
+    "h = h * SCALE + 0.1",
 ]
 
 _names = itertools.count()
-#: how many loaded programs gave a result that was compared (the deterministic test checks it grows)
+#: how many loaded programs, and standalone forms, gave a result that was compared (the deterministic tests check
+#: that they grow)
 RAN = [0]
+QUICK_RAN = [0]
 
 
 def source(steps: list[str]) -> str:
@@ -97,6 +101,9 @@ def check(module, seed: int) -> None:
         return
     loaded = program_store.loads(payload)
     assert loaded is not None and len(loaded) == len(programs)  # (every reference holds in this process)
+    # each program's standalone form (compiled/quick.py), which a fresh process's first call runs (bytegrad/_quick.py)
+    # (as stored by a process that registered nothing of its own: the session's other tests may have)
+    forms = [f for p in programs if (f := quick.payload(p, module.program, ((), ()))) is not None]
     general = bytegrad.differentiate(module.program, tier="general")
     xs = [x0, -x0, rng.uniform(-1.0, 1.0, 3), 3.0 * rng.uniform(-1.0, 1.0, 3)]
     for k, x in enumerate(xs + xs[:2]):
@@ -110,6 +117,12 @@ def check(module, seed: int) -> None:
             RAN[0] += 1
             assert _same(got[0], want_value) and _same(got[1], want_grad), \
                 (k, got, (want_value, want_grad), prog.source)
+        for form in forms:
+            got = _quick.run_stored(form, module.program, (x, c))
+            if got is None:
+                continue
+            QUICK_RAN[0] += 1
+            assert _same(got[0], want_value) and _same(got[1], want_grad), (k, got, (want_value, want_grad))
 
 
 @settings(deadline=None, max_examples=40, suppress_health_check=[HealthCheck.too_slow,
@@ -124,3 +137,12 @@ def test_the_comparison_runs_loaded_programs(module_of):
     before = RAN[0]
     check(module_of(source(["h = helper(h) * SCALE", STEPS[9], "h = np.tanh(h * c)"])), 0)
     assert RAN[0] > before
+
+
+def test_the_comparison_runs_standalone_forms(module_of):
+    """Not vacuous: a program with a global, a branch and a reduction has a standalone form, which runs (and
+    sees the global change)."""
+    before = QUICK_RAN[0]
+    check(module_of(source(["h = np.tanh(h * c) * SCALE", STEPS[9], STEPS[7]])), 0)
+    assert QUICK_RAN[0] > before
+

@@ -85,16 +85,19 @@ def test_a_body_replaced_after_the_deferred_first_gradient_starts_again(tmp_path
     assert lazy == eager
 
 
-def test_a_stored_program_still_loads_on_the_second_gradient(tmp_path) -> None:
-    """After `bytegrad.precompile`, a fresh process's first gradient runs the general path and its
-    second loads the stored program, as when the record was made up front."""
+def test_a_stored_program_serves_the_first_gradient_and_loads_on_the_second(tmp_path) -> None:
+    """After `bytegrad.precompile`, a fresh process's first gradient runs the stored program's standalone
+    form (bytegrad/_quick.py), or the general path in a process that has loaded the rules (`eager`
+    imported the compiled tier first); either way the second loads the stored program and runs it, and
+    the gradients agree call by call."""
     cache = str(tmp_path / "cache")
     pre = run_fresh(_MLP + "bytegrad.precompile(loss, p, x)\n", BYTEGRAD_TIER="auto", BYTEGRAD_CACHE_DIR=cache)
     assert pre.returncode == 0, pre.stderr
     lazy = _sequence(tmp_path, "lazy", cache=cache)
     eager = _sequence(tmp_path, "eager", cache=cache)
-    assert lazy == eager
-    assert lazy[0][3] == 0 and lazy[1][3] == 1 and lazy[1][1] == 1  # loaded and run on the 2nd gradient
+    assert [row[4] for row in lazy] == [row[4] for row in eager]
+    assert lazy[0][:4] == [0, 1, 0, 0] and eager[0][:4] == [1, 0, 0, 0]  # (general, compiled, programs, loaded)
+    assert lazy[1][3] == eager[1][3] == 1 and lazy[1][1] == 2 and eager[1][1] == 1  # loaded, run on the 2nd
 
 
 def test_import_leaves_out_what_a_gradient_does_not_use() -> None:

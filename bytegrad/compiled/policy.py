@@ -217,7 +217,7 @@ class Tiers:
             self._decided(sig)
         if sig.reason is None and len(self.runs) < MAX_PROGRAMS and \
                 (now or self.tier in ("numpy", "numba") or sig.calls >= AUTO_AFTER):
-            return self._capture(sig, args, capture)
+            return self._capture(sig, args, capture, fn)
         sig.calls += 1
         self.general_calls += 1
         return MISS
@@ -237,14 +237,19 @@ class Tiers:
         self.general_calls += 1
         return MISS
 
-    def note_general(self, code: Any, defaults: Any, kwdefaults: Any, signature: tuple) -> None:
-        """Count a first gradient of `signature` that ran on the general path before this record was
-        made (bytegrad/_lazy_tiers.py) as `call` counts one; not when the body or defaults changed since,
-        nor when the signature was seen (its next call must still look for stored programs)."""
+    def note_general(self, code: Any, defaults: Any, kwdefaults: Any, signature: tuple, served: bool = False) -> None:
+        """Count a first gradient of `signature` that ran before this record was made (bytegrad/_lazy_tiers.py)
+        as `call` counts one: on the general path, or (`served`) by the signature's stored standalone program
+        (bytegrad/_quick.py), a compiled call; not when the body or defaults changed since, nor when the
+        signature was seen. Either way its next call looks for the signature's stored programs."""
         if code is self.code and defaults is self.defaults and kwdefaults is self.kwdefaults \
                 and signature not in self.signatures:
             self.signatures[signature] = sig = _Signature()
-            sig.calls, self.general_calls = 1, self.general_calls + 1
+            sig.calls = 1
+            if served:
+                self.compiled_calls += 1
+            else:
+                self.general_calls += 1
 
     def _decided(self, sig: _Signature) -> None:
         """A decision on data came out otherwise than in a program's capture: a capture of this call
@@ -257,7 +262,8 @@ class Tiers:
             sig.reason = (f"its decisions on data came out otherwise than at capture again after "
                           f"{MAX_RECAPTURES} captures (a value compared or queried changes from call to call)")
 
-    def _capture(self, sig: _Signature, args: tuple, capture: Callable[..., Any]) -> Any:
+    def _capture(self, sig: _Signature, args: tuple, capture: Callable[..., Any],
+                 fn: Optional[types.FunctionType] = None) -> Any:
         from bytegrad.compiled.lower_numpy import Program
 
         t0 = time.perf_counter()
@@ -282,6 +288,9 @@ class Tiers:
             if len(self.runs) < MAX_PROGRAMS:  # (threads that captured at once: the budget holds)
                 self.runs.append(Run(program, tuple(map(type, args))))
             self.compiled_calls += 1
+            if self.tier == "auto" and fn is not None:  # for the next process's calls: stored at exit
+                from bytegrad.compiled import store as program_store
+                program_store.later(self, tuple(map(type, args)), fn)
         elif isinstance(program, Pending):  # adopted or refused by `settle`, later
             program.signature = tuple(map(type, args))
             program.sig = sig
@@ -365,26 +374,21 @@ class Tiers:
             return "the program disagreed with the general path on the capture's own arguments"
         return None
 
-    def store(self, programs: Optional[list[Program]] = None, signature: tuple = ()) -> int:
+    def store(self, programs: Optional[list[Program]] = None, signature: tuple = (),
+              fn: Optional[types.FunctionType] = None) -> int:
         """Write the NumPy programs (default: this function's; else `programs`, of `signature`) to the
-        disk cache, one entry per argument signature (what `bytegrad.precompile` does); returns the
-        number of programs stored."""
+        disk cache, one entry per argument signature, and, given the function `fn`, each signature's
+        standalone form (compiled/quick.py) for a fresh process's first call; returns the number of
+        programs stored."""
         from bytegrad.compiled import store as program_store
-        from bytegrad import diskcache
 
         by_signature: dict[tuple, list[Program]] = {}
         for prog, sig in ((r.program, r.signature) for r in self.runs) if programs is None else \
                 ((p, signature) for p in programs):
             if prog.backend == "numpy" and prog.parts is not None and sig:
                 by_signature.setdefault(sig, []).append(prog)
-        stored = 0
-        for signature, progs in by_signature.items():
-            key = program_store.key(self.code, self.key, signature)
-            payload = program_store.dumps(progs) if key is not None else None
-            if payload is not None and key is not None and diskcache.store(program_store.NAMESPACE, key, payload,
-                                                       label=self.code.co_qualname):
-                stored += len(progs)
-        return stored
+        return sum(program_store.save(self.code, self.key, signature, progs, fn)
+                   for signature, progs in by_signature.items())
 
     def _load_due(self, sig: _Signature, now: bool) -> bool:
         """Whether this call of `sig` looks on disk for its stored programs: the first call under a

@@ -34,22 +34,23 @@ from __future__ import annotations
 import io
 import marshal
 import pickle
+import re
 import sys
 import types
 from typing import Any, Optional, Union
 
 import numpy as np
 
+from bytegrad import _quick, diskcache
 from bytegrad.errors import qualname
 from bytegrad.rules import pytrees, registry
 from bytegrad.rules._shape import is_stand_in, stand_in
-from bytegrad import diskcache
 from bytegrad.runtime import safepickle
 from bytegrad.compiled.guards import Guard
 from bytegrad.compiled.parts import program_code, program_from_code
 from bytegrad.compiled.source import Program
 
-__all__ = ["NAMESPACE", "dumps", "loads", "key"]
+__all__ = ["NAMESPACE", "dumps", "loads", "key", "save", "later", "flush", "PENDING"]
 
 NAMESPACE = "programs"
 #: 2: the compiled code beside the source, stand-ins by shape; 3: the Numba twin's kernels;
@@ -74,14 +75,86 @@ def key(code: types.CodeType, kind: Any, signature: tuple[type, ...]) -> Optiona
 # ---- writing ------------------------------------------------------------------------------------
 
 
+#: the signatures `auto` captured, whose programs this process writes when it exits (`later`): (record, signature,
+#: function, cache directory at the capture)
+PENDING: list[tuple[Any, tuple, Any, Optional[str]]] = []
+#: signatures stored per process at most (the first captured): a process that captures thousands does not
+#: spend its exit writing them
+PENDING_LIMIT = 64
+_queued = [0]
+
+
+def later(tiers: Any, signature: tuple, fn: types.FunctionType) -> None:
+    """Write the programs `tiers` (a compiled/policy.py record) holds for `signature` of `fn` when the process
+    exits (a capture does not pay for the store: about 50 ms for the MLP's, the export's machinery loaded);
+    at once in a process multiprocessing started, which its pool may end without running `atexit`."""
+    if _queued[0] >= PENDING_LIMIT:
+        return
+    _queued[0] += 1
+    PENDING.append((tiers, signature, fn, diskcache.cache_dir()))
+    mp = sys.modules.get("multiprocessing")
+    if mp is not None and mp.parent_process() is not None:
+        flush()
+    elif _queued[0] == 1:
+        import atexit
+
+        atexit.register(flush)
+
+
+def flush() -> None:
+    """Write the pending signatures' programs (`later`) into the disk cache they were captured for."""
+    while PENDING:
+        try:
+            tiers, signature, fn, directory = PENDING.pop(0)
+        except IndexError:  # another thread took the last one
+            return
+        if diskcache.cache_dir() != directory:
+            continue  # the cache moved or was switched off since
+        try:
+            tiers.store([r.program for r in tiers.runs if r.signature == signature], signature, fn)
+        except Exception:  # noqa: BLE001 - at exit, a program that cannot be written is not written
+            continue
+
+
+def save(code: types.CodeType, kind: Any, signature: tuple[type, ...], programs: list[Program],
+         fn: Optional[types.FunctionType] = None) -> int:
+    """Store `programs` (NumPy programs of `code` for `kind` and `signature`) in the disk cache and,
+    given the function `fn` and a `kind` of positions, the first one's standalone form for a fresh
+    process's first call (compiled/quick.py, bytegrad/_quick.py); returns the programs stored."""
+    k = key(code, kind, signature)
+    data = dumps(programs) if k is not None and programs else None
+    if data is None or k is None or not diskcache.store(NAMESPACE, k, data, label=code.co_qualname):
+        return 0
+    positions = kind if type(kind) is tuple else (kind,)
+    if fn is not None and all(type(p) is int for p in positions):
+        from bytegrad.compiled import quick  # (the export's machinery: loaded by a store, not by a load)
+
+        quick_key = _quick.key(code, kind, signature)
+        try:
+            form = quick.payload(programs[0], fn, foreign_state())
+        except Exception as exc:  # noqa: BLE001 - no standalone form: the first call runs the general path
+            import logging
+
+            logging.getLogger("bytegrad").debug("no standalone form of %s: %s: %s", code.co_qualname,
+                                                type(exc).__name__, exc)
+            form = None
+        if form is not None and quick_key is not None:
+            diskcache.store(_quick.NAMESPACE, quick_key, form, label=code.co_qualname)
+    return len(programs)
+
+
+
 def dumps(programs: list[Program]) -> Optional[bytes]:
     """The payload of `programs` (NumPy programs of one signature), or None when one holds a
     constant that cannot be written as data or a reference."""
     parts = []
+    module_dicts = {id(vars(m)) for m in list(sys.modules.values()) if m is not None}
     for prog in programs:
         if prog.parts is None:
             return None
         ns, source, lines, filename = prog.parts
+        if any(_GLOBALS.fullmatch(name) and type(v) is dict and id(v) not in module_dicts for name, v in ns.items()):
+            return None  # globals that are no module's (`FunctionType(code, {...})`): a copy would be guarded
         code = marshal.dumps(program_code(source, lines, filename))  # a load then runs no compiler
         parts.append((ns, source, lines, filename, code, tuple((g.kind, g.check, g.what) for g in prog.guards), prog.records, prog.pullback,
                       prog.twin, prog.share))
@@ -155,6 +228,8 @@ def _copy(defaults: Optional[Union[tuple, dict]]) -> Optional[Union[list, dict]]
 
 
 _PLAIN = frozenset({type(None), bool, int, float, complex, str, bytes, slice, type(Ellipsis)})
+#: the constants of a program that are a function's globals, a module's namespace or builtins (compiled/source.py)
+_GLOBALS = re.compile(r"[GMB][0-9]+")
 
 
 def _path(obj: Any) -> Optional[tuple[str, str]]:

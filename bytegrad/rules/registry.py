@@ -1,8 +1,5 @@
-"""The rule registry: the one mutable global of `rules/`, typed, locked and versioned.
-
-A rule is attached to a function object (`np.sin`, `operator.mul`, `np.ndarray.sum`, `math.exp`...).
-Registering a rule bumps `version()`, which is part of every cache key of rewritten code.
-"""
+"""The rule registry: the one mutable global of `rules/`, typed, locked and versioned. A rule is attached to
+a function object (`np.sin`, `operator.mul`, `np.ndarray.sum`...); registering one bumps `version()`."""
 from __future__ import annotations
 
 import sys
@@ -11,7 +8,9 @@ import types
 import warnings
 from typing import Any, Callable, Optional
 
+from bytegrad import _config
 from bytegrad.errors import DuplicateRuleError, SourceLoc, qualname
+from bytegrad.rules._targets import replaced
 from bytegrad.rules._types import (  # (re-exported: rules and plugins import them from here)
     Zero as Zero, NoTangent as NoTangent, ZERO as ZERO, NO_TANGENT as NO_TANGENT, RuleKind as RuleKind, Partial as
     Partial, Formula as Formula, kernel as kernel, Kernel as Kernel, Rule as Rule, OWN_RULES_DIR as OWN_RULES_DIR,
@@ -40,11 +39,11 @@ _OPTED_OUT: dict[Any, SourceLoc] = {}
 _SHADOWED: dict[Any, Rule] = {}
 #: functions given a rule or opted out outside bytegrad/rules/: what a stored program checks (compiled/store.py)
 FOREIGN: dict[Any, Any] = {}
-# How rrule_via_ad calls back into bytegrad: `bytegrad.api` fills it in (rules never import upward).
+# How rrule_via_ad calls back into bytegrad: bytegrad/_differentiated.py fills it in (rules never import upward).
 _ad_backend: Optional[Callable[..., tuple[Any, Callable[[Any], tuple[Any, ...]]]]] = None
 
 
-def _caller_loc(depth: int) -> SourceLoc:
+def _caller_loc(depth: int) -> SourceLoc:  # (the user's line `depth` frames above the caller)
     return SourceLoc.of_frame(sys._getframe(depth + 1))
 
 
@@ -89,12 +88,13 @@ def _merge(old: Rule, new: Rule, override: bool) -> Rule:
 
 
 def register(rule: Rule, *, override: bool = False) -> Rule:
-    """Add `rule` to the registry and return the rule now in force for its function.
-
-    An frule combines with an rrule or scalar_rule of the same function; a second rule of the same
-    form raises DuplicateRuleError naming both definition sites, unless it says `override=True`.
-    """
+    """Add `rule` to the registry and return the rule now in force for its function (one of bytegrad's
+    own for a replaced function, `_targets.replaced`, is not added). An frule combines with an rrule or
+    scalar_rule of the same function; a second rule of the same form raises DuplicateRuleError naming
+    both definition sites, unless it says `override=True`."""
     global current_version
+    if rule.trusted and replaced(rule):
+        return rule
     if rule.frule is not None and rule.frule_defined_at is None:
         rule.frule_defined_at = rule.defined_at
     if DEFERRED_PENDING:  # bytegrad's own rule for it first, as if loaded eagerly (merges, duplicates)
@@ -111,8 +111,7 @@ def register(rule: Rule, *, override: bool = False) -> Rule:
 
 
 def outdate() -> None:
-    """Something the rewrite depends on besides the rules changed (a `bytegrad.config` switch such as
-    `disable_fusion`): a new version, so that rewritten code and programs keyed by it are made again."""
+    """Something the rewrite depends on besides the rules changed (`config.disable_fusion`): a new version."""
     global current_version
     with _LOCK:
         current_version += 1
@@ -340,9 +339,10 @@ def rrule_via_ad(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any
     >>> pullback(1.0)
     (0.0, 2.0)
     """
-    if _ad_backend is None:
-        raise RuntimeError("rrule_via_ad needs bytegrad.api, which installs the differentiation backend "
-                           "when imported: import bytegrad first")
+    if _ad_backend is None and _config.LOAD_GENERAL:  # (`import bytegrad` leaves the general path for later)
+        _config.LOAD_GENERAL[0]()
+    if _ad_backend is None:  # (a lower layer imported on its own)
+        raise RuntimeError("rrule_via_ad needs bytegrad's general path (bytegrad/_differentiated.py): import bytegrad")
     return _ad_backend(fn, *args, **kwargs)
 
 
