@@ -2,12 +2,14 @@
 from bytegrad import _config as _config_module
 from bytegrad._config import config as config
 from bytegrad._front import differentiate as differentiate, grad as grad, value_and_grad as value_and_grad
+from bytegrad import _quick as _quick_module
 
 __version__ = "0.1.0"
 
 # `import bytegrad` loads the settings and `differentiate`, `grad` and `value_and_grad` (bytegrad/_front.py), whose
-# first gradient may be served by a stored program without the general path (bytegrad/_quick.py). Every other name
-# loads the general path (`_general`: the API, the errors, the rules and the runtime) when it is first read;
+# first gradient may be served by a stored program without the general path (bytegrad/_quick.py) where the disk
+# cache holds any (else it loads the general path at once: the end of this file). Every other name loads the
+# general path (`_general`: the API, the errors, the rules and the runtime) when it is first read;
 # `explain` and `precompile` (the fused-kernel machinery), `checkpoint`, `stop_gradient` and the tree utilities
 # also their own modules.
 _GENERAL = {
@@ -85,3 +87,8 @@ __all__ = [
     "NO_TANGENT", "ZERO", "differentiate_through", "frule", "non_differentiable", "not_implemented",
     "opt_out", "rrule", "scalar_rule",
 ]
+
+# Nothing on disk that a first call could run (no stored programs, or settings that rule them out): every
+# first gradient will load the general path, so it loads now, as the import did before there were any.
+if not _quick_module.worth_waiting():
+    _general()

@@ -30,13 +30,14 @@ from __future__ import annotations
 import builtins
 import marshal
 import math
+import os
 import sys
 import types
 from typing import Any, Optional
 
 from bytegrad._config import config as _config
 
-__all__ = ["NAMESPACE", "FORMAT", "enabled", "first_call", "key", "path_of", "run_stored"]
+__all__ = ["NAMESPACE", "FORMAT", "enabled", "first_call", "key", "path_of", "run_stored", "worth_waiting"]
 
 NAMESPACE = "quick"
 #: the payload: marshal of (FORMAT, module code, checks code, references)
@@ -49,6 +50,17 @@ def enabled() -> bool:
     """Whether the settings let a stored program serve a first call."""
     c = _config
     return c.tier == "auto" and not c.debug_nans and not c.disable_disk_cache and not c.dump
+
+
+def worth_waiting() -> bool:
+    """Whether `import bytegrad` leaves the general path for a first call to need: only where the settings
+    let a stored program serve one and the disk cache holds some (else every first gradient needs it)."""
+    if not enabled():
+        return False
+    from bytegrad import diskcache
+
+    root = diskcache.cache_dir()  # (its folder's trust is checked when an entry is read)
+    return root is not None and os.path.isdir(os.path.join(root, NAMESPACE))
 
 
 def key(code: Any, wrt: Any, signature: tuple) -> Optional[str]:

@@ -265,6 +265,29 @@ def test_float32_and_float_arguments(tmp_path):
     assert "a: float" in wrong["error"]
 
 
+def singular_values(A):
+    return np.sum(np.linalg.svd(A, compute_uv=False) ** 2) + np.sum(np.linalg.svd(A * A, compute_uv=False))
+
+
+def test_singular_values_export_and_give_bytegrads_gradient(tmp_path):
+    """The seed's example: `np.linalg.svd(A, compute_uv=False)`, of a matrix and a stack of matrices."""
+    rng = np.random.default_rng(5)
+    for A in (rng.standard_normal((5, 3)), rng.standard_normal((2, 3, 4))):
+        out = run_exported(tmp_path, bytegrad.export(singular_values, A), (A,))
+        value, grad = bytegrad.value_and_grad(singular_values)(A)
+        close(out["value"], value)
+        close(out["grad"], grad)
+
+
+def test_refuses_svd_with_its_vectors():
+    def f(x):
+        u, s, vt = np.linalg.svd(x)
+        return np.sum(u * s[None, :] @ vt)
+
+    with pytest.raises(ExportError, match="compute_uv=False"):
+        bytegrad.export(f, np.eye(3) * 2.0 + 0.1)
+
+
 def test_refuses_what_has_no_standalone_form():
     def f(x):
         return np.sum(np.linalg.inv(x))

@@ -260,6 +260,22 @@ def test_a_deferred_differentiate_answers_as_its_differentiated(env):
     environ = {k: v for k, v in os.environ.items() if not k.startswith("BYTEGRAD_")}
     environ.update(BYTEGRAD_CACHE_DIR=str(env / "cache"),
                    PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    (env / "cache" / "quick").mkdir(parents=True, mode=0o700)  # (stored programs: `import bytegrad` defers)
     proc = subprocess.run([sys.executable, "-c", DEFERRED.format(folder=str(env))], cwd=env, env=environ,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+def test_import_loads_the_general_path_where_no_program_is_stored(env):
+    """With nothing on disk that a first call could run, `import bytegrad` loads the general path at once
+    (every first gradient needs it); where stored programs are, it leaves it for a first call to need."""
+    code = "import sys, bytegrad\nprint('bytegrad.rules' in sys.modules)\n"
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("BYTEGRAD_")}
+    environ.update(BYTEGRAD_CACHE_DIR=str(env / "cache"),
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    loads = [subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True,
+                            timeout=120).stdout.strip()]
+    prime(env)
+    loads.append(subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True,
+                                timeout=120).stdout.strip())
+    assert loads == ["True", "False"]

@@ -28,7 +28,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from bytegrad.compiled.export_helpers import HELPERS, NEEDS, POSITIONAL, RULES
+from bytegrad.compiled.export_helpers import HELPERS, NEEDS, POSITIONAL, REQUIRED, RULES
 from bytegrad.compiled.inline import lambda_parts
 from bytegrad.compiled.source import AST_LOCK
 from bytegrad.errors import qualname
@@ -341,7 +341,7 @@ _RULE_KEYS = (
     ("numpy.linalg.matmul_rrule", "matmul"), ("numpy.linalg.dot_rrule", "dot"),
     ("numpy.indexing.getitem_rrule", "getitem"), ("rules.builtins.float_rrule", "float"),
     ("numpy.linalg.outer_rrule", "outer"), ("numpy.shape.stack_rrule", "stack"),
-    ("numpy.shape.concatenate_rrule", "concatenate"),
+    ("numpy.shape.concatenate_rrule", "concatenate"), ("numpy.linalg_decomp.svd_rrule", "svd"),
 )
 #: the reductions whose rule (`max_rrule`, `min_rrule`) closes over the function it is for
 _EXTREMA = (("max", (np.max, np.amax, np.ndarray.max)), ("min", (np.min, np.amin, np.ndarray.min)))
@@ -401,9 +401,11 @@ def _rule(name: str, value: Any, text: str, ns: dict[str, Any], out: list[str], 
             raise ExportRefused(f"{qualname(value)} with options passed by position (at {where}): pass them "
                                 "by keyword to export it")
         options = ns.get(kw[0], {}) if kw else {}
-        if type(options) is not dict or not set(options) <= allowed:
-            raise ExportRefused(f"{qualname(value)} with options {sorted(options)} (at {where}): its exported form "
-                                f"takes {sorted(allowed)} only")
+        if type(options) is not dict or not set(options) <= allowed or \
+                any(k not in options or options[k] is not v for k, v in REQUIRED.get(key, {}).items()):
+            need = "".join(f", with {k}={v!r}" for k, v in REQUIRED.get(key, {}).items())
+            raise ExportRefused(f"{qualname(value)} with options {options} (at {where}): its exported form takes "
+                                f"{sorted(allowed)} only{need}")
     return key
 
 

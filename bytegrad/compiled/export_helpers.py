@@ -162,7 +162,9 @@ def _finish(x_bar, x):
 #: an exported rule -> the helpers its source calls (besides `_reduction`'s)
 NEEDS: dict[str, tuple[str, ...]] = {"matmul": ("_project", "_unbroadcast"), "dot": ("_project", "_unbroadcast"),
                                      "float": ("_project",), "_moving": ("_project",), "outer": ("_project",),
-                                     "stack": ("_project",), "concatenate": ("_project",)}
+                                     "stack": ("_project",), "concatenate": ("_project",), "svd": ("_project",)}
+#: an exported rule -> the option values its exported form requires (the singular values alone, for svd)
+REQUIRED: dict[str, dict[str, object]] = {"svd": {"compute_uv": False}}
 #: an exported rule -> how many positional arguments its calls pass (1 unless said here)
 POSITIONAL: dict[str, int] = {"matmul": 2, "dot": 2, "getitem": 2, "outer": 2}
 
@@ -199,6 +201,22 @@ def _mean_rrule(x, axis=None, keepdims=False):
 
     return out, mean_pullback
 ''', frozenset({"axis", "keepdims"})),
+    "svd": ('''
+def _svd_rrule(x, full_matrices=True, compute_uv=True):
+    """np.linalg.svd(x, compute_uv=False), the singular values, and their pullback (bytegrad's svd_rrule):
+    U diag(s_bar) Vt from the reduced decomposition, conjugated for complex input."""
+    out = np.linalg.svd(x, compute_uv=False)
+
+    def svd_pullback(out_bar):
+        u, s, vt = np.linalg.svd(x, full_matrices=False)
+        k = s.shape[-1]
+        inner = np.zeros(s.shape + (k,), dtype=u.dtype)
+        inner[..., np.arange(k), np.arange(k)] = out_bar
+        x_bar = u @ inner @ vt
+        return (_project(np.conj(x_bar) if x_bar.dtype.kind == "c" else x_bar, x),)
+
+    return out, svd_pullback
+''', frozenset({"full_matrices", "compute_uv"})),
     "max": ('''
 def _max_rrule(x, axis=None, keepdims=False):
     """np.max and its pullback: the cotangent split evenly among tied maxima (bytegrad's rule)."""
