@@ -37,7 +37,7 @@ from typing import Any, Optional
 
 from bytegrad._config import config as _config
 
-__all__ = ["NAMESPACE", "FORMAT", "enabled", "first_call", "key", "path_of", "run_stored", "worth_waiting"]
+__all__ = ["NAMESPACE", "FORMAT", "enabled", "find", "first_call", "key", "path_of", "run_stored", "worth_waiting"]
 
 NAMESPACE = "quick"
 #: the payload: marshal of (FORMAT, module code, checks code, references)
@@ -89,10 +89,11 @@ def path_of(obj: Any) -> Optional[tuple[str, str]]:
         return None
     if type(obj).__name__ == "ufunc" and type(obj).__module__ == "numpy":
         module = "numpy"
-    return (module, qual) if _find(module, qual) is obj else None
+    return (module, qual) if find(module, qual) is obj else None
 
 
-def _find(module: str, qual: str) -> Any:
+def find(module: str, qual: str) -> Any:
+    """The object `module.qual` names in a module already imported, or None."""
     value: Any = sys.modules.get(module)
     for part in qual.split("."):
         value = getattr(value, part, None)
@@ -114,7 +115,7 @@ def _resolve(ref: tuple, fn: Any) -> Any:
             return _MISSING
         return module if tag == "module" else vars(module)
     if tag == "path":
-        obj = _find(ref[1], ref[2])
+        obj = find(ref[1], ref[2])
         return obj if obj is not None and path_of(obj) == (ref[1], ref[2]) else _MISSING
     return _MISSING
 

@@ -232,24 +232,8 @@ _PLAIN = frozenset({type(None), bool, int, float, complex, str, bytes, slice, ty
 _GLOBALS = re.compile(r"[GMB][0-9]+")
 
 
-def _path(obj: Any) -> Optional[tuple[str, str]]:
-    """(module, qualname) that finds `obj` itself in a module already imported, or None."""
-    qual = getattr(obj, "__qualname__", None)
-    module = getattr(obj, "__module__", None) or getattr(getattr(obj, "__objclass__", None), "__module__", None)
-    if not isinstance(qual, str) or not isinstance(module, str) or "<" in qual:
-        return None
-    if isinstance(obj, np.ufunc):
-        module = "numpy"
-    return (module, qual) if _find(module, qual) is obj else None
-
-
-def _find(module: str, qual: str) -> Any:
-    value: Any = sys.modules.get(module)
-    for part in qual.split("."):
-        value = getattr(value, part, None)
-        if value is None:
-            return None
-    return value
+_path = _quick.path_of  # (module, qualname) that finds the object itself, or None
+_find = _quick.find
 
 
 def _rule_index() -> dict[int, tuple]:
@@ -326,8 +310,11 @@ class _Unpickler(safepickle.SafeUnpickler):
             return np.dtype(pid[1])
         if tag == "stand_in":
             return stand_in(np.broadcast_to(np.zeros((), np.dtype(pid[2])), tuple(pid[1])))
-        if tag == "path":
-            return _required(_find(*pid[1]), pid)
+        if tag == "path":  # (the object of that name now: one monkeypatched in its place has another name)
+            obj = _required(_find(*pid[1]), pid)
+            if _path(obj) != tuple(pid[1]):
+                raise LookupError(f"{pid[1]} is another object now")
+            return obj
         if tag == "rrule" or tag == "partial":
             rule = registry.lookup(_required(_find(*pid[1]), pid))
             if rule is None or _stamp(rule) != pid[-1]:
