@@ -5,7 +5,7 @@ When the compiled tier stores a NumPy program (bytegrad/compiled/policy.py, on a
 (bytegrad/compiled/quick.py): the module `bytegrad.export` writes, which imports NumPy and `math`
 only, beside the checks that export leaves out because they read the process (the globals,
 module attributes and functions the program assumes), as code and references. A fresh process's
-first call of a `grad` or `value_and_grad` function (bytegrad/_front.py) asks for it here: it
+first gradient of a `differentiate`, `grad` or `value_and_grad` function (bytegrad/_front.py) asks here: it
 costs a key, one read and a marshal load, where the general path would import bytegrad's rules,
 runtime and transform (about 11 ms) and load the rewrite.
 
@@ -19,9 +19,10 @@ The program serves the call only where the general path would give the same resu
   module and name (a function monkeypatched in its place is another object), and every check holds;
 - the settings are the defaults that a stored program assumes (`tier` auto, no `debug_nans`, no
   `dump`, the disk cache on);
-- the call raises nothing and sets no floating-point flag: an error or a warning is the general
-  path's to report, at the user's line, so such a call runs there (a program has no effects that
-  running again would double: bytegrad/compiled/effects.py).
+- the call raises nothing and meets no floating-point error that NumPy's settings report (`np.seterr`:
+  not underflow, by default): an error or a warning is the general path's to report, at the user's
+  line, so such a call runs there (a program has no effects that running again would double:
+  bytegrad/compiled/effects.py).
 
 Anything else returns None and the caller runs the general path, having spent a key and a missed read.
 """
@@ -167,8 +168,11 @@ def _run(program: Any, args: tuple) -> Optional[tuple[Any, Any]]:
     import numpy as np
 
     flagged: list[Any] = []
+    # the floating-point errors the current settings report (not those set to "ignore", as underflow is by
+    # default): the general path would report them, so a call that meets one is left to it
+    watched = {kind: "call" for kind, mode in np.geterr().items() if mode != "ignore"}
     try:
-        with np.errstate(all="call", call=lambda kind, flag: flagged.append(kind)):
+        with np.errstate(call=lambda kind, flag: flagged.append(kind), **watched):
             result = program(*args)
     except Exception:  # noqa: BLE001 - the general path raises it again, at the user's line
         return None

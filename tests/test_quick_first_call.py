@@ -40,6 +40,10 @@ def helper(v):
     return np.tanh(v)
 
 
+def tiny(W, x):
+    return np.sum(np.exp(-800.0 - (W @ x) ** 2)) + np.sum(W * W)
+
+
 def with_helper(W, x):
     return np.sum(helper(W @ x) ** 2)
 
@@ -206,6 +210,16 @@ def test_a_floating_point_flag_sends_the_call_to_the_general_path(env):
     out = run(env, args=args)
     assert out["general_first"] is True
     assert any("divide by zero" in m and f.endswith("qmod.py") for m, f in out["warnings"]), out["warnings"]
+
+
+def test_an_error_numpy_ignores_leaves_the_call_to_the_stored_program(env):
+    """Underflow (ignored by NumPy's default settings: the general path reports nothing) is not a reason to
+    leave the stored program; under `np.seterr(under="warn")` it is."""
+    make = "bytegrad.grad(qmod.tiny)"
+    prime(env, make=make)
+    assert run(env, make=make)["general_first"] is False
+    warn = run(env, make=make, setup="np.seterr(under='warn')")
+    assert warn["general_first"] is True and any("underflow" in m for m, _ in warn["warnings"]), warn["warnings"]
 
 
 def test_another_shape_runs_the_general_path(env):
