@@ -170,7 +170,7 @@ def _run(program: Any, args: tuple) -> Optional[tuple[Any, Any]]:
     flagged: list[Any] = []
     # the floating-point errors the current settings report (not those set to "ignore", as underflow is by
     # default): the general path would report them, so a call that meets one is left to it
-    watched = {kind: "call" for kind, mode in np.geterr().items() if mode != "ignore"}
+    watched: dict[str, Any] = {kind: "call" for kind, mode in np.geterr().items() if mode != "ignore"}
     try:
         with np.errstate(call=lambda kind, flag: flagged.append(kind), **watched):
             result = program(*args)
