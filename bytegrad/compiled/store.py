@@ -1,6 +1,8 @@
-"""Compiled programs on disk: `bytegrad.precompile` stores a function's NumPy programs, and a fresh
-process loads them on the second gradient of a signature (the first runs the general path, from
-the rewrite cache: compiled.Tiers._load_due), so that gradient already runs compiled.
+"""Compiled programs on disk: `bytegrad.precompile` stores a function's NumPy programs, and so does a
+process whose `auto` tier captured them, when it exits (`later`); a fresh process loads them on the
+second gradient of a signature (compiled.Tiers._load_due), so that gradient already runs compiled. Each
+signature's first program is stored with its standalone form too (`save`, compiled/quick.py), which the
+first gradient runs without loading the general path (bytegrad/_quick.py).
 
 A program is its generated source and its constants (compiled/lower_numpy.py). The source is text; a
 constant is written as data (arrays, dtypes, numbers, tuples, `Site`s) or, where it is part of the
@@ -141,7 +143,6 @@ def save(code: types.CodeType, kind: Any, signature: tuple[type, ...], programs:
         if form is not None and quick_key is not None:
             diskcache.store(_quick.NAMESPACE, quick_key, form, label=code.co_qualname)
     return len(programs)
-
 
 
 def dumps(programs: list[Program]) -> Optional[bytes]:
