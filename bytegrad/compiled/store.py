@@ -48,6 +48,7 @@ from bytegrad.errors import qualname
 from bytegrad.rules import pytrees, registry
 from bytegrad.rules._shape import is_stand_in, stand_in
 from bytegrad.runtime import safepickle
+from bytegrad.transform.cache import worker_process
 from bytegrad.compiled.guards import Guard
 from bytegrad.compiled.parts import program_code, program_from_code
 from bytegrad.compiled.source import Program
@@ -94,8 +95,7 @@ def later(tiers: Any, signature: tuple, fn: types.FunctionType) -> None:
         return
     _queued[0] += 1
     PENDING.append((tiers, signature, fn, diskcache.cache_dir()))
-    mp = sys.modules.get("multiprocessing")
-    if mp is not None and mp.parent_process() is not None:
+    if worker_process():  # (the rewrite cache's test: transform/cache.py)
         flush()
     elif _queued[0] == 1:
         import atexit

@@ -530,7 +530,7 @@ _exit_hook = [False]
 def _defer_store(key: str, code: types.CodeType, new_code: types.CodeType, frozen: tuple,
                  directory: Optional[str]) -> None:
     PENDING.append((key, code, new_code, frozen, directory))
-    if len(PENDING) > PENDING_LIMIT or _worker_process():
+    if len(PENDING) > PENDING_LIMIT or worker_process():
         flush_stores()
     if not _exit_hook[0]:
         import atexit
@@ -539,7 +539,7 @@ def _defer_store(key: str, code: types.CodeType, new_code: types.CodeType, froze
         atexit.register(flush_stores)
 
 
-def _worker_process() -> bool:
+def worker_process() -> bool:
     """Whether this is a process multiprocessing started (a Pool's worker, a Dask worker): its pool may
     end it without running `atexit` (`Pool.terminate`, which `with Pool(...)` calls), and its rewrites
     are what the disk cache shares with the other workers, so it writes them at once."""
