@@ -40,6 +40,10 @@ def helper(v):
     return np.tanh(v)
 
 
+def with_default(W, x, c=0.5):
+    return np.sum(np.exp(W * c) @ x)
+
+
 def tiny(W, x):
     return np.sum(np.exp(-800.0 - (W @ x) ** 2)) + np.sum(W * W)
 
@@ -220,6 +224,17 @@ def test_an_error_numpy_ignores_leaves_the_call_to_the_stored_program(env):
     assert run(env, make=make)["general_first"] is False
     warn = run(env, make=make, setup="np.seterr(under='warn')")
     assert warn["general_first"] is True and any("underflow" in m for m, _ in warn["warnings"]), warn["warnings"]
+
+
+def test_a_program_stored_under_other_defaults_is_not_loaded(env):
+    """A process that replaced the defaults stored programs that read `c=2.0`; a process with the
+    module's `c=0.5` must not run them for calls that leave `c` out (the key holds the defaults)."""
+    make, args = "bytegrad.grad(qmod.with_default)", "rng.standard_normal((4, 3)), rng.standard_normal((3, 5))"
+    run(env, make=make, args=args, setup="qmod.with_default.__defaults__ = (2.0,)", more=3)
+    assert (env / "cache" / "programs").is_dir()
+    out = run(env, make=make, args=args, more=2)
+    want = general(env, make=make, args=args)["results"][0]
+    assert all(same(r, want) for r in out["results"])
 
 
 def test_another_shape_runs_the_general_path(env):

@@ -387,7 +387,7 @@ class Tiers:
                 ((p, signature) for p in programs):
             if prog.backend == "numpy" and prog.parts is not None and sig:
                 by_signature.setdefault(sig, []).append(prog)
-        return sum(program_store.save(self.code, self.key, signature, progs, fn)
+        return sum(program_store.save(self.code, self.key, signature, progs, fn, (self.defaults, self.kwstate))
                    for signature, progs in by_signature.items())
 
     def _load_due(self, sig: _Signature, now: bool) -> bool:
@@ -405,7 +405,7 @@ class Tiers:
         from bytegrad.compiled import store as program_store
         from bytegrad import diskcache
 
-        key = program_store.key(self.code, self.key, signature)
+        key = program_store.key(self.code, self.key, signature, (self.defaults, self.kwstate))
         payload = diskcache.load(program_store.NAMESPACE, key) if key is not None else None
         progs = program_store.loads(payload) if payload is not None else None
         if not progs:

@@ -62,17 +62,31 @@ NAMESPACE = "programs"
 _FORMAT = 7
 
 
-def key(code: types.CodeType, kind: Any, signature: tuple[type, ...]) -> Optional[str]:
+def key(code: types.CodeType, kind: Any, signature: tuple[type, ...], defaults: Any = (None, None)) -> Optional[str]:
     """The disk key of the programs of `code` for one kind (the `wrt` key of bytegrad/compiled/policy.py)
-    and argument signature; None for code marshal cannot write."""
+    and argument signature, with the function's `(__defaults__, __kwdefaults__)`: a program captured with
+    other defaults assumed their values (a call that leaves a parameter out reads its default), and a marshalled
+    code object holds none; None for code marshal cannot write, or defaults that are not plain data."""
     try:
         raw = marshal.dumps(code, 2)
     except ValueError:
         return None
+    if not _plain_data(defaults):
+        return None
     h = diskcache.sha256(raw)
     h.update(repr((sys.implementation.cache_tag, diskcache.bytegrad_version(), _FORMAT, repr(kind),
-                   tuple(f"{t.__module__}.{t.__qualname__}" for t in signature))).encode())
+                   tuple(f"{t.__module__}.{t.__qualname__}" for t in signature), defaults)).encode())
     return h.hexdigest()
+
+
+def _plain_data(value: Any) -> bool:
+    """Whether `value` is numbers, strings, flags and None, in tuples, lists and dicts: what `repr` writes exactly."""
+    t = type(value)
+    if t in (tuple, list):
+        return all(_plain_data(v) for v in value)
+    if t is dict:
+        return all(_plain_data(k) and _plain_data(v) for k, v in value.items())
+    return t in (int, float, complex, str, bytes, bool, type(None))
 
 
 # ---- writing ------------------------------------------------------------------------------------
@@ -119,11 +133,11 @@ def flush() -> None:
 
 
 def save(code: types.CodeType, kind: Any, signature: tuple[type, ...], programs: list[Program],
-         fn: Optional[types.FunctionType] = None) -> int:
+         fn: Optional[types.FunctionType] = None, defaults: Any = (None, None)) -> int:
     """Store `programs` (NumPy programs of `code` for `kind` and `signature`) in the disk cache and,
     given the function `fn` and a `kind` of positions, the first one's standalone form for a fresh
     process's first call (compiled/quick.py, bytegrad/_quick.py); returns the programs stored."""
-    k = key(code, kind, signature)
+    k = key(code, kind, signature, defaults)  # (`defaults`: the function's, as `key` takes them)
     data = dumps(programs) if k is not None and programs else None
     if data is None or k is None or not diskcache.store(NAMESPACE, k, data, label=code.co_qualname):
         return 0
